@@ -1,0 +1,365 @@
+package core
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// Kinds of decision identities. All share one namespace per run.
+const (
+	kindStep       = "step"
+	kindWait       = "wait"
+	kindSignalWait = "signal_wait"
+	kindHook       = "hook"
+	kindChild      = "child"
+)
+
+// Apply folds one committed event into the snapshot. The event must carry the next sequence.
+// Apply checks the history invariants that concern this event first and returns a *HistoryError,
+// leaving the snapshot unchanged, if one is broken. Its cost does not depend on history length.
+func (s *Snapshot) Apply(e event.Envelope) error {
+	if err := s.check(e); err != nil {
+		return err
+	}
+	s.mutate(e)
+	s.Seq = e.Seq
+	s.UpdatedAt = e.Time
+	s.Progress.Events++
+	if isDecisionEvent(e.Payload) {
+		s.Progress.Decisions++
+		s.Blocked = nil
+	}
+	s.Status = s.status()
+	return nil
+}
+
+// isDecisionEvent reports whether p is produced by a decision (workflow code or the automatic
+// transitions of Decide) rather than by a step result, timer, delivery or operator.
+func isDecisionEvent(p event.Payload) bool {
+	switch p := p.(type) {
+	case *event.StepScheduled, *event.WaitScheduled, *event.SignalAwaited, *event.HookCreated,
+		*event.ChildScheduled, *event.RunCompleted, *event.RunContinuedAsNew:
+		return true
+	case *event.StepCancelled:
+		return p.Cause != event.CauseOperator
+	case *event.RunFailed:
+		return p.Cause != event.CauseOperator
+	case *event.RunCancelled:
+		return p.Cause != event.CauseOperator
+	}
+	return false
+}
+
+func (s *Snapshot) fail(e event.Envelope, rule, format string, args ...any) error {
+	return &HistoryError{RunID: s.RunID, Seq: e.Seq, Rule: rule, Detail: fmt.Sprintf(format, args...)}
+}
+
+// check validates e against the snapshot without changing it.
+func (s *Snapshot) check(e event.Envelope) error {
+	if e.Payload == nil {
+		return s.fail(e, "sequence", "event has no payload")
+	}
+	if err := e.Payload.Validate(); err != nil {
+		return s.fail(e, "malformed", "%s: %v", e.Type(), err)
+	}
+	if e.RunID != s.RunID {
+		return s.fail(e, "run_id", "event belongs to run %q", e.RunID)
+	}
+	if e.Seq != s.Seq+1 {
+		return s.fail(e, "sequence", "expected seq %d, got %d (sequences run 1..n without gaps)", s.Seq+1, e.Seq)
+	}
+	if s.Outcome != nil {
+		return s.fail(e, "after_terminal", "%s after the terminal event at seq %d", e.Type(), s.Outcome.Seq)
+	}
+	if _, first := e.Payload.(*event.RunStarted); first != (s.Seq == 0) {
+		if first {
+			return s.fail(e, "first_event", "run.started may only be the first event")
+		}
+		return s.fail(e, "first_event", "the first event must be run.started, got %s", e.Type())
+	}
+	if s.expectRetry != "" {
+		if r, ok := e.Payload.(*event.StepRetryScheduled); !ok || r.StepID != s.expectRetry {
+			return s.fail(e, "retry_order", "step %q failed with attempts left, so step.retry_scheduled must follow; got %s", s.expectRetry, e.Type())
+		}
+	}
+	switch p := e.Payload.(type) {
+	case *event.StepScheduled:
+		ids := make([]string, len(p.Steps))
+		for i, st := range p.Steps {
+			ids[i] = st.ID
+		}
+		return s.checkNew(e, ids)
+	case *event.StepCompleted:
+		return s.checkInFlight(e, p.StepID, p.Attempt)
+	case *event.StepFailed:
+		return s.checkInFlight(e, p.StepID, p.Attempt)
+	case *event.StepRetryScheduled:
+		st, err := s.step(e, p.StepID)
+		if err != nil {
+			return err
+		}
+		if s.expectRetry != p.StepID || p.Attempt != st.Attempt+1 {
+			return s.fail(e, "retry_order", "retry of step %q attempt %d does not follow a failure of attempt %d", p.StepID, p.Attempt, p.Attempt-1)
+		}
+	case *event.StepRetryFired:
+		st, err := s.step(e, p.StepID)
+		if err != nil {
+			return err
+		}
+		if st.Status != StepRetrying || st.Attempt != p.Attempt {
+			return s.fail(e, "step_state", "retry of step %q attempt %d fired, but the step is %s at attempt %d", p.StepID, p.Attempt, st.Status, st.Attempt)
+		}
+	case *event.StepCancelled:
+		seen := map[string]bool{}
+		for _, c := range p.Steps {
+			st, err := s.step(e, c.StepID)
+			if err != nil {
+				return err
+			}
+			if seen[c.StepID] {
+				return s.fail(e, "duplicate_id", "step.cancelled lists step %q twice", c.StepID)
+			}
+			if st.Status.Settled() {
+				return s.fail(e, "step_state", "step %q cancelled, but it already settled as %s", c.StepID, st.Status)
+			}
+			seen[c.StepID] = true
+		}
+	case *event.WaitScheduled:
+		return s.checkNew(e, []string{p.WaitID})
+	case *event.WaitFired:
+		w, ok := s.Waits[p.WaitID]
+		if !ok {
+			return s.fail(e, "unknown_id", "wait %q was never scheduled", p.WaitID)
+		}
+		if w.Fired {
+			return s.fail(e, "duplicate_id", "wait %q already fired at seq %d", p.WaitID, w.FiredSeq)
+		}
+	case *event.SignalAwaited:
+		return s.checkNew(e, []string{p.WaitID})
+	case *event.SignalReceived:
+		if _, dup := s.deliveries[p.DeliveryID]; dup {
+			return s.fail(e, "duplicate_delivery", "signal delivery %q was already received", p.DeliveryID)
+		}
+	case *event.HookCreated:
+		if err := s.checkNew(e, []string{p.HookID}); err != nil {
+			return err
+		}
+		if owner, dup := s.tokens[p.Token]; dup {
+			return s.fail(e, "duplicate_id", "hook %q reuses the token of hook %q", p.HookID, owner)
+		}
+	case *event.HookReceived:
+		h, ok := s.Hooks[p.HookID]
+		if !ok {
+			return s.fail(e, "unknown_id", "hook %q was never created", p.HookID)
+		}
+		if h.Received {
+			return s.fail(e, "hook_state", "hook %q already received a delivery at seq %d", p.HookID, h.ReceivedSeq)
+		}
+	case *event.ChildScheduled:
+		ids := make([]string, len(p.Children))
+		for i, c := range p.Children {
+			ids[i] = c.ChildID
+		}
+		return s.checkNew(e, ids)
+	case *event.ChildSettled:
+		c, ok := s.Children[p.ChildID]
+		if !ok {
+			return s.fail(e, "unknown_id", "child %q was never scheduled", p.ChildID)
+		}
+		if c.Settled {
+			return s.fail(e, "child_state", "child %q already settled at seq %d", p.ChildID, c.SettledSeq)
+		}
+	case *event.RunCancelRequested:
+		if s.CancelRequested {
+			return s.fail(e, "cancel_state", "cancellation was already requested")
+		}
+	case *event.RunCompleted, *event.RunFailed, *event.RunCancelled, *event.RunContinuedAsNew:
+		if u := s.Progress.StepsRunning + s.Progress.StepsRetrying; u > 0 {
+			return s.fail(e, "unsettled_at_end", "%s while %d step(s) are unsettled: %v (step.cancelled must settle them first)", e.Type(), u, s.Unsettled())
+		}
+	}
+	return nil
+}
+
+func (s *Snapshot) checkNew(e event.Envelope, ids []string) error {
+	for i, id := range ids {
+		if kind, used := s.ids[id]; used {
+			return s.fail(e, "duplicate_id", "%s reuses ID %q, already a %s", e.Type(), id, kind)
+		}
+		if slices.Contains(ids[:i], id) {
+			return s.fail(e, "duplicate_id", "%s lists ID %q twice", e.Type(), id)
+		}
+	}
+	return nil
+}
+
+func (s *Snapshot) step(e event.Envelope, id string) (*Step, error) {
+	st, ok := s.Steps[id]
+	if !ok {
+		return nil, s.fail(e, "unknown_id", "step %q was never scheduled", id)
+	}
+	return st, nil
+}
+
+func (s *Snapshot) checkInFlight(e event.Envelope, id string, attempt int) error {
+	st, err := s.step(e, id)
+	if err != nil {
+		return err
+	}
+	if st.Status != StepRunning || st.Attempt != attempt {
+		return s.fail(e, "step_state", "%s for step %q attempt %d, but the step is %s at attempt %d", e.Type(), id, attempt, st.Status, st.Attempt)
+	}
+	return nil
+}
+
+// mutate applies a checked event.
+func (s *Snapshot) mutate(e event.Envelope) {
+	p := &s.Progress
+	switch d := e.Payload.(type) {
+	case *event.RunStarted:
+		s.StartedAt = e.Time
+		s.Spec = d.Spec
+		s.Input = d.Input
+		s.Queue = d.Queue
+		s.Seed = d.Seed
+		s.Parent = d.Parent
+		s.ContinuedFrom = d.ContinuedFrom
+		s.Generation = d.Generation
+	case *event.StepScheduled:
+		ids := make([]string, len(d.Steps))
+		for i, st := range d.Steps {
+			ids[i] = st.ID
+			s.ids[st.ID] = kindStep
+			step := &Step{ID: st.ID, Name: st.Name, Input: st.Input, Retry: st.Retry,
+				BatchSeq: e.Seq, Status: StepRunning, Attempt: 1, pos: i}
+			s.Steps[st.ID] = step
+			s.unsettled[st.ID] = step
+		}
+		s.batches[e.Seq] = ids
+		p.Steps += len(ids)
+		p.StepsRunning += len(ids)
+	case *event.StepCompleted:
+		st := s.Steps[d.StepID]
+		st.Status, st.Output, st.SettledSeq = StepCompleted, d.Output, e.Seq
+		delete(s.unsettled, d.StepID)
+		p.StepsRunning--
+		p.StepsCompleted++
+	case *event.StepFailed:
+		st := s.Steps[d.StepID]
+		errInfo := d.Error
+		st.Error = &errInfo
+		p.StepsRunning--
+		if d.Final {
+			st.Status, st.SettledSeq = StepFailed, e.Seq
+			delete(s.unsettled, d.StepID)
+			p.StepsFailed++
+			if st.Retry.OnExhaustion != event.ExhaustionReturnError {
+				s.exhausted = append(s.exhausted, d.StepID)
+			}
+		} else {
+			st.Status = StepRetrying
+			p.StepsRetrying++
+			s.expectRetry = d.StepID
+		}
+	case *event.StepRetryScheduled:
+		st := s.Steps[d.StepID]
+		st.Attempt, st.RetryDue = d.Attempt, d.Due
+		s.expectRetry = ""
+	case *event.StepRetryFired:
+		st := s.Steps[d.StepID]
+		st.Status, st.RetryDue = StepRunning, zeroTime
+		p.StepsRetrying--
+		p.StepsRunning++
+	case *event.StepCancelled:
+		for _, c := range d.Steps {
+			st := s.Steps[c.StepID]
+			if st.Status == StepRunning {
+				p.StepsRunning--
+			} else {
+				p.StepsRetrying--
+			}
+			st.Status, st.Attempt, st.SideEffectUnknown, st.SettledSeq = StepCancelled, c.Attempt, c.SideEffectUnknown, e.Seq
+			st.RetryDue = zeroTime
+			delete(s.unsettled, c.StepID)
+			p.StepsCancelled++
+		}
+	case *event.WaitScheduled:
+		s.ids[d.WaitID] = kindWait
+		s.Waits[d.WaitID] = &Wait{ID: d.WaitID, Deadline: d.Deadline.UTC(), Duration: d.Duration, Seq: e.Seq}
+		p.WaitsPending++
+	case *event.WaitFired:
+		w := s.Waits[d.WaitID]
+		w.Fired, w.FiredSeq = true, e.Seq
+		p.WaitsPending--
+		p.WaitsFired++
+	case *event.SignalAwaited:
+		s.ids[d.WaitID] = kindSignalWait
+		w := &SignalWait{ID: d.WaitID, Name: d.Name, Seq: e.Seq, Signal: -1}
+		s.SignalWaits[d.WaitID] = w
+		if q := s.buffered[d.Name]; len(q) > 0 {
+			s.bind(w, q[0])
+			s.buffered[d.Name] = q[1:]
+		} else {
+			s.awaiting[d.Name] = append(s.awaiting[d.Name], d.WaitID)
+			p.SignalWaits++
+		}
+	case *event.SignalReceived:
+		idx := len(s.Signals)
+		s.Signals = append(s.Signals, &Signal{Name: d.Name, Payload: d.Payload, DeliveryID: d.DeliveryID, Seq: e.Seq})
+		s.deliveries[d.DeliveryID] = struct{}{}
+		p.SignalsReceived++
+		if q := s.awaiting[d.Name]; len(q) > 0 {
+			s.bind(s.SignalWaits[q[0]], idx)
+			s.awaiting[d.Name] = q[1:]
+			p.SignalWaits--
+		} else {
+			s.buffered[d.Name] = append(s.buffered[d.Name], idx)
+		}
+	case *event.HookCreated:
+		s.ids[d.HookID] = kindHook
+		s.tokens[d.Token] = d.HookID
+		s.Hooks[d.HookID] = &Hook{ID: d.HookID, Token: d.Token, Metadata: d.Metadata, Seq: e.Seq}
+		p.HooksPending++
+	case *event.HookReceived:
+		h := s.Hooks[d.HookID]
+		h.Received, h.Payload, h.DeliveryID, h.ReceivedSeq = true, d.Payload, d.DeliveryID, e.Seq
+		p.HooksPending--
+		p.HooksReceived++
+	case *event.ChildScheduled:
+		ids := make([]string, len(d.Children))
+		for i, c := range d.Children {
+			ids[i] = c.ChildID
+			s.ids[c.ChildID] = kindChild
+			s.Children[c.ChildID] = &Child{ID: c.ChildID, RunID: c.RunID, Definition: c.Definition,
+				Input: c.Input, CancelPolicy: c.CancelPolicy, BatchSeq: e.Seq}
+		}
+		s.batches[e.Seq] = ids
+		p.ChildrenPending += len(ids)
+	case *event.ChildSettled:
+		c := s.Children[d.ChildID]
+		c.Settled, c.Outcome, c.EndedRunID, c.Output, c.Error, c.SettledSeq = true, d.Outcome, d.RunID, d.Output, d.Error, e.Seq
+		p.ChildrenPending--
+		p.ChildrenSettled++
+	case *event.RunCancelRequested:
+		s.CancelRequested, s.CancelReason = true, d.Reason
+	case *event.DecisionFailed:
+		s.Blocked = &Blocked{Kind: d.Kind, Code: d.Code, Detail: d.Detail, BuildID: d.BuildID, Seq: e.Seq}
+	case *event.RunCompleted:
+		s.Outcome = &Outcome{Outcome: event.OutcomeCompleted, Output: d.Output, Cause: event.CauseWorkflow, Seq: e.Seq, Time: e.Time}
+	case *event.RunFailed:
+		errInfo := d.Error
+		s.Outcome = &Outcome{Outcome: event.OutcomeFailed, Error: &errInfo, Cause: d.Cause, Seq: e.Seq, Time: e.Time}
+	case *event.RunCancelled:
+		s.Outcome = &Outcome{Outcome: event.OutcomeCancelled, Reason: d.Reason, Cause: d.Cause, Seq: e.Seq, Time: e.Time}
+	case *event.RunContinuedAsNew:
+		s.Outcome = &Outcome{Outcome: event.OutcomeContinuedAsNew, SuccessorRunID: d.SuccessorRunID, Input: d.Input,
+			Cause: event.CauseWorkflow, Seq: e.Seq, Time: e.Time}
+	}
+}
+
+func (s *Snapshot) bind(w *SignalWait, idx int) {
+	w.Signal = idx
+	s.Signals[idx].ConsumedBy = w.ID
+}

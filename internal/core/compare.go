@@ -1,0 +1,147 @@
+package core
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// A comparison of a recorded identity with the one the code now gives. Each compare function
+// returns nil or the *NonDeterminismError for the first differing field, in the seed's order.
+
+func mismatch(runID, kind, id, field string, recorded, got any, seq uint64) *NonDeterminismError {
+	return &NonDeterminismError{RunID: runID, Kind: kind, ID: id, Field: field,
+		Recorded: render(recorded), New: render(got), Seq: seq}
+}
+
+func compareStep(runID string, rec event.StepSpec, seq uint64, got event.StepSpec) error {
+	switch {
+	case rec.Name != got.Name:
+		return mismatch(runID, kindStep, rec.ID, "name", rec.Name, got.Name, seq)
+	case !JSONEqual(rec.Input, got.Input):
+		return mismatch(runID, kindStep, rec.ID, "input", rec.Input, got.Input, seq)
+	case !rec.Retry.Equal(got.Retry):
+		return mismatch(runID, kindStep, rec.ID, "retry", rec.Retry.Normalize(), got.Retry.Normalize(), seq)
+	}
+	return nil
+}
+
+func compareWait(runID string, rec *event.WaitScheduled, seq uint64, got *event.WaitScheduled) error {
+	switch {
+	case got.Duration != 0 || rec.Duration != 0:
+		// Sleep is compared by its duration: its deadline depends on when it was first issued.
+		if rec.Duration != got.Duration {
+			return mismatch(runID, kindWait, rec.WaitID, "duration", waitForm(rec), waitForm(got), seq)
+		}
+	case !rec.Deadline.Equal(got.Deadline):
+		return mismatch(runID, kindWait, rec.WaitID, "deadline", rec.Deadline, got.Deadline, seq)
+	}
+	return nil
+}
+
+func waitForm(w *event.WaitScheduled) plain {
+	if w.Duration == 0 {
+		return plain("WaitUntil(" + w.Deadline.UTC().Format(time.RFC3339Nano) + ")")
+	}
+	return plain("Sleep(" + time.Duration(w.Duration).String() + ")")
+}
+
+// plain is rendered as is, without quotes.
+type plain string
+
+func (p plain) String() string { return string(p) }
+
+func compareSignalWait(runID string, rec *event.SignalAwaited, seq uint64, got *event.SignalAwaited) error {
+	if rec.Name != got.Name {
+		return mismatch(runID, kindSignalWait, rec.WaitID, "signal_name", rec.Name, got.Name, seq)
+	}
+	return nil
+}
+
+func compareHook(runID string, rec *event.HookCreated, seq uint64, got *event.HookCreated) error {
+	switch {
+	case rec.Token != got.Token:
+		return mismatch(runID, kindHook, rec.HookID, "token", rec.Token, got.Token, seq)
+	case !JSONEqual(rec.Metadata, got.Metadata):
+		return mismatch(runID, kindHook, rec.HookID, "metadata", rec.Metadata, got.Metadata, seq)
+	}
+	return nil
+}
+
+func compareChild(runID string, rec event.ChildSpec, seq uint64, got event.ChildSpec) error {
+	switch {
+	case rec.Definition != got.Definition:
+		return mismatch(runID, kindChild, rec.ChildID, "definition", rec.Definition, got.Definition, seq)
+	case !JSONEqual(rec.Input, got.Input):
+		return mismatch(runID, kindChild, rec.ChildID, "input", rec.Input, got.Input, seq)
+	case rec.CancelPolicy != got.CancelPolicy:
+		return mismatch(runID, kindChild, rec.ChildID, "cancel_policy", rec.CancelPolicy, got.CancelPolicy, seq)
+	}
+	return nil
+}
+
+// compareMembers checks that a batch lists the same IDs in the same order as recorded.
+func compareMembers(runID, kind string, rec []string, seq uint64, got []string) error {
+	if !slices.Equal(rec, got) {
+		return mismatch(runID, kind, rec[0], "members", rec, got, seq)
+	}
+	return nil
+}
+
+// JSONEqual compares two JSON documents: byte-equal after compaction, or equal as values.
+func JSONEqual(a, b json.RawMessage) bool {
+	if bytes.Equal(a, b) {
+		return true
+	}
+	if len(a) == 0 || len(b) == 0 {
+		return isNullJSON(a) && isNullJSON(b)
+	}
+	var va, vb any
+	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+		return false
+	}
+	return reflect.DeepEqual(va, vb)
+}
+
+func isNullJSON(b json.RawMessage) bool {
+	b = bytes.TrimSpace(b)
+	return len(b) == 0 || bytes.Equal(b, []byte("null"))
+}
+
+const renderLimit = 200
+
+// render formats a compared value for an error message, truncated to renderLimit bytes.
+func render(v any) string {
+	var s string
+	switch v := v.(type) {
+	case json.RawMessage:
+		if len(v) == 0 {
+			s = "none"
+		} else {
+			s = string(v)
+		}
+	case string:
+		s = fmt.Sprintf("%q", v)
+	case time.Time:
+		s = v.UTC().Format(time.RFC3339Nano)
+	case fmt.Stringer:
+		s = v.String()
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			s = fmt.Sprint(v)
+		} else {
+			s = string(b)
+		}
+	}
+	if len(s) > renderLimit {
+		s = s[:renderLimit] + "…"
+	}
+	return strings.ReplaceAll(s, "\n", " ")
+}

@@ -1,0 +1,278 @@
+package core
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// The functions of this file turn inputs from outside workflow code (step results, timers,
+// deliveries, operators) into the events to append, after checking them against the snapshot.
+// None of them modifies the snapshot. Errors wrap the sentinels of errors.go: ErrStale and
+// ErrDuplicate mean "nothing to append, and nothing went wrong".
+
+// StepOutcome is the result of running one attempt of a step.
+type StepOutcome struct {
+	// Output is the attempt's JSON output when Err is nil.
+	Output json.RawMessage
+	// Err describes the failure.
+	Err *event.ErrorInfo
+	// NonRetryable is set when the error itself says it must not be retried.
+	NonRetryable bool
+}
+
+// StepResult returns the events that record the outcome of attempt of step stepID, finished at
+// now: step.completed, or step.failed, which is final when the error is non-retryable or no
+// attempt is left, and otherwise followed by step.retry_scheduled with the backoff's due time.
+// It returns ErrStale if that attempt is not in flight any more.
+func StepResult(s *Snapshot, stepID string, attempt int, out StepOutcome, now time.Time) ([]event.Payload, error) {
+	st, ok := s.Steps[stepID]
+	if !ok {
+		return nil, fmt.Errorf("%w: step %q in run %q", ErrNotFound, stepID, s.RunID)
+	}
+	if s.Terminal() || st.Status != StepRunning || st.Attempt != attempt {
+		return nil, fmt.Errorf("%w: step %q attempt %d of run %q is %s at attempt %d", ErrStale, stepID, attempt, s.RunID, st.Status, st.Attempt)
+	}
+	if out.Err == nil {
+		output, err := CanonicalJSON(out.Output)
+		if err != nil {
+			return nil, fmt.Errorf("%w: step %q output is not valid JSON: %w", ErrInvalidInput, stepID, err)
+		}
+		return []event.Payload{&event.StepCompleted{StepID: stepID, Attempt: attempt, Output: output}}, nil
+	}
+	e := *out.Err
+	if e.Message == "" {
+		e.Message = "step failed"
+	}
+	retryable := !out.NonRetryable && st.Retry.Retryable(e.Kind)
+	final := !retryable || attempt >= st.Retry.MaxAttempts
+	failed := &event.StepFailed{StepID: stepID, Attempt: attempt, Error: e, Retryable: retryable, Final: final}
+	if final {
+		return []event.Payload{failed}, nil
+	}
+	due := now.Add(st.Retry.Backoff(attempt + 1)).UTC()
+	return []event.Payload{failed, &event.StepRetryScheduled{StepID: stepID, Attempt: attempt + 1, Due: due}}, nil
+}
+
+// TimerKind says what a timer resumes.
+type TimerKind string
+
+const (
+	// TimerWait fires a wait (wait.fired).
+	TimerWait TimerKind = "wait"
+	// TimerRetry starts a retry attempt after its backoff (step.retry_fired).
+	TimerRetry TimerKind = "retry"
+)
+
+// Timer is a durable deadline of a run that a scheduler must fire.
+type Timer struct {
+	RunID string    `json:"run_id"`
+	Kind  TimerKind `json:"kind"`
+	// ID is the wait ID or the step ID.
+	ID string `json:"id"`
+	// Attempt is the retry attempt; 0 for waits.
+	Attempt int       `json:"attempt,omitempty"`
+	Due     time.Time `json:"due"`
+}
+
+// Key identifies the timer within its run: "wait.<id>" or "retry.<id>.<attempt>".
+func (t Timer) Key() string {
+	if t.Kind == TimerRetry {
+		return fmt.Sprintf("retry.%s.%d", t.ID, t.Attempt)
+	}
+	return "wait." + t.ID
+}
+
+// Timers returns the run's pending timers: unfired waits and retries waiting out a backoff.
+// Its cost grows with the number of waits the run has had; call it on cold loads, not per event.
+func Timers(s *Snapshot) []Timer {
+	if s.Terminal() {
+		return nil
+	}
+	var ts []Timer
+	for _, w := range s.Waits {
+		if !w.Fired {
+			ts = append(ts, Timer{RunID: s.RunID, Kind: TimerWait, ID: w.ID, Due: w.Deadline})
+		}
+	}
+	for _, st := range s.Steps {
+		if st.Status == StepRetrying && !st.RetryDue.IsZero() {
+			ts = append(ts, Timer{RunID: s.RunID, Kind: TimerRetry, ID: st.ID, Attempt: st.Attempt, Due: st.RetryDue})
+		}
+	}
+	return ts
+}
+
+// NewTimers returns the timers that events, about to be or just committed to run runID, create.
+func NewTimers(runID string, events []event.Payload) []Timer {
+	var ts []Timer
+	for _, p := range events {
+		switch p := p.(type) {
+		case *event.WaitScheduled:
+			ts = append(ts, Timer{RunID: runID, Kind: TimerWait, ID: p.WaitID, Due: p.Deadline})
+		case *event.StepRetryScheduled:
+			ts = append(ts, Timer{RunID: runID, Kind: TimerRetry, ID: p.StepID, Attempt: p.Attempt, Due: p.Due})
+		}
+	}
+	return ts
+}
+
+// Fire returns the event that fires timer t: wait.fired or step.retry_fired. It returns ErrStale
+// when the timer is no longer pending (fired already, or the run ended).
+func Fire(s *Snapshot, t Timer) ([]event.Payload, error) {
+	if s.Terminal() {
+		return nil, fmt.Errorf("%w: run %q ended; timer %s is moot", ErrStale, s.RunID, t.Key())
+	}
+	switch t.Kind {
+	case TimerWait:
+		if w, ok := s.Waits[t.ID]; ok && !w.Fired {
+			return []event.Payload{&event.WaitFired{WaitID: t.ID}}, nil
+		}
+	case TimerRetry:
+		if st, ok := s.Steps[t.ID]; ok && st.Status == StepRetrying && st.Attempt == t.Attempt && !st.RetryDue.IsZero() {
+			return []event.Payload{&event.StepRetryFired{StepID: t.ID, Attempt: t.Attempt}}, nil
+		}
+	}
+	return nil, fmt.Errorf("%w: timer %s of run %q is not pending", ErrStale, t.Key(), s.RunID)
+}
+
+// ReceiveSignal returns the event that records signal name with payload, delivered under
+// deliveryID. ErrDuplicate if that delivery was recorded; ErrTerminal if the run ended.
+func ReceiveSignal(s *Snapshot, name string, payload json.RawMessage, deliveryID string) ([]event.Payload, error) {
+	if err := live(s); err != nil {
+		return nil, err
+	}
+	if err := event.ValidateName("signal", name); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInvalidInput, err)
+	}
+	if deliveryID == "" {
+		return nil, fmt.Errorf("%w: signal %q has no delivery ID", ErrInvalidInput, name)
+	}
+	p, err := CanonicalJSON(payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w: signal %q payload is not valid JSON: %w", ErrInvalidInput, name, err)
+	}
+	if s.DeliverySeen(deliveryID) {
+		return nil, fmt.Errorf("%w: signal delivery %q to run %q", ErrDuplicate, deliveryID, s.RunID)
+	}
+	return []event.Payload{&event.SignalReceived{Name: name, Payload: p, DeliveryID: deliveryID}}, nil
+}
+
+// ReceiveHook returns the event that records the delivery of payload to hook hookID.
+// ErrDuplicate if the hook already received this delivery; ErrAlreadyReceived if it received
+// another; ErrNotFound if the run has no such hook; ErrTerminal if the run ended.
+func ReceiveHook(s *Snapshot, hookID string, payload json.RawMessage, deliveryID string) ([]event.Payload, error) {
+	if err := live(s); err != nil {
+		return nil, err
+	}
+	h, ok := s.Hooks[hookID]
+	if !ok {
+		return nil, fmt.Errorf("%w: hook %q in run %q", ErrNotFound, hookID, s.RunID)
+	}
+	if deliveryID == "" {
+		return nil, fmt.Errorf("%w: delivery to hook %q has no delivery ID", ErrInvalidInput, hookID)
+	}
+	if h.Received {
+		if h.DeliveryID == deliveryID {
+			return nil, fmt.Errorf("%w: hook %q delivery %q", ErrDuplicate, hookID, deliveryID)
+		}
+		return nil, fmt.Errorf("%w: hook %q of run %q received delivery %q at seq %d", ErrAlreadyReceived, hookID, s.RunID, h.DeliveryID, h.ReceivedSeq)
+	}
+	p, err := CanonicalJSON(payload)
+	if err != nil {
+		return nil, fmt.Errorf("%w: hook %q payload is not valid JSON: %w", ErrInvalidInput, hookID, err)
+	}
+	return []event.Payload{&event.HookReceived{HookID: hookID, Payload: p, DeliveryID: deliveryID}}, nil
+}
+
+// SettleChild returns the event that records how child childID ended, given the snapshot of the
+// run that ended (the child run or its last continuation). ErrStale if already settled.
+func SettleChild(s *Snapshot, childID string, ended *Snapshot) ([]event.Payload, error) {
+	c, ok := s.Children[childID]
+	if !ok {
+		return nil, fmt.Errorf("%w: child %q in run %q", ErrNotFound, childID, s.RunID)
+	}
+	if s.Terminal() || c.Settled {
+		return nil, fmt.Errorf("%w: child %q of run %q already settled or the run ended", ErrStale, childID, s.RunID)
+	}
+	o := ended.Outcome
+	if o == nil || o.Outcome == event.OutcomeContinuedAsNew {
+		return nil, fmt.Errorf("%w: run %q has not ended", ErrInvalidInput, ended.RunID)
+	}
+	settled := &event.ChildSettled{ChildID: childID, RunID: ended.RunID, Outcome: o.Outcome, Output: o.Output, Error: o.Error}
+	if o.Outcome == event.OutcomeCancelled {
+		settled.Error = &event.ErrorInfo{Kind: "cancelled", Message: "child run was cancelled: " + o.Reason}
+	}
+	return []event.Payload{settled}, nil
+}
+
+// RequestCancel returns the event that asks the run to cancel. ErrDuplicate if cancellation was
+// already requested; ErrTerminal if the run ended.
+func RequestCancel(s *Snapshot, reason string) ([]event.Payload, error) {
+	if err := live(s); err != nil {
+		return nil, err
+	}
+	if s.CancelRequested {
+		return nil, fmt.Errorf("%w: cancellation of run %q was already requested", ErrDuplicate, s.RunID)
+	}
+	return []event.Payload{&event.RunCancelRequested{Reason: reason}}, nil
+}
+
+// Terminate returns the events that end the run as failed at an operator's request, cancelling
+// every unsettled step first. ErrTerminal if the run ended.
+func Terminate(s *Snapshot, reason string) ([]event.Payload, error) {
+	if err := live(s); err != nil {
+		return nil, err
+	}
+	if reason == "" {
+		reason = "terminated by an operator"
+	}
+	failed := &event.RunFailed{Error: event.ErrorInfo{Kind: "terminated", Message: reason}, Cause: event.CauseOperator}
+	return endEvents(s, failed, event.CauseOperator, reason), nil
+}
+
+func live(s *Snapshot) error {
+	if s.Seq == 0 {
+		return fmt.Errorf("%w: run %q", ErrNotFound, s.RunID)
+	}
+	if s.Terminal() {
+		return fmt.Errorf("%w: run %q ended (%s) at seq %d", ErrTerminal, s.RunID, s.Outcome.Outcome, s.Outcome.Seq)
+	}
+	return nil
+}
+
+// Attempt identifies one attempt of a step for the code that runs it.
+type Attempt struct {
+	RunID  string
+	StepID string
+	// Name is the registered step function.
+	Name    string
+	Attempt int
+	Input   json.RawMessage
+}
+
+// Attempts returns the attempts in flight, in scheduling order.
+func Attempts(s *Snapshot) []Attempt {
+	ids := s.InFlight()
+	out := make([]Attempt, len(ids))
+	for i, id := range ids {
+		st := s.Steps[id]
+		out[i] = Attempt{RunID: s.RunID, StepID: id, Name: st.Name, Attempt: st.Attempt, Input: st.Input}
+	}
+	return out
+}
+
+// ChildStartFailed returns the event that settles child childID as failed because its run could
+// not be started. ErrStale if the child already settled.
+func ChildStartFailed(s *Snapshot, childID string, cause event.ErrorInfo) ([]event.Payload, error) {
+	c, ok := s.Children[childID]
+	if !ok {
+		return nil, fmt.Errorf("%w: child %q in run %q", ErrNotFound, childID, s.RunID)
+	}
+	if s.Terminal() || c.Settled {
+		return nil, fmt.Errorf("%w: child %q of run %q already settled or the run ended", ErrStale, childID, s.RunID)
+	}
+	return []event.Payload{&event.ChildSettled{ChildID: childID, RunID: c.RunID, Outcome: event.OutcomeFailed, Error: &cause}}, nil
+}

@@ -1,0 +1,162 @@
+package core
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// Replay verifies that the code behind d, given each prefix of history after which a decision
+// was recorded, makes that same decision again: the events Decide returns for the prefix must
+// equal the recorded ones field by field. It returns the snapshot of the whole history, or the
+// first *NonDeterminismError, other Decide error, or *HistoryError.
+//
+// Workers replay a run they load without a cached snapshot, so that code that would have decided
+// differently blocks the run instead of extending a history it cannot explain. Replay tests
+// (flowtest.Replay) run it over stored histories against new code.
+func Replay(runID string, history []event.Envelope, d Decider, opts DecideOptions) (*Snapshot, error) {
+	s := New(runID)
+	for i := 0; i < len(history); {
+		e := history[i]
+		if s.Seq == 0 || s.Terminal() || !isDecisionEvent(e.Payload) {
+			if err := s.Apply(e); err != nil {
+				return nil, err
+			}
+			i++
+			continue
+		}
+		v, err := Decide(s, d, opts)
+		if err != nil {
+			return nil, err
+		}
+		if v.Waiting() {
+			return nil, &NonDeterminismError{RunID: runID, Kind: "decision", Field: "decision",
+				Recorded: string(describeEvent(e.Payload)), New: "no new decision (still waiting on " + v.WaitingOn + ")", Seq: e.Seq}
+		}
+		for j, got := range v.Events {
+			if i+j >= len(history) {
+				return nil, &NonDeterminismError{RunID: runID, Kind: "decision", Field: "decision",
+					Recorded: "end of history", New: string(describeEvent(got)), Seq: s.Seq + uint64(j) + 1}
+			}
+			if err := compareRecorded(runID, history[i+j], got); err != nil {
+				return nil, err
+			}
+		}
+		for _, e := range history[i : i+len(v.Events)] {
+			if err := s.Apply(e); err != nil {
+				return nil, err
+			}
+		}
+		i += len(v.Events)
+	}
+	return s, nil
+}
+
+// compareRecorded compares the recorded event rec with the event got that replay produced.
+func compareRecorded(runID string, rec event.Envelope, got event.Payload) error {
+	decisionMismatch := func() error {
+		return &NonDeterminismError{RunID: runID, Kind: "decision", Field: "decision",
+			Recorded: string(describeEvent(rec.Payload)), New: string(describeEvent(got)), Seq: rec.Seq}
+	}
+	if rec.Type() != got.EventType() {
+		return decisionMismatch()
+	}
+	switch r := rec.Payload.(type) {
+	case *event.StepScheduled:
+		g := got.(*event.StepScheduled)
+		if err := compareMembers(runID, kindStep, stepIDs(r.Steps), rec.Seq, stepIDs(g.Steps)); err != nil {
+			return err
+		}
+		for i := range r.Steps {
+			if err := compareStep(runID, r.Steps[i], rec.Seq, g.Steps[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *event.ChildScheduled:
+		g := got.(*event.ChildScheduled)
+		if err := compareMembers(runID, kindChild, childIDs(r.Children), rec.Seq, childIDs(g.Children)); err != nil {
+			return err
+		}
+		for i := range r.Children {
+			if err := compareChild(runID, r.Children[i], rec.Seq, g.Children[i]); err != nil {
+				return err
+			}
+		}
+		return nil
+	case *event.WaitScheduled:
+		g := got.(*event.WaitScheduled)
+		if r.WaitID != g.WaitID {
+			return decisionMismatch()
+		}
+		return compareWait(runID, r, rec.Seq, g)
+	case *event.SignalAwaited:
+		g := got.(*event.SignalAwaited)
+		if r.WaitID != g.WaitID {
+			return decisionMismatch()
+		}
+		return compareSignalWait(runID, r, rec.Seq, g)
+	case *event.HookCreated:
+		g := got.(*event.HookCreated)
+		if r.HookID != g.HookID {
+			return decisionMismatch()
+		}
+		return compareHook(runID, r, rec.Seq, g)
+	case *event.RunContinuedAsNew:
+		g := got.(*event.RunContinuedAsNew)
+		if !JSONEqual(r.Input, g.Input) {
+			return mismatch(runID, "continue_as_new", "", "input", r.Input, g.Input, rec.Seq)
+		}
+		if r.SuccessorRunID != g.SuccessorRunID {
+			return mismatch(runID, "continue_as_new", "", "successor_run_id", r.SuccessorRunID, g.SuccessorRunID, rec.Seq)
+		}
+		return nil
+	case *event.RunCompleted:
+		g := got.(*event.RunCompleted)
+		if !JSONEqual(r.Output, g.Output) {
+			return mismatch(runID, "run", "", "output", r.Output, g.Output, rec.Seq)
+		}
+		return nil
+	}
+	a, _ := json.Marshal(rec.Payload)
+	b, _ := json.Marshal(got)
+	if !JSONEqual(a, b) {
+		return mismatch(runID, "decision", "", "event", json.RawMessage(a), json.RawMessage(b), rec.Seq)
+	}
+	return nil
+}
+
+func stepIDs(steps []event.StepSpec) []string {
+	ids := make([]string, len(steps))
+	for i, s := range steps {
+		ids[i] = s.ID
+	}
+	return ids
+}
+
+func childIDs(children []event.ChildSpec) []string {
+	ids := make([]string, len(children))
+	for i, c := range children {
+		ids[i] = c.ChildID
+	}
+	return ids
+}
+
+// describeEvent renders a decision event the way workflow code would have asked for it.
+func describeEvent(p event.Payload) plain {
+	switch p := p.(type) {
+	case *event.StepScheduled:
+		return plain(fmt.Sprintf("%s(%s)", p.EventType(), strings.Join(stepIDs(p.Steps), ", ")))
+	case *event.ChildScheduled:
+		return plain(fmt.Sprintf("%s(%s)", p.EventType(), strings.Join(childIDs(p.Children), ", ")))
+	case *event.WaitScheduled:
+		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.WaitID))
+	case *event.SignalAwaited:
+		return plain(fmt.Sprintf("%s(%s, %s)", p.EventType(), p.WaitID, p.Name))
+	case *event.HookCreated:
+		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.HookID))
+	}
+	return plain(p.EventType())
+}

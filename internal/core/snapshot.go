@@ -1,0 +1,358 @@
+package core
+
+import (
+	"cmp"
+	"encoding/json"
+	"slices"
+	"time"
+
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// Status is a run's state as projected from its history.
+type Status string
+
+// Active statuses.
+const (
+	// StatusPending: started, no decision recorded yet.
+	StatusPending Status = "pending"
+	// StatusRunning: a step attempt is in flight, or a decision is due.
+	StatusRunning Status = "running"
+	// StatusSuspended: waiting only on time, a retry backoff, a signal, a hook or a child.
+	StatusSuspended Status = "suspended"
+	// StatusCancelling: cancellation requested; the run has not ended yet.
+	StatusCancelling Status = "cancelling"
+	// StatusBlocked: the latest decision failed (decision.failed) and none has succeeded since.
+	StatusBlocked Status = "blocked"
+)
+
+// Terminal statuses, one per event.Outcome.
+const (
+	StatusCompleted      Status = "completed"
+	StatusFailed         Status = "failed"
+	StatusCancelled      Status = "cancelled"
+	StatusContinuedAsNew Status = "continued_as_new"
+)
+
+// Terminal reports whether s is a terminal status.
+func (s Status) Terminal() bool {
+	switch s {
+	case StatusCompleted, StatusFailed, StatusCancelled, StatusContinuedAsNew:
+		return true
+	}
+	return false
+}
+
+// StepStatus is the state of one step.
+type StepStatus string
+
+const (
+	// StepRunning: an attempt is in flight (it may be running, or about to be run).
+	StepRunning StepStatus = "running"
+	// StepRetrying: an attempt failed; the next one waits for its backoff (RetryDue).
+	StepRetrying StepStatus = "retrying"
+	StepCompleted StepStatus = "completed"
+	StepFailed    StepStatus = "failed"
+	StepCancelled StepStatus = "cancelled"
+)
+
+// Settled reports whether the step will not run again.
+func (s StepStatus) Settled() bool {
+	return s == StepCompleted || s == StepFailed || s == StepCancelled
+}
+
+// Step is the projection of one scheduled step.
+type Step struct {
+	ID    string            `json:"id"`
+	Name  string            `json:"name"`
+	Input json.RawMessage   `json:"input"`
+	Retry event.RetryPolicy `json:"retry"`
+	// BatchSeq is the sequence of the step.scheduled event that scheduled it.
+	BatchSeq uint64     `json:"batch_seq"`
+	Status   StepStatus `json:"status"`
+	// Attempt is the attempt in flight, due next, or last run once settled.
+	Attempt  int       `json:"attempt"`
+	RetryDue time.Time `json:"retry_due,omitzero"`
+	Output json.RawMessage  `json:"output,omitempty"`
+	Error  *event.ErrorInfo `json:"error,omitempty"`
+	// SideEffectUnknown is set when the step was cancelled while an attempt may have run.
+	SideEffectUnknown bool   `json:"side_effect_unknown,omitempty"`
+	SettledSeq        uint64 `json:"settled_seq,omitempty"`
+
+	// pos is the step's position in its batch.
+	pos int
+}
+
+// Wait is the projection of one durable timer.
+type Wait struct {
+	ID       string         `json:"id"`
+	Deadline time.Time      `json:"deadline"`
+	Duration event.Duration `json:"duration,omitempty"`
+	Seq      uint64         `json:"seq"`
+	Fired    bool           `json:"fired"`
+	FiredSeq uint64         `json:"fired_seq,omitempty"`
+}
+
+// SignalWait is the projection of one signal.awaited.
+type SignalWait struct {
+	ID   string `json:"id"`
+	Name string `json:"name"`
+	Seq  uint64 `json:"seq"`
+	// Signal indexes Snapshot.Signals once a signal is bound to this wait, else -1.
+	Signal int `json:"signal"`
+}
+
+// Received reports whether a signal has been bound to the wait.
+func (w *SignalWait) Received() bool { return w.Signal >= 0 }
+
+// Signal is one received signal.
+type Signal struct {
+	Name       string          `json:"name"`
+	Payload    json.RawMessage `json:"payload"`
+	DeliveryID string          `json:"delivery_id"`
+	Seq        uint64          `json:"seq"`
+	// ConsumedBy is the signal wait the signal is bound to; empty while buffered.
+	ConsumedBy string `json:"consumed_by,omitempty"`
+}
+
+// Hook is the projection of one hook.
+type Hook struct {
+	ID          string          `json:"id"`
+	Token       string          `json:"token"`
+	Metadata    json.RawMessage `json:"metadata,omitempty"`
+	Seq         uint64          `json:"seq"`
+	Received    bool            `json:"received"`
+	Payload     json.RawMessage `json:"payload,omitempty"`
+	DeliveryID  string          `json:"delivery_id,omitempty"`
+	ReceivedSeq uint64          `json:"received_seq,omitempty"`
+}
+
+// Child is the projection of one child workflow.
+type Child struct {
+	ID           string             `json:"id"`
+	RunID        string             `json:"run_id"`
+	Definition   string             `json:"definition"`
+	Input        json.RawMessage    `json:"input"`
+	CancelPolicy event.CancelPolicy `json:"cancel_policy"`
+	BatchSeq     uint64             `json:"batch_seq"`
+	Settled      bool               `json:"settled"`
+	Outcome      event.Outcome      `json:"outcome,omitempty"`
+	// EndedRunID is the run that ended: RunID or its last continuation.
+	EndedRunID string           `json:"ended_run_id,omitempty"`
+	Output     json.RawMessage  `json:"output,omitempty"`
+	Error      *event.ErrorInfo `json:"error,omitempty"`
+	SettledSeq uint64           `json:"settled_seq,omitempty"`
+}
+
+// Blocked describes the latest failed decision of a blocked run.
+type Blocked struct {
+	Kind    string `json:"kind"`
+	Code    string `json:"code"`
+	Detail  string `json:"detail"`
+	BuildID string `json:"build_id,omitempty"`
+	Seq     uint64 `json:"seq"`
+}
+
+// Outcome is the terminal outcome of a run.
+type Outcome struct {
+	Outcome        event.Outcome    `json:"outcome"`
+	Output         json.RawMessage  `json:"output,omitempty"`
+	Error          *event.ErrorInfo `json:"error,omitempty"`
+	Reason         string           `json:"reason,omitempty"`
+	Cause          event.Cause      `json:"cause,omitempty"`
+	SuccessorRunID string           `json:"successor_run_id,omitempty"`
+	Input          json.RawMessage  `json:"input,omitempty"`
+	Seq            uint64           `json:"seq"`
+	Time           time.Time        `json:"time"`
+}
+
+// Progress counts what a run has done and what it waits on.
+type Progress struct {
+	Events          uint64 `json:"events"`
+	Decisions       int    `json:"decisions"`
+	Steps           int    `json:"steps"`
+	StepsRunning    int    `json:"steps_running"`
+	StepsRetrying   int    `json:"steps_retrying"`
+	StepsCompleted  int    `json:"steps_completed"`
+	StepsFailed     int    `json:"steps_failed"`
+	StepsCancelled  int    `json:"steps_cancelled"`
+	WaitsPending    int    `json:"waits_pending"`
+	WaitsFired      int    `json:"waits_fired"`
+	SignalsReceived int    `json:"signals_received"`
+	SignalWaits     int    `json:"signal_waits_pending"`
+	HooksPending    int    `json:"hooks_pending"`
+	HooksReceived   int    `json:"hooks_received"`
+	ChildrenPending int    `json:"children_pending"`
+	ChildrenSettled int    `json:"children_settled"`
+}
+
+// Snapshot is the projection of a run's history: a fold over its events that summarises status,
+// steps, waits, signals, hooks, children, progress and the terminal outcome. It is never a second
+// truth: it is rebuilt from history and never written back.
+//
+// A Snapshot is built by [Project] or by [Snapshot.Apply] one event at a time; applying events
+// n+1..m to the snapshot at n gives the same snapshot as projecting 1..m. It is not safe for
+// concurrent use; readers that share one must not call Apply meanwhile.
+type Snapshot struct {
+	RunID         string           `json:"run_id"`
+	Seq           uint64           `json:"seq"`
+	Status        Status           `json:"status"`
+	StartedAt     time.Time        `json:"started_at"`
+	UpdatedAt     time.Time        `json:"updated_at"`
+	Spec          event.Spec       `json:"spec"`
+	Input         json.RawMessage  `json:"input"`
+	Queue         string           `json:"queue,omitempty"`
+	Seed          string           `json:"-"`
+	Parent        *event.ParentRef `json:"parent,omitempty"`
+	ContinuedFrom string           `json:"continued_from,omitempty"`
+	Generation    int              `json:"generation,omitempty"`
+
+	Steps       map[string]*Step       `json:"steps"`
+	Waits       map[string]*Wait       `json:"waits"`
+	SignalWaits map[string]*SignalWait `json:"signal_waits"`
+	Signals     []*Signal              `json:"signals"`
+	Hooks       map[string]*Hook       `json:"hooks"`
+	Children    map[string]*Child      `json:"children"`
+
+	CancelRequested bool     `json:"cancel_requested"`
+	CancelReason    string   `json:"cancel_reason,omitempty"`
+	Blocked         *Blocked `json:"blocked,omitempty"`
+	Outcome         *Outcome `json:"outcome,omitempty"`
+	Progress        Progress `json:"progress"`
+
+	// ids maps every decision ID to its kind; IDs share one namespace.
+	ids map[string]string
+	// batches maps a step.scheduled or child.scheduled sequence to its members in order.
+	batches map[uint64][]string
+	// awaiting holds, per signal name, the unbound signal waits in order.
+	awaiting map[string][]string
+	// buffered holds, per signal name, the indexes of unconsumed signals in order.
+	buffered   map[string][]int
+	deliveries map[string]struct{}
+	tokens     map[string]string
+	// unsettled holds the steps that are running or retrying.
+	unsettled map[string]*Step
+	// exhausted lists steps that failed finally under ExhaustionFailRun, in order.
+	exhausted []string
+	// expectRetry is the step whose non-final step.failed must be followed by its retry.
+	expectRetry string
+}
+
+var zeroTime time.Time
+
+// New returns the empty snapshot of run runID, before run.started.
+func New(runID string) *Snapshot {
+	return &Snapshot{
+		RunID:       runID,
+		Steps:       map[string]*Step{},
+		Waits:       map[string]*Wait{},
+		SignalWaits: map[string]*SignalWait{},
+		Signals:     []*Signal{},
+		Hooks:       map[string]*Hook{},
+		Children:    map[string]*Child{},
+		ids:         map[string]string{},
+		batches:     map[uint64][]string{},
+		awaiting:    map[string][]string{},
+		buffered:    map[string][]int{},
+		deliveries:  map[string]struct{}{},
+		tokens:      map[string]string{},
+		unsettled:   map[string]*Step{},
+	}
+}
+
+// Project folds a complete history, starting at sequence 1, into a snapshot. It returns a
+// *HistoryError for the first event that breaks an invariant.
+func Project(runID string, history []event.Envelope) (*Snapshot, error) {
+	s := New(runID)
+	if err := s.ApplyAll(history); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// ApplyAll applies events in order, stopping at the first error.
+func (s *Snapshot) ApplyAll(events []event.Envelope) error {
+	for _, e := range events {
+		if err := s.Apply(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Terminal reports whether the run has ended.
+func (s *Snapshot) Terminal() bool { return s.Outcome != nil }
+
+// Batch returns the members, in order, of the step or child batch recorded at seq.
+func (s *Snapshot) Batch(seq uint64) []string { return s.batches[seq] }
+
+// KindOf returns the kind ("step", "wait", "signal_wait", "hook", "child") that uses id, or "".
+func (s *Snapshot) KindOf(id string) string { return s.ids[id] }
+
+// DeliverySeen reports whether a signal with this delivery ID has been received.
+func (s *Snapshot) DeliverySeen(id string) bool {
+	_, ok := s.deliveries[id]
+	return ok
+}
+
+// BufferedSignals returns the number of received signals called name that no wait consumed yet.
+func (s *Snapshot) BufferedSignals(name string) int { return len(s.buffered[name]) }
+
+// Unsettled returns the IDs of steps that have not settled, in scheduling order. Its cost grows
+// with the number of unsettled steps only.
+func (s *Snapshot) Unsettled() []string { return s.stepsWhere(func(*Step) bool { return true }) }
+
+// InFlight returns the IDs of steps with an attempt in flight (status running), in scheduling
+// order: the attempts a worker must run. Its cost grows with the number of unsettled steps only.
+func (s *Snapshot) InFlight() []string {
+	return s.stepsWhere(func(st *Step) bool { return st.Status == StepRunning })
+}
+
+func (s *Snapshot) stepsWhere(keep func(*Step) bool) []string {
+	steps := make([]*Step, 0, len(s.unsettled))
+	for _, st := range s.unsettled {
+		if keep(st) {
+			steps = append(steps, st)
+		}
+	}
+	slices.SortFunc(steps, func(a, b *Step) int {
+		if a.BatchSeq != b.BatchSeq {
+			return cmp.Compare(a.BatchSeq, b.BatchSeq)
+		}
+		return cmp.Compare(a.pos, b.pos)
+	})
+	ids := make([]string, len(steps))
+	for i, st := range steps {
+		ids[i] = st.ID
+	}
+	return ids
+}
+
+func (s *Snapshot) status() Status {
+	p := &s.Progress
+	switch {
+	case s.Outcome != nil:
+		switch s.Outcome.Outcome {
+		case event.OutcomeCompleted:
+			return StatusCompleted
+		case event.OutcomeFailed:
+			return StatusFailed
+		case event.OutcomeCancelled:
+			return StatusCancelled
+		default:
+			return StatusContinuedAsNew
+		}
+	case s.Blocked != nil:
+		return StatusBlocked
+	case s.CancelRequested:
+		return StatusCancelling
+	case p.Decisions == 0:
+		return StatusPending
+	case p.StepsRunning > 0:
+		return StatusRunning
+	case p.StepsRetrying+p.WaitsPending+p.SignalWaits+p.HooksPending+p.ChildrenPending > 0:
+		return StatusSuspended
+	default:
+		return StatusRunning
+	}
+}

@@ -1,0 +1,389 @@
+package core
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"slices"
+
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// Verdict is the outcome of validating one decision against a snapshot.
+type Verdict struct {
+	// Events are the events to append after the snapshot's last sequence, in order, as one
+	// commit. Empty when the decision is already recorded and still pending.
+	Events []event.Payload
+	// WaitingOn describes the recorded, still pending decision the code re-issued, e.g.
+	// `step "read-rate"`. Set only when Events is empty.
+	WaitingOn string
+}
+
+// Waiting reports whether the decision was already recorded and the run keeps waiting on it.
+func (v Verdict) Waiting() bool { return len(v.Events) == 0 }
+
+// Validate checks one decision against the snapshot of the history it was made from and returns
+// the events to commit, or a waiting verdict when the identical decision is already recorded and
+// pending. It returns a *NonDeterminismError when an identity the decision names is recorded with
+// different fields (or as another kind), and an *InvalidDecisionError for a decision that can
+// never be valid, including one that re-issues an identity that already settled. A batch's whole
+// identity is checked before any member is considered. Validate does not modify s.
+func Validate(s *Snapshot, d Decision) (Verdict, error) {
+	if s.Seq == 0 {
+		return Verdict{}, fmt.Errorf("%w: run %q has not started", ErrNotFound, s.RunID)
+	}
+	if s.Terminal() {
+		return Verdict{}, fmt.Errorf("%w: run %q ended at seq %d", ErrTerminal, s.RunID, s.Outcome.Seq)
+	}
+	v := validation{s: s}
+	switch d := d.(type) {
+	case ScheduleSteps:
+		return v.steps(d)
+	case WaitUntil:
+		if d.Deadline.IsZero() {
+			return v.invalid("WaitUntil(%q) has no deadline", d.ID)
+		}
+		return v.wait(d.ID, &event.WaitScheduled{WaitID: d.ID, Deadline: d.Deadline.UTC()})
+	case Sleep:
+		if d.Duration <= 0 {
+			return v.invalid("Sleep(%q) needs a positive duration, got %s", d.ID, d.Duration)
+		}
+		return v.wait(d.ID, &event.WaitScheduled{WaitID: d.ID, Deadline: s.UpdatedAt.Add(d.Duration).UTC(), Duration: event.Duration(d.Duration)})
+	case AwaitSignal:
+		return v.signal(d)
+	case CreateHook:
+		return v.hook(d)
+	case StartChildren:
+		return v.children(d)
+	case Complete:
+		out, err := CanonicalJSON(d.Output)
+		if err != nil {
+			return v.invalid("Complete output is not valid JSON: %v", err)
+		}
+		return v.end(&event.RunCompleted{Output: out}, event.CauseWorkflow, "the run completed before the step settled")
+	case Fail:
+		e := d.Error
+		if e.Message == "" {
+			e.Message = "workflow failed"
+		}
+		return v.end(&event.RunFailed{Error: e, Cause: event.CauseWorkflow}, event.CauseWorkflow, "the run failed before the step settled")
+	case Cancel:
+		cause := d.Cause
+		if cause == "" {
+			cause = event.CauseWorkflow
+		}
+		if cause != event.CauseWorkflow && cause != event.CauseCancelRequested {
+			return v.invalid("Cancel cause must be workflow or cancel_requested, got %q", cause)
+		}
+		return v.end(&event.RunCancelled{Reason: d.Reason, Cause: cause}, cause, "the run was cancelled before the step settled")
+	case ContinueAsNew:
+		in, err := CanonicalJSON(d.Input)
+		if err != nil {
+			return v.invalid("ContinueAsNew input is not valid JSON: %v", err)
+		}
+		next := event.SuccessorRunID(s.RunID, s.Generation+1)
+		if err := event.ValidateDerivedRunID(next); err != nil {
+			return v.invalid("ContinueAsNew: successor run ID: %v", err)
+		}
+		return v.end(&event.RunContinuedAsNew{SuccessorRunID: next, Input: in}, event.CauseWorkflow, "the run continued as new before the step settled")
+	case Invalid:
+		return v.invalid("%s: %v", d.What, d.Err)
+	case nil:
+		return Verdict{}, &InvalidDecisionError{RunID: s.RunID, Code: CodeNoDecision,
+			Detail: "the workflow returned no decision; return one of ctx.ScheduleStep, ctx.Sleep, ctx.AwaitSignal, ctx.CreateHook, ctx.StartChild, ctx.Complete, ctx.Fail, ctx.Cancel or ctx.ContinueAsNew"}
+	default:
+		return v.invalid("unknown decision type %T", d)
+	}
+}
+
+type validation struct{ s *Snapshot }
+
+func (v validation) invalid(format string, args ...any) (Verdict, error) {
+	return Verdict{}, &InvalidDecisionError{RunID: v.s.RunID, Code: CodeInvalidDecision, Detail: fmt.Sprintf(format, args...)}
+}
+
+func (v validation) settled(format string, args ...any) (Verdict, error) {
+	return Verdict{}, &InvalidDecisionError{RunID: v.s.RunID, Code: CodeAlreadySettled, Detail: fmt.Sprintf(format, args...)}
+}
+
+// recorded looks id up and reports whether it is recorded as kind; an ID recorded as another
+// kind is a non-determinism error.
+func (v validation) recorded(kind, id string) (bool, error) {
+	k, ok := v.s.ids[id]
+	if !ok {
+		return false, nil
+	}
+	if k != kind {
+		return true, mismatch(v.s.RunID, k, id, "kind", plain(k), plain(kind), v.s.recordedSeq(id))
+	}
+	return true, nil
+}
+
+// recordedSeq returns the sequence of the event that recorded id.
+func (s *Snapshot) recordedSeq(id string) uint64 {
+	switch s.ids[id] {
+	case kindStep:
+		return s.Steps[id].BatchSeq
+	case kindWait:
+		return s.Waits[id].Seq
+	case kindSignalWait:
+		return s.SignalWaits[id].Seq
+	case kindHook:
+		return s.Hooks[id].Seq
+	case kindChild:
+		return s.Children[id].BatchSeq
+	}
+	return 0
+}
+
+func (v validation) steps(d ScheduleSteps) (Verdict, error) {
+	s := v.s
+	if len(d.Steps) == 0 {
+		return v.invalid("ScheduleSteps needs at least one step")
+	}
+	specs := make([]event.StepSpec, len(d.Steps))
+	ids := make([]string, len(d.Steps))
+	for i, c := range d.Steps {
+		if err := event.ValidateID("step", c.ID); err != nil {
+			return v.invalid("%v", err)
+		}
+		if err := event.ValidateName("step", c.Name); err != nil {
+			return v.invalid("step %q: %v", c.ID, err)
+		}
+		if slices.Contains(ids[:i], c.ID) {
+			return v.invalid("step ID %q appears twice in one batch; give every step its own ID", c.ID)
+		}
+		in, err := CanonicalJSON(c.Input)
+		if err != nil {
+			return v.invalid("step %q input is not valid JSON: %v", c.ID, err)
+		}
+		retry := c.Retry.Normalize()
+		if err := retry.Validate(); err != nil {
+			return v.invalid("step %q: %v", c.ID, err)
+		}
+		ids[i] = c.ID
+		specs[i] = event.StepSpec{ID: c.ID, Name: c.Name, Input: in, Retry: retry}
+	}
+	var first *Step
+	for _, id := range ids {
+		ok, err := v.recorded(kindStep, id)
+		if err != nil {
+			return Verdict{}, err
+		}
+		if ok && first == nil {
+			first = s.Steps[id]
+		}
+	}
+	if first == nil {
+		return Verdict{Events: []event.Payload{&event.StepScheduled{Steps: specs}}}, nil
+	}
+	if err := compareMembers(s.RunID, kindStep, s.batches[first.BatchSeq], first.BatchSeq, ids); err != nil {
+		return Verdict{}, err
+	}
+	for _, spec := range specs {
+		st := s.Steps[spec.ID]
+		rec := event.StepSpec{ID: st.ID, Name: st.Name, Input: st.Input, Retry: st.Retry}
+		if err := compareStep(s.RunID, rec, st.BatchSeq, spec); err != nil {
+			return Verdict{}, err
+		}
+	}
+	for _, id := range ids {
+		if !s.Steps[id].Status.Settled() {
+			return Verdict{WaitingOn: fmt.Sprintf("step %q", id)}, nil
+		}
+	}
+	st := s.Steps[ids[0]]
+	hint := "read its output with ctx.StepOutput or flow.Output before scheduling it"
+	if st.Status != StepCompleted {
+		hint = "check ctx.StepError before scheduling it"
+	}
+	return v.settled("step %q already %s at seq %d, yet the workflow scheduled it again; %s, and give a new step a new ID", st.ID, st.Status, st.SettledSeq, hint)
+}
+
+func (v validation) wait(id string, got *event.WaitScheduled) (Verdict, error) {
+	s := v.s
+	if err := event.ValidateID("wait", id); err != nil {
+		return v.invalid("%v", err)
+	}
+	ok, err := v.recorded(kindWait, id)
+	if err != nil {
+		return Verdict{}, err
+	}
+	if !ok {
+		return Verdict{Events: []event.Payload{got}}, nil
+	}
+	w := s.Waits[id]
+	rec := &event.WaitScheduled{WaitID: id, Deadline: w.Deadline, Duration: w.Duration}
+	if err := compareWait(s.RunID, rec, w.Seq, got); err != nil {
+		return Verdict{}, err
+	}
+	if w.Fired {
+		return v.settled("wait %q already fired at seq %d, yet the workflow scheduled it again; check ctx.Fired(%q) first, and give a new wait a new ID", id, w.FiredSeq, id)
+	}
+	return Verdict{WaitingOn: fmt.Sprintf("wait %q until %s", id, render(w.Deadline))}, nil
+}
+
+func (v validation) signal(d AwaitSignal) (Verdict, error) {
+	s := v.s
+	if err := event.ValidateID("signal wait", d.WaitID); err != nil {
+		return v.invalid("%v", err)
+	}
+	if err := event.ValidateName("signal", d.Name); err != nil {
+		return v.invalid("signal wait %q: %v", d.WaitID, err)
+	}
+	got := &event.SignalAwaited{WaitID: d.WaitID, Name: d.Name}
+	ok, err := v.recorded(kindSignalWait, d.WaitID)
+	if err != nil {
+		return Verdict{}, err
+	}
+	if !ok {
+		return Verdict{Events: []event.Payload{got}}, nil
+	}
+	w := s.SignalWaits[d.WaitID]
+	if err := compareSignalWait(s.RunID, &event.SignalAwaited{WaitID: w.ID, Name: w.Name}, w.Seq, got); err != nil {
+		return Verdict{}, err
+	}
+	if w.Received() {
+		return v.settled("signal wait %q already received signal %q at seq %d, yet the workflow awaited it again; read ctx.Signal(%q) first, and give a new wait a new ID", d.WaitID, d.Name, s.Signals[w.Signal].Seq, d.WaitID)
+	}
+	return Verdict{WaitingOn: fmt.Sprintf("signal %q (wait %q)", d.Name, d.WaitID)}, nil
+}
+
+func (v validation) hook(d CreateHook) (Verdict, error) {
+	s := v.s
+	if err := event.ValidateID("hook", d.ID); err != nil {
+		return v.invalid("%v", err)
+	}
+	token := d.Token
+	if token == "" {
+		token = HookToken(s.Seed, s.RunID, d.ID)
+	} else if err := event.ValidateRunID(token); err != nil {
+		return v.invalid("hook %q token: %v", d.ID, err)
+	}
+	var meta json.RawMessage
+	if len(d.Metadata) > 0 {
+		m, err := CanonicalJSON(d.Metadata)
+		if err != nil {
+			return v.invalid("hook %q metadata is not valid JSON: %v", d.ID, err)
+		}
+		meta = m
+	}
+	got := &event.HookCreated{HookID: d.ID, Token: token, Metadata: meta}
+	ok, err := v.recorded(kindHook, d.ID)
+	if err != nil {
+		return Verdict{}, err
+	}
+	if !ok {
+		if owner, used := s.tokens[token]; used {
+			return v.invalid("hook %q token is already used by hook %q of this run; give each hook its own token", d.ID, owner)
+		}
+		return Verdict{Events: []event.Payload{got}}, nil
+	}
+	h := s.Hooks[d.ID]
+	if err := compareHook(s.RunID, &event.HookCreated{HookID: h.ID, Token: h.Token, Metadata: h.Metadata}, h.Seq, got); err != nil {
+		return Verdict{}, err
+	}
+	if h.Received {
+		return v.settled("hook %q already received its delivery at seq %d, yet the workflow created it again; read ctx.Hook(%q) first, and give a new hook a new ID", d.ID, h.ReceivedSeq, d.ID)
+	}
+	return Verdict{WaitingOn: fmt.Sprintf("hook %q", d.ID)}, nil
+}
+
+func (v validation) children(d StartChildren) (Verdict, error) {
+	s := v.s
+	if len(d.Children) == 0 {
+		return v.invalid("StartChildren needs at least one child")
+	}
+	specs := make([]event.ChildSpec, len(d.Children))
+	ids := make([]string, len(d.Children))
+	for i, c := range d.Children {
+		if err := event.ValidateID("child", c.ID); err != nil {
+			return v.invalid("%v", err)
+		}
+		if err := event.ValidateName("definition", c.Definition); err != nil {
+			return v.invalid("child %q: %v", c.ID, err)
+		}
+		if slices.Contains(ids[:i], c.ID) {
+			return v.invalid("child ID %q appears twice in one batch; give every child its own ID", c.ID)
+		}
+		in, err := CanonicalJSON(c.Input)
+		if err != nil {
+			return v.invalid("child %q input is not valid JSON: %v", c.ID, err)
+		}
+		policy := c.CancelPolicy
+		if policy == "" {
+			policy = event.CancelPolicyRequest
+		}
+		if !policy.Valid() {
+			return v.invalid("child %q cancel policy must be request_cancel or abandon, got %q", c.ID, policy)
+		}
+		runID := event.ChildRunID(s.RunID, c.ID)
+		if err := event.ValidateDerivedRunID(runID); err != nil {
+			return v.invalid("child %q: its run ID: %v", c.ID, err)
+		}
+		ids[i] = c.ID
+		specs[i] = event.ChildSpec{ChildID: c.ID, RunID: runID, Definition: c.Definition, Input: in, CancelPolicy: policy}
+	}
+	var first *Child
+	for _, id := range ids {
+		ok, err := v.recorded(kindChild, id)
+		if err != nil {
+			return Verdict{}, err
+		}
+		if ok && first == nil {
+			first = s.Children[id]
+		}
+	}
+	if first == nil {
+		return Verdict{Events: []event.Payload{&event.ChildScheduled{Children: specs}}}, nil
+	}
+	if err := compareMembers(s.RunID, kindChild, s.batches[first.BatchSeq], first.BatchSeq, ids); err != nil {
+		return Verdict{}, err
+	}
+	for _, spec := range specs {
+		c := s.Children[spec.ChildID]
+		rec := event.ChildSpec{ChildID: c.ID, RunID: c.RunID, Definition: c.Definition, Input: c.Input, CancelPolicy: c.CancelPolicy}
+		if err := compareChild(s.RunID, rec, c.BatchSeq, spec); err != nil {
+			return Verdict{}, err
+		}
+	}
+	for _, id := range ids {
+		if !s.Children[id].Settled {
+			return Verdict{WaitingOn: fmt.Sprintf("child %q (run %q)", id, s.Children[id].RunID)}, nil
+		}
+	}
+	c := s.Children[ids[0]]
+	return v.settled("child %q already %s at seq %d, yet the workflow started it again; read ctx.Child(%q) first, and give a new child a new ID", c.ID, c.Outcome, c.SettledSeq, c.ID)
+}
+
+// end returns the events that end the run with terminal: first step.cancelled for every unsettled
+// step, then terminal.
+func (v validation) end(terminal event.Payload, cause event.Cause, reason string) (Verdict, error) {
+	return Verdict{Events: endEvents(v.s, terminal, cause, reason)}, nil
+}
+
+func endEvents(s *Snapshot, terminal event.Payload, cause event.Cause, reason string) []event.Payload {
+	ids := s.Unsettled()
+	if len(ids) == 0 {
+		return []event.Payload{terminal}
+	}
+	steps := make([]event.CancelledStep, len(ids))
+	for i, id := range ids {
+		st := s.Steps[id]
+		// An attempt in flight may have run; one waiting out its backoff has not started.
+		steps[i] = event.CancelledStep{StepID: id, Attempt: st.Attempt, SideEffectUnknown: st.Status == StepRunning}
+	}
+	return []event.Payload{&event.StepCancelled{Steps: steps, Reason: reason, Cause: cause}, terminal}
+}
+
+// CanonicalJSON returns raw compacted, with empty input meaning null, or the syntax error.
+func CanonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
+	if len(bytes.TrimSpace(raw)) == 0 {
+		return json.RawMessage("null"), nil
+	}
+	var b bytes.Buffer
+	if err := json.Compact(&b, raw); err != nil {
+		return nil, err
+	}
+	return b.Bytes(), nil
+}

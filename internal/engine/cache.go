@@ -1,0 +1,139 @@
+package engine
+
+import (
+	"container/list"
+	"sync"
+
+	"github.com/flowrun/flow/internal/core"
+)
+
+// runLocks serialises the drivers of each run within one engine. Entries exist while held.
+type runLocks struct {
+	mu sync.Mutex
+	m  map[string]*runLock
+}
+
+type runLock struct {
+	mu   sync.Mutex
+	refs int
+	// poke wakes the run's active driver: something was appended to the run by someone else.
+	poke chan struct{}
+}
+
+// lock blocks until the caller holds run id.
+func (l *runLocks) lock(id string) *runLock {
+	l.mu.Lock()
+	if l.m == nil {
+		l.m = map[string]*runLock{}
+	}
+	rl, ok := l.m[id]
+	if !ok {
+		rl = &runLock{poke: make(chan struct{}, 1)}
+		l.m[id] = rl
+	}
+	rl.refs++
+	l.mu.Unlock()
+	rl.mu.Lock()
+	return rl
+}
+
+// tryLock takes run id if nobody holds it.
+func (l *runLocks) tryLock(id string) (*runLock, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[string]*runLock{}
+	}
+	if rl, held := l.m[id]; held {
+		return rl, false
+	}
+	rl := &runLock{poke: make(chan struct{}, 1), refs: 1}
+	rl.mu.Lock()
+	l.m[id] = rl
+	return rl, true
+}
+
+func (l *runLocks) unlock(id string, rl *runLock) {
+	rl.mu.Unlock()
+	l.mu.Lock()
+	rl.refs--
+	if rl.refs == 0 {
+		delete(l.m, id)
+	}
+	l.mu.Unlock()
+}
+
+// poke wakes the driver holding run id, if any.
+func (l *runLocks) poke(id string) {
+	l.mu.Lock()
+	rl, ok := l.m[id]
+	l.mu.Unlock()
+	if ok {
+		select {
+		case rl.poke <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// cache holds the snapshots of hot runs, least recently used first out. A snapshot taken from the
+// cache is owned by the holder of its run's lock until it is put back or dropped.
+type cache struct {
+	mu    sync.Mutex
+	max   int
+	order *list.List
+	m     map[string]*list.Element
+}
+
+type cacheEntry struct {
+	id string
+	s  *core.Snapshot
+}
+
+func newCache(max int) *cache {
+	return &cache{max: max, order: list.New(), m: map[string]*list.Element{}}
+}
+
+func (c *cache) get(id string) *core.Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.m[id]; ok {
+		c.order.MoveToFront(el)
+		return el.Value.(*cacheEntry).s
+	}
+	return nil
+}
+
+func (c *cache) put(id string, s *core.Snapshot) {
+	if c.max <= 0 {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.m[id]; ok {
+		el.Value.(*cacheEntry).s = s
+		c.order.MoveToFront(el)
+		return
+	}
+	c.m[id] = c.order.PushFront(&cacheEntry{id: id, s: s})
+	for c.order.Len() > c.max {
+		last := c.order.Back()
+		c.order.Remove(last)
+		delete(c.m, last.Value.(*cacheEntry).id)
+	}
+}
+
+func (c *cache) drop(id string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if el, ok := c.m[id]; ok {
+		c.order.Remove(el)
+		delete(c.m, id)
+	}
+}
+
+func (c *cache) len() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.order.Len()
+}

@@ -1,0 +1,286 @@
+// Package engine runs the replay loop over any event store: history -> snapshot -> one decision
+// -> validated append -> continue, stop at a durable wait, or finish. It executes the steps a
+// decision schedules (at least once), records their results and retries, and carries out the
+// effects a history implies outside the run itself: timers, hook tokens, child runs, parent
+// notification, cancellation of children, continuation.
+//
+// The engine holds no state that matters for correctness: its snapshot cache only saves reads.
+// Any engine, in any process, can drive any run after any committed event. Where an effect
+// outside the run (a timer registration, a child start) cannot be atomic with the append that
+// implies it, the engine performs it after the append and again whenever it loads the run
+// without a cached snapshot, so a crash in between is repaired by the next driver.
+package engine
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// Runtime is the code the engine runs: workflow decisions and step attempts.
+type Runtime interface {
+	core.Decider
+	// RunStep runs one attempt of a step. It must return (not panic) when ctx is cancelled.
+	RunStep(ctx context.Context, a core.Attempt) core.StepOutcome
+}
+
+// Host receives the engine's effects outside the run's own history. Every method must be
+// idempotent: the engine repeats them after crashes.
+type Host interface {
+	// ScheduleTimers registers timers durably, keyed by run ID and Timer.Key.
+	ScheduleTimers(ctx context.Context, timers []core.Timer) error
+	// RegisterHook routes token to hook hookID of run runID. It must be create-only: if the
+	// token routes to another hook it returns an error wrapping ErrTokenTaken.
+	RegisterHook(ctx context.Context, token, runID, hookID string) error
+	// LookupHook returns the run and hook a token routes to, or an error wrapping
+	// core.ErrNotFound.
+	LookupHook(ctx context.Context, token string) (runID, hookID string, err error)
+	// Resume asks for run runID to be driven soon.
+	Resume(ctx context.Context, runID string) error
+}
+
+// ErrTokenTaken is wrapped by Host.RegisterHook when a token already routes to another hook.
+var ErrTokenTaken = errors.New("flow: hook token already in use")
+
+// Clock tells the time. Tests pass a virtual clock.
+type Clock interface{ Now() time.Time }
+
+type systemClock struct{}
+
+func (systemClock) Now() time.Time { return time.Now() }
+
+// Config configures an Engine. Store, Runtime and Host are required.
+type Config struct {
+	Store   store.EventStore
+	Runtime Runtime
+	Host    Host
+	// Replayer, when set, verifies a run's whole history each time the engine loads it without a
+	// cached snapshot (core.Replay): code that would have decided differently blocks the run.
+	// Pass a view of the runtime that keeps workflow logging quiet. Defaults to nil (no check).
+	Replayer core.Decider
+	// BuildID is recorded in decision.failed events. Defaults to "".
+	BuildID string
+	// Clock stamps events. Defaults to the system clock.
+	Clock Clock
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger
+	// StepConcurrency caps the step attempts running at once in this engine. Defaults to 16.
+	StepConcurrency int
+	// CacheSize caps the number of run snapshots kept between drives. Defaults to 10,000;
+	// negative disables the cache.
+	CacheSize int
+}
+
+// Engine drives runs. It is safe for concurrent use; drivers of one run are serialised.
+type Engine struct {
+	store    store.EventStore
+	rt       Runtime
+	replayer core.Decider
+	host     Host
+	clock    Clock
+	logger   *slog.Logger
+	buildID  string
+	slots    chan struct{}
+	locks    runLocks
+	cache    *cache
+}
+
+// New returns an engine.
+func New(cfg Config) (*Engine, error) {
+	switch {
+	case cfg.Store == nil:
+		return nil, errors.New("engine: Config.Store is required")
+	case cfg.Runtime == nil:
+		return nil, errors.New("engine: Config.Runtime is required")
+	case cfg.Host == nil:
+		return nil, errors.New("engine: Config.Host is required")
+	case cfg.StepConcurrency < 0:
+		return nil, fmt.Errorf("engine: Config.StepConcurrency must not be negative, got %d", cfg.StepConcurrency)
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = systemClock{}
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.StepConcurrency == 0 {
+		cfg.StepConcurrency = 16
+	}
+	if cfg.CacheSize == 0 {
+		cfg.CacheSize = 10_000
+	}
+	return &Engine{store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
+		logger: cfg.Logger, buildID: cfg.BuildID, slots: make(chan struct{}, cfg.StepConcurrency), cache: newCache(cfg.CacheSize)}, nil
+}
+
+// StartParams describe a new run.
+type StartParams struct {
+	// RunID is the caller's ID for the run; empty generates one. Caller IDs follow
+	// event.ValidateRunID; IDs Flow derives (children, continuations) may hold '='.
+	RunID string
+	// Spec names the definition and pins build and patches. Spec.Definition is required.
+	Spec  event.Spec
+	Input []byte
+	Queue string
+	// Parent, ContinuedFrom and Generation link children and continuations.
+	Parent        *event.ParentRef
+	ContinuedFrom string
+	Generation    int
+}
+
+// RunExistsError reports a start with the ID of an existing run whose spec or input differs.
+// It matches ErrRunExists.
+type RunExistsError struct {
+	RunID string
+	Field string
+}
+
+// ErrRunExists matches *RunExistsError.
+var ErrRunExists = errors.New("flow: run exists")
+
+func (e *RunExistsError) Error() string {
+	return fmt.Sprintf("flow: run %q already exists with a different %s; starting it again needs the same definition, spec and input, or choose another run ID", e.RunID, e.Field)
+}
+
+// Is matches ErrRunExists.
+func (e *RunExistsError) Is(target error) bool { return target == ErrRunExists }
+
+// Start appends run.started for a new run and asks for it to be driven. Starting an existing
+// run ID again with the same spec, input, queue and links returns it with created false; with
+// different ones it returns a *RunExistsError. Nothing is appended for invalid parameters.
+func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, created bool, err error) {
+	started, err := e.prepareStart(&p)
+	if err != nil {
+		return "", false, err
+	}
+	_, err = e.store.Append(ctx, p.RunID, 0, event.Event{Time: e.clock.Now().UTC(), Payload: started})
+	if errors.Is(err, store.ErrConflict) {
+		if err := e.sameStart(ctx, p.RunID, started); err != nil {
+			return p.RunID, false, err
+		}
+		return p.RunID, false, e.host.Resume(ctx, p.RunID)
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("appending run.started: %w", err)
+	}
+	e.logger.DebugContext(ctx, "run started", slog.String("run_id", p.RunID), slog.String("definition", p.Spec.Definition))
+	return p.RunID, true, e.host.Resume(ctx, p.RunID)
+}
+
+func (e *Engine) prepareStart(p *StartParams) (*event.RunStarted, error) {
+	derived := p.Parent != nil || p.ContinuedFrom != ""
+	switch {
+	case p.RunID == "":
+		p.RunID = rand.Text()
+	case derived:
+		if err := event.ValidateDerivedRunID(p.RunID); err != nil {
+			return nil, err
+		}
+	default:
+		if err := event.ValidateRunID(p.RunID); err != nil {
+			return nil, err
+		}
+	}
+	if err := event.ValidateName("definition", p.Spec.Definition); err != nil {
+		return nil, err
+	}
+	if p.Queue != "" {
+		if err := event.ValidateName("queue", p.Queue); err != nil {
+			return nil, err
+		}
+	}
+	in := p.Input
+	if len(in) == 0 {
+		in = []byte("null")
+	}
+	input, err := core.CanonicalJSON(in)
+	if err != nil {
+		return nil, fmt.Errorf("%w: the input of run %q is not valid JSON: %w", core.ErrInvalidInput, p.RunID, err)
+	}
+	return &event.RunStarted{Spec: p.Spec, Input: input, Queue: p.Queue, Seed: rand.Text(), Parent: p.Parent,
+		ContinuedFrom: p.ContinuedFrom, Generation: p.Generation}, nil
+}
+
+// sameStart checks that the existing run runID was started like want.
+func (e *Engine) sameStart(ctx context.Context, runID string, want *event.RunStarted) error {
+	hist, err := e.store.Load(ctx, runID, 0)
+	if err != nil {
+		return fmt.Errorf("loading run %q: %w", runID, err)
+	}
+	if len(hist) == 0 {
+		return fmt.Errorf("run %q conflicted on start but has no events", runID)
+	}
+	got, ok := hist[0].Payload.(*event.RunStarted)
+	if !ok {
+		return fmt.Errorf("%w: run %q does not begin with run.started", core.ErrInvalidHistory, runID)
+	}
+	switch {
+	case got.Spec.Definition != want.Spec.Definition:
+		return &RunExistsError{RunID: runID, Field: "definition"}
+	case got.Spec.BuildID != want.Spec.BuildID || !slices.Equal(got.Spec.Patches, want.Spec.Patches):
+		return &RunExistsError{RunID: runID, Field: "spec (build ID or patches)"}
+	case !core.JSONEqual(got.Input, want.Input):
+		return &RunExistsError{RunID: runID, Field: "input"}
+	case got.Queue != want.Queue:
+		return &RunExistsError{RunID: runID, Field: "queue"}
+	case (got.Parent == nil) != (want.Parent == nil) || got.Parent != nil && *got.Parent != *want.Parent:
+		return &RunExistsError{RunID: runID, Field: "parent"}
+	case got.ContinuedFrom != want.ContinuedFrom || got.Generation != want.Generation:
+		return &RunExistsError{RunID: runID, Field: "continuation"}
+	}
+	return nil
+}
+
+// now returns the time to stamp on events appended after s: the clock, but never earlier than
+// the run's latest event, so that recorded times never go backwards.
+func (e *Engine) now(s *core.Snapshot) time.Time {
+	t := e.clock.Now().UTC()
+	if s != nil && t.Before(s.UpdatedAt) {
+		return s.UpdatedAt
+	}
+	return t
+}
+
+// commit appends payloads after s.Seq and applies them to s. On a conflict s is unchanged.
+func (e *Engine) commit(ctx context.Context, s *core.Snapshot, payloads []event.Payload) error {
+	t := e.now(s)
+	events := make([]event.Event, len(payloads))
+	for i, p := range payloads {
+		events[i] = event.Event{Time: t, Payload: p}
+	}
+	if _, err := e.store.Append(ctx, s.RunID, s.Seq, events...); err != nil {
+		return err
+	}
+	first := s.Seq
+	for i, p := range payloads {
+		if err := s.Apply(event.Envelope{RunID: s.RunID, Seq: first + uint64(i) + 1, Time: t, Payload: p}); err != nil {
+			e.cache.drop(s.RunID)
+			return fmt.Errorf("engine bug: committed events that break the history: %w", err)
+		}
+	}
+	return nil
+}
+
+// Snapshot returns a fresh projection of run runID, owned by the caller. It returns an error
+// wrapping core.ErrNotFound if the run has no events.
+func (e *Engine) Snapshot(ctx context.Context, runID string) (*core.Snapshot, error) {
+	hist, err := e.store.Load(ctx, runID, 0)
+	if err != nil {
+		return nil, err
+	}
+	if len(hist) == 0 {
+		return nil, fmt.Errorf("%w: run %q", core.ErrNotFound, runID)
+	}
+	return core.Project(runID, hist)
+}
+
+// CachedRuns returns the number of snapshots in the cache.
+func (e *Engine) CachedRuns() int { return e.cache.len() }

@@ -1,0 +1,104 @@
+package event
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// ErrUnknownType is wrapped by decoding errors for a type that is not in the catalogue.
+var ErrUnknownType = errors.New("flow: unknown event type")
+
+// ErrMalformed is wrapped by decoding errors for an envelope or payload that cannot be read.
+var ErrMalformed = errors.New("flow: malformed event")
+
+// Event is one event a writer appends: the payload and the UTC time it records.
+type Event struct {
+	Time    time.Time
+	Payload Payload
+}
+
+// Envelope is one committed event of a run.
+type Envelope struct {
+	RunID string
+	// Seq is the per-run sequence: 1 for run.started, then 2, 3, ... without gaps.
+	Seq  uint64
+	Time time.Time
+	// Payload holds the typed data; its EventType is the envelope's type.
+	Payload Payload
+}
+
+// Type returns the envelope's event type.
+func (e Envelope) Type() Type {
+	if e.Payload == nil {
+		return ""
+	}
+	return e.Payload.EventType()
+}
+
+type envelopeJSON struct {
+	RunID string          `json:"run_id"`
+	Seq   uint64          `json:"seq"`
+	Time  time.Time       `json:"time"`
+	Type  Type            `json:"type"`
+	Data  json.RawMessage `json:"data"`
+}
+
+// MarshalJSON encodes the envelope with its type and data.
+func (e Envelope) MarshalJSON() ([]byte, error) {
+	if e.Payload == nil {
+		return nil, fmt.Errorf("%w: envelope seq %d of run %q has no payload", ErrMalformed, e.Seq, e.RunID)
+	}
+	data, err := json.Marshal(e.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("encoding %s: %w", e.Type(), err)
+	}
+	return json.Marshal(envelopeJSON{RunID: e.RunID, Seq: e.Seq, Time: e.Time.UTC(), Type: e.Type(), Data: data})
+}
+
+// UnmarshalJSON decodes and validates an envelope. Errors wrap ErrUnknownType or ErrMalformed.
+func (e *Envelope) UnmarshalJSON(b []byte) error {
+	var j envelopeJSON
+	if err := json.Unmarshal(b, &j); err != nil {
+		return fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	p, err := DecodePayload(j.Type, j.Data)
+	if err != nil {
+		return fmt.Errorf("event seq %d of run %q: %w", j.Seq, j.RunID, err)
+	}
+	switch {
+	case j.RunID == "":
+		return fmt.Errorf("%w: event seq %d has no run_id", ErrMalformed, j.Seq)
+	case j.Seq == 0:
+		return fmt.Errorf("%w: event of run %q has no seq (sequences start at 1)", ErrMalformed, j.RunID)
+	case j.Time.IsZero():
+		return fmt.Errorf("%w: event seq %d of run %q has no time", ErrMalformed, j.Seq, j.RunID)
+	}
+	*e = Envelope{RunID: j.RunID, Seq: j.Seq, Time: j.Time.UTC(), Payload: p}
+	return nil
+}
+
+// DecodePayload decodes data as an event of type t and validates it. Errors wrap
+// ErrUnknownType or ErrMalformed and name the offending field.
+func DecodePayload(t Type, data []byte) (Payload, error) {
+	p := New(t)
+	if p == nil {
+		if t == "" {
+			return nil, fmt.Errorf("%w: the type field is missing", ErrMalformed)
+		}
+		return nil, fmt.Errorf("%w %q: this reader knows %v; upgrade it or check the writer", ErrUnknownType, t, Types())
+	}
+	data = bytes.TrimSpace(data)
+	if len(data) == 0 || bytes.Equal(data, []byte("null")) {
+		return nil, fmt.Errorf("%w: %s has no data object", ErrMalformed, t)
+	}
+	if err := json.Unmarshal(data, p); err != nil {
+		return nil, fmt.Errorf("%w: %s data: %w", ErrMalformed, t, err)
+	}
+	if err := p.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrMalformed, t, err)
+	}
+	return p, nil
+}

@@ -1,0 +1,530 @@
+package event
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Payload is the typed data of one event. Every catalogued payload is a pointer to a struct of
+// this package; its JSON fields are snake_case and stable.
+type Payload interface {
+	// EventType returns the catalogue name of the payload.
+	EventType() Type
+	// Validate reports the first missing or malformed required field.
+	Validate() error
+}
+
+// Spec is the code identity of a run, fixed by run.started before the first decision. A
+// continued-as-new successor inherits it unchanged.
+type Spec struct {
+	// Definition is the registered workflow name.
+	Definition string `json:"definition"`
+	// BuildID pins the run to workers that run this build of the code. Empty means any build.
+	BuildID string `json:"build_id,omitempty"`
+	// Patches are the patch markers active when the run started; ctx.Patched reads them.
+	Patches []string `json:"patches,omitempty"`
+}
+
+// ParentRef links a child run to the parent that scheduled it.
+type ParentRef struct {
+	RunID   string `json:"run_id"`
+	ChildID string `json:"child_id"`
+}
+
+// RunStarted is always the first event of a run, and only the first.
+type RunStarted struct {
+	Spec  Spec            `json:"spec"`
+	Input json.RawMessage `json:"input"`
+	// Queue is the task queue whose workers drive the run. Empty means the default queue.
+	Queue string `json:"queue,omitempty"`
+	// Seed is random text chosen at start; generated hook tokens are derived from it so that a
+	// replay derives the same token.
+	Seed   string     `json:"seed"`
+	Parent *ParentRef `json:"parent,omitempty"`
+	// ContinuedFrom is the run this one continues, with Generation counting continuations.
+	ContinuedFrom string `json:"continued_from,omitempty"`
+	Generation    int    `json:"generation,omitempty"`
+}
+
+// StepSpec is one scheduled step.
+type StepSpec struct {
+	ID    string          `json:"id"`
+	Name  string          `json:"name"`
+	Input json.RawMessage `json:"input"`
+	Retry RetryPolicy     `json:"retry"`
+}
+
+// StepScheduled records one decision scheduling one step or a batch. Its members are dispatched
+// together; attempt 1 of each is in flight from this event on.
+type StepScheduled struct {
+	Steps []StepSpec `json:"steps"`
+}
+
+// StepCompleted settles a step with its output. Nothing about the step follows it.
+type StepCompleted struct {
+	StepID  string          `json:"step_id"`
+	Attempt int             `json:"attempt"`
+	Output  json.RawMessage `json:"output"`
+}
+
+// ErrorInfo describes a failure durably.
+type ErrorInfo struct {
+	// Kind classifies the error for retry policies (RetryPolicy.NonRetryable) and for callers.
+	Kind    string `json:"kind"`
+	Message string `json:"message"`
+}
+
+func (e ErrorInfo) Error() string {
+	if e.Kind == "" {
+		return e.Message
+	}
+	return e.Kind + ": " + e.Message
+}
+
+// StepFailed records a failed attempt. When Final is true the step has settled as failed and
+// no retry follows; otherwise a step.retry_scheduled follows in the same commit.
+type StepFailed struct {
+	StepID    string    `json:"step_id"`
+	Attempt   int       `json:"attempt"`
+	Error     ErrorInfo `json:"error"`
+	Retryable bool      `json:"retryable"`
+	Final     bool      `json:"final"`
+}
+
+// StepRetryScheduled records that Attempt will run once Due has passed.
+type StepRetryScheduled struct {
+	StepID  string    `json:"step_id"`
+	Attempt int       `json:"attempt"`
+	Due     time.Time `json:"due"`
+}
+
+// StepRetryFired records that a retry's backoff has elapsed: Attempt is in flight from here on.
+type StepRetryFired struct {
+	StepID  string `json:"step_id"`
+	Attempt int    `json:"attempt"`
+}
+
+// Cause says who ended a run or cancelled its steps.
+type Cause string
+
+const (
+	// CauseWorkflow: the workflow code decided it.
+	CauseWorkflow Cause = "workflow"
+	// CauseStepExhausted: a step ran out of attempts and its policy ends the run.
+	CauseStepExhausted Cause = "step_exhausted"
+	// CauseCancelRequested: cancellation was requested and the workflow did not handle it.
+	CauseCancelRequested Cause = "cancel_requested"
+	// CauseOperator: an operator terminated the run.
+	CauseOperator Cause = "operator"
+)
+
+func (c Cause) valid() bool {
+	switch c {
+	case CauseWorkflow, CauseStepExhausted, CauseCancelRequested, CauseOperator:
+		return true
+	}
+	return false
+}
+
+// CancelledStep is one step settled by step.cancelled.
+type CancelledStep struct {
+	StepID string `json:"step_id"`
+	// Attempt is the attempt that was in flight or due next.
+	Attempt int `json:"attempt"`
+	// SideEffectUnknown is true when the attempt may have run: its external effect may or may
+	// not have happened, and the host must reconcile by idempotency key before retrying it.
+	SideEffectUnknown bool `json:"side_effect_unknown"`
+}
+
+// StepCancelled settles steps that will not run again. It precedes the terminal event of a run
+// that ends while steps are unsettled.
+type StepCancelled struct {
+	Steps  []CancelledStep `json:"steps"`
+	Reason string          `json:"reason"`
+	Cause  Cause           `json:"cause"`
+}
+
+// Duration is a time.Duration encoded as a Go duration string such as "1m30s".
+type Duration time.Duration
+
+// MarshalJSON encodes d as a duration string.
+func (d Duration) MarshalJSON() ([]byte, error) {
+	return json.Marshal(time.Duration(d).String())
+}
+
+// UnmarshalJSON decodes a duration string such as "250ms".
+func (d *Duration) UnmarshalJSON(b []byte) error {
+	var s string
+	if err := json.Unmarshal(b, &s); err != nil {
+		return fmt.Errorf("duration must be a string such as \"1m30s\": %w", err)
+	}
+	v, err := time.ParseDuration(s)
+	if err != nil {
+		return err
+	}
+	*d = Duration(v)
+	return nil
+}
+
+// WaitScheduled records a durable timer. Duration is set when the workflow asked to sleep for
+// a duration; Deadline is then the recorded time of the preceding event plus Duration.
+type WaitScheduled struct {
+	WaitID   string    `json:"wait_id"`
+	Deadline time.Time `json:"deadline"`
+	Duration Duration  `json:"duration,omitempty"`
+}
+
+// WaitFired records that a timer's deadline passed.
+type WaitFired struct {
+	WaitID string `json:"wait_id"`
+}
+
+// SignalAwaited records that the run waits for a signal called Name under WaitID. It binds the
+// oldest unconsumed signal of that name, already received or still to come.
+type SignalAwaited struct {
+	WaitID string `json:"wait_id"`
+	Name   string `json:"name"`
+}
+
+// SignalReceived records a delivered signal. DeliveryID deduplicates redeliveries.
+type SignalReceived struct {
+	Name       string          `json:"name"`
+	Payload    json.RawMessage `json:"payload"`
+	DeliveryID string          `json:"delivery_id"`
+}
+
+// HookCreated records a callback endpoint. Token routes deliveries to this run and hook.
+type HookCreated struct {
+	HookID   string          `json:"hook_id"`
+	Token    string          `json:"token"`
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+}
+
+// HookReceived records the delivery to a hook. A hook receives one delivery.
+type HookReceived struct {
+	HookID     string          `json:"hook_id"`
+	Payload    json.RawMessage `json:"payload"`
+	DeliveryID string          `json:"delivery_id"`
+}
+
+// CancelPolicy says what happens to a child run when its parent ends first.
+type CancelPolicy string
+
+const (
+	// CancelPolicyRequest asks the child to cancel (run.cancel_requested). The default.
+	CancelPolicyRequest CancelPolicy = "request_cancel"
+	// CancelPolicyAbandon lets the child run on.
+	CancelPolicyAbandon CancelPolicy = "abandon"
+)
+
+// Valid reports whether p is a known policy.
+func (p CancelPolicy) Valid() bool {
+	return p == CancelPolicyRequest || p == CancelPolicyAbandon
+}
+
+// ChildSpec is one scheduled child workflow.
+type ChildSpec struct {
+	ChildID      string          `json:"child_id"`
+	RunID        string          `json:"run_id"`
+	Definition   string          `json:"definition"`
+	Input        json.RawMessage `json:"input"`
+	CancelPolicy CancelPolicy    `json:"cancel_policy"`
+}
+
+// ChildScheduled records one decision starting one child or a batch of children.
+type ChildScheduled struct {
+	Children []ChildSpec `json:"children"`
+}
+
+// Outcome is how a run ended.
+type Outcome string
+
+const (
+	OutcomeCompleted      Outcome = "completed"
+	OutcomeFailed         Outcome = "failed"
+	OutcomeCancelled      Outcome = "cancelled"
+	OutcomeContinuedAsNew Outcome = "continued_as_new"
+)
+
+// Valid reports whether o is a known outcome.
+func (o Outcome) Valid() bool {
+	switch o {
+	case OutcomeCompleted, OutcomeFailed, OutcomeCancelled, OutcomeContinuedAsNew:
+		return true
+	}
+	return false
+}
+
+// ChildSettled records how a child ended. RunID is the run that ended: the child run itself or
+// the last successor it continued as. Output is set when completed, Error when failed or
+// cancelled.
+type ChildSettled struct {
+	ChildID string          `json:"child_id"`
+	RunID   string          `json:"run_id"`
+	Outcome Outcome         `json:"outcome"`
+	Output  json.RawMessage `json:"output,omitempty"`
+	Error   *ErrorInfo      `json:"error,omitempty"`
+}
+
+// RunCancelRequested asks the run to cancel. The workflow sees ctx.CancelRequested(); a workflow
+// that does not look at it is cancelled at its next decision.
+type RunCancelRequested struct {
+	Reason string `json:"reason"`
+}
+
+// DecisionFailed records that the workflow code could not make a valid decision (a
+// non-determinism error, a panic, an invalid decision). It is recorded once per distinct failure
+// and leaves the run Blocked until a later decision succeeds or an operator ends it.
+type DecisionFailed struct {
+	Kind    string `json:"kind"`
+	Code    string `json:"code"`
+	Detail  string `json:"detail"`
+	BuildID string `json:"build_id,omitempty"`
+}
+
+// RunCompleted ends the run with its output.
+type RunCompleted struct {
+	Output json.RawMessage `json:"output"`
+}
+
+// RunFailed ends the run with an error.
+type RunFailed struct {
+	Error ErrorInfo `json:"error"`
+	Cause Cause     `json:"cause"`
+}
+
+// RunCancelled ends the run as cancelled.
+type RunCancelled struct {
+	Reason string `json:"reason"`
+	Cause  Cause  `json:"cause"`
+}
+
+// RunContinuedAsNew ends the run and names its successor, which starts with Input and the same
+// Spec.
+type RunContinuedAsNew struct {
+	SuccessorRunID string          `json:"successor_run_id"`
+	Input          json.RawMessage `json:"input"`
+}
+
+func (*RunStarted) EventType() Type         { return TypeRunStarted }
+func (*StepScheduled) EventType() Type      { return TypeStepScheduled }
+func (*StepCompleted) EventType() Type      { return TypeStepCompleted }
+func (*StepFailed) EventType() Type         { return TypeStepFailed }
+func (*StepRetryScheduled) EventType() Type { return TypeStepRetryScheduled }
+func (*StepRetryFired) EventType() Type     { return TypeStepRetryFired }
+func (*StepCancelled) EventType() Type      { return TypeStepCancelled }
+func (*WaitScheduled) EventType() Type      { return TypeWaitScheduled }
+func (*WaitFired) EventType() Type          { return TypeWaitFired }
+func (*SignalAwaited) EventType() Type      { return TypeSignalAwaited }
+func (*SignalReceived) EventType() Type     { return TypeSignalReceived }
+func (*HookCreated) EventType() Type        { return TypeHookCreated }
+func (*HookReceived) EventType() Type       { return TypeHookReceived }
+func (*ChildScheduled) EventType() Type     { return TypeChildScheduled }
+func (*ChildSettled) EventType() Type       { return TypeChildSettled }
+func (*RunCancelRequested) EventType() Type { return TypeRunCancelRequested }
+func (*DecisionFailed) EventType() Type     { return TypeDecisionFailed }
+func (*RunCompleted) EventType() Type       { return TypeRunCompleted }
+func (*RunFailed) EventType() Type          { return TypeRunFailed }
+func (*RunCancelled) EventType() Type       { return TypeRunCancelled }
+func (*RunContinuedAsNew) EventType() Type  { return TypeRunContinuedAsNew }
+
+// fieldError names a missing or malformed field.
+func fieldError(field, problem string) error {
+	return fmt.Errorf("field %q %s", field, problem)
+}
+
+func required(field, v string) error {
+	if v == "" {
+		return fieldError(field, "is required")
+	}
+	return nil
+}
+
+func requiredJSON(field string, v json.RawMessage) error {
+	if len(v) == 0 {
+		return fieldError(field, "is required (use null for no value)")
+	}
+	if !json.Valid(v) {
+		return fieldError(field, "is not valid JSON")
+	}
+	return nil
+}
+
+func optionalJSON(field string, v json.RawMessage) error {
+	if len(v) > 0 && !json.Valid(v) {
+		return fieldError(field, "is not valid JSON")
+	}
+	return nil
+}
+
+func attempt(field string, v int) error {
+	if v < 1 {
+		return fieldError(field, fmt.Sprintf("must be at least 1, got %d", v))
+	}
+	return nil
+}
+
+// Validate implements Payload.
+func (p *RunStarted) Validate() error {
+	return errors.Join(required("spec.definition", p.Spec.Definition), requiredJSON("input", p.Input),
+		required("seed", p.Seed), validateParent(p.Parent))
+}
+
+func validateParent(p *ParentRef) error {
+	if p == nil {
+		return nil
+	}
+	return errors.Join(required("parent.run_id", p.RunID), required("parent.child_id", p.ChildID))
+}
+
+// Validate implements Payload.
+func (p *StepScheduled) Validate() error {
+	if len(p.Steps) == 0 {
+		return fieldError("steps", "must list at least one step")
+	}
+	for i, s := range p.Steps {
+		f := fmt.Sprintf("steps[%d].", i)
+		if err := errors.Join(required(f+"id", s.ID), required(f+"name", s.Name),
+			requiredJSON(f+"input", s.Input), s.Retry.Validate()); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate implements Payload.
+func (p *StepCompleted) Validate() error {
+	return errors.Join(required("step_id", p.StepID), attempt("attempt", p.Attempt),
+		requiredJSON("output", p.Output))
+}
+
+// Validate implements Payload.
+func (p *StepFailed) Validate() error {
+	return errors.Join(required("step_id", p.StepID), attempt("attempt", p.Attempt),
+		required("error.message", p.Error.Message))
+}
+
+// Validate implements Payload.
+func (p *StepRetryScheduled) Validate() error {
+	var due error
+	if p.Due.IsZero() {
+		due = fieldError("due", "is required")
+	}
+	return errors.Join(required("step_id", p.StepID), attempt("attempt", p.Attempt), due)
+}
+
+// Validate implements Payload.
+func (p *StepRetryFired) Validate() error {
+	return errors.Join(required("step_id", p.StepID), attempt("attempt", p.Attempt))
+}
+
+// Validate implements Payload.
+func (p *StepCancelled) Validate() error {
+	if len(p.Steps) == 0 {
+		return fieldError("steps", "must list at least one step")
+	}
+	for i, s := range p.Steps {
+		f := fmt.Sprintf("steps[%d].", i)
+		if err := errors.Join(required(f+"step_id", s.StepID), attempt(f+"attempt", s.Attempt)); err != nil {
+			return err
+		}
+	}
+	return validCause(p.Cause)
+}
+
+func validCause(c Cause) error {
+	if !c.valid() {
+		return fieldError("cause", fmt.Sprintf("must be one of workflow, step_exhausted, cancel_requested, operator; got %q", c))
+	}
+	return nil
+}
+
+// Validate implements Payload.
+func (p *WaitScheduled) Validate() error {
+	var deadline error
+	if p.Deadline.IsZero() {
+		deadline = fieldError("deadline", "is required")
+	}
+	return errors.Join(required("wait_id", p.WaitID), deadline)
+}
+
+// Validate implements Payload.
+func (p *WaitFired) Validate() error { return required("wait_id", p.WaitID) }
+
+// Validate implements Payload.
+func (p *SignalAwaited) Validate() error {
+	return errors.Join(required("wait_id", p.WaitID), required("name", p.Name))
+}
+
+// Validate implements Payload.
+func (p *SignalReceived) Validate() error {
+	return errors.Join(required("name", p.Name), requiredJSON("payload", p.Payload),
+		required("delivery_id", p.DeliveryID))
+}
+
+// Validate implements Payload.
+func (p *HookCreated) Validate() error {
+	return errors.Join(required("hook_id", p.HookID), required("token", p.Token),
+		optionalJSON("metadata", p.Metadata))
+}
+
+// Validate implements Payload.
+func (p *HookReceived) Validate() error {
+	return errors.Join(required("hook_id", p.HookID), requiredJSON("payload", p.Payload),
+		required("delivery_id", p.DeliveryID))
+}
+
+// Validate implements Payload.
+func (p *ChildScheduled) Validate() error {
+	if len(p.Children) == 0 {
+		return fieldError("children", "must list at least one child")
+	}
+	for i, c := range p.Children {
+		f := fmt.Sprintf("children[%d].", i)
+		var policy error
+		if !c.CancelPolicy.Valid() {
+			policy = fieldError(f+"cancel_policy", fmt.Sprintf("must be request_cancel or abandon; got %q", c.CancelPolicy))
+		}
+		if err := errors.Join(required(f+"child_id", c.ChildID), required(f+"run_id", c.RunID),
+			required(f+"definition", c.Definition), requiredJSON(f+"input", c.Input), policy); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Validate implements Payload.
+func (p *ChildSettled) Validate() error {
+	var outcome error
+	if !p.Outcome.Valid() || p.Outcome == OutcomeContinuedAsNew {
+		outcome = fieldError("outcome", fmt.Sprintf("must be completed, failed or cancelled; got %q", p.Outcome))
+	}
+	return errors.Join(required("child_id", p.ChildID), required("run_id", p.RunID), outcome,
+		optionalJSON("output", p.Output))
+}
+
+// Validate implements Payload.
+func (p *RunCancelRequested) Validate() error { return nil }
+
+// Validate implements Payload.
+func (p *DecisionFailed) Validate() error {
+	return errors.Join(required("kind", p.Kind), required("detail", p.Detail))
+}
+
+// Validate implements Payload.
+func (p *RunCompleted) Validate() error { return requiredJSON("output", p.Output) }
+
+// Validate implements Payload.
+func (p *RunFailed) Validate() error {
+	return errors.Join(required("error.message", p.Error.Message), validCause(p.Cause))
+}
+
+// Validate implements Payload.
+func (p *RunCancelled) Validate() error { return validCause(p.Cause) }
+
+// Validate implements Payload.
+func (p *RunContinuedAsNew) Validate() error {
+	return errors.Join(required("successor_run_id", p.SuccessorRunID), requiredJSON("input", p.Input))
+}

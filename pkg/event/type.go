@@ -1,0 +1,88 @@
+package event
+
+// Type names an event. Values are stable strings stored in every history; never reuse or rename.
+type Type string
+
+// The event catalogue. See the payload type of the same name for each event's fields.
+const (
+	TypeRunStarted         Type = "run.started"
+	TypeStepScheduled      Type = "step.scheduled"
+	TypeStepCompleted      Type = "step.completed"
+	TypeStepFailed         Type = "step.failed"
+	TypeStepRetryScheduled Type = "step.retry_scheduled"
+	TypeStepRetryFired     Type = "step.retry_fired"
+	TypeStepCancelled      Type = "step.cancelled"
+	TypeWaitScheduled      Type = "wait.scheduled"
+	TypeWaitFired          Type = "wait.fired"
+	TypeSignalAwaited      Type = "signal.awaited"
+	TypeSignalReceived     Type = "signal.received"
+	TypeHookCreated        Type = "hook.created"
+	TypeHookReceived       Type = "hook.received"
+	TypeChildScheduled     Type = "child.scheduled"
+	TypeChildSettled       Type = "child.settled"
+	TypeRunCancelRequested Type = "run.cancel_requested"
+	TypeDecisionFailed     Type = "decision.failed"
+	TypeRunCompleted       Type = "run.completed"
+	TypeRunFailed          Type = "run.failed"
+	TypeRunCancelled       Type = "run.cancelled"
+	TypeRunContinuedAsNew  Type = "run.continued_as_new"
+)
+
+// Terminal reports whether t ends a run. At most one terminal event appears in a history, last.
+func (t Type) Terminal() bool {
+	switch t {
+	case TypeRunCompleted, TypeRunFailed, TypeRunCancelled, TypeRunContinuedAsNew:
+		return true
+	}
+	return false
+}
+
+// Known reports whether t is in the catalogue.
+func (t Type) Known() bool {
+	_, ok := factories[t]
+	return ok
+}
+
+// Types returns every catalogued type in catalogue order. The caller owns the returned slice.
+func Types() []Type {
+	return []Type{
+		TypeRunStarted, TypeStepScheduled, TypeStepCompleted, TypeStepFailed,
+		TypeStepRetryScheduled, TypeStepRetryFired, TypeStepCancelled, TypeWaitScheduled,
+		TypeWaitFired, TypeSignalAwaited, TypeSignalReceived, TypeHookCreated, TypeHookReceived,
+		TypeChildScheduled, TypeChildSettled, TypeRunCancelRequested, TypeDecisionFailed,
+		TypeRunCompleted, TypeRunFailed, TypeRunCancelled, TypeRunContinuedAsNew,
+	}
+}
+
+// New returns a zero payload of type t, or nil if t is not catalogued.
+func New(t Type) Payload {
+	f, ok := factories[t]
+	if !ok {
+		return nil
+	}
+	return f()
+}
+
+var factories = map[Type]func() Payload{
+	TypeRunStarted:         func() Payload { return new(RunStarted) },
+	TypeStepScheduled:      func() Payload { return new(StepScheduled) },
+	TypeStepCompleted:      func() Payload { return new(StepCompleted) },
+	TypeStepFailed:         func() Payload { return new(StepFailed) },
+	TypeStepRetryScheduled: func() Payload { return new(StepRetryScheduled) },
+	TypeStepRetryFired:     func() Payload { return new(StepRetryFired) },
+	TypeStepCancelled:      func() Payload { return new(StepCancelled) },
+	TypeWaitScheduled:      func() Payload { return new(WaitScheduled) },
+	TypeWaitFired:          func() Payload { return new(WaitFired) },
+	TypeSignalAwaited:      func() Payload { return new(SignalAwaited) },
+	TypeSignalReceived:     func() Payload { return new(SignalReceived) },
+	TypeHookCreated:        func() Payload { return new(HookCreated) },
+	TypeHookReceived:       func() Payload { return new(HookReceived) },
+	TypeChildScheduled:     func() Payload { return new(ChildScheduled) },
+	TypeChildSettled:       func() Payload { return new(ChildSettled) },
+	TypeRunCancelRequested: func() Payload { return new(RunCancelRequested) },
+	TypeDecisionFailed:     func() Payload { return new(DecisionFailed) },
+	TypeRunCompleted:       func() Payload { return new(RunCompleted) },
+	TypeRunFailed:          func() Payload { return new(RunFailed) },
+	TypeRunCancelled:       func() Payload { return new(RunCancelled) },
+	TypeRunContinuedAsNew:  func() Payload { return new(RunContinuedAsNew) },
+}

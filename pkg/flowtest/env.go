@@ -1,0 +1,411 @@
+// Package flowtest runs workflows end to end in memory, on a virtual clock, for tests and
+// examples. An [Env] holds an in-memory event store and the same engine workers use; every
+// operation drives the affected runs until they are suspended, blocked or ended before it
+// returns, so tests need no sleeps and no polling. Timers fire only when the test advances the
+// clock ([Env.Advance]); signals and hook deliveries are injected by the test.
+//
+// Steps run the functions registered in the registry, or mocks installed with [Env.OnStep], one
+// at a time in scheduling order, so results are deterministic.
+//
+// [Replay] verifies that workflow code still replays a recorded history, for compatibility tests
+// in CI.
+package flowtest
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"maps"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/store/memstore"
+	"github.com/flowrun/flow/pkg/event"
+	"github.com/flowrun/flow/pkg/flow"
+)
+
+// Options configure an Env. The zero value works.
+type Options struct {
+	// Start is the virtual clock's initial time. Defaults to 2026-01-01T00:00:00Z.
+	Start time.Time
+	// Logger receives engine and workflow logs. Defaults to discarding them.
+	Logger *slog.Logger
+	// SkipReplayCheck turns off the verification, on every cold load, that the workflow code
+	// replays the run's history. Defaults to false (verify).
+	SkipReplayCheck bool
+	// CacheSize is the engine's snapshot cache size. Defaults to the engine default; -1 disables
+	// the cache so that every drive loads and verifies the run's whole history.
+	CacheSize int
+}
+
+// DefaultStart is the virtual clock's default initial time.
+var DefaultStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+// StepFunc is a mock step function; its output is encoded to JSON.
+type StepFunc func(ctx context.Context, input json.RawMessage) (any, error)
+
+// Env is an in-memory Flow: store, engine, virtual clock, timer index and hook routes. Its
+// methods are safe for concurrent use but drive runs one at a time.
+type Env struct {
+	reg    *flow.Registry
+	store  *memstore.Store
+	engine *engine.Engine
+
+	driving sync.Mutex // serialises drain
+
+	mu         sync.Mutex
+	now        time.Time
+	timers     map[string]core.Timer
+	hooks      map[string][2]string
+	queue      []string
+	queued     map[string]bool
+	mocks      map[string]StepFunc
+	calls      map[string]int
+	deliveries int
+}
+
+// New returns an Env running the workflows and steps of reg. opts may be nil.
+func New(reg *flow.Registry, opts *Options) (*Env, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	start := opts.Start
+	if start.IsZero() {
+		start = DefaultStart
+	}
+	logger := opts.Logger
+	if logger == nil {
+		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	env := &Env{reg: reg, store: memstore.New(), now: start.UTC(), timers: map[string]core.Timer{},
+		hooks: map[string][2]string{}, queued: map[string]bool{}, mocks: map[string]StepFunc{}, calls: map[string]int{}}
+	cfg := engine.Config{Store: env.store, Runtime: env, Host: hostView{env}, Clock: env, Logger: logger,
+		BuildID: reg.BuildID(), StepConcurrency: 1, CacheSize: opts.CacheSize}
+	if !opts.SkipReplayCheck {
+		cfg.Replayer = reg.Replaying()
+	}
+	eng, err := engine.New(cfg)
+	if err != nil {
+		return nil, err
+	}
+	env.engine = eng
+	return env, nil
+}
+
+// StartOptions adjust [Env.Start]. The zero value works.
+type StartOptions struct {
+	// RunID is the run's ID; empty generates one.
+	RunID string
+	// Queue is the run's task queue.
+	Queue string
+}
+
+// Start starts a run of definition with input (encoded to JSON) and drives it until it is
+// suspended, blocked or ended. It returns the run ID. opts may be nil.
+func (e *Env) Start(ctx context.Context, definition string, input any, opts *StartOptions) (string, error) {
+	if opts == nil {
+		opts = &StartOptions{}
+	}
+	in, err := json.Marshal(input)
+	if err != nil {
+		return "", fmt.Errorf("encoding the input: %w", err)
+	}
+	spec, err := e.reg.Spec(definition, in)
+	if err != nil {
+		return "", err
+	}
+	runID, _, err := e.engine.Start(ctx, engine.StartParams{RunID: opts.RunID, Spec: spec, Input: in, Queue: opts.Queue})
+	if err != nil {
+		return runID, err
+	}
+	return runID, e.drain(ctx)
+}
+
+// Signal delivers signal name with payload to run runID under a fresh delivery ID, and drives.
+func (e *Env) Signal(ctx context.Context, runID, name string, payload any) error {
+	return e.SignalWithID(ctx, runID, name, payload, e.deliveryID("signal"))
+}
+
+// SignalWithID delivers a signal under deliveryID; a repeated delivery ID is accepted once.
+func (e *Env) SignalWithID(ctx context.Context, runID, name string, payload any, deliveryID string) error {
+	p, err := json.Marshal(payload)
+	if err != nil {
+		return fmt.Errorf("encoding the signal payload: %w", err)
+	}
+	if err := e.engine.Signal(ctx, runID, name, p, deliveryID); err != nil {
+		return err
+	}
+	return e.drain(ctx)
+}
+
+// DeliverHook delivers payload to the hook token routes to, under a fresh delivery ID, and
+// drives.
+func (e *Env) DeliverHook(ctx context.Context, token string, payload any) error {
+	return e.DeliverHookWithID(ctx, token, payload, e.deliveryID("hook"))
+}
+
+// DeliverHookWithID delivers payload to a hook under deliveryID.
+func (e *Env) DeliverHookWithID(ctx context.Context, token string, payload any, deliveryID string) error {
+	p, err := json.Marshal(payload)
+	if err != nil {
+		return fmt.Errorf("encoding the hook payload: %w", err)
+	}
+	if err := e.engine.DeliverHook(ctx, token, p, deliveryID); err != nil {
+		return err
+	}
+	return e.drain(ctx)
+}
+
+// Cancel requests cancellation of run runID and drives.
+func (e *Env) Cancel(ctx context.Context, runID, reason string) error {
+	if err := e.engine.Cancel(ctx, runID, reason); err != nil {
+		return err
+	}
+	return e.drain(ctx)
+}
+
+// Terminate ends run runID as failed, as an operator would, and drives.
+func (e *Env) Terminate(ctx context.Context, runID, reason string) error {
+	if err := e.engine.Terminate(ctx, runID, reason); err != nil {
+		return err
+	}
+	return e.drain(ctx)
+}
+
+// Resume drives run runID again, as a worker does when a task is redelivered.
+func (e *Env) Resume(ctx context.Context, runID string) error {
+	e.enqueue(runID)
+	return e.drain(ctx)
+}
+
+func (e *Env) enqueue(runID string) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if !e.queued[runID] {
+		e.queued[runID] = true
+		e.queue = append(e.queue, runID)
+	}
+}
+
+// Advance moves the virtual clock forward by d, firing every timer that falls due on the way in
+// due order, each at its due time, and driving the runs it resumes.
+func (e *Env) Advance(ctx context.Context, d time.Duration) error {
+	e.mu.Lock()
+	target := e.now.Add(d)
+	e.mu.Unlock()
+	for {
+		t, ok := e.nextTimer(target)
+		if !ok {
+			break
+		}
+		if err := e.engine.Fire(ctx, t); err != nil {
+			return fmt.Errorf("firing timer %s of run %q: %w", t.Key(), t.RunID, err)
+		}
+		if err := e.drain(ctx); err != nil {
+			return err
+		}
+	}
+	e.mu.Lock()
+	if target.After(e.now) {
+		e.now = target
+	}
+	e.mu.Unlock()
+	return nil
+}
+
+// nextTimer removes and returns the earliest timer due by target, moving the clock to its due
+// time.
+func (e *Env) nextTimer(target time.Time) (core.Timer, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var next core.Timer
+	var key string
+	for k, t := range e.timers {
+		if t.Due.After(target) {
+			continue
+		}
+		if key == "" || t.Due.Before(next.Due) || t.Due.Equal(next.Due) && k < key {
+			next, key = t, k
+		}
+	}
+	if key == "" {
+		return core.Timer{}, false
+	}
+	delete(e.timers, key)
+	if next.Due.After(e.now) {
+		e.now = next.Due
+	}
+	return next, true
+}
+
+// drain drives queued runs until none is queued.
+func (e *Env) drain(ctx context.Context) error {
+	e.driving.Lock()
+	defer e.driving.Unlock()
+	for {
+		e.mu.Lock()
+		if len(e.queue) == 0 {
+			e.mu.Unlock()
+			return nil
+		}
+		runID := e.queue[0]
+		e.queue = e.queue[1:]
+		delete(e.queued, runID)
+		e.mu.Unlock()
+		if _, err := e.engine.Drive(ctx, runID); err != nil {
+			return fmt.Errorf("driving run %q: %w", runID, err)
+		}
+	}
+}
+
+// Now returns the virtual time.
+func (e *Env) Now() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.now
+}
+
+// Snapshot returns the projection of run runID.
+func (e *Env) Snapshot(ctx context.Context, runID string) (*flow.Snapshot, error) {
+	return e.engine.Snapshot(ctx, runID)
+}
+
+// History returns the events of run runID.
+func (e *Env) History(ctx context.Context, runID string) ([]event.Envelope, error) {
+	hist, err := e.store.Load(ctx, runID, 0)
+	if err == nil && len(hist) == 0 {
+		err = fmt.Errorf("%w: run %q", flow.ErrNotFound, runID)
+	}
+	return hist, err
+}
+
+// Result decodes the output of run runID into out, following continuations to the run that
+// ended. For a run that did not complete it returns a *flow.RunError.
+func (e *Env) Result(ctx context.Context, runID string, out any) error {
+	for {
+		s, err := e.Snapshot(ctx, runID)
+		if err != nil {
+			return err
+		}
+		if s.Status == flow.StatusContinuedAsNew {
+			runID = s.Outcome.SuccessorRunID
+			continue
+		}
+		return flow.DecodeResult(s, out)
+	}
+}
+
+// Runs returns the IDs of every run in the store, sorted.
+func (e *Env) Runs() []string { return slices.Sorted(slices.Values(e.store.Runs())) }
+
+// PendingTimers returns the registered timers that have not fired, earliest first.
+func (e *Env) PendingTimers() []core.Timer {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	ts := slices.Collect(maps.Values(e.timers))
+	slices.SortFunc(ts, func(a, b core.Timer) int {
+		return cmp.Or(a.Due.Compare(b.Due), cmp.Compare(a.RunID, b.RunID), cmp.Compare(a.Key(), b.Key()))
+	})
+	return ts
+}
+
+// OnStep replaces step function name with fn for the runs of this Env.
+func (e *Env) OnStep(name string, fn StepFunc) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.mocks[name] = fn
+}
+
+// StepCalls returns how many attempts of step function name have run.
+func (e *Env) StepCalls(name string) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.calls[name]
+}
+
+func (e *Env) deliveryID(kind string) string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.deliveries++
+	return fmt.Sprintf("flowtest-%s-%d", kind, e.deliveries)
+}
+
+// The methods below make Env the engine's runtime, host (through hostView) and clock.
+
+// Identity implements engine.Runtime.
+func (e *Env) Identity(definition string) (core.Identity, error) { return e.reg.Identity(definition) }
+
+// RunWorkflow implements engine.Runtime.
+func (e *Env) RunWorkflow(definition string, input json.RawMessage, history *core.Snapshot) (core.Decision, error) {
+	return e.reg.RunWorkflow(definition, input, history)
+}
+
+// RunStep implements engine.Runtime: a mock if one is installed, else the registered function.
+func (e *Env) RunStep(ctx context.Context, a core.Attempt) core.StepOutcome {
+	e.mu.Lock()
+	e.calls[a.Name]++
+	mock, ok := e.mocks[a.Name]
+	e.mu.Unlock()
+	if !ok {
+		return e.reg.RunStep(ctx, a)
+	}
+	out, err := mock(ctx, a.Input)
+	if err != nil {
+		return core.StepOutcome{Err: &event.ErrorInfo{Kind: flow.KindOf(err), Message: err.Error()}, NonRetryable: flow.IsNonRetryable(err)}
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return core.StepOutcome{Err: &event.ErrorInfo{Kind: flow.KindInvalidOutput, Message: err.Error()}, NonRetryable: true}
+	}
+	return core.StepOutcome{Output: b}
+}
+
+// ScheduleTimers implements engine.Host.
+func (e *Env) ScheduleTimers(_ context.Context, ts []core.Timer) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, t := range ts {
+		e.timers[t.RunID+"/"+t.Key()] = t
+	}
+	return nil
+}
+
+// RegisterHook implements engine.Host.
+func (e *Env) RegisterHook(_ context.Context, token, runID, hookID string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if owner, ok := e.hooks[token]; ok && owner != [2]string{runID, hookID} {
+		return fmt.Errorf("%w: token routes to hook %q of run %q", engine.ErrTokenTaken, owner[1], owner[0])
+	}
+	e.hooks[token] = [2]string{runID, hookID}
+	return nil
+}
+
+// LookupHook implements engine.Host.
+func (e *Env) LookupHook(_ context.Context, token string) (string, string, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	owner, ok := e.hooks[token]
+	if !ok {
+		return "", "", fmt.Errorf("%w: no hook has token %q", flow.ErrNotFound, token)
+	}
+	return owner[0], owner[1], nil
+}
+
+// hostView is the engine's view of Env as its host: Resume queues the run for the operation
+// in progress to drive, instead of driving it at once.
+type hostView struct{ *Env }
+
+var _ engine.Host = hostView{}
+
+// Resume implements engine.Host.
+func (h hostView) Resume(_ context.Context, runID string) error {
+	h.enqueue(runID)
+	return nil
+}
