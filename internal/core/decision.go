@@ -108,10 +108,10 @@ func (d ScheduleSteps) Describe() string {
 	}
 	return describe("ScheduleSteps", ids...)
 }
-func (d WaitUntil) Describe() string     { return describe("WaitUntil", d.ID) }
-func (d Sleep) Describe() string         { return describe("Sleep", d.ID) }
-func (d AwaitSignal) Describe() string   { return describe("AwaitSignal", d.WaitID, d.Name) }
-func (d CreateHook) Describe() string    { return describe("CreateHook", d.ID) }
+func (d WaitUntil) Describe() string   { return describe("WaitUntil", d.ID) }
+func (d Sleep) Describe() string       { return describe("Sleep", d.ID) }
+func (d AwaitSignal) Describe() string { return describe("AwaitSignal", d.WaitID, d.Name) }
+func (d CreateHook) Describe() string  { return describe("CreateHook", d.ID) }
 func (d StartChildren) Describe() string {
 	ids := make([]string, len(d.Children))
 	for i, c := range d.Children {

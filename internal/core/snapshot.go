@@ -50,7 +50,7 @@ const (
 	// StepRunning: an attempt is in flight (it may be running, or about to be run).
 	StepRunning StepStatus = "running"
 	// StepRetrying: an attempt failed; the next one waits for its backoff (RetryDue).
-	StepRetrying StepStatus = "retrying"
+	StepRetrying  StepStatus = "retrying"
 	StepCompleted StepStatus = "completed"
 	StepFailed    StepStatus = "failed"
 	StepCancelled StepStatus = "cancelled"
@@ -71,10 +71,10 @@ type Step struct {
 	BatchSeq uint64     `json:"batch_seq"`
 	Status   StepStatus `json:"status"`
 	// Attempt is the attempt in flight, due next, or last run once settled.
-	Attempt  int       `json:"attempt"`
-	RetryDue time.Time `json:"retry_due,omitzero"`
-	Output json.RawMessage  `json:"output,omitempty"`
-	Error  *event.ErrorInfo `json:"error,omitempty"`
+	Attempt  int              `json:"attempt"`
+	RetryDue time.Time        `json:"retry_due,omitzero"`
+	Output   json.RawMessage  `json:"output,omitempty"`
+	Error    *event.ErrorInfo `json:"error,omitempty"`
 	// SideEffectUnknown is set when the step was cancelled while an attempt may have run.
 	SideEffectUnknown bool   `json:"side_effect_unknown,omitempty"`
 	SettledSeq        uint64 `json:"settled_seq,omitempty"`
