@@ -208,6 +208,9 @@ func (s *Snapshot) checkInFlight(e event.Envelope, id string, attempt int) error
 	if err != nil {
 		return err
 	}
+	if st.Status.Settled() {
+		return s.fail(e, "step_state", "%s for step %q attempt %d, but the step already settled (%s) at seq %d", e.Type(), id, attempt, st.Status, st.SettledSeq)
+	}
 	if st.Status != StepRunning || st.Attempt != attempt {
 		return s.fail(e, "step_state", "%s for step %q attempt %d, but the step is %s at attempt %d", e.Type(), id, attempt, st.Status, st.Attempt)
 	}

@@ -22,7 +22,7 @@ func (v Violation) String() string { return fmt.Sprintf("seq %d: %s: %s", v.Seq,
 // hook and child event refers to an ID scheduled earlier; a step settles at most once and
 // nothing about it follows; unsettled steps are cancelled before the terminal event; no
 // decision identity or delivery is recorded twice. After a violation the offending event is
-// skipped (or, for a sequence gap, the count resynchronised) so that later ones are found too.
+// skipped and the count resynchronised, so that later violations are found too.
 func Check(runID string, history []event.Envelope) []Violation {
 	var vs []Violation
 	s := New(runID)
@@ -33,11 +33,16 @@ func Check(runID string, history []event.Envelope) []Violation {
 			continue
 		}
 		vs = append(vs, Violation{Seq: e.Seq, Rule: he.Rule, Detail: he.Detail})
-		if he.Rule == "sequence" && e.Seq > s.Seq+1 {
+		switch {
+		case he.Rule == "sequence" && e.Seq > s.Seq+1:
 			s.Seq = e.Seq - 1
 			if err := s.Apply(e); err != nil && errors.As(err, &he) {
 				vs = append(vs, Violation{Seq: e.Seq, Rule: he.Rule, Detail: he.Detail})
+				s.Seq = e.Seq
 			}
+		case he.Rule != "sequence":
+			// Skip the event's effect but count it, so the next event is not reported too.
+			s.Seq = e.Seq
 		}
 	}
 	if s.expectRetry != "" {

@@ -87,7 +87,7 @@ func exhaustion(s *Snapshot) []event.Payload {
 	st := s.Steps[s.exhausted[0]]
 	e := event.ErrorInfo{Kind: st.Error.Kind,
 		Message: fmt.Sprintf("step %q (%s) failed after %d attempt(s): %s", st.ID, st.Name, st.Attempt, st.Error.Message)}
-	reason := fmt.Sprintf("step %q exhausted its retries and its policy ends the run", st.ID)
+	reason := fmt.Sprintf("step %q failed for the last time and its retry policy ends the run", st.ID)
 	return endEvents(s, &event.RunFailed{Error: e, Cause: event.CauseStepExhausted}, event.CauseStepExhausted, reason)
 }
 

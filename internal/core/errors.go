@@ -51,8 +51,9 @@ type NonDeterminismError struct {
 	Kind string
 	// ID is the identity compared (step ID, wait ID, ...); empty for run-level fields.
 	ID string
-	// Field is the field that differs: name, input, retry, deadline, duration, signal_name,
-	// token, metadata, definition, cancel_policy, members, kind, build_id, patches or decision.
+	// Field is the field that differs: step_id, wait_id, hook_id, child_id, name, input, retry,
+	// deadline, duration, signal_name, token, metadata, definition, cancel_policy, members,
+	// kind, output, successor_run_id, build_id, patches, event or decision.
 	Field string
 	// Recorded and New render the two values.
 	Recorded string
@@ -64,7 +65,7 @@ type NonDeterminismError struct {
 // Code returns the documented error code.
 func (e *NonDeterminismError) Code() string {
 	switch e.Field {
-	case "decision", "kind", "members":
+	case "decision", "kind", "members", "step_id", "wait_id", "hook_id", "child_id", "event":
 		return CodeDecisionMismatch
 	case "build_id", "patches":
 		return CodeVersionMismatch
@@ -79,7 +80,14 @@ func (e *NonDeterminismError) Error() string {
 	if e.ID != "" {
 		subject = fmt.Sprintf("%s %q", e.Kind, e.ID)
 	}
-	fmt.Fprintf(&b, "%s field %s was %s at seq %d, but the workflow code now gives %s; ", subject, e.Field, e.Recorded, e.Seq, e.New)
+	switch e.Field {
+	case "decision":
+		fmt.Fprintf(&b, "at seq %d history has %s, but the workflow code now gives %s; ", e.Seq, e.Recorded, e.New)
+	case "kind":
+		fmt.Fprintf(&b, "ID %q was recorded for a %s at seq %d, but the workflow code now uses it for a %s; ", e.ID, e.Recorded, e.Seq, e.New)
+	default:
+		fmt.Fprintf(&b, "%s field %s was %s at seq %d, but the workflow code now gives %s; ", subject, e.Field, e.Recorded, e.Seq, e.New)
+	}
 	b.WriteString(e.hint())
 	return b.String()
 }
@@ -90,7 +98,7 @@ func (e *NonDeterminismError) hint() string {
 		return "possible causes: this run is pinned to another build of the code; what to do: let a worker of the recorded build decide it, or cancel the run"
 	case "patches":
 		return "possible causes: the run started with a patch marker that this code no longer declares; what to do: keep declaring the patch until no run that recorded it is open"
-	case "decision", "kind", "members":
+	case "decision", "kind", "members", "step_id", "wait_id", "hook_id", "child_id", "event":
 		return "possible causes: the workflow code changed its sequence of decisions while this run was in flight, or a decision depends on a clock, randomness, the environment or a global; what to do: deploy code that replays this history (guard the change with ctx.Patched and a patch marker, or a new build ID), and read changing values in a step"
 	}
 	return "possible causes: a value the workflow computes changed between executions (read a clock, randomness, the environment or a global in a decision) or the workflow code changed while this run was in flight; what to do: read changing values in a step and use its output, and guard code changes with ctx.Patched and a patch marker or deploy them under a new build ID"

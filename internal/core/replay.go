@@ -66,6 +66,9 @@ func compareRecorded(runID string, rec event.Envelope, got event.Payload) error 
 	switch r := rec.Payload.(type) {
 	case *event.StepScheduled:
 		g := got.(*event.StepScheduled)
+		if len(r.Steps) == 1 && len(g.Steps) == 1 && r.Steps[0].ID != g.Steps[0].ID {
+			return mismatch(runID, kindStep, r.Steps[0].ID, "step_id", r.Steps[0].ID, g.Steps[0].ID, rec.Seq)
+		}
 		if err := compareMembers(runID, kindStep, stepIDs(r.Steps), rec.Seq, stepIDs(g.Steps)); err != nil {
 			return err
 		}
@@ -77,6 +80,9 @@ func compareRecorded(runID string, rec event.Envelope, got event.Payload) error 
 		return nil
 	case *event.ChildScheduled:
 		g := got.(*event.ChildScheduled)
+		if len(r.Children) == 1 && len(g.Children) == 1 && r.Children[0].ChildID != g.Children[0].ChildID {
+			return mismatch(runID, kindChild, r.Children[0].ChildID, "child_id", r.Children[0].ChildID, g.Children[0].ChildID, rec.Seq)
+		}
 		if err := compareMembers(runID, kindChild, childIDs(r.Children), rec.Seq, childIDs(g.Children)); err != nil {
 			return err
 		}
@@ -89,19 +95,19 @@ func compareRecorded(runID string, rec event.Envelope, got event.Payload) error 
 	case *event.WaitScheduled:
 		g := got.(*event.WaitScheduled)
 		if r.WaitID != g.WaitID {
-			return decisionMismatch()
+			return mismatch(runID, kindWait, r.WaitID, "wait_id", r.WaitID, g.WaitID, rec.Seq)
 		}
 		return compareWait(runID, r, rec.Seq, g)
 	case *event.SignalAwaited:
 		g := got.(*event.SignalAwaited)
 		if r.WaitID != g.WaitID {
-			return decisionMismatch()
+			return mismatch(runID, kindSignalWait, r.WaitID, "wait_id", r.WaitID, g.WaitID, rec.Seq)
 		}
 		return compareSignalWait(runID, r, rec.Seq, g)
 	case *event.HookCreated:
 		g := got.(*event.HookCreated)
 		if r.HookID != g.HookID {
-			return decisionMismatch()
+			return mismatch(runID, kindHook, r.HookID, "hook_id", r.HookID, g.HookID, rec.Seq)
 		}
 		return compareHook(runID, r, rec.Seq, g)
 	case *event.RunContinuedAsNew:

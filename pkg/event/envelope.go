@@ -102,3 +102,14 @@ func DecodePayload(t Type, data []byte) (Payload, error) {
 	}
 	return p, nil
 }
+
+// Decode decodes one JSON envelope. Unlike json.Unmarshal, every error, syntax errors included,
+// wraps ErrMalformed or ErrUnknownType.
+func Decode(b []byte) (Envelope, error) {
+	var e Envelope
+	err := json.Unmarshal(b, &e)
+	if err != nil && !errors.Is(err, ErrMalformed) && !errors.Is(err, ErrUnknownType) {
+		err = fmt.Errorf("%w: %w", ErrMalformed, err)
+	}
+	return e, err
+}

@@ -66,9 +66,11 @@ func (s *Store) Load(ctx context.Context, runID string, after uint64) ([]event.E
 	s.mu.RUnlock()
 	out := make([]event.Envelope, len(stored))
 	for i, b := range stored {
-		if err := json.Unmarshal(b, &out[i]); err != nil {
+		e, err := event.Decode(b)
+		if err != nil {
 			return nil, fmt.Errorf("decoding seq %d of run %q: %w", after+uint64(i)+1, runID, err)
 		}
+		out[i] = e
 	}
 	return out, nil
 }
