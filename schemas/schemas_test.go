@@ -7,6 +7,7 @@ import (
 	"go/token"
 	"io/fs"
 	"maps"
+	"path"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -145,10 +146,10 @@ func validate(t *testing.T, s *jsonschema.Schema, data []byte) error {
 	return schemas.Validate(s, data)
 }
 
-// rawSchema reads the schema file at path as a JSON object.
-func rawSchema(t *testing.T, path string) map[string]any {
+// rawSchema reads the schema file at p as a JSON object.
+func rawSchema(t *testing.T, p string) map[string]any {
 	t.Helper()
-	b, err := fs.ReadFile(schemas.FS, path)
+	b, err := fs.ReadFile(schemas.FS, p)
 	require.NoError(t, err)
 	var m map[string]any
 	require.NoError(t, json.Unmarshal(b, &m))
@@ -247,7 +248,7 @@ func TestSchemaFiles(t *testing.T) {
 			require.Equal(t, schemas.BaseURL+p, s["$id"], p)
 			require.NotEmpty(t, s["title"], p)
 			require.NotEmpty(t, s["description"], p)
-			if dir, name := filepath.Split(p); dir == "events/" {
+			if dir, name := path.Split(p); dir == "events/" {
 				require.Equal(t, strings.TrimSuffix(name, ".json"), s["title"], p)
 				require.Equal(t, "object", s["type"], p)
 			}
@@ -256,12 +257,12 @@ func TestSchemaFiles(t *testing.T) {
 
 	t.Run("EveryPropertyIsDescribed", func(t *testing.T) {
 		t.Parallel()
-		var check func(path string, schema map[string]any)
-		check = func(path string, schema map[string]any) {
+		var check func(loc string, schema map[string]any)
+		check = func(loc string, schema map[string]any) {
 			for _, key := range []string{"properties", "$defs"} {
 				named, _ := schema[key].(map[string]any)
 				for name, sub := range named {
-					where := path + "/" + key + "/" + name
+					where := loc + "/" + key + "/" + name
 					m := object(t, sub, where)
 					desc, _ := m["description"].(string)
 					require.NotEmpty(t, desc, "%s has no description", where)
