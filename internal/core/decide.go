@@ -108,7 +108,7 @@ func (e *PanicError) Error() string {
 func (e *PanicError) Location() string {
 	lines := strings.Split(string(e.Stack), "\n")
 	var frames []string
-	for i := 1; i+1 < len(lines) && len(frames) < 4; i += 2 {
+	for i := 1; i+1 < len(lines) && len(frames) < 3; i += 2 {
 		fn, loc := strings.TrimSpace(lines[i]), strings.TrimSpace(lines[i+1])
 		if fn == "" {
 			break
@@ -120,13 +120,16 @@ func (e *PanicError) Location() string {
 			loc = loc[:j]
 		}
 		if strings.HasPrefix(fn, "runtime/debug.") || strings.HasPrefix(fn, "runtime.") || strings.HasPrefix(fn, "panic") ||
-			strings.Contains(fn, "/pkg/flow.") && strings.Contains(fn, "recover") {
+			strings.HasPrefix(fn, flowPackage) {
 			continue
 		}
 		frames = append(frames, fmt.Sprintf("%s (%s)", fn, loc))
 	}
 	return strings.Join(frames, "; ")
 }
+
+// flowPackage prefixes the frames of the SDK that calls workflow code, which Location skips.
+const flowPackage = "github.com/flowrun/flow/pkg/flow."
 
 // Failure kinds recorded in decision.failed.
 const (

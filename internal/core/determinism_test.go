@@ -31,101 +31,119 @@ func TestNonDeterminism(t *testing.T) {
 		wantSeq   uint64
 	}{
 		{
-			name:      "StepID",
-			history:   func(t *testing.T) *history { return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("reserve", "reserveStock", `1`))) },
-			check:     replayWith(always(core.ScheduleSteps{Steps: []core.StepCall{call("charge", "reserveStock", `1`)}})),
-			wantKind:  "step", wantID: "reserve", wantField: "step_id", wantSeq: 2,
+			name: "StepID",
+			history: func(t *testing.T) *history {
+				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("reserve", "reserveStock", `1`)))
+			},
+			check:    replayWith(always(core.ScheduleSteps{Steps: []core.StepCall{call("charge", "reserveStock", `1`)}})),
+			wantKind: "step", wantID: "reserve", wantField: "step_id", wantSeq: 2,
 		},
 		{
-			name:      "StepName",
-			history:   func(t *testing.T) *history { return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("read-rate", "readExchangeRate", `1`))) },
-			check:     validate(core.ScheduleSteps{Steps: []core.StepCall{call("read-rate", "readRateV2", `1`)}}),
-			wantKind:  "step", wantID: "read-rate", wantField: "name", wantSeq: 2,
+			name: "StepName",
+			history: func(t *testing.T) *history {
+				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("read-rate", "readExchangeRate", `1`)))
+			},
+			check:    validate(core.ScheduleSteps{Steps: []core.StepCall{call("read-rate", "readRateV2", `1`)}}),
+			wantKind: "step", wantID: "read-rate", wantField: "name", wantSeq: 2,
 		},
 		{
 			name: "StepInput",
 			history: func(t *testing.T) *history {
 				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("read-rate", "readExchangeRate", `{"pair":"CNY/USD"}`)))
 			},
-			check:     validate(core.ScheduleSteps{Steps: []core.StepCall{call("read-rate", "readExchangeRate", `{"pair":"EUR/USD"}`)}}),
-			wantKind:  "step", wantID: "read-rate", wantField: "input", wantSeq: 2,
+			check:    validate(core.ScheduleSteps{Steps: []core.StepCall{call("read-rate", "readExchangeRate", `{"pair":"EUR/USD"}`)}}),
+			wantKind: "step", wantID: "read-rate", wantField: "input", wantSeq: 2,
 		},
 		{
-			name:    "StepRetryPolicy",
-			history: func(t *testing.T) *history { return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("charge", "chargeCard", `1`))) },
+			name: "StepRetryPolicy",
+			history: func(t *testing.T) *history {
+				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("charge", "chargeCard", `1`)))
+			},
 			check: validate(core.ScheduleSteps{Steps: []core.StepCall{{ID: "charge", Name: "chargeCard",
 				Input: json.RawMessage(`1`), Retry: policy5}}}),
 			wantKind: "step", wantID: "charge", wantField: "retry", wantSeq: 2,
 		},
 		{
-			name:      "WaitID",
-			history:   func(t *testing.T) *history { return newHistory(t, "r", event.Spec{}).add(&event.WaitScheduled{WaitID: "cool-down", Deadline: deadline}) },
-			check:     replayWith(always(core.WaitUntil{ID: "warm-up", Deadline: deadline})),
-			wantKind:  "wait", wantID: "cool-down", wantField: "wait_id", wantSeq: 2,
+			name: "WaitID",
+			history: func(t *testing.T) *history {
+				return newHistory(t, "r", event.Spec{}).add(&event.WaitScheduled{WaitID: "cool-down", Deadline: deadline})
+			},
+			check:    replayWith(always(core.WaitUntil{ID: "warm-up", Deadline: deadline})),
+			wantKind: "wait", wantID: "cool-down", wantField: "wait_id", wantSeq: 2,
 		},
 		{
-			name:      "WaitDeadline",
-			history:   func(t *testing.T) *history { return newHistory(t, "r", event.Spec{}).add(&event.WaitScheduled{WaitID: "cool-down", Deadline: deadline}) },
-			check:     validate(core.WaitUntil{ID: "cool-down", Deadline: deadline.Add(time.Millisecond)}),
-			wantKind:  "wait", wantID: "cool-down", wantField: "deadline", wantSeq: 2,
+			name: "WaitDeadline",
+			history: func(t *testing.T) *history {
+				return newHistory(t, "r", event.Spec{}).add(&event.WaitScheduled{WaitID: "cool-down", Deadline: deadline})
+			},
+			check:    validate(core.WaitUntil{ID: "cool-down", Deadline: deadline.Add(time.Millisecond)}),
+			wantKind: "wait", wantID: "cool-down", wantField: "deadline", wantSeq: 2,
 		},
 		{
 			name: "WaitDuration",
 			history: func(t *testing.T) *history {
 				return newHistory(t, "r", event.Spec{}).add(&event.WaitScheduled{WaitID: "cool-down", Deadline: epoch.Add(10 * time.Minute), Duration: event.Duration(10 * time.Minute)})
 			},
-			check:     validate(core.Sleep{ID: "cool-down", Duration: 20 * time.Minute}),
-			wantKind:  "wait", wantID: "cool-down", wantField: "duration", wantSeq: 2,
+			check:    validate(core.Sleep{ID: "cool-down", Duration: 20 * time.Minute}),
+			wantKind: "wait", wantID: "cool-down", wantField: "duration", wantSeq: 2,
 		},
 		{
-			name:      "HookID",
-			history:   func(t *testing.T) *history { return newHistory(t, "r", event.Spec{}).add(&event.HookCreated{HookID: "approval", Token: "tok-1"}) },
-			check:     replayWith(always(core.CreateHook{ID: "sign-off", Token: "tok-1"})),
-			wantKind:  "hook", wantID: "approval", wantField: "hook_id", wantSeq: 2,
+			name: "HookID",
+			history: func(t *testing.T) *history {
+				return newHistory(t, "r", event.Spec{}).add(&event.HookCreated{HookID: "approval", Token: "tok-1"})
+			},
+			check:    replayWith(always(core.CreateHook{ID: "sign-off", Token: "tok-1"})),
+			wantKind: "hook", wantID: "approval", wantField: "hook_id", wantSeq: 2,
 		},
 		{
-			name:      "HookToken",
-			history:   func(t *testing.T) *history { return newHistory(t, "r", event.Spec{}).add(&event.HookCreated{HookID: "approval", Token: "tok-1"}) },
-			check:     validate(core.CreateHook{ID: "approval", Token: "tok-2"}),
-			wantKind:  "hook", wantID: "approval", wantField: "token", wantSeq: 2,
+			name: "HookToken",
+			history: func(t *testing.T) *history {
+				return newHistory(t, "r", event.Spec{}).add(&event.HookCreated{HookID: "approval", Token: "tok-1"})
+			},
+			check:    validate(core.CreateHook{ID: "approval", Token: "tok-2"}),
+			wantKind: "hook", wantID: "approval", wantField: "token", wantSeq: 2,
 		},
 		{
 			name: "HookMetadata",
 			history: func(t *testing.T) *history {
 				return newHistory(t, "r", event.Spec{}).add(&event.HookCreated{HookID: "approval", Token: "tok-1", Metadata: json.RawMessage(`{"approver":"ops"}`)})
 			},
-			check:     validate(core.CreateHook{ID: "approval", Token: "tok-1", Metadata: json.RawMessage(`{"approver":"finance"}`)}),
-			wantKind:  "hook", wantID: "approval", wantField: "metadata", wantSeq: 2,
+			check:    validate(core.CreateHook{ID: "approval", Token: "tok-1", Metadata: json.RawMessage(`{"approver":"finance"}`)}),
+			wantKind: "hook", wantID: "approval", wantField: "metadata", wantSeq: 2,
 		},
 		{
-			name:      "SignalWaitID",
-			history:   func(t *testing.T) *history { return newHistory(t, "r", event.Spec{}).add(&event.SignalAwaited{WaitID: "payment", Name: "paid"}) },
-			check:     replayWith(always(core.AwaitSignal{WaitID: "shipment", Name: "paid"})),
-			wantKind:  "signal_wait", wantID: "payment", wantField: "wait_id", wantSeq: 2,
+			name: "SignalWaitID",
+			history: func(t *testing.T) *history {
+				return newHistory(t, "r", event.Spec{}).add(&event.SignalAwaited{WaitID: "payment", Name: "paid"})
+			},
+			check:    replayWith(always(core.AwaitSignal{WaitID: "shipment", Name: "paid"})),
+			wantKind: "signal_wait", wantID: "payment", wantField: "wait_id", wantSeq: 2,
 		},
 		{
-			name:      "SignalName",
-			history:   func(t *testing.T) *history { return newHistory(t, "r", event.Spec{}).add(&event.SignalAwaited{WaitID: "payment", Name: "paid"}) },
-			check:     validate(core.AwaitSignal{WaitID: "payment", Name: "payment-received"}),
-			wantKind:  "signal_wait", wantID: "payment", wantField: "signal_name", wantSeq: 2,
+			name: "SignalName",
+			history: func(t *testing.T) *history {
+				return newHistory(t, "r", event.Spec{}).add(&event.SignalAwaited{WaitID: "payment", Name: "paid"})
+			},
+			check:    validate(core.AwaitSignal{WaitID: "payment", Name: "payment-received"}),
+			wantKind: "signal_wait", wantID: "payment", wantField: "signal_name", wantSeq: 2,
 		},
 		{
-			name:      "ChildID",
-			history:   childHistory,
-			check:     replayWith(always(core.StartChildren{Children: []core.ChildCall{{ID: "refund", Definition: "payment", Input: json.RawMessage(`{"amount":10}`)}}})),
-			wantKind:  "child", wantID: "pay", wantField: "child_id", wantSeq: 2,
+			name:     "ChildID",
+			history:  childHistory,
+			check:    replayWith(always(core.StartChildren{Children: []core.ChildCall{{ID: "refund", Definition: "payment", Input: json.RawMessage(`{"amount":10}`)}}})),
+			wantKind: "child", wantID: "pay", wantField: "child_id", wantSeq: 2,
 		},
 		{
-			name:      "ChildDefinition",
-			history:   childHistory,
-			check:     validate(core.StartChildren{Children: []core.ChildCall{{ID: "pay", Definition: "paymentV2", Input: json.RawMessage(`{"amount":10}`)}}}),
-			wantKind:  "child", wantID: "pay", wantField: "definition", wantSeq: 2,
+			name:     "ChildDefinition",
+			history:  childHistory,
+			check:    validate(core.StartChildren{Children: []core.ChildCall{{ID: "pay", Definition: "paymentV2", Input: json.RawMessage(`{"amount":10}`)}}}),
+			wantKind: "child", wantID: "pay", wantField: "definition", wantSeq: 2,
 		},
 		{
-			name:      "ChildInput",
-			history:   childHistory,
-			check:     validate(core.StartChildren{Children: []core.ChildCall{{ID: "pay", Definition: "payment", Input: json.RawMessage(`{"amount":11}`)}}}),
-			wantKind:  "child", wantID: "pay", wantField: "input", wantSeq: 2,
+			name:     "ChildInput",
+			history:  childHistory,
+			check:    validate(core.StartChildren{Children: []core.ChildCall{{ID: "pay", Definition: "payment", Input: json.RawMessage(`{"amount":11}`)}}}),
+			wantKind: "child", wantID: "pay", wantField: "input", wantSeq: 2,
 		},
 		{
 			name:    "ChildCancellationPolicy",
@@ -139,12 +157,14 @@ func TestNonDeterminism(t *testing.T) {
 			history: func(t *testing.T) *history {
 				return newHistory(t, "r", event.Spec{}).add(&event.RunContinuedAsNew{SuccessorRunID: "r=1", Input: json.RawMessage(`{"cursor":100}`)})
 			},
-			check:     replayWith(always(core.ContinueAsNew{Input: json.RawMessage(`{"cursor":200}`)})),
-			wantKind:  "continue_as_new", wantField: "input", wantSeq: 2,
+			check:    replayWith(always(core.ContinueAsNew{Input: json.RawMessage(`{"cursor":200}`)})),
+			wantKind: "continue_as_new", wantField: "input", wantSeq: 2,
 		},
 		{
-			name:    "PatchMarkers",
-			history: func(t *testing.T) *history { return newHistory(t, "r", event.Spec{Patches: []string{"use-new-pricing"}}) },
+			name: "PatchMarkers",
+			history: func(t *testing.T) *history {
+				return newHistory(t, "r", event.Spec{Patches: []string{"use-new-pricing"}})
+			},
 			check: func(h *history) error {
 				_, err := core.Decide(h.snapshot(), script{id: core.Identity{Patches: []string{"other"}}, fn: nil}, core.DecideOptions{})
 				return err
@@ -170,16 +190,20 @@ func TestNonDeterminism(t *testing.T) {
 			wantKind: "step", wantID: "reserve-a", wantField: "members", wantSeq: 2,
 		},
 		{
-			name:      "IdentityKind",
-			history:   func(t *testing.T) *history { return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("pause", "notify", `1`))) },
-			check:     validate(core.Sleep{ID: "pause", Duration: time.Minute}),
-			wantKind:  "step", wantID: "pause", wantField: "kind", wantSeq: 2,
+			name: "IdentityKind",
+			history: func(t *testing.T) *history {
+				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("pause", "notify", `1`)))
+			},
+			check:    validate(core.Sleep{ID: "pause", Duration: time.Minute}),
+			wantKind: "step", wantID: "pause", wantField: "kind", wantSeq: 2,
 		},
 		{
-			name:      "DecisionKind",
-			history:   func(t *testing.T) *history { return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("charge", "chargeCard", `1`))) },
-			check:     replayWith(always(core.Sleep{ID: "cool-down", Duration: time.Minute})),
-			wantKind:  "decision", wantField: "decision", wantSeq: 2,
+			name: "DecisionKind",
+			history: func(t *testing.T) *history {
+				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("charge", "chargeCard", `1`)))
+			},
+			check:    replayWith(always(core.Sleep{ID: "cool-down", Duration: time.Minute})),
+			wantKind: "decision", wantField: "decision", wantSeq: 2,
 		},
 	}
 	for _, tt := range tests {

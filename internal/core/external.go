@@ -139,8 +139,12 @@ func Fire(s *Snapshot, t Timer) ([]event.Payload, error) {
 }
 
 // ReceiveSignal returns the event that records signal name with payload, delivered under
-// deliveryID. ErrDuplicate if that delivery was recorded; ErrTerminal if the run ended.
+// deliveryID. ErrDuplicate if that delivery was recorded, even if the run ended since;
+// otherwise ErrTerminal if the run ended.
 func ReceiveSignal(s *Snapshot, name string, payload json.RawMessage, deliveryID string) ([]event.Payload, error) {
+	if s.Seq > 0 && deliveryID != "" && s.DeliverySeen(deliveryID) {
+		return nil, fmt.Errorf("%w: signal delivery %q to run %q", ErrDuplicate, deliveryID, s.RunID)
+	}
 	if err := live(s); err != nil {
 		return nil, err
 	}
@@ -154,9 +158,6 @@ func ReceiveSignal(s *Snapshot, name string, payload json.RawMessage, deliveryID
 	if err != nil {
 		return nil, fmt.Errorf("%w: signal %q payload is not valid JSON: %w", ErrInvalidInput, name, err)
 	}
-	if s.DeliverySeen(deliveryID) {
-		return nil, fmt.Errorf("%w: signal delivery %q to run %q", ErrDuplicate, deliveryID, s.RunID)
-	}
 	return []event.Payload{&event.SignalReceived{Name: name, Payload: p, DeliveryID: deliveryID}}, nil
 }
 
@@ -164,10 +165,13 @@ func ReceiveSignal(s *Snapshot, name string, payload json.RawMessage, deliveryID
 // ErrDuplicate if the hook already received this delivery; ErrAlreadyReceived if it received
 // another; ErrNotFound if the run has no such hook; ErrTerminal if the run ended.
 func ReceiveHook(s *Snapshot, hookID string, payload json.RawMessage, deliveryID string) ([]event.Payload, error) {
+	h, ok := s.Hooks[hookID]
+	if ok && h.Received && h.DeliveryID == deliveryID {
+		return nil, fmt.Errorf("%w: hook %q delivery %q", ErrDuplicate, hookID, deliveryID)
+	}
 	if err := live(s); err != nil {
 		return nil, err
 	}
-	h, ok := s.Hooks[hookID]
 	if !ok {
 		return nil, fmt.Errorf("%w: hook %q in run %q", ErrNotFound, hookID, s.RunID)
 	}
@@ -175,9 +179,6 @@ func ReceiveHook(s *Snapshot, hookID string, payload json.RawMessage, deliveryID
 		return nil, fmt.Errorf("%w: delivery to hook %q has no delivery ID", ErrInvalidInput, hookID)
 	}
 	if h.Received {
-		if h.DeliveryID == deliveryID {
-			return nil, fmt.Errorf("%w: hook %q delivery %q", ErrDuplicate, hookID, deliveryID)
-		}
 		return nil, fmt.Errorf("%w: hook %q of run %q received delivery %q at seq %d", ErrAlreadyReceived, hookID, s.RunID, h.DeliveryID, h.ReceivedSeq)
 	}
 	p, err := CanonicalJSON(payload)

@@ -217,4 +217,3 @@ func parseDecision(t *testing.T, d string) core.Decision {
 	}
 	return nil
 }
-

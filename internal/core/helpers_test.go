@@ -50,7 +50,9 @@ func stepSpec(id, name, input string) event.StepSpec {
 	return event.StepSpec{ID: id, Name: name, Input: json.RawMessage(input), Retry: event.RetryPolicy{}.Normalize()}
 }
 
-func scheduled(steps ...event.StepSpec) *event.StepScheduled { return &event.StepScheduled{Steps: steps} }
+func scheduled(steps ...event.StepSpec) *event.StepScheduled {
+	return &event.StepScheduled{Steps: steps}
+}
 
 func call(id, name, input string) core.StepCall {
 	return core.StepCall{ID: id, Name: name, Input: json.RawMessage(input)}

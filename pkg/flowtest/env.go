@@ -15,6 +15,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -53,8 +54,12 @@ type StepFunc func(ctx context.Context, input json.RawMessage) (any, error)
 // Env is an in-memory Flow: store, engine, virtual clock, timer index and hook routes. Its
 // methods are safe for concurrent use but drive runs one at a time.
 type Env struct {
-	reg    *flow.Registry
 	store  *memstore.Store
+	opts   Options
+	logger *slog.Logger
+
+	// reg and engine change on Deploy; read them under mu.
+	reg    *flow.Registry
 	engine *engine.Engine
 
 	driving sync.Mutex // serialises drain
@@ -83,19 +88,33 @@ func New(reg *flow.Registry, opts *Options) (*Env, error) {
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	env := &Env{reg: reg, store: memstore.New(), now: start.UTC(), timers: map[string]core.Timer{},
+	env := &Env{store: memstore.New(), now: start.UTC(), timers: map[string]core.Timer{}, opts: *opts, logger: logger,
 		hooks: map[string][2]string{}, queued: map[string]bool{}, mocks: map[string]StepFunc{}, calls: map[string]int{}}
-	cfg := engine.Config{Store: env.store, Runtime: env, Host: hostView{env}, Clock: env, Logger: logger,
-		BuildID: reg.BuildID(), StepConcurrency: 1, CacheSize: opts.CacheSize}
-	if !opts.SkipReplayCheck {
+	if err := env.Deploy(reg); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+// Deploy replaces the code the Env runs with reg, as deploying a new build does: runs keep
+// their histories, timers and hook routes, and the new code picks them up from history with an
+// empty cache, replaying each run it loads. Runs pinned to another build ID are not driven.
+func (e *Env) Deploy(reg *flow.Registry) error {
+	e.driving.Lock()
+	defer e.driving.Unlock()
+	cfg := engine.Config{Store: e.store, Runtime: runtimeView{e, reg}, Host: hostView{e}, Clock: e, Logger: e.logger,
+		BuildID: reg.BuildID(), StepConcurrency: 1, CacheSize: e.opts.CacheSize}
+	if !e.opts.SkipReplayCheck {
 		cfg.Replayer = reg.Replaying()
 	}
 	eng, err := engine.New(cfg)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	env.engine = eng
-	return env, nil
+	e.mu.Lock()
+	e.reg, e.engine = reg, eng
+	e.mu.Unlock()
+	return nil
 }
 
 // StartOptions adjust [Env.Start]. The zero value works.
@@ -116,11 +135,11 @@ func (e *Env) Start(ctx context.Context, definition string, input any, opts *Sta
 	if err != nil {
 		return "", fmt.Errorf("encoding the input: %w", err)
 	}
-	spec, err := e.reg.Spec(definition, in)
+	spec, err := e.registry().Spec(definition, in)
 	if err != nil {
 		return "", err
 	}
-	runID, _, err := e.engine.Start(ctx, engine.StartParams{RunID: opts.RunID, Spec: spec, Input: in, Queue: opts.Queue})
+	runID, _, err := e.eng().Start(ctx, engine.StartParams{RunID: opts.RunID, Spec: spec, Input: in, Queue: opts.Queue})
 	if err != nil {
 		return runID, err
 	}
@@ -138,7 +157,7 @@ func (e *Env) SignalWithID(ctx context.Context, runID, name string, payload any,
 	if err != nil {
 		return fmt.Errorf("encoding the signal payload: %w", err)
 	}
-	if err := e.engine.Signal(ctx, runID, name, p, deliveryID); err != nil {
+	if err := e.eng().Signal(ctx, runID, name, p, deliveryID); err != nil {
 		return err
 	}
 	return e.drain(ctx)
@@ -156,7 +175,7 @@ func (e *Env) DeliverHookWithID(ctx context.Context, token string, payload any, 
 	if err != nil {
 		return fmt.Errorf("encoding the hook payload: %w", err)
 	}
-	if err := e.engine.DeliverHook(ctx, token, p, deliveryID); err != nil {
+	if err := e.eng().DeliverHook(ctx, token, p, deliveryID); err != nil {
 		return err
 	}
 	return e.drain(ctx)
@@ -164,7 +183,7 @@ func (e *Env) DeliverHookWithID(ctx context.Context, token string, payload any, 
 
 // Cancel requests cancellation of run runID and drives.
 func (e *Env) Cancel(ctx context.Context, runID, reason string) error {
-	if err := e.engine.Cancel(ctx, runID, reason); err != nil {
+	if err := e.eng().Cancel(ctx, runID, reason); err != nil {
 		return err
 	}
 	return e.drain(ctx)
@@ -172,7 +191,7 @@ func (e *Env) Cancel(ctx context.Context, runID, reason string) error {
 
 // Terminate ends run runID as failed, as an operator would, and drives.
 func (e *Env) Terminate(ctx context.Context, runID, reason string) error {
-	if err := e.engine.Terminate(ctx, runID, reason); err != nil {
+	if err := e.eng().Terminate(ctx, runID, reason); err != nil {
 		return err
 	}
 	return e.drain(ctx)
@@ -204,7 +223,7 @@ func (e *Env) Advance(ctx context.Context, d time.Duration) error {
 		if !ok {
 			break
 		}
-		if err := e.engine.Fire(ctx, t); err != nil {
+		if err := e.eng().Fire(ctx, t); err != nil {
 			return fmt.Errorf("firing timer %s of run %q: %w", t.Key(), t.RunID, err)
 		}
 		if err := e.drain(ctx); err != nil {
@@ -258,7 +277,12 @@ func (e *Env) drain(ctx context.Context) error {
 		e.queue = e.queue[1:]
 		delete(e.queued, runID)
 		e.mu.Unlock()
-		if _, err := e.engine.Drive(ctx, runID); err != nil {
+		_, err := e.eng().Drive(ctx, runID)
+		var wrongBuild *engine.WrongBuildError
+		if errors.As(err, &wrongBuild) {
+			continue // a worker of the run's build would take it; this code never decides it
+		}
+		if err != nil {
 			return fmt.Errorf("driving run %q: %w", runID, err)
 		}
 	}
@@ -273,7 +297,7 @@ func (e *Env) Now() time.Time {
 
 // Snapshot returns the projection of run runID.
 func (e *Env) Snapshot(ctx context.Context, runID string) (*flow.Snapshot, error) {
-	return e.engine.Snapshot(ctx, runID)
+	return e.eng().Snapshot(ctx, runID)
 }
 
 // History returns the events of run runID.
@@ -336,24 +360,44 @@ func (e *Env) deliveryID(kind string) string {
 	return fmt.Sprintf("flowtest-%s-%d", kind, e.deliveries)
 }
 
-// The methods below make Env the engine's runtime, host (through hostView) and clock.
+// The methods below make Env the engine's host (through hostView) and clock.
+
+func (e *Env) eng() *engine.Engine {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.engine
+}
+
+func (e *Env) registry() *flow.Registry {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.reg
+}
+
+// runtimeView is the engine's runtime: the deployed registry, with the Env's step mocks.
+type runtimeView struct {
+	*Env
+	reg *flow.Registry
+}
 
 // Identity implements engine.Runtime.
-func (e *Env) Identity(definition string) (core.Identity, error) { return e.reg.Identity(definition) }
+func (r runtimeView) Identity(definition string) (core.Identity, error) {
+	return r.reg.Identity(definition)
+}
 
 // RunWorkflow implements engine.Runtime.
-func (e *Env) RunWorkflow(definition string, input json.RawMessage, history *core.Snapshot) (core.Decision, error) {
-	return e.reg.RunWorkflow(definition, input, history)
+func (r runtimeView) RunWorkflow(definition string, input json.RawMessage, history *core.Snapshot) (core.Decision, error) {
+	return r.reg.RunWorkflow(definition, input, history)
 }
 
 // RunStep implements engine.Runtime: a mock if one is installed, else the registered function.
-func (e *Env) RunStep(ctx context.Context, a core.Attempt) core.StepOutcome {
-	e.mu.Lock()
-	e.calls[a.Name]++
-	mock, ok := e.mocks[a.Name]
-	e.mu.Unlock()
+func (r runtimeView) RunStep(ctx context.Context, a core.Attempt) core.StepOutcome {
+	r.mu.Lock()
+	r.calls[a.Name]++
+	mock, ok := r.mocks[a.Name]
+	r.mu.Unlock()
 	if !ok {
-		return e.reg.RunStep(ctx, a)
+		return r.reg.RunStep(ctx, a)
 	}
 	out, err := mock(ctx, a.Input)
 	if err != nil {

@@ -1,0 +1,35 @@
+# Flow: make help lists the targets.
+GO ?= go
+PKGS ?= ./...
+
+.DEFAULT_GOAL := help
+
+.PHONY: help
+help: ## List the targets
+	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
+
+.PHONY: test
+test: ## Run every test with the race detector (what CI runs)
+	$(GO) test -race -count=1 $(PKGS)
+
+.PHONY: test/short
+test/short: ## Run the tests without the race detector
+	$(GO) test -count=1 $(PKGS)
+
+.PHONY: lint
+lint: ## gofmt, go vet and staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+	$(GO) tool staticcheck $(PKGS)
+
+.PHONY: bench
+bench: ## Run the benchmarks (numbers for notes; compare ratios within one run)
+	$(GO) test -run='^$$' -bench=. -benchmem -count=5 ./internal/core
+
+.PHONY: fuzz
+fuzz: ## Fuzz envelope decoding for 30s
+	$(GO) test -run='^$$' -fuzz=FuzzEnvelope -fuzztime=30s ./pkg/event
+
+.PHONY: golden
+golden: ## Rewrite golden test outputs after an intended change (review the diff)
+	$(GO) test ./internal/core -run TestGolden -rewrite
