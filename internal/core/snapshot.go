@@ -356,3 +356,37 @@ func (s *Snapshot) status() Status {
 		return StatusRunning
 	}
 }
+
+// Summary is the part of a snapshot that run listings show.
+type Summary struct {
+	RunID      string    `json:"run_id"`
+	Definition string    `json:"definition"`
+	BuildID    string    `json:"build_id,omitempty"`
+	Queue      string    `json:"queue,omitempty"`
+	Status     Status    `json:"status"`
+	Seq        uint64    `json:"seq"`
+	StartedAt  time.Time `json:"started_at"`
+	UpdatedAt  time.Time `json:"updated_at"`
+	// Parent is the parent run of a child run.
+	Parent string `json:"parent,omitempty"`
+	// Detail is the failure, cancellation reason or blocking diagnosis, when there is one.
+	Detail string `json:"detail,omitempty"`
+}
+
+// Summary returns the run's summary.
+func (s *Snapshot) Summary() Summary {
+	sum := Summary{RunID: s.RunID, Definition: s.Spec.Definition, BuildID: s.Spec.BuildID, Queue: s.Queue,
+		Status: s.Status, Seq: s.Seq, StartedAt: s.StartedAt, UpdatedAt: s.UpdatedAt}
+	if s.Parent != nil {
+		sum.Parent = s.Parent.RunID
+	}
+	switch {
+	case s.Outcome != nil && s.Outcome.Error != nil:
+		sum.Detail = s.Outcome.Error.Error()
+	case s.Outcome != nil:
+		sum.Detail = s.Outcome.Reason
+	case s.Blocked != nil:
+		sum.Detail = s.Blocked.Detail
+	}
+	return sum
+}

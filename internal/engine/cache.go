@@ -88,34 +88,39 @@ type cache struct {
 type cacheEntry struct {
 	id string
 	s  *core.Snapshot
+	// driven is set once a driver loaded the snapshot: verified by replay and repaired.
+	driven bool
 }
 
 func newCache(max int) *cache {
 	return &cache{max: max, order: list.New(), m: map[string]*list.Element{}}
 }
 
-func (c *cache) get(id string) *core.Snapshot {
+// get returns the cached snapshot of run id, if any, and whether a driver loaded it.
+func (c *cache) get(id string) (*core.Snapshot, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.m[id]; ok {
 		c.order.MoveToFront(el)
-		return el.Value.(*cacheEntry).s
+		ce := el.Value.(*cacheEntry)
+		return ce.s, ce.driven
 	}
-	return nil
+	return nil, false
 }
 
-func (c *cache) put(id string, s *core.Snapshot) {
+func (c *cache) put(id string, s *core.Snapshot, driven bool) {
 	if c.max <= 0 {
 		return
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if el, ok := c.m[id]; ok {
-		el.Value.(*cacheEntry).s = s
+		ce := el.Value.(*cacheEntry)
+		ce.s, ce.driven = s, driven
 		c.order.MoveToFront(el)
 		return
 	}
-	c.m[id] = c.order.PushFront(&cacheEntry{id: id, s: s})
+	c.m[id] = c.order.PushFront(&cacheEntry{id: id, s: s, driven: driven})
 	for c.order.Len() > c.max {
 		last := c.order.Back()
 		c.order.Remove(last)

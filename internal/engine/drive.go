@@ -42,12 +42,18 @@ func (e *WrongBuildError) Error() string {
 // An error means the drive stopped early (store unavailable, ctx cancelled, wrong build): nothing
 // is lost, and driving the run again later continues from its history.
 func (e *Engine) Drive(ctx context.Context, runID string) (Result, error) {
+	if e.rt == nil {
+		return Result{RunID: runID}, errors.New("engine: Drive needs Config.Runtime")
+	}
 	rl := e.locks.lock(runID)
 	d := &driver{e: e, runID: runID, rl: rl, running: map[string]int{}, results: make(chan attemptResult), done: make(chan struct{})}
 	d.stepCtx, d.cancelSteps = context.WithCancel(ctx)
 	res, err := d.run(ctx)
 	close(d.done)
 	d.cancelSteps()
+	if d.s != nil {
+		e.observe(ctx, d.s)
+	}
 	e.locks.unlock(runID, rl)
 	if err == nil && res.Status.Terminal() {
 		// The snapshot of an ended run never changes, so it is safe to read without the lock.
@@ -120,6 +126,10 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 		}
 		select {
 		case r := <-d.results:
+			if ctx.Err() != nil {
+				// Shutting down: an attempt cut short must not count as a failure.
+				return d.result("", nil), ctx.Err()
+			}
 			err = d.record(ctx, r)
 		case <-d.rl.poke:
 			err = d.refresh(ctx)
@@ -143,7 +153,7 @@ func (d *driver) decide() (core.Verdict, error) {
 // whole history, verifying it by replay and repairing the effects it implies.
 func (d *driver) load(ctx context.Context) error {
 	e := d.e
-	if s := e.cache.get(d.runID); s != nil {
+	if s, driven := e.cache.get(d.runID); s != nil && driven {
 		d.s = s
 		return d.refresh(ctx)
 	}
@@ -182,7 +192,7 @@ func (d *driver) load(ctx context.Context) error {
 		}
 		d.s = s
 	}
-	e.cache.put(d.runID, d.s)
+	e.cache.put(d.runID, d.s, true)
 	return e.repair(ctx, d.s)
 }
 

@@ -43,8 +43,21 @@ type Host interface {
 	// LookupHook returns the run and hook a token routes to, or an error wrapping
 	// core.ErrNotFound.
 	LookupHook(ctx context.Context, token string) (runID, hookID string, err error)
-	// Resume asks for run runID to be driven soon.
-	Resume(ctx context.Context, runID string) error
+	// Resume asks for a run to be driven soon. Tasks for the same run and seq may be collapsed.
+	Resume(ctx context.Context, t Task) error
+}
+
+// Task asks for run RunID, on task queue Queue, whose last event is Seq, to be driven.
+type Task struct {
+	RunID string `json:"run_id"`
+	Queue string `json:"queue,omitempty"`
+	Seq   uint64 `json:"seq"`
+}
+
+// Observer is implemented by hosts that index runs: the engine reports each run it drove or
+// appended to. RunChanged must not block for long; errors are the observer's to log.
+type Observer interface {
+	RunChanged(ctx context.Context, s core.Summary)
 }
 
 // ErrTokenTaken is wrapped by Host.RegisterHook when a token already routes to another hook.
@@ -57,9 +70,11 @@ type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
 
-// Config configures an Engine. Store, Runtime and Host are required.
+// Config configures an Engine. Store and Host are required.
 type Config struct {
-	Store   store.EventStore
+	Store store.EventStore
+	// Runtime runs workflow and step code. Without it the engine only appends inputs from
+	// outside the code (signals, timers, cancellations) and cannot Drive.
 	Runtime Runtime
 	Host    Host
 	// Replayer, when set, verifies a run's whole history each time the engine loads it without a
@@ -81,6 +96,7 @@ type Config struct {
 
 // Engine drives runs. It is safe for concurrent use; drivers of one run are serialised.
 type Engine struct {
+	observer Observer
 	store    store.EventStore
 	rt       Runtime
 	replayer core.Decider
@@ -98,8 +114,6 @@ func New(cfg Config) (*Engine, error) {
 	switch {
 	case cfg.Store == nil:
 		return nil, errors.New("engine: Config.Store is required")
-	case cfg.Runtime == nil:
-		return nil, errors.New("engine: Config.Runtime is required")
 	case cfg.Host == nil:
 		return nil, errors.New("engine: Config.Host is required")
 	case cfg.StepConcurrency < 0:
@@ -117,7 +131,8 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.CacheSize == 0 {
 		cfg.CacheSize = 10_000
 	}
-	return &Engine{store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
+	observer, _ := cfg.Host.(Observer)
+	return &Engine{observer: observer, store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
 		logger: cfg.Logger, buildID: cfg.BuildID, slots: make(chan struct{}, cfg.StepConcurrency), cache: newCache(cfg.CacheSize)}, nil
 }
 
@@ -166,13 +181,13 @@ func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, create
 		if err := e.sameStart(ctx, p.RunID, started); err != nil {
 			return p.RunID, false, err
 		}
-		return p.RunID, false, e.host.Resume(ctx, p.RunID)
+		return p.RunID, false, e.host.Resume(ctx, Task{RunID: p.RunID, Queue: p.Queue, Seq: 1})
 	}
 	if err != nil {
 		return "", false, fmt.Errorf("appending run.started: %w", err)
 	}
 	e.logger.DebugContext(ctx, "run started", slog.String("run_id", p.RunID), slog.String("definition", p.Spec.Definition))
-	return p.RunID, true, e.host.Resume(ctx, p.RunID)
+	return p.RunID, true, e.host.Resume(ctx, Task{RunID: p.RunID, Queue: p.Queue, Seq: 1})
 }
 
 func (e *Engine) prepareStart(p *StartParams) (*event.RunStarted, error) {
@@ -280,6 +295,13 @@ func (e *Engine) Snapshot(ctx context.Context, runID string) (*core.Snapshot, er
 		return nil, fmt.Errorf("%w: run %q", core.ErrNotFound, runID)
 	}
 	return core.Project(runID, hist)
+}
+
+// observe reports s to the observer, if any.
+func (e *Engine) observe(ctx context.Context, s *core.Snapshot) {
+	if e.observer != nil && s != nil && s.Seq > 0 {
+		e.observer.RunChanged(ctx, s.Summary())
+	}
 }
 
 // CachedRuns returns the number of snapshots in the cache.

@@ -59,10 +59,10 @@ func (h *host) LookupHook(_ context.Context, token string) (string, string, erro
 	return o[0], o[1], nil
 }
 
-func (h *host) Resume(_ context.Context, runID string) error {
+func (h *host) Resume(_ context.Context, t engine.Task) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	h.resumed = append(h.resumed, runID)
+	h.resumed = append(h.resumed, t.RunID)
 	return nil
 }
 

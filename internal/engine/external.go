@@ -78,7 +78,7 @@ func (e *Engine) Fire(ctx context.Context, t core.Timer) error {
 // be driven. It never waits for a driver: if one holds the run it reads a private projection.
 func (e *Engine) external(ctx context.Context, runID string, compute func(*core.Snapshot) ([]event.Payload, error)) error {
 	for {
-		err := e.externalOnce(ctx, runID, compute)
+		task, err := e.externalOnce(ctx, runID, compute)
 		if errors.Is(err, store.ErrConflict) {
 			continue
 		}
@@ -86,18 +86,19 @@ func (e *Engine) external(ctx context.Context, runID string, compute func(*core.
 			return err
 		}
 		e.locks.poke(runID)
-		return e.host.Resume(ctx, runID)
+		return e.host.Resume(ctx, task)
 	}
 }
 
-func (e *Engine) externalOnce(ctx context.Context, runID string, compute func(*core.Snapshot) ([]event.Payload, error)) error {
+// externalOnce appends once and returns the task that resumes the run after the append.
+func (e *Engine) externalOnce(ctx context.Context, runID string, compute func(*core.Snapshot) ([]event.Payload, error)) (Task, error) {
 	rl, locked := e.locks.tryLock(runID)
 	if locked {
 		defer e.locks.unlock(runID, rl)
 	}
 	var s *core.Snapshot
 	if locked {
-		s = e.cache.get(runID)
+		s, _ = e.cache.get(runID)
 	}
 	if s != nil {
 		tail, err := e.store.Load(ctx, runID, s.Seq)
@@ -106,20 +107,25 @@ func (e *Engine) externalOnce(ctx context.Context, runID string, compute func(*c
 		}
 		if err != nil {
 			e.cache.drop(runID)
-			return err
+			return Task{}, err
 		}
 	} else {
 		var err error
 		if s, err = e.Snapshot(ctx, runID); err != nil {
-			return err
+			return Task{}, err
+		}
+		if locked {
+			// Kept for later inputs; a driver still verifies and repairs it on its first load.
+			e.cache.put(runID, s, false)
 		}
 	}
 	events, err := compute(s)
 	if err != nil {
-		return err
+		return Task{}, err
 	}
 	if err := e.commit(ctx, s, events); err != nil {
-		return err
+		return Task{}, err
 	}
-	return e.afterCommit(ctx, s, events)
+	e.observe(ctx, s)
+	return Task{RunID: runID, Queue: s.Queue, Seq: s.Seq}, e.afterCommit(ctx, s, events)
 }

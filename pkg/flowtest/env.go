@@ -449,7 +449,7 @@ type hostView struct{ *Env }
 var _ engine.Host = hostView{}
 
 // Resume implements engine.Host.
-func (h hostView) Resume(_ context.Context, runID string) error {
-	h.enqueue(runID)
+func (h hostView) Resume(_ context.Context, t engine.Task) error {
+	h.enqueue(t.RunID)
 	return nil
 }

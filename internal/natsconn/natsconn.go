@@ -1,0 +1,30 @@
+// Package natsconn dials NATS with Flow's defaults and errors that say what to do.
+package natsconn
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// DefaultURL is where Flow looks for NATS unless told otherwise (FLOW_NATS_URL).
+const DefaultURL = nats.DefaultURL
+
+// ErrUnreachable is wrapped by Dial when no server answers.
+var ErrUnreachable = errors.New("flow: NATS unreachable")
+
+// Dial connects to the NATS server at url ("" means DefaultURL) as name, with a bounded
+// connect timeout and endless reconnects. A failure wraps ErrUnreachable and says what to do.
+func Dial(url, name string, opts ...nats.Option) (*nats.Conn, error) {
+	if url == "" {
+		url = DefaultURL
+	}
+	opts = append([]nats.Option{nats.Name(name), nats.Timeout(3 * time.Second), nats.MaxReconnects(-1)}, opts...)
+	nc, err := nats.Connect(url, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("%w: cannot connect to %s (%v); start Flow with `flow dev`, or set FLOW_NATS_URL to a running NATS server", ErrUnreachable, url, err)
+	}
+	return nc, nil
+}

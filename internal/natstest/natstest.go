@@ -1,0 +1,66 @@
+// Package natstest runs a real embedded nats-server with JetStream for tests: store on
+// t.TempDir(), a free port, shut down on cleanup. Tests never mock NATS.
+package natstest
+
+import (
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/internal/streams"
+)
+
+// RunJetStream starts a server for the test, with Flow's streams and buckets created.
+func RunJetStream(t testing.TB) *natsserver.Server {
+	t.Helper()
+	srv, err := natsserver.Start(natsserver.Config{Dir: t.TempDir(), Port: -1,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	t.Cleanup(srv.Shutdown)
+	nc := Connect(t, srv)
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	if err := streams.Ensure(t.Context(), js, streams.Config{}); err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	return srv
+}
+
+// Connect returns a connection to srv over its TCP port, closed on cleanup.
+func Connect(t testing.TB, srv *natsserver.Server) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(srv.ClientURL())
+	if err != nil {
+		t.Fatalf("natstest: connecting: %v", err)
+	}
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// JetStream returns a JetStream context on a new connection to srv.
+func JetStream(t testing.TB, srv *natsserver.Server) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(Connect(t, srv))
+	if err != nil {
+		t.Fatalf("natstest: %v", err)
+	}
+	return js
+}
+
+// Logger returns a logger for the services a test starts: discarding, or debug output to
+// stderr when FLOW_TEST_LOG is set.
+func Logger() *slog.Logger {
+	if os.Getenv("FLOW_TEST_LOG") != "" {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	}
+	return slog.New(slog.NewTextHandler(io.Discard, nil))
+}

@@ -1,0 +1,327 @@
+// Package jsstore is the JetStream event store: stream FLOW_HISTORY, subject flow.history.<run>,
+// one message per commit.
+//
+// # Messages
+//
+// A commit of events expected+1..expected+n is one message whose body is the JSON array of their
+// envelopes. It is a CloudEvent in NATS binary mode: ce-specversion, ce-id "<run>:<first seq>",
+// ce-source, ce-type "dev.flow.<type of the last event>", ce-time, ce-subject (the run ID),
+// ce-datacontenttype, and the extensions ce-flowseq (first sequence), ce-flowcount (events) and
+// ce-flowcommit (a random ID of this append attempt), plus traceparent when the context carries
+// a span.
+//
+// # Concurrency
+//
+// Appends use Nats-Expected-Last-Subject-Sequence with the stream sequence of the run's last
+// commit, and Nats-Msg-Id "<run>:<first seq>". A sequence mismatch (server codes 10071 and, on
+// replicated streams, 10164) becomes store.ErrConflict, unless the run's last message is this
+// very append (ce-flowcommit), as after a retried publish whose first ack was lost.
+//
+// # Reads
+//
+// Load reads with batched direct gets (ADR-31), starting after the last commit this store saw of
+// the run, so a worker holding a run's snapshot reads only the tail.
+package jsstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+	"github.com/synadia-io/orbit.go/jetstreamext"
+	"go.opentelemetry.io/otel/propagation"
+
+	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// CloudEvents headers of history messages.
+const (
+	HeaderSpecVersion = "ce-specversion"
+	HeaderID          = "ce-id"
+	HeaderSource      = "ce-source"
+	HeaderType        = "ce-type"
+	HeaderTime        = "ce-time"
+	HeaderSubject     = "ce-subject"
+	HeaderContentType = "ce-datacontenttype"
+	HeaderFirstSeq    = "ce-flowseq"
+	HeaderCount       = "ce-flowcount"
+	HeaderCommit      = "ce-flowcommit"
+)
+
+// TypePrefix prefixes event types in ce-type.
+const TypePrefix = "dev.flow."
+
+// Options configure a Store. The zero value works.
+type Options struct {
+	// Source is the ce-source of appended messages. Defaults to "flow".
+	Source string
+	// Positions bounds how many runs' last stream positions are remembered. Defaults to 100,000.
+	Positions int
+}
+
+// Store is a store.EventStore on JetStream. It is safe for concurrent use.
+type Store struct {
+	js     jetstream.JetStream
+	stream jetstream.Stream
+	source string
+	max    int
+
+	mu  sync.Mutex
+	pos map[string]position
+}
+
+// position is the last commit of a run this store saw: its last event's sequence and its
+// message's stream sequence.
+type position struct{ runSeq, streamSeq uint64 }
+
+var _ store.EventStore = (*Store)(nil)
+
+// New returns a store on js. Flow's streams must exist (streams.Ensure). opts may be nil.
+func New(ctx context.Context, js jetstream.JetStream, opts *Options) (*Store, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	if err := streams.Check(ctx, js); err != nil {
+		return nil, err
+	}
+	st, err := js.Stream(ctx, streams.History)
+	if err != nil {
+		return nil, fmt.Errorf("opening stream %s: %w", streams.History, err)
+	}
+	s := &Store{js: js, stream: st, source: opts.Source, max: opts.Positions, pos: map[string]position{}}
+	if s.source == "" {
+		s.source = "flow"
+	}
+	if s.max == 0 {
+		s.max = 100_000
+	}
+	return s, nil
+}
+
+// Append implements store.EventStore.
+func (s *Store) Append(ctx context.Context, runID string, expected uint64, events ...event.Event) (uint64, error) {
+	if err := store.CheckAppend(runID, events); err != nil {
+		return 0, err
+	}
+	first, last := expected+1, expected+uint64(len(events))
+	envs := make([]event.Envelope, len(events))
+	for i, e := range events {
+		envs[i] = event.Envelope{RunID: runID, Seq: first + uint64(i), Time: e.Time.UTC(), Payload: e.Payload}
+	}
+	body, err := json.Marshal(envs)
+	if err != nil {
+		return 0, fmt.Errorf("encoding commit of run %q: %w", runID, err)
+	}
+	commit := nuid.Next()
+	msg := s.message(ctx, runID, envs, body, commit)
+	msgID := runID + ":" + strconv.FormatUint(first, 10)
+
+	for attempt := 0; ; attempt++ {
+		expectedStream, err := s.streamSeqOf(ctx, runID, expected)
+		if err != nil {
+			return 0, err
+		}
+		ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(expectedStream), jetstream.WithMsgID(msgID))
+		switch {
+		case err == nil && !ack.Duplicate:
+			s.remember(runID, last, ack.Sequence)
+			return last, nil
+		case err == nil, isWrongLastSequence(err):
+			// A duplicate or a sequence mismatch: the commit may be ours from an earlier attempt.
+			return s.settle(ctx, runID, expected, last, commit)
+		case attempt < 2 && transient(err, ctx):
+			// The ack was lost or the server was briefly away: find out whether it committed.
+			n, err := s.settle(ctx, runID, expected, last, commit)
+			var ce *store.ConflictError
+			if errors.As(err, &ce) && ce.Actual == expected {
+				continue // it did not: publish again
+			}
+			return n, err
+		default:
+			return 0, fmt.Errorf("appending to run %q: %w", runID, err)
+		}
+	}
+}
+
+// message builds the CloudEvents binary-mode message of a commit.
+func (s *Store) message(ctx context.Context, runID string, envs []event.Envelope, body []byte, commit string) *nats.Msg {
+	lastEnv := envs[len(envs)-1]
+	msg := nats.NewMsg(streams.HistorySubject(runID))
+	msg.Data = body
+	h := msg.Header
+	h.Set(HeaderSpecVersion, "1.0")
+	h.Set(HeaderID, runID+":"+strconv.FormatUint(envs[0].Seq, 10))
+	h.Set(HeaderSource, s.source)
+	h.Set(HeaderType, TypePrefix+string(lastEnv.Type()))
+	h.Set(HeaderTime, lastEnv.Time.Format(time.RFC3339Nano))
+	h.Set(HeaderSubject, runID)
+	h.Set(HeaderContentType, "application/json")
+	h.Set(HeaderFirstSeq, strconv.FormatUint(envs[0].Seq, 10))
+	h.Set(HeaderCount, strconv.Itoa(len(envs)))
+	h.Set(HeaderCommit, commit)
+	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
+	return msg
+}
+
+// settle decides the outcome of an append whose result is unknown: committed if the run's last
+// message is this commit, else a conflict reporting the run's actual last sequence.
+func (s *Store) settle(ctx context.Context, runID string, expected, last uint64, commit string) (uint64, error) {
+	s.forget(runID)
+	m, err := s.stream.GetLastMsgForSubject(ctx, streams.HistorySubject(runID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, &store.ConflictError{RunID: runID, Expected: expected, Actual: 0}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the last commit of run %q: %w", runID, err)
+	}
+	actual, err := lastSeq(m)
+	if err != nil {
+		return 0, err
+	}
+	s.remember(runID, actual, m.Sequence)
+	if m.Header.Get(HeaderCommit) == commit {
+		return last, nil
+	}
+	return 0, &store.ConflictError{RunID: runID, Expected: expected, Actual: actual}
+}
+
+// streamSeqOf returns the stream sequence of the commit that ends at run sequence expected, or
+// a conflict if the run's last commit ends elsewhere.
+func (s *Store) streamSeqOf(ctx context.Context, runID string, expected uint64) (uint64, error) {
+	if expected == 0 {
+		return 0, nil
+	}
+	s.mu.Lock()
+	p, ok := s.pos[runID]
+	s.mu.Unlock()
+	if ok && p.runSeq == expected {
+		return p.streamSeq, nil
+	}
+	m, err := s.stream.GetLastMsgForSubject(ctx, streams.HistorySubject(runID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, &store.ConflictError{RunID: runID, Expected: expected, Actual: 0}
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the last commit of run %q: %w", runID, err)
+	}
+	actual, err := lastSeq(m)
+	if err != nil {
+		return 0, err
+	}
+	s.remember(runID, actual, m.Sequence)
+	if actual != expected {
+		return 0, &store.ConflictError{RunID: runID, Expected: expected, Actual: actual}
+	}
+	return m.Sequence, nil
+}
+
+// loadBatch is the number of messages read per direct-get request.
+const loadBatch = 256
+
+// Load implements store.EventStore.
+func (s *Store) Load(ctx context.Context, runID string, after uint64) ([]event.Envelope, error) {
+	if err := event.ValidateDerivedRunID(runID); err != nil {
+		return nil, err
+	}
+	start := uint64(1)
+	s.mu.Lock()
+	if p, ok := s.pos[runID]; ok && p.runSeq <= after {
+		start = p.streamSeq + 1
+	}
+	s.mu.Unlock()
+	var out []event.Envelope
+	next := after + 1
+	for {
+		msgs, err := jetstreamext.GetBatch(ctx, s.js, streams.History, loadBatch,
+			jetstreamext.GetBatchSeq(start), jetstreamext.GetBatchSubject(streams.HistorySubject(runID)))
+		if err != nil {
+			return nil, fmt.Errorf("reading run %q: %w", runID, err)
+		}
+		n := 0
+		for m, err := range msgs {
+			if errors.Is(err, jetstreamext.ErrNoMessages) {
+				break
+			}
+			if err != nil {
+				return nil, fmt.Errorf("reading run %q: %w", runID, err)
+			}
+			n++
+			start = m.Sequence + 1
+			var envs []event.Envelope
+			if err := json.Unmarshal(m.Data, &envs); err != nil {
+				return nil, fmt.Errorf("decoding stream message %d of run %q: %w", m.Sequence, runID, errors.Join(event.ErrMalformed, err))
+			}
+			for _, e := range envs {
+				if e.Seq < next {
+					continue
+				}
+				if e.Seq != next || e.RunID != runID {
+					return nil, fmt.Errorf("%w: stream message %d holds seq %d of run %q where seq %d of run %q was next",
+						event.ErrMalformed, m.Sequence, e.Seq, e.RunID, next, runID)
+				}
+				out = append(out, e)
+				next++
+			}
+			if len(envs) > 0 {
+				s.remember(runID, envs[len(envs)-1].Seq, m.Sequence)
+			}
+		}
+		if n < loadBatch {
+			return out, nil
+		}
+	}
+}
+
+func (s *Store) remember(runID string, runSeq, streamSeq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if p, ok := s.pos[runID]; ok && p.runSeq >= runSeq {
+		return
+	}
+	if len(s.pos) >= s.max {
+		for id := range s.pos {
+			delete(s.pos, id)
+			if len(s.pos) < s.max*9/10 {
+				break
+			}
+		}
+	}
+	s.pos[runID] = position{runSeq: runSeq, streamSeq: streamSeq}
+}
+
+func (s *Store) forget(runID string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.pos, runID)
+}
+
+// lastSeq returns the run sequence of the last event in a history message.
+func lastSeq(m *jetstream.RawStreamMsg) (uint64, error) {
+	first, err1 := strconv.ParseUint(m.Header.Get(HeaderFirstSeq), 10, 64)
+	count, err2 := strconv.ParseUint(m.Header.Get(HeaderCount), 10, 64)
+	if err := errors.Join(err1, err2); err != nil || count == 0 {
+		return 0, fmt.Errorf("%w: stream message %d on %s lacks valid %s/%s headers", event.ErrMalformed, m.Sequence, m.Subject, HeaderFirstSeq, HeaderCount)
+	}
+	return first + count - 1, nil
+}
+
+// transient reports a publish error after which the append may or may not have committed.
+func transient(err error, ctx context.Context) bool {
+	return ctx.Err() == nil && (errors.Is(err, nats.ErrTimeout) || errors.Is(err, context.DeadlineExceeded) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders))
+}
+
+// isWrongLastSequence reports a sequence mismatch: code 10071, or 10164 on replicated streams.
+func isWrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == 10071 || apiErr.ErrorCode == 10164)
+}

@@ -1,0 +1,117 @@
+package jsstore_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/internal/store/jsstore"
+	"github.com/flowrun/flow/internal/store/storetest"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+func TestConformance(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	storetest.Exercise(t, func(t *testing.T) store.EventStore {
+		s, err := jsstore.New(t.Context(), natstest.JetStream(t, srv), nil)
+		require.NoError(t, err)
+		return s
+	})
+}
+
+var epoch = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
+
+func started() event.Event {
+	return event.Event{Time: epoch, Payload: &event.RunStarted{Spec: event.Spec{Definition: "d"}, Input: json.RawMessage(`{}`), Seed: "s"}}
+}
+
+func signal(d string) event.Event {
+	return event.Event{Time: epoch, Payload: &event.SignalReceived{Name: "n", Payload: json.RawMessage(`1`), DeliveryID: d}}
+}
+
+func TestJetStreamStore(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+
+	t.Run("WritesOneCloudEventPerCommit", func(t *testing.T) {
+		t.Parallel()
+		js := natstest.JetStream(t, srv)
+		s, err := jsstore.New(t.Context(), js, nil)
+		require.NoError(t, err)
+		_, err = s.Append(t.Context(), "ce-run", 0, started(), signal("a"), signal("b"))
+		require.NoError(t, err)
+		st, err := js.Stream(t.Context(), streams.History)
+		require.NoError(t, err)
+		m, err := st.GetLastMsgForSubject(t.Context(), streams.HistorySubject("ce-run"))
+		require.NoError(t, err)
+		require.Equal(t, "1.0", m.Header.Get(jsstore.HeaderSpecVersion))
+		require.Equal(t, "ce-run:1", m.Header.Get(jsstore.HeaderID))
+		require.Equal(t, "dev.flow.signal.received", m.Header.Get(jsstore.HeaderType))
+		require.Equal(t, "ce-run", m.Header.Get(jsstore.HeaderSubject))
+		require.Equal(t, "1", m.Header.Get(jsstore.HeaderFirstSeq))
+		require.Equal(t, "3", m.Header.Get(jsstore.HeaderCount))
+		require.Equal(t, "2026-11-30T09:00:00Z", m.Header.Get(jsstore.HeaderTime))
+		require.Equal(t, "ce-run:1", m.Header.Get("Nats-Msg-Id"))
+		var envs []event.Envelope
+		require.NoError(t, json.Unmarshal(m.Data, &envs))
+		require.Len(t, envs, 3)
+	})
+
+	t.Run("WritersWithSeparateStoresConflict", func(t *testing.T) {
+		t.Parallel()
+		a, err := jsstore.New(t.Context(), natstest.JetStream(t, srv), nil)
+		require.NoError(t, err)
+		b, err := jsstore.New(t.Context(), natstest.JetStream(t, srv), nil)
+		require.NoError(t, err)
+		_, err = a.Append(t.Context(), "two-writers", 0, started())
+		require.NoError(t, err)
+		_, err = b.Load(t.Context(), "two-writers", 0)
+		require.NoError(t, err)
+		_, err = a.Append(t.Context(), "two-writers", 1, signal("from-a"))
+		require.NoError(t, err)
+		_, err = b.Append(t.Context(), "two-writers", 1, signal("from-b"))
+		var ce *store.ConflictError
+		require.ErrorAs(t, err, &ce, "b's position is stale")
+		require.Equal(t, uint64(2), ce.Actual)
+		tail, err := b.Load(t.Context(), "two-writers", 1)
+		require.NoError(t, err)
+		require.Len(t, tail, 1)
+		require.Equal(t, "from-a", tail[0].Payload.(*event.SignalReceived).DeliveryID)
+		last, err := b.Append(t.Context(), "two-writers", 2, signal("from-b"))
+		require.NoError(t, err)
+		require.Equal(t, uint64(3), last)
+	})
+
+	t.Run("LoadsLongInterleavedHistoriesInBatches", func(t *testing.T) {
+		t.Parallel()
+		s, err := jsstore.New(t.Context(), natstest.JetStream(t, srv), nil)
+		require.NoError(t, err)
+		_, err = s.Append(t.Context(), "long", 0, started())
+		require.NoError(t, err)
+		for i := range 600 {
+			_, err := s.Append(t.Context(), "long", uint64(i+1), signal(fmt.Sprintf("d-%d", i)))
+			require.NoError(t, err)
+			_, err = s.Append(t.Context(), fmt.Sprintf("noise-%d", i), 0, started())
+			require.NoError(t, err)
+		}
+		fresh, err := jsstore.New(t.Context(), natstest.JetStream(t, srv), nil)
+		require.NoError(t, err)
+		all, err := fresh.Load(t.Context(), "long", 0)
+		require.NoError(t, err)
+		require.Len(t, all, 601)
+		for i, e := range all {
+			require.Equal(t, uint64(i+1), e.Seq)
+		}
+		tail, err := fresh.Load(t.Context(), "long", 595)
+		require.NoError(t, err)
+		require.Len(t, tail, 6)
+		require.Equal(t, uint64(596), tail[0].Seq)
+	})
+}

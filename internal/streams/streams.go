@@ -1,0 +1,175 @@
+// Package streams names Flow's JetStream streams, subjects, consumers and key-value buckets, and
+// creates or updates them idempotently. Every Flow process calls Ensure at start; a changed
+// setting (replicas) is applied by updating in place.
+package streams
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Streams and buckets.
+const (
+	// History holds every run's events on flow.history.<run>, one message per commit.
+	History = "FLOW_HISTORY"
+	// Tasks is the work queue of resume tasks on flow.task.<queue>.<run>, deduplicated by
+	// Nats-Msg-Id "<run>:<seq>".
+	Tasks = "FLOW_TASKS"
+	// TimersBucket holds one entry per pending timer: key "<run>.<timer key>", value a JSON
+	// core.Timer. Workers write it; the scheduler fires and deletes entries.
+	TimersBucket = "FLOW_TIMERS"
+	// HooksBucket maps hook tokens to their run and hook, create-only.
+	HooksBucket = "FLOW_HOOKS"
+	// RunsBucket indexes runs: key run ID, value a JSON core.Summary.
+	RunsBucket = "FLOW_RUNS"
+	// DefinitionsBucket lists the definitions workers run: key "<queue>.<definition>".
+	DefinitionsBucket = "FLOW_DEFINITIONS"
+	// LeasesBucket holds leader leases (the scheduler's), expiring after Config.LeaseTTL.
+	LeasesBucket = "FLOW_LEASES"
+)
+
+// DefaultQueue is the task queue of runs started without one.
+const DefaultQueue = "default"
+
+const (
+	historyPrefix = "flow.history."
+	taskPrefix    = "flow.task."
+)
+
+// HistorySubject returns the subject of run runID's events.
+func HistorySubject(runID string) string { return historyPrefix + runID }
+
+// TaskSubject returns the subject of resume tasks for run runID on queue.
+func TaskSubject(queue, runID string) string {
+	if queue == "" {
+		queue = DefaultQueue
+	}
+	return taskPrefix + queue + "." + runID
+}
+
+// RunOfTask returns the run ID of a task subject.
+func RunOfTask(subject string) (string, error) {
+	rest, ok := strings.CutPrefix(subject, taskPrefix)
+	if !ok {
+		return "", fmt.Errorf("subject %q is not a task subject", subject)
+	}
+	_, run, ok := strings.Cut(rest, ".")
+	if !ok || run == "" {
+		return "", fmt.Errorf("subject %q names no run", subject)
+	}
+	return run, nil
+}
+
+// Config sizes Flow's streams and buckets. The zero value suits a single server.
+type Config struct {
+	// Replicas of every stream and bucket: 1 on a single server, 3 in a cluster. Defaults to 1.
+	Replicas int `envconfig:"REPLICAS"`
+	// DuplicateWindow is how long appends and tasks are deduplicated by message ID. Defaults to
+	// 2 minutes.
+	DuplicateWindow time.Duration `envconfig:"DUPLICATE_WINDOW"`
+	// LeaseTTL is how long a leader lease lives without renewal. Defaults to 10 seconds.
+	LeaseTTL time.Duration `envconfig:"LEASE_TTL"`
+}
+
+func (c Config) withDefaults() Config {
+	if c.Replicas == 0 {
+		c.Replicas = 1
+	}
+	if c.DuplicateWindow == 0 {
+		c.DuplicateWindow = 2 * time.Minute
+	}
+	if c.LeaseTTL == 0 {
+		c.LeaseTTL = 10 * time.Second
+	}
+	return c
+}
+
+// Ensure creates Flow's streams and buckets, or updates them to cfg.
+func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	cfg = cfg.withDefaults()
+	if cfg.Replicas < 1 || cfg.Replicas > 5 {
+		return fmt.Errorf("streams: Replicas must be between 1 and 5, got %d", cfg.Replicas)
+	}
+	for _, sc := range []jetstream.StreamConfig{
+		{
+			Name: History, Subjects: []string{historyPrefix + ">"}, Storage: jetstream.FileStorage,
+			Retention: jetstream.LimitsPolicy, Replicas: cfg.Replicas, Duplicates: cfg.DuplicateWindow,
+			AllowDirect: true, MaxMsgSize: 8 << 20,
+			Description: "Flow run histories: one message per commit on flow.history.<run>",
+		},
+		{
+			Name: Tasks, Subjects: []string{taskPrefix + ">"}, Storage: jetstream.FileStorage,
+			Retention: jetstream.WorkQueuePolicy, Replicas: cfg.Replicas, Duplicates: cfg.DuplicateWindow,
+			Description: "Flow resume tasks on flow.task.<queue>.<run>",
+		},
+	} {
+		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
+			return fmt.Errorf("creating stream %s: %w", sc.Name, err)
+		}
+	}
+	for _, kc := range []jetstream.KeyValueConfig{
+		{Bucket: TimersBucket, Storage: jetstream.FileStorage, Replicas: cfg.Replicas, Description: "Flow pending timers"},
+		{Bucket: HooksBucket, Storage: jetstream.FileStorage, Replicas: cfg.Replicas, Description: "Flow hook tokens"},
+		{Bucket: RunsBucket, Storage: jetstream.FileStorage, Replicas: cfg.Replicas, Description: "Flow runs index"},
+		{Bucket: DefinitionsBucket, Storage: jetstream.FileStorage, Replicas: cfg.Replicas, Description: "Flow workflow definitions by queue"},
+		{Bucket: LeasesBucket, Storage: jetstream.FileStorage, Replicas: cfg.Replicas, TTL: cfg.LeaseTTL, Description: "Flow leader leases"},
+	} {
+		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
+			return fmt.Errorf("creating bucket %s: %w", kc.Bucket, err)
+		}
+	}
+	return nil
+}
+
+// ErrNotProvisioned is returned by Check when Flow's streams do not exist.
+var ErrNotProvisioned = errors.New("flow: Flow's streams do not exist on this NATS server")
+
+// Check reports whether Flow's history stream exists, with an error that says what to do.
+func Check(ctx context.Context, js jetstream.JetStream) error {
+	_, err := js.Stream(ctx, History)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		return fmt.Errorf("%w; start `flow dev`, or a Flow worker, against it first", ErrNotProvisioned)
+	}
+	return err
+}
+
+// TaskConsumer creates or updates the durable pull consumer of queue's tasks, shared by all
+// workers of the queue. A task not acknowledged within ackWait is redelivered.
+func TaskConsumer(ctx context.Context, js jetstream.JetStream, queue string, ackWait time.Duration, maxAckPending int) (jetstream.Consumer, error) {
+	if queue == "" {
+		queue = DefaultQueue
+	}
+	c, err := js.CreateOrUpdateConsumer(ctx, Tasks, jetstream.ConsumerConfig{
+		Durable: "worker-" + queue, FilterSubject: taskPrefix + queue + ".>", AckPolicy: jetstream.AckExplicitPolicy,
+		AckWait: ackWait, MaxDeliver: -1, MaxAckPending: maxAckPending, DeliverPolicy: jetstream.DeliverAllPolicy,
+		Description: "Flow workers of queue " + queue,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("creating the task consumer of queue %q: %w", queue, err)
+	}
+	return c, nil
+}
+
+// Definition is what a worker publishes about a workflow it runs, under DefinitionKey in the
+// FLOW_DEFINITIONS bucket. Clients read it to start runs with the right spec.
+type Definition struct {
+	Definition string    `json:"definition"`
+	Queue      string    `json:"queue"`
+	BuildID    string    `json:"build_id,omitempty"`
+	Patches    []string  `json:"patches,omitempty"`
+	UpdatedAt  time.Time `json:"updated_at"`
+	Host       string    `json:"host,omitempty"`
+}
+
+// DefinitionKey is the FLOW_DEFINITIONS key of definition on queue.
+func DefinitionKey(queue, definition string) string {
+	if queue == "" {
+		queue = DefaultQueue
+	}
+	return queue + "." + definition
+}

@@ -1,0 +1,408 @@
+// Package scheduler fires Flow's durable timers: waits (Sleep, WaitUntil) and retry backoffs.
+//
+// Workers register every pending timer in the FLOW_TIMERS bucket. The scheduler that holds the
+// lease watches the bucket, keeps the pending timers in memory in due order (one goroutine for
+// all of them, none per run), and when one falls due appends its firing event to the run's
+// history (wait.fired or step.retry_fired), sends the run's resume task, and deletes the entry.
+//
+// Nothing is missed across restarts: the bucket is durable, and a scheduler that starts fires
+// every overdue timer at once, in due order. Firing twice never changes history: the core
+// appends a firing only while the timer is pending in the run's history, at the expected
+// sequence. Several replicas may run; one holds the lease in FLOW_LEASES and fires, the others
+// wait to take over. Precision is that of the Go runtime timer, well under a second.
+package scheduler
+
+import (
+	"container/heap"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/natsconn"
+	"github.com/flowrun/flow/internal/store/jsstore"
+	"github.com/flowrun/flow/internal/streams"
+)
+
+// Config configures a Scheduler. The zero value works against a local `flow dev`. Load it from
+// the environment with envconfig.Process("FLOW", &cfg).
+type Config struct {
+	// NATSURL is the NATS server to connect to when Conn is nil. Defaults to
+	// "nats://127.0.0.1:4222".
+	NATSURL string `envconfig:"NATS_URL"`
+	// Conn is an existing connection to use instead of dialling NATSURL. The scheduler does not
+	// close it.
+	Conn *nats.Conn `ignored:"true"`
+	// Name identifies this replica in the lease. Defaults to "<hostname>-<pid>-<random>".
+	Name string `envconfig:"SCHEDULER_NAME"`
+	// FireConcurrency caps the timers being fired at once. Defaults to 8.
+	FireConcurrency int `envconfig:"FIRE_CONCURRENCY"`
+	// Streams sizes Flow's streams, created or updated at start; Streams.LeaseTTL is how long a
+	// dead leader holds the lease before a standby takes over.
+	Streams streams.Config `envconfig:"STREAMS"`
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger `ignored:"true"`
+}
+
+// leaseKey is the scheduler's key in FLOW_LEASES.
+const leaseKey = "scheduler"
+
+// Scheduler fires timers. Start it once; Stop it once.
+type Scheduler struct {
+	cfg    Config
+	logger *slog.Logger
+
+	nc      *nats.Conn
+	ownConn bool
+	timers  jetstream.KeyValue
+	leases  jetstream.KeyValue
+	engine  *engine.Engine
+
+	leader  atomic.Bool
+	fired   atomic.Int64
+	cancel  context.CancelFunc
+	done    chan struct{}
+	started chan struct{}
+	once    sync.Once
+}
+
+// New returns a scheduler.
+func New(cfg Config) (*Scheduler, error) {
+	if cfg.NATSURL == "" {
+		cfg.NATSURL = nats.DefaultURL
+	}
+	if cfg.Name == "" {
+		host, _ := os.Hostname()
+		cfg.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), nuid.Next()[:6])
+	}
+	if cfg.FireConcurrency == 0 {
+		cfg.FireConcurrency = 8
+	}
+	if cfg.FireConcurrency < 0 {
+		return nil, fmt.Errorf("scheduler: FireConcurrency must be positive, got %d", cfg.FireConcurrency)
+	}
+	if cfg.Streams.LeaseTTL == 0 {
+		cfg.Streams.LeaseTTL = 10 * time.Second
+	}
+	if cfg.Streams.LeaseTTL < time.Second {
+		return nil, fmt.Errorf("scheduler: Streams.LeaseTTL must be at least 1s, got %s", cfg.Streams.LeaseTTL)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Scheduler{cfg: cfg, logger: logger.With(slog.String("component", "scheduler"), slog.String("replica", cfg.Name)),
+		done: make(chan struct{}), started: make(chan struct{})}, nil
+}
+
+// Start connects, creates Flow's streams if needed, and starts competing for the lease.
+func (s *Scheduler) Start(ctx context.Context) error {
+	s.nc = s.cfg.Conn
+	if s.nc == nil {
+		nc, err := natsconn.Dial(s.cfg.NATSURL, "flow-scheduler")
+		if err != nil {
+			return err
+		}
+		s.nc, s.ownConn = nc, true
+	}
+	if err := s.open(ctx); err != nil {
+		if s.ownConn {
+			s.nc.Close()
+		}
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	go s.run(runCtx)
+	close(s.started)
+	return nil
+}
+
+func (s *Scheduler) open(ctx context.Context) error {
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return err
+	}
+	if err := streams.Ensure(ctx, js, s.cfg.Streams); err != nil {
+		return err
+	}
+	if s.timers, err = js.KeyValue(ctx, streams.TimersBucket); err != nil {
+		return err
+	}
+	if s.leases, err = js.KeyValue(ctx, streams.LeasesBucket); err != nil {
+		return err
+	}
+	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/scheduler"})
+	if err != nil {
+		return err
+	}
+	host, err := jshost.New(ctx, js, "flow/scheduler", s.logger)
+	if err != nil {
+		return err
+	}
+	s.engine, err = engine.New(engine.Config{Store: st, Host: host, Logger: s.logger})
+	return err
+}
+
+// Leader reports whether this replica holds the lease and fires timers.
+func (s *Scheduler) Leader() bool { return s.leader.Load() }
+
+// Fired returns the number of timers this replica fired.
+func (s *Scheduler) Fired() int64 { return s.fired.Load() }
+
+// Stop stops firing, releases the lease so that a standby takes over at once, and waits. It is
+// idempotent and safe before Start.
+func (s *Scheduler) Stop() error {
+	s.once.Do(func() {
+		select {
+		case <-s.started:
+		default:
+			return
+		}
+		s.cancel()
+		<-s.done
+		if s.ownConn {
+			s.nc.Close()
+		}
+	})
+	return nil
+}
+
+// run competes for the lease and serves while it holds it.
+func (s *Scheduler) run(ctx context.Context) {
+	defer close(s.done)
+	renew := s.cfg.Streams.LeaseTTL / 3
+	for ctx.Err() == nil {
+		rev, err := s.leases.Create(ctx, leaseKey, []byte(s.cfg.Name))
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
+				s.logger.Warn("cannot reach the lease bucket", slog.String("error", err.Error()))
+			}
+			sleep(ctx, renew)
+			continue
+		}
+		s.lead(ctx, rev, renew)
+	}
+}
+
+// lead serves while renewing the lease, and releases it when ctx ends.
+func (s *Scheduler) lead(ctx context.Context, rev uint64, renew time.Duration) {
+	s.logger.Info("scheduler leads")
+	s.leader.Store(true)
+	defer s.leader.Store(false)
+	leadCtx, cancel := context.WithCancel(ctx)
+	served := make(chan struct{})
+	go func() {
+		defer close(served)
+		s.serve(leadCtx)
+	}()
+	t := time.NewTicker(renew)
+	defer t.Stop()
+	for {
+		select {
+		case <-t.C:
+			r, err := s.leases.Update(leadCtx, leaseKey, []byte(s.cfg.Name), rev)
+			if err != nil {
+				s.logger.Warn("lost the scheduler lease", slog.String("error", err.Error()))
+				cancel()
+				<-served
+				return
+			}
+			rev = r
+		case <-ctx.Done():
+			cancel()
+			<-served
+			release, stop := context.WithTimeout(context.Background(), time.Second)
+			_ = s.leases.Delete(release, leaseKey, jetstream.LastRevision(rev))
+			stop()
+			return
+		}
+	}
+}
+
+// pending is a timer known from the bucket.
+type pending struct {
+	key    string
+	timer  core.Timer
+	rev    uint64
+	index  int
+	firing bool
+}
+
+type timerHeap []*pending
+
+func (h timerHeap) Len() int { return len(h) }
+func (h timerHeap) Less(i, j int) bool {
+	if !h[i].timer.Due.Equal(h[j].timer.Due) {
+		return h[i].timer.Due.Before(h[j].timer.Due)
+	}
+	return h[i].key < h[j].key
+}
+func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
+func (h *timerHeap) Push(x any)   { p := x.(*pending); p.index = len(*h); *h = append(*h, p) }
+func (h *timerHeap) Pop() any {
+	old := *h
+	p := old[len(old)-1]
+	*h = old[:len(old)-1]
+	p.index = -1
+	return p
+}
+func (h timerHeap) peek() *pending { return h[0] }
+
+type firing struct {
+	p   *pending
+	rev uint64
+	err error
+}
+
+// serve watches the bucket and fires timers as they fall due, until ctx ends.
+func (s *Scheduler) serve(ctx context.Context) {
+	w, err := s.timers.WatchAll(ctx)
+	if err != nil {
+		s.logger.Error("cannot watch timers", slog.String("error", err.Error()))
+		sleep(ctx, time.Second)
+		return
+	}
+	defer func() { _ = w.Stop() }()
+
+	byKey := map[string]*pending{}
+	var h timerHeap
+	queue := make(chan firing, s.cfg.FireConcurrency)
+	results := make(chan firing, s.cfg.FireConcurrency)
+	var workers sync.WaitGroup
+	for range s.cfg.FireConcurrency {
+		workers.Go(func() {
+			for f := range queue {
+				f.err = s.fire(ctx, f.p.key, f.p.timer, f.rev)
+				results <- f
+			}
+		})
+	}
+	defer func() { close(queue); workers.Wait() }()
+	inflight := 0
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
+
+	for {
+		// Hand every due timer to the fire workers, as far as they have room.
+		now := time.Now()
+		for h.Len() > 0 && !h.peek().timer.Due.After(now) && inflight < s.cfg.FireConcurrency {
+			p := heap.Pop(&h).(*pending)
+			p.firing = true
+			inflight++
+			queue <- firing{p: p, rev: p.rev}
+		}
+		next := time.Hour
+		if h.Len() > 0 && inflight < s.cfg.FireConcurrency {
+			next = time.Until(h.peek().timer.Due)
+		}
+		wake.Reset(next)
+
+		select {
+		case <-ctx.Done():
+			return
+		case <-wake.C:
+		case e, ok := <-w.Updates():
+			if !ok {
+				return
+			}
+			if e == nil {
+				s.logger.Debug("timers loaded", slog.Int("pending", h.Len()))
+				continue
+			}
+			s.apply(e, byKey, &h)
+		case r := <-results:
+			inflight--
+			r.p.firing = false
+			if r.err != nil {
+				if ctx.Err() != nil {
+					return
+				}
+				s.logger.Warn("firing a timer failed; retrying in 1s", slog.String("run_id", r.p.timer.RunID),
+					slog.String("timer", r.p.timer.Key()), slog.String("error", r.err.Error()))
+				if cur, ok := byKey[r.p.key]; ok && cur == r.p {
+					retry := *r.p
+					retry.timer.Due = time.Now().Add(time.Second)
+					byKey[r.p.key] = &retry
+					heap.Push(&h, &retry)
+				}
+			} else if cur, ok := byKey[r.p.key]; ok && cur == r.p {
+				if cur.rev == r.rev {
+					delete(byKey, r.p.key)
+				} else {
+					heap.Push(&h, cur) // re-registered while firing: fire again, it will be found moot
+				}
+			}
+		}
+	}
+}
+
+// apply folds one bucket change into the pending set.
+func (s *Scheduler) apply(e jetstream.KeyValueEntry, byKey map[string]*pending, h *timerHeap) {
+	cur, known := byKey[e.Key()]
+	if e.Operation() != jetstream.KeyValuePut {
+		if known {
+			delete(byKey, e.Key())
+			if cur.index >= 0 && !cur.firing {
+				heap.Remove(h, cur.index)
+			}
+		}
+		return
+	}
+	var t core.Timer
+	if err := json.Unmarshal(e.Value(), &t); err != nil || t.RunID == "" {
+		s.logger.Error("ignoring a malformed timer entry", slog.String("key", e.Key()))
+		return
+	}
+	if known {
+		cur.rev = e.Revision()
+		if !cur.firing && cur.index >= 0 && !cur.timer.Due.Equal(t.Due) {
+			cur.timer = t
+			heap.Fix(h, cur.index)
+		}
+		return
+	}
+	p := &pending{key: e.Key(), timer: t, rev: e.Revision()}
+	byKey[e.Key()] = p
+	heap.Push(h, p)
+}
+
+// fire appends the timer's firing to its run (or finds it moot) and deletes the entry.
+func (s *Scheduler) fire(ctx context.Context, key string, t core.Timer, rev uint64) error {
+	if err := s.engine.Fire(ctx, t); err != nil && !errors.Is(err, core.ErrNotFound) && !errors.Is(err, core.ErrTerminal) {
+		return err
+	}
+	s.fired.Add(1)
+	s.logger.Debug("timer fired", slog.String("run_id", t.RunID), slog.String("timer", t.Key()),
+		slog.Duration("lateness", time.Since(t.Due)))
+	err := s.timers.Delete(ctx, key, jetstream.LastRevision(rev))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		// Re-registered meanwhile (a repair): the new entry fires again and is found moot.
+		var apiErr *jetstream.APIError
+		if !errors.As(err, &apiErr) {
+			return err
+		}
+	}
+	return nil
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -1,0 +1,325 @@
+// Package worker hosts Flow's replay loop: it pulls resume tasks for its queue from the
+// FLOW_TASKS work queue, drives each run (decisions, step attempts, retries, timers, hooks,
+// children) and acknowledges a task only once the run is suspended, blocked or ended. A worker
+// that dies loses nothing: its unacknowledged tasks come back after AckWait and another worker
+// continues each run from its history.
+//
+// Run the workflows of a registry:
+//
+//	w, err := worker.New(worker.Config{Queue: "orders"}, reg)
+//	if err := w.Start(ctx); err != nil { ... }
+//	defer w.Stop(context.Background())
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/natsconn"
+	"github.com/flowrun/flow/internal/store/jsstore"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/flow"
+)
+
+// Config configures a Worker. The zero value works against a local `flow dev`. Load it from the
+// environment with envconfig.Process("FLOW", &cfg): FLOW_NATS_URL, FLOW_QUEUE, ...
+type Config struct {
+	// NATSURL is the NATS server to connect to when Conn is nil. Defaults to
+	// "nats://127.0.0.1:4222".
+	NATSURL string `envconfig:"NATS_URL"`
+	// Conn is an existing connection to use instead of dialling NATSURL. The worker does not
+	// close it.
+	Conn *nats.Conn `ignored:"true"`
+	// Queue is the task queue the worker serves. Defaults to "default".
+	Queue string `envconfig:"QUEUE"`
+	// RunConcurrency caps the runs driven at once. Defaults to 64.
+	RunConcurrency int `envconfig:"RUN_CONCURRENCY"`
+	// StepConcurrency caps the step attempts running at once. Defaults to 16.
+	StepConcurrency int `envconfig:"STEP_CONCURRENCY"`
+	// AckWait is how long a task may go without a heartbeat before NATS redelivers it to
+	// another worker; a live worker sends heartbeats every AckWait/3 while it drives a run.
+	// Defaults to 30 seconds.
+	AckWait time.Duration `envconfig:"ACK_WAIT"`
+	// CacheSize caps the run snapshots kept between tasks. Defaults to 10,000.
+	CacheSize int `envconfig:"CACHE_SIZE"`
+	// SkipReplayCheck turns off replaying a run's whole history against the code when the
+	// worker loads it cold. Defaults to false (check).
+	SkipReplayCheck bool `envconfig:"SKIP_REPLAY_CHECK"`
+	// Streams sizes Flow's streams, created or updated at start.
+	Streams streams.Config `envconfig:"STREAMS"`
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger `ignored:"true"`
+}
+
+// Worker runs the workflows and steps of a registry. Start it once; Stop it once.
+type Worker struct {
+	cfg    Config
+	reg    *flow.Registry
+	logger *slog.Logger
+
+	nc      *nats.Conn
+	ownConn bool
+	engine  *engine.Engine
+	iter    jetstream.MessagesContext
+
+	runCtx     context.Context
+	cancelRuns context.CancelFunc
+	inflight   sync.WaitGroup
+	fetchDone  chan struct{}
+	started    chan struct{}
+	stopOnce   sync.Once
+}
+
+// New returns a worker for the workflows and steps of reg.
+func New(cfg Config, reg *flow.Registry) (*Worker, error) {
+	if reg == nil {
+		return nil, errors.New("worker: a registry is required")
+	}
+	if cfg.NATSURL == "" {
+		cfg.NATSURL = nats.DefaultURL
+	}
+	if cfg.Queue == "" {
+		cfg.Queue = streams.DefaultQueue
+	}
+	if cfg.RunConcurrency == 0 {
+		cfg.RunConcurrency = 64
+	}
+	if cfg.StepConcurrency == 0 {
+		cfg.StepConcurrency = 16
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	switch {
+	case cfg.RunConcurrency < 0:
+		return nil, fmt.Errorf("worker: RunConcurrency must be positive, got %d", cfg.RunConcurrency)
+	case cfg.StepConcurrency < 0:
+		return nil, fmt.Errorf("worker: StepConcurrency must be positive, got %d", cfg.StepConcurrency)
+	case cfg.AckWait < time.Second:
+		return nil, fmt.Errorf("worker: AckWait must be at least 1s, got %s", cfg.AckWait)
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Worker{cfg: cfg, reg: reg, logger: logger.With(slog.String("component", "worker"), slog.String("queue", cfg.Queue)),
+		fetchDone: make(chan struct{}), started: make(chan struct{})}, nil
+}
+
+// Start connects, creates Flow's streams if needed, publishes the definitions it runs, and
+// starts pulling tasks. It returns once the worker is consuming.
+func (w *Worker) Start(ctx context.Context) error {
+	w.nc = w.cfg.Conn
+	if w.nc == nil {
+		nc, err := natsconn.Dial(w.cfg.NATSURL, "flow-worker")
+		if err != nil {
+			return err
+		}
+		w.nc, w.ownConn = nc, true
+	}
+	if err := w.start(ctx); err != nil {
+		if w.ownConn {
+			w.nc.Close()
+		}
+		return err
+	}
+	close(w.started)
+	return nil
+}
+
+func (w *Worker) start(ctx context.Context) error {
+	js, err := jetstream.New(w.nc)
+	if err != nil {
+		return err
+	}
+	if err := streams.Ensure(ctx, js, w.cfg.Streams); err != nil {
+		return err
+	}
+	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/worker/" + w.cfg.Queue})
+	if err != nil {
+		return err
+	}
+	host, err := jshost.New(ctx, js, "flow/worker/"+w.cfg.Queue, w.logger)
+	if err != nil {
+		return err
+	}
+	ecfg := engine.Config{Store: st, Runtime: w.reg, Host: host, BuildID: w.reg.BuildID(), Logger: w.logger,
+		StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize}
+	if !w.cfg.SkipReplayCheck {
+		ecfg.Replayer = w.reg.Replaying()
+	}
+	if w.engine, err = engine.New(ecfg); err != nil {
+		return err
+	}
+	if err := w.publishDefinitions(ctx, js); err != nil {
+		return err
+	}
+	cons, err := streams.TaskConsumer(ctx, js, w.cfg.Queue, w.cfg.AckWait, max(1000, 4*w.cfg.RunConcurrency))
+	if err != nil {
+		return err
+	}
+	if w.iter, err = cons.Messages(jetstream.PullMaxMessages(w.cfg.RunConcurrency)); err != nil {
+		return fmt.Errorf("consuming tasks of queue %q: %w", w.cfg.Queue, err)
+	}
+	w.runCtx, w.cancelRuns = context.WithCancel(context.WithoutCancel(ctx))
+	go w.fetch()
+	w.logger.InfoContext(ctx, "worker started", slog.Any("workflows", w.reg.Workflows()), slog.Any("steps", w.reg.Steps()),
+		slog.String("build_id", w.reg.BuildID()))
+	return nil
+}
+
+func (w *Worker) publishDefinitions(ctx context.Context, js jetstream.JetStream) error {
+	kv, err := js.KeyValue(ctx, streams.DefinitionsBucket)
+	if err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	for _, name := range w.reg.Workflows() {
+		id, err := w.reg.Identity(name)
+		if err != nil {
+			return err
+		}
+		b, err := json.Marshal(streams.Definition{Definition: name, Queue: w.cfg.Queue, BuildID: id.BuildID, Patches: id.Patches,
+			UpdatedAt: time.Now().UTC(), Host: host})
+		if err != nil {
+			return err
+		}
+		if _, err := kv.Put(ctx, streams.DefinitionKey(w.cfg.Queue, name), b); err != nil {
+			return fmt.Errorf("publishing definition %q: %w", name, err)
+		}
+	}
+	return nil
+}
+
+// fetch hands tasks to handlers, at most RunConcurrency at once, until the iterator stops.
+func (w *Worker) fetch() {
+	defer close(w.fetchDone)
+	sem := make(chan struct{}, w.cfg.RunConcurrency)
+	for {
+		msg, err := w.iter.Next()
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
+				w.logger.Error("fetching tasks stopped", slog.String("error", err.Error()))
+			}
+			return
+		}
+		if w.runCtx.Err() != nil {
+			_ = msg.Nak()
+			continue
+		}
+		sem <- struct{}{}
+		w.inflight.Add(1)
+		go func() {
+			defer func() { <-sem; w.inflight.Done() }()
+			w.handle(msg)
+		}()
+	}
+}
+
+// handle drives the run a task names, with heartbeats, and settles the task: acknowledged when
+// the run is suspended or ended, redelivered later when it is blocked or the drive failed.
+func (w *Worker) handle(msg jetstream.Msg) {
+	ctx := w.runCtx
+	runID, err := streams.RunOfTask(msg.Subject())
+	if err != nil {
+		w.logger.Error("dropping a malformed task", slog.String("subject", msg.Subject()), slog.String("error", err.Error()))
+		_ = msg.Term()
+		return
+	}
+	stop := w.heartbeat(msg)
+	res, err := w.engine.Drive(ctx, runID)
+	stop()
+	var wrongBuild *engine.WrongBuildError
+	switch {
+	case errors.As(err, &wrongBuild):
+		// A worker of the run's build takes it; this one never decides it.
+		_ = msg.NakWithDelay(time.Second)
+	case errors.Is(err, core.ErrNotFound):
+		w.logger.Warn("dropping a task for a run that does not exist", slog.String("run_id", runID))
+		_ = msg.Term()
+	case err != nil:
+		if ctx.Err() != nil {
+			_ = msg.Nak() // shutting down: another worker takes it at once
+			return
+		}
+		w.logger.Warn("driving a run failed; the task will be retried", slog.String("run_id", runID), slog.String("error", err.Error()))
+		_ = msg.NakWithDelay(backoff(msg))
+	case res.Status == core.StatusBlocked:
+		// Retried with backoff, so that a deploy of fixed code resumes the run.
+		_ = msg.NakWithDelay(backoff(msg))
+	default:
+		_ = msg.Ack()
+	}
+}
+
+// heartbeat tells NATS the task is in progress every AckWait/3 until stop is called.
+func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
+	done := make(chan struct{})
+	t := time.NewTicker(w.cfg.AckWait / 3)
+	go func() {
+		defer t.Stop()
+		for {
+			select {
+			case <-t.C:
+				_ = msg.InProgress()
+			case <-done:
+				return
+			}
+		}
+	}()
+	return func() { close(done) }
+}
+
+// backoff grows with the task's deliveries: 1s, 2s, 4s ... up to 5 minutes.
+func backoff(msg jetstream.Msg) time.Duration {
+	n := uint64(1)
+	if md, err := msg.Metadata(); err == nil {
+		n = md.NumDelivered
+	}
+	d := time.Second << min(n-1, 9)
+	return min(d, 5*time.Minute)
+}
+
+// Stop stops taking tasks and waits for the runs being driven to reach a durable point, so that
+// in-flight steps finish and their results are recorded. When ctx ends first, running steps see
+// their context cancelled and the remaining tasks are redelivered. Stop is idempotent and safe
+// before Start.
+func (w *Worker) Stop(ctx context.Context) error {
+	var err error
+	w.stopOnce.Do(func() {
+		select {
+		case <-w.started:
+		default:
+			return
+		}
+		w.iter.Drain()
+		<-w.fetchDone
+		done := make(chan struct{})
+		go func() { w.inflight.Wait(); close(done) }()
+		select {
+		case <-done:
+		case <-ctx.Done():
+			err = fmt.Errorf("worker: stopping: %w; in-flight steps were cancelled", ctx.Err())
+			w.cancelRuns()
+			<-done
+		}
+		w.cancelRuns()
+		if w.ownConn {
+			w.nc.Close()
+		}
+		w.logger.Info("worker stopped")
+	})
+	return err
+}
