@@ -8,6 +8,15 @@ PKGS ?= ./...
 help: ## List the targets
 	@awk 'BEGIN {FS = ":.*## "} /^[a-zA-Z0-9_\/-]+:.*## / {printf "  %-14s %s\n", $$1, $$2}' $(MAKEFILE_LIST)
 
+.PHONY: dev
+dev: ## Run Flow on this machine: embedded NATS, worker, scheduler, example workflows
+	$(GO) run ./cmd/flow dev
+
+.PHONY: build
+build: ## Build bin/flow and bin/flowd
+	$(GO) build -o bin/flow ./cmd/flow
+	$(GO) build -o bin/flowd ./cmd/flowd
+
 .PHONY: test
 test: ## Run every test with the race detector (what CI runs)
 	$(GO) test -race -count=1 $(PKGS)
@@ -25,6 +34,7 @@ lint: ## gofmt, go vet and staticcheck
 .PHONY: bench
 bench: ## Run the benchmarks (numbers for notes; compare ratios within one run)
 	$(GO) test -run='^$$' -bench=. -benchmem -count=5 ./internal/core
+	$(GO) test -run='^$$' -bench=TenStep -benchtime=1x -count=3 ./services/worker
 
 .PHONY: fuzz
 fuzz: ## Fuzz envelope decoding for 30s

@@ -45,7 +45,9 @@ type Config struct {
 	// Conn is an existing connection to use instead of dialling NATSURL. The scheduler does not
 	// close it.
 	Conn *nats.Conn `ignored:"true"`
-	// Name identifies this replica in the lease. Defaults to "<hostname>-<pid>-<random>".
+	// Name identifies this replica in the lease. A replica restarted under the same name takes
+	// its lease back at once instead of waiting for it to expire; names must therefore be unique
+	// among live replicas. Defaults to "<hostname>-<pid>-<random>".
 	Name string `envconfig:"SCHEDULER_NAME"`
 	// FireConcurrency caps the timers being fired at once. Defaults to 8.
 	FireConcurrency int `envconfig:"FIRE_CONCURRENCY"`
@@ -185,7 +187,7 @@ func (s *Scheduler) run(ctx context.Context) {
 	defer close(s.done)
 	renew := s.cfg.Streams.LeaseTTL / 3
 	for ctx.Err() == nil {
-		rev, err := s.leases.Create(ctx, leaseKey, []byte(s.cfg.Name))
+		rev, err := s.acquire(ctx)
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
 				s.logger.Warn("cannot reach the lease bucket", slog.String("error", err.Error()))
@@ -195,6 +197,20 @@ func (s *Scheduler) run(ctx context.Context) {
 		}
 		s.lead(ctx, rev, renew)
 	}
+}
+
+// acquire takes the lease if it is free, or if it is held under this replica's name (the same
+// replica, restarted before its lease expired).
+func (s *Scheduler) acquire(ctx context.Context) (uint64, error) {
+	rev, err := s.leases.Create(ctx, leaseKey, []byte(s.cfg.Name))
+	if !errors.Is(err, jetstream.ErrKeyExists) {
+		return rev, err
+	}
+	held, gerr := s.leases.Get(ctx, leaseKey)
+	if gerr != nil || string(held.Value()) != s.cfg.Name {
+		return 0, err
+	}
+	return s.leases.Update(ctx, leaseKey, []byte(s.cfg.Name), held.Revision())
 }
 
 // lead serves while renewing the lease, and releases it when ctx ends.

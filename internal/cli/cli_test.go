@@ -1,0 +1,207 @@
+package cli_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/cli"
+)
+
+// syncBuffer is a bytes.Buffer safe for a writer and a reader in different goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+}
+
+func run(t *testing.T, args ...string) result {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	code := cli.Main(t.Context(), args, &out, &errOut)
+	return result{code: code, stdout: out.String(), stderr: errOut.String()}
+}
+
+// TestTour runs `flow dev` and drives it the way the README's tour does.
+func TestTour(t *testing.T) {
+	t.Parallel()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	listen := strings.TrimPrefix(url, "nats://")
+	ctx, stopDev := context.WithCancel(t.Context())
+	var devOut, devErr syncBuffer
+	devDone := make(chan int, 1)
+	go func() {
+		devDone <- cli.Main(ctx, []string{"dev", "--dir", t.TempDir(), "--listen", listen, "--log-level", "warn"}, &devOut, &devErr)
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(devOut.String(), "Flow is running.") }, 20*time.Second, 10*time.Millisecond,
+		"flow dev did not start: %s", devErr.String())
+	require.Contains(t, devOut.String(), "flow start order --wait")
+	nats := "--nats-url=" + url
+
+	t.Run("StartOrderAndWait", func(t *testing.T) {
+		r := run(t, "start", "order", "--wait", "--id", "order-2026-0001", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "run order-2026-0001\ncompleted: ")
+		require.Contains(t, r.stdout, "order-2026-0001:reserve-stock:sku-8842")
+
+		r = run(t, "status", "order-2026-0001", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "Status      completed")
+		require.Contains(t, r.stdout, "charge-payment  chargePayment  completed  2")
+
+		r = run(t, "history", "order-2026-0001", "--json", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+		require.Len(t, lines, 11)
+		var first map[string]any
+		require.NoError(t, json.Unmarshal([]byte(lines[0]), &first))
+		require.Equal(t, "run.started", first["type"])
+
+		r = run(t, "verify", "order-2026-0001", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "11 events, all invariants hold")
+
+		r = run(t, "watch", "order-2026-0001", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "run.completed")
+	})
+
+	t.Run("StartIsIdempotent", func(t *testing.T) {
+		r := run(t, "start", "fanout", "--input", `{"items":3}`, "--id", "fanout-1", "--wait", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, `completed: {"items":3,"sum":5}`)
+		r = run(t, "start", "fanout", "--input", `{"items":3}`, "--id", "fanout-1", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		r = run(t, "start", "fanout", "--input", `{"items":4}`, "--id", "fanout-1", nats)
+		require.Equal(t, 1, r.code)
+		require.Equal(t, "flow: run \"fanout-1\" already exists with a different input; starting it again needs the same definition, spec and input, or choose another run ID\n", r.stderr)
+	})
+
+	t.Run("CancelAWaitingRun", func(t *testing.T) {
+		r := run(t, "start", "reminder", "--input", `{"after":"1h"}`, "--id", "later", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		r = run(t, "cancel", "later", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		r = run(t, "start", "reminder", "--input", `{"after":"1h"}`, "--id", "later", "--wait", "--json", nats)
+		require.Equal(t, 1, r.code)
+		require.Contains(t, r.stdout, `"error": "flow: run \"later\" cancelled: cancelled: cancellation requested: cancelled from the command line"`)
+	})
+
+	t.Run("Runs", func(t *testing.T) {
+		require.Eventually(t, func() bool {
+			r := run(t, "runs", "--json", nats)
+			var runs []map[string]any
+			return r.code == 0 && json.Unmarshal([]byte(r.stdout), &runs) == nil && len(runs) >= 3
+		}, 10*time.Second, 20*time.Millisecond)
+		r := run(t, "runs", "--status", "completed", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "order-2026-0001")
+		require.NotContains(t, r.stdout, "later")
+	})
+
+	t.Run("BadInputIsOneLineAndNonZero", func(t *testing.T) {
+		for _, tt := range []struct {
+			name string
+			args []string
+			code int
+			want string
+		}{
+			{"UnknownDefinition", []string{"start", "ordr", nats}, 1, `flow: not found: workflow definition "ordr" is not registered on queue "default" (known: fanout, order, reminder)`},
+			{"MalformedInput", []string{"start", "order", "--input", "{sku:1}", nats}, 2, "flow: --input is not valid JSON"},
+			{"InvalidRunID", []string{"start", "order", "--id", "orders.1", nats}, 1, `flow: invalid ID: run ID "orders.1" has '.' at position 6`},
+			{"MissingRun", []string{"status", "no-such-run", nats}, 1, `flow: not found: run "no-such-run" does not exist (list runs with ` + "`flow runs`)"},
+			{"MissingRunHistory", []string{"history", "no-such-run", nats}, 1, `does not exist`},
+			{"MissingRunCancel", []string{"cancel", "no-such-run", nats}, 1, `no-such-run`},
+			{"Unreachable", []string{"runs", "--nats-url", "nats://127.0.0.1:1"}, 1, "flow: NATS unreachable: cannot connect to nats://127.0.0.1:1"},
+			{"MissingArgument", []string{"status", nats}, 2, "flow: flow status takes 1 argument(s), RUN; got 0"},
+			{"UnknownFlag", []string{"runs", "--colour", nats}, 2, "flow: unknown flag: --colour"},
+		} {
+			t.Run(tt.name, func(t *testing.T) {
+				r := run(t, tt.args...)
+				require.Equal(t, tt.code, r.code, "stderr: %s", r.stderr)
+				require.Contains(t, r.stderr, tt.want)
+				require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+			})
+		}
+	})
+
+	stopDev()
+	select {
+	case code := <-devDone:
+		require.Equal(t, 0, code, devErr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("flow dev did not stop")
+	}
+	require.Contains(t, devOut.String(), "Stopped.")
+}
+
+func TestHelpOnEveryCommand(t *testing.T) {
+	t.Parallel()
+	for _, cmd := range []string{"", "dev", "start", "status", "history", "watch", "runs", "cancel", "signal", "terminate", "verify"} {
+		t.Run("Help"+cmd, func(t *testing.T) {
+			args := []string{"--help"}
+			if cmd != "" {
+				args = []string{cmd, "--help"}
+			}
+			r := run(t, args...)
+			require.Equal(t, 0, r.code, r.stderr)
+			require.Contains(t, r.stdout, "Usage:")
+		})
+	}
+}
+
+func TestVerifyFile(t *testing.T) {
+	t.Parallel()
+	good := filepath.Join("..", "..", "pkg", "flowtest", "testdata", "order_v1.jsonl")
+	r := run(t, "verify", "--file", good)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "all invariants hold")
+
+	lines, err := os.ReadFile(good)
+	require.NoError(t, err)
+	all := strings.Split(strings.TrimSpace(string(lines)), "\n")
+	bad := filepath.Join(t.TempDir(), "gap.jsonl")
+	require.NoError(t, os.WriteFile(bad, []byte(strings.Join(append(all[:3:3], all[4:]...), "\n")), 0o644))
+	r = run(t, "verify", "--file", bad)
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stdout, "seq 5: sequence: expected seq 4, got 5")
+	require.Regexp(t, `^flow: run "order-1": \d+ invariant violation\(s\)\n$`, r.stderr)
+
+	r = run(t, "verify", "--file", filepath.Join(t.TempDir(), "missing.jsonl"))
+	require.Equal(t, 1, r.code)
+	require.Contains(t, r.stderr, "no such file")
+}

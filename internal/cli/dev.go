@@ -1,0 +1,130 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowrun/flow/internal/examples"
+	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/scheduler"
+	"github.com/flowrun/flow/services/worker"
+)
+
+func (e *env) devCmd() *cobra.Command {
+	var dir, listen, sync, level string
+	cmd := &cobra.Command{
+		Use:   "dev",
+		Short: "Run Flow on this machine: embedded NATS, worker, scheduler and example workflows",
+		Long: `Run Flow on this machine, in one process: a real nats-server with JetStream storing its data
+under --dir, a worker and a scheduler, with the example workflows registered:
+
+  order      three steps with idempotency keys and a retry policy (its first charge attempt
+             times out, to show a retry)
+  fanout     a batch of steps: flow start fanout --input '{"items":20}'
+  reminder   a durable timer: flow start reminder --input '{"who":"ann","after":"10s"}'
+
+Other terminals drive it with the flow commands, which connect to nats://127.0.0.1:4222 unless
+FLOW_NATS_URL says otherwise. Stop with Ctrl-C; runs resume where they were on the next start.`,
+		Args: args(),
+		RunE: func(c *cobra.Command, _ []string) error {
+			return e.dev(c.Context(), dir, listen, sync, level)
+		},
+	}
+	cmd.Flags().StringVar(&dir, "dir", envOr("FLOW_DIR", ".flow"), "data directory (env FLOW_DIR)")
+	cmd.Flags().StringVar(&listen, "listen", envOr("FLOW_LISTEN", "127.0.0.1:4222"), "NATS client address host:port (env FLOW_LISTEN)")
+	cmd.Flags().StringVar(&sync, "sync", envOr("FLOW_SYNC", ""), `JetStream fsync: "" (every 2 minutes), "always", or a duration (env FLOW_SYNC)`)
+	cmd.Flags().StringVar(&level, "log-level", envOr("FLOW_LOG_LEVEL", "info"), "log level: debug, info, warn or error (env FLOW_LOG_LEVEL)")
+	return cmd
+}
+
+func (e *env) dev(ctx context.Context, dir, listen, sync, level string) error {
+	host, portText, err := net.SplitHostPort(listen)
+	if err != nil {
+		return usageError{fmt.Errorf("--listen must be host:port, such as 127.0.0.1:4222: %w", err)}
+	}
+	port, err := strconv.Atoi(portText)
+	if err != nil || port < 0 || port > 65535 {
+		return usageError{fmt.Errorf("--listen port must be a number from 0 to 65535, got %q", portText)}
+	}
+	var lv slog.Level
+	if err := lv.UnmarshalText([]byte(level)); err != nil {
+		return usageError{fmt.Errorf("--log-level must be debug, info, warn or error, got %q", level)}
+	}
+	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lv}))
+	if port == 0 {
+		port = -1
+	}
+
+	srv, err := natsserver.Start(natsserver.Config{Dir: filepath.Join(dir, "nats"), Host: host, Port: port, Sync: sync, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer srv.Shutdown()
+	nc, err := srv.Connect()
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+
+	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: logger})
+	examples.Register(reg)
+	w, err := worker.New(worker.Config{Conn: nc, Queue: e.queue, Logger: logger}, reg)
+	if err != nil {
+		return err
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	// One scheduler per data directory: a restarted `flow dev` takes its own lease back at once.
+	s, err := scheduler.New(scheduler.Config{Conn: nc, Logger: logger, Name: "flow-dev"})
+	if err != nil {
+		return err
+	}
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+
+	url := srv.ClientURL()
+	fmt.Fprintf(e.stdout, `Flow is running.
+  NATS       %s (JetStream data in %s)
+  Workflows  %s on queue %q
+  Sync       %s
+
+Try, in another terminal:
+  flow start order --wait
+  flow start reminder --input '{"after":"10s"}'
+  flow runs
+  flow watch RUN
+
+Other commands reach this server at %s (set FLOW_NATS_URL if you changed --listen).
+Press Ctrl-C to stop; runs resume where they were on the next start.
+`, url, filepath.Join(dir, "nats"), strings.Join(reg.Workflows(), ", "), e.queue, syncText(sync), url)
+
+	<-ctx.Done()
+	fmt.Fprintln(e.stdout, "Stopping: finishing in-flight steps (up to 10s)...")
+	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	werr := w.Stop(stopCtx)
+	_ = s.Stop()
+	fmt.Fprintln(e.stdout, "Stopped.")
+	return werr
+}
+
+func syncText(s string) string {
+	switch s {
+	case "":
+		return "every 2 minutes (an acknowledged event survives a process crash; a machine crash may lose the last 2 minutes)"
+	case "always":
+		return "always (every acknowledged event is on disk)"
+	}
+	return "every " + s
+}

@@ -1,0 +1,395 @@
+package cli
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/pkg/event"
+	"github.com/flowrun/flow/pkg/flow"
+)
+
+func (e *env) startCmd() *cobra.Command {
+	var id, input string
+	var wait bool
+	var timeout time.Duration
+	cmd := &cobra.Command{
+		Use:   "start DEFINITION",
+		Short: "Start a run of a workflow definition",
+		Long: `Start a run of a workflow definition published by a worker of the queue, and print its ID.
+With --wait, wait for the run to end and print its output; a run that fails, is cancelled or is
+blocked exits with status 1.
+
+Starting an existing run ID again with the same definition and input returns that run; with a
+different input it is an error.`,
+		Example: `  flow start order --wait
+  flow start fanout --input '{"items":20}' --id fanout-1
+  flow start reminder --input '{"who":"ann","after":"30s"}'`,
+		Args: args("DEFINITION"),
+		RunE: func(c *cobra.Command, a []string) error {
+			var in json.RawMessage
+			if input != "" {
+				if !json.Valid([]byte(input)) {
+					var v any
+					err := json.Unmarshal([]byte(input), &v)
+					return usageError{fmt.Errorf("--input is not valid JSON (%v); quote it for the shell, e.g. --input '{\"items\":3}'", err)}
+				}
+				in = json.RawMessage(input)
+			}
+			ctx := c.Context()
+			client, err := e.client(ctx)
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			runID, err := client.Start(ctx, a[0], in, &flow.StartOptions{RunID: id})
+			if err != nil {
+				return err
+			}
+			if !wait {
+				if e.json {
+					return writeJSON(e.stdout, map[string]string{"run_id": runID})
+				}
+				fmt.Fprintln(e.stdout, runID)
+				return nil
+			}
+			if timeout > 0 {
+				var cancel func()
+				ctx, cancel = contextWithTimeout(ctx, timeout)
+				defer cancel()
+			}
+			var out json.RawMessage
+			err = client.Result(ctx, runID, &out)
+			if e.json {
+				res := map[string]any{"run_id": runID, "output": out}
+				if err != nil {
+					res["error"] = err.Error()
+				}
+				if werr := writeJSON(e.stdout, res); werr != nil {
+					return werr
+				}
+				return err
+			}
+			fmt.Fprintf(e.stdout, "run %s\n", runID)
+			if err != nil {
+				return fmt.Errorf("%w; see `flow history %s`", err, runID)
+			}
+			fmt.Fprintf(e.stdout, "completed: %s\n", out)
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&id, "id", "", "run ID: letters, digits, '-' or '_' (default: generated)")
+	cmd.Flags().StringVar(&input, "input", "", "input as JSON (default: null)")
+	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the run to end and print its output")
+	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --wait, give up after this long (default: no limit)")
+	return cmd
+}
+
+func (e *env) statusCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "status RUN",
+		Short: "Show a run's status, steps and waits",
+		Long:  "Show the snapshot projected from a run's history: status, steps with attempts, waits, signals,\nhooks, children and the outcome. --json prints the whole snapshot.",
+		Args:  args("RUN"),
+		RunE: func(c *cobra.Command, a []string) error {
+			client, err := e.client(c.Context())
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			s, err := client.Snapshot(c.Context(), a[0])
+			if err != nil {
+				return err
+			}
+			if e.json {
+				return writeJSON(e.stdout, s)
+			}
+			printSnapshot(e.stdout, s)
+			return nil
+		},
+	}
+}
+
+func printSnapshot(w io.Writer, s *flow.Snapshot) {
+	fmt.Fprintf(w, "Run         %s\nDefinition  %s\nStatus      %s\n", s.RunID, s.Spec.Definition, s.Status)
+	if s.Spec.BuildID != "" {
+		fmt.Fprintf(w, "Build       %s\n", s.Spec.BuildID)
+	}
+	fmt.Fprintf(w, "Started     %s\nUpdated     %s\nEvents      %d\n", s.StartedAt.Format(time.RFC3339Nano), s.UpdatedAt.Format(time.RFC3339Nano), s.Seq)
+	if s.Parent != nil {
+		fmt.Fprintf(w, "Parent      %s (child %s)\n", s.Parent.RunID, s.Parent.ChildID)
+	}
+	if s.Blocked != nil {
+		fmt.Fprintf(w, "Blocked     %s at seq %d: %s\n", s.Blocked.Kind, s.Blocked.Seq, s.Blocked.Detail)
+	}
+	if s.CancelRequested {
+		fmt.Fprintf(w, "Cancel      requested: %s\n", s.CancelReason)
+	}
+	if o := s.Outcome; o != nil {
+		switch {
+		case o.Output != nil:
+			fmt.Fprintf(w, "Output      %s\n", o.Output)
+		case o.Error != nil:
+			fmt.Fprintf(w, "Error       %s\n", o.Error.Error())
+		case o.SuccessorRunID != "":
+			fmt.Fprintf(w, "Continued   as %s\n", o.SuccessorRunID)
+		case o.Reason != "":
+			fmt.Fprintf(w, "Reason      %s\n", o.Reason)
+		}
+	}
+	if len(s.Steps) > 0 {
+		fmt.Fprintln(w, "\nSteps")
+		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  ID\tNAME\tSTATUS\tATTEMPT\tRESULT")
+		steps := make([]*core.Step, 0, len(s.Steps))
+		for _, st := range s.Steps {
+			steps = append(steps, st)
+		}
+		slices.SortFunc(steps, func(a, b *core.Step) int {
+			if a.BatchSeq != b.BatchSeq {
+				return int(a.BatchSeq) - int(b.BatchSeq)
+			}
+			return strings.Compare(a.ID, b.ID)
+		})
+		for _, st := range steps {
+			result := ""
+			switch {
+			case st.Output != nil:
+				result = truncate(string(st.Output), 60)
+			case st.Error != nil:
+				result = truncate(st.Error.Error(), 60)
+			}
+			if st.Status == core.StepRetrying && !st.RetryDue.IsZero() {
+				result = "next attempt at " + st.RetryDue.Format(time.RFC3339Nano)
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\n", st.ID, st.Name, st.Status, st.Attempt, result)
+		}
+		_ = tw.Flush()
+	}
+	if len(s.Waits) > 0 {
+		fmt.Fprintln(w, "\nWaits")
+		for _, wt := range s.Waits {
+			state := "pending until " + wt.Deadline.Format(time.RFC3339Nano)
+			if wt.Fired {
+				state = "fired at seq " + fmt.Sprint(wt.FiredSeq)
+			}
+			fmt.Fprintf(w, "  %s  %s\n", wt.ID, state)
+		}
+	}
+	for _, sw := range s.SignalWaits {
+		state := "waiting"
+		if sw.Received() {
+			state = "received"
+		}
+		fmt.Fprintf(w, "Signal wait %s (%s): %s\n", sw.ID, sw.Name, state)
+	}
+	for _, h := range s.Hooks {
+		fmt.Fprintf(w, "Hook %s: token %s received=%v\n", h.ID, h.Token, h.Received)
+	}
+	for _, ch := range s.Children {
+		state := "running"
+		if ch.Settled {
+			state = string(ch.Outcome)
+		}
+		fmt.Fprintf(w, "Child %s: run %s %s\n", ch.ID, ch.RunID, state)
+	}
+}
+
+func truncate(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[:n-1] + "…"
+}
+
+func (e *env) historyCmd() *cobra.Command {
+	return &cobra.Command{
+		Use:   "history RUN",
+		Short: "Show a run's events in order",
+		Long:  "Show a run's committed events in order. --json prints one envelope per line, the format\nflowtest.Replay and `flow verify` read.",
+		Args:  args("RUN"),
+		RunE: func(c *cobra.Command, a []string) error {
+			client, err := e.client(c.Context())
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			hist, err := client.History(c.Context(), a[0], 0)
+			if err != nil {
+				return err
+			}
+			for _, ev := range hist {
+				if err := e.printEvent(ev); err != nil {
+					return err
+				}
+			}
+			return nil
+		},
+	}
+}
+
+func (e *env) printEvent(ev event.Envelope) error {
+	if e.json {
+		b, err := json.Marshal(ev)
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(e.stdout, "%s\n", b)
+		return err
+	}
+	data, err := json.Marshal(ev.Payload)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(e.stdout, "%4d  %s  %-22s %s\n", ev.Seq, ev.Time.Format("15:04:05.000000"), ev.Type(), truncate(string(data), 160))
+	return err
+}
+
+func (e *env) watchCmd() *cobra.Command {
+	var after uint64
+	cmd := &cobra.Command{
+		Use:   "watch RUN",
+		Short: "Follow a run's events live until it ends",
+		Args:  args("RUN"),
+		RunE: func(c *cobra.Command, a []string) error {
+			client, err := e.client(c.Context())
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			return client.Watch(c.Context(), a[0], after, e.printEvent)
+		},
+	}
+	cmd.Flags().Uint64Var(&after, "after", 0, "start after this sequence")
+	return cmd
+}
+
+func (e *env) runsCmd() *cobra.Command {
+	var status string
+	var limit int
+	cmd := &cobra.Command{
+		Use:   "runs",
+		Short: "List runs with their status, most recently updated first",
+		Args:  args(),
+		RunE: func(c *cobra.Command, _ []string) error {
+			client, err := e.client(c.Context())
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			runs, err := client.Runs(c.Context())
+			if err != nil {
+				return err
+			}
+			if status != "" {
+				runs = slices.DeleteFunc(runs, func(r flow.RunSummary) bool { return string(r.Status) != status })
+			}
+			if limit > 0 && len(runs) > limit {
+				runs = runs[:limit]
+			}
+			if e.json {
+				return writeJSON(e.stdout, runs)
+			}
+			if len(runs) == 0 {
+				fmt.Fprintln(e.stdout, "No runs yet. Start one with: flow start order --wait")
+				return nil
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "RUN\tDEFINITION\tSTATUS\tEVENTS\tUPDATED\tDETAIL")
+			for _, r := range runs {
+				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.RunID, r.Definition, r.Status, r.Seq, r.UpdatedAt.Format(time.RFC3339), truncate(r.Detail, 60))
+			}
+			return tw.Flush()
+		},
+	}
+	cmd.Flags().StringVar(&status, "status", "", "only runs with this status (pending, running, suspended, blocked, completed, failed, ...)")
+	cmd.Flags().IntVar(&limit, "limit", 50, "show at most this many runs; 0 for all")
+	return cmd
+}
+
+func (e *env) cancelCmd() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "cancel RUN",
+		Short: "Request cancellation of a run",
+		Long:  "Request cancellation of a run. A workflow that handles cancellation may clean up first;\none that does not is cancelled at its next decision, with its unsettled steps.",
+		Args:  args("RUN"),
+		RunE: func(c *cobra.Command, a []string) error {
+			client, err := e.client(c.Context())
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			if err := client.Cancel(c.Context(), a[0], reason); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "cancellation of %s requested\n", a[0])
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "cancelled from the command line", "why, recorded in history")
+	return cmd
+}
+
+func (e *env) terminateCmd() *cobra.Command {
+	var reason string
+	cmd := &cobra.Command{
+		Use:   "terminate RUN",
+		Short: "End a run as failed at once, whatever its code would decide (works on blocked runs)",
+		Args:  args("RUN"),
+		RunE: func(c *cobra.Command, a []string) error {
+			client, err := e.client(c.Context())
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			if err := client.Terminate(c.Context(), a[0], reason); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "%s terminated\n", a[0])
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&reason, "reason", "terminated from the command line", "why, recorded in history")
+	return cmd
+}
+
+func (e *env) signalCmd() *cobra.Command {
+	var payload, id string
+	cmd := &cobra.Command{
+		Use:   "signal RUN NAME",
+		Short: "Send a named signal with a JSON payload to a run",
+		Args:  args("RUN", "NAME"),
+		RunE: func(c *cobra.Command, a []string) error {
+			if !json.Valid([]byte(payload)) {
+				return usageError{fmt.Errorf("--payload is not valid JSON; quote it for the shell, e.g. --payload '{\"ok\":true}'")}
+			}
+			client, err := e.client(c.Context())
+			if err != nil {
+				return err
+			}
+			defer client.Close()
+			if err := client.Signal(c.Context(), a[0], a[1], json.RawMessage(payload), &flow.SignalOptions{DeliveryID: id}); err != nil {
+				return err
+			}
+			fmt.Fprintf(e.stdout, "signal %s sent to %s\n", a[1], a[0])
+			return nil
+		},
+	}
+	cmd.Flags().StringVar(&payload, "payload", "null", "payload as JSON")
+	cmd.Flags().StringVar(&id, "id", "", "delivery ID; a repeated ID is delivered once (default: generated)")
+	return cmd
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
