@@ -98,12 +98,7 @@ func (e *env) statusCmd() *cobra.Command {
 		Short: "Show a run's status, steps and waits",
 		Long:  "Show the snapshot projected from a run's history: status, steps with attempts, waits, signals,\nhooks, children and the outcome. --json prints the whole snapshot.",
 		Args:  args("RUN"),
-		RunE: func(c *cobra.Command, a []string) error {
-			client, err := e.client(c.Context())
-			if err != nil {
-				return err
-			}
-			defer client.Close()
+		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
 			s, err := client.Snapshot(c.Context(), a[0])
 			if err != nil {
 				return err
@@ -113,7 +108,7 @@ func (e *env) statusCmd() *cobra.Command {
 			}
 			printSnapshot(e.stdout, s)
 			return nil
-		},
+		}),
 	}
 }
 
@@ -215,12 +210,7 @@ func (e *env) historyCmd() *cobra.Command {
 		Short: "Show a run's events in order",
 		Long:  "Show a run's committed events in order. --json prints one envelope per line, the format\nflowtest.Replay and `flow verify` read.",
 		Args:  args("RUN"),
-		RunE: func(c *cobra.Command, a []string) error {
-			client, err := e.client(c.Context())
-			if err != nil {
-				return err
-			}
-			defer client.Close()
+		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
 			hist, err := client.History(c.Context(), a[0], 0)
 			if err != nil {
 				return err
@@ -231,7 +221,7 @@ func (e *env) historyCmd() *cobra.Command {
 				}
 			}
 			return nil
-		},
+		}),
 	}
 }
 
@@ -258,14 +248,9 @@ func (e *env) watchCmd() *cobra.Command {
 		Use:   "watch RUN",
 		Short: "Follow a run's events live until it ends",
 		Args:  args("RUN"),
-		RunE: func(c *cobra.Command, a []string) error {
-			client, err := e.client(c.Context())
-			if err != nil {
-				return err
-			}
-			defer client.Close()
+		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
 			return client.Watch(c.Context(), a[0], after, e.printEvent)
-		},
+		}),
 	}
 	cmd.Flags().Uint64Var(&after, "after", 0, "start after this sequence")
 	return cmd
@@ -278,12 +263,7 @@ func (e *env) runsCmd() *cobra.Command {
 		Use:   "runs",
 		Short: "List runs with their status, most recently updated first",
 		Args:  args(),
-		RunE: func(c *cobra.Command, _ []string) error {
-			client, err := e.client(c.Context())
-			if err != nil {
-				return err
-			}
-			defer client.Close()
+		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, _ []string) error {
 			runs, err := client.Runs(c.Context())
 			if err != nil {
 				return err
@@ -307,7 +287,7 @@ func (e *env) runsCmd() *cobra.Command {
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.RunID, r.Definition, r.Status, r.Seq, r.UpdatedAt.Format(time.RFC3339), truncate(r.Detail, 60))
 			}
 			return tw.Flush()
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&status, "status", "", "only runs with this status (pending, running, suspended, blocked, completed, failed, ...)")
 	cmd.Flags().IntVar(&limit, "limit", 50, "show at most this many runs; 0 for all")
@@ -321,18 +301,13 @@ func (e *env) cancelCmd() *cobra.Command {
 		Short: "Request cancellation of a run",
 		Long:  "Request cancellation of a run. A workflow that handles cancellation may clean up first;\none that does not is cancelled at its next decision, with its unsettled steps.",
 		Args:  args("RUN"),
-		RunE: func(c *cobra.Command, a []string) error {
-			client, err := e.client(c.Context())
-			if err != nil {
-				return err
-			}
-			defer client.Close()
+		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
 			if err := client.Cancel(c.Context(), a[0], reason); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "cancellation of %s requested\n", a[0])
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "cancelled from the command line", "why, recorded in history")
 	return cmd
@@ -344,18 +319,13 @@ func (e *env) terminateCmd() *cobra.Command {
 		Use:   "terminate RUN",
 		Short: "End a run as failed at once, whatever its code would decide (works on blocked runs)",
 		Args:  args("RUN"),
-		RunE: func(c *cobra.Command, a []string) error {
-			client, err := e.client(c.Context())
-			if err != nil {
-				return err
-			}
-			defer client.Close()
+		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
 			if err := client.Terminate(c.Context(), a[0], reason); err != nil {
 				return err
 			}
 			fmt.Fprintf(e.stdout, "%s terminated\n", a[0])
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "terminated from the command line", "why, recorded in history")
 	return cmd
@@ -386,6 +356,18 @@ func (e *env) signalCmd() *cobra.Command {
 	cmd.Flags().StringVar(&payload, "payload", "null", "payload as JSON")
 	cmd.Flags().StringVar(&id, "id", "", "delivery ID; a repeated ID is delivered once (default: generated)")
 	return cmd
+}
+
+// withClient adapts a command that needs a client: it dials before and closes after.
+func (e *env) withClient(fn func(c *cobra.Command, client *flow.Client, a []string) error) func(*cobra.Command, []string) error {
+	return func(c *cobra.Command, a []string) error {
+		client, err := e.client(c.Context())
+		if err != nil {
+			return err
+		}
+		defer client.Close()
+		return fn(c, client, a)
+	}
 }
 
 func writeJSON(w io.Writer, v any) error {

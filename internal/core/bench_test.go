@@ -36,53 +36,40 @@ func longHistory(n int) []event.Envelope {
 // that woke the run, then validate the workflow's one decision. It must not grow with history
 // length. Run: go test -run - -bench BenchmarkDecision ./internal/core
 func BenchmarkDecision(b *testing.B) {
+	next := core.ScheduleSteps{Steps: []core.StepCall{call("next", "work", `{"i":-1}`)}}
 	for _, n := range []int{10, 1_000, 100_000} {
 		hist := longHistory(n)
 		b.Run(fmt.Sprintf("history=%d/new-step", n), func(b *testing.B) {
-			s, err := core.Project("bench", hist)
-			if err != nil {
-				b.Fatal(err)
-			}
-			seq, t := s.Seq, s.UpdatedAt
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				seq++
-				t = t.Add(time.Millisecond)
-				wake := event.Envelope{RunID: "bench", Seq: seq, Time: t, Payload: &event.SignalReceived{
-					Name: "poke", Payload: json.RawMessage(`1`), DeliveryID: "d" + strconv.Itoa(i)}}
-				if err := s.Apply(wake); err != nil {
-					b.Fatal(err)
-				}
-				v, err := core.Validate(s, core.ScheduleSteps{Steps: []core.StepCall{call("next", "work", `{"i":-1}`)}})
-				if err != nil || v.Waiting() {
-					b.Fatal(err)
-				}
-			}
+			benchDecision(b, hist, next, false)
 		})
 		b.Run(fmt.Sprintf("history=%d/pending-step", n), func(b *testing.B) {
-			s, err := core.Project("bench", append(hist[:n:n], event.Envelope{RunID: "bench", Seq: uint64(n + 1), Time: epoch.Add(time.Hour),
-				Payload: scheduled(stepSpec("next", "work", `{"i":-1}`))}))
-			if err != nil {
-				b.Fatal(err)
-			}
-			seq, t := s.Seq, s.UpdatedAt
-			b.ReportAllocs()
-			b.ResetTimer()
-			for i := range b.N {
-				seq++
-				t = t.Add(time.Millisecond)
-				wake := event.Envelope{RunID: "bench", Seq: seq, Time: t, Payload: &event.SignalReceived{
-					Name: "poke", Payload: json.RawMessage(`1`), DeliveryID: "d" + strconv.Itoa(i)}}
-				if err := s.Apply(wake); err != nil {
-					b.Fatal(err)
-				}
-				v, err := core.Validate(s, core.ScheduleSteps{Steps: []core.StepCall{call("next", "work", `{"i":-1}`)}})
-				if err != nil || !v.Waiting() {
-					b.Fatal(err)
-				}
-			}
+			pending := event.Envelope{RunID: "bench", Seq: uint64(n + 1), Time: epoch.Add(time.Hour), Payload: scheduled(stepSpec("next", "work", `{"i":-1}`))}
+			benchDecision(b, append(hist[:n:n], pending), next, true)
 		})
+	}
+}
+
+// benchDecision projects hist, then measures: apply one new event, validate dec.
+func benchDecision(b *testing.B, hist []event.Envelope, dec core.Decision, waiting bool) {
+	s, err := core.Project("bench", hist)
+	if err != nil {
+		b.Fatal(err)
+	}
+	seq, t := s.Seq, s.UpdatedAt
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		seq++
+		t = t.Add(time.Millisecond)
+		wake := event.Envelope{RunID: "bench", Seq: seq, Time: t, Payload: &event.SignalReceived{
+			Name: "poke", Payload: json.RawMessage(`1`), DeliveryID: "d" + strconv.Itoa(i)}}
+		if err := s.Apply(wake); err != nil {
+			b.Fatal(err)
+		}
+		v, err := core.Validate(s, dec)
+		if err != nil || v.Waiting() != waiting {
+			b.Fatalf("verdict %+v, error %v", v, err)
+		}
 	}
 }
 

@@ -28,3 +28,13 @@ func Dial(url, name string, opts ...nats.Option) (*nats.Conn, error) {
 	}
 	return nc, nil
 }
+
+// Use returns conn if it is not nil (the caller keeps ownership), else dials url; own reports
+// whether the caller must close the returned connection.
+func Use(conn *nats.Conn, url, name string) (nc *nats.Conn, own bool, err error) {
+	if conn != nil {
+		return conn, false, nil
+	}
+	nc, err = Dial(url, name)
+	return nc, err == nil, err
+}

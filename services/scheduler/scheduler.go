@@ -111,13 +111,9 @@ func New(cfg Config) (*Scheduler, error) {
 
 // Start connects, creates Flow's streams if needed, and starts competing for the lease.
 func (s *Scheduler) Start(ctx context.Context) error {
-	s.nc = s.cfg.Conn
-	if s.nc == nil {
-		nc, err := natsconn.Dial(s.cfg.NATSURL, "flow-scheduler")
-		if err != nil {
-			return err
-		}
-		s.nc, s.ownConn = nc, true
+	var err error
+	if s.nc, s.ownConn, err = natsconn.Use(s.cfg.Conn, s.cfg.NATSURL, "flow-scheduler"); err != nil {
+		return err
 	}
 	if err := s.open(ctx); err != nil {
 		if s.ownConn {

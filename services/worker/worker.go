@@ -121,13 +121,9 @@ func New(cfg Config, reg *flow.Registry) (*Worker, error) {
 // Start connects, creates Flow's streams if needed, publishes the definitions it runs, and
 // starts pulling tasks. It returns once the worker is consuming.
 func (w *Worker) Start(ctx context.Context) error {
-	w.nc = w.cfg.Conn
-	if w.nc == nil {
-		nc, err := natsconn.Dial(w.cfg.NATSURL, "flow-worker")
-		if err != nil {
-			return err
-		}
-		w.nc, w.ownConn = nc, true
+	var err error
+	if w.nc, w.ownConn, err = natsconn.Use(w.cfg.Conn, w.cfg.NATSURL, "flow-worker"); err != nil {
+		return err
 	}
 	if err := w.start(ctx); err != nil {
 		if w.ownConn {

@@ -176,22 +176,32 @@ func (s *Store) message(ctx context.Context, runID string, envs []event.Envelope
 // message is this commit, else a conflict reporting the run's actual last sequence.
 func (s *Store) settle(ctx context.Context, runID string, expected, last uint64, commit string) (uint64, error) {
 	s.forget(runID)
-	m, err := s.stream.GetLastMsgForSubject(ctx, streams.HistorySubject(runID))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, &store.ConflictError{RunID: runID, Expected: expected, Actual: 0}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("reading the last commit of run %q: %w", runID, err)
-	}
-	actual, err := lastSeq(m)
+	actual, m, err := s.last(ctx, runID)
 	if err != nil {
 		return 0, err
 	}
-	s.remember(runID, actual, m.Sequence)
-	if m.Header.Get(HeaderCommit) == commit {
+	if m != nil && m.Header.Get(HeaderCommit) == commit {
 		return last, nil
 	}
 	return 0, &store.ConflictError{RunID: runID, Expected: expected, Actual: actual}
+}
+
+// last reads the run's last commit and remembers its position. It returns sequence 0 and a nil
+// message for a run without events.
+func (s *Store) last(ctx context.Context, runID string) (uint64, *jetstream.RawStreamMsg, error) {
+	m, err := s.stream.GetLastMsgForSubject(ctx, streams.HistorySubject(runID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil, nil
+	}
+	if err != nil {
+		return 0, nil, fmt.Errorf("reading the last commit of run %q: %w", runID, err)
+	}
+	seq, err := lastSeq(m)
+	if err != nil {
+		return 0, nil, err
+	}
+	s.remember(runID, seq, m.Sequence)
+	return seq, m, nil
 }
 
 // streamSeqOf returns the stream sequence of the commit that ends at run sequence expected, or
@@ -206,18 +216,10 @@ func (s *Store) streamSeqOf(ctx context.Context, runID string, expected uint64) 
 	if ok && p.runSeq == expected {
 		return p.streamSeq, nil
 	}
-	m, err := s.stream.GetLastMsgForSubject(ctx, streams.HistorySubject(runID))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, &store.ConflictError{RunID: runID, Expected: expected, Actual: 0}
-	}
-	if err != nil {
-		return 0, fmt.Errorf("reading the last commit of run %q: %w", runID, err)
-	}
-	actual, err := lastSeq(m)
+	actual, m, err := s.last(ctx, runID)
 	if err != nil {
 		return 0, err
 	}
-	s.remember(runID, actual, m.Sequence)
 	if actual != expected {
 		return 0, &store.ConflictError{RunID: runID, Expected: expected, Actual: actual}
 	}
