@@ -65,7 +65,9 @@ func RunOfTask(subject string) (string, error) {
 	return run, nil
 }
 
-// Config sizes Flow's streams and buckets. The zero value suits a single server.
+// Config sizes Flow's streams and buckets. The zero value suits a single server. Ensure applies a
+// zero field only when it creates a stream or bucket; it never changes an existing one's setting
+// back to a default, so processes started without configuration leave an operator's choices alone.
 type Config struct {
 	// Replicas of every stream and bucket: 1 on a single server, 3 in a cluster. Defaults to 1.
 	Replicas int `envconfig:"REPLICAS"`
@@ -89,39 +91,97 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Ensure creates Flow's streams and buckets, or updates them to cfg.
+// Ensure creates Flow's streams and buckets that do not exist, and updates existing ones to the
+// fields of cfg that are set.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
-	cfg = cfg.withDefaults()
-	if cfg.Replicas < 1 || cfg.Replicas > 5 {
+	if cfg.Replicas < 0 || cfg.Replicas > 5 {
 		return fmt.Errorf("streams: Replicas must be between 1 and 5, got %d", cfg.Replicas)
 	}
+	d := cfg.withDefaults()
 	for _, sc := range []jetstream.StreamConfig{
 		{
 			Name: History, Subjects: []string{historyPrefix + ">"}, Storage: jetstream.FileStorage,
-			Retention: jetstream.LimitsPolicy, Replicas: cfg.Replicas, Duplicates: cfg.DuplicateWindow,
+			Retention: jetstream.LimitsPolicy, Replicas: d.Replicas, Duplicates: d.DuplicateWindow,
 			AllowDirect: true, MaxMsgSize: 8 << 20,
 			Description: "Flow run histories: one message per commit on flow.history.<run>",
 		},
 		{
 			Name: Tasks, Subjects: []string{taskPrefix + ">"}, Storage: jetstream.FileStorage,
-			Retention: jetstream.WorkQueuePolicy, Replicas: cfg.Replicas, Duplicates: cfg.DuplicateWindow,
+			Retention: jetstream.WorkQueuePolicy, Replicas: d.Replicas, Duplicates: d.DuplicateWindow,
 			Description: "Flow resume tasks on flow.task.<queue>.<run>",
 		},
 	} {
-		if _, err := js.CreateOrUpdateStream(ctx, sc); err != nil {
-			return fmt.Errorf("creating stream %s: %w", sc.Name, err)
+		if err := ensureStream(ctx, js, sc, cfg); err != nil {
+			return err
 		}
 	}
 	for _, kc := range []jetstream.KeyValueConfig{
-		{Bucket: TimersBucket, Storage: jetstream.FileStorage, Replicas: cfg.Replicas, Description: "Flow pending timers"},
-		{Bucket: HooksBucket, Storage: jetstream.FileStorage, Replicas: cfg.Replicas, Description: "Flow hook tokens"},
-		{Bucket: RunsBucket, Storage: jetstream.FileStorage, Replicas: cfg.Replicas, Description: "Flow runs index"},
-		{Bucket: DefinitionsBucket, Storage: jetstream.FileStorage, Replicas: cfg.Replicas, Description: "Flow workflow definitions by queue"},
-		{Bucket: LeasesBucket, Storage: jetstream.FileStorage, Replicas: cfg.Replicas, TTL: cfg.LeaseTTL, Description: "Flow leader leases"},
+		{Bucket: TimersBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow pending timers"},
+		{Bucket: HooksBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow hook tokens"},
+		{Bucket: RunsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs index"},
+		{Bucket: DefinitionsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow workflow definitions by queue"},
+		{Bucket: LeasesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, TTL: d.LeaseTTL, Description: "Flow leader leases"},
 	} {
-		if _, err := js.CreateOrUpdateKeyValue(ctx, kc); err != nil {
-			return fmt.Errorf("creating bucket %s: %w", kc.Bucket, err)
+		if err := ensureBucket(ctx, js, kc, cfg); err != nil {
+			return err
 		}
+	}
+	return nil
+}
+
+func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, set Config) error {
+	st, err := js.Stream(ctx, want.Name)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateStream(ctx, want); err != nil {
+			return fmt.Errorf("creating stream %s: %w", want.Name, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading stream %s: %w", want.Name, err)
+	}
+	cur := st.CachedInfo().Config
+	changed := false
+	if set.Replicas != 0 && cur.Replicas != set.Replicas {
+		cur.Replicas, changed = set.Replicas, true
+	}
+	if set.DuplicateWindow != 0 && cur.Duplicates != set.DuplicateWindow {
+		cur.Duplicates, changed = set.DuplicateWindow, true
+	}
+	if !changed {
+		return nil
+	}
+	if _, err := js.UpdateStream(ctx, cur); err != nil {
+		return fmt.Errorf("updating stream %s: %w", want.Name, err)
+	}
+	return nil
+}
+
+func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, set Config) error {
+	st, err := js.Stream(ctx, "KV_"+want.Bucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateKeyValue(ctx, want); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return fmt.Errorf("creating bucket %s: %w", want.Bucket, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading bucket %s: %w", want.Bucket, err)
+	}
+	cur := st.CachedInfo().Config
+	update := want
+	update.Replicas, update.TTL = cur.Replicas, cur.MaxAge
+	if set.Replicas != 0 {
+		update.Replicas = set.Replicas
+	}
+	if want.Bucket == LeasesBucket && set.LeaseTTL != 0 {
+		update.TTL = set.LeaseTTL
+	}
+	if update.Replicas == cur.Replicas && update.TTL == cur.MaxAge {
+		return nil
+	}
+	if _, err := js.UpdateKeyValue(ctx, update); err != nil {
+		return fmt.Errorf("updating bucket %s: %w", want.Bucket, err)
 	}
 	return nil
 }

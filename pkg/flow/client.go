@@ -44,6 +44,7 @@ type ClientOptions struct {
 // safe for concurrent use.
 type Client struct {
 	nc      *nats.Conn
+	js      jetstream.JetStream
 	ownConn bool
 	queue   string
 	store   *jsstore.Store
@@ -94,7 +95,7 @@ func NewClient(ctx context.Context, nc *nats.Conn, opts *ClientOptions) (*Client
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{nc: nc, queue: opts.Queue, store: st, engine: eng}
+	c := &Client{nc: nc, js: js, queue: opts.Queue, store: st, engine: eng}
 	if c.queue == "" {
 		c.queue = streams.DefaultQueue
 	}
@@ -226,44 +227,63 @@ func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(
 	})
 }
 
-// follow calls fn with the events of run runID after seq after, then with each batch of new
-// ones as they are committed, until fn reports done or ctx ends.
+// follow calls fn with the events of run runID after seq after, then with each new commit's
+// events as it is stored, until fn reports done or ctx ends. New commits come from an ordered
+// JetStream consumer, which delivers only stored messages, in order.
 func (c *Client) follow(ctx context.Context, runID string, after uint64, fn func([]event.Envelope) (bool, error)) error {
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return err
 	}
-	wake := make(chan struct{}, 1)
-	// Subscribe before the first read, so that no commit falls between the read and the wait.
-	sub, err := c.nc.Subscribe(streams.HistorySubject(runID), func(*nats.Msg) {
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	})
+	hist, err := c.store.Load(ctx, runID, after)
 	if err != nil {
 		return err
 	}
-	defer func() { _ = sub.Unsubscribe() }()
-	for first := true; ; first = false {
-		hist, err := c.store.Load(ctx, runID, after)
+	if after == 0 && len(hist) == 0 {
+		return fmt.Errorf("%w: run %q does not exist (list runs with `flow runs`)", ErrNotFound, runID)
+	}
+	if done, err := fn(hist); done || err != nil {
+		return err
+	}
+	if len(hist) > 0 {
+		after = hist[len(hist)-1].Seq
+	}
+	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{streams.HistorySubject(runID)}}
+	if _, streamSeq, ok := c.store.Position(runID); ok {
+		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, streamSeq+1
+	}
+	cons, err := c.js.OrderedConsumer(ctx, streams.History, cfg)
+	if err != nil {
+		return fmt.Errorf("following run %q: %w", runID, err)
+	}
+	it, err := cons.Messages()
+	if err != nil {
+		return fmt.Errorf("following run %q: %w", runID, err)
+	}
+	defer it.Stop()
+	for {
+		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
-			return err
+			if ctx.Err() != nil {
+				return ctx.Err()
+			}
+			return fmt.Errorf("following run %q: %w", runID, err)
 		}
-		if first && after == 0 && len(hist) == 0 {
-			return fmt.Errorf("%w: run %q does not exist (list runs with `flow runs`)", ErrNotFound, runID)
+		var envs []event.Envelope
+		if err := json.Unmarshal(msg.Data(), &envs); err != nil {
+			return fmt.Errorf("following run %q: %w", runID, errors.Join(event.ErrMalformed, err))
 		}
-		if len(hist) > 0 || first {
-			if done, err := fn(hist); done || err != nil {
-				return err
+		fresh := envs[:0]
+		for _, e := range envs {
+			if e.Seq > after {
+				fresh = append(fresh, e)
+				after = e.Seq
 			}
 		}
-		if len(hist) > 0 {
-			after = hist[len(hist)-1].Seq
+		if len(fresh) == 0 {
+			continue
 		}
-		select {
-		case <-wake:
-		case <-ctx.Done():
-			return ctx.Err()
+		if done, err := fn(fresh); done || err != nil {
+			return err
 		}
 	}
 }

@@ -181,8 +181,8 @@ func (s *Scheduler) Stop() error {
 // run competes for the lease and serves while it holds it.
 func (s *Scheduler) run(ctx context.Context) {
 	defer close(s.done)
-	renew := s.cfg.Streams.LeaseTTL / 3
 	for ctx.Err() == nil {
+		renew := s.renewInterval(ctx)
 		rev, err := s.acquire(ctx)
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
@@ -193,6 +193,16 @@ func (s *Scheduler) run(ctx context.Context) {
 		}
 		s.lead(ctx, rev, renew)
 	}
+}
+
+// renewInterval is a third of the lease bucket's TTL as configured on the server, which the last
+// process to call streams.Ensure set, whatever this replica's own configuration says.
+func (s *Scheduler) renewInterval(ctx context.Context) time.Duration {
+	ttl := s.cfg.Streams.LeaseTTL
+	if st, err := s.leases.Status(ctx); err == nil && st.TTL() > 0 {
+		ttl = st.TTL()
+	}
+	return max(ttl/3, 100*time.Millisecond)
 }
 
 // acquire takes the lease if it is free, or if it is held under this replica's name (the same

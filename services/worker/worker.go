@@ -77,6 +77,7 @@ type Worker struct {
 	runCtx     context.Context
 	cancelRuns context.CancelFunc
 	inflight   sync.WaitGroup
+	beat       time.Duration
 	fetchDone  chan struct{}
 	started    chan struct{}
 	stopOnce   sync.Once
@@ -165,6 +166,11 @@ func (w *Worker) start(ctx context.Context) error {
 	cons, err := streams.TaskConsumer(ctx, js, w.cfg.Queue, w.cfg.AckWait, max(1000, 4*w.cfg.RunConcurrency))
 	if err != nil {
 		return err
+	}
+	// The queue's workers share one consumer, whose AckWait the last one to start set: beat by it.
+	w.beat = w.cfg.AckWait / 3
+	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+		w.beat = info.Config.AckWait / 3
 	}
 	if w.iter, err = cons.Messages(jetstream.PullMaxMessages(w.cfg.RunConcurrency)); err != nil {
 		return fmt.Errorf("consuming tasks of queue %q: %w", w.cfg.Queue, err)
@@ -260,10 +266,11 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	}
 }
 
-// heartbeat tells NATS the task is in progress every AckWait/3 until stop is called.
+// heartbeat tells NATS the task is in progress every third of the consumer's AckWait until stop
+// is called.
 func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
 	done := make(chan struct{})
-	t := time.NewTicker(w.cfg.AckWait / 3)
+	t := time.NewTicker(w.beat)
 	go func() {
 		defer t.Stop()
 		for {

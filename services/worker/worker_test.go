@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -131,4 +132,38 @@ func TestSignalsAndCancellation(t *testing.T) {
 	_, err = b.client.Snapshot(ctx, "no-such-run")
 	require.ErrorIs(t, err, flow.ErrNotFound)
 	require.ErrorIs(t, b.client.Cancel(ctx, "no-such-run", ""), flow.ErrNotFound)
+}
+
+// TestResultSeesEveryEnd waits on many runs that end quickly: a client that woke on a commit
+// before the stream had stored it used to miss the last commit and wait forever.
+func TestResultSeesEveryEnd(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(reg *flow.Registry) {
+		flow.RegisterWorkflow(reg, "quick", func(ctx *flow.Context, n int) (flow.Decision, error) {
+			if ctx.StepOutput("one") == nil {
+				return ctx.ScheduleStep("one", "echo", n), nil
+			}
+			return ctx.Complete(ctx.StepOutput("one")), nil
+		})
+		flow.RegisterStep(reg, "echo", func(_ context.Context, n int) (int, error) { return n, nil })
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	errs := make(chan error, 100)
+	for i := range 100 {
+		go func() {
+			runID, err := b.client.Start(ctx, "quick", i, nil)
+			if err == nil {
+				var out int
+				err = b.client.Result(ctx, runID, &out)
+				if err == nil && out != i {
+					err = fmt.Errorf("run %s: got %d, want %d", runID, out, i)
+				}
+			}
+			errs <- err
+		}()
+	}
+	for range 100 {
+		require.NoError(t, <-errs)
+	}
 }

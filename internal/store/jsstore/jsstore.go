@@ -283,6 +283,15 @@ func (s *Store) Load(ctx context.Context, runID string, after uint64) ([]event.E
 	}
 }
 
+// Position returns the last commit of run runID this store has seen: the run sequence of its
+// last event and its stream sequence.
+func (s *Store) Position(runID string) (runSeq, streamSeq uint64, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	p, ok := s.pos[runID]
+	return p.runSeq, p.streamSeq, ok
+}
+
 func (s *Store) remember(runID string, runSeq, streamSeq uint64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

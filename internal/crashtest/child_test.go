@@ -1,0 +1,122 @@
+package crashtest
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/services/scheduler"
+	"github.com/flowrun/flow/services/worker"
+)
+
+// The environment of a child process.
+const (
+	envRole     = "FLOW_CRASHTEST_ROLE"      // "worker" or "scheduler"; unset in the parent
+	envNATSURL  = "FLOW_NATS_URL"            // the parent's embedded NATS server
+	envName     = "FLOW_CRASHTEST_NAME"      // the child's name: scheduler replica, invocation tag
+	envDir      = "FLOW_CRASHTEST_DIR"       // the scratch directory shared with the parent
+	envAckWait  = "FLOW_CRASHTEST_ACK_WAIT"  // worker.Config.AckWait
+	envLeaseTTL = "FLOW_CRASHTEST_LEASE_TTL" // Streams.LeaseTTL of workers and schedulers
+)
+
+const (
+	roleWorker    = "worker"
+	roleScheduler = "scheduler"
+)
+
+// readyFD is the file descriptor on which a child writes a line once it is serving.
+const readyFD = 3
+
+// TestMain runs the tests, or, in a child process, the service the parent asked for.
+func TestMain(m *testing.M) {
+	if role := os.Getenv(envRole); role != "" {
+		if err := runChild(role); err != nil {
+			fmt.Fprintf(os.Stderr, "crashtest child %s: %v\n", role, err)
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// runChild starts the service of role and signals readiness; it returns only an error. The
+// process exits when stdin closes (the parent closed it or died) or when the parent kills it; it
+// never stops the service gracefully.
+func runChild(role string) error {
+	level := slog.LevelInfo
+	if os.Getenv("FLOW_TEST_LOG") != "" {
+		level = slog.LevelDebug
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).
+		With(slog.String("child", os.Getenv(envName)), slog.Int("pid", os.Getpid()))
+	// Exit as soon as stdin closes, whatever the service is doing: even while it starts, so that
+	// a child never outlives its parent (a start against the parent's dead NATS server would
+	// otherwise retry until its context ends).
+	go func() {
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		logger.Info("stdin closed; exiting")
+		os.Exit(0)
+	}()
+	streamsCfg, err := childStreams()
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	switch role {
+	case roleWorker:
+		ackWait, err := durationEnv(envAckWait)
+		if err != nil {
+			return err
+		}
+		reg := newRegistry(os.Getenv(envDir), os.Getenv(envName))
+		w, err := worker.New(worker.Config{NATSURL: os.Getenv(envNATSURL), AckWait: ackWait, Streams: streamsCfg, Logger: logger}, reg)
+		if err != nil {
+			return err
+		}
+		if err := w.Start(ctx); err != nil {
+			return err
+		}
+	case roleScheduler:
+		s, err := scheduler.New(scheduler.Config{NATSURL: os.Getenv(envNATSURL), Name: os.Getenv(envName), Streams: streamsCfg, Logger: logger})
+		if err != nil {
+			return err
+		}
+		if err := s.Start(ctx); err != nil {
+			return err
+		}
+	default:
+		return fmt.Errorf("unknown role %q", role)
+	}
+	ready := os.NewFile(readyFD, "ready")
+	if _, err := fmt.Fprintln(ready, "ready"); err != nil {
+		return fmt.Errorf("signalling readiness: %w", err)
+	}
+	_ = ready.Close()
+	logger.Info("child ready")
+	select {} // until stdin closes or the parent kills the process
+}
+
+// childStreams returns the streams config the parent asked for.
+func childStreams() (streams.Config, error) {
+	ttl, err := durationEnv(envLeaseTTL)
+	return streams.Config{LeaseTTL: ttl}, err
+}
+
+// durationEnv parses the duration in variable name; unset means 0 (the default).
+func durationEnv(name string) (time.Duration, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return 0, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %w", name, err)
+	}
+	return d, nil
+}

@@ -1,0 +1,73 @@
+package streams_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/streams"
+)
+
+func TestEnsure(t *testing.T) {
+	t.Parallel()
+	srv, err := natsserver.Start(natsserver.Config{Dir: t.TempDir(), NoListen: true, Logger: natstest.Logger()})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js := jetstreamFor(t, nc)
+	ctx := t.Context()
+
+	require.ErrorIs(t, streams.Check(ctx, js), streams.ErrNotProvisioned)
+	require.NoError(t, streams.Ensure(ctx, js, streams.Config{LeaseTTL: 3 * time.Second, DuplicateWindow: time.Minute}))
+	require.NoError(t, streams.Check(ctx, js))
+
+	leaseTTL := func() time.Duration {
+		kv, err := js.KeyValue(ctx, streams.LeasesBucket)
+		require.NoError(t, err)
+		st, err := kv.Status(ctx)
+		require.NoError(t, err)
+		return st.TTL()
+	}
+	dupes := func() time.Duration {
+		st, err := js.Stream(ctx, streams.History)
+		require.NoError(t, err)
+		return st.CachedInfo().Config.Duplicates
+	}
+	require.Equal(t, 3*time.Second, leaseTTL())
+	require.Equal(t, time.Minute, dupes())
+
+	require.NoError(t, streams.Ensure(ctx, js, streams.Config{}), "a process without configuration")
+	require.Equal(t, 3*time.Second, leaseTTL(), "does not reset the lease TTL to its default")
+	require.Equal(t, time.Minute, dupes(), "nor the duplicate window")
+
+	require.NoError(t, streams.Ensure(ctx, js, streams.Config{LeaseTTL: 5 * time.Second}))
+	require.Equal(t, 5*time.Second, leaseTTL(), "an explicit setting is applied")
+
+	require.ErrorContains(t, streams.Ensure(ctx, js, streams.Config{Replicas: 7}), "Replicas must be between 1 and 5")
+}
+
+func TestTaskSubjects(t *testing.T) {
+	t.Parallel()
+	require.Equal(t, "flow.task.default.order-1", streams.TaskSubject("", "order-1"))
+	run, err := streams.RunOfTask("flow.task.orders.p=child=2")
+	require.NoError(t, err)
+	require.Equal(t, "p=child=2", run)
+	_, err = streams.RunOfTask("flow.history.x")
+	require.Error(t, err)
+	_, err = streams.RunOfTask("flow.task.orders")
+	require.Error(t, err)
+}
+
+func jetstreamFor(t *testing.T, nc *nats.Conn) jetstream.JetStream {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
+}
