@@ -45,10 +45,17 @@ func (e *Engine) repair(ctx context.Context, s *core.Snapshot) error {
 	return nil
 }
 
-// startChild starts a scheduled child run, idempotently. A child whose run ID is taken by an
-// unrelated run is settled as failed in the parent.
+// startChild starts a scheduled child run, idempotently, pinned like new runs of this engine's
+// code. A child whose run ID is taken by an unrelated run is settled as failed in the parent.
 func (e *Engine) startChild(ctx context.Context, parent *core.Snapshot, c event.ChildSpec) error {
-	_, _, err := e.Start(ctx, StartParams{RunID: c.RunID, Spec: event.Spec{Definition: c.Definition}, Input: c.Input,
+	spec := event.Spec{Definition: c.Definition}
+	if e.rt != nil {
+		// The child runs this build's code of its definition, with its patch markers.
+		if id, err := e.rt.Identity(c.Definition); err == nil {
+			spec.BuildID, spec.Patches = id.BuildID, id.Patches
+		}
+	}
+	_, _, err := e.Start(ctx, StartParams{RunID: c.RunID, Spec: spec, Input: c.Input,
 		Queue: parent.Queue, Parent: &event.ParentRef{RunID: parent.RunID, ChildID: c.ChildID}})
 	var exists *RunExistsError
 	if errors.As(err, &exists) {

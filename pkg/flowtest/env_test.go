@@ -511,3 +511,27 @@ func TestDeliveries(t *testing.T) {
 	require.ErrorIs(t, b.env.Signal(b.ctx, runID, "poke", 3), flow.ErrTerminal)
 	require.ErrorIs(t, b.env.Signal(b.ctx, "no-such-run", "poke", 3), flow.ErrNotFound)
 }
+
+func TestChildrenRecordTheirOwnSpec(t *testing.T) {
+	t.Parallel()
+	reg := flow.NewRegistry(&flow.RegistryOptions{BuildID: "v7"})
+	flow.RegisterWorkflow(reg, "parent", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		if r := ctx.Child("kid"); r != nil {
+			return ctx.Complete(r.Output), nil
+		}
+		return ctx.StartChild("kid", "child", nil), nil
+	})
+	flow.RegisterWorkflow(reg, "child", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		return ctx.Complete(ctx.Patched("v2-pricing")), nil
+	}, flow.WithPatches("v2-pricing"))
+	env, err := flowtest.New(reg, nil)
+	require.NoError(t, err)
+	runID, err := env.Start(t.Context(), "parent", nil, &flowtest.StartOptions{RunID: "p"})
+	require.NoError(t, err)
+	var patched bool
+	require.NoError(t, env.Result(t.Context(), runID, &patched))
+	require.True(t, patched, "a child started by new code takes that code's patch markers")
+	s, err := env.Snapshot(t.Context(), "p=kid")
+	require.NoError(t, err)
+	require.Equal(t, event.Spec{Definition: "child", BuildID: "v7", Patches: []string{"v2-pricing"}}, s.Spec)
+}
