@@ -12,6 +12,8 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+
+	"github.com/flowrun/flow/internal/natsconn"
 )
 
 // Config configures an embedded server. The zero value starts a single server listening on
@@ -30,7 +32,8 @@ type Config struct {
 	// Sync is how often JetStream fsyncs: "" for the server default (every 2 minutes; an
 	// acknowledged write is in the page cache and survives a process crash, not a machine crash
 	// before the next sync), "always" (fsync before acknowledging every write: survives machine
-	// crashes, 12-35x slower on one node), or a duration such as "10s". Defaults to "".
+	// crashes; raw appends are 12-35x slower on one node, a 10-step workflow about 3x), or a
+	// duration such as "10s". Defaults to "".
 	Sync string `envconfig:"SYNC"`
 	// ClusterName, ClusterHost, ClusterPort and Routes form a cluster; without Routes the server
 	// runs alone. ClusterPort -1 picks a free port.
@@ -150,7 +153,7 @@ func (s *Server) ClientURL() string {
 
 // Connect returns a connection to the server, in process (without the network) when possible.
 func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
-	opts = append([]nats.Option{nats.InProcessServer(s.ns)}, opts...)
+	opts = append([]nats.Option{nats.InProcessServer(s.ns), natsconn.SyncQueue}, opts...)
 	return nats.Connect("", opts...)
 }
 

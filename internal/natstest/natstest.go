@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/streams"
 )
@@ -38,7 +39,7 @@ func RunJetStream(t testing.TB) *natsserver.Server {
 // Connect returns a connection to srv over its TCP port, closed on cleanup.
 func Connect(t testing.TB, srv *natsserver.Server) *nats.Conn {
 	t.Helper()
-	nc, err := nats.Connect(srv.ClientURL())
+	nc, err := nats.Connect(srv.ClientURL(), natsconn.SyncQueue)
 	if err != nil {
 		t.Fatalf("natstest: connecting: %v", err)
 	}

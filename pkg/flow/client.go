@@ -1,6 +1,7 @@
 package flow
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -8,7 +9,10 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -227,12 +231,41 @@ func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(
 	})
 }
 
-// follow calls fn with the events of run runID after seq after, then with each new commit's
-// events as it is stored, until fn reports done or ctx ends. New commits come from an ordered
-// JetStream consumer, which delivers only stored messages, in order.
+// follow calls fn with the events of run runID after seq after, then with each batch of new
+// ones as they are committed, until fn reports done or ctx ends.
+//
+// New commits arrive as core NATS deliveries on the run's subject: each carries the commit, and
+// is taken as is when it follows the last event seen. A delivery can precede the stream storing
+// it, so after a gap follow reads the stream until it has every notified event. A commit
+// published just before the subscription took effect is delivered to no one, so follow also
+// re-reads the stream every second while it waits.
 func (c *Client) follow(ctx context.Context, runID string, after uint64, fn func([]event.Envelope) (bool, error)) error {
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return err
+	}
+	var mu sync.Mutex
+	var pending []*nats.Msg
+	wake := make(chan struct{}, 1)
+	sub, err := c.nc.Subscribe(streams.HistorySubject(runID), func(m *nats.Msg) {
+		mu.Lock()
+		pending = append(pending, m)
+		mu.Unlock()
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+
+	deliver := func(hist []event.Envelope) (bool, error) {
+		if len(hist) == 0 {
+			return false, nil
+		}
+		after = hist[len(hist)-1].Seq
+		return fn(hist)
 	}
 	hist, err := c.store.Load(ctx, runID, after)
 	if err != nil {
@@ -247,45 +280,69 @@ func (c *Client) follow(ctx context.Context, runID string, after uint64, fn func
 	if len(hist) > 0 {
 		after = hist[len(hist)-1].Seq
 	}
-	cfg := jetstream.OrderedConsumerConfig{FilterSubjects: []string{streams.HistorySubject(runID)}}
-	if _, streamSeq, ok := c.store.Position(runID); ok {
-		cfg.DeliverPolicy, cfg.OptStartSeq = jetstream.DeliverByStartSequencePolicy, streamSeq+1
-	}
-	cons, err := c.js.OrderedConsumer(ctx, streams.History, cfg)
-	if err != nil {
-		return fmt.Errorf("following run %q: %w", runID, err)
-	}
-	it, err := cons.Messages()
-	if err != nil {
-		return fmt.Errorf("following run %q: %w", runID, err)
-	}
-	defer it.Stop()
+	var notified uint64
+	poll := time.NewTimer(time.Second)
+	defer poll.Stop()
+	catchUp := time.Millisecond
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx))
-		if err != nil {
-			if ctx.Err() != nil {
-				return ctx.Err()
+		read := false
+		select {
+		case <-wake:
+		case <-poll.C:
+			read = true
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		mu.Lock()
+		msgs := pending
+		pending = nil
+		mu.Unlock()
+		slices.SortFunc(msgs, func(a, b *nats.Msg) int { return cmp.Compare(firstSeq(a), firstSeq(b)) })
+		for _, m := range msgs {
+			last, ok := jsstore.LastSeq(m.Header)
+			if !ok || last <= after {
+				continue
 			}
-			return fmt.Errorf("following run %q: %w", runID, err)
-		}
-		var envs []event.Envelope
-		if err := json.Unmarshal(msg.Data(), &envs); err != nil {
-			return fmt.Errorf("following run %q: %w", runID, errors.Join(event.ErrMalformed, err))
-		}
-		fresh := envs[:0]
-		for _, e := range envs {
-			if e.Seq > after {
-				fresh = append(fresh, e)
-				after = e.Seq
+			notified = max(notified, last)
+			var envs []event.Envelope
+			if read || firstSeq(m) != after+1 || json.Unmarshal(m.Data, &envs) != nil {
+				read = true // a gap, or unreadable: take it from the stream
+				continue
+			}
+			if done, err := deliver(envs); done || err != nil {
+				return err
 			}
 		}
-		if len(fresh) == 0 {
-			continue
+		if read || after < notified {
+			hist, err := c.store.Load(ctx, runID, after)
+			if err != nil {
+				return err
+			}
+			if done, err := deliver(hist); done || err != nil {
+				return err
+			}
 		}
-		if done, err := fn(fresh); done || err != nil {
-			return err
+		wait := time.Second
+		if after < notified {
+			// Notified of a commit the stream has not stored yet: read again shortly.
+			wait, catchUp = catchUp, min(2*catchUp, 100*time.Millisecond)
+		} else {
+			catchUp = time.Millisecond
 		}
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+		poll.Reset(wait)
 	}
+}
+
+// firstSeq returns the first run sequence of a history message, or 0.
+func firstSeq(m *nats.Msg) uint64 {
+	n, _ := strconv.ParseUint(m.Header.Get(jsstore.HeaderFirstSeq), 10, 64)
+	return n
 }
 
 // Result waits until run runID ends, following continuations, and decodes its output into out

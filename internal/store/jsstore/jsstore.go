@@ -317,12 +317,21 @@ func (s *Store) forget(runID string) {
 
 // lastSeq returns the run sequence of the last event in a history message.
 func lastSeq(m *jetstream.RawStreamMsg) (uint64, error) {
-	first, err1 := strconv.ParseUint(m.Header.Get(HeaderFirstSeq), 10, 64)
-	count, err2 := strconv.ParseUint(m.Header.Get(HeaderCount), 10, 64)
-	if err := errors.Join(err1, err2); err != nil || count == 0 {
+	seq, ok := LastSeq(m.Header)
+	if !ok {
 		return 0, fmt.Errorf("%w: stream message %d on %s lacks valid %s/%s headers", event.ErrMalformed, m.Sequence, m.Subject, HeaderFirstSeq, HeaderCount)
 	}
-	return first + count - 1, nil
+	return seq, nil
+}
+
+// LastSeq returns the run sequence of the last event of the history message with headers h.
+func LastSeq(h nats.Header) (uint64, bool) {
+	first, err1 := strconv.ParseUint(h.Get(HeaderFirstSeq), 10, 64)
+	count, err2 := strconv.ParseUint(h.Get(HeaderCount), 10, 64)
+	if err1 != nil || err2 != nil || count == 0 {
+		return 0, false
+	}
+	return first + count - 1, true
 }
 
 // transient reports a publish error after which the append may or may not have committed.
