@@ -1,6 +1,7 @@
 package cli
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -62,7 +63,7 @@ different input it is an error.`,
 			}
 			if timeout > 0 {
 				var cancel func()
-				ctx, cancel = contextWithTimeout(ctx, timeout)
+				ctx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
 			var out json.RawMessage

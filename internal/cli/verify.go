@@ -3,7 +3,6 @@ package cli
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/spf13/cobra"
 
@@ -74,8 +73,4 @@ func (e *env) history(ctx context.Context, runID string) ([]event.Envelope, erro
 	}
 	defer client.Close()
 	return client.History(ctx, runID, 0)
-}
-
-func contextWithTimeout(ctx context.Context, d time.Duration) (context.Context, context.CancelFunc) {
-	return context.WithTimeout(ctx, d)
 }
