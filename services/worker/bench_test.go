@@ -17,11 +17,18 @@ package worker_test
 // sub-benchmark per JetStream fsync policy (natsserver.Config.Sync): sync=default ("") and
 // sync=always.
 //
+// Both also report msgs/step: the messages stored in all of JetStream (history, tasks, every
+// key-value bucket, counted by the streams' last sequences) per step. SignalRoundTrip times
+// Client.Signal to Client.Result for a run already waiting on the signal:
+//
+//	go test -run '^$' -bench 'SignalRoundTrip' -benchtime=300x -count=3 ./services/worker
+//
 // FLOW_BENCH_CONN=url connects over TCP (srv.ClientURL()) instead. In process is the default: it
 // is about 25% faster for latency and the same for throughput on a 2-core machine.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -33,8 +40,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
@@ -45,7 +54,9 @@ const (
 	benchRuns     = 2000 // runs per throughput iteration
 	benchClients  = 64   // client goroutines starting runs, then waiting on results
 	benchWorkflow = "ten-steps"
-	benchStep     = "inc"
+	// benchSignalWorkflow waits for one signal (SignalRoundTrip).
+	benchSignalWorkflow = "await-signal"
+	benchStep           = "inc"
 	// The worker's concurrency. On 2 cores throughput is CPU-bound and flat from 8 to 128 runs
 	// (within noise); 256 is 15-20% slower. Step slots equal run slots, so that a run of
 	// sequential steps never waits for a step slot.
@@ -79,8 +90,18 @@ func benchTenSteps(ctx *flow.Context, in int) (flow.Decision, error) {
 
 func benchInc(_ context.Context, n int) (int, error) { return n + 1, nil }
 
+// benchAwaitSignal waits for signal "go" and completes with its payload.
+func benchAwaitSignal(ctx *flow.Context, _ any) (flow.Decision, error) {
+	v, ok, err := flow.SignalValue[int](ctx, "go")
+	if err != nil || !ok {
+		return ctx.AwaitSignal("go", "go"), err
+	}
+	return ctx.Complete(v), nil
+}
+
 type benchEnv struct {
 	client *flow.Client
+	js     jetstream.JetStream
 }
 
 // newBenchEnv starts a server with fsync policy syncPolicy, a worker, a scheduler and a client,
@@ -111,6 +132,7 @@ func newBenchEnv(b *testing.B, syncPolicy string) *benchEnv {
 
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: discard})
 	flow.RegisterWorkflow(reg, benchWorkflow, benchTenSteps)
+	flow.RegisterWorkflow(reg, benchSignalWorkflow, benchAwaitSignal)
 	flow.RegisterStep(reg, benchStep, benchInc)
 	w, err := worker.New(worker.Config{Conn: connect(), Logger: discard,
 		RunConcurrency: benchRunConcurrency, StepConcurrency: benchStepConcurrency}, reg)
@@ -134,11 +156,32 @@ func newBenchEnv(b *testing.B, syncPolicy string) *benchEnv {
 	}
 	b.Cleanup(func() { _ = s.Stop() })
 
-	c, err := flow.NewClient(ctx, connect(), nil)
+	nc := connect()
+	c, err := flow.NewClient(ctx, nc, nil)
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &benchEnv{client: c}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &benchEnv{client: c, js: js}
+}
+
+// written returns the number of messages ever stored in the account's streams (history, tasks
+// and every key-value bucket): the sum of their last sequences, which counts messages since
+// removed (acknowledged tasks, deleted keys) too.
+func (e *benchEnv) written(b *testing.B) uint64 {
+	b.Helper()
+	var n uint64
+	streams := e.js.ListStreams(context.Background())
+	for info := range streams.Info() {
+		n += info.State.LastSeq
+	}
+	if err := streams.Err(); err != nil {
+		b.Fatal(err)
+	}
+	return n
 }
 
 // run starts one run and waits for its result.
@@ -182,6 +225,7 @@ func BenchmarkTenStepLatency(b *testing.B) {
 			ctx, cancel := context.WithTimeout(context.Background(), benchDeadline)
 			defer cancel()
 			lat := make([]time.Duration, 0, b.N)
+			before := env.written(b)
 			b.ResetTimer()
 			for i := range b.N {
 				t0 := time.Now()
@@ -200,6 +244,7 @@ func BenchmarkTenStepLatency(b *testing.B) {
 			b.ReportMetric(ms(benchQuantile(lat, 0.50)), "p50-ms")
 			b.ReportMetric(ms(benchQuantile(lat, 0.99)), "p99-ms")
 			b.ReportMetric(ms(sum)/float64(len(lat))/benchSteps, "ms/step")
+			b.ReportMetric(float64(env.written(b)-before)/float64(b.N*benchSteps), "msgs/step")
 		})
 	}
 }
@@ -220,6 +265,7 @@ func BenchmarkTenStepThroughput(b *testing.B) {
 			env.warm(b)
 			ctx, cancel := context.WithTimeout(context.Background(), benchDeadline)
 			defer cancel()
+			before := env.written(b)
 			b.ResetTimer()
 			for range b.N {
 				if err := env.batch(ctx, benchRuns); err != nil {
@@ -231,6 +277,7 @@ func BenchmarkTenStepThroughput(b *testing.B) {
 			runs := float64(b.N * benchRuns)
 			b.ReportMetric(runs/secs, "runs/s")
 			b.ReportMetric(runs*benchSteps/secs, "steps/s")
+			b.ReportMetric(float64(env.written(b)-before)/(runs*benchSteps), "msgs/step")
 		})
 	}
 }
@@ -272,4 +319,54 @@ func benchParallel(n int, fn func(i int) error) error {
 	close(next)
 	wg.Wait()
 	return first
+}
+
+// errAwaiting stops a watch once the run waits on its signal.
+var errAwaiting = errors.New("awaiting the signal")
+
+// BenchmarkSignalRoundTrip measures a signal's round trip: from Client.Signal to Client.Result
+// returning, for a run already suspended on AwaitSignal (untimed: start, and watch until
+// signal.awaited is committed). It reports p50-ms and p99-ms.
+func BenchmarkSignalRoundTrip(b *testing.B) {
+	for _, sc := range benchSyncs[:1] {
+		b.Run(sc.name, func(b *testing.B) {
+			env := newBenchEnv(b, sc.sync)
+			env.warm(b)
+			ctx, cancel := context.WithTimeout(context.Background(), benchDeadline)
+			defer cancel()
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for i := range b.N {
+				b.StopTimer()
+				id, err := env.client.Start(ctx, benchSignalWorkflow, nil, nil)
+				if err != nil {
+					b.Fatal(err)
+				}
+				err = env.client.Watch(ctx, id, 0, func(e event.Envelope) error {
+					if e.Type() == event.TypeSignalAwaited {
+						return errAwaiting
+					}
+					return nil
+				})
+				if !errors.Is(err, errAwaiting) {
+					b.Fatalf("run %s: %v", id, err)
+				}
+				b.StartTimer()
+				t0 := time.Now()
+				if err := env.client.Signal(ctx, id, "go", i, nil); err != nil {
+					b.Fatal(err)
+				}
+				var out int
+				if err := env.client.Result(ctx, id, &out); err != nil || out != i {
+					b.Fatalf("run %s: %d, %v", id, out, err)
+				}
+				lat = append(lat, time.Since(t0))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+			b.ReportMetric(ms(benchQuantile(lat, 0.50)), "p50-ms")
+			b.ReportMetric(ms(benchQuantile(lat, 0.99)), "p99-ms")
+		})
+	}
 }
