@@ -30,9 +30,31 @@ func (s *Snapshot) Apply(e event.Envelope) error {
 	if isDecisionEvent(e.Payload) {
 		s.Progress.Decisions++
 		s.Blocked = nil
+		s.decidedSeq = e.Seq
 	}
+	_, failed := e.Payload.(*event.DecisionFailed)
+	if failed {
+		s.decidedSeq = e.Seq
+	}
+	prev := s.Status
 	s.Status = s.status()
+	if s.Status != prev || failed || e.Type().Terminal() {
+		s.summarySeq, s.summaryAt = e.Seq, e.Time
+	}
 	return nil
+}
+
+// IsInput reports whether p comes from outside the run's driver and asks for a decision: the
+// run's start, a delivery (signal, hook), a timer or retry backoff that elapsed, a child that
+// ended, or a cancellation request. Step results are not inputs: the worker that runs a step
+// decides on its result itself, and the task it holds is redelivered if it dies.
+func IsInput(p event.Payload) bool {
+	switch p.(type) {
+	case *event.RunStarted, *event.SignalReceived, *event.HookReceived, *event.WaitFired,
+		*event.StepRetryFired, *event.ChildSettled, *event.RunCancelRequested:
+		return true
+	}
+	return false
 }
 
 // isDecisionEvent reports whether p is produced by a decision (workflow code or the automatic
@@ -336,7 +358,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 			ids[i] = c.ChildID
 			s.ids[c.ChildID] = kindChild
 			s.Children[c.ChildID] = &Child{ID: c.ChildID, RunID: c.RunID, Definition: c.Definition,
-				Input: c.Input, CancelPolicy: c.CancelPolicy, BatchSeq: e.Seq}
+				Input: c.Input, CancelPolicy: c.CancelPolicy, BuildID: c.BuildID, Patches: c.Patches, BatchSeq: e.Seq}
 		}
 		s.batches[e.Seq] = ids
 		p.ChildrenPending += len(ids)

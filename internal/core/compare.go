@@ -4,7 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"reflect"
+	"strconv"
 	"slices"
 	"strings"
 	"time"
@@ -95,6 +95,8 @@ func compareMembers(runID, kind string, rec []string, seq uint64, got []string) 
 }
 
 // JSONEqual compares two JSON documents: byte-equal after compaction, or equal as values.
+// Numbers compare exactly, by their decimal value: 1, 1.0 and 10e-1 are equal, while two
+// integers beyond float64's 53-bit precision that differ are not.
 func JSONEqual(a, b json.RawMessage) bool {
 	if bytes.Equal(a, b) {
 		return true
@@ -102,11 +104,59 @@ func JSONEqual(a, b json.RawMessage) bool {
 	if len(a) == 0 || len(b) == 0 {
 		return isNullJSON(a) && isNullJSON(b)
 	}
-	var va, vb any
-	if json.Unmarshal(a, &va) != nil || json.Unmarshal(b, &vb) != nil {
+	va, erra := decodeExact(a)
+	vb, errb := decodeExact(b)
+	if erra != nil || errb != nil {
 		return false
 	}
-	return reflect.DeepEqual(va, vb)
+	return jsonValueEqual(va, vb)
+}
+
+func decodeExact(raw json.RawMessage) (any, error) {
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, err
+	}
+	return v, nil
+}
+
+// jsonValueEqual compares values decoded with UseNumber.
+func jsonValueEqual(a, b any) bool {
+	switch a := a.(type) {
+	case json.Number:
+		b, ok := b.(json.Number)
+		if !ok {
+			return false
+		}
+		return a == b || canonicalNumber(string(a)) == canonicalNumber(string(b))
+	case map[string]any:
+		b, ok := b.(map[string]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for k, va := range a {
+			vb, ok := b[k]
+			if !ok || !jsonValueEqual(va, vb) {
+				return false
+			}
+		}
+		return true
+	case []any:
+		b, ok := b.([]any)
+		if !ok || len(a) != len(b) {
+			return false
+		}
+		for i := range a {
+			if !jsonValueEqual(a[i], b[i]) {
+				return false
+			}
+		}
+		return true
+	default:
+		return a == b
+	}
 }
 
 func isNullJSON(b json.RawMessage) bool {
@@ -144,4 +194,32 @@ func render(v any) string {
 		s = s[:renderLimit] + "…"
 	}
 	return strings.ReplaceAll(s, "\n", " ")
+}
+
+// canonicalNumber rewrites a JSON number as sign, significant digits and a decimal exponent
+// ("-12e3" for -12000 and -1.2e4), so that equal values compare equal as strings without
+// converting to a float (which loses precision) or expanding the exponent (which a hostile
+// "1e999999999" would make huge). An exponent out of int64 range keeps the number as written.
+func canonicalNumber(n string) string {
+	sign := ""
+	if strings.HasPrefix(n, "-") {
+		sign, n = "-", n[1:]
+	}
+	mant, expText, _ := strings.Cut(strings.ToLower(n), "e")
+	exp := int64(0)
+	if expText != "" {
+		var err error
+		if exp, err = strconv.ParseInt(expText, 10, 64); err != nil {
+			return sign + n
+		}
+	}
+	intPart, frac, _ := strings.Cut(mant, ".")
+	digits := strings.TrimLeft(intPart+frac, "0")
+	exp -= int64(len(frac))
+	trimmed := strings.TrimRight(digits, "0")
+	exp += int64(len(digits) - len(trimmed))
+	if trimmed == "" {
+		return "0"
+	}
+	return sign + trimmed + "e" + strconv.FormatInt(exp, 10)
 }

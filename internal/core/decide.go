@@ -61,7 +61,28 @@ func Decide(s *Snapshot, d Decider, opts DecideOptions) (Verdict, error) {
 	if err != nil {
 		return Verdict{}, err
 	}
-	return Validate(s, dec)
+	v, err := Validate(s, dec)
+	if err == nil {
+		pinChildren(v.Events, d)
+	}
+	return v, err
+}
+
+// pinChildren records in new child.scheduled events the spec each child starts with: the
+// identity of the code deciding now, when it registers the child's definition (else the child
+// runs any build's code of its definition).
+func pinChildren(events []event.Payload, d Decider) {
+	for _, p := range events {
+		c, ok := p.(*event.ChildScheduled)
+		if !ok {
+			continue
+		}
+		for i := range c.Children {
+			if id, err := d.Identity(c.Children[i].Definition); err == nil {
+				c.Children[i].BuildID, c.Children[i].Patches = id.BuildID, slices.Clone(id.Patches)
+			}
+		}
+	}
 }
 
 // CheckIdentity reports a *NonDeterminismError if code of identity id may not decide the run:

@@ -55,6 +55,14 @@ func TestNonDeterminism(t *testing.T) {
 			wantKind: "step", wantID: "read-rate", wantField: "input", wantSeq: 2,
 		},
 		{
+			name: "StepInputLargeInteger",
+			history: func(t *testing.T) *history {
+				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("charge", "chargeCard", `{"cents":9007199254740993}`)))
+			},
+			check:    validate(core.ScheduleSteps{Steps: []core.StepCall{call("charge", "chargeCard", `{"cents":9007199254740992}`)}}),
+			wantKind: "step", wantID: "charge", wantField: "input", wantSeq: 2,
+		},
+		{
 			name: "StepRetryPolicy",
 			history: func(t *testing.T) *history {
 				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("charge", "chargeCard", `1`)))

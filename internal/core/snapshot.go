@@ -134,9 +134,12 @@ type Child struct {
 	Definition   string             `json:"definition"`
 	Input        json.RawMessage    `json:"input"`
 	CancelPolicy event.CancelPolicy `json:"cancel_policy"`
-	BatchSeq     uint64             `json:"batch_seq"`
-	Settled      bool               `json:"settled"`
-	Outcome      event.Outcome      `json:"outcome,omitempty"`
+	// BuildID and Patches are the spec the child run starts with, as recorded.
+	BuildID  string        `json:"build_id,omitempty"`
+	Patches  []string      `json:"patches,omitempty"`
+	BatchSeq uint64        `json:"batch_seq"`
+	Settled  bool          `json:"settled"`
+	Outcome  event.Outcome `json:"outcome,omitempty"`
 	// EndedRunID is the run that ended: RunID or its last continuation.
 	EndedRunID string           `json:"ended_run_id,omitempty"`
 	Output     json.RawMessage  `json:"output,omitempty"`
@@ -236,6 +239,12 @@ type Snapshot struct {
 	exhausted []string
 	// expectRetry is the step whose non-final step.failed must be followed by its retry.
 	expectRetry string
+	// decidedSeq is the sequence of the latest decision event or decision.failed.
+	decidedSeq uint64
+	// summarySeq and summaryAt are the sequence and time of the event that last changed the
+	// run's Summary (its status or detail).
+	summarySeq uint64
+	summaryAt  time.Time
 }
 
 var zeroTime time.Time
@@ -282,6 +291,10 @@ func (s *Snapshot) ApplyAll(events []event.Envelope) error {
 
 // Terminal reports whether the run has ended.
 func (s *Snapshot) Terminal() bool { return s.Outcome != nil }
+
+// DecidedSeq returns the sequence of the run's latest decision event (what workflow code or the
+// automatic transitions of Decide recorded) or decision.failed; 0 before the first.
+func (s *Snapshot) DecidedSeq() uint64 { return s.decidedSeq }
 
 // Batch returns the members, in order, of the step or child batch recorded at seq.
 func (s *Snapshot) Batch(seq uint64) []string { return s.batches[seq] }
@@ -357,26 +370,31 @@ func (s *Snapshot) status() Status {
 	}
 }
 
-// Summary is the part of a snapshot that run listings show.
+// Summary is the part of a snapshot that run listings show: the runs index entry of a run. It
+// changes only when the run's status or detail changes, not on every event, so an index of
+// summaries is written a few times per run.
 type Summary struct {
-	RunID      string    `json:"run_id"`
-	Definition string    `json:"definition"`
-	BuildID    string    `json:"build_id,omitempty"`
-	Queue      string    `json:"queue,omitempty"`
-	Status     Status    `json:"status"`
-	Seq        uint64    `json:"seq"`
-	StartedAt  time.Time `json:"started_at"`
-	UpdatedAt  time.Time `json:"updated_at"`
+	RunID      string `json:"run_id"`
+	Definition string `json:"definition"`
+	BuildID    string `json:"build_id,omitempty"`
+	Queue      string `json:"queue,omitempty"`
+	Status     Status `json:"status"`
+	// Seq is the sequence of the event that last changed the summary: the run has been in
+	// Status since Seq. An index entry never moves to a lower Seq.
+	Seq       uint64    `json:"seq"`
+	StartedAt time.Time `json:"started_at"`
+	// UpdatedAt is the recorded time of the event at Seq.
+	UpdatedAt time.Time `json:"updated_at"`
 	// Parent is the parent run of a child run.
 	Parent string `json:"parent,omitempty"`
 	// Detail is the failure, cancellation reason or blocking diagnosis, when there is one.
 	Detail string `json:"detail,omitempty"`
 }
 
-// Summary returns the run's summary.
+// Summary returns the run's summary, as of the event that last changed it.
 func (s *Snapshot) Summary() Summary {
 	sum := Summary{RunID: s.RunID, Definition: s.Spec.Definition, BuildID: s.Spec.BuildID, Queue: s.Queue,
-		Status: s.Status, Seq: s.Seq, StartedAt: s.StartedAt, UpdatedAt: s.UpdatedAt}
+		Status: s.Status, Seq: s.summarySeq, StartedAt: s.StartedAt, UpdatedAt: s.summaryAt}
 	if s.Parent != nil {
 		sum.Parent = s.Parent.RunID
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"time"
 
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -374,6 +375,18 @@ func endEvents(s *Snapshot, terminal event.Payload, cause event.Cause, reason st
 		steps[i] = event.CancelledStep{StepID: id, Attempt: st.Attempt, SideEffectUnknown: st.Status == StepRunning}
 	}
 	return []event.Payload{&event.StepCancelled{Steps: steps, Reason: reason, Cause: cause}, terminal}
+}
+
+// Stamp completes events that are about to be recorded at time t with what derives from t: the
+// deadline of a Sleep's wait.scheduled counts from the event that records it, t plus its
+// duration, not from the run's previous event. Replay compares a Sleep by its duration, so the
+// deadline recorded once is never recomputed.
+func Stamp(events []event.Payload, t time.Time) {
+	for _, p := range events {
+		if w, ok := p.(*event.WaitScheduled); ok && w.Duration > 0 {
+			w.Deadline = t.Add(time.Duration(w.Duration)).UTC()
+		}
+	}
 }
 
 // CanonicalJSON returns raw compacted, with empty input meaning null, or the syntax error.

@@ -231,6 +231,11 @@ type ChildSpec struct {
 	Definition   string          `json:"definition"`
 	Input        json.RawMessage `json:"input"`
 	CancelPolicy CancelPolicy    `json:"cancel_policy"`
+	// BuildID and Patches are the spec the child run starts with: the identity of the code
+	// that decided to start it, so that whoever starts (or restarts) the child after a deploy
+	// starts the same run. Empty in histories recorded before they were; not compared on replay.
+	BuildID string   `json:"build_id,omitempty"`
+	Patches []string `json:"patches,omitempty"`
 }
 
 // ChildScheduled records one decision starting one child or a batch of children.

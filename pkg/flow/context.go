@@ -163,6 +163,10 @@ func (e *ChildFailure) Error() string {
 	return fmt.Sprintf("child %q (run %q) %s: %s", e.ChildID, e.RunID, e.Outcome, e.Message)
 }
 
+// ErrorKind returns the kind of the child's error, so that ctx.Fail(err) fails the parent with
+// the child's kind (see [KindOf]).
+func (e *ChildFailure) ErrorKind() string { return e.Kind }
+
 // StepFailure is the error of a step that settled without completing.
 type StepFailure struct {
 	StepID, Name string

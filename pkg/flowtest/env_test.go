@@ -535,3 +535,30 @@ func TestChildrenRecordTheirOwnSpec(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, event.Spec{Definition: "child", BuildID: "v7", Patches: []string{"v2-pricing"}}, s.Spec)
 }
+
+// A parent that fails with its child's error keeps the child's error kind.
+func TestParentFailsWithChildErrorKind(t *testing.T) {
+	t.Parallel()
+	reg := flow.NewRegistry(nil)
+	flow.RegisterWorkflow(reg, "parent", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		if r := ctx.Child("pay"); r != nil {
+			if r.Err != nil {
+				return ctx.Fail(r.Err), nil
+			}
+			return ctx.Complete(r.Output), nil
+		}
+		return ctx.StartChild("pay", "payment", nil), nil
+	})
+	flow.RegisterWorkflow(reg, "payment", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		return ctx.Fail(flow.NewError("card_declined", "insufficient funds")), nil
+	})
+	env, err := flowtest.New(reg, nil)
+	require.NoError(t, err)
+	runID, err := env.Start(t.Context(), "parent", nil, nil)
+	require.NoError(t, err)
+	var runErr *flow.RunError
+	require.ErrorAs(t, env.Result(t.Context(), runID, nil), &runErr)
+	require.Equal(t, flow.StatusFailed, runErr.Status)
+	require.Equal(t, "card_declined", runErr.Kind)
+	require.Contains(t, runErr.Message, "insufficient funds")
+}

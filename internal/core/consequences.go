@@ -1,0 +1,79 @@
+package core
+
+import (
+	"cmp"
+	"slices"
+
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// Consequences are what a commit implies outside the run's own history: the work of whoever
+// follows the history stream (the history service). They are a pure function of the commit and
+// of the run's latest snapshot, so that deriving them again after a crash, a redelivery or on
+// another replica gives the same idempotent effects.
+type Consequences struct {
+	// Resume is set when the commit holds an input (IsInput) that no later decision answered:
+	// the run needs a drive. TaskSeq is the sequence of that input, the resume task's key.
+	Resume  bool
+	TaskSeq uint64
+	// Timers are the timers the commit scheduled that are still pending: register them.
+	Timers []Timer
+	// Moot are timers the commit made pointless (a retry whose step was cancelled, a wait of a
+	// run that ended): delete their entries.
+	Moot []Timer
+	// Children are the child runs the commit scheduled that have not settled: start them.
+	Children []event.ChildSpec
+	// Ended is set when the commit holds the terminal event: the end-of-run work is due (the
+	// parent's notice or the successor's start, children cancelled per policy, hook tokens
+	// released).
+	Ended bool
+}
+
+// Derive returns the consequences of commit, the events of one append of run s.RunID, given s,
+// the run's snapshot at or after the commit's last event. Effects that a later event of s made
+// moot are left out: a timer that already fired, a child that settled, a resume the run already
+// decided on.
+func Derive(s *Snapshot, commit []event.Envelope) Consequences {
+	var c Consequences
+	terminal := s.Terminal()
+	for _, e := range commit {
+		if IsInput(e.Payload) && !terminal && e.Seq > s.decidedSeq {
+			c.Resume, c.TaskSeq = true, e.Seq
+		}
+		switch p := e.Payload.(type) {
+		case *event.WaitScheduled:
+			if w, ok := s.Waits[p.WaitID]; ok && !w.Fired && !terminal {
+				c.Timers = append(c.Timers, Timer{RunID: s.RunID, Kind: TimerWait, ID: w.ID, Due: w.Deadline})
+			}
+		case *event.StepRetryScheduled:
+			if st, ok := s.Steps[p.StepID]; ok && st.Status == StepRetrying && st.Attempt == p.Attempt && !terminal {
+				c.Timers = append(c.Timers, Timer{RunID: s.RunID, Kind: TimerRetry, ID: st.ID, Attempt: p.Attempt, Due: p.Due})
+			}
+		case *event.StepCancelled:
+			for _, cs := range p.Steps {
+				if !cs.SideEffectUnknown {
+					// The step was waiting out a backoff: its retry timer is pending.
+					c.Moot = append(c.Moot, Timer{RunID: s.RunID, Kind: TimerRetry, ID: cs.StepID, Attempt: cs.Attempt})
+				}
+			}
+		case *event.ChildScheduled:
+			for _, spec := range p.Children {
+				if ch, ok := s.Children[spec.ChildID]; ok && !ch.Settled && !terminal {
+					c.Children = append(c.Children, spec)
+				}
+			}
+		}
+		if e.Type().Terminal() {
+			c.Ended = true
+			var waits []Timer
+			for _, w := range s.Waits {
+				if !w.Fired {
+					waits = append(waits, Timer{RunID: s.RunID, Kind: TimerWait, ID: w.ID, Due: w.Deadline})
+				}
+			}
+			slices.SortFunc(waits, func(a, b Timer) int { return cmp.Compare(a.ID, b.ID) })
+			c.Moot = append(c.Moot, waits...)
+		}
+	}
+	return c
+}
