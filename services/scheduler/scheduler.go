@@ -71,6 +71,8 @@ type Scheduler struct {
 	timers  jetstream.KeyValue
 	leases  jetstream.KeyValue
 	engine  *engine.Engine
+	// watchTimers opens the watch on FLOW_TIMERS; nil means s.timers.WatchAll. Tests replace it.
+	watchTimers func(context.Context) (jetstream.KeyWatcher, error)
 
 	leader  atomic.Bool
 	fired   atomic.Int64
@@ -178,6 +180,11 @@ func (s *Scheduler) Stop() error {
 	return nil
 }
 
+// restartBackoff is how long a replica whose timer watch ended waits, without the lease, before
+// it competes again: long enough not to spin on a watch that keeps failing, short enough that
+// timers fire on time once the watch works again, here or in a standby.
+const restartBackoff = time.Second
+
 // run competes for the lease and serves while it holds it.
 func (s *Scheduler) run(ctx context.Context) {
 	defer close(s.done)
@@ -191,7 +198,9 @@ func (s *Scheduler) run(ctx context.Context) {
 			sleep(ctx, renew)
 			continue
 		}
-		s.lead(ctx, rev, renew)
+		if s.lead(ctx, rev, renew) {
+			sleep(ctx, restartBackoff)
+		}
 	}
 }
 
@@ -219,17 +228,17 @@ func (s *Scheduler) acquire(ctx context.Context) (uint64, error) {
 	return s.leases.Update(ctx, leaseKey, []byte(s.cfg.Name), held.Revision())
 }
 
-// lead serves while renewing the lease, and releases it when ctx ends.
-func (s *Scheduler) lead(ctx context.Context, rev uint64, renew time.Duration) {
+// lead serves while renewing the lease. It releases the lease when ctx ends, and when serving
+// ends on its own (the timer watch failed or closed), so that no replica holds the lease while
+// nothing fires; it then reports true and the caller backs off before competing again.
+func (s *Scheduler) lead(ctx context.Context, rev uint64, renew time.Duration) (servingEnded bool) {
 	s.logger.Info("scheduler leads")
 	s.leader.Store(true)
 	defer s.leader.Store(false)
 	leadCtx, cancel := context.WithCancel(ctx)
-	served := make(chan struct{})
-	go func() {
-		defer close(served)
-		s.serve(leadCtx)
-	}()
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- s.serve(leadCtx) }()
 	t := time.NewTicker(renew)
 	defer t.Stop()
 	for {
@@ -240,18 +249,31 @@ func (s *Scheduler) lead(ctx context.Context, rev uint64, renew time.Duration) {
 				s.logger.Warn("lost the scheduler lease", slog.String("error", err.Error()))
 				cancel()
 				<-served
-				return
+				return false
 			}
 			rev = r
+		case err := <-served:
+			s.release(rev)
+			if ctx.Err() != nil {
+				return false
+			}
+			s.logger.Warn("stopped serving timers; released the scheduler lease to compete again",
+				slog.String("error", err.Error()), slog.Duration("backoff", restartBackoff))
+			return true
 		case <-ctx.Done():
 			cancel()
 			<-served
-			release, stop := context.WithTimeout(context.Background(), time.Second)
-			_ = s.leases.Delete(release, leaseKey, jetstream.LastRevision(rev))
-			stop()
-			return
+			s.release(rev)
+			return false
 		}
 	}
+}
+
+// release deletes the lease if it is still the one this replica last wrote, at revision rev.
+func (s *Scheduler) release(rev uint64) {
+	ctx, stop := context.WithTimeout(context.Background(), time.Second)
+	defer stop()
+	_ = s.leases.Delete(ctx, leaseKey, jetstream.LastRevision(rev))
 }
 
 // pending is a timer known from the bucket.
@@ -289,13 +311,22 @@ type firing struct {
 	err error
 }
 
-// serve watches the bucket and fires timers as they fall due, until ctx ends.
-func (s *Scheduler) serve(ctx context.Context) {
-	w, err := s.timers.WatchAll(ctx)
+// errWatchEnded reports that the timer watch closed its updates while the scheduler served.
+var errWatchEnded = errors.New("the timer watch ended")
+
+// serve watches the bucket and fires timers as they fall due, until ctx ends (it returns nil)
+// or the watch cannot be opened or ends (it returns why).
+func (s *Scheduler) serve(ctx context.Context) error {
+	watch := s.watchTimers
+	if watch == nil {
+		watch = func(ctx context.Context) (jetstream.KeyWatcher, error) { return s.timers.WatchAll(ctx) }
+	}
+	w, err := watch(ctx)
 	if err != nil {
-		s.logger.Error("cannot watch timers", slog.String("error", err.Error()))
-		sleep(ctx, time.Second)
-		return
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("cannot watch timers: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
 
@@ -334,11 +365,14 @@ func (s *Scheduler) serve(ctx context.Context) {
 
 		select {
 		case <-ctx.Done():
-			return
+			return nil
 		case <-wake.C:
 		case e, ok := <-w.Updates():
 			if !ok {
-				return
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errWatchEnded
 			}
 			if e == nil {
 				s.logger.Debug("timers loaded", slog.Int("pending", h.Len()))
@@ -350,7 +384,7 @@ func (s *Scheduler) serve(ctx context.Context) {
 			r.p.firing = false
 			if r.err != nil {
 				if ctx.Err() != nil {
-					return
+					return nil
 				}
 				s.logger.Warn("firing a timer failed; retrying in 1s", slog.String("run_id", r.p.timer.RunID),
 					slog.String("timer", r.p.timer.Key()), slog.String("error", r.err.Error()))

@@ -1,0 +1,168 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/store/jsstore"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// watchRecorder is a watchTimers seam that opens real watches and keeps them, so that a test
+// can end one the way the server or the client library would: by closing its Updates channel.
+// After the first failAfter watches it fails instead, when failAfter is positive.
+type watchRecorder struct {
+	s         *Scheduler
+	failAfter int
+
+	mu      sync.Mutex
+	opened  []jetstream.KeyWatcher
+	refused int
+}
+
+func (r *watchRecorder) watch(ctx context.Context) (jetstream.KeyWatcher, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.failAfter > 0 && len(r.opened) >= r.failAfter {
+		r.refused++
+		return nil, errors.New("test: watch refused")
+	}
+	w, err := r.s.timers.WatchAll(ctx)
+	if err == nil {
+		r.opened = append(r.opened, w)
+	}
+	return w, err
+}
+
+func (r *watchRecorder) counts() (opened, refused int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.opened), r.refused
+}
+
+// stopLatest ends the most recent watch; its Updates channel closes.
+func (r *watchRecorder) stopLatest(t *testing.T) {
+	t.Helper()
+	r.mu.Lock()
+	w := r.opened[len(r.opened)-1]
+	r.mu.Unlock()
+	require.NoError(t, w.Stop())
+}
+
+type timerFixture struct {
+	st     *jsstore.Store
+	timers jetstream.KeyValue
+}
+
+func newTimerFixture(t *testing.T, srv *natsserver.Server) *timerFixture {
+	t.Helper()
+	js := natstest.JetStream(t, srv)
+	st, err := jsstore.New(t.Context(), js, nil)
+	require.NoError(t, err)
+	timers, err := js.KeyValue(t.Context(), streams.TimersBucket)
+	require.NoError(t, err)
+	return &timerFixture{st: st, timers: timers}
+}
+
+// waitingRun appends a run that waits on wait waitID until due, and registers its timer.
+func (f *timerFixture) waitingRun(t *testing.T, runID, waitID string, due time.Time) {
+	t.Helper()
+	ctx := t.Context()
+	now := time.Now().UTC()
+	_, err := f.st.Append(ctx, runID, 0, event.Event{Time: now, Payload: &event.RunStarted{
+		Spec: event.Spec{Definition: "sleeper"}, Input: json.RawMessage("null"), Seed: "seed"}})
+	require.NoError(t, err)
+	_, err = f.st.Append(ctx, runID, 1, event.Event{Time: now, Payload: &event.WaitScheduled{WaitID: waitID, Deadline: due}})
+	require.NoError(t, err)
+	tm := core.Timer{RunID: runID, Kind: core.TimerWait, ID: waitID, Due: due}
+	b, err := json.Marshal(tm)
+	require.NoError(t, err)
+	_, err = f.timers.Put(ctx, jshost.TimerKey(tm), b)
+	require.NoError(t, err)
+}
+
+// fired reports whether run runID's history holds wait.fired for waitID. It runs as a polled
+// condition, outside the test's goroutine, so a failed read counts as not yet.
+func (f *timerFixture) fired(t *testing.T, runID, waitID string) bool {
+	hist, err := f.st.Load(t.Context(), runID, 0)
+	if err != nil {
+		return false
+	}
+	for _, e := range hist {
+		if p, ok := e.Payload.(*event.WaitFired); ok && p.WaitID == waitID {
+			return true
+		}
+	}
+	return false
+}
+
+func startScheduler(t *testing.T, srv *natsserver.Server, name string, rec *watchRecorder) *Scheduler {
+	t.Helper()
+	s, err := New(Config{Conn: natstest.Connect(t, srv), Name: name, Logger: natstest.Logger(),
+		Streams: streams.Config{LeaseTTL: time.Second}})
+	require.NoError(t, err)
+	if rec != nil {
+		rec.s = s
+		s.watchTimers = rec.watch
+	}
+	require.NoError(t, s.Start(t.Context()))
+	t.Cleanup(func() { _ = s.Stop() })
+	return s
+}
+
+// TestLeaderServesAgainAfterWatchEnds ends the leader's timer watch and checks that a timer
+// registered afterwards still fires: the scheduler must not keep its lease while serving nothing.
+func TestLeaderServesAgainAfterWatchEnds(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	f := newTimerFixture(t, srv)
+	rec := &watchRecorder{}
+	s := startScheduler(t, srv, "only", rec)
+
+	f.waitingRun(t, "before", "w", time.Now())
+	require.Eventually(t, func() bool { return f.fired(t, "before", "w") }, 10*time.Second, 20*time.Millisecond,
+		"the leader fires a timer before its watch ends")
+	require.True(t, s.Leader())
+
+	rec.stopLatest(t)
+	f.waitingRun(t, "after", "w", time.Now().Add(100*time.Millisecond))
+	require.Eventually(t, func() bool { return f.fired(t, "after", "w") }, 10*time.Second, 20*time.Millisecond,
+		"a timer registered after the watch ended must fire")
+	opened, _ := rec.counts()
+	require.GreaterOrEqual(t, opened, 2, "the watch is opened again")
+	require.Eventually(t, s.Leader, 5*time.Second, 20*time.Millisecond)
+}
+
+// TestStandbyTakesOverWhenLeaderCannotWatch ends the leader's watch and makes every later watch
+// of that replica fail: the standby must take the lease and fire.
+func TestStandbyTakesOverWhenLeaderCannotWatch(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	f := newTimerFixture(t, srv)
+	rec := &watchRecorder{failAfter: 1}
+	a := startScheduler(t, srv, "a", rec)
+	require.Eventually(t, func() bool { opened, _ := rec.counts(); return a.Leader() && opened == 1 },
+		10*time.Second, 20*time.Millisecond)
+	b := startScheduler(t, srv, "b", nil)
+
+	rec.stopLatest(t)
+	f.waitingRun(t, "r", "w", time.Now())
+	require.Eventually(t, func() bool { return f.fired(t, "r", "w") }, 15*time.Second, 20*time.Millisecond,
+		"the standby fires once the leader cannot watch")
+	require.True(t, b.Leader())
+	require.False(t, a.Leader())
+	require.Equal(t, int64(1), b.Fired())
+	require.Zero(t, a.Fired())
+}
