@@ -46,10 +46,54 @@ type EventStore interface {
 	// error wrapping event.ErrInvalidID or event.ErrMalformed. Append does not retain events.
 	Append(ctx context.Context, runID string, expected uint64, events ...event.Event) (last uint64, err error)
 	// Load returns the committed envelopes of run runID with sequence > after, in order and
-	// complete. A run without events yields an empty slice and no error. The caller owns the
-	// returned slice and payloads.
+	// without gaps. A run without events yields an empty slice and no error. The caller owns
+	// the returned slice and payloads. On a replicated store Load may be answered by a replica
+	// that lags: it can miss the newest commits (never a commit before one it returns). Read
+	// what you were told exists with LoadAtLeast.
 	Load(ctx context.Context, runID string, after uint64) ([]event.Envelope, error)
+	// LoadAtLeast is Load, but the result reaches sequence atLeast whenever the run has it: a
+	// replicated store reads what a lagging replica lacks from the stream's leader. Use it for
+	// what a caller has been told exists (a task's sequence, a conflict's actual sequence, the
+	// last event a client was shown). A run that has fewer events yields what it has.
+	LoadAtLeast(ctx context.Context, runID string, after, atLeast uint64) ([]event.Envelope, error)
 }
+
+// Commit is a notice of one append to a run, as a Follower delivers it.
+type Commit struct {
+	RunID string
+	// First and Last are the sequences of the commit's first and last events.
+	First, Last uint64
+	// Events decodes the commit's events. It may be called more than once.
+	Events func() ([]event.Envelope, error)
+}
+
+// Follower is implemented by stores that notify of commits as any writer makes them.
+type Follower interface {
+	// Follow calls fn with each commit of run runID made after Follow returns, by any writer,
+	// until stop is called. Notices are a fast path: they may arrive late, out of order or not
+	// at all, and fn must not block; a caller that sees a gap reads the store. fn is never
+	// called after stop returns.
+	Follow(runID string, fn func(Commit)) (stop func(), err error)
+}
+
+// ErrDamaged is wrapped by the errors a store returns for a run whose stored history was found
+// damaged (lost or truncated by a disk or a server crash): serving it as if nothing happened
+// would run its lost steps again. See DamagedError.
+var ErrDamaged = errors.New("flow: run history damaged")
+
+// DamagedError reports a run whose history was found damaged. It matches ErrDamaged.
+type DamagedError struct {
+	RunID string
+	// Reason says what was found, and where.
+	Reason string
+}
+
+func (e *DamagedError) Error() string {
+	return fmt.Sprintf("flow: the history of run %q is damaged (%s); Flow will not drive or serve it as if it were whole: restore the stream from a backup, or terminate the run", e.RunID, e.Reason)
+}
+
+// Is matches ErrDamaged.
+func (e *DamagedError) Is(target error) bool { return target == ErrDamaged }
 
 // CheckAppend validates the arguments of Append; implementations call it first.
 func CheckAppend(runID string, events []event.Event) error {

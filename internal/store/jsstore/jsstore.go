@@ -20,7 +20,10 @@
 // # Reads
 //
 // Load reads with batched direct gets (ADR-31), starting after the last commit this store saw of
-// the run, so a worker holding a run's snapshot reads only the tail.
+// the run, so a worker holding a run's snapshot reads only the tail. Any replica answers direct
+// gets, so on a replicated stream a read can miss the newest commits; LoadAtLeast, the conflict
+// checks and the settling of an append whose ack was lost read what they must see from the
+// stream's leader ($JS.API.STREAM.MSG.GET), which only the leader answers.
 package jsstore
 
 import (
@@ -66,14 +69,20 @@ type Options struct {
 	Source string
 	// Positions bounds how many runs' last stream positions are remembered. Defaults to 100,000.
 	Positions int
+	// AfterPublish, a test seam, sees the outcome of every publish of a commit and returns the
+	// outcome Append acts on: a test makes an ack get lost by returning a timeout. Nil in
+	// production.
+	AfterPublish func(msg *nats.Msg, ack *jetstream.PubAck, err error) (*jetstream.PubAck, error)
 }
 
-// Store is a store.EventStore on JetStream. It is safe for concurrent use.
+// Store is a store.EventStore and a store.Follower on JetStream. It is safe for concurrent use.
 type Store struct {
-	js     jetstream.JetStream
-	stream jetstream.Stream
-	source string
-	max    int
+	js           jetstream.JetStream
+	nc           *nats.Conn
+	leader       leaderReader
+	source       string
+	max          int
+	afterPublish func(*nats.Msg, *jetstream.PubAck, error) (*jetstream.PubAck, error)
 
 	mu  sync.Mutex
 	pos map[string]position
@@ -83,7 +92,10 @@ type Store struct {
 // message's stream sequence.
 type position struct{ runSeq, streamSeq uint64 }
 
-var _ store.EventStore = (*Store)(nil)
+var (
+	_ store.EventStore = (*Store)(nil)
+	_ store.Follower   = (*Store)(nil)
+)
 
 // New returns a store on js. Flow's streams must exist (streams.Ensure). opts may be nil.
 func New(ctx context.Context, js jetstream.JetStream, opts *Options) (*Store, error) {
@@ -93,11 +105,8 @@ func New(ctx context.Context, js jetstream.JetStream, opts *Options) (*Store, er
 	if err := streams.Check(ctx, js); err != nil {
 		return nil, err
 	}
-	st, err := js.Stream(ctx, streams.History)
-	if err != nil {
-		return nil, fmt.Errorf("opening stream %s: %w", streams.History, err)
-	}
-	s := &Store{js: js, stream: st, source: opts.Source, max: opts.Positions, pos: map[string]position{}}
+	s := &Store{js: js, nc: js.Conn(), leader: leaderReader{nc: js.Conn(), stream: streams.History}, source: opts.Source,
+		max: opts.Positions, afterPublish: opts.AfterPublish, pos: map[string]position{}}
 	if s.source == "" {
 		s.source = "flow"
 	}
@@ -130,17 +139,17 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 		if err != nil {
 			return 0, err
 		}
-		ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(expectedStream), jetstream.WithMsgID(msgID))
+		ack, err := s.publish(ctx, msg, expectedStream, msgID)
 		switch {
 		case err == nil && !ack.Duplicate:
 			s.remember(runID, last, ack.Sequence)
 			return last, nil
 		case err == nil, isWrongLastSequence(err):
 			// A duplicate or a sequence mismatch: the commit may be ours from an earlier attempt.
-			return s.settle(ctx, runID, expected, last, commit)
+			return s.settle(ctx, runID, expected, expectedStream, last, commit)
 		case attempt < 2 && transient(err, ctx):
 			// The ack was lost or the server was briefly away: find out whether it committed.
-			n, err := s.settle(ctx, runID, expected, last, commit)
+			n, err := s.settle(ctx, runID, expected, expectedStream, last, commit)
 			var ce *store.ConflictError
 			if errors.As(err, &ce) && ce.Actual == expected {
 				continue // it did not: publish again
@@ -150,6 +159,15 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 			return 0, fmt.Errorf("appending to run %q: %w", runID, err)
 		}
 	}
+}
+
+// publish sends one commit. Options.AfterPublish, a test seam, may replace its outcome.
+func (s *Store) publish(ctx context.Context, msg *nats.Msg, expectedStream uint64, msgID string) (*jetstream.PubAck, error) {
+	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(expectedStream), jetstream.WithMsgID(msgID))
+	if s.afterPublish != nil {
+		return s.afterPublish(msg, ack, err)
+	}
+	return ack, err
 }
 
 // message builds the CloudEvents binary-mode message of a commit.
@@ -172,29 +190,37 @@ func (s *Store) message(ctx context.Context, runID string, envs []event.Envelope
 	return msg
 }
 
-// settle decides the outcome of an append whose result is unknown: committed if the run's last
-// message is this commit, else a conflict reporting the run's actual last sequence.
-func (s *Store) settle(ctx context.Context, runID string, expected, last uint64, commit string) (uint64, error) {
+// settle decides the outcome of an append whose result is unknown, from the stream's leader:
+// committed if the run's commit right after stream sequence expectedStream (the commit that
+// ended at run sequence expected) is this one, even if other writers appended after it; else
+// a conflict reporting the run's actual last sequence.
+func (s *Store) settle(ctx context.Context, runID string, expected, expectedStream, last uint64, commit string) (uint64, error) {
 	s.forget(runID)
-	actual, m, err := s.last(ctx, runID)
+	m, err := s.leader.next(ctx, streams.HistorySubject(runID), expectedStream+1)
 	if err != nil {
-		return 0, err
+		return 0, fmt.Errorf("reading the commit of run %q after seq %d: %w", runID, expected, err)
 	}
 	if m != nil && m.Header.Get(HeaderCommit) == commit {
-		return last, nil
+		if first, _ := strconv.ParseUint(m.Header.Get(HeaderFirstSeq), 10, 64); first == expected+1 {
+			return last, nil
+		}
+	}
+	actual, _, err := s.last(ctx, runID)
+	if err != nil {
+		return 0, err
 	}
 	return 0, &store.ConflictError{RunID: runID, Expected: expected, Actual: actual}
 }
 
-// last reads the run's last commit and remembers its position. It returns sequence 0 and a nil
-// message for a run without events.
+// last reads the run's last commit from the stream's leader and remembers its position. It
+// returns sequence 0 and a nil message for a run without events.
 func (s *Store) last(ctx context.Context, runID string) (uint64, *jetstream.RawStreamMsg, error) {
-	m, err := s.stream.GetLastMsgForSubject(ctx, streams.HistorySubject(runID))
-	if errors.Is(err, jetstream.ErrMsgNotFound) {
-		return 0, nil, nil
-	}
+	m, err := s.leader.last(ctx, streams.HistorySubject(runID))
 	if err != nil {
 		return 0, nil, fmt.Errorf("reading the last commit of run %q: %w", runID, err)
+	}
+	if m == nil {
+		return 0, nil, nil
 	}
 	seq, err := lastSeq(m)
 	if err != nil {
@@ -229,8 +255,14 @@ func (s *Store) streamSeqOf(ctx context.Context, runID string, expected uint64) 
 // loadBatch is the number of messages read per direct-get request.
 const loadBatch = 256
 
-// Load implements store.EventStore.
+// Load implements store.EventStore with batched direct gets, which any replica answers.
 func (s *Store) Load(ctx context.Context, runID string, after uint64) ([]event.Envelope, error) {
+	return s.LoadAtLeast(ctx, runID, after, 0)
+}
+
+// LoadAtLeast implements store.EventStore: batched direct gets, then, if they stop short of
+// atLeast, gets from the stream's leader for the rest.
+func (s *Store) LoadAtLeast(ctx context.Context, runID string, after, atLeast uint64) ([]event.Envelope, error) {
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, err
 	}
@@ -240,8 +272,7 @@ func (s *Store) Load(ctx context.Context, runID string, after uint64) ([]event.E
 		start = p.streamSeq + 1
 	}
 	s.mu.Unlock()
-	var out []event.Envelope
-	next := after + 1
+	r := reader{s: s, runID: runID, next: after + 1}
 	for {
 		msgs, err := jetstreamext.GetBatch(ctx, s.js, streams.History, loadBatch,
 			jetstreamext.GetBatchSeq(start), jetstreamext.GetBatchSubject(streams.HistorySubject(runID)))
@@ -258,29 +289,109 @@ func (s *Store) Load(ctx context.Context, runID string, after uint64) ([]event.E
 			}
 			n++
 			start = m.Sequence + 1
-			var envs []event.Envelope
-			if err := json.Unmarshal(m.Data, &envs); err != nil {
-				return nil, fmt.Errorf("decoding stream message %d of run %q: %w", m.Sequence, runID, errors.Join(event.ErrMalformed, err))
-			}
-			for _, e := range envs {
-				if e.Seq < next {
-					continue
-				}
-				if e.Seq != next || e.RunID != runID {
-					return nil, fmt.Errorf("%w: stream message %d holds seq %d of run %q where seq %d of run %q was next",
-						event.ErrMalformed, m.Sequence, e.Seq, e.RunID, next, runID)
-				}
-				out = append(out, e)
-				next++
-			}
-			if len(envs) > 0 {
-				s.remember(runID, envs[len(envs)-1].Seq, m.Sequence)
+			if err := r.add(m); err != nil {
+				return nil, err
 			}
 		}
 		if n < loadBatch {
-			return out, nil
+			break
 		}
 	}
+	for r.next <= atLeast {
+		// A replica answered without the newest commits: read them from the leader.
+		m, err := s.leader.next(ctx, streams.HistorySubject(runID), start)
+		if err != nil {
+			return nil, fmt.Errorf("reading run %q from the stream leader: %w", runID, err)
+		}
+		if m == nil {
+			break
+		}
+		start = m.Sequence + 1
+		if err := r.add(m); err != nil {
+			return nil, err
+		}
+	}
+	return r.out, nil
+}
+
+// reader collects a run's envelopes from its commits in stream order.
+type reader struct {
+	s     *Store
+	runID string
+	next  uint64
+	out   []event.Envelope
+}
+
+func (r *reader) add(m *jetstream.RawStreamMsg) error {
+	var envs []event.Envelope
+	if err := json.Unmarshal(m.Data, &envs); err != nil {
+		return fmt.Errorf("decoding stream message %d of run %q: %w", m.Sequence, r.runID, errors.Join(event.ErrMalformed, err))
+	}
+	for _, e := range envs {
+		if e.Seq < r.next {
+			continue
+		}
+		if e.Seq != r.next || e.RunID != r.runID {
+			return fmt.Errorf("%w: stream message %d holds seq %d of run %q where seq %d of run %q was next",
+				event.ErrMalformed, m.Sequence, e.Seq, e.RunID, r.next, r.runID)
+		}
+		r.out = append(r.out, e)
+		r.next++
+	}
+	if len(envs) > 0 {
+		r.s.remember(r.runID, envs[len(envs)-1].Seq, m.Sequence)
+	}
+	return nil
+}
+
+// Follow implements store.Follower with a core NATS subscription on the run's subject: every
+// commit published there reaches it, typically before the stream has stored it.
+func (s *Store) Follow(runID string, fn func(store.Commit)) (func(), error) {
+	if err := event.ValidateDerivedRunID(runID); err != nil {
+		return nil, err
+	}
+	var mu sync.Mutex
+	stopped := false
+	sub, err := s.nc.Subscribe(streams.HistorySubject(runID), func(m *nats.Msg) {
+		c, ok := CommitOf(runID, m.Header, m.Data)
+		if !ok {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if !stopped {
+			fn(c)
+		}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("following run %q: %w", runID, err)
+	}
+	return func() {
+		_ = sub.Unsubscribe()
+		mu.Lock()
+		stopped = true
+		mu.Unlock()
+	}, nil
+}
+
+// CommitOf returns the commit notice of a history message with headers h and body data, or
+// false if the headers are not a commit's.
+func CommitOf(runID string, h nats.Header, data []byte) (store.Commit, bool) {
+	first, err := strconv.ParseUint(h.Get(HeaderFirstSeq), 10, 64)
+	last, ok := LastSeq(h)
+	if err != nil || !ok {
+		return store.Commit{}, false
+	}
+	return store.Commit{RunID: runID, First: first, Last: last, Events: func() ([]event.Envelope, error) {
+		var envs []event.Envelope
+		if err := json.Unmarshal(data, &envs); err != nil {
+			return nil, errors.Join(event.ErrMalformed, err)
+		}
+		if len(envs) != int(last-first+1) || envs[0].Seq != first || envs[0].RunID != runID {
+			return nil, fmt.Errorf("%w: a commit of run %q does not hold seq %d..%d", event.ErrMalformed, runID, first, last)
+		}
+		return envs, nil
+	}}, true
 }
 
 // Position returns the last commit of run runID this store has seen: the run sequence of its

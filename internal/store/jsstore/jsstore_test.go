@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/natstest"
@@ -87,6 +89,41 @@ func TestJetStreamStore(t *testing.T) {
 		last, err := b.Append(t.Context(), "two-writers", 2, signal("from-b"))
 		require.NoError(t, err)
 		require.Equal(t, uint64(3), last)
+	})
+
+	// An append whose ack was lost, after which another writer appended on top of it, is
+	// still the appender's own commit: settling it must look at the commit after the expected
+	// position, not at the run's last one.
+	t.Run("LostAckUnderALaterCommitIsStillOurs", func(t *testing.T) {
+		t.Parallel()
+		js := natstest.JetStream(t, srv)
+		other, err := jsstore.New(t.Context(), natstest.JetStream(t, srv), nil)
+		require.NoError(t, err)
+		lose := false
+		s, err := jsstore.New(t.Context(), js, &jsstore.Options{AfterPublish: func(msg *nats.Msg, ack *jetstream.PubAck, err error) (*jetstream.PubAck, error) {
+			if !lose || err != nil {
+				return ack, err
+			}
+			lose = false
+			// The commit landed; before its writer learns it, another writer appends after it.
+			_, err = other.Append(t.Context(), "lost-ack", 2, signal("later"))
+			require.NoError(t, err)
+			return nil, nats.ErrTimeout
+		}})
+		require.NoError(t, err)
+		_, err = s.Append(t.Context(), "lost-ack", 0, started())
+		require.NoError(t, err)
+		_, err = other.Load(t.Context(), "lost-ack", 0)
+		require.NoError(t, err)
+		lose = true
+		last, err := s.Append(t.Context(), "lost-ack", 1, signal("mine"))
+		require.NoError(t, err, "the commit is ours although the run moved on")
+		require.Equal(t, uint64(2), last)
+		hist, err := s.Load(t.Context(), "lost-ack", 0)
+		require.NoError(t, err)
+		require.Len(t, hist, 3)
+		require.Equal(t, "mine", hist[1].Payload.(*event.SignalReceived).DeliveryID)
+		require.Equal(t, "later", hist[2].Payload.(*event.SignalReceived).DeliveryID)
 	})
 
 	t.Run("LoadsLongInterleavedHistoriesInBatches", func(t *testing.T) {

@@ -204,6 +204,63 @@ func Exercise(t *testing.T, newStore func(t *testing.T) store.EventStore) {
 		require.Empty(t, got, "refused appends commit nothing")
 	})
 
+	t.Run("LoadsAtLeastWhatExists", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		appendN(t, b.store, b.run, 4)
+		got, err := b.store.LoadAtLeast(b.ctx, b.run, 1, 4)
+		require.NoError(t, err)
+		require.Len(t, got, 3)
+		require.Equal(t, uint64(4), got[2].Seq)
+		got, err = b.store.LoadAtLeast(b.ctx, b.run, 0, 9)
+		require.NoError(t, err)
+		require.Len(t, got, 4, "a run with fewer events yields what it has")
+		got, err = b.store.LoadAtLeast(b.ctx, "no-such-"+b.run, 0, 3)
+		require.NoError(t, err)
+		require.Empty(t, got)
+	})
+
+	t.Run("FollowersSeeEveryCommit", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t)
+		f, ok := b.store.(store.Follower)
+		if !ok {
+			t.Skip("the store does not implement store.Follower")
+		}
+		commits := make(chan store.Commit, 10)
+		stop, err := f.Follow(b.run, func(c store.Commit) { commits <- c })
+		require.NoError(t, err)
+		appendN(t, b.store, b.run, 1)
+		_, err = b.store.Append(b.ctx, b.run, 1, signal(2, "x"), signal(3, "y"))
+		require.NoError(t, err)
+		_, err = b.store.Append(b.ctx, "other-"+b.run, 0, started(1))
+		require.NoError(t, err)
+		var got []store.Commit
+		for len(got) < 2 {
+			select {
+			case c := <-commits:
+				got = append(got, c)
+			case <-time.After(10 * time.Second):
+				t.Fatalf("got %d of 2 commit notices", len(got))
+			}
+		}
+		require.Equal(t, [2]uint64{1, 1}, [2]uint64{got[0].First, got[0].Last})
+		require.Equal(t, [2]uint64{2, 3}, [2]uint64{got[1].First, got[1].Last})
+		envs, err := got[1].Events()
+		require.NoError(t, err)
+		require.Len(t, envs, 2)
+		require.Equal(t, "y", envs[1].Payload.(*event.SignalReceived).DeliveryID)
+		stop()
+		_, err = b.store.Append(b.ctx, b.run, 3, signal(4, "z"))
+		require.NoError(t, err)
+		// A notice published before stop returned could still be in flight; none may follow it.
+		select {
+		case c := <-commits:
+			t.Fatalf("a notice of seq %d..%d arrived after stop", c.First, c.Last)
+		case <-time.After(50 * time.Millisecond):
+		}
+	})
+
 	t.Run("ConcurrentWritersOneWinsPerSequence", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t)
