@@ -4,10 +4,14 @@
 package natsserver
 
 import (
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/url"
+	"path/filepath"
+	"runtime"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -46,12 +50,27 @@ type Config struct {
 	Logger *slog.Logger `ignored:"true"`
 	// ReadyTimeout bounds the wait for the server to accept connections. Defaults to 10s.
 	ReadyTimeout time.Duration `envconfig:"READY_TIMEOUT"`
+	// ShutdownTimeout bounds the wait of Shutdown for the server to stop. Defaults to 10s.
+	ShutdownTimeout time.Duration `envconfig:"SHUTDOWN_TIMEOUT"`
 }
+
+// DefaultShutdownTimeout is the bound of Shutdown when Config.ShutdownTimeout is zero.
+const DefaultShutdownTimeout = 10 * time.Second
+
+// ErrShutdownTimeout is wrapped by the error of ShutdownWithin when the server has not stopped
+// within the bound.
+var ErrShutdownTimeout = errors.New("nats-server did not stop")
 
 // Server is a running embedded nats-server.
 type Server struct {
-	ns       *server.Server
-	noListen bool
+	ns              *server.Server
+	noListen        bool
+	logger          *slog.Logger
+	shutdownTimeout time.Duration
+
+	stopOnce sync.Once
+	returned chan struct{} // closed when ns.Shutdown has returned
+	stopped  chan struct{} // closed when the server has stopped (WaitForShutdown returned)
 }
 
 // Start starts a server and waits until it accepts connections.
@@ -69,19 +88,26 @@ func Start(cfg Config) (*Server, error) {
 		logger = slog.Default()
 	}
 	ns.SetLoggerV2(&slogAdapter{l: logger.With(slog.String("component", "nats-server"))}, false, false, false)
+	s := &Server{ns: ns, noListen: opts.DontListen, logger: logger, shutdownTimeout: cfg.ShutdownTimeout,
+		returned: make(chan struct{}), stopped: make(chan struct{})}
+	if s.shutdownTimeout <= 0 {
+		s.shutdownTimeout = DefaultShutdownTimeout
+	}
 	ns.Start()
 	timeout := cfg.ReadyTimeout
 	if timeout == 0 {
 		timeout = 10 * time.Second
 	}
 	if !ns.ReadyForConnections(timeout) {
-		ns.Shutdown()
+		var err error
 		if !opts.DontListen {
-			return nil, fmt.Errorf("nats-server did not become ready within %s; is %s:%d already in use (another `flow dev`)? Stop it or choose another port", timeout, opts.Host, opts.Port)
+			err = fmt.Errorf("nats-server did not become ready within %s; is %s:%d already in use (another `flow dev`)? Stop it or choose another port", timeout, opts.Host, opts.Port)
+		} else {
+			err = fmt.Errorf("nats-server did not become ready within %s", timeout)
 		}
-		return nil, fmt.Errorf("nats-server did not become ready within %s", timeout)
+		return nil, errors.Join(err, s.ShutdownWithin(s.shutdownTimeout))
 	}
-	return &Server{ns: ns, noListen: opts.DontListen}, nil
+	return s, nil
 }
 
 func options(cfg Config) (*server.Options, error) {
@@ -157,10 +183,60 @@ func (s *Server) Connect(opts ...nats.Option) (*nats.Conn, error) {
 	return nats.Connect("", opts...)
 }
 
-// Shutdown stops the server and waits until it has.
+// Shutdown stops the server, waiting for it at most Config.ShutdownTimeout (default
+// DefaultShutdownTimeout). If the server has not stopped by then, Shutdown logs the error of
+// ShutdownWithin and returns anyway, so that the caller can exit; see ShutdownWithin.
 func (s *Server) Shutdown() {
+	if err := s.ShutdownWithin(s.shutdownTimeout); err != nil {
+		s.logger.Error("nats-server did not stop; giving up waiting for it", slog.String("component", "natsserver"),
+			slog.String("error", err.Error()))
+	}
+}
+
+// ShutdownWithin stops the server and waits at most timeout (DefaultShutdownTimeout when
+// timeout <= 0) for it to stop. It returns nil once the server has stopped: clients are
+// disconnected and JetStream has flushed and closed its store.
+//
+// The server's own Shutdown is not bounded: a JetStream stream stuck holding its lock (as
+// nats-server v2.15.2 does on some damaged message blocks, looping forever in
+// fileStore.storeRawMsg) blocks it for good. So the stop runs in a goroutine, and after timeout
+// ShutdownWithin returns an error wrapping ErrShutdownTimeout that says which step has not
+// finished and which nats-server goroutines are busy. The server is then left stopping in the
+// background, possibly never finishing (a goroutine may keep spinning): its store may be open
+// and half flushed, and it must not be used or started again on the same directory in this
+// process. The caller should exit the process; JetStream recovers the directory on the next
+// start.
+//
+// It is safe to call more than once, also concurrently and together with Shutdown: the server
+// is stopped once and each call waits with its own timeout.
+func (s *Server) ShutdownWithin(timeout time.Duration) error {
+	if timeout <= 0 {
+		timeout = DefaultShutdownTimeout
+	}
+	s.stopOnce.Do(func() { go s.stop() })
+	t := time.NewTimer(timeout)
+	defer t.Stop()
+	select {
+	case <-s.stopped:
+		return nil
+	case <-t.C:
+	}
+	select {
+	case <-s.stopped:
+		return nil
+	case <-s.returned:
+		return fmt.Errorf("natsserver: %w within %s: it is still closing its stores or connections%s", ErrShutdownTimeout, timeout, busyGoroutines())
+	default:
+		return fmt.Errorf("natsserver: %w within %s: server.Shutdown has not returned%s%s", ErrShutdownTimeout, timeout, stopStack(), busyGoroutines())
+	}
+}
+
+// stop runs the server's unbounded shutdown; ShutdownWithin waits for it with a bound.
+func (s *Server) stop() {
 	s.ns.Shutdown()
+	close(s.returned)
 	s.ns.WaitForShutdown()
+	close(s.stopped)
 }
 
 // NATS returns the underlying server.
@@ -176,3 +252,98 @@ func (a *slogAdapter) Fatalf(format string, v ...any)  { a.l.Error(fmt.Sprintf(f
 func (a *slogAdapter) Errorf(format string, v ...any)  { a.l.Error(fmt.Sprintf(format, v...)) }
 func (a *slogAdapter) Debugf(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
 func (a *slogAdapter) Tracef(format string, v ...any)  { a.l.Debug(fmt.Sprintf(format, v...)) }
+
+// A goroutine of a runtime.Stack dump: its id, its state and its first frames, each as
+// "function file:line".
+type goroutine struct {
+	id, state string
+	frames    []string
+}
+
+// goroutines parses the stack dump of all goroutines.
+func goroutines() []goroutine {
+	buf := make([]byte, 1<<20)
+	for {
+		n := runtime.Stack(buf, true)
+		if n < len(buf) || len(buf) >= 64<<20 {
+			buf = buf[:n]
+			break
+		}
+		buf = make([]byte, 2*len(buf))
+	}
+	var gs []goroutine
+	for _, block := range strings.Split(string(buf), "\n\n") {
+		lines := strings.Split(strings.TrimSpace(block), "\n")
+		head, ok := strings.CutPrefix(lines[0], "goroutine ")
+		if !ok {
+			continue
+		}
+		g := goroutine{id: strings.Fields(head)[0]}
+		if i, j := strings.Index(head, "["), strings.Index(head, "]"); i >= 0 && j > i {
+			g.state, _, _ = strings.Cut(head[i+1:j], ",")
+		}
+		for i := 1; i+1 < len(lines); i += 2 {
+			fn := lines[i]
+			if strings.HasPrefix(fn, "created by ") {
+				break
+			}
+			if k := strings.LastIndex(fn, "("); k > 0 {
+				fn = fn[:k]
+			}
+			fn = strings.TrimPrefix(fn, "github.com/nats-io/nats-server/v2/")
+			file, _, _ := strings.Cut(strings.TrimSpace(lines[i+1]), " ")
+			g.frames = append(g.frames, fn+" "+filepath.Base(file))
+		}
+		gs = append(gs, g)
+	}
+	return gs
+}
+
+// inServer reports whether frame is a function of nats-server.
+func inServer(frame string) bool {
+	return strings.HasPrefix(frame, "server.") || strings.HasPrefix(frame, "server/")
+}
+
+// serverFrames returns the first n frames of g inside nats-server.
+func serverFrames(g goroutine, n int) []string {
+	var fs []string
+	for _, f := range g.frames {
+		if inServer(f) && len(fs) < n {
+			fs = append(fs, f)
+		}
+	}
+	return fs
+}
+
+// stopStack says where the goroutine running server.Shutdown waits.
+func stopStack() string {
+	for _, g := range goroutines() {
+		for _, f := range g.frames {
+			if strings.Contains(f, "natsserver.(*Server).stop ") {
+				if fs := serverFrames(g, 1); len(fs) > 0 {
+					return fmt.Sprintf(" (it is %s in %s)", g.state, fs[0])
+				}
+				return fmt.Sprintf(" (it is %s)", g.state)
+			}
+		}
+	}
+	return ""
+}
+
+// busyGoroutines lists the nats-server goroutines that are running or runnable rather than
+// waiting: a goroutine stuck in a loop, holding what the shutdown waits for, is among them.
+func busyGoroutines() string {
+	var busy []string
+	for _, g := range goroutines() {
+		if g.state != "running" && g.state != "runnable" {
+			continue
+		}
+		if fs := serverFrames(g, 4); len(fs) > 0 && len(busy) < 5 {
+			busy = append(busy, fmt.Sprintf("goroutine %s [%s] %s", g.id, g.state, strings.Join(fs, " < ")))
+		}
+	}
+	if len(busy) == 0 {
+		return ""
+	}
+	return "; busy nats-server goroutines: " + strings.Join(busy, "; ")
+}
