@@ -2,6 +2,7 @@ package cli
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -15,17 +16,19 @@ import (
 	"github.com/flowrun/flow/internal/examples"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
 
 func (e *env) devCmd() *cobra.Command {
-	var dir, listen, sync, level string
+	var dir, listen, httpAddr, sync, level string
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run Flow on this machine: embedded NATS, worker, scheduler and example workflows",
+		Short: "Run Flow on this machine: embedded NATS, history service, worker, scheduler and example workflows",
 		Long: `Run Flow on this machine, in one process: a real nats-server with JetStream storing its data
-under --dir, a worker and a scheduler, with the example workflows registered:
+under --dir, the history service (with its HTTP API on --http), a worker and a scheduler, with
+the example workflows registered:
 
   order      three steps with idempotency keys and a retry policy (its first charge attempt
              times out, to show a retry)
@@ -36,17 +39,18 @@ Other terminals drive it with the flow commands, which connect to nats://127.0.0
 FLOW_NATS_URL says otherwise. Stop with Ctrl-C; runs resume where they were on the next start.`,
 		Args: args(),
 		RunE: func(c *cobra.Command, _ []string) error {
-			return e.dev(c.Context(), dir, listen, sync, level)
+			return e.dev(c.Context(), dir, listen, httpAddr, sync, level)
 		},
 	}
 	cmd.Flags().StringVar(&dir, "dir", envOr("FLOW_DIR", ".flow"), "data directory (env FLOW_DIR)")
 	cmd.Flags().StringVar(&listen, "listen", envOr("FLOW_LISTEN", "127.0.0.1:4222"), "NATS client address host:port (env FLOW_LISTEN)")
+	cmd.Flags().StringVar(&httpAddr, "http", envOr("FLOW_HISTORY_HTTP_ADDR", history.DefaultHTTPAddr), `history service HTTP API address host:port, or "off" (env FLOW_HISTORY_HTTP_ADDR)`)
 	cmd.Flags().StringVar(&sync, "sync", envOr("FLOW_SYNC", ""), `JetStream fsync: "" (every 2 minutes), "always", or a duration (env FLOW_SYNC)`)
 	cmd.Flags().StringVar(&level, "log-level", envOr("FLOW_LOG_LEVEL", "info"), "log level: debug, info, warn or error (env FLOW_LOG_LEVEL)")
 	return cmd
 }
 
-func (e *env) dev(ctx context.Context, dir, listen, sync, level string) error {
+func (e *env) dev(ctx context.Context, dir, listen, httpAddr, sync, level string) error {
 	host, portText, err := net.SplitHostPort(listen)
 	if err != nil {
 		return usageError{fmt.Errorf("--listen must be host:port, such as 127.0.0.1:4222: %w", err)}
@@ -68,12 +72,25 @@ func (e *env) dev(ctx context.Context, dir, listen, sync, level string) error {
 	if err != nil {
 		return err
 	}
-	defer srv.Shutdown()
+	// Shut down within a bound on every path: a server wedged by a damaged store must not keep
+	// the process alive.
+	defer func() { _ = srv.ShutdownWithin(10 * time.Second) }()
 	nc, err := srv.Connect()
 	if err != nil {
 		return err
 	}
 	defer nc.Close()
+
+	// The history service starts first: it checks the streams for damage before anything
+	// drives a run, and every consequence of a commit follows from it.
+	h, err := history.New(history.Config{Conn: nc, HTTPAddr: httpAddr, Logger: logger})
+	if err != nil {
+		return err
+	}
+	if err := h.Start(ctx); err != nil {
+		return err
+	}
+	defer func() { _ = h.Stop() }()
 
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: logger})
 	examples.Register(reg)
@@ -96,6 +113,7 @@ func (e *env) dev(ctx context.Context, dir, listen, sync, level string) error {
 	url := srv.ClientURL()
 	fmt.Fprintf(e.stdout, `Flow is running.
   NATS       %s (JetStream data in %s)
+  History    http://%s/v1/runs (runs index, snapshots at any sequence, history, watch)
   Workflows  %s on queue %q
   Sync       %s
 
@@ -107,7 +125,7 @@ Try, in another terminal:
 
 Other commands reach this server at %s (set FLOW_NATS_URL if you changed --listen).
 Press Ctrl-C to stop; runs resume where they were on the next start.
-`, url, filepath.Join(dir, "nats"), strings.Join(reg.Workflows(), ", "), e.queue, syncText(sync), url)
+`, url, filepath.Join(dir, "nats"), h.HTTPAddr(), strings.Join(reg.Workflows(), ", "), e.queue, syncText(sync), url)
 
 	<-ctx.Done()
 	fmt.Fprintln(e.stdout, "Stopping: finishing in-flight steps (up to 10s)...")
@@ -115,6 +133,11 @@ Press Ctrl-C to stop; runs resume where they were on the next start.
 	defer cancel()
 	werr := w.Stop(stopCtx)
 	_ = s.Stop()
+	_ = h.Stop()
+	nc.Close()
+	if err := srv.ShutdownWithin(10 * time.Second); err != nil {
+		werr = errors.Join(werr, err)
+	}
 	fmt.Fprintln(e.stdout, "Stopped.")
 	return werr
 }

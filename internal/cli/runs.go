@@ -303,10 +303,11 @@ func (e *env) cancelCmd() *cobra.Command {
 		Long:  "Request cancellation of a run. A workflow that handles cancellation may clean up first;\none that does not is cancelled at its next decision, with its unsettled steps.",
 		Args:  args("RUN"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
-			if err := client.Cancel(c.Context(), a[0], reason); err != nil {
+			to, err := client.Cancel(c.Context(), a[0], reason)
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "cancellation of %s requested\n", a[0])
+			fmt.Fprintf(e.stdout, "cancellation of %s requested%s\n", a[0], forwarded(a[0], to))
 			return nil
 		}),
 	}
@@ -321,10 +322,11 @@ func (e *env) terminateCmd() *cobra.Command {
 		Short: "End a run as failed at once, whatever its code would decide (works on blocked runs)",
 		Args:  args("RUN"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
-			if err := client.Terminate(c.Context(), a[0], reason); err != nil {
+			to, err := client.Terminate(c.Context(), a[0], reason)
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "%s terminated\n", a[0])
+			fmt.Fprintf(e.stdout, "%s terminated%s\n", a[0], forwarded(a[0], to))
 			return nil
 		}),
 	}
@@ -347,16 +349,25 @@ func (e *env) signalCmd() *cobra.Command {
 				return err
 			}
 			defer client.Close()
-			if err := client.Signal(c.Context(), a[0], a[1], json.RawMessage(payload), &flow.SignalOptions{DeliveryID: id}); err != nil {
+			to, err := client.Signal(c.Context(), a[0], a[1], json.RawMessage(payload), &flow.SignalOptions{DeliveryID: id})
+			if err != nil {
 				return err
 			}
-			fmt.Fprintf(e.stdout, "signal %s sent to %s\n", a[1], a[0])
+			fmt.Fprintf(e.stdout, "signal %s sent to %s%s\n", a[1], a[0], forwarded(a[0], to))
 			return nil
 		},
 	}
 	cmd.Flags().StringVar(&payload, "payload", "null", "payload as JSON")
 	cmd.Flags().StringVar(&id, "id", "", "delivery ID; a repeated ID is delivered once (default: generated)")
 	return cmd
+}
+
+// forwarded says, when an input for run asked reached run to instead, that it was passed on.
+func forwarded(asked, to string) string {
+	if to == "" || to == asked {
+		return ""
+	}
+	return fmt.Sprintf(" (forwarded to %s: %s continued as new)", to, asked)
 }
 
 // withClient adapts a command that needs a client: it dials before and closes after.

@@ -389,6 +389,11 @@ type Summary struct {
 	Parent string `json:"parent,omitempty"`
 	// Detail is the failure, cancellation reason or blocking diagnosis, when there is one.
 	Detail string `json:"detail,omitempty"`
+	// Parked says why no worker drives the run now: it waits for a worker of its build or
+	// definition. The runs index sets it; Snapshot.Summary leaves it empty.
+	Parked string `json:"parked,omitempty"`
+	// Damaged says what was found damaged in the run's history; the runs index sets it.
+	Damaged string `json:"damaged,omitempty"`
 }
 
 // Summary returns the run's summary, as of the event that last changed it.

@@ -22,6 +22,7 @@ import (
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/worker"
 )
 
@@ -272,7 +273,18 @@ func scratchDir(t *testing.T) string {
 	return dir
 }
 
+// newClient starts a history service in this process, which every scenario needs (it registers
+// timers, sends resume tasks, indexes runs), and returns a client.
 func newClient(t *testing.T, srv *natsserver.Server) *flow.Client {
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: natstest.Logger()})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	return newBareClient(t, srv)
+}
+
+// newBareClient returns a client without starting a history service.
+func newBareClient(t *testing.T, srv *natsserver.Server) *flow.Client {
 	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
 	require.NoError(t, err)
 	return c

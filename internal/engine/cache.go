@@ -18,9 +18,13 @@ type runLock struct {
 	refs int
 	// poke wakes the run's active driver: something was appended to the run by someone else.
 	poke chan struct{}
+	// driving is set while a driver holds the run and may still take joined tasks; want is the
+	// highest sequence a joined task asked it to read. Both are guarded by runLocks.mu.
+	driving bool
+	want    uint64
 }
 
-// lock blocks until the caller holds run id.
+// lock blocks until the caller holds run id, as its active driver.
 func (l *runLocks) lock(id string) *runLock {
 	l.mu.Lock()
 	if l.m == nil {
@@ -34,7 +38,41 @@ func (l *runLocks) lock(id string) *runLock {
 	rl.refs++
 	l.mu.Unlock()
 	rl.mu.Lock()
+	l.mu.Lock()
+	rl.driving, rl.want = true, 0
+	l.mu.Unlock()
 	return rl
+}
+
+// join hands a task at sequence seq to the active driver of run id, if any.
+func (l *runLocks) join(id string, seq uint64) bool {
+	l.mu.Lock()
+	rl, ok := l.m[id]
+	joined := ok && rl.driving
+	if joined {
+		rl.want = max(rl.want, seq)
+	}
+	l.mu.Unlock()
+	if joined {
+		select {
+		case rl.poke <- struct{}{}:
+		default:
+		}
+	}
+	return joined
+}
+
+// leave ends rl's holder's time as active driver, unless a joined task wants a sequence after
+// seq: then it returns that sequence and false, and the driver must read it and go on.
+func (l *runLocks) leave(rl *runLock, seq uint64) (want uint64, left bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if want := rl.want; want > seq {
+		rl.want = 0 // the driver reads up to want now; a later join asks again
+		return want, false
+	}
+	rl.driving = false
+	return 0, true
 }
 
 // tryLock takes run id if nobody holds it.
@@ -54,6 +92,9 @@ func (l *runLocks) tryLock(id string) (*runLock, bool) {
 }
 
 func (l *runLocks) unlock(id string, rl *runLock) {
+	l.mu.Lock()
+	rl.driving = false
+	l.mu.Unlock()
 	rl.mu.Unlock()
 	l.mu.Lock()
 	rl.refs--

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -19,7 +21,7 @@ type Result struct {
 	// WaitingOn describes what a suspended run waits on, as the last decision re-issued it.
 	WaitingOn string
 	// Err is the decision error of a blocked run: a *core.NonDeterminismError,
-	// *core.InvalidDecisionError, *core.PanicError or an unknown definition.
+	// *core.InvalidDecisionError or *core.PanicError.
 	Err error
 }
 
@@ -27,39 +29,68 @@ type Result struct {
 // worker of that build; this engine never decides it.
 type WrongBuildError struct {
 	RunID, RunBuild, EngineBuild string
+	// Definition and Queue are the run's.
+	Definition, Queue string
 }
 
 func (e *WrongBuildError) Error() string {
 	return fmt.Sprintf("flow: run %q is pinned to build %q; this worker runs build %q", e.RunID, e.RunBuild, e.EngineBuild)
 }
 
+// UnknownDefinitionError reports a run whose definition this engine's code does not register.
+// The engine never decides it (nor records anything in it): a worker that runs the definition
+// does.
+type UnknownDefinitionError struct {
+	RunID, Definition, Queue string
+	// RunBuild is the build the run is pinned to, if any.
+	RunBuild string
+}
+
+func (e *UnknownDefinitionError) Error() string {
+	return fmt.Sprintf("flow: run %q is a run of workflow definition %q, which this worker does not register", e.RunID, e.Definition)
+}
+
 // Drive runs the replay loop for run runID until the run is suspended (waiting only on time,
-// signals, hooks or children), blocked (its decision failed; see Result.Err) or terminal. Step
-// attempts in flight are run here, at least once, up to the engine's step concurrency. Drivers
-// of one run are serialised within the engine; drivers in different engines converge through
-// the store's optimistic concurrency.
+// signals, hooks or children), blocked (its decision failed; see Result.Err) or terminal. It
+// reads the history up to at least sequence minSeq (a task's sequence), even from a lagging
+// replica. Step attempts in flight are run here, at least once, up to the engine's step
+// concurrency. While steps run, the driver follows the run's commits by any writer (signals,
+// timers, cancellation) and decides on them at once; an attempt that is no longer in flight
+// (its step was cancelled) has its context cancelled. Drivers of one run are serialised within
+// the engine; drivers in different engines converge through the store's optimistic concurrency.
 //
-// An error means the drive stopped early (store unavailable, ctx cancelled, wrong build): nothing
-// is lost, and driving the run again later continues from its history.
-func (e *Engine) Drive(ctx context.Context, runID string) (Result, error) {
+// An error means the drive stopped early (store unavailable, ctx cancelled, wrong build,
+// unknown definition, damaged history): nothing is lost, and driving the run again later
+// continues from its history.
+func (e *Engine) Drive(ctx context.Context, runID string, minSeq uint64) (Result, error) {
 	if e.rt == nil {
 		return Result{RunID: runID}, errors.New("engine: Drive needs Config.Runtime")
 	}
 	rl := e.locks.lock(runID)
-	d := &driver{e: e, runID: runID, rl: rl, running: map[string]int{}, results: make(chan attemptResult), done: make(chan struct{})}
+	d := &driver{e: e, runID: runID, rl: rl, running: map[attemptKey]context.CancelFunc{},
+		results: make(chan attemptResult), done: make(chan struct{}), heard: make(chan struct{}, 1)}
 	d.stepCtx, d.cancelSteps = context.WithCancel(ctx)
-	res, err := d.run(ctx)
+	res, err := d.run(ctx, minSeq)
 	close(d.done)
 	d.cancelSteps()
-	if d.s != nil {
-		e.observe(ctx, d.s)
-	}
 	e.locks.unlock(runID, rl)
 	if err == nil && res.Status.Terminal() {
 		// The snapshot of an ended run never changes, so it is safe to read without the lock.
-		err = e.afterEnd(ctx, d.s)
+		if err = e.faults.Hit(fault.AfterTerminalBeforeEnd); err == nil {
+			err = e.afterEnd(ctx, d.s)
+		}
 	}
 	return res, err
+}
+
+// Join hands a task for run runID at sequence seq to the run's active driver in this engine,
+// if there is one, and reports whether it did: that driver then reads the run up to at least
+// seq before it stops, so the task needs no drive of its own.
+func (e *Engine) Join(runID string, seq uint64) bool { return e.locks.join(runID, seq) }
+
+type attemptKey struct {
+	step    string
+	attempt int
 }
 
 type driver struct {
@@ -69,12 +100,17 @@ type driver struct {
 	s     *core.Snapshot
 	// replayErr is the verification error of a cold load; the run stays blocked while set.
 	replayErr error
-	// running maps step IDs to the attempt running in this driver.
-	running     map[string]int
+	// running holds the attempts this driver runs, with the cancellation of each one's context.
+	running     map[attemptKey]context.CancelFunc
 	results     chan attemptResult
 	done        chan struct{}
 	stepCtx     context.Context
 	cancelSteps context.CancelFunc
+
+	// heard is signalled when a commit notice arrives; notices holds them.
+	heard   chan struct{}
+	mu      sync.Mutex
+	notices []store.Commit
 }
 
 type attemptResult struct {
@@ -86,11 +122,18 @@ func (d *driver) result(waitingOn string, err error) Result {
 	return Result{RunID: d.runID, Status: d.s.Status, Seq: d.s.Seq, WaitingOn: waitingOn, Err: err}
 }
 
-func (d *driver) run(ctx context.Context) (Result, error) {
-	if err := d.load(ctx); err != nil {
+func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
+	if f, ok := d.e.store.(store.Follower); ok {
+		// Followed before the first read, so that no commit falls between the two.
+		if stop, err := f.Follow(d.runID, d.notice); err == nil {
+			defer stop()
+		}
+	}
+	if err := d.load(ctx, minSeq); err != nil {
 		return Result{RunID: d.runID}, err
 	}
 	for {
+		d.cancelStale()
 		if d.s.Terminal() {
 			return d.result("", nil), nil
 		}
@@ -98,12 +141,17 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 		if err != nil {
 			blocked, err := d.block(ctx, err)
 			if errors.Is(err, store.ErrConflict) {
-				if err := d.refresh(ctx); err != nil {
-					return d.result("", nil), err
+				err = d.refreshAfter(ctx, err)
+			} else if err == nil {
+				if more, err := d.more(ctx); more || err != nil {
+					return blocked, err
 				}
-				continue
+				return blocked, nil
 			}
-			return blocked, err
+			if err != nil {
+				return d.result("", nil), err
+			}
+			continue
 		}
 		if !verdict.Waiting() {
 			err := d.commitDecision(ctx, verdict.Events)
@@ -111,7 +159,7 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 				return d.result("", err), nil
 			}
 			if errors.Is(err, store.ErrConflict) {
-				err = d.refresh(ctx)
+				err = d.refreshAfter(ctx, err)
 			}
 			if err != nil {
 				return d.result("", nil), err
@@ -121,51 +169,104 @@ func (d *driver) run(ctx context.Context) (Result, error) {
 		if err := d.launch(ctx); err != nil {
 			return d.result("", nil), err
 		}
-		if len(d.running) == 0 {
+		if d.live() == 0 {
+			more, err := d.more(ctx)
+			if err != nil {
+				return d.result("", nil), err
+			}
+			if more {
+				continue
+			}
 			return d.result(verdict.WaitingOn, nil), nil
 		}
-		select {
-		case r := <-d.results:
-			if ctx.Err() != nil {
-				// Shutting down: an attempt cut short must not count as a failure.
-				return d.result("", nil), ctx.Err()
-			}
-			err = d.record(ctx, r)
-		case <-d.rl.poke:
-			err = d.refresh(ctx)
-		case <-ctx.Done():
-			err = ctx.Err()
-		}
-		if err != nil {
+		if err := d.wait(ctx); err != nil {
 			return d.result("", nil), err
 		}
 	}
 }
 
-func (d *driver) decide() (core.Verdict, error) {
-	if d.replayErr != nil {
-		return core.Verdict{}, d.replayErr
+// wait returns once the run changed while its attempts run: an attempt's result was recorded,
+// or another writer committed (a signal, a timer, a cancellation).
+func (d *driver) wait(ctx context.Context) error {
+	for {
+		select {
+		case r := <-d.results:
+			if ctx.Err() != nil {
+				// Shutting down: an attempt cut short must not count as a failure.
+				return ctx.Err()
+			}
+			return d.record(ctx, r)
+		case <-d.heard:
+			before := d.s.Seq
+			if err := d.catchUp(ctx); err != nil || d.s.Seq > before {
+				return err
+			}
+		case <-d.rl.poke:
+			return d.refresh(ctx, 0)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
-	return core.Decide(d.s, d.e.rt, core.DecideOptions{})
+}
+
+// more reports whether the driver must go on instead of stopping at the run's current
+// sequence, because a commit notice or a joined task names a later one: it then reads it.
+// When it reports false the driver is no longer the run's active driver.
+func (d *driver) more(ctx context.Context) (bool, error) {
+	if d.takeNotices() > d.s.Seq {
+		return true, d.catchUp(ctx)
+	}
+	want, left := d.e.locks.leave(d.rl, d.s.Seq)
+	if left {
+		return false, nil
+	}
+	return true, d.refresh(ctx, want)
+}
+
+// decide asks the code for the run's next decision. A run whose cancellation was requested and
+// whose code cannot decide (blocked by a replay check, a non-determinism error, a panic) is
+// cancelled, as the operator asked.
+func (d *driver) decide() (core.Verdict, error) {
+	err := d.replayErr
+	if err == nil {
+		var v core.Verdict
+		if v, err = core.Decide(d.s, d.e.rt, core.DecideOptions{}); err == nil {
+			return v, nil
+		}
+	}
+	if d.s.CancelRequested && !errors.Is(err, core.ErrTerminal) {
+		reason := "cancellation requested while the code could not decide: " + err.Error()
+		if d.s.CancelReason != "" {
+			reason = "cancellation requested (" + d.s.CancelReason + ") while the code could not decide: " + err.Error()
+		}
+		return core.Validate(d.s, core.Cancel{Reason: reason, Cause: event.CauseCancelRequested})
+	}
+	return core.Verdict{}, err
 }
 
 // load takes the run's snapshot from the cache and reads the events after it, or projects the
-// whole history, verifying it by replay and repairing the effects it implies.
-func (d *driver) load(ctx context.Context) error {
+// whole history, verifying it by replay.
+func (d *driver) load(ctx context.Context, minSeq uint64) error {
 	e := d.e
 	if s, driven := e.cache.get(d.runID); s != nil && driven {
 		d.s = s
-		return d.refresh(ctx)
+		return d.refresh(ctx, minSeq)
 	}
-	hist, err := e.store.Load(ctx, d.runID, 0)
+	hist, err := e.store.LoadAtLeast(ctx, d.runID, 0, minSeq)
 	if err != nil {
 		return fmt.Errorf("loading run %q: %w", d.runID, err)
 	}
 	if len(hist) == 0 {
 		return fmt.Errorf("%w: run %q", core.ErrNotFound, d.runID)
 	}
-	if rs, ok := hist[0].Payload.(*event.RunStarted); ok && rs.Spec.BuildID != "" && rs.Spec.BuildID != e.buildID {
-		return &WrongBuildError{RunID: d.runID, RunBuild: rs.Spec.BuildID, EngineBuild: e.buildID}
+	if rs, ok := hist[0].Payload.(*event.RunStarted); ok {
+		if rs.Spec.BuildID != "" && rs.Spec.BuildID != e.buildID {
+			return &WrongBuildError{RunID: d.runID, RunBuild: rs.Spec.BuildID, EngineBuild: e.buildID,
+				Definition: rs.Spec.Definition, Queue: rs.Queue}
+		}
+		if _, err := e.rt.Identity(rs.Spec.Definition); errors.Is(err, core.ErrNotFound) {
+			return &UnknownDefinitionError{RunID: d.runID, Definition: rs.Spec.Definition, Queue: rs.Queue, RunBuild: rs.Spec.BuildID}
+		}
 	}
 	terminal := hist[len(hist)-1].Type().Terminal()
 	if e.replayer != nil && !terminal {
@@ -177,12 +278,8 @@ func (d *driver) load(ctx context.Context) error {
 		case err != nil:
 			// Not cached: every load verifies again until code that replays the run is deployed.
 			d.replayErr = err
-			s, err = core.Project(d.runID, hist)
-			if err != nil {
-				return err
-			}
-			d.s = s
-			return e.repair(ctx, s)
+			d.s, err = core.Project(d.runID, hist)
+			return err
 		}
 		d.s = s
 	} else {
@@ -193,18 +290,65 @@ func (d *driver) load(ctx context.Context) error {
 		d.s = s
 	}
 	e.cache.put(d.runID, d.s, true)
-	return e.repair(ctx, d.s)
+	return nil
 }
 
-// refresh applies the events committed after the snapshot.
-func (d *driver) refresh(ctx context.Context) error {
-	tail, err := d.e.store.Load(ctx, d.runID, d.s.Seq)
+// refresh applies the events committed after the snapshot, reading up to at least atLeast.
+func (d *driver) refresh(ctx context.Context, atLeast uint64) error {
+	tail, err := d.e.store.LoadAtLeast(ctx, d.runID, d.s.Seq, atLeast)
 	if err == nil {
 		err = d.s.ApplyAll(tail)
 	}
 	if err != nil {
 		d.e.cache.drop(d.runID)
 		return fmt.Errorf("reading run %q after seq %d: %w", d.runID, d.s.Seq, err)
+	}
+	return nil
+}
+
+// refreshAfter reads what made an append conflict: at least up to the sequence the conflict
+// reported, read from the stream's leader where a replica lags.
+func (d *driver) refreshAfter(ctx context.Context, conflict error) error {
+	var ce *store.ConflictError
+	atLeast := uint64(0)
+	if errors.As(conflict, &ce) {
+		atLeast = ce.Actual
+	}
+	return d.refresh(ctx, atLeast)
+}
+
+// notice receives a commit notice from the store; it never blocks.
+func (d *driver) notice(c store.Commit) {
+	d.mu.Lock()
+	d.notices = append(d.notices, c)
+	d.mu.Unlock()
+	select {
+	case d.heard <- struct{}{}:
+	default:
+	}
+}
+
+// takeNotices returns the last sequence the commit notices received so far named, and forgets
+// them.
+func (d *driver) takeNotices() uint64 {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	var last uint64
+	for _, c := range d.notices {
+		last = max(last, c.Last)
+	}
+	d.notices = d.notices[:0]
+	return last
+}
+
+// catchUp reads the commits that notices announced. A notice is only a hint, never applied as
+// it came: a publish the stream refused (another writer won the sequence) reaches subscribers
+// too, so what was committed is read from the store, from the leader if a replica lags. A notice
+// can also arrive before the stream stored its commit; whoever made that commit sends the run a
+// task, so a driver that stops before reading it loses nothing.
+func (d *driver) catchUp(ctx context.Context) error {
+	if heard := d.takeNotices(); heard > d.s.Seq {
+		return d.refresh(ctx, heard)
 	}
 	return nil
 }
@@ -224,7 +368,7 @@ func (d *driver) block(ctx context.Context, decideErr error) (Result, error) {
 }
 
 // commitDecision appends a decision's events with the effects that must precede (hook tokens)
-// and follow (timers, child runs) the append.
+// and may follow (child runs, as a fast path) the append.
 func (d *driver) commitDecision(ctx context.Context, events []event.Payload) error {
 	e := d.e
 	for _, p := range events {
@@ -248,39 +392,42 @@ func (d *driver) commitDecision(ctx context.Context, events []event.Payload) err
 	for _, p := range events {
 		e.logger.DebugContext(ctx, "decision committed", slog.String("run_id", d.runID), slog.String("event_type", string(p.EventType())))
 	}
-	return e.afterCommit(ctx, d.s, events)
+	return e.startChildren(ctx, d.s, events)
 }
 
 // errBlockedByHost stops a drive whose decision the host refused after recording why.
 var errBlockedByHost = errors.New("flow: decision refused by the host; run blocked")
 
-// afterCommit registers the timers and starts the child runs that committed events imply.
-func (e *Engine) afterCommit(ctx context.Context, s *core.Snapshot, events []event.Payload) error {
-	if ts := core.NewTimers(s.RunID, events); len(ts) > 0 {
-		if err := e.host.ScheduleTimers(ctx, ts); err != nil {
-			return fmt.Errorf("scheduling timers of run %q: %w", s.RunID, err)
-		}
-	}
+// startChildren starts the child runs that committed events schedule: a fast path, repeated by
+// the history service (ApplyCommit), so that consecutive generations never wait on it.
+func (e *Engine) startChildren(ctx context.Context, s *core.Snapshot, events []event.Payload) error {
 	for _, p := range events {
-		if c, ok := p.(*event.ChildScheduled); ok {
-			for _, spec := range c.Children {
-				if err := e.startChild(ctx, s, spec); err != nil {
-					return err
-				}
+		c, ok := p.(*event.ChildScheduled)
+		if !ok {
+			continue
+		}
+		if err := e.faults.Hit(fault.AfterDecisionBeforeChildren); err != nil {
+			return err
+		}
+		for _, spec := range c.Children {
+			if err := e.startChild(ctx, s, spec); err != nil {
+				return err
 			}
 		}
 	}
 	return nil
 }
 
-// launch starts the attempts in flight that this driver is not running yet. If none is running
-// it waits for a step slot, so that a run with attempts in flight never returns as suspended.
+// launch starts the attempts in flight that this driver is not running yet. If none of the
+// snapshot's attempts is running here it waits for a step slot, so that a run with attempts in
+// flight never returns as suspended.
 func (d *driver) launch(ctx context.Context) error {
 	for _, a := range core.Attempts(d.s) {
-		if _, ok := d.running[a.StepID]; ok {
+		key := attemptKey{a.StepID, a.Attempt}
+		if _, ok := d.running[key]; ok {
 			continue
 		}
-		if len(d.running) == 0 {
+		if d.live() == 0 {
 			select {
 			case d.e.slots <- struct{}{}:
 			case <-ctx.Done():
@@ -293,15 +440,42 @@ func (d *driver) launch(ctx context.Context) error {
 				return nil
 			}
 		}
-		d.running[a.StepID] = a.Attempt
-		go d.runAttempt(a)
+		actx, cancel := context.WithCancel(d.stepCtx)
+		d.running[key] = cancel
+		go d.runAttempt(actx, a)
 	}
 	return nil
 }
 
-func (d *driver) runAttempt(a core.Attempt) {
+// live counts the attempts running here that are still in flight in the snapshot.
+func (d *driver) live() int {
+	n := 0
+	for k := range d.running {
+		if d.inFlight(k) {
+			n++
+		}
+	}
+	return n
+}
+
+func (d *driver) inFlight(k attemptKey) bool {
+	st, ok := d.s.Steps[k.step]
+	return ok && !d.s.Terminal() && st.Status == core.StepRunning && st.Attempt == k.attempt
+}
+
+// cancelStale cancels the context of every attempt running here that the history settled
+// another way (its step was cancelled, or another worker recorded its result).
+func (d *driver) cancelStale() {
+	for k, cancel := range d.running {
+		if !d.inFlight(k) {
+			cancel()
+		}
+	}
+}
+
+func (d *driver) runAttempt(ctx context.Context, a core.Attempt) {
 	defer func() { <-d.e.slots }()
-	out := d.e.rt.RunStep(d.stepCtx, a)
+	out := d.e.rt.RunStep(ctx, a)
 	select {
 	case d.results <- attemptResult{a: a, out: out}:
 	case <-d.done:
@@ -310,7 +484,11 @@ func (d *driver) runAttempt(a core.Attempt) {
 
 // record commits the result of an attempt, unless the run moved on without it.
 func (d *driver) record(ctx context.Context, r attemptResult) error {
-	delete(d.running, r.a.StepID)
+	key := attemptKey{r.a.StepID, r.a.Attempt}
+	if cancel, ok := d.running[key]; ok {
+		cancel()
+		delete(d.running, key)
+	}
 	for {
 		events, err := core.StepResult(d.s, r.a.StepID, r.a.Attempt, r.out, d.e.now(d.s))
 		if errors.Is(err, core.ErrStale) {
@@ -321,7 +499,7 @@ func (d *driver) record(ctx context.Context, r attemptResult) error {
 		}
 		err = d.e.commit(ctx, d.s, events)
 		if errors.Is(err, store.ErrConflict) {
-			if err := d.refresh(ctx); err != nil {
+			if err := d.refreshAfter(ctx, err); err != nil {
 				return err
 			}
 			continue
@@ -333,6 +511,6 @@ func (d *driver) record(ctx context.Context, r attemptResult) error {
 			d.e.logger.WarnContext(ctx, "step attempt failed", slog.String("run_id", d.runID), slog.String("step_id", r.a.StepID),
 				slog.Int("attempt", r.a.Attempt), slog.String("error", r.out.Err.Error()))
 		}
-		return d.e.afterCommit(ctx, d.s, events)
+		return nil
 	}
 }

@@ -4,65 +4,71 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// repair redoes the effects outside the run that its history implies and that a crash may have
-// cut short: timers registered, hook tokens routed, child runs started. It runs whenever a
-// driver loads a run without a cached snapshot. Every effect is idempotent.
-func (e *Engine) repair(ctx context.Context, s *core.Snapshot) error {
-	if s.Terminal() {
-		return nil
-	}
-	if ts := core.Timers(s); len(ts) > 0 {
-		if err := e.host.ScheduleTimers(ctx, ts); err != nil {
-			return fmt.Errorf("re-registering timers of run %q: %w", s.RunID, err)
+// ApplyCommit carries out what commit, one append to run s.RunID, implies outside the run (see
+// core.Derive): it registers the timers the commit scheduled and deletes those it made moot,
+// starts the child runs it scheduled, sends the resume task of an input no decision answered
+// yet, and, when the commit ended the run, does the end-of-run work (afterEnd) and releases the
+// run's hook tokens. s is the run's snapshot at or after the commit's last event.
+//
+// Every effect is idempotent and guarded by the history, so applying a commit twice, late, or
+// on two replicas at once is harmless. On an error some effects may be done and others not;
+// the caller applies the commit again.
+func (e *Engine) ApplyCommit(ctx context.Context, s *core.Snapshot, commit []event.Envelope) error {
+	c := core.Derive(s, commit)
+	if len(c.Timers) > 0 {
+		if err := e.host.ScheduleTimers(ctx, c.Timers); err != nil {
+			return fmt.Errorf("registering timers of run %q: %w", s.RunID, err)
 		}
 	}
-	for _, h := range s.Hooks {
-		if h.Received {
-			continue
-		}
-		if err := e.host.RegisterHook(ctx, h.Token, s.RunID, h.ID); err != nil {
-			if !errors.Is(err, ErrTokenTaken) {
-				return fmt.Errorf("re-registering hook %q of run %q: %w", h.ID, s.RunID, err)
-			}
-			e.logger.WarnContext(ctx, "hook token routes elsewhere", slog.String("run_id", s.RunID), slog.String("hook_id", h.ID))
+	if len(c.Moot) > 0 {
+		if err := e.host.DeleteTimers(ctx, c.Moot); err != nil {
+			return fmt.Errorf("deleting moot timers of run %q: %w", s.RunID, err)
 		}
 	}
-	for _, c := range s.Children {
-		if c.Settled {
-			continue
-		}
-		spec := event.ChildSpec{ChildID: c.ID, RunID: c.RunID, Definition: c.Definition, Input: c.Input, CancelPolicy: c.CancelPolicy}
+	for _, spec := range c.Children {
 		if err := e.startChild(ctx, s, spec); err != nil {
 			return err
+		}
+	}
+	if c.Resume {
+		if err := e.host.Resume(ctx, Task{RunID: s.RunID, Queue: s.Queue, Seq: c.TaskSeq}); err != nil {
+			return err
+		}
+	}
+	if c.Ended {
+		if err := e.afterEnd(ctx, s); err != nil {
+			return err
+		}
+		for _, h := range s.Hooks {
+			if err := e.host.ReleaseHook(ctx, h.Token, s.RunID, h.ID); err != nil {
+				return fmt.Errorf("releasing hook %q of run %q: %w", h.ID, s.RunID, err)
+			}
 		}
 	}
 	return nil
 }
 
-// startChild starts a scheduled child run, idempotently, pinned like new runs of this engine's
-// code. A child whose run ID is taken by an unrelated run is settled as failed in the parent.
+// startChild starts a scheduled child run, idempotently, with the spec its parent recorded. A
+// child whose run ID is taken by an unrelated run is settled as failed in the parent.
 func (e *Engine) startChild(ctx context.Context, parent *core.Snapshot, c event.ChildSpec) error {
-	spec := event.Spec{Definition: c.Definition}
-	if e.rt != nil {
-		// The child runs this build's code of its definition, with its patch markers.
-		if id, err := e.rt.Identity(c.Definition); err == nil {
-			spec.BuildID, spec.Patches = id.BuildID, id.Patches
-		}
-	}
+	spec := event.Spec{Definition: c.Definition, BuildID: c.BuildID, Patches: c.Patches}
 	_, _, err := e.Start(ctx, StartParams{RunID: c.RunID, Spec: spec, Input: c.Input,
 		Queue: parent.Queue, Parent: &event.ParentRef{RunID: parent.RunID, ChildID: c.ChildID}})
 	var exists *RunExistsError
 	if errors.As(err, &exists) {
 		info := event.ErrorInfo{Kind: "run_exists", Message: err.Error()}
-		return e.external(ctx, parent.RunID, func(s *core.Snapshot) ([]event.Payload, error) {
+		err := e.external(ctx, parent.RunID, func(s *core.Snapshot) ([]event.Payload, error) {
 			return core.ChildStartFailed(s, c.ChildID, info)
 		})
+		if errors.Is(err, core.ErrStale) {
+			return nil
+		}
+		return err
 	}
 	if err != nil {
 		return fmt.Errorf("starting child %q of run %q: %w", c.ChildID, parent.RunID, err)
@@ -72,14 +78,13 @@ func (e *Engine) startChild(ctx context.Context, parent *core.Snapshot, c event.
 
 // afterEnd carries out what an ended run implies for other runs: its parent learns how it ended,
 // children it leaves behind are asked to cancel (unless abandoned), and a continuation starts.
-// It is idempotent and runs every time a driver finds the run ended.
+// It is idempotent; a worker runs it when its drive ends a run, and the history service for
+// every terminal commit.
 func (e *Engine) afterEnd(ctx context.Context, s *core.Snapshot) error {
 	o := s.Outcome
 	if o.Outcome == event.OutcomeContinuedAsNew {
-		_, _, err := e.Start(ctx, StartParams{RunID: o.SuccessorRunID, Spec: s.Spec, Input: o.Input, Queue: s.Queue,
-			Parent: s.Parent, ContinuedFrom: s.RunID, Generation: s.Generation + 1})
-		if err != nil {
-			return fmt.Errorf("starting the continuation of run %q: %w", s.RunID, err)
+		if err := e.startSuccessor(ctx, s); err != nil {
+			return err
 		}
 	} else if s.Parent != nil {
 		err := e.external(ctx, s.Parent.RunID, func(p *core.Snapshot) ([]event.Payload, error) {
@@ -93,33 +98,21 @@ func (e *Engine) afterEnd(ctx context.Context, s *core.Snapshot) error {
 		if c.Settled || c.CancelPolicy != event.CancelPolicyRequest {
 			continue
 		}
-		if err := e.cancelChain(ctx, c.RunID, fmt.Sprintf("parent run %q ended (%s)", s.RunID, o.Outcome)); err != nil {
-			return err
+		_, err := e.Cancel(ctx, c.RunID, fmt.Sprintf("parent run %q ended (%s)", s.RunID, o.Outcome))
+		if err != nil && !errors.Is(err, core.ErrTerminal) && !errors.Is(err, core.ErrNotFound) {
+			return fmt.Errorf("requesting cancellation of child %q of run %q: %w", c.ID, s.RunID, err)
 		}
 	}
 	return nil
 }
 
-// cancelChain requests cancellation of run runID, or of the run it continued as.
-func (e *Engine) cancelChain(ctx context.Context, runID, reason string) error {
-	for range 1000 {
-		err := e.external(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
-			if o := s.Outcome; o != nil && o.Outcome == event.OutcomeContinuedAsNew {
-				runID = o.SuccessorRunID
-				return nil, errFollow
-			}
-			return core.RequestCancel(s, reason)
-		})
-		switch {
-		case errors.Is(err, errFollow):
-			continue
-		case err == nil, errors.Is(err, core.ErrDuplicate), errors.Is(err, core.ErrTerminal), errors.Is(err, core.ErrNotFound):
-			return nil
-		default:
-			return fmt.Errorf("requesting cancellation of run %q: %w", runID, err)
-		}
+// startSuccessor starts the run that s, a run that continued as new, continues as.
+func (e *Engine) startSuccessor(ctx context.Context, s *core.Snapshot) error {
+	o := s.Outcome
+	_, _, err := e.Start(ctx, StartParams{RunID: o.SuccessorRunID, Spec: s.Spec, Input: o.Input, Queue: s.Queue,
+		Parent: s.Parent, ContinuedFrom: s.RunID, Generation: s.Generation + 1})
+	if err != nil {
+		return fmt.Errorf("starting the continuation of run %q: %w", s.RunID, err)
 	}
-	return fmt.Errorf("run %q continued as new more than 1000 times while being cancelled", runID)
+	return nil
 }
-
-var errFollow = errors.New("follow the continuation")

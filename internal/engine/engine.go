@@ -1,14 +1,15 @@
 // Package engine runs the replay loop over any event store: history -> snapshot -> one decision
 // -> validated append -> continue, stop at a durable wait, or finish. It executes the steps a
-// decision schedules (at least once), records their results and retries, and carries out the
-// effects a history implies outside the run itself: timers, hook tokens, child runs, parent
-// notification, cancellation of children, continuation.
+// decision schedules (at least once) and records their results and retries; it appends the
+// inputs that come from outside workflow code (signals, hook deliveries, timer fires,
+// cancellations); and it carries out what a commit implies outside the run itself (ApplyCommit):
+// timers, resume tasks, child runs, the parent's notice, cancelling children, continuation.
 //
 // The engine holds no state that matters for correctness: its snapshot cache only saves reads.
-// Any engine, in any process, can drive any run after any committed event. Where an effect
-// outside the run (a timer registration, a child start) cannot be atomic with the append that
-// implies it, the engine performs it after the append and again whenever it loads the run
-// without a cached snapshot, so a crash in between is repaired by the next driver.
+// Any engine, in any process, can drive any run after any committed event. What a commit implies
+// outside the run cannot be atomic with the append, so it is a function of the history: the
+// history service applies it to every commit it consumes (ApplyCommit), and the writer of a
+// commit may do the same at once as a fast path. Correctness never depends on the fast path.
 package engine
 
 import (
@@ -18,9 +19,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -33,31 +36,44 @@ type Runtime interface {
 }
 
 // Host receives the engine's effects outside the run's own history. Every method must be
-// idempotent: the engine repeats them after crashes.
+// idempotent: the engine repeats them after crashes and redeliveries.
 type Host interface {
 	// ScheduleTimers registers timers durably, keyed by run ID and Timer.Key.
 	ScheduleTimers(ctx context.Context, timers []core.Timer) error
+	// DeleteTimers removes the entries of timers that became moot; absent ones are no error.
+	DeleteTimers(ctx context.Context, timers []core.Timer) error
 	// RegisterHook routes token to hook hookID of run runID. It must be create-only: if the
 	// token routes to another hook it returns an error wrapping ErrTokenTaken.
 	RegisterHook(ctx context.Context, token, runID, hookID string) error
 	// LookupHook returns the run and hook a token routes to, or an error wrapping
 	// core.ErrNotFound.
 	LookupHook(ctx context.Context, token string) (runID, hookID string, err error)
-	// Resume asks for a run to be driven soon. Tasks for the same run and seq may be collapsed.
+	// ReleaseHook frees token if it still routes to hook hookID of run runID, so that another
+	// run may use it; a token routed elsewhere, or not at all, is left alone.
+	ReleaseHook(ctx context.Context, token, runID, hookID string) error
+	// Resume asks for a run to be driven soon. Tasks with the same Key are collapsed.
 	Resume(ctx context.Context, t Task) error
 }
 
-// Task asks for run RunID, on task queue Queue, whose last event is Seq, to be driven.
+// Task asks for run RunID, on task queue Queue, to be driven because of the input at sequence
+// Seq: a worker reads the run's history up to at least Seq.
 type Task struct {
 	RunID string `json:"run_id"`
 	Queue string `json:"queue,omitempty"`
 	Seq   uint64 `json:"seq"`
+	// Nonce, when set, makes the task distinct from the one for the same Seq: a run parked
+	// without a new event (blocked, or waiting for a worker that runs its code) is dispatched
+	// again with a fresh nonce.
+	Nonce string `json:"nonce,omitempty"`
 }
 
-// Observer is implemented by hosts that index runs: the engine reports each run it drove or
-// appended to. RunChanged must not block for long; errors are the observer's to log.
-type Observer interface {
-	RunChanged(ctx context.Context, s core.Summary)
+// Key identifies the task for deduplication: "<run>:<seq>", or "<run>:<seq>:<nonce>".
+func (t Task) Key() string {
+	k := t.RunID + ":" + strconv.FormatUint(t.Seq, 10)
+	if t.Nonce != "" {
+		k += ":" + t.Nonce
+	}
+	return k
 }
 
 // ErrTokenTaken is wrapped by Host.RegisterHook when a token already routes to another hook.
@@ -92,11 +108,13 @@ type Config struct {
 	// CacheSize caps the number of run snapshots kept between drives. Defaults to 10,000;
 	// negative disables the cache.
 	CacheSize int
+	// Faults injects failures between writes, for tests. Defaults to nil (none).
+	Faults *fault.Injector
 }
 
 // Engine drives runs. It is safe for concurrent use; drivers of one run are serialised.
 type Engine struct {
-	observer Observer
+	faults   *fault.Injector
 	store    store.EventStore
 	rt       Runtime
 	replayer core.Decider
@@ -131,8 +149,7 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.CacheSize == 0 {
 		cfg.CacheSize = 10_000
 	}
-	observer, _ := cfg.Host.(Observer)
-	return &Engine{observer: observer, store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
+	return &Engine{faults: cfg.Faults, store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
 		logger: cfg.Logger, buildID: cfg.BuildID, slots: make(chan struct{}, cfg.StepConcurrency), cache: newCache(cfg.CacheSize)}, nil
 }
 
@@ -170,24 +187,43 @@ func (e *RunExistsError) Is(target error) bool { return target == ErrRunExists }
 
 // Start appends run.started for a new run and asks for it to be driven. Starting an existing
 // run ID again with the same spec, input, queue and links returns it with created false; with
-// different ones it returns a *RunExistsError. Nothing is appended for invalid parameters.
+// different ones it returns a *RunExistsError. Nothing is appended for invalid parameters. Once
+// run.started is committed Start succeeds: its resume task is a fast path that the history
+// service repeats.
 func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, created bool, err error) {
 	started, err := e.prepareStart(&p)
 	if err != nil {
 		return "", false, err
+	}
+	if err := e.faults.Hit(fault.StoreAppend); err != nil {
+		return "", false, fmt.Errorf("appending run.started: %w", err)
 	}
 	_, err = e.store.Append(ctx, p.RunID, 0, event.Event{Time: e.clock.Now().UTC(), Payload: started})
 	if errors.Is(err, store.ErrConflict) {
 		if err := e.sameStart(ctx, p.RunID, started); err != nil {
 			return p.RunID, false, err
 		}
-		return p.RunID, false, e.host.Resume(ctx, Task{RunID: p.RunID, Queue: p.Queue, Seq: 1})
+		return p.RunID, false, nil
 	}
 	if err != nil {
 		return "", false, fmt.Errorf("appending run.started: %w", err)
 	}
 	e.logger.DebugContext(ctx, "run started", slog.String("run_id", p.RunID), slog.String("definition", p.Spec.Definition))
-	return p.RunID, true, e.host.Resume(ctx, Task{RunID: p.RunID, Queue: p.Queue, Seq: 1})
+	e.resume(ctx, Task{RunID: p.RunID, Queue: p.Queue, Seq: 1})
+	return p.RunID, true, nil
+}
+
+// resume publishes a resume task as a fast path: the history service derives the same task from
+// the history, so a failure here is logged, not returned.
+func (e *Engine) resume(ctx context.Context, t Task) {
+	err := e.faults.Hit(fault.AfterAppendBeforeTask)
+	if err == nil {
+		err = e.host.Resume(ctx, t)
+	}
+	if err != nil {
+		e.logger.DebugContext(ctx, "resume task not sent; the history service sends it", slog.String("run_id", t.RunID),
+			slog.Uint64("seq", t.Seq), slog.String("error", err.Error()))
+	}
 }
 
 func (e *Engine) prepareStart(p *StartParams) (*event.RunStarted, error) {
@@ -237,10 +273,14 @@ func (e *Engine) sameStart(ctx context.Context, runID string, want *event.RunSta
 	if !ok {
 		return fmt.Errorf("%w: run %q does not begin with run.started", core.ErrInvalidHistory, runID)
 	}
+	// A child is identified by its parent's link: whoever starts it again (the parent's worker
+	// after a deploy, the history service for a history that recorded no child spec) starts the
+	// same run, whatever code identity it would pick now.
+	sameChild := got.Parent != nil && want.Parent != nil && *got.Parent == *want.Parent
 	switch {
 	case got.Spec.Definition != want.Spec.Definition:
 		return &RunExistsError{RunID: runID, Field: "definition"}
-	case got.Spec.BuildID != want.Spec.BuildID || !slices.Equal(got.Spec.Patches, want.Spec.Patches):
+	case !sameChild && (got.Spec.BuildID != want.Spec.BuildID || !slices.Equal(got.Spec.Patches, want.Spec.Patches)):
 		return &RunExistsError{RunID: runID, Field: "spec (build ID or patches)"}
 	case !core.JSONEqual(got.Input, want.Input):
 		return &RunExistsError{RunID: runID, Field: "input"}
@@ -266,7 +306,11 @@ func (e *Engine) now(s *core.Snapshot) time.Time {
 
 // commit appends payloads after s.Seq and applies them to s. On a conflict s is unchanged.
 func (e *Engine) commit(ctx context.Context, s *core.Snapshot, payloads []event.Payload) error {
+	if err := e.faults.Hit(fault.StoreAppend); err != nil {
+		return err
+	}
 	t := e.now(s)
+	core.Stamp(payloads, t)
 	events := make([]event.Event, len(payloads))
 	for i, p := range payloads {
 		events[i] = event.Event{Time: t, Payload: p}
@@ -287,7 +331,12 @@ func (e *Engine) commit(ctx context.Context, s *core.Snapshot, payloads []event.
 // Snapshot returns a fresh projection of run runID, owned by the caller. It returns an error
 // wrapping core.ErrNotFound if the run has no events.
 func (e *Engine) Snapshot(ctx context.Context, runID string) (*core.Snapshot, error) {
-	hist, err := e.store.Load(ctx, runID, 0)
+	return e.snapshot(ctx, runID, 1)
+}
+
+// snapshot projects run runID's history, read up to at least atLeast.
+func (e *Engine) snapshot(ctx context.Context, runID string, atLeast uint64) (*core.Snapshot, error) {
+	hist, err := e.store.LoadAtLeast(ctx, runID, 0, atLeast)
 	if err != nil {
 		return nil, err
 	}
@@ -295,13 +344,6 @@ func (e *Engine) Snapshot(ctx context.Context, runID string) (*core.Snapshot, er
 		return nil, fmt.Errorf("%w: run %q", core.ErrNotFound, runID)
 	}
 	return core.Project(runID, hist)
-}
-
-// observe reports s to the observer, if any.
-func (e *Engine) observe(ctx context.Context, s *core.Snapshot) {
-	if e.observer != nil && s != nil && s.Seq > 0 {
-		e.observer.RunChanged(ctx, s.Summary())
-	}
 }
 
 // CachedRuns returns the number of snapshots in the cache.

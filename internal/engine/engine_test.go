@@ -42,6 +42,17 @@ func (h *host) ScheduleTimers(_ context.Context, ts []core.Timer) error {
 	return nil
 }
 
+func (h *host) DeleteTimers(_ context.Context, ts []core.Timer) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, t := range ts {
+		delete(h.timers, t.RunID+"/"+t.Key())
+	}
+	return nil
+}
+
+func (h *host) ReleaseHook(context.Context, string, string, string) error { return nil }
+
 func (h *host) RegisterHook(_ context.Context, token, runID, hookID string) error {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -155,7 +166,7 @@ func TestConcurrentDriversConverge(t *testing.T) {
 		for _, e := range engines {
 			wg.Go(func() {
 				for {
-					res, err := e.Drive(t.Context(), runID)
+					res, err := e.Drive(t.Context(), runID, 0)
 					if err != nil {
 						t.Error(err)
 						return
@@ -214,14 +225,15 @@ func TestActiveDriverWakesOnExternalEvents(t *testing.T) {
 	runID := b.start(t, e, "wf")
 	done := make(chan engine.Result, 1)
 	go func() {
-		res, err := e.Drive(t.Context(), runID)
+		res, err := e.Drive(t.Context(), runID, 0)
 		if err != nil {
 			t.Error(err)
 		}
 		done <- res
 	}()
 	<-started
-	require.NoError(t, e.Signal(t.Context(), runID, "go", []byte(`1`), "d-1"), "delivered while the driver holds the run")
+	_, err := e.Signal(t.Context(), runID, "go", []byte(`1`), "d-1")
+	require.NoError(t, err, "delivered while the driver holds the run")
 	require.Eventually(t, func() bool {
 		s, err := e.Snapshot(t.Context(), runID)
 		return err == nil && s.SignalWaits["go"] != nil && s.SignalWaits["go"].Received()
@@ -251,14 +263,15 @@ func TestCacheReadsOnlyTheTail(t *testing.T) {
 	})
 	e := b.engine(t, 1)
 	runID := b.start(t, e, "wf")
-	_, err := e.Drive(t.Context(), runID)
+	_, err := e.Drive(t.Context(), runID, 0)
 	require.NoError(t, err)
 	for i := range 3 {
-		require.NoError(t, e.Signal(t.Context(), runID, "poke", []byte(`1`), fmt.Sprintf("d%d", i)))
+		_, err := e.Signal(t.Context(), runID, "poke", []byte(`1`), fmt.Sprintf("d%d", i))
+		require.NoError(t, err)
 		b.store.mu.Lock()
 		b.store.afters = nil
 		b.store.mu.Unlock()
-		res, err := e.Drive(t.Context(), runID)
+		res, err := e.Drive(t.Context(), runID, 0)
 		require.NoError(t, err)
 		b.store.mu.Lock()
 		require.NotContains(t, b.store.afters, uint64(0), "a warm drive never re-reads the history from the start")
@@ -269,30 +282,6 @@ func TestCacheReadsOnlyTheTail(t *testing.T) {
 	}
 }
 
-func TestColdLoadRepairsLostTimerRegistration(t *testing.T) {
-	t.Parallel()
-	b := setup(t, func(reg *flow.Registry) {
-		flow.RegisterWorkflow(reg, "wf", func(ctx *flow.Context, _ any) (flow.Decision, error) {
-			if ctx.Fired("nap") {
-				return ctx.Complete(nil), nil
-			}
-			return ctx.Sleep("nap", time.Hour), nil
-		})
-	})
-	first := b.engine(t, 1)
-	runID := b.start(t, first, "wf")
-	b.host.failTimers.Store(1)
-	_, err := first.Drive(t.Context(), runID)
-	require.ErrorContains(t, err, "timer index unavailable", "the worker dies after the append, before the timer is registered")
-	require.Zero(t, b.host.timerCount())
-	require.Len(t, b.history(t, runID), 2, "wait.scheduled is committed")
-
-	res, err := b.engine(t, 1).Drive(t.Context(), runID)
-	require.NoError(t, err)
-	require.Equal(t, core.StatusSuspended, res.Status)
-	require.Equal(t, 1, b.host.timerCount(), "the next worker's cold load registers it again")
-}
-
 func TestDriveRefusesRunsOfAnotherBuild(t *testing.T) {
 	t.Parallel()
 	b := setup(t, func(reg *flow.Registry) {
@@ -301,12 +290,12 @@ func TestDriveRefusesRunsOfAnotherBuild(t *testing.T) {
 	e := b.engine(t, 1)
 	_, _, err := e.Start(t.Context(), engine.StartParams{RunID: "pinned", Spec: event.Spec{Definition: "wf", BuildID: "v9"}})
 	require.NoError(t, err)
-	_, err = e.Drive(t.Context(), "pinned")
+	_, err = e.Drive(t.Context(), "pinned", 0)
 	var wrong *engine.WrongBuildError
 	require.ErrorAs(t, err, &wrong)
 	require.Equal(t, "v9", wrong.RunBuild)
 	require.Len(t, b.history(t, "pinned"), 1, "nothing was decided")
 
-	_, err = e.Drive(t.Context(), "missing")
+	_, err = e.Drive(t.Context(), "missing", 0)
 	require.ErrorIs(t, err, core.ErrNotFound)
 }

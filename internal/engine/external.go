@@ -11,17 +11,19 @@ import (
 )
 
 // Signal records signal name with payload for run runID and asks for the run to be driven. A
-// delivery ID already recorded is accepted again without effect. It returns an error wrapping
-// core.ErrNotFound, core.ErrTerminal or core.ErrInvalidInput when the signal cannot be accepted;
-// nothing is appended then.
-func (e *Engine) Signal(ctx context.Context, runID, name string, payload []byte, deliveryID string) error {
-	err := e.external(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
+// run that continued as new passes the signal on to the run it continued as, and so on to the
+// latest generation; Signal returns the ID of the run that received it. A delivery ID already
+// recorded (in that run or a generation before it) is accepted again without effect. It returns
+// an error wrapping core.ErrNotFound, core.ErrTerminal or core.ErrInvalidInput when the signal
+// cannot be accepted; nothing is appended then.
+func (e *Engine) Signal(ctx context.Context, runID, name string, payload []byte, deliveryID string) (string, error) {
+	to, err := e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.ReceiveSignal(s, name, payload, deliveryID)
 	})
 	if errors.Is(err, core.ErrDuplicate) {
-		return nil
+		return to, nil
 	}
-	return err
+	return to, err
 }
 
 // DeliverHook records payload as the delivery to the hook token routes to. Redelivering the
@@ -42,21 +44,23 @@ func (e *Engine) DeliverHook(ctx context.Context, token string, payload []byte, 
 	return err
 }
 
-// Cancel requests cancellation of run runID. Requesting it again is accepted without effect.
-func (e *Engine) Cancel(ctx context.Context, runID, reason string) error {
-	err := e.external(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
+// Cancel requests cancellation of run runID, or of the latest run it continued as, and returns
+// the ID of the run that received the request. Requesting it again is accepted without effect.
+func (e *Engine) Cancel(ctx context.Context, runID, reason string) (string, error) {
+	to, err := e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.RequestCancel(s, reason)
 	})
 	if errors.Is(err, core.ErrDuplicate) {
-		return nil
+		return to, nil
 	}
-	return err
+	return to, err
 }
 
-// Terminate ends run runID as failed at an operator's request, cancelling its unsettled steps,
-// whatever its workflow code would decide. It works on blocked runs too.
-func (e *Engine) Terminate(ctx context.Context, runID, reason string) error {
-	return e.external(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
+// Terminate ends run runID, or the latest run it continued as, as failed at an operator's
+// request, cancelling its unsettled steps, whatever its workflow code would decide. It works on
+// blocked runs too. It returns the ID of the run it ended.
+func (e *Engine) Terminate(ctx context.Context, runID, reason string) (string, error) {
+	return e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.Terminate(s, reason)
 	})
 }
@@ -73,25 +77,60 @@ func (e *Engine) Fire(ctx context.Context, t core.Timer) error {
 	return err
 }
 
+// forward appends what compute derives from run runID, or, if the run continued as new, from
+// the latest run of its chain, starting a successor that is not started yet (as the end of its
+// predecessor implies). It returns the ID of the run it appended to.
+func (e *Engine) forward(ctx context.Context, runID string, compute func(*core.Snapshot) ([]event.Payload, error)) (string, error) {
+	for range maxGenerations {
+		var ended *core.Snapshot
+		err := e.external(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
+			events, err := compute(s)
+			if errors.Is(err, core.ErrTerminal) && s.Outcome != nil && s.Outcome.Outcome == event.OutcomeContinuedAsNew {
+				ended = s
+				return nil, errFollow
+			}
+			return events, err
+		})
+		if !errors.Is(err, errFollow) {
+			return runID, err
+		}
+		if err := e.startSuccessor(ctx, ended); err != nil {
+			return runID, err
+		}
+		runID = ended.Outcome.SuccessorRunID
+	}
+	return runID, fmt.Errorf("run %q continued as new more than %d times while an input followed it", runID, maxGenerations)
+}
+
+// maxGenerations bounds how far an input follows a chain of continuations.
+const maxGenerations = 1000
+
+var errFollow = errors.New("follow the continuation")
+
 // external appends the events compute derives from the run's current snapshot, re-deriving them
-// after a conflict, then wakes the run's driver in this engine, if any, and asks for the run to
-// be driven. It never waits for a driver: if one holds the run it reads a private projection.
+// after a conflict, then wakes the run's driver in this engine, if any, and sends a resume task
+// as a fast path (the history service derives the same task). It never waits for a driver: if
+// one holds the run it reads a private projection.
 func (e *Engine) external(ctx context.Context, runID string, compute func(*core.Snapshot) ([]event.Payload, error)) error {
+	var atLeast uint64 = 1 // a run that looks empty is checked with the stream's leader
 	for {
-		task, err := e.externalOnce(ctx, runID, compute)
-		if errors.Is(err, store.ErrConflict) {
+		task, err := e.externalOnce(ctx, runID, atLeast, compute)
+		var ce *store.ConflictError
+		if errors.As(err, &ce) {
+			atLeast = max(atLeast, ce.Actual)
 			continue
 		}
 		if err != nil {
 			return err
 		}
 		e.locks.poke(runID)
-		return e.host.Resume(ctx, task)
+		e.resume(ctx, task)
+		return nil
 	}
 }
 
 // externalOnce appends once and returns the task that resumes the run after the append.
-func (e *Engine) externalOnce(ctx context.Context, runID string, compute func(*core.Snapshot) ([]event.Payload, error)) (Task, error) {
+func (e *Engine) externalOnce(ctx context.Context, runID string, atLeast uint64, compute func(*core.Snapshot) ([]event.Payload, error)) (Task, error) {
 	rl, locked := e.locks.tryLock(runID)
 	if locked {
 		defer e.locks.unlock(runID, rl)
@@ -101,7 +140,7 @@ func (e *Engine) externalOnce(ctx context.Context, runID string, compute func(*c
 		s, _ = e.cache.get(runID)
 	}
 	if s != nil {
-		tail, err := e.store.Load(ctx, runID, s.Seq)
+		tail, err := e.store.LoadAtLeast(ctx, runID, s.Seq, atLeast)
 		if err == nil {
 			err = s.ApplyAll(tail)
 		}
@@ -111,11 +150,11 @@ func (e *Engine) externalOnce(ctx context.Context, runID string, compute func(*c
 		}
 	} else {
 		var err error
-		if s, err = e.Snapshot(ctx, runID); err != nil {
+		if s, err = e.snapshot(ctx, runID, atLeast); err != nil {
 			return Task{}, err
 		}
 		if locked {
-			// Kept for later inputs; a driver still verifies and repairs it on its first load.
+			// Kept for later inputs; a driver still verifies it on its first load.
 			e.cache.put(runID, s, false)
 		}
 	}
@@ -126,6 +165,5 @@ func (e *Engine) externalOnce(ctx context.Context, runID string, compute func(*c
 	if err := e.commit(ctx, s, events); err != nil {
 		return Task{}, err
 	}
-	e.observe(ctx, s)
-	return Task{RunID: runID, Queue: s.Queue, Seq: s.Seq}, e.afterCommit(ctx, s, events)
+	return Task{RunID: runID, Queue: s.Queue, Seq: s.Seq}, nil
 }

@@ -1,6 +1,6 @@
 // Package jshost is the engine's host on JetStream: timers go to the FLOW_TIMERS bucket for the
-// scheduler, hook tokens to the create-only FLOW_HOOKS bucket, resume tasks to the FLOW_TASKS
-// work queue (deduplicated by "<run>:<seq>"), and run summaries to the FLOW_RUNS index.
+// scheduler, hook tokens to the create-only FLOW_HOOKS bucket, and resume tasks to the
+// FLOW_TASKS work queue (deduplicated by the task's key, "<run>:<seq>").
 package jshost
 
 import (
@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -18,23 +17,23 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/streams"
 )
 
-// Host implements engine.Host and engine.Observer. It is safe for concurrent use.
+// Host implements engine.Host. It is safe for concurrent use.
 type Host struct {
 	js     jetstream.JetStream
 	timers jetstream.KeyValue
 	hooks  jetstream.KeyValue
-	runs   jetstream.KeyValue
 	source string
 	logger *slog.Logger
+	// Faults fails timer writes and task publishes at fault.TimerPut and fault.TaskPublish, for
+	// tests. Nil in production; set it before use.
+	Faults *fault.Injector
 }
 
-var (
-	_ engine.Host     = (*Host)(nil)
-	_ engine.Observer = (*Host)(nil)
-)
+var _ engine.Host = (*Host)(nil)
 
 // New opens the buckets on js. Flow's streams must exist. source is the ce-source of the tasks
 // it publishes; logger may be nil.
@@ -43,7 +42,7 @@ func New(ctx context.Context, js jetstream.JetStream, source string, logger *slo
 		logger = slog.Default()
 	}
 	h := &Host{js: js, source: source, logger: logger}
-	for name, kv := range map[string]*jetstream.KeyValue{streams.TimersBucket: &h.timers, streams.HooksBucket: &h.hooks, streams.RunsBucket: &h.runs} {
+	for name, kv := range map[string]*jetstream.KeyValue{streams.TimersBucket: &h.timers, streams.HooksBucket: &h.hooks} {
 		b, err := js.KeyValue(ctx, name)
 		if err != nil {
 			return nil, fmt.Errorf("opening bucket %s: %w (start `flow dev` or a worker to create Flow's streams)", name, err)
@@ -64,6 +63,9 @@ func (h *Host) ScheduleTimers(ctx context.Context, ts []core.Timer) error {
 		if err != nil {
 			return err
 		}
+		if err := h.Faults.Hit(fault.TimerPut); err != nil {
+			return err
+		}
 		if _, err := h.timers.Put(ctx, TimerKey(t), b); err != nil {
 			return fmt.Errorf("registering timer %s: %w", TimerKey(t), err)
 		}
@@ -71,61 +73,124 @@ func (h *Host) ScheduleTimers(ctx context.Context, ts []core.Timer) error {
 	return nil
 }
 
-type hookRoute struct {
-	RunID  string `json:"run_id"`
-	HookID string `json:"hook_id"`
+// DeleteTimers implements engine.Host: an entry that exists is deleted at its revision, so that
+// nothing is written for entries the scheduler already removed.
+func (h *Host) DeleteTimers(ctx context.Context, ts []core.Timer) error {
+	for _, t := range ts {
+		e, err := h.timers.Get(ctx, TimerKey(t))
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("reading timer %s: %w", TimerKey(t), err)
+		}
+		err = h.timers.Delete(ctx, TimerKey(t), jetstream.LastRevision(e.Revision()))
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			// A revision mismatch means the entry changed meanwhile: it is not the one to delete.
+			return fmt.Errorf("deleting timer %s: %w", TimerKey(t), err)
+		}
+	}
+	return nil
 }
 
-// RegisterHook implements engine.Host with a create-only entry per token.
+// hookRoute is a FLOW_HOOKS entry. Released is set once the run ended: the token still routes
+// there, so that a late redelivery is answered as the duplicate it is, until another run's hook
+// takes the token over.
+type hookRoute struct {
+	RunID    string `json:"run_id"`
+	HookID   string `json:"hook_id"`
+	Released bool   `json:"released,omitempty"`
+}
+
+// RegisterHook implements engine.Host with one entry per token, created only if the token is
+// free or released.
 func (h *Host) RegisterHook(ctx context.Context, token, runID, hookID string) error {
 	want := hookRoute{RunID: runID, HookID: hookID}
 	b, err := json.Marshal(want)
 	if err != nil {
 		return err
 	}
-	_, err = h.hooks.Create(ctx, token, b)
-	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return err
+	for {
+		_, err = h.hooks.Create(ctx, token, b)
+		if !errors.Is(err, jetstream.ErrKeyExists) {
+			return err
+		}
+		got, rev, err := h.lookup(ctx, token)
+		if errors.Is(err, core.ErrNotFound) {
+			continue // deleted meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		switch {
+		case got.RunID == runID && got.HookID == hookID:
+			return nil
+		case !got.Released:
+			return fmt.Errorf("%w: routes to hook %q of run %q", engine.ErrTokenTaken, got.HookID, got.RunID)
+		}
+		if _, err = h.hooks.Update(ctx, token, b, rev); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return err // taken over, or a failure; a revision mismatch looks again
+		}
 	}
-	got, err := h.lookup(ctx, token)
+}
+
+// ReleaseHook implements engine.Host: the entry that routes token to this hook is marked
+// released, at its revision, so that a token another run took since is left alone.
+func (h *Host) ReleaseHook(ctx context.Context, token, runID, hookID string) error {
+	r, rev, err := h.lookup(ctx, token)
+	if errors.Is(err, core.ErrNotFound) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	if got != want {
-		return fmt.Errorf("%w: routes to hook %q of run %q", engine.ErrTokenTaken, got.HookID, got.RunID)
+	if r.RunID != runID || r.HookID != hookID || r.Released {
+		return nil
+	}
+	r.Released = true
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = h.hooks.Update(ctx, token, b, rev)
+	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return fmt.Errorf("releasing hook token: %w", err)
 	}
 	return nil
 }
 
 // LookupHook implements engine.Host.
 func (h *Host) LookupHook(ctx context.Context, token string) (string, string, error) {
-	r, err := h.lookup(ctx, token)
+	r, _, err := h.lookup(ctx, token)
 	return r.RunID, r.HookID, err
 }
 
-func (h *Host) lookup(ctx context.Context, token string) (hookRoute, error) {
+func (h *Host) lookup(ctx context.Context, token string) (hookRoute, uint64, error) {
 	var r hookRoute
 	e, err := h.hooks.Get(ctx, token)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
-		return r, fmt.Errorf("%w: no hook has this token", core.ErrNotFound)
+		return r, 0, fmt.Errorf("%w: no hook has this token", core.ErrNotFound)
 	}
 	if err != nil {
-		return r, fmt.Errorf("looking up a hook token: %w", err)
+		return r, 0, fmt.Errorf("looking up a hook token: %w", err)
 	}
-	return r, json.Unmarshal(e.Value(), &r)
+	return r, e.Revision(), json.Unmarshal(e.Value(), &r)
 }
 
 // TaskType is the ce-type of resume tasks.
 const TaskType = "dev.flow.task.resume"
 
-// Resume implements engine.Host: it publishes a resume task, a CloudEvent whose ID
-// "<run>:<seq>" is also its Nats-Msg-Id, so tasks for the same state collapse into one.
+// Resume implements engine.Host: it publishes a resume task, a CloudEvent whose ID, the task's
+// key "<run>:<seq>", is also its Nats-Msg-Id, so tasks for the same input collapse into one.
 func (h *Host) Resume(ctx context.Context, t engine.Task) error {
+	if err := h.Faults.Hit(fault.TaskPublish); err != nil {
+		return err
+	}
 	body, err := json.Marshal(t)
 	if err != nil {
 		return err
 	}
-	id := t.RunID + ":" + strconv.FormatUint(t.Seq, 10)
+	id := t.Key()
 	msg := nats.NewMsg(streams.TaskSubject(t.Queue, t.RunID))
 	msg.Data = body
 	msg.Header.Set("ce-specversion", "1.0")
@@ -140,15 +205,4 @@ func (h *Host) Resume(ctx context.Context, t engine.Task) error {
 		return fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, err)
 	}
 	return nil
-}
-
-// RunChanged implements engine.Observer: it writes the run's summary to the runs index.
-func (h *Host) RunChanged(ctx context.Context, s core.Summary) {
-	b, err := json.Marshal(s)
-	if err == nil {
-		_, err = h.runs.Put(ctx, s.RunID, b)
-	}
-	if err != nil {
-		h.logger.WarnContext(ctx, "runs index not updated", slog.String("run_id", s.RunID), slog.String("error", err.Error()))
-	}
 }

@@ -31,6 +31,15 @@ const (
 	DefinitionsBucket = "FLOW_DEFINITIONS"
 	// LeasesBucket holds leader leases (the scheduler's), expiring after Config.LeaseTTL.
 	LeasesBucket = "FLOW_LEASES"
+	// ParkedBucket holds the runs that no worker of their queue can drive now: key run ID, value
+	// a JSON Parked. Workers write it; the history service dispatches the runs again when a
+	// worker that can registers, and deletes the entries.
+	ParkedBucket = "FLOW_PARKED"
+	// DamagedBucket lists runs whose history was found damaged: key run ID, value a JSON
+	// Damaged. The history service writes it; every store refuses to serve those runs.
+	DamagedBucket = "FLOW_DAMAGED"
+	// HistoryConsumer is the history service's durable consumer of History.
+	HistoryConsumer = "history"
 )
 
 // DefaultQueue is the task queue of runs started without one.
@@ -121,6 +130,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{Bucket: RunsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs index"},
 		{Bucket: DefinitionsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow workflow definitions by queue"},
 		{Bucket: LeasesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, TTL: d.LeaseTTL, Description: "Flow leader leases"},
+		{Bucket: ParkedBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs no worker can drive now"},
+		{Bucket: DamagedBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs whose history is damaged"},
 	} {
 		if err := ensureBucket(ctx, js, kc, cfg); err != nil {
 			return err
@@ -232,4 +243,30 @@ func DefinitionKey(queue, definition string) string {
 		queue = DefaultQueue
 	}
 	return queue + "." + definition
+}
+
+// Parked is a FLOW_PARKED entry: a run no worker of its queue could drive, and why. The
+// history service dispatches it again when a worker registers Definition on Queue with a build
+// that can drive it (Build, or any build when Build is empty), or on `flow resume`.
+type Parked struct {
+	RunID      string `json:"run_id"`
+	Queue      string `json:"queue"`
+	Definition string `json:"definition"`
+	// Build is the build the run is pinned to; empty when any build may drive it.
+	Build string `json:"build_id,omitempty"`
+	// Reason says why, for `flow runs` and `flow status`.
+	Reason string `json:"reason"`
+	// Seq is the run's sequence when it was parked.
+	Seq      uint64    `json:"seq"`
+	ParkedAt time.Time `json:"parked_at"`
+	// By names the worker that parked it.
+	By string `json:"by,omitempty"`
+}
+
+// Damaged is a FLOW_DAMAGED entry.
+type Damaged struct {
+	RunID string `json:"run_id"`
+	// Reason says what was found, in which stream.
+	Reason     string    `json:"reason"`
+	DetectedAt time.Time `json:"detected_at"`
 }

@@ -368,14 +368,19 @@ func (c *Client) Result(ctx context.Context, runID string, out any) error {
 	}
 }
 
-// Cancel requests cancellation of run runID. Requesting it again is accepted.
-func (c *Client) Cancel(ctx context.Context, runID, reason string) error {
-	return c.notFound(runID, c.engine.Cancel(ctx, runID, reason))
+// Cancel requests cancellation of run runID and returns the ID of the run that received the
+// request: runID, or, if runID continued as new, the latest run it continued as. Requesting it
+// again is accepted.
+func (c *Client) Cancel(ctx context.Context, runID, reason string) (string, error) {
+	to, err := c.engine.Cancel(ctx, runID, reason)
+	return to, c.notFound(runID, err)
 }
 
-// Terminate ends run runID as failed at once, whatever its code would decide.
-func (c *Client) Terminate(ctx context.Context, runID, reason string) error {
-	return c.notFound(runID, c.engine.Terminate(ctx, runID, reason))
+// Terminate ends run runID (or the latest run it continued as) as failed at once, whatever its
+// code would decide, and returns the ID of the run it ended.
+func (c *Client) Terminate(ctx context.Context, runID, reason string) (string, error) {
+	to, err := c.engine.Terminate(ctx, runID, reason)
+	return to, c.notFound(runID, err)
 }
 
 // SignalOptions adjust [Client.Signal]. The zero value works.
@@ -384,20 +389,23 @@ type SignalOptions struct {
 	DeliveryID string
 }
 
-// Signal delivers signal name with payload (encoded to JSON) to run runID. opts may be nil.
-func (c *Client) Signal(ctx context.Context, runID, name string, payload any, opts *SignalOptions) error {
+// Signal delivers signal name with payload (encoded to JSON) to run runID and returns the ID of
+// the run that received it: runID, or, if runID continued as new, the latest run it continued
+// as. opts may be nil.
+func (c *Client) Signal(ctx context.Context, runID, name string, payload any, opts *SignalOptions) (string, error) {
 	if opts == nil {
 		opts = &SignalOptions{}
 	}
 	p, err := encode(payload)
 	if err != nil {
-		return fmt.Errorf("%w: encoding the signal payload: %w", ErrInvalidInput, err)
+		return "", fmt.Errorf("%w: encoding the signal payload: %w", ErrInvalidInput, err)
 	}
 	id := opts.DeliveryID
 	if id == "" {
 		id = nats.NewInbox()[len(nats.InboxPrefix):]
 	}
-	return c.notFound(runID, c.engine.Signal(ctx, runID, name, p, id))
+	to, err := c.engine.Signal(ctx, runID, name, p, id)
+	return to, c.notFound(runID, err)
 }
 
 func (c *Client) notFound(runID string, err error) error {

@@ -26,6 +26,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/memstore"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
@@ -68,11 +69,16 @@ type Env struct {
 	now        time.Time
 	timers     map[string]core.Timer
 	hooks      map[string][2]string
+	released   map[string]bool
 	queue      []string
 	queued     map[string]bool
 	mocks      map[string]StepFunc
 	calls      map[string]int
 	deliveries int
+	// commits are the store's commits whose consequences are not applied yet, in commit order;
+	// followed holds the latest projection of each run they touched.
+	commits  []store.Commit
+	followed map[string]*core.Snapshot
 }
 
 // New returns an Env running the workflows and steps of reg. opts may be nil.
@@ -89,7 +95,13 @@ func New(reg *flow.Registry, opts *Options) (*Env, error) {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
 	env := &Env{store: memstore.New(), now: start.UTC(), timers: map[string]core.Timer{}, opts: *opts, logger: logger,
-		hooks: map[string][2]string{}, queued: map[string]bool{}, mocks: map[string]StepFunc{}, calls: map[string]int{}}
+		hooks: map[string][2]string{}, released: map[string]bool{}, queued: map[string]bool{}, mocks: map[string]StepFunc{}, calls: map[string]int{},
+		followed: map[string]*core.Snapshot{}}
+	env.store.OnCommit(func(c store.Commit) {
+		env.mu.Lock()
+		defer env.mu.Unlock()
+		env.commits = append(env.commits, c)
+	})
 	if err := env.Deploy(reg); err != nil {
 		return nil, err
 	}
@@ -157,7 +169,7 @@ func (e *Env) SignalWithID(ctx context.Context, runID, name string, payload any,
 	if err != nil {
 		return fmt.Errorf("encoding the signal payload: %w", err)
 	}
-	if err := e.eng().Signal(ctx, runID, name, p, deliveryID); err != nil {
+	if _, err := e.eng().Signal(ctx, runID, name, p, deliveryID); err != nil {
 		return err
 	}
 	return e.drain(ctx)
@@ -183,7 +195,7 @@ func (e *Env) DeliverHookWithID(ctx context.Context, token string, payload any, 
 
 // Cancel requests cancellation of run runID and drives.
 func (e *Env) Cancel(ctx context.Context, runID, reason string) error {
-	if err := e.eng().Cancel(ctx, runID, reason); err != nil {
+	if _, err := e.eng().Cancel(ctx, runID, reason); err != nil {
 		return err
 	}
 	return e.drain(ctx)
@@ -191,7 +203,7 @@ func (e *Env) Cancel(ctx context.Context, runID, reason string) error {
 
 // Terminate ends run runID as failed, as an operator would, and drives.
 func (e *Env) Terminate(ctx context.Context, runID, reason string) error {
-	if err := e.eng().Terminate(ctx, runID, reason); err != nil {
+	if _, err := e.eng().Terminate(ctx, runID, reason); err != nil {
 		return err
 	}
 	return e.drain(ctx)
@@ -263,12 +275,22 @@ func (e *Env) nextTimer(target time.Time) (core.Timer, bool) {
 	return next, true
 }
 
-// drain drives queued runs until none is queued.
+// drain applies the consequences of every commit, as the history service does, and drives
+// queued runs, until nothing is left to do.
 func (e *Env) drain(ctx context.Context) error {
 	e.driving.Lock()
 	defer e.driving.Unlock()
 	for {
 		e.mu.Lock()
+		if len(e.commits) > 0 {
+			c := e.commits[0]
+			e.commits = e.commits[1:]
+			e.mu.Unlock()
+			if err := e.follow(ctx, c); err != nil {
+				return fmt.Errorf("applying the commit of run %q at seq %d: %w", c.RunID, c.First, err)
+			}
+			continue
+		}
 		if len(e.queue) == 0 {
 			e.mu.Unlock()
 			return nil
@@ -277,15 +299,37 @@ func (e *Env) drain(ctx context.Context) error {
 		e.queue = e.queue[1:]
 		delete(e.queued, runID)
 		e.mu.Unlock()
-		_, err := e.eng().Drive(ctx, runID)
+		_, err := e.eng().Drive(ctx, runID, 0)
 		var wrongBuild *engine.WrongBuildError
-		if errors.As(err, &wrongBuild) {
-			continue // a worker of the run's build would take it; this code never decides it
+		var unknown *engine.UnknownDefinitionError
+		if errors.As(err, &wrongBuild) || errors.As(err, &unknown) {
+			continue // a worker of the run's build and definition would take it; this code never decides it
 		}
 		if err != nil {
 			return fmt.Errorf("driving run %q: %w", runID, err)
 		}
 	}
+}
+
+// follow applies what commit c implies outside its run, given the run's latest projection.
+func (e *Env) follow(ctx context.Context, c store.Commit) error {
+	envs, err := c.Events()
+	if err != nil {
+		return err
+	}
+	s := e.followed[c.RunID]
+	switch {
+	case s != nil && s.Seq >= c.Last:
+	case s != nil && s.Seq == c.First-1:
+		err = s.ApplyAll(envs)
+	default:
+		s, err = e.eng().Snapshot(ctx, c.RunID)
+	}
+	if err != nil {
+		return err
+	}
+	e.followed[c.RunID] = s
+	return e.eng().ApplyCommit(ctx, s, envs)
 }
 
 // Now returns the virtual time.
@@ -420,12 +464,36 @@ func (e *Env) ScheduleTimers(_ context.Context, ts []core.Timer) error {
 	return nil
 }
 
+// DeleteTimers implements engine.Host.
+func (e *Env) DeleteTimers(_ context.Context, ts []core.Timer) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	for _, t := range ts {
+		delete(e.timers, t.RunID+"/"+t.Key())
+	}
+	return nil
+}
+
+// ReleaseHook implements engine.Host: the token keeps routing to the ended run (a late
+// redelivery is a duplicate) until another run's hook takes it.
+func (e *Env) ReleaseHook(_ context.Context, token, runID, hookID string) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.hooks[token] == [2]string{runID, hookID} {
+		e.released[token] = true
+	}
+	return nil
+}
+
 // RegisterHook implements engine.Host.
 func (e *Env) RegisterHook(_ context.Context, token, runID, hookID string) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	if owner, ok := e.hooks[token]; ok && owner != [2]string{runID, hookID} {
+	if owner, ok := e.hooks[token]; ok && owner != [2]string{runID, hookID} && !e.released[token] {
 		return fmt.Errorf("%w: token routes to hook %q of run %q", engine.ErrTokenTaken, owner[1], owner[0])
+	}
+	if e.hooks[token] != [2]string{runID, hookID} {
+		delete(e.released, token)
 	}
 	e.hooks[token] = [2]string{runID, hookID}
 	return nil

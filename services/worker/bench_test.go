@@ -1,7 +1,8 @@
 package worker_test
 
 // End-to-end benchmarks of the embedded default: an embedded nats-server with JetStream (file
-// storage on a temp dir, one replica), and a worker, a scheduler and a client in this process,
+// storage on a temp dir, one replica), and a history service, a worker, a scheduler and a client
+// in this process,
 // each on its own in-process connection (srv.Connect()). The workflow runs 10 sequential steps,
 // each returning its input+1.
 //
@@ -45,6 +46,7 @@ import (
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
@@ -129,6 +131,15 @@ func newBenchEnv(b *testing.B, syncPolicy string) *benchEnv {
 		b.Cleanup(nc.Close)
 		return nc
 	}
+
+	h, err := history.New(history.Config{Conn: connect(), HTTPAddr: "off", Logger: discard})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := h.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = h.Stop() })
 
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: discard})
 	flow.RegisterWorkflow(reg, benchWorkflow, benchTenSteps)
@@ -353,7 +364,7 @@ func BenchmarkSignalRoundTrip(b *testing.B) {
 				}
 				b.StartTimer()
 				t0 := time.Now()
-				if err := env.client.Signal(ctx, id, "go", i, nil); err != nil {
+				if _, err := env.client.Signal(ctx, id, "go", i, nil); err != nil {
 					b.Fatal(err)
 				}
 				var out int

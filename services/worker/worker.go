@@ -19,6 +19,7 @@ import (
 	"log/slog"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -26,8 +27,10 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsconn"
+	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
@@ -61,6 +64,8 @@ type Config struct {
 	Streams streams.Config `envconfig:"STREAMS"`
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger `ignored:"true"`
+	// Faults injects failures between writes, for tests. Defaults to nil (none).
+	Faults *fault.Injector `ignored:"true"`
 }
 
 // Worker runs the workflows and steps of a registry. Start it once; Stop it once.
@@ -72,12 +77,15 @@ type Worker struct {
 	nc      *nats.Conn
 	ownConn bool
 	engine  *engine.Engine
-	iter    jetstream.MessagesContext
+	cons    jetstream.Consumer
+	parked  jetstream.KeyValue
+	name    string
 
 	runCtx     context.Context
 	cancelRuns context.CancelFunc
 	inflight   sync.WaitGroup
 	beat       time.Duration
+	stopping   atomic.Bool
 	fetchDone  chan struct{}
 	started    chan struct{}
 	stopOnce   sync.Once
@@ -152,8 +160,12 @@ func (w *Worker) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	host.Faults = w.cfg.Faults
+	if w.parked, err = js.KeyValue(ctx, streams.ParkedBucket); err != nil {
+		return err
+	}
 	ecfg := engine.Config{Store: st, Runtime: w.reg, Host: host, BuildID: w.reg.BuildID(), Logger: w.logger,
-		StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize}
+		StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize, Faults: w.cfg.Faults}
 	if !w.cfg.SkipReplayCheck {
 		ecfg.Replayer = w.reg.Replaying()
 	}
@@ -163,20 +175,18 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := w.publishDefinitions(ctx, js); err != nil {
 		return err
 	}
-	cons, err := streams.TaskConsumer(ctx, js, w.cfg.Queue, w.cfg.AckWait, max(1000, 4*w.cfg.RunConcurrency))
-	if err != nil {
+	if w.cons, err = streams.TaskConsumer(ctx, js, w.cfg.Queue, w.cfg.AckWait, max(1000, 4*w.cfg.RunConcurrency)); err != nil {
 		return err
 	}
 	// The queue's workers share one consumer, whose AckWait the last one to start set: beat by it.
 	w.beat = w.cfg.AckWait / 3
-	if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+	if info := w.cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
 		w.beat = info.Config.AckWait / 3
-	}
-	if w.iter, err = cons.Messages(jetstream.PullMaxMessages(w.cfg.RunConcurrency)); err != nil {
-		return fmt.Errorf("consuming tasks of queue %q: %w", w.cfg.Queue, err)
 	}
 	w.runCtx, w.cancelRuns = context.WithCancel(context.WithoutCancel(ctx))
 	go w.fetch()
+	hostname, _ := os.Hostname()
+	w.name = fmt.Sprintf("%s-%d", hostname, os.Getpid())
 	w.logger.InfoContext(ctx, "worker started", slog.Any("workflows", w.reg.Workflows()), slog.Any("steps", w.reg.Steps()),
 		slog.String("build_id", w.reg.BuildID()))
 	return nil
@@ -205,51 +215,101 @@ func (w *Worker) publishDefinitions(ctx context.Context, js jetstream.JetStream)
 	return nil
 }
 
-// fetch hands tasks to handlers, at most RunConcurrency at once, until the iterator stops.
+// fetchWait bounds each pull request, and so how long Stop waits for the fetch loop.
+const fetchWait = time.Second
+
+// fetch pulls tasks and hands each to a handler at once, never more than RunConcurrency at a
+// time: every pull asks for as many tasks as there are free slots, so that no task waits for a
+// slot, unwatched, while its AckWait runs out.
 func (w *Worker) fetch() {
 	defer close(w.fetchDone)
-	sem := make(chan struct{}, w.cfg.RunConcurrency)
-	for {
-		msg, err := w.iter.Next()
-		if err != nil {
-			if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-				w.logger.Error("fetching tasks stopped", slog.String("error", err.Error()))
-			}
+	slots := make(chan struct{}, w.cfg.RunConcurrency)
+	retry := 100 * time.Millisecond
+	for !w.stopping.Load() {
+		select {
+		case slots <- struct{}{}:
+		case <-w.runCtx.Done():
 			return
 		}
-		if w.runCtx.Err() != nil {
-			_ = msg.Nak()
+		free := 1
+		for free < w.cfg.RunConcurrency {
+			select {
+			case slots <- struct{}{}:
+				free++
+				continue
+			default:
+			}
+			break
+		}
+		used := 0
+		batch, err := w.cons.Fetch(free, jetstream.FetchMaxWait(fetchWait))
+		if err == nil {
+			for msg := range batch.Messages() {
+				used++
+				w.inflight.Add(1)
+				go func() {
+					defer func() { <-slots; w.inflight.Done() }()
+					w.handle(msg)
+				}()
+			}
+			err = batch.Error()
+		}
+		for range free - used {
+			<-slots
+		}
+		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && !w.stopping.Load() {
+			w.logger.Warn("fetching tasks failed; retrying", slog.String("error", err.Error()), slog.Duration("in", retry))
+			sleep(w.runCtx, retry)
+			retry = min(2*retry, 5*time.Second)
 			continue
 		}
-		sem <- struct{}{}
-		w.inflight.Add(1)
-		go func() {
-			defer func() { <-sem; w.inflight.Done() }()
-			w.handle(msg)
-		}()
+		retry = 100 * time.Millisecond
 	}
 }
 
 // handle drives the run a task names, with heartbeats, and settles the task: acknowledged when
-// the run is suspended or ended, redelivered later when it is blocked or the drive failed.
+// the run is suspended, ended, blocked or parked (none of these needs the task again: the next
+// input, a deploy or `flow resume` sends a new one), redelivered later when the drive failed.
 func (w *Worker) handle(msg jetstream.Msg) {
 	ctx := w.runCtx
+	if w.stopping.Load() {
+		_ = msg.Nak() // another worker takes it at once
+		return
+	}
 	runID, err := streams.RunOfTask(msg.Subject())
 	if err != nil {
 		w.logger.Error("dropping a malformed task", slog.String("subject", msg.Subject()), slog.String("error", err.Error()))
 		_ = msg.Term()
 		return
 	}
+	var task engine.Task
+	if err := json.Unmarshal(msg.Data(), &task); err != nil || task.RunID != runID {
+		task = engine.Task{RunID: runID}
+	}
+	if w.engine.Join(runID, task.Seq) {
+		_ = msg.Ack() // the run's driver in this process reads up to the task's seq before it stops
+		return
+	}
 	stop := w.heartbeat(msg)
-	res, err := w.engine.Drive(ctx, runID)
+	res, err := w.engine.Drive(ctx, runID, task.Seq)
 	stop()
 	var wrongBuild *engine.WrongBuildError
+	var unknown *engine.UnknownDefinitionError
 	switch {
 	case errors.As(err, &wrongBuild):
-		// A worker of the run's build takes it; this one never decides it.
-		_ = msg.NakWithDelay(time.Second)
+		w.park(ctx, msg, streams.Parked{RunID: runID, Queue: wrongBuild.Queue, Definition: wrongBuild.Definition, Build: wrongBuild.RunBuild,
+			Reason: fmt.Sprintf("pinned to build %q; waiting for a worker of that build on queue %q (this worker runs build %q)",
+				wrongBuild.RunBuild, w.cfg.Queue, wrongBuild.EngineBuild), Seq: task.Seq})
+	case errors.As(err, &unknown):
+		w.park(ctx, msg, streams.Parked{RunID: runID, Queue: unknown.Queue, Definition: unknown.Definition, Build: unknown.RunBuild,
+			Reason: fmt.Sprintf("waiting for a worker that registers workflow %q on queue %q", unknown.Definition, w.cfg.Queue), Seq: task.Seq})
+	case errors.Is(err, store.ErrDamaged):
+		w.logger.Error("not driving a run whose history is damaged", slog.String("run_id", runID), slog.String("error", err.Error()))
+		_ = msg.Ack()
 	case errors.Is(err, core.ErrNotFound):
-		w.logger.Warn("dropping a task for a run that does not exist", slog.String("run_id", runID))
+		// The history was read from the stream's leader up to the task's seq: the run does not
+		// exist, and no worker could drive it.
+		w.logger.Warn("dropping a task for a run that does not exist", slog.String("run_id", runID), slog.Uint64("seq", task.Seq))
 		_ = msg.Term()
 	case err != nil:
 		if ctx.Err() != nil {
@@ -258,12 +318,30 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		}
 		w.logger.Warn("driving a run failed; the task will be retried", slog.String("run_id", runID), slog.String("error", err.Error()))
 		_ = msg.NakWithDelay(backoff(msg))
-	case res.Status == core.StatusBlocked:
-		// Retried with backoff, so that a deploy of fixed code resumes the run.
-		_ = msg.NakWithDelay(backoff(msg))
 	default:
+		if res.Status == core.StatusBlocked {
+			w.logger.Info("run blocked; parked until a deploy or `flow resume`", slog.String("run_id", runID))
+		}
 		_ = msg.Ack()
 	}
+}
+
+// park records why no worker of this build can drive a run, for the history service to show
+// and to dispatch the run again when a worker that can registers, then acknowledges the task.
+// If the record cannot be written the task is redelivered later.
+func (w *Worker) park(ctx context.Context, msg jetstream.Msg, p streams.Parked) {
+	p.ParkedAt, p.By = time.Now().UTC(), w.name
+	b, err := json.Marshal(p)
+	if err == nil {
+		_, err = w.parked.Put(ctx, p.RunID, b)
+	}
+	if err != nil {
+		w.logger.Warn("parking a run failed; the task will be retried", slog.String("run_id", p.RunID), slog.String("error", err.Error()))
+		_ = msg.NakWithDelay(backoff(msg))
+		return
+	}
+	w.logger.Info("run parked", slog.String("run_id", p.RunID), slog.String("reason", p.Reason))
+	_ = msg.Ack()
 }
 
 // heartbeat tells NATS the task is in progress every third of the consumer's AckWait until stop
@@ -307,7 +385,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		default:
 			return
 		}
-		w.iter.Drain()
+		w.stopping.Store(true)
 		<-w.fetchDone
 		done := make(chan struct{})
 		go func() { w.inflight.Wait(); close(done) }()
@@ -325,4 +403,13 @@ func (w *Worker) Stop(ctx context.Context) error {
 		w.logger.Info("worker stopped")
 	})
 	return err
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
 }

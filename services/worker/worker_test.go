@@ -13,6 +13,7 @@ import (
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
@@ -27,6 +28,10 @@ var quiet = natstest.Logger()
 func setup(t *testing.T, register func(*flow.Registry)) *testBundle {
 	t.Helper()
 	srv := natstest.RunJetStream(t)
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, h.Stop()) })
 	reg := flow.NewRegistry(nil)
 	register(reg)
 	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, reg)
@@ -116,22 +121,26 @@ func TestSignalsAndCancellation(t *testing.T) {
 
 	runID, err := b.client.Start(ctx, "approve", nil, nil)
 	require.NoError(t, err)
-	require.NoError(t, b.client.Signal(ctx, runID, "approval", "yes", &flow.SignalOptions{DeliveryID: "d-1"}))
-	require.NoError(t, b.client.Signal(ctx, runID, "approval", "no", &flow.SignalOptions{DeliveryID: "d-1"}), "a redelivery is accepted once")
+	_, err = b.client.Signal(ctx, runID, "approval", "yes", &flow.SignalOptions{DeliveryID: "d-1"})
+	require.NoError(t, err)
+	_, err = b.client.Signal(ctx, runID, "approval", "no", &flow.SignalOptions{DeliveryID: "d-1"})
+	require.NoError(t, err, "a redelivery is accepted once")
 	var out string
 	require.NoError(t, b.client.Result(ctx, runID, &out))
 	require.Equal(t, "yes", out)
 
 	other, err := b.client.Start(ctx, "approve", nil, nil)
 	require.NoError(t, err)
-	require.NoError(t, b.client.Cancel(ctx, other, "changed my mind"))
+	_, err = b.client.Cancel(ctx, other, "changed my mind")
+	require.NoError(t, err)
 	var runErr *flow.RunError
 	require.ErrorAs(t, b.client.Result(ctx, other, nil), &runErr)
 	require.Equal(t, flow.StatusCancelled, runErr.Status)
 
 	_, err = b.client.Snapshot(ctx, "no-such-run")
 	require.ErrorIs(t, err, flow.ErrNotFound)
-	require.ErrorIs(t, b.client.Cancel(ctx, "no-such-run", ""), flow.ErrNotFound)
+	_, err = b.client.Cancel(ctx, "no-such-run", "")
+	require.ErrorIs(t, err, flow.ErrNotFound)
 }
 
 // TestResultSeesEveryEnd waits on many runs that end quickly: a client that woke on a commit

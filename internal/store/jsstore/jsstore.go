@@ -75,7 +75,8 @@ type Options struct {
 	AfterPublish func(msg *nats.Msg, ack *jetstream.PubAck, err error) (*jetstream.PubAck, error)
 }
 
-// Store is a store.EventStore and a store.Follower on JetStream. It is safe for concurrent use.
+// Store is a store.EventStore and a store.Follower on JetStream. It refuses the runs listed in
+// FLOW_DAMAGED with a *store.DamagedError. It is safe for concurrent use.
 type Store struct {
 	js           jetstream.JetStream
 	nc           *nats.Conn
@@ -83,6 +84,7 @@ type Store struct {
 	source       string
 	max          int
 	afterPublish func(*nats.Msg, *jetstream.PubAck, error) (*jetstream.PubAck, error)
+	quarantine   *quarantine
 
 	mu  sync.Mutex
 	pos map[string]position
@@ -105,8 +107,12 @@ func New(ctx context.Context, js jetstream.JetStream, opts *Options) (*Store, er
 	if err := streams.Check(ctx, js); err != nil {
 		return nil, err
 	}
+	q, err := watchQuarantine(ctx, js)
+	if err != nil {
+		return nil, err
+	}
 	s := &Store{js: js, nc: js.Conn(), leader: leaderReader{nc: js.Conn(), stream: streams.History}, source: opts.Source,
-		max: opts.Positions, afterPublish: opts.AfterPublish, pos: map[string]position{}}
+		max: opts.Positions, afterPublish: opts.AfterPublish, quarantine: q, pos: map[string]position{}}
 	if s.source == "" {
 		s.source = "flow"
 	}
@@ -119,6 +125,9 @@ func New(ctx context.Context, js jetstream.JetStream, opts *Options) (*Store, er
 // Append implements store.EventStore.
 func (s *Store) Append(ctx context.Context, runID string, expected uint64, events ...event.Event) (uint64, error) {
 	if err := store.CheckAppend(runID, events); err != nil {
+		return 0, err
+	}
+	if err := s.quarantine.check(runID); err != nil {
 		return 0, err
 	}
 	first, last := expected+1, expected+uint64(len(events))
@@ -264,6 +273,9 @@ func (s *Store) Load(ctx context.Context, runID string, after uint64) ([]event.E
 // atLeast, gets from the stream's leader for the rest.
 func (s *Store) LoadAtLeast(ctx context.Context, runID string, after, atLeast uint64) ([]event.Envelope, error) {
 	if err := event.ValidateDerivedRunID(runID); err != nil {
+		return nil, err
+	}
+	if err := s.quarantine.check(runID); err != nil {
 		return nil, err
 	}
 	start := uint64(1)

@@ -1,0 +1,152 @@
+// Package api holds the wire types of the history service's queries, shared by the service
+// (which answers them over NATS request/reply and HTTP) and by flow.Client (which asks), so
+// that the two doors and their callers cannot drift apart.
+//
+// # NATS
+//
+// Requests are JSON on the subjects below (a nats.go micro service, "flow-history"); a reply is
+// the JSON response, or an error: an empty body with the micro headers Nats-Service-Error-Code
+// (one of the Code constants) and Nats-Service-Error (the message).
+//
+// # HTTP
+//
+//	GET  /v1/runs                   ListRequest as query parameters: ListResponse
+//	GET  /v1/runs/{id}?at=&at_least= the snapshot: GetResponse
+//	GET  /v1/runs/{id}/history      HistoryRequest as query parameters: HistoryResponse
+//	GET  /v1/runs/{id}/watch        server-sent events, one per event: "id: <seq>", "event: <type>", "data: <envelope>"
+//	POST /v1/runs/{id}/resume       ResumeRequest as JSON body (run_id from the path): ResumeResponse
+//
+// Errors are a status code (400, 404, 409, 500, 503) with the body {"error": Error}.
+package api
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// Subjects of the history service's NATS endpoints.
+const (
+	SubjectGet     = "flow.api.runs.get"
+	SubjectHistory = "flow.api.runs.history"
+	SubjectList    = "flow.api.runs.list"
+	SubjectResume  = "flow.api.runs.resume"
+)
+
+// GetRequest asks for a run's snapshot: the latest, or as of sequence At (time travel).
+type GetRequest struct {
+	RunID string `json:"run_id"`
+	// At projects the history up to this sequence; 0 means the latest.
+	At uint64 `json:"at,omitempty"`
+	// AtLeast is the last sequence the caller knows exists: the answer includes it.
+	AtLeast uint64 `json:"at_least,omitempty"`
+}
+
+// GetResponse is a run's snapshot, and its index entry.
+type GetResponse struct {
+	Snapshot *core.Snapshot `json:"snapshot"`
+	// Entry is the run's runs index entry (with why it is parked, if it is).
+	Entry *core.Summary `json:"entry,omitempty"`
+	// Last is the run's last sequence: Snapshot.Seq unless At asked for an earlier one.
+	Last uint64 `json:"last"`
+}
+
+// HistoryRequest asks for a page of a run's events.
+type HistoryRequest struct {
+	RunID string `json:"run_id"`
+	// After is the last sequence already read; 0 starts at the first event.
+	After uint64 `json:"after,omitempty"`
+	// Limit bounds the page. Defaults to DefaultHistoryLimit; at most MaxHistoryLimit.
+	Limit int `json:"limit,omitempty"`
+	// AtLeast is the last sequence the caller knows exists.
+	AtLeast uint64 `json:"at_least,omitempty"`
+}
+
+// Limits of a history page.
+const (
+	DefaultHistoryLimit = 1000
+	MaxHistoryLimit     = 10000
+)
+
+// HistoryResponse is a page of events, in order.
+type HistoryResponse struct {
+	Events []event.Envelope `json:"events"`
+	// More is set when events after the page exist: ask again after the last one.
+	More bool `json:"more"`
+}
+
+// ListRequest filters and pages the runs index. The zero value lists the most recently updated
+// runs first, DefaultListLimit of them.
+type ListRequest struct {
+	// Status keeps runs in any of these statuses (core.Status values).
+	Status []string `json:"status,omitempty"`
+	// Definition, Queue, Build and Parent keep runs with exactly this value.
+	Definition string `json:"definition,omitempty"`
+	Queue      string `json:"queue,omitempty"`
+	Build      string `json:"build,omitempty"`
+	Parent     string `json:"parent,omitempty"`
+	// Since and Until keep runs started in [Since, Until).
+	Since time.Time `json:"since,omitzero"`
+	Until time.Time `json:"until,omitzero"`
+	// Parked keeps only runs that are parked (blocked, or waiting for a worker of their build
+	// or definition).
+	Parked bool `json:"parked,omitempty"`
+	// Limit bounds the page. Defaults to DefaultListLimit; at most MaxListLimit.
+	Limit int `json:"limit,omitempty"`
+	// Cursor continues a listing where the previous page's Next left it.
+	Cursor string `json:"cursor,omitempty"`
+}
+
+// Limits of a list page.
+const (
+	DefaultListLimit = 50
+	MaxListLimit     = 1000
+)
+
+// ListResponse is a page of index entries, most recently updated first.
+type ListResponse struct {
+	Runs []core.Summary `json:"runs"`
+	// Next is the cursor of the next page; empty on the last one.
+	Next string `json:"next,omitempty"`
+	// Total counts the runs that match the filter, over all pages.
+	Total int `json:"total"`
+}
+
+// ResumeRequest asks the history service to dispatch a parked run again (`flow resume`).
+type ResumeRequest struct {
+	RunID string `json:"run_id"`
+	// AcceptDamage releases a run the service quarantined because its history was found
+	// damaged, after an operator checked it: it is driven from what its history holds.
+	AcceptDamage bool `json:"accept_damage,omitempty"`
+}
+
+// ResumeResponse says what resuming did.
+type ResumeResponse struct {
+	RunID string `json:"run_id"`
+	// Seq is the run's last sequence, which the task names.
+	Seq uint64 `json:"seq"`
+	// Status is the run's status.
+	Status core.Status `json:"status"`
+}
+
+// Code classifies an error reply.
+type Code string
+
+// Error codes, with their HTTP status.
+const (
+	CodeInvalid     Code = "400" // the request is malformed
+	CodeNotFound    Code = "404" // no such run
+	CodeConflict    Code = "409" // the run's state refuses the request (its history is damaged, it ended)
+	CodeInternal    Code = "500"
+	CodeUnavailable Code = "503" // the service cannot reach NATS or is starting
+)
+
+// Error is an error reply.
+type Error struct {
+	Code    Code   `json:"code"`
+	Message string `json:"message"`
+}
+
+func (e *Error) Error() string { return fmt.Sprintf("flow: history service: %s", e.Message) }

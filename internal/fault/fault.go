@@ -1,0 +1,186 @@
+// Package fault injects failures at named points between Flow's durable writes, for the tests
+// that show a crash or an error there loses nothing (etcd's failpoints, in miniature).
+//
+// Code that sits between two writes calls [Injector.Hit] with the point's name; a nil Injector,
+// the production default, does nothing and costs a nil check. A test arms points on its own
+// Injector (or, in a child process, through the FLOW_FAULTS environment variable, see
+// [FromEnv]) to return an error or to kill the process there.
+package fault
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+)
+
+// Point names a place between two durable writes.
+type Point string
+
+// The points. Each comment names the write before and the write after.
+const (
+	// StoreAppend: before a commit is appended to a run's history (the append fails).
+	StoreAppend Point = "store-append"
+	// AfterAppendBeforeTask: an input (start, signal, hook delivery, cancel, timer fire, child
+	// settlement) is committed; the writer's own resume task is not published yet.
+	AfterAppendBeforeTask Point = "after-append-before-task"
+	// TaskPublish: before a resume task is published (the publish fails).
+	TaskPublish Point = "task-publish"
+	// AfterDecisionBeforeChildren: child.scheduled is committed; the child runs are not started.
+	AfterDecisionBeforeChildren Point = "after-decision-before-children"
+	// AfterTerminalBeforeEnd: a run's terminal event is committed; the parent's notice, the
+	// successor's start and the children's cancellation are not done yet.
+	AfterTerminalBeforeEnd Point = "after-terminal-before-end"
+	// AfterFireBeforeDelete: a timer's firing is committed; its timer entry is not deleted.
+	AfterFireBeforeDelete Point = "after-fire-before-delete"
+	// TimerPut: before a timer entry is written (the write fails).
+	TimerPut Point = "timer-put"
+	// IndexPut: before a runs index entry is written (the write fails).
+	IndexPut Point = "index-put"
+	// HistoryBeforeEffects: the history service read a commit; none of its consequences are
+	// applied yet.
+	HistoryBeforeEffects Point = "history-before-effects"
+	// HistoryBeforeIndex: a commit's timers, tasks, children and end-of-run work are done; its
+	// runs index entry is not written yet.
+	HistoryBeforeIndex Point = "history-before-index"
+	// HistoryBeforeAck: every consequence of a commit is applied; the history service has not
+	// acknowledged it.
+	HistoryBeforeAck Point = "history-before-ack"
+)
+
+// Points lists every point, for suites that run each scenario at each point.
+var Points = []Point{StoreAppend, AfterAppendBeforeTask, TaskPublish, AfterDecisionBeforeChildren,
+	AfterTerminalBeforeEnd, AfterFireBeforeDelete, TimerPut, IndexPut, HistoryBeforeEffects, HistoryBeforeIndex,
+	HistoryBeforeAck}
+
+// Action is what an armed point does.
+type Action string
+
+const (
+	// Fail makes Hit return an error wrapping ErrInjected: the operation fails and its caller's
+	// retry path runs.
+	Fail Action = "fail"
+	// Kill sends SIGKILL to the process: it dies between the two writes.
+	Kill Action = "kill"
+)
+
+// ErrInjected is wrapped by the errors of armed Fail points.
+var ErrInjected = errors.New("flow: injected fault")
+
+// Injector holds the armed points. The zero value and nil are disarmed; an Injector is safe for
+// concurrent use.
+type Injector struct {
+	mu    sync.Mutex
+	armed map[Point]*arming
+	hits  map[Point]int
+}
+
+type arming struct {
+	action Action
+	// skip hits pass before the point acts; it then acts times times (0: forever).
+	skip, times int
+}
+
+// Arm makes point p act with action after skip hits, times times (0 means every hit).
+func (f *Injector) Arm(p Point, action Action, skip, times int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.armed == nil {
+		f.armed = map[Point]*arming{}
+	}
+	f.armed[p] = &arming{action: action, skip: skip, times: times}
+}
+
+// Disarm stops point p from acting.
+func (f *Injector) Disarm(p Point) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.armed, p)
+}
+
+// Hit is called at point p. It returns nil, unless p is armed to fail now; it does not return
+// if p is armed to kill now.
+func (f *Injector) Hit(p Point) error {
+	if f == nil {
+		return nil
+	}
+	f.mu.Lock()
+	if f.hits == nil {
+		f.hits = map[Point]int{}
+	}
+	f.hits[p]++
+	a, ok := f.armed[p]
+	act := ok && a.skip <= 0
+	if ok && a.skip > 0 {
+		a.skip--
+	}
+	if act && a.times > 0 {
+		a.times--
+		if a.times == 0 {
+			delete(f.armed, p)
+		}
+	}
+	f.mu.Unlock()
+	if !act {
+		return nil
+	}
+	if a.action == Kill {
+		_ = syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way
+	}
+	return fmt.Errorf("%w at %s", ErrInjected, p)
+}
+
+// Hits returns how many times point p was reached.
+func (f *Injector) Hits(p Point) int {
+	if f == nil {
+		return 0
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.hits[p]
+}
+
+// EnvVar is the environment variable FromEnv reads.
+const EnvVar = "FLOW_FAULTS"
+
+// FromEnv returns an Injector armed as FLOW_FAULTS says, or nil when it is unset. The value
+// lists arms separated by commas, each "point:action[:skip[:times]]", for example
+// "after-append-before-task:kill:3" (kill the process at the fourth hit).
+func FromEnv() (*Injector, error) {
+	v := os.Getenv(EnvVar)
+	if v == "" {
+		return nil, nil
+	}
+	f := &Injector{}
+	for _, arm := range strings.Split(v, ",") {
+		parts := strings.Split(strings.TrimSpace(arm), ":")
+		if len(parts) < 2 || len(parts) > 4 {
+			return nil, fmt.Errorf("%s: %q is not point:action[:skip[:times]]", EnvVar, arm)
+		}
+		p, action := Point(parts[0]), Action(parts[1])
+		known := false
+		for _, q := range Points {
+			known = known || q == p
+		}
+		if !known {
+			return nil, fmt.Errorf("%s: unknown point %q", EnvVar, p)
+		}
+		if action != Fail && action != Kill {
+			return nil, fmt.Errorf("%s: action must be fail or kill, got %q", EnvVar, action)
+		}
+		n := [2]int{}
+		for i, text := range parts[2:] {
+			v, err := strconv.Atoi(text)
+			if err != nil || v < 0 {
+				return nil, fmt.Errorf("%s: %q: skip and times must be non-negative numbers", EnvVar, arm)
+			}
+			n[i] = v
+		}
+		f.Arm(p, action, n[0], n[1])
+	}
+	return f, nil
+}

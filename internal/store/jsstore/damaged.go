@@ -1,0 +1,106 @@
+package jsstore
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/internal/streams"
+)
+
+// quarantine is the set of runs the history service found damaged (FLOW_DAMAGED), kept by a
+// watch for as long as the store's connection is open. The store refuses to append to them or
+// read them: driving or serving a run whose history lost its tail would run its lost steps
+// again.
+type quarantine struct {
+	mu   sync.RWMutex
+	runs map[string]string // run ID -> reason
+}
+
+// watchQuarantine opens FLOW_DAMAGED and returns once the set holds every entry. A bucket that
+// does not exist (Flow's streams from an older version) quarantines nothing.
+func watchQuarantine(ctx context.Context, js jetstream.JetStream) (*quarantine, error) {
+	q := &quarantine{runs: map[string]string{}}
+	kv, err := js.KeyValue(ctx, streams.DamagedBucket)
+	if err != nil {
+		return q, nil
+	}
+	// The watch lives as long as the connection: it ends when the connection closes.
+	w, err := kv.WatchAll(context.WithoutCancel(ctx))
+	if err != nil {
+		return nil, fmt.Errorf("watching %s: %w", streams.DamagedBucket, err)
+	}
+	ready := make(chan struct{})
+	go func() {
+		loaded := false
+		for e := range w.Updates() {
+			if e == nil {
+				if !loaded {
+					loaded = true
+					close(ready)
+				}
+				continue
+			}
+			q.apply(e)
+		}
+		if !loaded {
+			close(ready)
+		}
+	}()
+	select {
+	case <-ready:
+		return q, nil
+	case <-ctx.Done():
+		_ = w.Stop()
+		return nil, ctx.Err()
+	}
+}
+
+func (q *quarantine) apply(e jetstream.KeyValueEntry) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(q.runs, e.Key())
+		return
+	}
+	var d streams.Damaged
+	if err := json.Unmarshal(e.Value(), &d); err != nil || d.Reason == "" {
+		d.Reason = "found damaged"
+	}
+	q.runs[e.Key()] = d.Reason
+}
+
+// check returns a *store.DamagedError if run runID is quarantined.
+func (q *quarantine) check(runID string) error {
+	q.mu.RLock()
+	reason, ok := q.runs[runID]
+	q.mu.RUnlock()
+	if ok {
+		return &store.DamagedError{RunID: runID, Reason: reason}
+	}
+	return nil
+}
+
+// Quarantined reports whether the store refuses run runID because its history is damaged.
+func (s *Store) Quarantined(runID string) bool { return s.quarantine.check(runID) != nil }
+
+// Release stops refusing run runID in this store at once, ahead of the watch, after its
+// FLOW_DAMAGED entry was deleted.
+func (s *Store) Release(_ context.Context, runID string) error {
+	s.quarantine.mu.Lock()
+	defer s.quarantine.mu.Unlock()
+	delete(s.quarantine.runs, runID)
+	return nil
+}
+
+// Quarantine starts refusing run runID in this store at once, ahead of the watch, after its
+// FLOW_DAMAGED entry was written.
+func (s *Store) Quarantine(runID, reason string) {
+	s.quarantine.mu.Lock()
+	defer s.quarantine.mu.Unlock()
+	s.quarantine.runs[runID] = reason
+}

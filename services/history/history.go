@@ -1,0 +1,294 @@
+// Package history is Flow's history service: the durable consumer of the history stream, and
+// the read side.
+//
+// # The outbox
+//
+// The history stream is the outbox. Every consequence of a commit is a function of the stream,
+// applied by this service from a durable JetStream consumer (explicit acks; a restart resumes at
+// the ack floor) and acknowledged only once applied: the resume task of an input no decision
+// answered yet (deduplicated by "<run>:<seq>"), the timer index entry of every wait and retry
+// (and its removal when moot), the child runs a decision started, the end-of-run work (the
+// parent's child.settled, the continue-as-new successor, children cancelled per policy, hook
+// tokens released), the runs index entry (written only when the run's status or detail
+// changes, guarded so that it never moves backwards), and the public event feed (one CloudEvent
+// per event on flow.events.<definition>.<run>.<type>, see docs/events.md). Writers may do the
+// same work at once as a fast path; correctness never depends on it: a crash between any two
+// writes delays a run by one redelivery and never loses it.
+//
+// Several replicas share the consumer. Within a replica a run's commits are applied in order
+// (each run hashes to one lane); across replicas every effect is derived from the run's latest
+// history and is idempotent, so two replicas applying commits of one run concurrently agree.
+//
+// # Parking
+//
+// Workers park runs they cannot drive (pinned to another build, or of a definition they do not
+// register) in FLOW_PARKED and acknowledge their tasks; blocked runs are parked by their status.
+// The service dispatches them again when a worker registers their definition (with a build that
+// can drive them), and on `flow resume`.
+//
+// # Queries
+//
+// The service answers snapshot (latest, or at any sequence), history page, list (with filters
+// and paging) and resume requests over NATS request/reply (a micro service, see package
+// internal/api) and HTTP, with watch over server-sent events.
+//
+// # Damage
+//
+// At start the service checks the streams it depends on: history lost by a disk or a server
+// crash is reported run by run, and those runs are quarantined in FLOW_DAMAGED, which every
+// store refuses to serve; a damaged or empty runs index, timer index or task queue is rebuilt
+// from history (as `flowd history --rebuild` does on demand).
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/natsconn"
+	"github.com/flowrun/flow/internal/store/jsstore"
+	"github.com/flowrun/flow/internal/streams"
+)
+
+// Config configures a Service. The zero value works against a local `flow dev`. Load it from
+// the environment with envconfig.Process("FLOW", &cfg): FLOW_NATS_URL, FLOW_HISTORY_HTTP_ADDR...
+type Config struct {
+	// NATSURL is the NATS server to connect to when Conn is nil. Defaults to
+	// "nats://127.0.0.1:4222".
+	NATSURL string `envconfig:"NATS_URL"`
+	// Conn is an existing connection to use instead of dialling NATSURL. The service does not
+	// close it.
+	Conn *nats.Conn `ignored:"true"`
+	// HTTPAddr is the address of the HTTP API, host:port. Defaults to "127.0.0.1:8420"; "off"
+	// disables it; port 0 picks a free one (see Service.HTTPAddr).
+	HTTPAddr string `envconfig:"HISTORY_HTTP_ADDR"`
+	// Lanes is how many runs have commits applied at once; each run's commits are applied in
+	// order in one lane. Defaults to 16.
+	Lanes int `envconfig:"HISTORY_LANES"`
+	// AckWait is how long a commit may stay unacknowledged before JetStream hands it to another
+	// replica. Defaults to 30 seconds.
+	AckWait time.Duration `envconfig:"HISTORY_ACK_WAIT"`
+	// CacheSize bounds the runs whose snapshots are kept between commits. Defaults to 10,000.
+	CacheSize int `envconfig:"HISTORY_CACHE_SIZE"`
+	// Rebuild rebuilds the runs index, the timer index and the resume tasks of every run from
+	// history at start. Defaults to false: they are rebuilt only when found damaged, empty or
+	// behind.
+	Rebuild bool `envconfig:"HISTORY_REBUILD"`
+	// Streams sizes Flow's streams, created or updated at start.
+	Streams streams.Config `envconfig:"STREAMS"`
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger `ignored:"true"`
+	// Faults injects failures between writes, for tests. Defaults to nil (none).
+	Faults *fault.Injector `ignored:"true"`
+}
+
+// DefaultHTTPAddr is where the HTTP API listens unless Config.HTTPAddr says otherwise.
+const DefaultHTTPAddr = "127.0.0.1:8420"
+
+// Service is the history service. Start it once; Stop it once.
+type Service struct {
+	cfg    Config
+	logger *slog.Logger
+
+	nc      *nats.Conn
+	ownConn bool
+	js      jetstream.JetStream
+	store   *jsstore.Store
+	host    *jshost.Host
+	engine  *engine.Engine
+	runs    jetstream.KeyValue
+	parked  jetstream.KeyValue
+	damaged jetstream.KeyValue
+	defs    jetstream.KeyValue
+
+	index *readModel
+	park  *parking
+	feed  *feed
+	lanes []*lane
+
+	micro    micro.Service
+	httpSrv  *http.Server
+	httpAddr net.Addr
+
+	cancel  context.CancelFunc
+	workers sync.WaitGroup
+	started chan struct{}
+	once    sync.Once
+	// applied counts commits applied, for tests and stats.
+	applied countingSignal
+}
+
+// New returns a history service.
+func New(cfg Config) (*Service, error) {
+	if cfg.NATSURL == "" {
+		cfg.NATSURL = nats.DefaultURL
+	}
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = DefaultHTTPAddr
+	}
+	if cfg.Lanes == 0 {
+		cfg.Lanes = 16
+	}
+	if cfg.AckWait == 0 {
+		cfg.AckWait = 30 * time.Second
+	}
+	if cfg.CacheSize == 0 {
+		cfg.CacheSize = 10_000
+	}
+	switch {
+	case cfg.Lanes < 1:
+		return nil, fmt.Errorf("history: Lanes must be positive, got %d", cfg.Lanes)
+	case cfg.AckWait < time.Second:
+		return nil, fmt.Errorf("history: AckWait must be at least 1s, got %s", cfg.AckWait)
+	case cfg.CacheSize < 0:
+		return nil, fmt.Errorf("history: CacheSize must not be negative, got %d", cfg.CacheSize)
+	}
+	if cfg.HTTPAddr != "off" {
+		if _, _, err := net.SplitHostPort(cfg.HTTPAddr); err != nil {
+			return nil, fmt.Errorf("history: HTTPAddr must be host:port or \"off\", got %q: %w", cfg.HTTPAddr, err)
+		}
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	return &Service{cfg: cfg, logger: logger.With(slog.String("component", "history")), started: make(chan struct{})}, nil
+}
+
+// Start connects, creates Flow's streams if needed, checks them for damage (rebuilding what it
+// can), and starts consuming the history stream and answering queries. It returns once the
+// service consumes and answers.
+func (s *Service) Start(ctx context.Context) error {
+	var err error
+	if s.nc, s.ownConn, err = natsconn.Use(s.cfg.Conn, s.cfg.NATSURL, "flow-history"); err != nil {
+		return err
+	}
+	if err := s.start(ctx); err != nil {
+		s.shutdown()
+		return err
+	}
+	close(s.started)
+	return nil
+}
+
+func (s *Service) start(ctx context.Context) error {
+	if err := s.open(ctx); err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	if err := s.index.start(runCtx, &s.workers); err != nil {
+		return err
+	}
+	if err := s.park.start(runCtx, &s.workers); err != nil {
+		return err
+	}
+	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := s.consume(runCtx); err != nil {
+		return err
+	}
+	if err := s.serve(); err != nil {
+		return err
+	}
+	s.logger.InfoContext(ctx, "history service started", slog.Int("lanes", s.cfg.Lanes), slog.String("http", s.HTTPAddr()))
+	return nil
+}
+
+func (s *Service) open(ctx context.Context) error {
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return err
+	}
+	s.js = js
+	if err := streams.Ensure(ctx, js, s.cfg.Streams); err != nil {
+		return err
+	}
+	if s.store, err = jsstore.New(ctx, js, &jsstore.Options{Source: "flow/history"}); err != nil {
+		return err
+	}
+	if s.host, err = jshost.New(ctx, js, "flow/history", s.logger); err != nil {
+		return err
+	}
+	s.host.Faults = s.cfg.Faults
+	if s.engine, err = engine.New(engine.Config{Store: s.store, Host: s.host, Logger: s.logger, CacheSize: -1, Faults: s.cfg.Faults}); err != nil {
+		return err
+	}
+	for name, kv := range map[string]*jetstream.KeyValue{streams.RunsBucket: &s.runs, streams.ParkedBucket: &s.parked,
+		streams.DamagedBucket: &s.damaged, streams.DefinitionsBucket: &s.defs} {
+		if *kv, err = js.KeyValue(ctx, name); err != nil {
+			return fmt.Errorf("opening bucket %s: %w", name, err)
+		}
+	}
+	s.index = newReadModel(s.runs, s.logger)
+	s.park = newParking(s)
+	if s.feed, err = newFeed(s.nc); err != nil {
+		return err
+	}
+	return nil
+}
+
+// HTTPAddr returns the address the HTTP API listens on, or "" when it is off.
+func (s *Service) HTTPAddr() string {
+	if s.httpAddr == nil {
+		return ""
+	}
+	return s.httpAddr.String()
+}
+
+// Stop stops consuming and answering, and waits for the commits being applied: a commit cut
+// short is not acknowledged and is applied again by the next replica. It is idempotent and
+// safe before Start.
+func (s *Service) Stop() error {
+	s.once.Do(func() {
+		select {
+		case <-s.started:
+		default:
+			return
+		}
+		s.shutdown()
+		s.logger.Info("history service stopped")
+	})
+	return nil
+}
+
+func (s *Service) shutdown() {
+	if s.micro != nil {
+		_ = s.micro.Stop()
+	}
+	if s.httpSrv != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = s.httpSrv.Shutdown(ctx)
+		cancel()
+	}
+	if s.cancel != nil {
+		s.cancel()
+	}
+	s.workers.Wait()
+	if s.ownConn && s.nc != nil {
+		s.nc.Close()
+	}
+}
+
+// Applied returns the number of commits this service has applied.
+func (s *Service) Applied() int64 { return s.applied.load() }
+
+// WaitApplied returns once this service has applied at least n commits, or ctx ends.
+func (s *Service) WaitApplied(ctx context.Context, n int64) error { return s.applied.wait(ctx, n) }
+
+// errPermanent marks a commit that can never be applied (its message is malformed): it is
+// logged and acknowledged instead of retried.
+var errPermanent = errors.New("permanent")

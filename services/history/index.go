@@ -1,0 +1,296 @@
+package history
+
+import (
+	"cmp"
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/fault"
+)
+
+// writeIndex brings run runID's runs index entry up to date with f: the run's summary, with why
+// it is parked or damaged. It writes only when the entry changes, and never replaces an entry
+// that names a later sequence (another replica, further ahead, wrote it): every write is a
+// compare-and-set on the entry's revision.
+func (s *Service) writeIndex(ctx context.Context, runID string, f *followed) error {
+	want := f.s.Summary()
+	want.Parked = s.park.reason(runID)
+	for {
+		if !f.known && !f.fresh {
+			cur, rev, err := s.readEntry(ctx, runID)
+			if err != nil {
+				return err
+			}
+			f.indexed, f.indexRev, f.known = cur, rev, true
+		}
+		if f.known && f.indexRev > 0 && (f.indexed.Seq > want.Seq || f.indexed == want) {
+			return nil
+		}
+		if f.known && f.indexRev > 0 && f.indexed.Damaged != "" {
+			want.Damaged = f.indexed.Damaged
+		}
+		if err := s.cfg.Faults.Hit(fault.IndexPut); err != nil {
+			return err
+		}
+		b, err := json.Marshal(want)
+		if err != nil {
+			return err
+		}
+		var rev uint64
+		if f.indexRev == 0 {
+			rev, err = s.runs.Create(ctx, runID, b)
+		} else {
+			rev, err = s.runs.Update(ctx, runID, b, f.indexRev)
+		}
+		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			f.known, f.fresh = false, false // someone else wrote it: read it and decide again
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("writing the runs index entry of run %q: %w", runID, err)
+		}
+		f.indexed, f.indexRev, f.known, f.fresh = want, rev, true, false
+		return nil
+	}
+}
+
+// putEntry writes sum as its run's index entry if the entry is at revision rev (0: absent). A
+// lost race returns an error wrapping jetstream.ErrKeyRevisionMismatch.
+func (s *Service) putEntry(ctx context.Context, sum core.Summary, rev uint64) error {
+	b, err := json.Marshal(sum)
+	if err != nil {
+		return err
+	}
+	if rev == 0 {
+		_, err = s.runs.Create(ctx, sum.RunID, b)
+		if errors.Is(err, jetstream.ErrKeyExists) {
+			err = fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
+		}
+		return err
+	}
+	_, err = s.runs.Update(ctx, sum.RunID, b, rev)
+	return err
+}
+
+// readEntry returns run runID's runs index entry and its revision; revision 0 when absent.
+func (s *Service) readEntry(ctx context.Context, runID string) (core.Summary, uint64, error) {
+	var sum core.Summary
+	e, err := s.runs.Get(ctx, runID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return sum, 0, nil
+	}
+	if err != nil {
+		return sum, 0, fmt.Errorf("reading the runs index entry of run %q: %w", runID, err)
+	}
+	if err := json.Unmarshal(e.Value(), &sum); err != nil {
+		// An entry that does not decode is replaced.
+		return core.Summary{}, e.Revision(), nil
+	}
+	return sum, e.Revision(), nil
+}
+
+// readModel is this replica's copy of the runs index, kept by watching FLOW_RUNS: it answers
+// listings without reading the bucket, and finds the parked runs of a definition.
+type readModel struct {
+	kv     jetstream.KeyValue
+	logger *slog.Logger
+
+	mu    sync.RWMutex
+	runs  map[string]core.Summary
+	ready chan struct{}
+}
+
+func newReadModel(kv jetstream.KeyValue, logger *slog.Logger) *readModel {
+	return &readModel{kv: kv, logger: logger, runs: map[string]core.Summary{}, ready: make(chan struct{})}
+}
+
+// start watches the bucket and returns once the model holds every entry.
+func (m *readModel) start(ctx context.Context, wg *sync.WaitGroup) error {
+	w, err := m.kv.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watching the runs index: %w", err)
+	}
+	wg.Go(func() {
+		defer func() { _ = w.Stop() }()
+		for {
+			select {
+			case e, ok := <-w.Updates():
+				if !ok {
+					if ctx.Err() == nil {
+						m.logger.Error("the runs index watch ended; listings are no longer updated")
+					}
+					return
+				}
+				m.apply(e)
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	select {
+	case <-m.ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (m *readModel) apply(e jetstream.KeyValueEntry) {
+	if e == nil {
+		close(m.ready)
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(m.runs, e.Key())
+		return
+	}
+	var sum core.Summary
+	if err := json.Unmarshal(e.Value(), &sum); err != nil || sum.RunID != e.Key() {
+		m.logger.Warn("ignoring a malformed runs index entry", slog.String("key", e.Key()))
+		return
+	}
+	m.runs[e.Key()] = sum
+}
+
+// get returns run runID's entry.
+func (m *readModel) get(runID string) (core.Summary, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	sum, ok := m.runs[runID]
+	return sum, ok
+}
+
+// len returns the number of entries.
+func (m *readModel) len() int {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.runs)
+}
+
+// where returns the entries keep selects, in no particular order.
+func (m *readModel) where(keep func(core.Summary) bool) []core.Summary {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	var out []core.Summary
+	for _, sum := range m.runs {
+		if keep(sum) {
+			out = append(out, sum)
+		}
+	}
+	return out
+}
+
+// list answers a listing: the entries that match, most recently updated first (then by run
+// ID), one page after the cursor.
+func (m *readModel) list(req api.ListRequest) (api.ListResponse, error) {
+	limit := req.Limit
+	switch {
+	case limit == 0:
+		limit = api.DefaultListLimit
+	case limit < 0 || limit > api.MaxListLimit:
+		return api.ListResponse{}, &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf("limit must be between 1 and %d, got %d", api.MaxListLimit, limit)}
+	}
+	for _, st := range req.Status {
+		if !knownStatus(core.Status(st)) {
+			return api.ListResponse{}, &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf("unknown status %q; use one of %s", st, statusNames())}
+		}
+	}
+	after, err := decodeCursor(req.Cursor)
+	if err != nil {
+		return api.ListResponse{}, err
+	}
+	match := m.where(func(sum core.Summary) bool { return matches(req, sum) })
+	slices.SortFunc(match, newestFirst)
+	resp := api.ListResponse{Total: len(match), Runs: []core.Summary{}}
+	start := 0
+	if after != nil {
+		start, _ = slices.BinarySearchFunc(match, *after, newestFirst)
+		if start < len(match) && match[start].RunID == after.RunID {
+			start++
+		}
+	}
+	end := min(start+limit, len(match))
+	resp.Runs = append(resp.Runs, match[start:end]...)
+	if end < len(match) {
+		resp.Next = encodeCursor(match[end-1])
+	}
+	return resp, nil
+}
+
+func newestFirst(a, b core.Summary) int {
+	return cmp.Or(b.UpdatedAt.Compare(a.UpdatedAt), cmp.Compare(a.RunID, b.RunID))
+}
+
+func matches(req api.ListRequest, sum core.Summary) bool {
+	switch {
+	case len(req.Status) > 0 && !slices.Contains(req.Status, string(sum.Status)):
+	case req.Definition != "" && sum.Definition != req.Definition:
+	case req.Queue != "" && queueOf(sum) != req.Queue:
+	case req.Build != "" && sum.BuildID != req.Build:
+	case req.Parent != "" && sum.Parent != req.Parent:
+	case !req.Since.IsZero() && sum.StartedAt.Before(req.Since):
+	case !req.Until.IsZero() && !sum.StartedAt.Before(req.Until):
+	case req.Parked && sum.Parked == "" && sum.Status != core.StatusBlocked:
+	default:
+		return true
+	}
+	return false
+}
+
+// queueOf returns the queue of an entry, with the default queue named.
+func queueOf(sum core.Summary) string {
+	if sum.Queue == "" {
+		return "default"
+	}
+	return sum.Queue
+}
+
+// A cursor is the last entry of a page: its update time and run ID.
+func encodeCursor(sum core.Summary) string {
+	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatInt(sum.UpdatedAt.UnixNano(), 10) + "/" + sum.RunID))
+}
+
+func decodeCursor(c string) (*core.Summary, error) {
+	if c == "" {
+		return nil, nil
+	}
+	bad := &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf("cursor %q is not one a listing returned; start again without it", c)}
+	b, err := base64.RawURLEncoding.DecodeString(c)
+	if err != nil {
+		return nil, bad
+	}
+	nanos, runID, ok := strings.Cut(string(b), "/")
+	n, err := strconv.ParseInt(nanos, 10, 64)
+	if !ok || err != nil || runID == "" {
+		return nil, bad
+	}
+	return &core.Summary{RunID: runID, UpdatedAt: time.Unix(0, n).UTC()}, nil
+}
+
+var statuses = []core.Status{core.StatusPending, core.StatusRunning, core.StatusSuspended, core.StatusCancelling,
+	core.StatusBlocked, core.StatusCompleted, core.StatusFailed, core.StatusCancelled, core.StatusContinuedAsNew}
+
+func knownStatus(st core.Status) bool { return slices.Contains(statuses, st) }
+
+func statusNames() string {
+	names := make([]string, len(statuses))
+	for i, st := range statuses {
+		names[i] = string(st)
+	}
+	return strings.Join(names, ", ")
+}

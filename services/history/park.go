@@ -1,0 +1,235 @@
+package history
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/streams"
+)
+
+// parking keeps the runs workers parked (FLOW_PARKED) and dispatches parked and blocked runs
+// again when a worker registers a definition that can drive them (FLOW_DEFINITIONS).
+type parking struct {
+	s *Service
+
+	mu     sync.RWMutex
+	parked map[string]parkedRun
+}
+
+type parkedRun struct {
+	streams.Parked
+	rev uint64
+}
+
+func newParking(s *Service) *parking { return &parking{s: s, parked: map[string]parkedRun{}} }
+
+// revision returns the FLOW_PARKED revision of run runID's entry, or 0.
+func (p *parking) revision(runID string) uint64 {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.parked[runID].rev
+}
+
+// reason returns why run runID is parked, or "".
+func (p *parking) reason(runID string) string {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.parked[runID].Reason
+}
+
+// start watches FLOW_PARKED and FLOW_DEFINITIONS, and returns once the parked runs are known.
+func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
+	parkedW, err := p.s.parked.WatchAll(ctx)
+	if err != nil {
+		return fmt.Errorf("watching parked runs: %w", err)
+	}
+	defsW, err := p.s.defs.WatchAll(ctx)
+	if err != nil {
+		_ = parkedW.Stop()
+		return fmt.Errorf("watching definitions: %w", err)
+	}
+	ready := make(chan struct{})
+	wg.Go(func() {
+		defer func() { _ = parkedW.Stop(); _ = defsW.Stop() }()
+		parkedUpdates, defsUpdates := parkedW.Updates(), defsW.Updates()
+		var defs []streams.Definition // registrations seen before the parked runs were known
+		loaded := false
+		for parkedUpdates != nil || defsUpdates != nil {
+			select {
+			case e, ok := <-parkedUpdates:
+				switch {
+				case !ok:
+					parkedUpdates = nil
+				case e == nil:
+					loaded = true
+					close(ready)
+					for _, d := range defs {
+						p.registered(ctx, d, 0)
+					}
+					defs = nil
+				default:
+					p.apply(ctx, e)
+				}
+			case e, ok := <-defsUpdates:
+				switch {
+				case !ok:
+					defsUpdates = nil
+				case e == nil || e.Operation() != jetstream.KeyValuePut:
+				default:
+					var d streams.Definition
+					if err := json.Unmarshal(e.Value(), &d); err != nil {
+						continue
+					}
+					if !loaded {
+						defs = append(defs, d)
+						continue
+					}
+					p.registered(ctx, d, e.Revision())
+				}
+			case <-ctx.Done():
+				return
+			}
+		}
+	})
+	select {
+	case <-ready:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// apply folds one FLOW_PARKED change in and brings the run's index entry up to date.
+func (p *parking) apply(ctx context.Context, e jetstream.KeyValueEntry) {
+	runID := e.Key()
+	p.mu.Lock()
+	if e.Operation() == jetstream.KeyValuePut {
+		var pr streams.Parked
+		if err := json.Unmarshal(e.Value(), &pr); err != nil {
+			p.mu.Unlock()
+			return
+		}
+		p.parked[runID] = parkedRun{Parked: pr, rev: e.Revision()}
+	} else {
+		delete(p.parked, runID)
+	}
+	p.mu.Unlock()
+	if p.s.lanes == nil {
+		return // at start: the lanes write the entry when the run's next commit comes
+	}
+	err := p.s.onLane(ctx, runID, func(ctx context.Context, l *lane) error { return l.reindex(ctx, runID) })
+	if err != nil && ctx.Err() == nil {
+		p.s.logger.Warn("the runs index entry of a parked run is not up to date", slog.String("run_id", runID), slog.String("error", err.Error()))
+	}
+}
+
+// registered dispatches the runs a worker registering definition d can drive: those parked for
+// want of it, and those blocked (the worker may run fixed code). rev, the registration's
+// revision in FLOW_DEFINITIONS, makes the tasks of one registration distinct from those of the
+// next, and the same on every replica.
+func (p *parking) registered(ctx context.Context, d streams.Definition, rev uint64) {
+	canDrive := func(queue, definition, build string) bool {
+		return queue == d.Queue && definition == d.Definition && (build == "" || build == d.BuildID)
+	}
+	nonce := "d" + strconv.FormatUint(rev, 10)
+	if rev == 0 {
+		nonce = "d" + strconv.FormatInt(d.UpdatedAt.UnixNano(), 36)
+	}
+	p.mu.RLock()
+	var parked []parkedRun
+	for _, pr := range p.parked {
+		if canDrive(pr.Queue, pr.Definition, pr.Build) && pr.ParkedAt.Before(d.UpdatedAt) {
+			parked = append(parked, pr)
+		}
+	}
+	p.mu.RUnlock()
+	blocked := p.s.index.where(func(sum core.Summary) bool {
+		return sum.Status == core.StatusBlocked && canDrive(queueOf(sum), sum.Definition, sum.BuildID) && sum.UpdatedAt.Before(d.UpdatedAt)
+	})
+	n := 0
+	for _, pr := range parked {
+		if err := p.dispatch(ctx, pr.RunID, pr.Queue, pr.Seq, nonce, pr.rev); err != nil {
+			p.s.logger.Warn("dispatching a parked run failed", slog.String("run_id", pr.RunID), slog.String("error", err.Error()))
+			continue
+		}
+		n++
+	}
+	for _, sum := range blocked {
+		if err := p.dispatch(ctx, sum.RunID, sum.Queue, sum.Seq, nonce, 0); err != nil {
+			p.s.logger.Warn("dispatching a blocked run failed", slog.String("run_id", sum.RunID), slog.String("error", err.Error()))
+			continue
+		}
+		n++
+	}
+	if n > 0 {
+		p.s.logger.Info("dispatched parked runs again", slog.String("definition", d.Definition), slog.String("queue", d.Queue),
+			slog.String("build_id", d.BuildID), slog.Int("runs", n))
+	}
+}
+
+// dispatch sends run runID a task under nonce and, if it was parked at revision parkedRev,
+// removes its FLOW_PARKED entry (a worker that still cannot drive it parks it again).
+func (p *parking) dispatch(ctx context.Context, runID, queue string, seq uint64, nonce string, parkedRev uint64) error {
+	if err := p.s.host.Resume(ctx, engine.Task{RunID: runID, Queue: queue, Seq: seq, Nonce: nonce}); err != nil {
+		return err
+	}
+	if parkedRev == 0 {
+		return nil
+	}
+	err := p.s.parked.Delete(ctx, runID, jetstream.LastRevision(parkedRev))
+	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return err
+	}
+	return nil
+}
+
+// quarantine records run runID as damaged, with reason: every store refuses to serve it from
+// then on, and its index entry says why.
+func (s *Service) quarantine(ctx context.Context, runID, reason string) error {
+	b, err := json.Marshal(streams.Damaged{RunID: runID, Reason: reason, DetectedAt: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	if _, err := s.damaged.Put(ctx, runID, b); err != nil {
+		return fmt.Errorf("quarantining run %q: %w", runID, err)
+	}
+	s.logger.Error("run history damaged; the run is quarantined", slog.String("run_id", runID), slog.String("reason", reason))
+	for {
+		cur, rev, err := s.readEntry(ctx, runID)
+		if err != nil {
+			return err
+		}
+		if cur.Damaged == reason {
+			return nil
+		}
+		if rev == 0 {
+			cur = core.Summary{RunID: runID}
+		}
+		cur.Damaged = reason
+		if err := s.putEntry(ctx, cur, rev); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return err
+		}
+	}
+}
+
+// reindex brings the index entry of run runID up to date, on its lane.
+func (l *lane) reindex(ctx context.Context, runID string) error {
+	f := l.cache.get(runID)
+	if f == nil {
+		var err error
+		if f, err = l.load(ctx, runID, 0); err != nil {
+			return err
+		}
+	}
+	return l.s.writeIndex(ctx, runID, f)
+}

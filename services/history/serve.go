@@ -1,0 +1,298 @@
+package history
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// maxConcurrentQueries bounds the queries answered at once over NATS.
+const maxConcurrentQueries = 64
+
+// queryTimeout bounds one query.
+const queryTimeout = 30 * time.Second
+
+// serve starts the micro service and the HTTP API.
+func (s *Service) serve() error {
+	svc, err := micro.AddService(s.nc, micro.Config{Name: "flow-history", Version: "1.0.0",
+		Description: "Flow's history service: run snapshots (at any sequence), history pages, listings, resume"})
+	if err != nil {
+		return fmt.Errorf("starting the query service: %w", err)
+	}
+	s.micro = svc
+	slots := make(chan struct{}, maxConcurrentQueries)
+	add := func(subject string, fn func(ctx context.Context, data []byte) (any, error)) error {
+		name := subject[strings.LastIndexByte(subject, '.')+1:]
+		return svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
+			slots <- struct{}{}
+			go func() {
+				defer func() { <-slots }()
+				ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
+				defer cancel()
+				resp, err := fn(ctx, r.Data())
+				if err != nil {
+					e := s.apiError(err)
+					_ = r.Error(string(e.Code), e.Message, nil)
+					return
+				}
+				_ = r.RespondJSON(resp)
+			}()
+		}), micro.WithEndpointSubject(subject))
+	}
+	for subject, fn := range map[string]func(context.Context, []byte) (any, error){
+		api.SubjectGet:     handle(s.getRun),
+		api.SubjectHistory: handle(s.historyPage),
+		api.SubjectList: handle(func(_ context.Context, req api.ListRequest) (*api.ListResponse, error) {
+			resp, err := s.index.list(req)
+			return &resp, err
+		}),
+		api.SubjectResume: handle(s.resume),
+	} {
+		if err := add(subject, fn); err != nil {
+			return fmt.Errorf("adding the %s endpoint: %w", subject, err)
+		}
+	}
+	if s.cfg.HTTPAddr == "off" {
+		return nil
+	}
+	ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("history: listening on %s for the HTTP API: %w (set FLOW_HISTORY_HTTP_ADDR to another address, or \"off\")", s.cfg.HTTPAddr, err)
+	}
+	s.httpAddr = ln.Addr()
+	s.httpSrv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	s.workers.Go(func() {
+		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.logger.Error("the HTTP API stopped", slog.String("error", err.Error()))
+		}
+	})
+	return nil
+}
+
+// handle adapts a typed query to a NATS endpoint: JSON request in, response out.
+func handle[Req, Resp any](fn func(context.Context, Req) (Resp, error)) func(context.Context, []byte) (any, error) {
+	return func(ctx context.Context, data []byte) (any, error) {
+		var req Req
+		if len(data) > 0 {
+			if err := json.Unmarshal(data, &req); err != nil {
+				return nil, &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf("the request is not valid JSON for %T: %v", req, err)}
+			}
+		}
+		return fn(ctx, req)
+	}
+}
+
+// apiError turns a query's error into the reply's code and message.
+func (s *Service) apiError(err error) *api.Error {
+	var e *api.Error
+	switch {
+	case errors.As(err, &e):
+		return e
+	case errors.Is(err, event.ErrInvalidID):
+		return &api.Error{Code: api.CodeInvalid, Message: err.Error()}
+	case errors.Is(err, context.DeadlineExceeded):
+		return &api.Error{Code: api.CodeUnavailable, Message: "the query took too long: " + err.Error()}
+	}
+	s.logger.Error("query failed", slog.String("error", err.Error()))
+	return &api.Error{Code: api.CodeInternal, Message: err.Error()}
+}
+
+// routes is the HTTP API (see package internal/api).
+func (s *Service) routes() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "runs": s.index.len(), "applied": s.Applied()})
+	})
+	mux.HandleFunc("GET /v1/runs", func(w http.ResponseWriter, r *http.Request) {
+		req, err := listRequest(r)
+		if err == nil {
+			var resp api.ListResponse
+			if resp, err = s.index.list(req); err == nil {
+				writeJSON(w, http.StatusOK, resp)
+				return
+			}
+		}
+		s.writeError(w, err)
+	})
+	mux.HandleFunc("GET /v1/runs/{id}", func(w http.ResponseWriter, r *http.Request) {
+		req := api.GetRequest{RunID: r.PathValue("id")}
+		err := uints(r, map[string]*uint64{"at": &req.At, "at_least": &req.AtLeast})
+		if err == nil {
+			var resp *api.GetResponse
+			if resp, err = s.getRun(r.Context(), req); err == nil {
+				writeJSON(w, http.StatusOK, resp)
+				return
+			}
+		}
+		s.writeError(w, err)
+	})
+	mux.HandleFunc("GET /v1/runs/{id}/history", func(w http.ResponseWriter, r *http.Request) {
+		req := api.HistoryRequest{RunID: r.PathValue("id")}
+		var limit uint64
+		err := uints(r, map[string]*uint64{"after": &req.After, "at_least": &req.AtLeast, "limit": &limit})
+		req.Limit = int(min(limit, api.MaxHistoryLimit+1))
+		if err == nil {
+			var resp *api.HistoryResponse
+			if resp, err = s.historyPage(r.Context(), req); err == nil {
+				writeJSON(w, http.StatusOK, resp)
+				return
+			}
+		}
+		s.writeError(w, err)
+	})
+	mux.HandleFunc("GET /v1/runs/{id}/watch", s.watch)
+	mux.HandleFunc("POST /v1/runs/{id}/resume", func(w http.ResponseWriter, r *http.Request) {
+		var req api.ResumeRequest
+		if r.ContentLength != 0 {
+			if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&req); err != nil {
+				s.writeError(w, &api.Error{Code: api.CodeInvalid, Message: "the body is not a JSON resume request: " + err.Error()})
+				return
+			}
+		}
+		req.RunID = r.PathValue("id")
+		resp, err := s.resume(r.Context(), req)
+		if err != nil {
+			s.writeError(w, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, resp)
+	})
+	return mux
+}
+
+// watch streams a run's events as server-sent events, from ?after= on, until the run ends or
+// the client goes away.
+func (s *Service) watch(w http.ResponseWriter, r *http.Request) {
+	runID := r.PathValue("id")
+	var after uint64
+	if err := uints(r, map[string]*uint64{"after": &after}); err != nil {
+		s.writeError(w, err)
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		s.writeError(w, fmt.Errorf("the connection cannot stream"))
+		return
+	}
+	wake := make(chan struct{}, 1)
+	stop, err := s.store.Follow(runID, func(store.Commit) {
+		select {
+		case wake <- struct{}{}:
+		default:
+		}
+	})
+	if err != nil {
+		s.writeError(w, &api.Error{Code: api.CodeInvalid, Message: err.Error()})
+		return
+	}
+	defer stop()
+	started := false
+	for {
+		hist, err := s.history(r.Context(), runID, after, 0)
+		if err != nil {
+			if !started {
+				s.writeError(w, err)
+			}
+			return
+		}
+		if !started {
+			w.Header().Set("Content-Type", "text/event-stream")
+			w.Header().Set("Cache-Control", "no-cache")
+			w.WriteHeader(http.StatusOK)
+			started = true
+		}
+		for _, e := range hist {
+			b, err := json.Marshal(e)
+			if err != nil {
+				return
+			}
+			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type(), b); err != nil {
+				return
+			}
+			after = e.Seq
+			if e.Type().Terminal() {
+				flusher.Flush()
+				return
+			}
+		}
+		flusher.Flush()
+		poll := time.NewTimer(time.Second)
+		select {
+		case <-wake:
+		case <-poll.C:
+		case <-r.Context().Done():
+			poll.Stop()
+			return
+		}
+		poll.Stop()
+	}
+}
+
+// listRequest reads a listing's filters from the query string.
+func listRequest(r *http.Request) (api.ListRequest, error) {
+	q := r.URL.Query()
+	req := api.ListRequest{Definition: q.Get("definition"), Queue: q.Get("queue"), Build: q.Get("build"), Parent: q.Get("parent"),
+		Cursor: q.Get("cursor"), Parked: q.Get("parked") == "true"}
+	for _, st := range q["status"] {
+		req.Status = append(req.Status, strings.Split(st, ",")...)
+	}
+	for name, t := range map[string]*time.Time{"since": &req.Since, "until": &req.Until} {
+		if v := q.Get(name); v != "" {
+			var err error
+			if *t, err = time.Parse(time.RFC3339Nano, v); err != nil {
+				return req, &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf("%s must be an RFC 3339 time such as 2026-12-01T09:00:00Z, got %q", name, v)}
+			}
+		}
+	}
+	if v := q.Get("limit"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return req, &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf("limit must be a number, got %q", v)}
+		}
+		req.Limit = n
+	}
+	return req, nil
+}
+
+// uints reads unsigned query parameters.
+func uints(r *http.Request, into map[string]*uint64) error {
+	for name, p := range into {
+		v := r.URL.Query().Get(name)
+		if v == "" {
+			continue
+		}
+		n, err := strconv.ParseUint(v, 10, 64)
+		if err != nil {
+			return &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf("%s must be a non-negative number, got %q", name, v)}
+		}
+		*p = n
+	}
+	return nil
+}
+
+func (s *Service) writeError(w http.ResponseWriter, err error) {
+	e := s.apiError(err)
+	status, _ := strconv.Atoi(string(e.Code))
+	writeJSON(w, status, map[string]*api.Error{"error": e})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
+}
