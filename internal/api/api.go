@@ -16,7 +16,7 @@
 //	GET  /v1/runs/{id}/watch        server-sent events, one per event: "id: <seq>", "event: <type>", "data: <envelope>"
 //	POST /v1/runs/{id}/resume       ResumeRequest as JSON body (run_id from the path): ResumeResponse
 //
-// Errors are a status code (400, 404, 409, 500, 503) with the body {"error": Error}.
+// Errors are a status code (400, 404, 409, 423, 500, 503) with the body {"error": Error}.
 package api
 
 import (
@@ -138,7 +138,8 @@ type Code string
 const (
 	CodeInvalid     Code = "400" // the request is malformed
 	CodeNotFound    Code = "404" // no such run
-	CodeConflict    Code = "409" // the run's state refuses the request (its history is damaged, it ended)
+	CodeConflict    Code = "409" // the run's state refuses the request (it ended)
+	CodeDamaged     Code = "423" // the run is quarantined: its history was found damaged
 	CodeInternal    Code = "500"
 	CodeUnavailable Code = "503" // the service cannot reach NATS or is starting
 )

@@ -94,23 +94,41 @@ different input it is an error.`,
 }
 
 func (e *env) statusCmd() *cobra.Command {
-	return &cobra.Command{
+	var at uint64
+	cmd := &cobra.Command{
 		Use:   "status RUN",
-		Short: "Show a run's status, steps and waits",
-		Long:  "Show the snapshot projected from a run's history: status, steps with attempts, waits, signals,\nhooks, children and the outcome. --json prints the whole snapshot.",
-		Args:  args("RUN"),
+		Short: "Show a run's status, steps and waits, now or as of any event",
+		Long: `Show the snapshot projected from a run's history: status, steps with attempts, waits, signals,
+hooks, children and the outcome, with why the run is parked if it is. --at SEQ shows the run as it
+was right after event SEQ (see 'flow history RUN' for the sequences). --json prints the snapshot.`,
+		Example: `  flow status order-2026-0001
+  flow status order-2026-0001 --at 3`,
+		Args: args("RUN"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
-			s, err := client.Snapshot(c.Context(), a[0])
+			d, err := client.Describe(c.Context(), a[0], at)
 			if err != nil {
 				return err
 			}
 			if e.json {
-				return writeJSON(e.stdout, s)
+				return writeJSON(e.stdout, d)
 			}
-			printSnapshot(e.stdout, s)
+			if at > 0 {
+				fmt.Fprintf(e.stdout, "As of seq %d of %d\n", at, d.Last)
+			}
+			printSnapshot(e.stdout, d.Snapshot)
+			if d.Entry != nil && at == 0 {
+				if d.Entry.Parked != "" {
+					fmt.Fprintf(e.stdout, "Parked      %s (`flow resume %s` dispatches it again)\n", d.Entry.Parked, a[0])
+				}
+				if d.Entry.Damaged != "" {
+					fmt.Fprintf(e.stdout, "Damaged     %s\n", d.Entry.Damaged)
+				}
+			}
 			return nil
 		}),
 	}
+	cmd.Flags().Uint64Var(&at, "at", 0, "show the run as of this event sequence (default: the latest)")
+	return cmd
 }
 
 func printSnapshot(w io.Writer, s *flow.Snapshot) {
@@ -257,41 +275,32 @@ func (e *env) watchCmd() *cobra.Command {
 	return cmd
 }
 
-func (e *env) runsCmd() *cobra.Command {
-	var status string
-	var limit int
+func (e *env) resumeCmd() *cobra.Command {
+	var acceptDamage bool
 	cmd := &cobra.Command{
-		Use:   "runs",
-		Short: "List runs with their status, most recently updated first",
-		Args:  args(),
-		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, _ []string) error {
-			runs, err := client.Runs(c.Context())
+		Use:   "resume RUN",
+		Short: "Dispatch a parked or blocked run to a worker again",
+		Long: `Send a run a fresh task: a run parked because no worker of its queue could drive it (pinned to
+a build no worker runs, or of a definition no worker registers), a blocked run after you deployed
+fixed code, or any run you want a worker to look at now. Parked and blocked runs are also
+dispatched again on their own when a worker registers their definition.
+
+--accept-damage releases a run Flow quarantined because its history was found damaged: check the
+run first ('flow history RUN'), since it is driven from what its history still holds.`,
+		Args: args("RUN"),
+		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
+			res, err := client.Resume(c.Context(), a[0], &flow.ResumeOptions{AcceptDamage: acceptDamage})
 			if err != nil {
 				return err
 			}
-			if status != "" {
-				runs = slices.DeleteFunc(runs, func(r flow.RunSummary) bool { return string(r.Status) != status })
-			}
-			if limit > 0 && len(runs) > limit {
-				runs = runs[:limit]
-			}
 			if e.json {
-				return writeJSON(e.stdout, runs)
+				return writeJSON(e.stdout, res)
 			}
-			if len(runs) == 0 {
-				fmt.Fprintln(e.stdout, "No runs yet. Start one with: flow start order --wait")
-				return nil
-			}
-			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tDEFINITION\tSTATUS\tEVENTS\tUPDATED\tDETAIL")
-			for _, r := range runs {
-				fmt.Fprintf(tw, "%s\t%s\t%s\t%d\t%s\t%s\n", r.RunID, r.Definition, r.Status, r.Seq, r.UpdatedAt.Format(time.RFC3339), truncate(r.Detail, 60))
-			}
-			return tw.Flush()
+			fmt.Fprintf(e.stdout, "%s (%s at seq %d) dispatched to a worker\n", res.RunID, res.Status, res.Seq)
+			return nil
 		}),
 	}
-	cmd.Flags().StringVar(&status, "status", "", "only runs with this status (pending, running, suspended, blocked, completed, failed, ...)")
-	cmd.Flags().IntVar(&limit, "limit", 50, "show at most this many runs; 0 for all")
+	cmd.Flags().BoolVar(&acceptDamage, "accept-damage", false, "release a run quarantined because its history is damaged")
 	return cmd
 }
 

@@ -1,7 +1,6 @@
 package flow
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,10 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
-	"strconv"
 	"strings"
-	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
@@ -21,6 +17,7 @@ import (
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsconn"
+	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
@@ -36,6 +33,11 @@ var ErrRunExists = engine.ErrRunExists
 // RunSummary is a run's entry in the runs index.
 type RunSummary = core.Summary
 
+// ErrDamaged is wrapped by the errors of calls on a run whose history was found damaged (lost
+// or truncated by a disk or a server crash): Flow quarantines it instead of running its lost
+// steps again.
+var ErrDamaged = store.ErrDamaged
+
 // ClientOptions configure a Client. The zero value works.
 type ClientOptions struct {
 	// Queue is the task queue runs start on. Defaults to "default".
@@ -44,8 +46,9 @@ type ClientOptions struct {
 	Logger *slog.Logger
 }
 
-// Client starts runs and reads, waits on, signals and cancels them, over NATS JetStream. It is
-// safe for concurrent use.
+// Client starts runs and reads, waits on, signals and cancels them, over NATS JetStream. It
+// appends inputs to runs' histories itself, and reads snapshots, histories and listings through
+// the history service (which `flow dev` and `flowd history` run). It is safe for concurrent use.
 type Client struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
@@ -54,7 +57,9 @@ type Client struct {
 	store   *jsstore.Store
 	engine  *engine.Engine
 	defs    jetstream.KeyValue
-	runs    jetstream.KeyValue
+	// seen remembers, per run, the last sequence this client was shown, so that its reads
+	// include it (read-your-writes) even where a lagging replica answers.
+	seen seenSeqs
 }
 
 // Dial connects to the NATS server at url ("" means nats://127.0.0.1:4222) and returns a client
@@ -106,9 +111,6 @@ func NewClient(ctx context.Context, nc *nats.Conn, opts *ClientOptions) (*Client
 	if c.defs, err = js.KeyValue(ctx, streams.DefinitionsBucket); err != nil {
 		return nil, err
 	}
-	if c.runs, err = js.KeyValue(ctx, streams.RunsBucket); err != nil {
-		return nil, err
-	}
 	return c, nil
 }
 
@@ -153,7 +155,10 @@ func (c *Client) Start(ctx context.Context, definition string, input any, opts *
 	}
 	spec := event.Spec{Definition: definition, BuildID: def.BuildID, Patches: def.Patches}
 	runID, _, err := c.engine.Start(ctx, engine.StartParams{RunID: opts.RunID, Spec: spec, Input: in, Queue: queue})
-	return runID, err
+	if err == nil {
+		c.seen.note(runID, 1)
+	}
+	return runID, c.damaged(err)
 }
 
 func (c *Client) definition(ctx context.Context, queue, name string) (streams.Definition, error) {
@@ -188,184 +193,6 @@ func (c *Client) Definitions(ctx context.Context, queue string) ([]string, error
 	}
 	slices.Sort(names)
 	return names, nil
-}
-
-// Snapshot returns the projection of run runID's history. An unknown run is an error wrapping
-// ErrNotFound.
-func (c *Client) Snapshot(ctx context.Context, runID string) (*Snapshot, error) {
-	if err := event.ValidateDerivedRunID(runID); err != nil {
-		return nil, err
-	}
-	s, err := c.engine.Snapshot(ctx, runID)
-	if errors.Is(err, core.ErrNotFound) {
-		return nil, fmt.Errorf("%w: run %q does not exist (list runs with `flow runs`)", ErrNotFound, runID)
-	}
-	return s, err
-}
-
-// History returns run runID's events after seq after (0 for all), in order.
-func (c *Client) History(ctx context.Context, runID string, after uint64) ([]event.Envelope, error) {
-	if err := event.ValidateDerivedRunID(runID); err != nil {
-		return nil, err
-	}
-	hist, err := c.store.Load(ctx, runID, after)
-	if err == nil && len(hist) == 0 && after == 0 {
-		err = fmt.Errorf("%w: run %q does not exist (list runs with `flow runs`)", ErrNotFound, runID)
-	}
-	return hist, err
-}
-
-// Watch calls fn with each event of run runID after seq after, as they are committed, until the
-// run ends (after its terminal event), fn returns an error, or ctx ends.
-func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(event.Envelope) error) error {
-	return c.follow(ctx, runID, after, func(hist []event.Envelope) (bool, error) {
-		for _, e := range hist {
-			if err := fn(e); err != nil {
-				return true, err
-			}
-			if e.Type().Terminal() {
-				return true, nil
-			}
-		}
-		return false, nil
-	})
-}
-
-// follow calls fn with the events of run runID after seq after, then with each batch of new
-// ones as they are committed, until fn reports done or ctx ends.
-//
-// New commits arrive as core NATS deliveries on the run's subject: each carries the commit, and
-// is taken as is when it follows the last event seen. A delivery can precede the stream storing
-// it, so after a gap follow reads the stream until it has every notified event. A commit
-// published just before the subscription took effect is delivered to no one, so follow also
-// re-reads the stream every second while it waits.
-func (c *Client) follow(ctx context.Context, runID string, after uint64, fn func([]event.Envelope) (bool, error)) error {
-	if err := event.ValidateDerivedRunID(runID); err != nil {
-		return err
-	}
-	var mu sync.Mutex
-	var pending []*nats.Msg
-	wake := make(chan struct{}, 1)
-	sub, err := c.nc.Subscribe(streams.HistorySubject(runID), func(m *nats.Msg) {
-		mu.Lock()
-		pending = append(pending, m)
-		mu.Unlock()
-		select {
-		case wake <- struct{}{}:
-		default:
-		}
-	})
-	if err != nil {
-		return err
-	}
-	defer func() { _ = sub.Unsubscribe() }()
-
-	deliver := func(hist []event.Envelope) (bool, error) {
-		if len(hist) == 0 {
-			return false, nil
-		}
-		after = hist[len(hist)-1].Seq
-		return fn(hist)
-	}
-	hist, err := c.store.Load(ctx, runID, after)
-	if err != nil {
-		return err
-	}
-	if after == 0 && len(hist) == 0 {
-		return fmt.Errorf("%w: run %q does not exist (list runs with `flow runs`)", ErrNotFound, runID)
-	}
-	if done, err := fn(hist); done || err != nil {
-		return err
-	}
-	if len(hist) > 0 {
-		after = hist[len(hist)-1].Seq
-	}
-	var notified uint64
-	poll := time.NewTimer(time.Second)
-	defer poll.Stop()
-	catchUp := time.Millisecond
-	for {
-		read := false
-		select {
-		case <-wake:
-		case <-poll.C:
-			read = true
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		mu.Lock()
-		msgs := pending
-		pending = nil
-		mu.Unlock()
-		slices.SortFunc(msgs, func(a, b *nats.Msg) int { return cmp.Compare(firstSeq(a), firstSeq(b)) })
-		for _, m := range msgs {
-			last, ok := jsstore.LastSeq(m.Header)
-			if !ok || last <= after {
-				continue
-			}
-			notified = max(notified, last)
-			var envs []event.Envelope
-			if read || firstSeq(m) != after+1 || json.Unmarshal(m.Data, &envs) != nil {
-				read = true // a gap, or unreadable: take it from the stream
-				continue
-			}
-			if done, err := deliver(envs); done || err != nil {
-				return err
-			}
-		}
-		if read || after < notified {
-			hist, err := c.store.Load(ctx, runID, after)
-			if err != nil {
-				return err
-			}
-			if done, err := deliver(hist); done || err != nil {
-				return err
-			}
-		}
-		wait := time.Second
-		if after < notified {
-			// Notified of a commit the stream has not stored yet: read again shortly.
-			wait, catchUp = catchUp, min(2*catchUp, 100*time.Millisecond)
-		} else {
-			catchUp = time.Millisecond
-		}
-		if !poll.Stop() {
-			select {
-			case <-poll.C:
-			default:
-			}
-		}
-		poll.Reset(wait)
-	}
-}
-
-// firstSeq returns the first run sequence of a history message, or 0.
-func firstSeq(m *nats.Msg) uint64 {
-	n, _ := strconv.ParseUint(m.Header.Get(jsstore.HeaderFirstSeq), 10, 64)
-	return n
-}
-
-// Result waits until run runID ends, following continuations, and decodes its output into out
-// (which may be nil). A run that did not complete returns a *RunError; so does a blocked run, at
-// once, with its diagnosis.
-func (c *Client) Result(ctx context.Context, runID string, out any) error {
-	for {
-		s := core.New(runID)
-		err := c.follow(ctx, runID, 0, func(hist []event.Envelope) (bool, error) {
-			if err := s.ApplyAll(hist); err != nil {
-				return true, err
-			}
-			return s.Terminal() || s.Status == StatusBlocked, nil
-		})
-		if err != nil {
-			return err
-		}
-		if s.Status == StatusContinuedAsNew {
-			runID = s.Outcome.SuccessorRunID
-			continue
-		}
-		return DecodeResult(s, out)
-	}
 }
 
 // Cancel requests cancellation of run runID and returns the ID of the run that received the
@@ -412,27 +239,13 @@ func (c *Client) notFound(runID string, err error) error {
 	if errors.Is(err, core.ErrNotFound) && !strings.Contains(err.Error(), "flow runs") {
 		return fmt.Errorf("%w (list runs with `flow runs`)", err)
 	}
-	return err
+	return c.damaged(err)
 }
 
-// Runs returns the runs index, most recently updated first.
-func (c *Client) Runs(ctx context.Context) ([]RunSummary, error) {
-	w, err := c.runs.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
+// damaged returns err, which names a damaged run's quarantine and what to do when it is one.
+func (c *Client) damaged(err error) error {
+	if errors.Is(err, ErrDamaged) && !strings.Contains(err.Error(), "flow resume") {
+		return fmt.Errorf("%w; after checking the run, `flow resume RUN --accept-damage` drives it from what its history holds", err)
 	}
-	defer func() { _ = w.Stop() }()
-	var out []RunSummary
-	for e := range w.Updates() {
-		if e == nil {
-			break
-		}
-		var s RunSummary
-		if err := json.Unmarshal(e.Value(), &s); err != nil {
-			continue
-		}
-		out = append(out, s)
-	}
-	slices.SortFunc(out, func(a, b RunSummary) int { return b.UpdatedAt.Compare(a.UpdatedAt) })
-	return out, nil
+	return err
 }

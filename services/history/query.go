@@ -74,9 +74,9 @@ func (s *Service) history(ctx context.Context, runID string, after, atLeast uint
 	var damaged *store.DamagedError
 	switch {
 	case errors.As(err, &damaged):
-		return nil, &api.Error{Code: api.CodeConflict, Message: damaged.Error()}
+		return nil, &api.Error{Code: api.CodeDamaged, Message: damaged.Error()}
 	case errors.Is(err, event.ErrMalformed):
-		return nil, &api.Error{Code: api.CodeConflict, Message: fmt.Sprintf("the history of run %q does not read back whole (%v); it is damaged", runID, err)}
+		return nil, &api.Error{Code: api.CodeDamaged, Message: fmt.Sprintf("the history of run %q does not read back whole (%v); it is damaged", runID, err)}
 	case err != nil:
 		return nil, err
 	case len(hist) == 0 && after == 0:
@@ -102,7 +102,7 @@ func (s *Service) resume(ctx context.Context, req api.ResumeRequest) (*api.Resum
 	}
 	snap, err := core.Project(req.RunID, hist)
 	if err != nil {
-		return nil, &api.Error{Code: api.CodeConflict, Message: fmt.Sprintf("the history of run %q is damaged: %v", req.RunID, err)}
+		return nil, &api.Error{Code: api.CodeDamaged, Message: fmt.Sprintf("the history of run %q is damaged: %v", req.RunID, err)}
 	}
 	if snap.Terminal() {
 		return nil, &api.Error{Code: api.CodeConflict, Message: fmt.Sprintf("run %q has ended (%s); there is nothing to resume", req.RunID, snap.Status)}

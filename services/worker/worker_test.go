@@ -99,8 +99,8 @@ func TestExamplesEndToEnd(t *testing.T) {
 
 	t.Run("RunsIndex", func(t *testing.T) {
 		require.Eventually(t, func() bool {
-			runs, err := b.client.Runs(ctx)
-			return err == nil && len(runs) >= 3
+			page, err := b.client.Runs(ctx, nil)
+			return err == nil && len(page.Runs) >= 3
 		}, 10*time.Second, 10*time.Millisecond)
 	})
 }

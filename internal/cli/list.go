@@ -1,0 +1,122 @@
+package cli
+
+import (
+	"fmt"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowrun/flow/pkg/flow"
+)
+
+func (e *env) runsCmd() *cobra.Command {
+	var f flow.RunsFilter
+	var status, since, until string
+	var all bool
+	cmd := &cobra.Command{
+		Use:   "runs",
+		Short: "List runs with their status, most recently updated first",
+		Long: `List runs from the runs index, most recently updated first, a page at a time. Filters combine:
+--status (one or several, comma-separated), --definition, --queue, --build, --parent, --since and
+--until (when the run started: an RFC 3339 time, a date, or a duration back from now such as 2h),
+--parked (blocked, or waiting for a worker of their build or definition). The STATUS SINCE column is
+the event at which the run entered its status. A page ends with the command for the next one.`,
+		Example: `  flow runs
+  flow runs --status running,suspended --definition order
+  flow runs --since 2h --parked
+  flow runs --all --json`,
+		Args: args(),
+		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, _ []string) error {
+			if status != "" {
+				f.Status = strings.Split(status, ",")
+			}
+			if c.Flags().Changed("queue") {
+				f.Queue = e.queue
+			}
+			var err error
+			if f.Since, err = when("--since", since); err != nil {
+				return err
+			}
+			if f.Until, err = when("--until", until); err != nil {
+				return err
+			}
+			var runs []flow.RunSummary
+			next := ""
+			for {
+				page, err := client.Runs(c.Context(), &f)
+				if err != nil {
+					return err
+				}
+				runs = append(runs, page.Runs...)
+				next = page.Next
+				if !all || next == "" {
+					break
+				}
+				f.Cursor = next
+			}
+			if e.json {
+				if runs == nil {
+					runs = []flow.RunSummary{}
+				}
+				return writeJSON(e.stdout, runs)
+			}
+			if len(runs) == 0 {
+				if f.Cursor == "" && len(f.Status) == 0 && f.Definition == "" && f.Queue == "" && f.Build == "" && f.Since.IsZero() && !f.Parked {
+					fmt.Fprintln(e.stdout, "No runs yet. Start one with: flow start order --wait")
+				} else {
+					fmt.Fprintln(e.stdout, "No runs match.")
+				}
+				return nil
+			}
+			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
+			fmt.Fprintln(tw, "RUN\tDEFINITION\tSTATUS\tSINCE\tUPDATED\tDETAIL")
+			for _, r := range runs {
+				detail := r.Detail
+				switch {
+				case r.Damaged != "":
+					detail = "DAMAGED: " + r.Damaged
+				case r.Parked != "":
+					detail = "parked: " + r.Parked
+				}
+				fmt.Fprintf(tw, "%s\t%s\t%s\tseq %d\t%s\t%s\n", r.RunID, r.Definition, r.Status, r.Seq, r.UpdatedAt.Format(time.RFC3339), truncate(detail, 70))
+			}
+			if err := tw.Flush(); err != nil {
+				return err
+			}
+			if next != "" {
+				fmt.Fprintf(e.stdout, "More: flow runs --cursor %s (with the same filters), or --all\n", next)
+			}
+			return nil
+		}),
+	}
+	cmd.Flags().StringVar(&status, "status", "", "only runs in these statuses, comma-separated: pending, running, suspended, cancelling, blocked, completed, failed, cancelled, continued_as_new")
+	cmd.Flags().StringVar(&f.Definition, "definition", "", "only runs of this workflow definition")
+	cmd.Flags().StringVar(&f.Build, "build", "", "only runs pinned to this build ID")
+	cmd.Flags().StringVar(&f.Parent, "parent", "", "only child runs of this run")
+	cmd.Flags().StringVar(&since, "since", "", "only runs started at or after this time (RFC 3339, a date, or a duration back from now such as 2h)")
+	cmd.Flags().StringVar(&until, "until", "", "only runs started before this time (as --since)")
+	cmd.Flags().BoolVar(&f.Parked, "parked", false, "only runs no worker drives now (blocked, or waiting for a worker of their build or definition)")
+	cmd.Flags().IntVar(&f.Limit, "limit", 50, "runs per page (at most 1000)")
+	cmd.Flags().StringVar(&f.Cursor, "cursor", "", "continue after the page that printed this cursor")
+	cmd.Flags().BoolVar(&all, "all", false, "list every page")
+	return cmd
+}
+
+// when parses a time flag: RFC 3339, a date (2006-01-02, in UTC), or a duration back from now.
+func when(flag, v string) (time.Time, error) {
+	if v == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, v); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse(time.DateOnly, v); err == nil {
+		return t, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d > 0 {
+		return time.Now().Add(-d).UTC(), nil
+	}
+	return time.Time{}, usageError{fmt.Errorf("%s must be an RFC 3339 time (2026-12-01T09:00:00Z), a date (2026-12-01) or a duration such as 2h, got %q", flag, v)}
+}

@@ -1,0 +1,214 @@
+package flow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// ErrHistoryUnavailable is wrapped by the errors of reads when no history service answers.
+var ErrHistoryUnavailable = errors.New("flow: no history service answers")
+
+// RunDescription is what the history service knows of a run: its snapshot (at a sequence, or
+// the latest), its index entry, and its last sequence.
+type RunDescription = api.GetResponse
+
+// Snapshot returns the projection of run runID's latest history. An unknown run is an error
+// wrapping ErrNotFound.
+func (c *Client) Snapshot(ctx context.Context, runID string) (*Snapshot, error) {
+	d, err := c.Describe(ctx, runID, 0)
+	if err != nil {
+		return nil, err
+	}
+	return d.Snapshot, nil
+}
+
+// SnapshotAt returns the projection of run runID's history up to sequence seq: the run as it
+// was right after that event (time travel). seq 0 means the latest.
+func (c *Client) SnapshotAt(ctx context.Context, runID string, seq uint64) (*Snapshot, error) {
+	d, err := c.Describe(ctx, runID, seq)
+	if err != nil {
+		return nil, err
+	}
+	return d.Snapshot, nil
+}
+
+// Describe returns run runID's snapshot up to sequence at (0: the latest) with its index entry,
+// as the history service answers them.
+func (c *Client) Describe(ctx context.Context, runID string, at uint64) (*RunDescription, error) {
+	if err := event.ValidateDerivedRunID(runID); err != nil {
+		return nil, err
+	}
+	var resp api.GetResponse
+	if err := c.query(ctx, api.SubjectGet, api.GetRequest{RunID: runID, At: at, AtLeast: c.seen.get(runID)}, &resp); err != nil {
+		return nil, err
+	}
+	c.seen.note(runID, resp.Last)
+	return &resp, nil
+}
+
+// History returns run runID's events after sequence after (0 for all), in order, reading them
+// page by page from the history service.
+func (c *Client) History(ctx context.Context, runID string, after uint64) ([]event.Envelope, error) {
+	var all []event.Envelope
+	for {
+		page, more, err := c.HistoryPage(ctx, runID, after, api.MaxHistoryLimit)
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, page...)
+		if !more || len(page) == 0 {
+			return all, nil
+		}
+		after = page[len(page)-1].Seq
+	}
+}
+
+// HistoryPage returns at most limit of run runID's events after sequence after (limit 0 means
+// api.DefaultHistoryLimit), and whether more follow.
+func (c *Client) HistoryPage(ctx context.Context, runID string, after uint64, limit int) ([]event.Envelope, bool, error) {
+	if err := event.ValidateDerivedRunID(runID); err != nil {
+		return nil, false, err
+	}
+	var resp api.HistoryResponse
+	req := api.HistoryRequest{RunID: runID, After: after, Limit: limit, AtLeast: c.seen.get(runID)}
+	if err := c.query(ctx, api.SubjectHistory, req, &resp); err != nil {
+		return nil, false, err
+	}
+	if n := len(resp.Events); n > 0 {
+		c.seen.note(runID, resp.Events[n-1].Seq)
+	}
+	return resp.Events, resp.More, nil
+}
+
+// RunsFilter selects and pages runs for [Client.Runs]. The zero value lists the most recently
+// updated runs.
+type RunsFilter = api.ListRequest
+
+// RunsPage is one page of a listing; Next continues it.
+type RunsPage = api.ListResponse
+
+// Runs returns one page of the runs index that f selects (nil: every run), most recently
+// updated first; pass page.Next as f.Cursor for the next page.
+func (c *Client) Runs(ctx context.Context, f *RunsFilter) (*RunsPage, error) {
+	if f == nil {
+		f = &RunsFilter{}
+	}
+	var resp api.ListResponse
+	if err := c.query(ctx, api.SubjectList, f, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// ResumeOptions adjust [Client.Resume]. The zero value works.
+type ResumeOptions struct {
+	// AcceptDamage releases a run quarantined because its history was found damaged, after you
+	// checked it: it is driven from what its history holds, and events it lost are not redone
+	// unless its code decides them again.
+	AcceptDamage bool
+}
+
+// ResumeResult says what [Client.Resume] did.
+type ResumeResult = api.ResumeResponse
+
+// Resume dispatches run runID to a worker again: a run parked because no worker could drive it
+// (blocked, or waiting for a worker of its build or definition), or one you just fixed. opts
+// may be nil.
+func (c *Client) Resume(ctx context.Context, runID string, opts *ResumeOptions) (*ResumeResult, error) {
+	if opts == nil {
+		opts = &ResumeOptions{}
+	}
+	if err := event.ValidateDerivedRunID(runID); err != nil {
+		return nil, err
+	}
+	var resp api.ResumeResponse
+	if err := c.query(ctx, api.SubjectResume, api.ResumeRequest{RunID: runID, AcceptDamage: opts.AcceptDamage}, &resp); err != nil {
+		return nil, err
+	}
+	return &resp, nil
+}
+
+// queryTimeout bounds a query without a deadline of its own.
+const queryTimeout = 30 * time.Second
+
+// query sends req to the history service on subject and decodes the reply into resp.
+func (c *Client) query(ctx context.Context, subject string, req, resp any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, queryTimeout)
+		defer cancel()
+	}
+	msg, err := c.nc.RequestWithContext(ctx, subject, body)
+	if errors.Is(err, nats.ErrNoResponders) {
+		return fmt.Errorf("%w on %s: start `flow dev`, or `flowd history` beside your NATS server", ErrHistoryUnavailable, subject)
+	}
+	if err != nil {
+		return fmt.Errorf("asking the history service (%s): %w", subject, err)
+	}
+	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
+		return replyError(api.Code(code), msg.Header.Get(micro.ErrorHeader))
+	}
+	if err := json.Unmarshal(msg.Data, resp); err != nil {
+		return fmt.Errorf("decoding the history service's reply on %s: %w", subject, err)
+	}
+	return nil
+}
+
+// replyError maps an error reply to the sentinel callers branch on.
+func replyError(code api.Code, message string) error {
+	switch code {
+	case api.CodeNotFound:
+		return fmt.Errorf("%w: %s", ErrNotFound, message)
+	case api.CodeInvalid:
+		return fmt.Errorf("%w: %s", ErrInvalidInput, message)
+	case api.CodeDamaged:
+		return fmt.Errorf("%w: %s", ErrDamaged, message)
+	}
+	return &api.Error{Code: code, Message: message}
+}
+
+// seenSeqs remembers the last sequence a client was shown per run, for its later reads. It is
+// bounded: the oldest runs are forgotten.
+type seenSeqs struct {
+	mu sync.Mutex
+	m  map[string]uint64
+}
+
+const maxSeen = 10_000
+
+func (s *seenSeqs) note(runID string, seq uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.m == nil {
+		s.m = map[string]uint64{}
+	}
+	if len(s.m) >= maxSeen {
+		for k := range s.m {
+			delete(s.m, k)
+			if len(s.m) < maxSeen*9/10 {
+				break
+			}
+		}
+	}
+	s.m[runID] = max(s.m[runID], seq)
+}
+
+func (s *seenSeqs) get(runID string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.m[runID]
+}
