@@ -4,8 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"strconv"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
