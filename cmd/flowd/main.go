@@ -1,10 +1,13 @@
 // Command flowd runs one Flow service as its own process, configured from the environment:
 //
-//	flowd scheduler   fire durable timers (any number of replicas; one leads)
-//	flowd worker      run the example workflows (your own workers embed services/worker)
+//	flowd history [--rebuild]   the history service: the consequences of every commit, the runs
+//	                            index, queries over NATS and HTTP (any number of replicas)
+//	flowd scheduler             fire durable timers (any number of replicas; one leads)
+//	flowd worker                run the example workflows (your own workers embed services/worker)
 //
-// Configuration: FLOW_NATS_URL (default nats://127.0.0.1:4222), FLOW_QUEUE, FLOW_STREAMS_REPLICAS
-// and the other fields of worker.Config and scheduler.Config, prefixed FLOW_.
+// Configuration: FLOW_NATS_URL (default nats://127.0.0.1:4222), FLOW_QUEUE, FLOW_STREAMS_REPLICAS,
+// FLOW_HISTORY_HTTP_ADDR and the other fields of history.Config, worker.Config and
+// scheduler.Config, prefixed FLOW_.
 package main
 
 import (
@@ -20,25 +23,51 @@ import (
 
 	"github.com/flowrun/flow/internal/examples"
 	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
 
+const usage = "usage: flowd history [--rebuild] | flowd scheduler | flowd worker (configured by FLOW_* environment variables)"
+
 func main() {
-	if err := run(); err != nil {
+	if err := run(os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, "flowd:", err)
 		os.Exit(1)
 	}
 }
 
-func run() error {
-	if len(os.Args) != 2 || (os.Args[1] != "worker" && os.Args[1] != "scheduler") {
-		return fmt.Errorf("usage: flowd worker|scheduler (configured by FLOW_* environment variables)")
+func run(args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%s", usage)
+	}
+	role, flags := args[0], args[1:]
+	rebuild := false
+	for _, f := range flags {
+		if role != "history" || f != "--rebuild" {
+			return fmt.Errorf("unknown argument %q; %s", f, usage)
+		}
+		rebuild = true
 	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	switch os.Args[1] {
+	switch role {
+	case "history":
+		var cfg history.Config
+		if err := envconfig.Process("FLOW", &cfg); err != nil {
+			return err
+		}
+		cfg.Logger, cfg.Rebuild = logger, cfg.Rebuild || rebuild
+		h, err := history.New(cfg)
+		if err != nil {
+			return err
+		}
+		if err := h.Start(ctx); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return h.Stop()
 	case "scheduler":
 		var cfg scheduler.Config
 		if err := envconfig.Process("FLOW", &cfg); err != nil {
@@ -54,7 +83,7 @@ func run() error {
 		}
 		<-ctx.Done()
 		return s.Stop()
-	default:
+	case "worker":
 		var cfg worker.Config
 		if err := envconfig.Process("FLOW", &cfg); err != nil {
 			return err
@@ -74,4 +103,5 @@ func run() error {
 		defer cancel()
 		return w.Stop(stopCtx)
 	}
+	return fmt.Errorf("unknown service %q; %s", role, usage)
 }

@@ -317,7 +317,7 @@ func publishTask(t *testing.T, ctx context.Context, js jetstream.JetStream, runI
 	t.Helper()
 	body, err := json.Marshal(engine.Task{RunID: runID, Seq: 1})
 	require.NoError(t, err)
-	msg := nats.NewMsg(streams.TaskSubject(streams.DefaultQueue, runID))
+	msg := nats.NewMsg(streams.TaskSubject(streams.DefaultQueue, "", runID))
 	msg.Data = body
 	_, err = js.PublishMsg(ctx, msg, jetstream.WithMsgID(msgID))
 	require.NoError(t, err)

@@ -60,6 +60,8 @@ type Host interface {
 type Task struct {
 	RunID string `json:"run_id"`
 	Queue string `json:"queue,omitempty"`
+	// Build is the build the run is pinned to: only workers of that build receive the task.
+	Build string `json:"build,omitempty"`
 	Seq   uint64 `json:"seq"`
 	// Nonce, when set, makes the task distinct from the one for the same Seq: a run parked
 	// without a new event (blocked, or waiting for a worker that runs its code) is dispatched
@@ -209,7 +211,7 @@ func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, create
 		return "", false, fmt.Errorf("appending run.started: %w", err)
 	}
 	e.logger.DebugContext(ctx, "run started", slog.String("run_id", p.RunID), slog.String("definition", p.Spec.Definition))
-	e.resume(ctx, Task{RunID: p.RunID, Queue: p.Queue, Seq: 1})
+	e.resume(ctx, Task{RunID: p.RunID, Queue: p.Queue, Build: p.Spec.BuildID, Seq: 1})
 	return p.RunID, true, nil
 }
 

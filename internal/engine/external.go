@@ -165,5 +165,5 @@ func (e *Engine) externalOnce(ctx context.Context, runID string, atLeast uint64,
 	if err := e.commit(ctx, s, events); err != nil {
 		return Task{}, err
 	}
-	return Task{RunID: runID, Queue: s.Queue, Seq: s.Seq}, nil
+	return Task{RunID: runID, Queue: s.Queue, Build: s.Spec.BuildID, Seq: s.Seq}, nil
 }

@@ -191,7 +191,7 @@ func (h *Host) Resume(ctx context.Context, t engine.Task) error {
 		return err
 	}
 	id := t.Key()
-	msg := nats.NewMsg(streams.TaskSubject(t.Queue, t.RunID))
+	msg := nats.NewMsg(streams.TaskSubject(t.Queue, t.Build, t.RunID))
 	msg.Data = body
 	msg.Header.Set("ce-specversion", "1.0")
 	msg.Header.Set("ce-id", id)

@@ -5,6 +5,8 @@ package streams
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
@@ -17,8 +19,8 @@ import (
 const (
 	// History holds every run's events on flow.history.<run>, one message per commit.
 	History = "FLOW_HISTORY"
-	// Tasks is the work queue of resume tasks on flow.task.<queue>.<run>, deduplicated by
-	// Nats-Msg-Id "<run>:<seq>".
+	// Tasks is the work queue of resume tasks on flow.task.<queue>.<run> (and, for runs pinned
+	// to a build, flow.task.<queue>.b.<build>.<run>), deduplicated by Nats-Msg-Id "<run>:<seq>".
 	Tasks = "FLOW_TASKS"
 	// TimersBucket holds one entry per pending timer: key "<run>.<timer key>", value a JSON
 	// core.Timer. Workers write it; the scheduler fires and deletes entries.
@@ -53,12 +55,31 @@ const (
 // HistorySubject returns the subject of run runID's events.
 func HistorySubject(runID string) string { return historyPrefix + runID }
 
-// TaskSubject returns the subject of resume tasks for run runID on queue.
-func TaskSubject(queue, runID string) string {
+// TaskSubject returns the subject of resume tasks for run runID on queue: flow.task.<queue>.<run>
+// for a run any build may drive, flow.task.<queue>.b.<build token>.<run> for a run pinned to
+// build (see BuildToken), which only workers of that build consume.
+func TaskSubject(queue, build, runID string) string {
 	if queue == "" {
 		queue = DefaultQueue
 	}
-	return taskPrefix + queue + "." + runID
+	if build == "" {
+		return taskPrefix + queue + "." + runID
+	}
+	return taskPrefix + queue + ".b." + BuildToken(build) + "." + runID
+}
+
+// BuildToken returns build ID id as a subject token and consumer name part: id itself when it
+// holds only letters, digits, '-' and '_', else "~" and the first 16 hex digits of its SHA-256
+// (a build ID such as "v1.2.3" cannot be a token).
+func BuildToken(id string) string {
+	for i := 0; i < len(id); i++ {
+		c := id[i]
+		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
+			sum := sha256.Sum256([]byte(id))
+			return "~" + hex.EncodeToString(sum[:8])
+		}
+	}
+	return id
 }
 
 // RunOfTask returns the run ID of a task subject.
@@ -67,11 +88,14 @@ func RunOfTask(subject string) (string, error) {
 	if !ok {
 		return "", fmt.Errorf("subject %q is not a task subject", subject)
 	}
-	_, run, ok := strings.Cut(rest, ".")
-	if !ok || run == "" {
-		return "", fmt.Errorf("subject %q names no run", subject)
+	tokens := strings.Split(rest, ".")
+	switch {
+	case len(tokens) == 2 && tokens[1] != "":
+		return tokens[1], nil
+	case len(tokens) == 4 && tokens[1] == "b" && tokens[3] != "":
+		return tokens[3], nil
 	}
-	return run, nil
+	return "", fmt.Errorf("subject %q names no run", subject)
 }
 
 // Config sizes Flow's streams and buckets. The zero value suits a single server. Ensure applies a
@@ -209,16 +233,24 @@ func Check(ctx context.Context, js jetstream.JetStream) error {
 	return err
 }
 
-// TaskConsumer creates or updates the durable pull consumer of queue's tasks, shared by all
-// workers of the queue. A task not acknowledged within ackWait is redelivered.
-func TaskConsumer(ctx context.Context, js jetstream.JetStream, queue string, ackWait time.Duration, maxAckPending int) (jetstream.Consumer, error) {
+// TaskConsumer creates or updates the durable pull consumer of queue's tasks for runs of build
+// ("" for runs any build may drive), shared by the queue's workers (of that build). A task not
+// acknowledged within ackWait is redelivered. The consumers of one queue do not overlap: each
+// task reaches the workers that can drive its run, and a run pinned to a build no worker runs
+// waits for one without holding anyone else's tasks.
+func TaskConsumer(ctx context.Context, js jetstream.JetStream, queue, build string, ackWait time.Duration, maxAckPending int) (jetstream.Consumer, error) {
 	if queue == "" {
 		queue = DefaultQueue
 	}
+	name, filter, desc := "worker-"+queue, taskPrefix+queue+".*", "Flow workers of queue "+queue
+	if build != "" {
+		name, filter = "worker-"+queue+"-b-"+BuildToken(build), taskPrefix+queue+".b."+BuildToken(build)+".*"
+		desc += ", runs pinned to build " + build
+	}
 	c, err := js.CreateOrUpdateConsumer(ctx, Tasks, jetstream.ConsumerConfig{
-		Durable: "worker-" + queue, FilterSubject: taskPrefix + queue + ".>", AckPolicy: jetstream.AckExplicitPolicy,
+		Durable: name, FilterSubject: filter, AckPolicy: jetstream.AckExplicitPolicy,
 		AckWait: ackWait, MaxDeliver: -1, MaxAckPending: maxAckPending, DeliverPolicy: jetstream.DeliverAllPolicy,
-		Description: "Flow workers of queue " + queue,
+		Description: desc,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("creating the task consumer of queue %q: %w", queue, err)

@@ -55,14 +55,20 @@ func TestEnsure(t *testing.T) {
 
 func TestTaskSubjects(t *testing.T) {
 	t.Parallel()
-	require.Equal(t, "flow.task.default.order-1", streams.TaskSubject("", "order-1"))
-	run, err := streams.RunOfTask("flow.task.orders.p=child=2")
-	require.NoError(t, err)
-	require.Equal(t, "p=child=2", run)
-	_, err = streams.RunOfTask("flow.history.x")
-	require.Error(t, err)
-	_, err = streams.RunOfTask("flow.task.orders")
-	require.Error(t, err)
+	require.Equal(t, "flow.task.default.order-1", streams.TaskSubject("", "", "order-1"))
+	require.Equal(t, "flow.task.orders.b.v7.order-1", streams.TaskSubject("orders", "v7", "order-1"))
+	dotted := streams.TaskSubject("orders", "v1.2.3", "order-1")
+	require.Regexp(t, `^flow\.task\.orders\.b\.~[0-9a-f]{16}\.order-1$`, dotted, "a build ID that is no subject token is hashed")
+	require.NotEqual(t, dotted, streams.TaskSubject("orders", "v1.2.4", "order-1"))
+	for _, subject := range []string{"flow.task.orders.p=child=2", "flow.task.orders.b.v7.p=child=2", dotted[:len(dotted)-len("order-1")] + "p=child=2"} {
+		run, err := streams.RunOfTask(subject)
+		require.NoError(t, err, subject)
+		require.Equal(t, "p=child=2", run)
+	}
+	for _, bad := range []string{"flow.history.x", "flow.task.orders", "flow.task.orders.x.v7.r", "flow.task.orders.b.v7"} {
+		_, err := streams.RunOfTask(bad)
+		require.Error(t, err, bad)
+	}
 }
 
 func jetstreamFor(t *testing.T, nc *nats.Conn) jetstream.JetStream {

@@ -1,6 +1,204 @@
 package history
 
-import "context"
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 
-// check is filled in below.
-func (s *Service) check(ctx context.Context) error { return nil }
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// check runs at start, before the service consumes. It looks for damage in the history stream
+// (messages lost by a disk or a server crash: Flow never deletes history, so any gap, a first
+// sequence after 1, or a last sequence below what the history consumer already applied is
+// loss), and checks the runs index against the stream. What it finds is repaired by a sweep
+// over every run: damaged runs are quarantined, and the runs index, the timer index, hook
+// routes, child starts, end-of-run work and resume tasks are derived again from history.
+func (s *Service) check(ctx context.Context) error {
+	st, err := s.js.Stream(ctx, streams.History)
+	if err != nil {
+		return fmt.Errorf("reading stream %s: %w", streams.History, err)
+	}
+	info, err := st.Info(ctx, jetstream.WithDeletedDetails(true))
+	if err != nil {
+		return fmt.Errorf("reading the state of stream %s: %w", streams.History, err)
+	}
+	state := info.State
+	var floor, pending uint64
+	if ci, err := s.js.Consumer(ctx, streams.History, streams.HistoryConsumer); err == nil {
+		if cinfo, err := ci.Info(ctx); err == nil {
+			floor, pending = cinfo.AckFloor.Stream, cinfo.NumPending+uint64(cinfo.NumAckPending)
+		}
+	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
+		return fmt.Errorf("reading the history consumer: %w", err)
+	}
+
+	var lost []string
+	lostUpTo := uint64(0) // the last stream sequence known lost
+	if state.Lost != nil && len(state.Lost.Msgs) > 0 {
+		lost = append(lost, fmt.Sprintf("the server reports %d message(s) lost (%d bytes)", len(state.Lost.Msgs), state.Lost.Bytes))
+		lostUpTo = max(lostUpTo, slices.Max(state.Lost.Msgs))
+	}
+	if len(state.Deleted) > 0 {
+		lost = append(lost, fmt.Sprintf("%d message(s) missing between stream sequences %d and %d", len(state.Deleted), slices.Min(state.Deleted), slices.Max(state.Deleted)))
+		lostUpTo = max(lostUpTo, slices.Max(state.Deleted))
+	}
+	if state.Msgs > 0 && state.FirstSeq > 1 {
+		lost = append(lost, fmt.Sprintf("stream sequences 1 to %d are missing", state.FirstSeq-1))
+		lostUpTo = max(lostUpTo, state.FirstSeq-1)
+	}
+	if floor > state.LastSeq {
+		lost = append(lost, fmt.Sprintf("the history service had applied up to stream sequence %d, but the stream ends at %d", floor, state.LastSeq))
+		lostUpTo = max(lostUpTo, floor)
+	}
+
+	var why []string
+	switch {
+	case s.cfg.Rebuild:
+		why = append(why, "asked to rebuild")
+	case len(lost) > 0:
+		why = append(why, "stream "+streams.History+" lost data: "+strings.Join(lost, "; "))
+	case s.index.len() == 0 && state.Msgs > 0:
+		why = append(why, "the runs index is empty")
+	case uint64(s.index.len())+pending < state.NumSubjects:
+		why = append(why, fmt.Sprintf("the runs index lists %d runs, the history stream holds %d", s.index.len(), state.NumSubjects))
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	if len(lost) > 0 {
+		s.logger.ErrorContext(ctx, "the history stream is damaged; checking every run", slog.String("stream", streams.History),
+			slog.String("damage", strings.Join(lost, "; ")))
+	} else {
+		s.logger.WarnContext(ctx, "rebuilding from history", slog.String("why", strings.Join(why, "; ")))
+	}
+	return s.sweep(ctx, lostUpTo, len(lost) > 0)
+}
+
+// sweepConcurrency bounds the runs a sweep reads at once.
+const sweepConcurrency = 8
+
+// sweep derives everything that follows from history again, for every run the stream holds:
+// it applies each run's whole history as one commit (timers, children, end-of-run work, a
+// resume task for an input nothing answered) and rewrites its index entry. It quarantines runs
+// whose history is damaged: one that does not read back whole, one shorter than its index entry
+// says, one whose index entry has no history left, and, when the stream lost messages (damaged
+// is set), every run that had not ended by the last lost stream sequence lostUpTo, which may
+// have lost events there.
+func (s *Service) sweep(ctx context.Context, lostUpTo uint64, damaged bool) error {
+	st, err := s.js.Stream(ctx, streams.History)
+	if err != nil {
+		return err
+	}
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(streams.HistorySubject(">")))
+	if err != nil {
+		return fmt.Errorf("listing the runs of stream %s: %w", streams.History, err)
+	}
+	prefix := streams.HistorySubject("")
+	runs := make([]string, 0, len(info.State.Subjects))
+	for subject := range info.State.Subjects {
+		runs = append(runs, strings.TrimPrefix(subject, prefix))
+	}
+	slices.Sort(runs)
+
+	var mu sync.Mutex
+	var quarantined []string
+	var firstErr error
+	sem := make(chan struct{}, sweepConcurrency)
+	var wg sync.WaitGroup
+	for _, runID := range runs {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			reason, err := s.sweepRun(ctx, runID, lostUpTo, damaged)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil && firstErr == nil {
+				firstErr = fmt.Errorf("sweeping run %q: %w", runID, err)
+			}
+			if reason != "" {
+				quarantined = append(quarantined, runID)
+			}
+		})
+	}
+	wg.Wait()
+	if firstErr != nil {
+		return firstErr
+	}
+	// Runs the index knows whose history is gone altogether.
+	have := map[string]bool{}
+	for _, id := range runs {
+		have[id] = true
+	}
+	for _, sum := range s.index.where(func(sum core.Summary) bool { return !have[sum.RunID] && sum.Damaged == "" }) {
+		reason := fmt.Sprintf("stream %s holds none of its events, but the runs index recorded it %s at seq %d", streams.History, sum.Status, sum.Seq)
+		if err := s.quarantine(ctx, sum.RunID, reason); err != nil {
+			return err
+		}
+		s.store.Quarantine(sum.RunID, reason)
+		quarantined = append(quarantined, sum.RunID)
+	}
+	slices.Sort(quarantined)
+	if len(quarantined) > 0 {
+		s.logger.ErrorContext(ctx, "runs quarantined: their history is damaged; Flow will not drive or serve them until an operator accepts the damage (flow resume RUN --accept-damage) or restores the stream",
+			slog.String("stream", streams.History), slog.Int("runs", len(quarantined)), slog.Any("run_ids", quarantined))
+	}
+	s.logger.InfoContext(ctx, "sweep done", slog.Int("runs", len(runs)), slog.Int("quarantined", len(quarantined)))
+	return nil
+}
+
+// sweepRun derives run runID's consequences from its whole history. It returns the reason it
+// quarantined the run, if it did.
+func (s *Service) sweepRun(ctx context.Context, runID string, lostUpTo uint64, damaged bool) (string, error) {
+	if s.store.Quarantined(runID) {
+		return "", nil
+	}
+	hist, err := s.store.LoadAtLeast(ctx, runID, 0, 0)
+	var snap *core.Snapshot
+	if err == nil {
+		snap, err = core.Project(runID, hist)
+	}
+	var he *core.HistoryError
+	entry, indexed := s.index.get(runID)
+	reason := ""
+	switch {
+	case errors.Is(err, event.ErrMalformed) || errors.As(err, &he):
+		reason = fmt.Sprintf("stream %s: %v", streams.History, err)
+	case err != nil:
+		return "", err
+	case indexed && entry.Seq > snap.Seq:
+		reason = fmt.Sprintf("stream %s holds %d events, but the runs index recorded it %s at seq %d", streams.History, snap.Seq, entry.Status, entry.Seq)
+	case damaged && !snap.Terminal():
+		if _, streamSeq, ok := s.store.Position(runID); ok && streamSeq < lostUpTo {
+			reason = fmt.Sprintf("stream %s lost messages up to stream sequence %d, and the run had not ended by then: it may have lost events", streams.History, lostUpTo)
+		}
+	}
+	if reason != "" {
+		if err := s.quarantine(ctx, runID, reason); err != nil {
+			return "", err
+		}
+		s.store.Quarantine(runID, reason)
+		return reason, nil
+	}
+	if !snap.Terminal() {
+		for _, h := range snap.Hooks {
+			if !h.Received {
+				if err := s.host.RegisterHook(ctx, h.Token, runID, h.ID); err != nil {
+					s.logger.WarnContext(ctx, "a hook token routes elsewhere", slog.String("run_id", runID), slog.String("hook_id", h.ID), slog.String("error", err.Error()))
+				}
+			}
+		}
+	}
+	if err := s.engine.ApplyCommit(ctx, snap, hist); err != nil {
+		return "", err
+	}
+	return "", s.writeIndex(ctx, runID, &followed{s: snap})
+}

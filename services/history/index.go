@@ -27,7 +27,7 @@ import (
 // compare-and-set on the entry's revision.
 func (s *Service) writeIndex(ctx context.Context, runID string, f *followed) error {
 	want := f.s.Summary()
-	want.Parked = s.park.reason(runID)
+	want.Parked = s.park.reason(f.s)
 	for {
 		if !f.known && !f.fresh {
 			cur, rev, err := s.readEntry(ctx, runID)

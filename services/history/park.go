@@ -24,6 +24,8 @@ type parking struct {
 
 	mu     sync.RWMutex
 	parked map[string]parkedRun
+	// latest holds the latest registration of each definition, by DefinitionKey.
+	latest map[string]streams.Definition
 }
 
 type parkedRun struct {
@@ -31,7 +33,9 @@ type parkedRun struct {
 	rev uint64
 }
 
-func newParking(s *Service) *parking { return &parking{s: s, parked: map[string]parkedRun{}} }
+func newParking(s *Service) *parking {
+	return &parking{s: s, parked: map[string]parkedRun{}, latest: map[string]streams.Definition{}}
+}
 
 // revision returns the FLOW_PARKED revision of run runID's entry, or 0.
 func (p *parking) revision(runID string) uint64 {
@@ -40,11 +44,24 @@ func (p *parking) revision(runID string) uint64 {
 	return p.parked[runID].rev
 }
 
-// reason returns why run runID is parked, or "".
-func (p *parking) reason(runID string) string {
+// reason returns why no worker drives run s now, or "": a worker parked it, or it is pinned to a
+// build that the latest worker of its queue to register its definition does not run (its tasks
+// wait for a worker of its build).
+func (p *parking) reason(s *core.Snapshot) string {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	return p.parked[runID].Reason
+	if r := p.parked[s.RunID].Reason; r != "" {
+		return r
+	}
+	if s.Terminal() || s.Spec.BuildID == "" {
+		return ""
+	}
+	d, ok := p.latest[streams.DefinitionKey(s.Queue, s.Spec.Definition)]
+	if !ok || d.BuildID == s.Spec.BuildID {
+		return ""
+	}
+	return fmt.Sprintf("pinned to build %q; waiting for a worker of that build (the latest worker of queue %q to register %q runs build %q)",
+		s.Spec.BuildID, queueOf(core.Summary{Queue: s.Queue}), s.Spec.Definition, d.BuildID)
 }
 
 // start watches FLOW_PARKED and FLOW_DEFINITIONS, and returns once the parked runs are known.
@@ -90,6 +107,9 @@ func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
 					if err := json.Unmarshal(e.Value(), &d); err != nil {
 						continue
 					}
+					p.mu.Lock()
+					p.latest[e.Key()] = d
+					p.mu.Unlock()
 					if !loaded {
 						defs = append(defs, d)
 						continue
@@ -158,14 +178,14 @@ func (p *parking) registered(ctx context.Context, d streams.Definition, rev uint
 	})
 	n := 0
 	for _, pr := range parked {
-		if err := p.dispatch(ctx, pr.RunID, pr.Queue, pr.Seq, nonce, pr.rev); err != nil {
+		if err := p.dispatch(ctx, pr.RunID, pr.Queue, pr.Build, pr.Seq, nonce, pr.rev); err != nil {
 			p.s.logger.Warn("dispatching a parked run failed", slog.String("run_id", pr.RunID), slog.String("error", err.Error()))
 			continue
 		}
 		n++
 	}
 	for _, sum := range blocked {
-		if err := p.dispatch(ctx, sum.RunID, sum.Queue, sum.Seq, nonce, 0); err != nil {
+		if err := p.dispatch(ctx, sum.RunID, sum.Queue, sum.BuildID, sum.Seq, nonce, 0); err != nil {
 			p.s.logger.Warn("dispatching a blocked run failed", slog.String("run_id", sum.RunID), slog.String("error", err.Error()))
 			continue
 		}
@@ -175,12 +195,25 @@ func (p *parking) registered(ctx context.Context, d streams.Definition, rev uint
 		p.s.logger.Info("dispatched parked runs again", slog.String("definition", d.Definition), slog.String("queue", d.Queue),
 			slog.String("build_id", d.BuildID), slog.Int("runs", n))
 	}
+	if rev == 0 || p.s.lanes == nil {
+		return
+	}
+	// The registration changes which pinned runs of the definition wait for their build.
+	for _, sum := range p.s.index.where(func(sum core.Summary) bool {
+		return !sum.Status.Terminal() && sum.BuildID != "" && queueOf(sum) == d.Queue && sum.Definition == d.Definition
+	}) {
+		err := p.s.onLane(ctx, sum.RunID, func(ctx context.Context, l *lane) error { return l.reindex(ctx, sum.RunID) })
+		if err != nil && ctx.Err() == nil {
+			p.s.logger.Warn("the runs index entry of a pinned run is not up to date", slog.String("run_id", sum.RunID), slog.String("error", err.Error()))
+		}
+	}
 }
 
-// dispatch sends run runID a task under nonce and, if it was parked at revision parkedRev,
+// dispatch sends run runID (on queue, pinned to build) a task under nonce and, if it was parked
+// at revision parkedRev,
 // removes its FLOW_PARKED entry (a worker that still cannot drive it parks it again).
-func (p *parking) dispatch(ctx context.Context, runID, queue string, seq uint64, nonce string, parkedRev uint64) error {
-	if err := p.s.host.Resume(ctx, engine.Task{RunID: runID, Queue: queue, Seq: seq, Nonce: nonce}); err != nil {
+func (p *parking) dispatch(ctx context.Context, runID, queue, build string, seq uint64, nonce string, parkedRev uint64) error {
+	if err := p.s.host.Resume(ctx, engine.Task{RunID: runID, Queue: queue, Build: build, Seq: seq, Nonce: nonce}); err != nil {
 		return err
 	}
 	if parkedRev == 0 {

@@ -107,7 +107,7 @@ func (s *Service) resume(ctx context.Context, req api.ResumeRequest) (*api.Resum
 	if snap.Terminal() {
 		return nil, &api.Error{Code: api.CodeConflict, Message: fmt.Sprintf("run %q has ended (%s); there is nothing to resume", req.RunID, snap.Status)}
 	}
-	if err := s.park.dispatch(ctx, req.RunID, snap.Queue, snap.Seq, "r"+nuid.Next(), s.park.revision(req.RunID)); err != nil {
+	if err := s.park.dispatch(ctx, req.RunID, snap.Queue, snap.Spec.BuildID, snap.Seq, "r"+nuid.Next(), s.park.revision(req.RunID)); err != nil {
 		return nil, err
 	}
 	return &api.ResumeResponse{RunID: req.RunID, Seq: snap.Seq, Status: snap.Status}, nil

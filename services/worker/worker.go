@@ -77,7 +77,7 @@ type Worker struct {
 	nc      *nats.Conn
 	ownConn bool
 	engine  *engine.Engine
-	cons    jetstream.Consumer
+	cons    []jetstream.Consumer
 	parked  jetstream.KeyValue
 	name    string
 
@@ -175,16 +175,30 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := w.publishDefinitions(ctx, js); err != nil {
 		return err
 	}
-	if w.cons, err = streams.TaskConsumer(ctx, js, w.cfg.Queue, w.cfg.AckWait, max(1000, 4*w.cfg.RunConcurrency)); err != nil {
-		return err
+	// Runs any build may drive, and, for a worker with a build ID, runs pinned to its build.
+	builds := []string{""}
+	if id := w.reg.BuildID(); id != "" {
+		builds = append(builds, id)
 	}
-	// The queue's workers share one consumer, whose AckWait the last one to start set: beat by it.
 	w.beat = w.cfg.AckWait / 3
-	if info := w.cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
-		w.beat = info.Config.AckWait / 3
+	for _, build := range builds {
+		cons, err := streams.TaskConsumer(ctx, js, w.cfg.Queue, build, w.cfg.AckWait, max(1000, 4*w.cfg.RunConcurrency))
+		if err != nil {
+			return err
+		}
+		// The queue's workers share the consumer, whose AckWait the last one to start set: beat by it.
+		if info := cons.CachedInfo(); info != nil && info.Config.AckWait > 0 {
+			w.beat = min(w.beat, info.Config.AckWait/3)
+		}
+		w.cons = append(w.cons, cons)
 	}
 	w.runCtx, w.cancelRuns = context.WithCancel(context.WithoutCancel(ctx))
-	go w.fetch()
+	slots := make(chan struct{}, w.cfg.RunConcurrency)
+	var fetchers sync.WaitGroup
+	for _, cons := range w.cons {
+		fetchers.Go(func() { w.fetch(cons, slots) })
+	}
+	go func() { fetchers.Wait(); close(w.fetchDone) }()
 	hostname, _ := os.Hostname()
 	w.name = fmt.Sprintf("%s-%d", hostname, os.Getpid())
 	w.logger.InfoContext(ctx, "worker started", slog.Any("workflows", w.reg.Workflows()), slog.Any("steps", w.reg.Steps()),
@@ -218,12 +232,12 @@ func (w *Worker) publishDefinitions(ctx context.Context, js jetstream.JetStream)
 // fetchWait bounds each pull request, and so how long Stop waits for the fetch loop.
 const fetchWait = time.Second
 
-// fetch pulls tasks and hands each to a handler at once, never more than RunConcurrency at a
-// time: every pull asks for as many tasks as there are free slots, so that no task waits for a
-// slot, unwatched, while its AckWait runs out.
-func (w *Worker) fetch() {
-	defer close(w.fetchDone)
-	slots := make(chan struct{}, w.cfg.RunConcurrency)
+// fetch pulls tasks from cons and hands each to a handler at once, never more than
+// RunConcurrency at a time across the worker's consumers (slots). It waits for a task holding
+// one slot, then takes what else is waiting with as many slots as are free, so that no task
+// waits for a slot, unwatched, while its AckWait runs out, and no idle consumer holds slots
+// another one needs.
+func (w *Worker) fetch(cons jetstream.Consumer, slots chan struct{}) {
 	retry := 100 * time.Millisecond
 	for !w.stopping.Load() {
 		select {
@@ -231,31 +245,20 @@ func (w *Worker) fetch() {
 		case <-w.runCtx.Done():
 			return
 		}
-		free := 1
-		for free < w.cfg.RunConcurrency {
-			select {
-			case slots <- struct{}{}:
+		used, err := w.dispatch(slots, 1, func() (jetstream.MessageBatch, error) {
+			return cons.Fetch(1, jetstream.FetchMaxWait(fetchWait))
+		})
+		for err == nil && used > 0 {
+			free := 0
+			for free < w.cfg.RunConcurrency && trySend(slots) {
 				free++
-				continue
-			default:
 			}
-			break
-		}
-		used := 0
-		batch, err := w.cons.Fetch(free, jetstream.FetchMaxWait(fetchWait))
-		if err == nil {
-			for msg := range batch.Messages() {
-				used++
-				w.inflight.Add(1)
-				go func() {
-					defer func() { <-slots; w.inflight.Done() }()
-					w.handle(msg)
-				}()
+			if free == 0 {
+				break
 			}
-			err = batch.Error()
-		}
-		for range free - used {
-			<-slots
+			if used, err = w.dispatch(slots, free, func() (jetstream.MessageBatch, error) { return cons.FetchNoWait(free) }); used < free {
+				break
+			}
 		}
 		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && !w.stopping.Load() {
 			w.logger.Warn("fetching tasks failed; retrying", slog.String("error", err.Error()), slog.Duration("in", retry))
@@ -264,6 +267,37 @@ func (w *Worker) fetch() {
 			continue
 		}
 		retry = 100 * time.Millisecond
+	}
+}
+
+// dispatch hands the tasks of one pull to handlers, one held slot each, and frees the slots of
+// the free it held that no task used.
+func (w *Worker) dispatch(slots chan struct{}, free int, pull func() (jetstream.MessageBatch, error)) (int, error) {
+	used := 0
+	batch, err := pull()
+	if err == nil {
+		for msg := range batch.Messages() {
+			used++
+			w.inflight.Add(1)
+			go func() {
+				defer func() { <-slots; w.inflight.Done() }()
+				w.handle(msg)
+			}()
+		}
+		err = batch.Error()
+	}
+	for range free - used {
+		<-slots
+	}
+	return used, err
+}
+
+func trySend(c chan struct{}) bool {
+	select {
+	case c <- struct{}{}:
+		return true
+	default:
+		return false
 	}
 }
 
@@ -297,6 +331,8 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	var unknown *engine.UnknownDefinitionError
 	switch {
 	case errors.As(err, &wrongBuild):
+		// Tasks of pinned runs reach only their build's workers; one that did not (published
+		// by an older version) is parked until a worker of its build registers.
 		w.park(ctx, msg, streams.Parked{RunID: runID, Queue: wrongBuild.Queue, Definition: wrongBuild.Definition, Build: wrongBuild.RunBuild,
 			Reason: fmt.Sprintf("pinned to build %q; waiting for a worker of that build on queue %q (this worker runs build %q)",
 				wrongBuild.RunBuild, w.cfg.Queue, wrongBuild.EngineBuild), Seq: task.Seq})

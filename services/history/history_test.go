@@ -1,0 +1,318 @@
+package history_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	cenats "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
+	"github.com/cloudevents/sdk-go/v2/binding"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/store/jsstore"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/scheduler"
+	"github.com/flowrun/flow/services/worker"
+)
+
+var quiet = natstest.Logger()
+
+type testBundle struct {
+	srv     *natsserver.Server
+	js      jetstream.JetStream
+	history *history.Service
+	client  *flow.Client
+	ctx     context.Context
+}
+
+// setup starts a server, a history service (HTTP on a free port), a scheduler and a worker of
+// the test workflows, and returns a client.
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	srv := natstest.RunJetStream(t)
+	h := startHistory(t, srv)
+	startWorker(t, srv, registry(""))
+	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, s.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, s.Stop()) })
+	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	t.Cleanup(cancel)
+	return &testBundle{srv: srv, js: natstest.JetStream(t, srv), history: h, client: c, ctx: ctx}
+}
+
+func startHistory(t *testing.T, srv *natsserver.Server) *history.Service {
+	t.Helper()
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "127.0.0.1:0", Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	return h
+}
+
+func startWorker(t *testing.T, srv *natsserver.Server, reg *flow.Registry) *worker.Worker {
+	t.Helper()
+	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, reg)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+	return w
+}
+
+// registry returns the test workflows of build buildID: steps (n sequential steps), nap (a
+// sleep), hook (a hook with an explicit token) and boom (panics unless fixed).
+func registry(buildID string) *flow.Registry {
+	reg := flow.NewRegistry(&flow.RegistryOptions{BuildID: buildID, Logger: quiet})
+	flow.RegisterWorkflow(reg, "steps", func(ctx *flow.Context, n int) (flow.Decision, error) {
+		v := 0
+		for i := range n {
+			id := fmt.Sprintf("s%d", i)
+			out, ok, err := flow.Output[int](ctx, id)
+			if err != nil || !ok {
+				return ctx.ScheduleStep(id, "inc", v), err
+			}
+			v = out
+		}
+		return ctx.Complete(v), nil
+	})
+	flow.RegisterStep(reg, "inc", func(_ context.Context, n int) (int, error) { return n + 1, nil })
+	flow.RegisterWorkflow(reg, "nap", func(ctx *flow.Context, d time.Duration) (flow.Decision, error) {
+		if !ctx.Fired("nap") {
+			return ctx.Sleep("nap", d), nil
+		}
+		return ctx.Complete("rested"), nil
+	})
+	flow.RegisterWorkflow(reg, "hook", func(ctx *flow.Context, token string) (flow.Decision, error) {
+		if v := ctx.Hook("cb"); v != nil {
+			return ctx.Complete(v), nil
+		}
+		return ctx.CreateHook("cb", nil, flow.WithToken(token)), nil
+	})
+	return reg
+}
+
+// entry returns run runID's runs index entry.
+func (b *testBundle) entry(t *testing.T, runID string) (core.Summary, bool) {
+	t.Helper()
+	kv, err := b.js.KeyValue(b.ctx, streams.RunsBucket)
+	require.NoError(t, err)
+	e, err := kv.Get(b.ctx, runID)
+	if err != nil {
+		return core.Summary{}, false
+	}
+	var sum core.Summary
+	require.NoError(t, json.Unmarshal(e.Value(), &sum))
+	return sum, true
+}
+
+// projected returns the index entry a fresh projection of run runID's history gives.
+func (b *testBundle) projected(t *testing.T, runID string) core.Summary {
+	t.Helper()
+	hist, err := b.client.History(b.ctx, runID, 0)
+	require.NoError(t, err)
+	require.Empty(t, core.Check(runID, hist))
+	s, err := core.Project(runID, hist)
+	require.NoError(t, err)
+	return s.Summary()
+}
+
+func TestHistoryService(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+
+	t.Run("IndexFollowsStatusChangesOnly", func(t *testing.T) {
+		index, err := b.js.Stream(b.ctx, "KV_"+streams.RunsBucket)
+		require.NoError(t, err)
+		written := func() uint64 {
+			info, err := index.Info(b.ctx)
+			require.NoError(t, err)
+			return info.State.LastSeq
+		}
+		before := written()
+		runID, err := b.client.Start(b.ctx, "steps", 10, &flow.StartOptions{RunID: "ten"})
+		require.NoError(t, err)
+		var out int
+		require.NoError(t, b.client.Result(b.ctx, runID, &out))
+		require.Equal(t, 10, out)
+		require.Eventually(t, func() bool { sum, ok := b.entry(t, runID); return ok && sum.Status == core.StatusCompleted },
+			10*time.Second, 5*time.Millisecond)
+		require.Equal(t, uint64(3), written()-before, "22 events, 3 index writes: pending, running, completed")
+		sum, _ := b.entry(t, runID)
+		require.Equal(t, b.projected(t, runID), sum)
+	})
+
+	t.Run("TimersFollowHistory", func(t *testing.T) {
+		timers, err := b.js.KeyValue(b.ctx, streams.TimersBucket)
+		require.NoError(t, err)
+		runID, err := b.client.Start(b.ctx, "nap", time.Hour, &flow.StartOptions{RunID: "long-nap"})
+		require.NoError(t, err)
+		key := jshost.TimerKey(core.Timer{RunID: runID, Kind: core.TimerWait, ID: "nap"})
+		require.Eventually(t, func() bool { _, err := timers.Get(b.ctx, key); return err == nil }, 10*time.Second, 5*time.Millisecond,
+			"the history service registers the timer of wait.scheduled")
+		_, err = b.client.Cancel(b.ctx, runID, "no more napping")
+		require.NoError(t, err)
+		var runErr *flow.RunError
+		require.ErrorAs(t, b.client.Result(b.ctx, runID, nil), &runErr)
+		require.Equal(t, flow.StatusCancelled, runErr.Status)
+		require.Eventually(t, func() bool { _, err := timers.Get(b.ctx, key); return err != nil }, 10*time.Second, 5*time.Millisecond,
+			"the end of the run makes its timer moot")
+	})
+
+	t.Run("ExplicitHookTokensAreReleased", func(t *testing.T) {
+		for i := range 2 {
+			runID, err := b.client.Start(b.ctx, "hook", "order-42-paid", &flow.StartOptions{RunID: fmt.Sprintf("hook-%d", i)})
+			require.NoError(t, err)
+			require.Eventually(t, func() bool {
+				s, err := b.client.Snapshot(b.ctx, runID)
+				return err == nil && s.Hooks["cb"] != nil
+			}, 10*time.Second, 5*time.Millisecond, "run %s created its hook", runID)
+			s, err := b.client.Snapshot(b.ctx, runID)
+			require.NoError(t, err)
+			require.Equal(t, flow.StatusSuspended, s.Status, "run %s is not blocked by a token taken earlier: %+v", runID, s.Blocked)
+			require.NoError(t, deliverHook(b, "order-42-paid", fmt.Sprintf("paid-%d", i)))
+			var out string
+			require.NoError(t, b.client.Result(b.ctx, runID, &out))
+			require.Equal(t, fmt.Sprintf("paid-%d", i), out)
+		}
+	})
+
+	t.Run("Queries", func(t *testing.T) {
+		runID, err := b.client.Start(b.ctx, "steps", 2, &flow.StartOptions{RunID: "two"})
+		require.NoError(t, err)
+		require.NoError(t, b.client.Result(b.ctx, runID, nil))
+		s, err := b.client.SnapshotAt(b.ctx, runID, 3)
+		require.NoError(t, err)
+		require.Equal(t, uint64(3), s.Seq)
+		require.Equal(t, core.StepCompleted, s.Steps["s0"].Status)
+		require.NotContains(t, s.Steps, "s1", "as of seq 3 the second step was not scheduled")
+		_, err = b.client.SnapshotAt(b.ctx, runID, 99)
+		require.ErrorIs(t, err, flow.ErrInvalidInput)
+		_, err = b.client.Snapshot(b.ctx, "no-such-run")
+		require.ErrorIs(t, err, flow.ErrNotFound)
+
+		page, more, err := b.client.HistoryPage(b.ctx, runID, 1, 2)
+		require.NoError(t, err)
+		require.True(t, more)
+		require.Equal(t, []uint64{2, 3}, []uint64{page[0].Seq, page[1].Seq})
+
+		require.Eventually(t, func() bool {
+			p, err := b.client.Runs(b.ctx, &flow.RunsFilter{Definition: "steps", Status: []string{"completed"}})
+			return err == nil && p.Total >= 2
+		}, 10*time.Second, 5*time.Millisecond)
+		first, err := b.client.Runs(b.ctx, &flow.RunsFilter{Definition: "steps", Limit: 1})
+		require.NoError(t, err)
+		require.Len(t, first.Runs, 1)
+		require.NotEmpty(t, first.Next)
+		second, err := b.client.Runs(b.ctx, &flow.RunsFilter{Definition: "steps", Limit: 1, Cursor: first.Next})
+		require.NoError(t, err)
+		require.Len(t, second.Runs, 1)
+		require.NotEqual(t, first.Runs[0].RunID, second.Runs[0].RunID)
+		_, err = b.client.Runs(b.ctx, &flow.RunsFilter{Status: []string{"sleeping"}})
+		require.ErrorIs(t, err, flow.ErrInvalidInput)
+
+		base := "http://" + b.history.HTTPAddr()
+		var got struct {
+			Snapshot core.Snapshot `json:"snapshot"`
+		}
+		getJSON(t, base+"/v1/runs/two?at=2", http.StatusOK, &got)
+		require.Equal(t, uint64(2), got.Snapshot.Seq)
+		var list struct {
+			Runs []core.Summary `json:"runs"`
+		}
+		getJSON(t, base+"/v1/runs?definition=steps&status=completed&limit=10", http.StatusOK, &list)
+		require.NotEmpty(t, list.Runs)
+		var e struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		getJSON(t, base+"/v1/runs/no-such-run", http.StatusNotFound, &e)
+		require.Contains(t, e.Error.Message, "does not exist")
+		resp, err := http.Get(base + "/v1/runs/two/watch")
+		require.NoError(t, err)
+		body, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, 6, strings.Count(string(body), "\nevent: "), "one server-sent event per event of a finished run:\n%s", body)
+		require.Contains(t, string(body), "event: run.completed")
+	})
+
+	t.Run("FeedPublishesEveryEventOnce", func(t *testing.T) {
+		nc := natstest.Connect(t, b.srv)
+		events := make(chan *nats.Msg, 100)
+		sub, err := nc.ChanSubscribe("flow.events.steps.feed-run.>", events)
+		require.NoError(t, err)
+		defer func() { _ = sub.Unsubscribe() }()
+		require.NoError(t, nc.Flush())
+		runID, err := b.client.Start(b.ctx, "steps", 3, &flow.StartOptions{RunID: "feed-run"})
+		require.NoError(t, err)
+		require.NoError(t, b.client.Result(b.ctx, runID, nil))
+		hist, err := b.client.History(b.ctx, runID, 0)
+		require.NoError(t, err)
+		for _, want := range hist {
+			var m *nats.Msg
+			select {
+			case m = <-events:
+			case <-b.ctx.Done():
+				t.Fatalf("no feed event for seq %d", want.Seq)
+			}
+			require.Equal(t, "flow.events.steps.feed-run."+string(want.Type()), m.Subject)
+			e, err := binding.ToEvent(b.ctx, cenats.NewMessage(m))
+			require.NoError(t, err)
+			require.Equal(t, fmt.Sprintf("feed-run:%d", want.Seq), e.ID())
+			require.Equal(t, "dev.flow."+string(want.Type()), e.Type())
+			require.Equal(t, "feed-run", e.Subject())
+			require.True(t, e.Time().Equal(want.Time))
+			payload, err := json.Marshal(want.Payload)
+			require.NoError(t, err)
+			require.JSONEq(t, string(payload), string(e.Data()))
+		}
+		select {
+		case m := <-events:
+			t.Fatalf("an extra feed event: %s", m.Subject)
+		default:
+		}
+	})
+}
+
+// deliverHook delivers payload to the hook token routes to, through an engine of its own.
+func deliverHook(b *testBundle, token, payload string) error {
+	st, err := jsstore.New(b.ctx, b.js, nil)
+	if err != nil {
+		return err
+	}
+	host, err := jshost.New(b.ctx, b.js, "test", quiet)
+	if err != nil {
+		return err
+	}
+	e, err := engine.New(engine.Config{Store: st, Host: host, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	p, _ := json.Marshal(payload)
+	return e.DeliverHook(b.ctx, token, p, "delivery-"+payload)
+}
+
+func getJSON(t *testing.T, url string, status int, v any) {
+	t.Helper()
+	resp, err := http.Get(url)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, resp.Body.Close()) }()
+	require.Equal(t, status, resp.StatusCode)
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(v))
+}
+
