@@ -315,4 +315,3 @@ func getJSON(t *testing.T, url string, status int, v any) {
 	require.Equal(t, status, resp.StatusCode)
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(v))
 }
-
