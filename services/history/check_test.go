@@ -1,0 +1,209 @@
+package history_test
+
+import (
+	"context"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/worker"
+)
+
+// system is a server on a directory of the test's, with a history service, a worker and a
+// client, that the test can stop and start again on the same data.
+type system struct {
+	dir    string
+	srv    *natsserver.Server
+	h      *history.Service
+	w      *worker.Worker
+	client *flow.Client
+	js     jetstream.JetStream
+}
+
+func startSystem(t *testing.T, dir string, withWorker bool) *system {
+	t.Helper()
+	srv, err := natsserver.Start(natsserver.Config{Dir: dir, Port: -1, Logger: quiet})
+	require.NoError(t, err)
+	sys := &system{dir: dir, srv: srv}
+	t.Cleanup(sys.stop)
+	sys.js = natstest.JetStream(t, srv)
+	require.NoError(t, streams.Ensure(t.Context(), sys.js, streams.Config{}))
+	sys.h, err = history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, sys.h.Start(t.Context()))
+	if withWorker {
+		sys.w, err = worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, registry(""))
+		require.NoError(t, err)
+		require.NoError(t, sys.w.Start(t.Context()))
+	}
+	sys.client, err = flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+	return sys
+}
+
+func (sys *system) stop() {
+	if sys.srv == nil {
+		return
+	}
+	if sys.w != nil {
+		_ = sys.w.Stop(context.Background())
+	}
+	_ = sys.h.Stop()
+	_ = sys.srv.ShutdownWithin(10 * time.Second)
+	sys.srv = nil
+}
+
+// truncateHistory cuts FLOW_HISTORY's last message block at the record of stream sequence seq,
+// as a crash of the disk under a server would: that message and every later one are lost.
+func truncateHistory(t *testing.T, dir string, seq uint64) {
+	t.Helper()
+	blocks, err := filepath.Glob(filepath.Join(dir, "jetstream", "*", "streams", streams.History, "msgs", "*.blk"))
+	require.NoError(t, err)
+	require.NotEmpty(t, blocks)
+	slices.Sort(blocks)
+	block := blocks[len(blocks)-1]
+	data, err := os.ReadFile(block)
+	require.NoError(t, err)
+	// A record is its length (4 bytes, little endian, the high bit flags headers), its stream
+	// sequence (8 bytes), then the rest.
+	for off := 0; off+12 <= len(data); {
+		rl := int(binary.LittleEndian.Uint32(data[off:]) &^ (1 << 31))
+		if binary.LittleEndian.Uint64(data[off+4:])&^(1<<63) == seq {
+			require.NoError(t, os.Truncate(block, int64(off)))
+			return
+		}
+		require.Positive(t, rl)
+		off += rl
+	}
+	t.Fatalf("stream sequence %d is not in %s", seq, block)
+}
+
+// A truncated history block loses the last events of a completed run: the history service finds
+// it at start, quarantines the run and every run that may have lost events, and nothing serves
+// or drives them as if nothing happened, until an operator accepts the damage.
+func TestDamagedHistoryIsQuarantined(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	sys := startSystem(t, dir, true)
+	napID, err := sys.client.Start(ctx, "nap", time.Hour, &flow.StartOptions{RunID: "napping"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		s, err := sys.client.Snapshot(ctx, napID)
+		return err == nil && s.Status == flow.StatusSuspended
+	}, 20*time.Second, 10*time.Millisecond)
+	runID, err := sys.client.Start(ctx, "steps", 2, &flow.StartOptions{RunID: "order-1"})
+	require.NoError(t, err)
+	require.NoError(t, sys.client.Result(ctx, runID, nil))
+	require.Eventually(t, func() bool {
+		d, err := sys.client.Describe(ctx, runID, 0)
+		return err == nil && d.Entry != nil && d.Entry.Status == flow.StatusCompleted
+	}, 20*time.Second, 10*time.Millisecond, "the index records the run completed")
+	st, err := sys.js.Stream(ctx, streams.History)
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	sys.stop()
+
+	// The run's last two commits, step.completed and run.completed, are the stream's last two
+	// messages.
+	truncateHistory(t, dir, info.State.LastSeq-1)
+	sys = startSystem(t, dir, false)
+
+	damaged, err := sys.js.KeyValue(ctx, streams.DamagedBucket)
+	require.NoError(t, err)
+	for _, id := range []string{runID, napID} {
+		_, err := damaged.Get(ctx, id)
+		require.NoError(t, err, "run %s is quarantined", id)
+	}
+	_, err = sys.client.History(ctx, runID, 0)
+	require.ErrorIs(t, err, flow.ErrDamaged, "a 4-event prefix of a 6-event run is not served as a valid history")
+	require.ErrorContains(t, err, "holds 4 events, but the runs index recorded it completed at seq 6")
+	_, err = sys.client.Start(ctx, "steps", 2, &flow.StartOptions{RunID: runID})
+	require.ErrorIs(t, err, flow.ErrDamaged, "starting it again would run the order again")
+	page, err := sys.client.Runs(ctx, nil)
+	require.NoError(t, err)
+	for _, r := range page.Runs {
+		require.NotEmpty(t, r.Damaged, "run %s is listed as damaged", r.RunID)
+	}
+
+	// An operator accepts the damage of the sleeping run: it is served and driven again.
+	res, err := sys.client.Resume(ctx, napID, &flow.ResumeOptions{AcceptDamage: true})
+	require.NoError(t, err)
+	require.Equal(t, core.StatusSuspended, res.Status)
+	_, err = damaged.Get(ctx, napID)
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound)
+	hist, err := sys.client.History(ctx, napID, 0)
+	require.NoError(t, err)
+	require.Empty(t, core.Check(napID, hist))
+}
+
+// An index that lost its entries is rebuilt from history when the service starts; so is one
+// asked to (flowd history --rebuild), and the rebuilt entries equal fresh projections.
+func TestEmptyIndexIsRebuiltFromHistory(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	sys := startSystem(t, dir, true)
+	var ids []string
+	for i := range 5 {
+		id, err := sys.client.Start(ctx, "steps", i, nil)
+		require.NoError(t, err)
+		require.NoError(t, sys.client.Result(ctx, id, nil))
+		ids = append(ids, id)
+	}
+	napID, err := sys.client.Start(ctx, "nap", time.Hour, nil)
+	require.NoError(t, err)
+	ids = append(ids, napID)
+	require.Eventually(t, func() bool {
+		page, err := sys.client.Runs(ctx, nil)
+		return err == nil && page.Total == len(ids) && page.Runs[0].Status != flow.StatusPending
+	}, 20*time.Second, 10*time.Millisecond)
+	sys.stop()
+
+	// Purge the runs index and the timer index behind the service's back.
+	srv, err := natsserver.Start(natsserver.Config{Dir: dir, Port: -1, Logger: quiet})
+	require.NoError(t, err)
+	js := natstest.JetStream(t, srv)
+	for _, bucket := range []string{streams.RunsBucket, streams.TimersBucket} {
+		st, err := js.Stream(ctx, "KV_"+bucket)
+		require.NoError(t, err)
+		require.NoError(t, st.Purge(ctx))
+	}
+	require.NoError(t, srv.ShutdownWithin(10*time.Second))
+
+	sys = startSystem(t, dir, false)
+	page, err := sys.client.Runs(ctx, &flow.RunsFilter{Limit: 100})
+	require.NoError(t, err)
+	require.Equal(t, len(ids), page.Total, "every run is indexed again")
+	for _, r := range page.Runs {
+		hist, err := sys.client.History(ctx, r.RunID, 0)
+		require.NoError(t, err)
+		s, err := core.Project(r.RunID, hist)
+		require.NoError(t, err)
+		require.Equal(t, s.Summary(), r)
+	}
+	timers, err := sys.js.KeyValue(ctx, streams.TimersBucket)
+	require.NoError(t, err)
+	keys, err := timers.ListKeys(ctx)
+	require.NoError(t, err)
+	var n int
+	for range keys.Keys() {
+		n++
+	}
+	require.Equal(t, 1, n, "the sleeping run's timer is registered again")
+}
