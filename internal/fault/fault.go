@@ -80,8 +80,9 @@ type Injector struct {
 
 type arming struct {
 	action Action
-	// skip hits pass before the point acts; it then acts times times (0: forever).
-	skip, times int
+	// skip hits pass before the point acts; it then acts times times (0: forever), on every
+	// every-th hit (0 or 1: each hit).
+	skip, times, every, seen int
 }
 
 // Arm makes point p act with action after skip hits, times times (0 means every hit).
@@ -92,6 +93,17 @@ func (f *Injector) Arm(p Point, action Action, skip, times int) {
 		f.armed = map[Point]*arming{}
 	}
 	f.armed[p] = &arming{action: action, skip: skip, times: times}
+}
+
+// ArmEvery makes point p act with action on every every-th hit, times times (0 means forever):
+// a fault that comes and goes, as a flaky disk or network's does.
+func (f *Injector) ArmEvery(p Point, action Action, every, times int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.armed == nil {
+		f.armed = map[Point]*arming{}
+	}
+	f.armed[p] = &arming{action: action, times: times, every: every}
 }
 
 // Disarm stops point p from acting.
@@ -116,6 +128,10 @@ func (f *Injector) Hit(p Point) error {
 	act := ok && a.skip <= 0
 	if ok && a.skip > 0 {
 		a.skip--
+	}
+	if act && a.every > 1 {
+		a.seen++
+		act = a.seen%a.every == 0
 	}
 	if act && a.times > 0 {
 		a.times--

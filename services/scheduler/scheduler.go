@@ -1,9 +1,11 @@
 // Package scheduler fires Flow's durable timers: waits (Sleep, WaitUntil) and retry backoffs.
 //
-// Workers register every pending timer in the FLOW_TIMERS bucket. The scheduler that holds the
-// lease watches the bucket, keeps the pending timers in memory in due order (one goroutine for
-// all of them, none per run), and when one falls due appends its firing event to the run's
-// history (wait.fired or step.retry_fired), sends the run's resume task, and deletes the entry.
+// The history service registers every pending timer in the FLOW_TIMERS bucket, as it follows
+// the history stream. The scheduler that holds the lease watches the bucket, keeps the pending
+// timers in memory in due order (one goroutine for all of them, none per run), and when one
+// falls due appends its firing event to the run's history (wait.fired or step.retry_fired),
+// sends the run's resume task as a fast path (the history service derives it too), and deletes
+// the entry only once the firing is committed or found moot.
 //
 // Nothing is missed across restarts: the bucket is durable, and a scheduler that starts fires
 // every overdue timer at once, in due order. Firing twice never changes history: the core
@@ -30,6 +32,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/store/jsstore"
@@ -56,6 +59,8 @@ type Config struct {
 	Streams streams.Config `envconfig:"STREAMS"`
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger `ignored:"true"`
+	// Faults injects failures between writes, for tests. Defaults to nil (none).
+	Faults *fault.Injector `ignored:"true"`
 }
 
 // leaseKey is the scheduler's key in FLOW_LEASES.
@@ -152,7 +157,8 @@ func (s *Scheduler) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.engine, err = engine.New(engine.Config{Store: st, Host: host, Logger: s.logger})
+	host.Faults = s.cfg.Faults
+	s.engine, err = engine.New(engine.Config{Store: st, Host: host, Logger: s.logger, Faults: s.cfg.Faults})
 	return err
 }
 
@@ -443,6 +449,9 @@ func (s *Scheduler) fire(ctx context.Context, key string, t core.Timer, rev uint
 	s.fired.Add(1)
 	s.logger.Debug("timer fired", slog.String("run_id", t.RunID), slog.String("timer", t.Key()),
 		slog.Duration("lateness", time.Since(t.Due)))
+	if err := s.cfg.Faults.Hit(fault.AfterFireBeforeDelete); err != nil {
+		return err // the entry stays; firing it again finds the timer moot and deletes it
+	}
 	err := s.timers.Delete(ctx, key, jetstream.LastRevision(rev))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		// Re-registered meanwhile (a repair): the new entry fires again and is found moot.

@@ -1,0 +1,246 @@
+package crashtest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/store/jsstore"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/scheduler"
+	"github.com/flowrun/flow/services/worker"
+)
+
+// TestFaultsBetweenWrites runs a mixed workload (sequential steps, a sleep, a retry, a signal, a
+// child, continue-as-new, a hook) with one fault point failing again and again, in every
+// process that passes it: workers, the scheduler, the history service and the writer of
+// inputs. Each point sits between two durable writes (package fault lists them). Every run
+// must still complete with the right output, every history must pass the invariants checker,
+// the runs index must equal a fresh projection of history, and no timer entry may be left.
+func TestFaultsBetweenWrites(t *testing.T) {
+	t.Parallel()
+	for _, p := range fault.Points {
+		t.Run(string(p), func(t *testing.T) {
+			t.Parallel()
+			f := &fault.Injector{}
+			f.ArmEvery(p, fault.Fail, 2, 8)
+			runFaultWorkload(t, f)
+			require.Positive(t, f.Hits(p), "the workload never reached %s", p)
+		})
+	}
+}
+
+// faultRuns are the runs of the workload, with their expected outputs (as JSON).
+var faultRuns = []struct {
+	id, definition, input, want string
+}{
+	{"seq-1", "seq", `3`, `3`},
+	{"seq-2", "seq", `5`, `5`},
+	{"nap-1", "doze", `null`, `"rested"`},
+	{"flaky-1", "flaky", `null`, `"second time lucky"`},
+	{"waiter-1", "waiter", `null`, `"go!"`},
+	{"parent-1", "parent", `null`, `2`},
+	{"chain-1", "chain", `0`, `2`},
+	{"hooked-1", "hooked", `null`, `"called back"`},
+}
+
+func runFaultWorkload(t *testing.T, f *fault.Injector) {
+	srv := natstest.RunJetStream(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Minute)
+	defer cancel()
+	reg := faultRegistry()
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", AckWait: time.Second, Logger: natstest.Logger(), Faults: f})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), AckWait: 2 * time.Second, Logger: natstest.Logger(), Faults: f}, reg)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: natstest.Logger(), Faults: f})
+	require.NoError(t, err)
+	require.NoError(t, s.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, s.Stop()) })
+	inputs := inputEngine(t, srv, f)
+	client := newBareClient(t, srv)
+
+	for _, r := range faultRuns {
+		spec, err := reg.Spec(r.definition, json.RawMessage(r.input))
+		require.NoError(t, err)
+		retry(t, ctx, func() error {
+			_, _, err := inputs.Start(ctx, engine.StartParams{RunID: r.id, Spec: spec, Input: json.RawMessage(r.input)})
+			return err
+		})
+	}
+	retry(t, ctx, func() error {
+		_, err := inputs.Signal(ctx, "waiter-1", "go", json.RawMessage(`"go!"`), "signal-1")
+		return err
+	})
+	retry(t, ctx, func() error {
+		s, err := client.Snapshot(ctx, "hooked-1")
+		if err != nil {
+			return err
+		}
+		hook := s.Hooks["cb"]
+		if hook == nil {
+			return errors.New("the hook is not created yet")
+		}
+		return inputs.DeliverHook(ctx, hook.Token, json.RawMessage(`"called back"`), "callback-1")
+	})
+
+	for _, r := range faultRuns {
+		var out json.RawMessage
+		result(t, ctx, client, r.id, &out)
+		require.JSONEq(t, r.want, string(out), "run %s", r.id)
+	}
+	requireConsistent(t, ctx, srv, client)
+}
+
+// requireConsistent checks every run the runs index lists: its history passes the invariants
+// checker and its index entry equals a fresh projection of it (waiting for the history service
+// to catch up); and no timer entry is left once every run ended.
+func requireConsistent(t *testing.T, ctx context.Context, srv *natsserver.Server, client *flow.Client) {
+	t.Helper()
+	js := natstest.JetStream(t, srv)
+	st, err := js.Stream(ctx, streams.History)
+	require.NoError(t, err)
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(streams.HistorySubject(">")))
+	require.NoError(t, err)
+	runs, err := js.KeyValue(ctx, streams.RunsBucket)
+	require.NoError(t, err)
+	for subject := range info.State.Subjects {
+		runID := subject[len(streams.HistorySubject("")):]
+		hist, err := client.History(ctx, runID, 0)
+		require.NoError(t, err)
+		require.Empty(t, core.Check(runID, hist), "run %s", runID)
+		s, err := core.Project(runID, hist)
+		require.NoError(t, err)
+		require.True(t, s.Terminal(), "run %s ended: %s\n%s", runID, s.Status, describeRun(client, runID))
+		var entry core.Summary
+		require.Eventually(t, func() bool {
+			e, err := runs.Get(ctx, runID)
+			return err == nil && json.Unmarshal(e.Value(), &entry) == nil && entry == s.Summary()
+		}, 30*time.Second, 10*time.Millisecond, "the index entry of run %s equals its projection: %+v vs %+v", runID, entry, s.Summary())
+	}
+	timers, err := js.KeyValue(ctx, streams.TimersBucket)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		keys, err := timers.ListKeys(ctx)
+		if err != nil {
+			return false
+		}
+		for range keys.Keys() {
+			return false
+		}
+		return true
+	}, 30*time.Second, 10*time.Millisecond, "no timer entry is left")
+}
+
+// inputEngine returns an engine that appends inputs (starts, signals, hook deliveries) as a
+// client or the ingress does, through the fault points too.
+func inputEngine(t *testing.T, srv *natsserver.Server, f *fault.Injector) *engine.Engine {
+	t.Helper()
+	js := natstest.JetStream(t, srv)
+	st, err := jsstore.New(t.Context(), js, nil)
+	require.NoError(t, err)
+	host, err := jshost.New(t.Context(), js, "crashtest", natstest.Logger())
+	require.NoError(t, err)
+	host.Faults = f
+	e, err := engine.New(engine.Config{Store: st, Host: host, Logger: natstest.Logger(), Faults: f})
+	require.NoError(t, err)
+	return e
+}
+
+// retry calls fn until it succeeds: an injected fault fails a write the caller then repeats.
+func retry(t *testing.T, ctx context.Context, fn func() error) {
+	t.Helper()
+	for {
+		err := fn()
+		if err == nil {
+			return
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("gave up: %v", err)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+// faultRegistry returns the workload's workflows.
+func faultRegistry() *flow.Registry {
+	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: natstest.Logger()})
+	flow.RegisterWorkflow(reg, "seq", func(ctx *flow.Context, n int) (flow.Decision, error) {
+		v := 0
+		for i := range n {
+			id := fmt.Sprintf("s%d", i)
+			out, ok, err := flow.Output[int](ctx, id)
+			if err != nil || !ok {
+				return ctx.ScheduleStep(id, "inc", v), err
+			}
+			v = out
+		}
+		return ctx.Complete(v), nil
+	})
+	flow.RegisterStep(reg, "inc", func(_ context.Context, n int) (int, error) { return n + 1, nil })
+	flow.RegisterWorkflow(reg, "doze", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		if !ctx.Fired("nap") {
+			return ctx.Sleep("nap", 50*time.Millisecond), nil
+		}
+		return ctx.Complete("rested"), nil
+	})
+	flow.RegisterWorkflow(reg, "flaky", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		out, ok, err := flow.Output[string](ctx, "try")
+		if err != nil || !ok {
+			return ctx.ScheduleStep("try", "firstFails", nil, flow.WithRetry(flow.RetryPolicy{MaxAttempts: 3, InitialInterval: 20 * time.Millisecond})), err
+		}
+		return ctx.Complete(out), nil
+	})
+	flow.RegisterStep(reg, "firstFails", func(ctx context.Context, _ any) (string, error) {
+		if info, _ := flow.StepInfoFrom(ctx); info.Attempt == 1 {
+			return "", errors.New("first attempt fails")
+		}
+		return "second time lucky", nil
+	})
+	flow.RegisterWorkflow(reg, "waiter", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		v, ok, err := flow.SignalValue[string](ctx, "go")
+		if err != nil || !ok {
+			return ctx.AwaitSignal("go", "go"), err
+		}
+		return ctx.Complete(v), nil
+	})
+	flow.RegisterWorkflow(reg, "parent", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		v, ok, err := flow.ChildOutput[int](ctx, "kid")
+		if err != nil || !ok {
+			return ctx.StartChild("kid", "seq", 2), err
+		}
+		return ctx.Complete(v), nil
+	})
+	flow.RegisterWorkflow(reg, "chain", func(ctx *flow.Context, n int) (flow.Decision, error) {
+		if n < 2 {
+			return ctx.ContinueAsNew(n + 1), nil
+		}
+		return ctx.Complete(n), nil
+	})
+	flow.RegisterWorkflow(reg, "hooked", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		if v := ctx.Hook("cb"); v != nil {
+			return ctx.Complete(v), nil
+		}
+		return ctx.CreateHook("cb", nil), nil
+	})
+	return reg
+}
