@@ -14,8 +14,9 @@
 //
 // Appends use Nats-Expected-Last-Subject-Sequence with the stream sequence of the run's last
 // commit, and Nats-Msg-Id "<run>:<first seq>". A sequence mismatch (server codes 10071 and, on
-// replicated streams, 10164) becomes store.ErrConflict, unless the run's last message is this
-// very append (ce-flowcommit), as after a retried publish whose first ack was lost.
+// replicated streams, 10164, or 10158 for a message ID another publish is still proposing)
+// becomes store.ErrConflict, unless the run's commit after the expected position is this very
+// append (ce-flowcommit), as after a retried publish whose first ack was lost.
 //
 // # Reads
 //
@@ -280,8 +281,12 @@ func (s *Store) LoadAtLeast(ctx context.Context, runID string, after, atLeast ui
 	}
 	start := uint64(1)
 	s.mu.Lock()
-	if p, ok := s.pos[runID]; ok && p.runSeq <= after {
-		start = p.streamSeq + 1
+	if p, ok := s.pos[runID]; ok {
+		if p.runSeq <= after {
+			start = p.streamSeq + 1
+		}
+		// What this store appended or read before is there to read, whichever replica answers.
+		atLeast = max(atLeast, p.runSeq)
 	}
 	s.mu.Unlock()
 	r := reader{s: s, runID: runID, next: after + 1}
@@ -463,8 +468,10 @@ func transient(err error, ctx context.Context) bool {
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrNoResponders))
 }
 
-// isWrongLastSequence reports a sequence mismatch: code 10071, or 10164 on replicated streams.
+// isWrongLastSequence reports a refused append whose commit may be another writer's or ours: a
+// sequence mismatch (code 10071, or 10164 on replicated streams), or, on replicated streams, a
+// message ID still being proposed by another publish of the same commit sequence (10158).
 func isWrongLastSequence(err error) bool {
 	var apiErr *jetstream.APIError
-	return errors.As(err, &apiErr) && (apiErr.ErrorCode == 10071 || apiErr.ErrorCode == 10164)
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == 10071 || apiErr.ErrorCode == 10164 || apiErr.ErrorCode == 10158)
 }

@@ -1,0 +1,132 @@
+package jsstore_test
+
+import (
+	"fmt"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/internal/store/jsstore"
+	"github.com/flowrun/flow/internal/store/storetest"
+	"github.com/flowrun/flow/internal/streams"
+)
+
+// TestClusterConformance runs the conformance suite on a 3-server cluster with R3 streams, once
+// every replica answers direct gets, with its stores connected to the servers in turn.
+func TestClusterConformance(t *testing.T) {
+	t.Parallel()
+	c := natstest.RunCluster(t, 3)
+	c.WaitForDirectGets(t, streams.History)
+	var next atomic.Int64
+	storetest.Exercise(t, func(t *testing.T) store.EventStore {
+		s, err := jsstore.New(t.Context(), c.JetStream(t, int(next.Add(1))%c.Len()), nil)
+		require.NoError(t, err)
+		return s
+	})
+}
+
+// TestFollowerReadsCanLag shows that a store may not see an append acknowledged a moment before.
+// Load reads with direct gets. Every replica of FLOW_HISTORY joins the queue group that answers
+// them, and NATS hands a client's request to any member, wherever the client is connected. The
+// leader acknowledges an append once a quorum has stored it and it has applied it; a follower
+// applies it once the leader's next message tells it the append committed, so a direct get it
+// answers in between misses the append.
+//
+// A store on a connection to the leader appends to many runs; right after each append, stores on
+// connections to each follower and to the leader read the run. The test logs how many of those
+// reads missed the append and how many direct gets each server answered. It asserts only what
+// always holds: a read returns a prefix of the run, and a read eventually returns all of it; and
+// that LoadAtLeast, given the append's sequence, never misses it.
+func TestFollowerReadsCanLag(t *testing.T) {
+	t.Parallel()
+	c := natstest.RunCluster(t, 3)
+	// Until the followers join the responders, the leader answers every direct get.
+	c.WaitForDirectGets(t, streams.History)
+	ctx := t.Context()
+	leader := c.StreamLeader(t, streams.History)
+	followers := []int{(leader + 1) % c.Len(), (leader + 2) % c.Len()}
+	writer, err := jsstore.New(ctx, c.JetStream(t, leader), nil)
+	require.NoError(t, err)
+	atLeader, err := jsstore.New(ctx, c.JetStream(t, leader), nil)
+	require.NoError(t, err)
+	var atFollower [2]*jsstore.Store
+	for i, f := range followers {
+		atFollower[i], err = jsstore.New(ctx, c.JetStream(t, f), nil)
+		require.NoError(t, err)
+	}
+	var before [3]int64
+	for i := range c.Len() {
+		_, before[i] = c.DirectGets(i, streams.History)
+	}
+
+	// read loads run through s and reports whether it returned all last events.
+	read := func(s *jsstore.Store, run string, last uint64) bool {
+		got, err := s.Load(ctx, run, 0)
+		require.NoError(t, err)
+		require.LessOrEqual(t, uint64(len(got)), last, "run %s", run)
+		for i, e := range got {
+			require.Equal(t, uint64(i+1), e.Seq, "run %s", run)
+		}
+		return uint64(len(got)) == last
+	}
+
+	const runs, commits = 100, 3
+	var missedFollower [2]int // reads through followers[i] right after an append that missed it
+	var missedFirst, missedLeader int
+	start := time.Now()
+	for k := range commits {
+		for r := range runs {
+			run := fmt.Sprintf("lag-%d", r)
+			e := started()
+			if k > 0 {
+				e = signal(fmt.Sprintf("c%d", k))
+			}
+			last, err := writer.Append(ctx, run, uint64(k), e)
+			require.NoError(t, err)
+			// Read through both followers, each first in turn, then through the leader.
+			first := r % 2
+			for j, i := range []int{first, 1 - first} {
+				if !read(atFollower[i], run, last) {
+					missedFollower[i]++
+					if j == 0 {
+						missedFirst++
+					}
+				}
+			}
+			if !read(atLeader, run, last) {
+				missedLeader++
+			}
+			// What a reader was told exists, it reads, from the leader where a replica lags.
+			for _, s := range []*jsstore.Store{atFollower[0], atFollower[1], atLeader} {
+				got, err := s.LoadAtLeast(ctx, run, 0, last)
+				require.NoError(t, err)
+				require.Len(t, got, int(last), "LoadAtLeast(%d) of run %s", last, run)
+			}
+		}
+	}
+	appends := runs * commits
+	var answered [3]int64
+	for i := range c.Len() {
+		_, n := c.DirectGets(i, streams.History)
+		answered[i] = n - before[i]
+	}
+	t.Logf("%d appends in %s; reads right after an append that missed it: through follower %s %d/%d, through follower %s %d/%d "+
+		"(the first read after the append %d/%d), through leader %s %d/%d; direct gets answered by %s (leader) %d, %s %d, %s %d",
+		appends, time.Since(start).Round(time.Millisecond),
+		c.Name(followers[0]), missedFollower[0], appends, c.Name(followers[1]), missedFollower[1], appends,
+		missedFirst, appends, c.Name(leader), missedLeader, appends,
+		c.Name(leader), answered[leader], c.Name(followers[0]), answered[followers[0]], c.Name(followers[1]), answered[followers[1]])
+
+	start = time.Now()
+	for _, s := range []*jsstore.Store{atFollower[0], atFollower[1], atLeader} {
+		for r := range runs {
+			run := fmt.Sprintf("lag-%d", r)
+			require.Eventually(t, func() bool { return read(s, run, commits) }, 20*time.Second, 5*time.Millisecond, "run %s", run)
+		}
+	}
+	t.Logf("every store read every run in full %s after the last append", time.Since(start).Round(time.Millisecond))
+}
