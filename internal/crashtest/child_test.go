@@ -9,14 +9,16 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
 
 // The environment of a child process.
 const (
-	envRole     = "FLOW_CRASHTEST_ROLE"      // "worker" or "scheduler"; unset in the parent
+	envRole     = "FLOW_CRASHTEST_ROLE"      // "worker", "scheduler" or "history"; unset in the parent
 	envNATSURL  = "FLOW_NATS_URL"            // the parent's embedded NATS server
 	envName     = "FLOW_CRASHTEST_NAME"      // the child's name: scheduler replica, invocation tag
 	envDir      = "FLOW_CRASHTEST_DIR"       // the scratch directory shared with the parent
@@ -27,6 +29,7 @@ const (
 const (
 	roleWorker    = "worker"
 	roleScheduler = "scheduler"
+	roleHistory   = "history"
 )
 
 // readyFD is the file descriptor on which a child writes a line once it is serving.
@@ -66,6 +69,11 @@ func runChild(role string) error {
 	if err != nil {
 		return err
 	}
+	// FLOW_FAULTS arms fault points, to kill the process between two writes.
+	faults, err := fault.FromEnv()
+	if err != nil {
+		return err
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	switch role {
@@ -75,7 +83,7 @@ func runChild(role string) error {
 			return err
 		}
 		reg := newRegistry(os.Getenv(envDir), os.Getenv(envName))
-		w, err := worker.New(worker.Config{NATSURL: os.Getenv(envNATSURL), AckWait: ackWait, Streams: streamsCfg, Logger: logger}, reg)
+		w, err := worker.New(worker.Config{NATSURL: os.Getenv(envNATSURL), AckWait: ackWait, Streams: streamsCfg, Logger: logger, Faults: faults}, reg)
 		if err != nil {
 			return err
 		}
@@ -83,11 +91,23 @@ func runChild(role string) error {
 			return err
 		}
 	case roleScheduler:
-		s, err := scheduler.New(scheduler.Config{NATSURL: os.Getenv(envNATSURL), Name: os.Getenv(envName), Streams: streamsCfg, Logger: logger})
+		s, err := scheduler.New(scheduler.Config{NATSURL: os.Getenv(envNATSURL), Name: os.Getenv(envName), Streams: streamsCfg, Logger: logger, Faults: faults})
 		if err != nil {
 			return err
 		}
 		if err := s.Start(ctx); err != nil {
+			return err
+		}
+	case roleHistory:
+		ackWait, err := durationEnv(envAckWait)
+		if err != nil {
+			return err
+		}
+		h, err := history.New(history.Config{NATSURL: os.Getenv(envNATSURL), HTTPAddr: "off", AckWait: ackWait, Streams: streamsCfg, Logger: logger, Faults: faults})
+		if err != nil {
+			return err
+		}
+		if err := h.Start(ctx); err != nil {
 			return err
 		}
 	default:

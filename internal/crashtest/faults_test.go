@@ -77,37 +77,63 @@ func runFaultWorkload(t *testing.T, f *fault.Injector) {
 	t.Cleanup(func() { require.NoError(t, s.Stop()) })
 	inputs := inputEngine(t, srv, f)
 	client := newBareClient(t, srv)
+	startWorkload(t, ctx, reg, inputs, 1)
+	sendWorkloadInputs(t, ctx, inputs, 1)
+	awaitWorkload(t, ctx, client, 1)
+	requireConsistent(t, ctx, srv, client)
+}
 
-	for _, r := range faultRuns {
-		spec, err := reg.Spec(r.definition, json.RawMessage(r.input))
-		require.NoError(t, err)
+// workloadID names copy k of a workload run.
+func workloadID(id string, k int) string { return fmt.Sprintf("%s-%d", id, k) }
+
+// startWorkload starts copies of each workload run through inputs.
+func startWorkload(t *testing.T, ctx context.Context, reg *flow.Registry, inputs *engine.Engine, copies int) {
+	t.Helper()
+	for k := range copies {
+		for _, r := range faultRuns {
+			spec, err := reg.Spec(r.definition, json.RawMessage(r.input))
+			require.NoError(t, err)
+			retry(t, ctx, func() error {
+				_, _, err := inputs.Start(ctx, engine.StartParams{RunID: workloadID(r.id, k), Spec: spec, Input: json.RawMessage(r.input)})
+				return err
+			})
+		}
+	}
+}
+
+// sendWorkloadInputs sends, through inputs, the signals and hook deliveries the workload's runs
+// wait for: it needs a worker, to create the hooks.
+func sendWorkloadInputs(t *testing.T, ctx context.Context, inputs *engine.Engine, copies int) {
+	t.Helper()
+	for k := range copies {
 		retry(t, ctx, func() error {
-			_, _, err := inputs.Start(ctx, engine.StartParams{RunID: r.id, Spec: spec, Input: json.RawMessage(r.input)})
+			_, err := inputs.Signal(ctx, workloadID("waiter-1", k), "go", json.RawMessage(`"go!"`), "signal-1")
 			return err
 		})
+		retry(t, ctx, func() error {
+			s, err := inputs.Snapshot(ctx, workloadID("hooked-1", k))
+			if err != nil {
+				return err
+			}
+			hook := s.Hooks["cb"]
+			if hook == nil {
+				return errors.New("the hook is not created yet")
+			}
+			return inputs.DeliverHook(ctx, hook.Token, json.RawMessage(`"called back"`), "callback-1")
+		})
 	}
-	retry(t, ctx, func() error {
-		_, err := inputs.Signal(ctx, "waiter-1", "go", json.RawMessage(`"go!"`), "signal-1")
-		return err
-	})
-	retry(t, ctx, func() error {
-		s, err := client.Snapshot(ctx, "hooked-1")
-		if err != nil {
-			return err
-		}
-		hook := s.Hooks["cb"]
-		if hook == nil {
-			return errors.New("the hook is not created yet")
-		}
-		return inputs.DeliverHook(ctx, hook.Token, json.RawMessage(`"called back"`), "callback-1")
-	})
+}
 
-	for _, r := range faultRuns {
-		var out json.RawMessage
-		result(t, ctx, client, r.id, &out)
-		require.JSONEq(t, r.want, string(out), "run %s", r.id)
+// awaitWorkload waits for every run startWorkload started and checks its output.
+func awaitWorkload(t *testing.T, ctx context.Context, client *flow.Client, copies int) {
+	t.Helper()
+	for k := range copies {
+		for _, r := range faultRuns {
+			var out json.RawMessage
+			result(t, ctx, client, workloadID(r.id, k), &out)
+			require.JSONEq(t, r.want, string(out), "run %s", workloadID(r.id, k))
+		}
 	}
-	requireConsistent(t, ctx, srv, client)
 }
 
 // requireConsistent checks every run the runs index lists: its history passes the invariants
@@ -184,6 +210,12 @@ func retry(t *testing.T, ctx context.Context, fn func() error) {
 // faultRegistry returns the workload's workflows.
 func faultRegistry() *flow.Registry {
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: natstest.Logger()})
+	registerWorkload(reg)
+	return reg
+}
+
+// registerWorkload registers the workload's workflows and steps in reg.
+func registerWorkload(reg *flow.Registry) {
 	flow.RegisterWorkflow(reg, "seq", func(ctx *flow.Context, n int) (flow.Decision, error) {
 		v := 0
 		for i := range n {
@@ -242,5 +274,4 @@ func faultRegistry() *flow.Registry {
 		}
 		return ctx.CreateHook("cb", nil), nil
 	})
-	return reg
 }

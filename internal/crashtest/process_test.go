@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/fault"
 )
 
 // childConfig describes a child process to start.
@@ -21,6 +23,8 @@ type childConfig struct {
 	// AckWait and LeaseTTL are passed on when set.
 	AckWait  time.Duration
 	LeaseTTL time.Duration
+	// Faults arms fault points in the child (fault.FromEnv), to kill it between two writes.
+	Faults string
 }
 
 // named returns a copy of c called name.
@@ -36,6 +40,9 @@ func (c childConfig) env() []string {
 	}
 	if c.LeaseTTL > 0 {
 		env = append(env, envLeaseTTL+"="+c.LeaseTTL.String())
+	}
+	if c.Faults != "" {
+		env = append(env, fault.EnvVar+"="+c.Faults)
 	}
 	return env
 }

@@ -93,6 +93,7 @@ func newRegistry(dir, name string) *flow.Registry {
 		return ctx.Complete(total), nil
 	})
 	flow.RegisterStep(reg, "square", s.square)
+	registerWorkload(reg)
 	return reg
 }
 

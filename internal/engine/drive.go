@@ -143,10 +143,12 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 			if errors.Is(err, store.ErrConflict) {
 				err = d.refreshAfter(ctx, err)
 			} else if err == nil {
-				if more, err := d.more(ctx); more || err != nil {
+				// A later commit or a joined task may let the run go on (a cancellation): decide
+				// on what more read instead of returning blocked without deciding on it.
+				more, err := d.more(ctx)
+				if err != nil || !more {
 					return blocked, err
 				}
-				return blocked, nil
 			}
 			if err != nil {
 				return d.result("", nil), err
@@ -156,7 +158,12 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 		if !verdict.Waiting() {
 			err := d.commitDecision(ctx, verdict.Events)
 			if errors.Is(err, errBlockedByHost) {
-				return d.result("", err), nil
+				// As for a failed decision: go on if more read a later commit or joined task.
+				more, merr := d.more(ctx)
+				if merr != nil || !more {
+					return d.result("", err), merr
+				}
+				continue
 			}
 			if errors.Is(err, store.ErrConflict) {
 				err = d.refreshAfter(ctx, err)

@@ -47,9 +47,11 @@ func (s *Service) check(ctx context.Context) error {
 		lost = append(lost, fmt.Sprintf("the server reports %d message(s) lost (%d bytes)", len(state.Lost.Msgs), state.Lost.Bytes))
 		lostUpTo = max(lostUpTo, slices.Max(state.Lost.Msgs))
 	}
-	if len(state.Deleted) > 0 {
-		lost = append(lost, fmt.Sprintf("%d message(s) missing between stream sequences %d and %d", len(state.Deleted), slices.Min(state.Deleted), slices.Max(state.Deleted)))
-		lostUpTo = max(lostUpTo, slices.Max(state.Deleted))
+	// Interior gaps only: an empty stream reports odd deleted details.
+	deleted := slices.DeleteFunc(slices.Clone(state.Deleted), func(seq uint64) bool { return seq <= state.FirstSeq || seq >= state.LastSeq })
+	if len(deleted) > 0 && state.Msgs > 0 {
+		lost = append(lost, fmt.Sprintf("%d message(s) missing between stream sequences %d and %d", len(deleted), slices.Min(deleted), slices.Max(deleted)))
+		lostUpTo = max(lostUpTo, slices.Max(deleted))
 	}
 	if state.Msgs > 0 && state.FirstSeq > 1 {
 		lost = append(lost, fmt.Sprintf("stream sequences 1 to %d are missing", state.FirstSeq-1))

@@ -48,6 +48,7 @@ func (s *Service) consume(ctx context.Context) error {
 		s.lanes[i] = l
 		s.workers.Go(func() { l.run(ctx) })
 	}
+	s.consuming.Store(true)
 	s.workers.Go(func() {
 		<-ctx.Done()
 		iter.Stop()

@@ -48,6 +48,7 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -117,6 +118,8 @@ type Service struct {
 	park  *parking
 	feed  *feed
 	lanes []*lane
+	// consuming is set once the lanes run: from then on, work can be queued on them.
+	consuming atomic.Bool
 
 	micro    micro.Service
 	httpSrv  *http.Server

@@ -144,7 +144,7 @@ func (p *parking) apply(ctx context.Context, e jetstream.KeyValueEntry) {
 		delete(p.parked, runID)
 	}
 	p.mu.Unlock()
-	if p.s.lanes == nil {
+	if !p.s.consuming.Load() {
 		return // at start: the lanes write the entry when the run's next commit comes
 	}
 	err := p.s.onLane(ctx, runID, func(ctx context.Context, l *lane) error { return l.reindex(ctx, runID) })
@@ -195,7 +195,7 @@ func (p *parking) registered(ctx context.Context, d streams.Definition, rev uint
 		p.s.logger.Info("dispatched parked runs again", slog.String("definition", d.Definition), slog.String("queue", d.Queue),
 			slog.String("build_id", d.BuildID), slog.Int("runs", n))
 	}
-	if rev == 0 || p.s.lanes == nil {
+	if rev == 0 || !p.s.consuming.Load() {
 		return
 	}
 	// The registration changes which pinned runs of the definition wait for their build.

@@ -1,0 +1,91 @@
+package crashtest
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/scheduler"
+	"github.com/flowrun/flow/services/worker"
+)
+
+// TestProcessKilledBetweenWrites kills, with SIGKILL, the one process of a role (worker,
+// scheduler or history service) while the workload runs: at a fault point between two of its
+// writes (the process kills itself there, FLOW_FAULTS), or, for the history service, at no
+// chosen point, once some runs completed. A fresh process of the role then starts; every run
+// completes, every history passes the invariants checker and the runs index equals a fresh
+// projection of history.
+func TestProcessKilledBetweenWrites(t *testing.T) {
+	t.Parallel()
+	const copies = 3 // of each of the 8 workload runs
+	for _, tt := range []struct {
+		name, role, faults string
+		// killAfter, when set, makes the parent kill the child once that many runs completed.
+		killAfter int
+	}{
+		{name: "WorkerAfterAppendBeforeTask", role: roleWorker, faults: "after-append-before-task:kill:2"},
+		{name: "WorkerAfterTerminalBeforeParentNotice", role: roleWorker, faults: "after-terminal-before-end:kill:1"},
+		{name: "WorkerAfterDecisionBeforeChildStart", role: roleWorker, faults: "after-decision-before-children:kill"},
+		{name: "SchedulerAfterFireBeforeDelete", role: roleScheduler, faults: "after-fire-before-delete:kill:1"},
+		{name: "HistoryBeforeEffects", role: roleHistory, faults: "history-before-effects:kill:20"},
+		{name: "HistoryBeforeIndex", role: roleHistory, faults: "history-before-index:kill:30"},
+		{name: "HistoryBeforeAck", role: roleHistory, faults: "history-before-ack:kill:40"},
+		{name: "HistoryMidLoad", role: roleHistory, killAfter: 5},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			srv := natstest.RunJetStream(t)
+			ctx := testContext(t)
+			cfg := childConfig{Role: tt.role, NATSURL: srv.ClientURL(), Dir: scratchDir(t), AckWait: time.Second, LeaseTTL: time.Second}
+			// The other roles run in this process, undisturbed.
+			if tt.role != roleHistory {
+				h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: natstest.Logger()})
+				require.NoError(t, err)
+				require.NoError(t, h.Start(ctx))
+				t.Cleanup(func() { require.NoError(t, h.Stop()) })
+			}
+			if tt.role != roleWorker {
+				w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: natstest.Logger()}, faultRegistry())
+				require.NoError(t, err)
+				require.NoError(t, w.Start(ctx))
+				t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+			}
+			if tt.role != roleScheduler {
+				s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: natstest.Logger()})
+				require.NoError(t, err)
+				require.NoError(t, s.Start(ctx))
+				t.Cleanup(func() { require.NoError(t, s.Stop()) })
+			}
+			victim := cfg.named(tt.role + "-1")
+			victim.Faults = tt.faults
+			first := startChild(t, victim)
+			client := newBareClient(t, srv)
+			inputs := inputEngine(t, srv, nil)
+			startWorkload(t, ctx, faultRegistry(), inputs, copies)
+
+			if tt.killAfter > 0 {
+				require.Eventually(t, func() bool {
+					page, err := client.Runs(ctx, &flow.RunsFilter{Status: []string{string(flow.StatusCompleted)}, Limit: 1})
+					return err == nil && page.Total >= tt.killAfter
+				}, testTimeout, 10*time.Millisecond, "%d runs complete before the kill", tt.killAfter)
+				first.kill(t)
+			} else {
+				select {
+				case <-first.exited:
+				case <-ctx.Done():
+					t.Fatalf("%s never reached %s", victim.Name, tt.faults)
+				}
+			}
+			require.ErrorContains(t, first.exitErr(), "killed", "%s died by SIGKILL", victim.Name)
+			startChild(t, cfg.named(tt.role+"-2"))
+			sendWorkloadInputs(t, ctx, inputs, copies)
+			awaitWorkload(t, ctx, client, copies)
+			requireConsistent(t, ctx, srv, client)
+		})
+	}
+}
