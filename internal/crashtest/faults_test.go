@@ -15,7 +15,6 @@ import (
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/jshost"
-	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
@@ -75,12 +74,12 @@ func runFaultWorkload(t *testing.T, f *fault.Injector) {
 	require.NoError(t, err)
 	require.NoError(t, s.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, s.Stop()) })
-	inputs := inputEngine(t, srv, f)
+	inputs := inputEngine(t, natstest.JetStream(t, srv), f)
 	client := newBareClient(t, srv)
 	startWorkload(t, ctx, reg, inputs, 1)
 	sendWorkloadInputs(t, ctx, inputs, 1)
 	awaitWorkload(t, ctx, client, 1)
-	requireConsistent(t, ctx, srv, client)
+	requireConsistent(t, ctx, natstest.JetStream(t, srv), client)
 }
 
 // workloadID names copy k of a workload run.
@@ -139,9 +138,8 @@ func awaitWorkload(t *testing.T, ctx context.Context, client *flow.Client, copie
 // requireConsistent checks every run the runs index lists: its history passes the invariants
 // checker and its index entry equals a fresh projection of it (waiting for the history service
 // to catch up); and no timer entry is left once every run ended.
-func requireConsistent(t *testing.T, ctx context.Context, srv *natsserver.Server, client *flow.Client) {
+func requireConsistent(t *testing.T, ctx context.Context, js jetstream.JetStream, client *flow.Client) {
 	t.Helper()
-	js := natstest.JetStream(t, srv)
 	st, err := js.Stream(ctx, streams.History)
 	require.NoError(t, err)
 	info, err := st.Info(ctx, jetstream.WithSubjectFilter(streams.HistorySubject(">")))
@@ -178,9 +176,8 @@ func requireConsistent(t *testing.T, ctx context.Context, srv *natsserver.Server
 
 // inputEngine returns an engine that appends inputs (starts, signals, hook deliveries) as a
 // client or the ingress does, through the fault points too.
-func inputEngine(t *testing.T, srv *natsserver.Server, f *fault.Injector) *engine.Engine {
+func inputEngine(t *testing.T, js jetstream.JetStream, f *fault.Injector) *engine.Engine {
 	t.Helper()
-	js := natstest.JetStream(t, srv)
 	st, err := jsstore.New(t.Context(), js, nil)
 	require.NoError(t, err)
 	host, err := jshost.New(t.Context(), js, "crashtest", natstest.Logger())

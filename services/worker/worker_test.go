@@ -3,6 +3,7 @@ package worker_test
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -12,6 +13,8 @@ import (
 	"github.com/flowrun/flow/internal/examples"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/scheduler"
@@ -175,4 +178,120 @@ func TestResultSeesEveryEnd(t *testing.T) {
 	for range 100 {
 		require.NoError(t, <-errs)
 	}
+}
+
+// Result across continue-as-new: it follows each successor, waiting for one that is not
+// started yet, instead of failing with "run does not exist".
+func TestResultFollowsContinuations(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(reg *flow.Registry) {
+		flow.RegisterWorkflow(reg, "chain", func(ctx *flow.Context, n int) (flow.Decision, error) {
+			if n < 3 {
+				return ctx.ContinueAsNew(n + 1), nil
+			}
+			return ctx.Complete(n), nil
+		})
+	})
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	for i := range 20 {
+		runID, err := b.client.Start(ctx, "chain", 0, &flow.StartOptions{RunID: fmt.Sprintf("chain-%d", i)})
+		require.NoError(t, err)
+		var out int
+		require.NoError(t, b.client.Result(ctx, runID, &out), "run %s", runID)
+		require.Equal(t, 3, out)
+	}
+}
+
+// On a 3-server cluster with R3 streams, where any replica answers direct gets, a client that
+// was just shown a run's end reads the whole history: the history service, the worker and the
+// client each use another server.
+func TestReadsAfterResultOnCluster(t *testing.T) {
+	t.Parallel()
+	c := natstest.RunCluster(t, 3)
+	h, err := history.New(history.Config{Conn: c.Connect(t, 0), HTTPAddr: "off", Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
+	flow.RegisterWorkflow(reg, "pair", func(ctx *flow.Context, n int) (flow.Decision, error) {
+		for _, id := range []string{"a", "b"} {
+			if ctx.StepOutput(id) == nil {
+				return ctx.ScheduleStep(id, "echo", n), nil
+			}
+		}
+		return ctx.Complete(ctx.StepOutput("b")), nil
+	})
+	flow.RegisterStep(reg, "echo", func(_ context.Context, n int) (int, error) { return n, nil })
+	w, err := worker.New(worker.Config{Conn: c.Connect(t, 1), Logger: quiet}, reg)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+	client, err := flow.NewClient(t.Context(), c.Connect(t, 2), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	for i := range 40 {
+		runID, err := client.Start(ctx, "pair", i, nil)
+		require.NoError(t, err)
+		var out int
+		require.NoError(t, client.Result(ctx, runID, &out))
+		hist, err := client.History(ctx, runID, 0)
+		require.NoError(t, err)
+		require.Len(t, hist, 6, "run %s: the history read right after its result includes its end", runID)
+		require.Equal(t, event.TypeRunCompleted, hist[5].Type())
+		s, err := client.Snapshot(ctx, runID)
+		require.NoError(t, err)
+		require.Equal(t, flow.StatusCompleted, s.Status)
+	}
+}
+
+// A worker takes tasks only for the slots it has free: a task never waits, unwatched, for a slot
+// while its AckWait runs out (prefetched tasks used to, and were redelivered and driven twice).
+func TestTasksWaitForSlotsOnTheServer(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	var calls atomic.Int32
+	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
+	flow.RegisterWorkflow(reg, "slow", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		if ctx.StepOutput("work") == nil {
+			return ctx.ScheduleStep("work", "work", nil), nil
+		}
+		return ctx.Complete(nil), nil
+	})
+	flow.RegisterStep(reg, "work", func(ctx context.Context, _ any) (bool, error) {
+		calls.Add(1)
+		select { // longer than AckWait: the run's own task is kept alive by heartbeats
+		case <-time.After(1500 * time.Millisecond):
+		case <-ctx.Done():
+		}
+		return true, nil
+	})
+	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet, RunConcurrency: 1, AckWait: time.Second}, reg)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+	client, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	var ids []string
+	for i := range 3 {
+		id, err := client.Start(ctx, "slow", nil, &flow.StartOptions{RunID: fmt.Sprintf("slow-%d", i)})
+		require.NoError(t, err)
+		ids = append(ids, id)
+	}
+	for _, id := range ids {
+		require.NoError(t, client.Result(ctx, id, nil))
+	}
+	require.Equal(t, int32(3), calls.Load(), "each step ran once")
+	cons, err := natstest.JetStream(t, srv).Consumer(ctx, streams.Tasks, "worker-"+streams.DefaultQueue)
+	require.NoError(t, err)
+	info, err := cons.Info(ctx)
+	require.NoError(t, err)
+	require.Zero(t, info.NumRedelivered, "no task was redelivered while it waited")
 }
