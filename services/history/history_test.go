@@ -315,3 +315,33 @@ func getJSON(t *testing.T, url string, status int, v any) {
 	require.Equal(t, status, resp.StatusCode)
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(v))
 }
+
+// Two replicas share the history consumer: both apply commits, and every run's index entry
+// ends equal to a fresh projection of its history.
+func TestReplicasShareTheWork(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	a, b := startHistory(t, srv), startHistory(t, srv)
+	startWorker(t, srv, registry(""))
+	client, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	bundle := &testBundle{srv: srv, js: natstest.JetStream(t, srv), client: client, ctx: ctx}
+	ids := make([]string, 100)
+	each(t, len(ids), func(i int) error {
+		id, err := client.Start(ctx, "steps", 3, nil)
+		if err == nil {
+			ids[i] = id
+			err = client.Result(ctx, id, nil)
+		}
+		return err
+	})
+	require.Positive(t, a.Applied(), "replica a applied commits")
+	require.Positive(t, b.Applied(), "replica b applied commits")
+	for _, id := range ids {
+		want := bundle.projected(t, id)
+		require.Eventually(t, func() bool { got, ok := bundle.entry(t, id); return ok && got == want }, 10*time.Second, 5*time.Millisecond,
+			"run %s is indexed as it ended", id)
+	}
+}
