@@ -34,7 +34,9 @@ lint: ## gofmt, go vet and staticcheck
 .PHONY: bench
 bench: ## Run the benchmarks (numbers for notes; compare ratios within one run)
 	$(GO) test -run='^$$' -bench=. -benchmem -count=5 ./internal/core
-	$(GO) test -run='^$$' -bench=TenStep -benchtime=1x -count=3 ./services/worker
+	$(GO) test -run='^$$' -bench=TenStepLatency -benchtime=500x -count=3 ./services/worker
+	$(GO) test -run='^$$' -bench=TenStepThroughput -benchtime=1x -count=3 ./services/worker
+	$(GO) test -run='^$$' -bench=SignalRoundTrip -benchtime=300x -count=3 ./services/worker
 
 .PHONY: fuzz
 fuzz: ## Fuzz envelope decoding for 30s

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,11 +62,12 @@ func TestTour(t *testing.T) {
 	t.Parallel()
 	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
 	listen := strings.TrimPrefix(url, "nats://")
+	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	ctx, stopDev := context.WithCancel(t.Context())
 	var devOut, devErr syncBuffer
 	devDone := make(chan int, 1)
 	go func() {
-		devDone <- cli.Main(ctx, []string{"dev", "--dir", t.TempDir(), "--listen", listen, "--log-level", "warn"}, &devOut, &devErr)
+		devDone <- cli.Main(ctx, []string{"dev", "--dir", t.TempDir(), "--listen", listen, "--http", httpAddr, "--log-level", "warn"}, &devOut, &devErr)
 	}()
 	require.Eventually(t, func() bool { return strings.Contains(devOut.String(), "Flow is running.") }, 20*time.Second, 10*time.Millisecond,
 		"flow dev did not start: %s", devErr.String())
@@ -98,6 +100,29 @@ func TestTour(t *testing.T) {
 		r = run(t, "watch", "order-2026-0001", nats)
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Contains(t, r.stdout, "run.completed")
+
+		r = run(t, "status", "order-2026-0001", "--at", "2", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "As of seq 2 of 11")
+		require.Contains(t, r.stdout, "Status      running")
+		require.Contains(t, r.stdout, "reserve-stock  reserveStock  running")
+		r = run(t, "status", "order-2026-0001", "--at", "12", nats)
+		require.Equal(t, 1, r.code)
+		require.Contains(t, r.stderr, "has 11 events; ask for a sequence from 1 to 11")
+
+		r = run(t, "resume", "order-2026-0001", nats)
+		require.Equal(t, 1, r.code)
+		require.Contains(t, r.stderr, "has ended (completed); there is nothing to resume")
+
+		resp, err := http.Get("http://" + httpAddr + "/v1/runs/order-2026-0001?at=11")
+		require.NoError(t, err)
+		defer func() { require.NoError(t, resp.Body.Close()) }()
+		require.Equal(t, http.StatusOK, resp.StatusCode)
+		var got struct {
+			Snapshot struct{ Status string } `json:"snapshot"`
+		}
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&got))
+		require.Equal(t, "completed", got.Snapshot.Status)
 	})
 
 	t.Run("StartIsIdempotent", func(t *testing.T) {
@@ -131,6 +156,19 @@ func TestTour(t *testing.T) {
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Contains(t, r.stdout, "order-2026-0001")
 		require.NotContains(t, r.stdout, "later")
+		r = run(t, "runs", "--definition", "fanout", "--since", "1h", "--status", "completed,failed", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "fanout-1")
+		require.NotContains(t, r.stdout, "order-2026-0001")
+		r = run(t, "runs", "--limit", "1", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "More: flow runs --cursor ")
+		r = run(t, "runs", "--definition", "nothing-like-it", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Equal(t, "No runs match.\n", r.stdout)
+		r = run(t, "runs", "--since", "yesterday-ish", nats)
+		require.Equal(t, 2, r.code)
+		require.Contains(t, r.stderr, "--since must be an RFC 3339 time")
 	})
 
 	t.Run("BadInputIsOneLineAndNonZero", func(t *testing.T) {

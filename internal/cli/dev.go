@@ -113,7 +113,7 @@ func (e *env) dev(ctx context.Context, dir, listen, httpAddr, sync, level string
 	url := srv.ClientURL()
 	fmt.Fprintf(e.stdout, `Flow is running.
   NATS       %s (JetStream data in %s)
-  History    http://%s/v1/runs (runs index, snapshots at any sequence, history, watch)
+  History    %s
   Workflows  %s on queue %q
   Sync       %s
 
@@ -125,7 +125,7 @@ Try, in another terminal:
 
 Other commands reach this server at %s (set FLOW_NATS_URL if you changed --listen).
 Press Ctrl-C to stop; runs resume where they were on the next start.
-`, url, filepath.Join(dir, "nats"), h.HTTPAddr(), strings.Join(reg.Workflows(), ", "), e.queue, syncText(sync), url)
+`, url, filepath.Join(dir, "nats"), historyText(h.HTTPAddr()), strings.Join(reg.Workflows(), ", "), e.queue, syncText(sync), url)
 
 	<-ctx.Done()
 	fmt.Fprintln(e.stdout, "Stopping: finishing in-flight steps (up to 10s)...")
@@ -140,6 +140,13 @@ Press Ctrl-C to stop; runs resume where they were on the next start.
 	}
 	fmt.Fprintln(e.stdout, "Stopped.")
 	return werr
+}
+
+func historyText(addr string) string {
+	if addr == "" {
+		return "queries over NATS only (HTTP API off)"
+	}
+	return "http://" + addr + "/v1/runs (runs index, snapshots at any sequence, history, watch)"
 }
 
 func syncText(s string) string {

@@ -370,18 +370,46 @@ func (s *Snapshot) mutate(e event.Envelope) {
 	case *event.RunCancelRequested:
 		s.CancelRequested, s.CancelReason = true, d.Reason
 	case *event.DecisionFailed:
-		s.Blocked = &Blocked{Kind: d.Kind, Code: d.Code, Detail: d.Detail, BuildID: d.BuildID, Seq: e.Seq}
+		s.Blocked = blockedBy(e, d)
+	case *event.RunCompleted, *event.RunFailed, *event.RunCancelled, *event.RunContinuedAsNew:
+		s.Outcome = outcomeOf(e)
+	}
+}
+
+func blockedBy(e event.Envelope, d *event.DecisionFailed) *Blocked {
+	return &Blocked{Kind: d.Kind, Code: d.Code, Detail: d.Detail, BuildID: d.BuildID, Seq: e.Seq}
+}
+
+// outcomeOf returns the outcome a terminal event records, or nil for another event.
+func outcomeOf(e event.Envelope) *Outcome {
+	switch d := e.Payload.(type) {
 	case *event.RunCompleted:
-		s.Outcome = &Outcome{Outcome: event.OutcomeCompleted, Output: d.Output, Cause: event.CauseWorkflow, Seq: e.Seq, Time: e.Time}
+		return &Outcome{Outcome: event.OutcomeCompleted, Output: d.Output, Cause: event.CauseWorkflow, Seq: e.Seq, Time: e.Time}
 	case *event.RunFailed:
 		errInfo := d.Error
-		s.Outcome = &Outcome{Outcome: event.OutcomeFailed, Error: &errInfo, Cause: d.Cause, Seq: e.Seq, Time: e.Time}
+		return &Outcome{Outcome: event.OutcomeFailed, Error: &errInfo, Cause: d.Cause, Seq: e.Seq, Time: e.Time}
 	case *event.RunCancelled:
-		s.Outcome = &Outcome{Outcome: event.OutcomeCancelled, Reason: d.Reason, Cause: d.Cause, Seq: e.Seq, Time: e.Time}
+		return &Outcome{Outcome: event.OutcomeCancelled, Reason: d.Reason, Cause: d.Cause, Seq: e.Seq, Time: e.Time}
 	case *event.RunContinuedAsNew:
-		s.Outcome = &Outcome{Outcome: event.OutcomeContinuedAsNew, SuccessorRunID: d.SuccessorRunID, Input: d.Input,
+		return &Outcome{Outcome: event.OutcomeContinuedAsNew, SuccessorRunID: d.SuccessorRunID, Input: d.Input,
 			Cause: event.CauseWorkflow, Seq: e.Seq, Time: e.Time}
 	}
+	return nil
+}
+
+// Ending returns what a run's last event says of its end, without the rest of its history: if
+// it is a terminal event, a snapshot holding the run's terminal status and outcome; if it is
+// decision.failed, one holding status blocked and the diagnosis; otherwise false. Only RunID,
+// Seq, UpdatedAt, Status, Outcome and Blocked are set.
+func Ending(last event.Envelope) (*Snapshot, bool) {
+	s := &Snapshot{RunID: last.RunID, Seq: last.Seq, UpdatedAt: last.Time}
+	if d, ok := last.Payload.(*event.DecisionFailed); ok {
+		s.Blocked = blockedBy(last, d)
+	} else if s.Outcome = outcomeOf(last); s.Outcome == nil {
+		return nil, false
+	}
+	s.Status = s.status()
+	return s, true
 }
 
 func (s *Snapshot) bind(w *SignalWait, idx int) {

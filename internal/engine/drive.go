@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
@@ -107,10 +108,13 @@ type driver struct {
 	stepCtx     context.Context
 	cancelSteps context.CancelFunc
 
-	// heard is signalled when a commit notice arrives; notices holds them.
-	heard   chan struct{}
-	mu      sync.Mutex
-	notices []store.Commit
+	// heard is signalled when a commit notice arrives; notices holds them. stopFollow ends the
+	// subscription, once there is one; graceTimer times followAfter.
+	heard      chan struct{}
+	mu         sync.Mutex
+	notices    []store.Commit
+	stopFollow func()
+	graceTimer *time.Timer
 }
 
 type attemptResult struct {
@@ -123,12 +127,7 @@ func (d *driver) result(waitingOn string, err error) Result {
 }
 
 func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
-	if f, ok := d.e.store.(store.Follower); ok {
-		// Followed before the first read, so that no commit falls between the two.
-		if stop, err := f.Follow(d.runID, d.notice); err == nil {
-			defer stop()
-		}
-	}
+	defer d.unfollow()
 	if err := d.load(ctx, minSeq); err != nil {
 		return Result{RunID: d.runID}, err
 	}
@@ -192,11 +191,36 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 	}
 }
 
+// followAfter is how long a driver waits for its steps before it follows the run's commits by
+// other writers: steps that return sooner cost no subscription.
+const followAfter = 2 * time.Millisecond
+
 // wait returns once the run changed while its attempts run: an attempt's result was recorded,
-// or another writer committed (a signal, a timer, a cancellation).
+// or another writer committed (a signal, a timer, a cancellation). Attempts that outlast
+// followAfter make the driver follow the run's commits (store.Follower) until the drive ends.
 func (d *driver) wait(ctx context.Context) error {
+	var grace <-chan time.Time
+	if d.stopFollow == nil {
+		if d.graceTimer == nil {
+			d.graceTimer = time.NewTimer(followAfter)
+		} else {
+			d.graceTimer.Reset(followAfter)
+		}
+		defer d.graceTimer.Stop()
+		grace = d.graceTimer.C
+	}
 	for {
 		select {
+		case <-grace:
+			grace = nil
+			if !d.follow() {
+				continue
+			}
+			// Commits made before the subscription took effect reach no one: read them.
+			before := d.s.Seq
+			if err := d.refresh(ctx, 0); err != nil || d.s.Seq > before {
+				return err
+			}
 		case r := <-d.results:
 			if ctx.Err() != nil {
 				// Shutting down: an attempt cut short must not count as a failure.
@@ -324,6 +348,26 @@ func (d *driver) refreshAfter(ctx context.Context, conflict error) error {
 	return d.refresh(ctx, atLeast)
 }
 
+// follow subscribes the driver to its run's commit notices, and reports whether it could.
+func (d *driver) follow() bool {
+	f, ok := d.e.store.(store.Follower)
+	if !ok {
+		return false
+	}
+	stop, err := f.Follow(d.runID, d.notice)
+	if err != nil {
+		return false
+	}
+	d.stopFollow = stop
+	return true
+}
+
+func (d *driver) unfollow() {
+	if d.stopFollow != nil {
+		d.stopFollow()
+	}
+}
+
 // notice receives a commit notice from the store; it never blocks.
 func (d *driver) notice(c store.Commit) {
 	d.mu.Lock()
@@ -380,7 +424,7 @@ func (d *driver) commitDecision(ctx context.Context, events []event.Payload) err
 	e := d.e
 	for _, p := range events {
 		if h, ok := p.(*event.HookCreated); ok {
-			err := e.host.RegisterHook(ctx, h.Token, d.runID, h.HookID)
+			err := e.registerHook(ctx, h.Token, d.runID, h.HookID)
 			if errors.Is(err, ErrTokenTaken) {
 				_, err = d.block(ctx, &core.InvalidDecisionError{RunID: d.runID, Code: core.CodeInvalidDecision,
 					Detail: fmt.Sprintf("hook %q: token %q already routes to another hook; give the hook a unique token", h.HookID, h.Token)})
@@ -400,6 +444,25 @@ func (d *driver) commitDecision(ctx context.Context, events []event.Payload) err
 		e.logger.DebugContext(ctx, "decision committed", slog.String("run_id", d.runID), slog.String("event_type", string(p.EventType())))
 	}
 	return e.startChildren(ctx, d.s, events)
+}
+
+// registerHook routes token to hook hookID of run runID. A token still routed to a run that
+// ended (the history service releases it after the end, as a consequence of the terminal
+// commit) is released here first.
+func (e *Engine) registerHook(ctx context.Context, token, runID, hookID string) error {
+	err := e.host.RegisterHook(ctx, token, runID, hookID)
+	var taken *TokenTakenError
+	if !errors.As(err, &taken) {
+		return err
+	}
+	owner, serr := e.Snapshot(ctx, taken.RunID)
+	if serr != nil || !owner.Terminal() {
+		return err
+	}
+	if err := e.host.ReleaseHook(ctx, token, taken.RunID, taken.HookID); err != nil {
+		return err
+	}
+	return e.host.RegisterHook(ctx, token, runID, hookID)
 }
 
 // errBlockedByHost stops a drive whose decision the host refused after recording why.

@@ -81,6 +81,20 @@ func (t Task) Key() string {
 // ErrTokenTaken is wrapped by Host.RegisterHook when a token already routes to another hook.
 var ErrTokenTaken = errors.New("flow: hook token already in use")
 
+// TokenTakenError is the error hosts return when a token routes to another hook. It matches
+// ErrTokenTaken.
+type TokenTakenError struct {
+	// RunID and HookID name the hook the token routes to.
+	RunID, HookID string
+}
+
+func (e *TokenTakenError) Error() string {
+	return fmt.Sprintf("%v: routes to hook %q of run %q", ErrTokenTaken, e.HookID, e.RunID)
+}
+
+// Is matches ErrTokenTaken.
+func (e *TokenTakenError) Is(target error) bool { return target == ErrTokenTaken }
+
 // Clock tells the time. Tests pass a virtual clock.
 type Clock interface{ Now() time.Time }
 

@@ -126,7 +126,7 @@ func (h *Host) RegisterHook(ctx context.Context, token, runID, hookID string) er
 		case got.RunID == runID && got.HookID == hookID:
 			return nil
 		case !got.Released:
-			return fmt.Errorf("%w: routes to hook %q of run %q", engine.ErrTokenTaken, got.HookID, got.RunID)
+			return &engine.TokenTakenError{RunID: got.RunID, HookID: got.HookID}
 		}
 		if _, err = h.hooks.Update(ctx, token, b, rev); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return err // taken over, or a failure; a revision mismatch looks again

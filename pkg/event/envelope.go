@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 )
 
@@ -38,12 +39,33 @@ func (e Envelope) Type() Type {
 	return e.Payload.EventType()
 }
 
-type envelopeJSON struct {
+// RawEnvelope is an envelope as encoded, with its payload's JSON undecoded: for readers that
+// pass the payload on as it is (the event feed) as well as decode it.
+type RawEnvelope struct {
 	RunID string          `json:"run_id"`
 	Seq   uint64          `json:"seq"`
 	Time  time.Time       `json:"time"`
 	Type  Type            `json:"type"`
 	Data  json.RawMessage `json:"data"`
+}
+
+type envelopeJSON = RawEnvelope
+
+// Decode decodes and validates the payload, as Envelope.UnmarshalJSON does.
+func (j RawEnvelope) Decode() (Envelope, error) {
+	p, err := DecodePayload(j.Type, j.Data)
+	if err != nil {
+		return Envelope{}, fmt.Errorf("event seq %d of run %q: %w", j.Seq, j.RunID, err)
+	}
+	switch {
+	case j.RunID == "":
+		return Envelope{}, fmt.Errorf("%w: event seq %d has no run_id", ErrMalformed, j.Seq)
+	case j.Seq == 0:
+		return Envelope{}, fmt.Errorf("%w: event of run %q has no seq (sequences start at 1)", ErrMalformed, j.RunID)
+	case j.Time.IsZero():
+		return Envelope{}, fmt.Errorf("%w: event seq %d of run %q has no time", ErrMalformed, j.Seq, j.RunID)
+	}
+	return Envelope{RunID: j.RunID, Seq: j.Seq, Time: j.Time.UTC(), Payload: p}, nil
 }
 
 // MarshalJSON encodes the envelope with its type and data.
@@ -55,7 +77,34 @@ func (e Envelope) MarshalJSON() ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding %s: %w", e.Type(), err)
 	}
-	return json.Marshal(envelopeJSON{RunID: e.RunID, Seq: e.Seq, Time: e.Time.UTC(), Type: e.Type(), Data: data})
+	// The same bytes as json.Marshal of an envelopeJSON, without scanning data again: every
+	// commit encodes its envelopes.
+	b := make([]byte, 0, len(data)+len(e.RunID)+96)
+	b = append(b, `{"run_id":`...)
+	b = appendJSONString(b, e.RunID)
+	b = append(b, `,"seq":`...)
+	b = strconv.AppendUint(b, e.Seq, 10)
+	b = append(b, `,"time":"`...)
+	b = e.Time.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","type":`...)
+	b = appendJSONString(b, string(e.Type()))
+	b = append(b, `,"data":`...)
+	b = append(b, data...)
+	return append(b, '}'), nil
+}
+
+// appendJSONString appends s as a JSON string: as is when it needs no escaping (IDs and event
+// types), else as encoding/json writes it.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c >= 0x7f || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s)
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 // UnmarshalJSON decodes and validates an envelope. Errors wrap ErrUnknownType or ErrMalformed.
@@ -64,19 +113,11 @@ func (e *Envelope) UnmarshalJSON(b []byte) error {
 	if err := json.Unmarshal(b, &j); err != nil {
 		return fmt.Errorf("%w: %w", ErrMalformed, err)
 	}
-	p, err := DecodePayload(j.Type, j.Data)
+	env, err := j.Decode()
 	if err != nil {
-		return fmt.Errorf("event seq %d of run %q: %w", j.Seq, j.RunID, err)
+		return err
 	}
-	switch {
-	case j.RunID == "":
-		return fmt.Errorf("%w: event seq %d has no run_id", ErrMalformed, j.Seq)
-	case j.Seq == 0:
-		return fmt.Errorf("%w: event of run %q has no seq (sequences start at 1)", ErrMalformed, j.RunID)
-	case j.Time.IsZero():
-		return fmt.Errorf("%w: event seq %d of run %q has no time", ErrMalformed, j.Seq, j.RunID)
-	}
-	*e = Envelope{RunID: j.RunID, Seq: j.Seq, Time: j.Time.UTC(), Payload: p}
+	*e = env
 	return nil
 }
 

@@ -134,3 +134,25 @@ func FuzzEnvelope(f *testing.F) {
 		require.Equal(t, e.Type(), back.Type())
 	})
 }
+
+// Envelope.MarshalJSON writes the bytes encoding/json writes for the envelope's fields.
+func TestEnvelopeEncodingMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	for _, runID := range []string{"order-1", "p=child=2", `odd "id" <&> é`} {
+		env := event.Envelope{RunID: runID, Seq: 42, Time: time.Date(2026, 12, 1, 9, 0, 0, 123456789, time.FixedZone("x", 3600)),
+			Payload: &event.SignalReceived{Name: "go", Payload: json.RawMessage(`{"a":[1,2]}`), DeliveryID: "d"}}
+		got, err := json.Marshal(env)
+		require.NoError(t, err)
+		data, err := json.Marshal(env.Payload)
+		require.NoError(t, err)
+		want, err := json.Marshal(struct {
+			RunID string          `json:"run_id"`
+			Seq   uint64          `json:"seq"`
+			Time  time.Time       `json:"time"`
+			Type  event.Type      `json:"type"`
+			Data  json.RawMessage `json:"data"`
+		}{runID, 42, env.Time.UTC(), env.Type(), data})
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got))
+	}
+}

@@ -22,6 +22,7 @@ type Context struct {
 	replaying  bool
 	cancelSeen bool
 	logger     *slog.Logger
+	runLogger  *slog.Logger // logger with the run's ID, made on first use
 }
 
 // RunID returns the ID of the run.
@@ -135,7 +136,12 @@ func (c *Context) IsReplaying() bool { return c.replaying }
 
 // Logger returns a logger with the run's ID attached. It discards records while replaying, so
 // that verifying a history does not repeat its log lines.
-func (c *Context) Logger() *slog.Logger { return c.logger }
+func (c *Context) Logger() *slog.Logger {
+	if c.runLogger == nil {
+		c.runLogger = c.logger.With(slog.String("run_id", c.s.RunID))
+	}
+	return c.runLogger
+}
 
 // Snapshot returns the projection of the run's history, for reading only. Workflow code must
 // not modify it.

@@ -2,6 +2,7 @@ package flow
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -34,24 +35,112 @@ func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(
 // Result waits until run runID ends, following continuations (waiting for a successor that is
 // not started yet), and decodes its output into out (which may be nil). A run that did not
 // complete returns a *RunError; so does a blocked run, at once, with its diagnosis.
+//
+// Result reads only the run's last commit, never its whole history: when a commit notice says the
+// run may have ended, and every second while it waits.
 func (c *Client) Result(ctx context.Context, runID string, out any) error {
 	first := true
 	for {
-		s := core.New(runID)
-		err := c.follow(ctx, runID, 0, first, endNotice, func(hist []event.Envelope) (bool, error) {
-			if err := s.ApplyAll(hist); err != nil {
-				return true, err
-			}
-			return s.Terminal() || s.Status == StatusBlocked, nil
-		})
+		end, err := c.awaitEnd(ctx, runID, first)
 		if err != nil {
 			return err
 		}
-		if s.Status == StatusContinuedAsNew {
-			runID, first = s.Outcome.SuccessorRunID, false
+		c.seen.note(runID, end.Seq)
+		if end.Status == StatusContinuedAsNew {
+			runID, first = end.Outcome.SuccessorRunID, false
 			continue
 		}
-		return DecodeResult(s, out)
+		return DecodeResult(end, out)
+	}
+}
+
+// awaitEnd waits until run runID's last commit ends it or blocks it, and returns what that commit
+// says (core.Ending). A run without events is an error wrapping ErrNotFound when mustExist is
+// set; otherwise awaitEnd waits for it to start.
+func (c *Client) awaitEnd(ctx context.Context, runID string, mustExist bool) (*Snapshot, error) {
+	if err := event.ValidateDerivedRunID(runID); err != nil {
+		return nil, err
+	}
+	woken := make(chan struct{}, 1)
+	sub, err := c.nc.Subscribe(streams.HistorySubject(runID), func(m *nats.Msg) {
+		if endNotice(m.Header) {
+			select {
+			case woken <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	// check reads the run's last commit; full also projects the whole history, to find a run
+	// blocked before its last commit (inputs that arrived after decision.failed).
+	check := func(full bool) (*Snapshot, bool, error) {
+		last, err := c.store.LastCommit(ctx, runID)
+		if err != nil {
+			return nil, false, c.damaged(err)
+		}
+		if len(last) == 0 {
+			if mustExist {
+				// The run may exist on a replica that lags: ask the stream's leader.
+				if hist, err := c.store.LoadAtLeast(ctx, runID, 0, 1); err != nil || len(hist) == 0 {
+					return nil, false, errors.Join(err, fmt.Errorf("%w: run %q does not exist (list runs with `flow runs`)", ErrNotFound, runID))
+				}
+				mustExist = false
+			}
+			return nil, false, nil
+		}
+		mustExist = false
+		if end, ok := core.Ending(last[len(last)-1]); ok {
+			return end, true, nil
+		}
+		if !full {
+			return nil, false, nil
+		}
+		hist, err := c.store.LoadAtLeast(ctx, runID, 0, last[len(last)-1].Seq)
+		if err != nil {
+			return nil, false, c.damaged(err)
+		}
+		s, err := core.Project(runID, hist)
+		if err != nil || s.Status != StatusBlocked {
+			return nil, false, err
+		}
+		return s, true, nil
+	}
+	retries := 8 // until a notice comes, look every second
+	poll := time.NewTimer(0)
+	defer poll.Stop()
+	for first := true; ; first = false {
+		full := false
+		select {
+		case <-woken:
+			retries = 0
+		case <-poll.C:
+			// Each second after the first look, project the whole history too.
+			full = retries >= 8 && !first
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		end, done, err := check(full)
+		if err != nil || done {
+			return end, err
+		}
+		// A notice comes before the stream stored its commit (by tens of microseconds), or for
+		// a publish the stream refused: look again very soon, then less and less often, then
+		// every second.
+		wait := time.Second
+		if retries < 8 {
+			wait = 25 * time.Microsecond << (2 * retries)
+			retries++
+		}
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+		poll.Reset(wait)
 	}
 }
 

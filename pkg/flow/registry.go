@@ -225,7 +225,7 @@ func (r *Registry) RunWorkflow(definition string, input json.RawMessage, history
 	if err != nil {
 		return nil, err
 	}
-	ctx := &Context{s: history, replaying: r.replaying, logger: r.logger.With(slog.String("run_id", history.RunID))}
+	ctx := &Context{s: history, replaying: r.replaying, logger: r.logger}
 	defer func() {
 		if p := recover(); p != nil {
 			dec, err = nil, &core.PanicError{Value: p, Stack: debug.Stack()}

@@ -490,7 +490,7 @@ func (e *Env) RegisterHook(_ context.Context, token, runID, hookID string) error
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if owner, ok := e.hooks[token]; ok && owner != [2]string{runID, hookID} && !e.released[token] {
-		return fmt.Errorf("%w: token routes to hook %q of run %q", engine.ErrTokenTaken, owner[1], owner[0])
+		return &engine.TokenTakenError{RunID: owner[0], HookID: owner[1]}
 	}
 	if e.hooks[token] != [2]string{runID, hookID} {
 		delete(e.released, token)

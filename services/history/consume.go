@@ -3,6 +3,7 @@ package history
 import (
 	"container/list"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -11,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/core"
@@ -31,46 +33,76 @@ func consumerConfig(ackWait time.Duration) jetstream.ConsumerConfig {
 	}
 }
 
-// consume starts the lanes and the goroutine that hands each commit to its run's lane.
+// fetchBatch bounds the commits pulled at once.
+const fetchBatch = 1000
+
+// consume starts the lanes and the goroutine that pulls commits and hands each to its run's lane.
+// Pulls are clustered: after the first commit that ends a quiet spell, the service lingers
+// (Config.Linger) before it pulls what else arrived, so that a run's commits made close together
+// are applied together (its index entry written once, inputs its worker already decided on not
+// resent), and the service's work does not interleave, commit by commit, with a worker's.
+// Writers' fast paths carry the latency-critical consequences, so nothing waits on the linger in
+// the common case.
 func (s *Service) consume(ctx context.Context) error {
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, streams.History, consumerConfig(s.cfg.AckWait))
 	if err != nil {
 		return fmt.Errorf("creating the history consumer: %w", err)
 	}
-	iter, err := cons.Messages(jetstream.PullMaxMessages(1000))
-	if err != nil {
-		return fmt.Errorf("consuming the history stream: %w", err)
-	}
 	perLane := max(1, s.cfg.CacheSize/s.cfg.Lanes)
 	s.lanes = make([]*lane, s.cfg.Lanes)
 	for i := range s.lanes {
-		l := &lane{s: s, jobs: make(chan job, 256), cache: newRunCache(perLane)}
+		l := &lane{s: s, jobs: make(chan job, fetchBatch), cache: newRunCache(perLane)}
 		s.lanes[i] = l
 		s.workers.Go(func() { l.run(ctx) })
 	}
 	s.consuming.Store(true)
-	s.workers.Go(func() {
-		<-ctx.Done()
-		iter.Stop()
-	})
-	s.workers.Go(func() {
-		for {
-			m, err := iter.Next()
-			if err != nil {
-				if !errors.Is(err, jetstream.ErrMsgIteratorClosed) {
-					s.logger.Error("consuming the history stream stopped", slog.String("error", err.Error()))
-				}
-				return
-			}
-			runID, _ := strings.CutPrefix(m.Subject(), streams.HistorySubject(""))
-			select {
-			case s.laneOf(runID).jobs <- job{msg: m}:
-			case <-ctx.Done():
-				return
-			}
-		}
-	})
+	s.workers.Go(func() { s.pull(ctx, cons) })
 	return nil
+}
+
+// pull hands commits to lanes until ctx ends: a long poll for the first commit after a quiet
+// spell, then, a linger later, whatever else arrived, until the stream is drained.
+func (s *Service) pull(ctx context.Context, cons jetstream.Consumer) {
+	retry := 100 * time.Millisecond
+	quiet := true
+	for ctx.Err() == nil {
+		var batch jetstream.MessageBatch
+		var err error
+		if quiet {
+			batch, err = cons.Fetch(1, jetstream.FetchMaxWait(time.Second))
+		} else {
+			batch, err = cons.FetchNoWait(fetchBatch)
+		}
+		n := 0
+		if err == nil {
+			for m := range batch.Messages() {
+				n++
+				runID, _ := strings.CutPrefix(m.Subject(), streams.HistorySubject(""))
+				select {
+				case s.laneOf(runID).jobs <- job{msg: m}:
+				case <-ctx.Done():
+					return
+				}
+			}
+			err = batch.Error()
+		}
+		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			s.logger.Warn("pulling commits failed; retrying", slog.String("error", err.Error()), slog.Duration("in", retry))
+			sleep(ctx, retry)
+			retry = min(2*retry, 5*time.Second)
+			continue
+		}
+		retry = 100 * time.Millisecond
+		switch {
+		case n == fetchBatch:
+			quiet = false // more are waiting: pull them at once
+		case n > 0 && s.cfg.Linger > 0:
+			quiet = false
+			sleep(ctx, s.cfg.Linger)
+		default:
+			quiet = n == 0
+		}
+	}
 }
 
 // laneOf returns the lane that applies run runID's commits.
@@ -111,105 +143,180 @@ type lane struct {
 	cache *runCache
 }
 
+// maxBatch bounds the commits a lane takes at once.
+const maxBatch = 256
+
+// run applies the lane's jobs in order. Commits that are queued together are applied as a batch:
+// each run's commits in order, derived from the run's state after the last of them, with one
+// index write per run. Under load batches grow, so the history service writes less per commit.
 func (l *lane) run(ctx context.Context) {
+	var batch []jetstream.Msg
 	for {
+		var j job
 		select {
-		case j := <-l.jobs:
-			if j.fn != nil {
-				j.done <- j.fn(ctx, l)
-				continue
-			}
-			l.process(ctx, j.msg)
+		case j = <-l.jobs:
 		case <-ctx.Done():
 			return
 		}
+		// Take everything queued: commits pulled together are applied together.
+		for {
+			if j.fn != nil {
+				l.process(ctx, batch)
+				batch = batch[:0]
+				j.done <- j.fn(ctx, l)
+			} else {
+				batch = append(batch, j.msg)
+			}
+			if len(batch) == maxBatch {
+				break
+			}
+			var more bool
+			select {
+			case j, more = <-l.jobs:
+			default:
+			}
+			if !more {
+				break
+			}
+		}
+		l.process(ctx, batch)
+		batch = batch[:0]
 	}
 }
 
-// process applies one commit, retrying in place until it is applied, so that the run's later
-// commits wait for it, then acknowledges it. A commit not acknowledged (the service stops, or
-// dies) is applied again by whichever replica JetStream hands it to.
-func (l *lane) process(ctx context.Context, m jetstream.Msg) {
-	runID, _ := strings.CutPrefix(m.Subject(), streams.HistorySubject(""))
-	c, ok := jsstore.CommitOf(runID, m.Headers(), m.Data())
-	if !ok {
-		l.s.logger.Error("skipping a history message without commit headers", slog.String("subject", m.Subject()))
-		_ = m.Term()
+// pending is one commit of a batch.
+type pending struct {
+	msg jetstream.Msg
+	c   store.Commit
+}
+
+// process applies a batch of commits, run by run, retrying each run's commits in place until
+// they are applied, so that later commits of the run wait for them, then acknowledges them. A
+// commit not acknowledged (the service stops, or dies) is applied again by whichever replica
+// JetStream hands it to.
+func (l *lane) process(ctx context.Context, batch []jetstream.Msg) {
+	if len(batch) == 0 {
 		return
 	}
-	for attempt := 0; ; attempt++ {
-		err := l.apply(ctx, c)
-		if err == nil {
-			break
+	var order []string
+	byRun := map[string][]pending{}
+	for _, m := range batch {
+		runID, _ := strings.CutPrefix(m.Subject(), streams.HistorySubject(""))
+		c, ok := jsstore.CommitOf(runID, m.Headers(), m.Data())
+		if !ok {
+			l.s.logger.Error("skipping a history message without commit headers", slog.String("subject", m.Subject()))
+			_ = m.Term()
+			continue
 		}
-		if ctx.Err() != nil {
-			return
+		if _, seen := byRun[runID]; !seen {
+			order = append(order, runID)
 		}
-		if errors.Is(err, errPermanent) || errors.Is(err, store.ErrDamaged) {
-			l.s.logger.Error("not applying a commit", slog.String("run_id", runID), slog.Uint64("seq", c.First), slog.String("error", err.Error()))
-			break
-		}
-		wait := min(100*time.Millisecond<<min(attempt, 6), 5*time.Second)
-		l.s.logger.Warn("applying a commit failed; retrying", slog.String("run_id", runID), slog.Uint64("seq", c.First),
-			slog.String("error", err.Error()), slog.Duration("in", wait))
-		_ = m.InProgress()
-		if !sleep(ctx, wait) {
-			return
-		}
+		byRun[runID] = append(byRun[runID], pending{msg: m, c: c})
 	}
-	if err := l.s.cfg.Faults.Hit(fault.HistoryBeforeAck); err != nil {
-		return // as if the ack were lost: JetStream redelivers the commit after AckWait
+	for _, runID := range order {
+		commits := byRun[runID]
+		for attempt := 0; ; attempt++ {
+			err := l.apply(ctx, commits)
+			if err == nil {
+				break
+			}
+			if ctx.Err() != nil {
+				return
+			}
+			if errors.Is(err, store.ErrDamaged) {
+				l.s.logger.Error("not applying commits of a quarantined run", slog.String("run_id", runID), slog.String("error", err.Error()))
+				break
+			}
+			if errors.Is(err, errPermanent) {
+				// A commit nobody can read: the run's history is damaged.
+				if qerr := l.s.quarantine(ctx, runID, fmt.Sprintf("stream %s: the commit at seq %d does not decode: %v", streams.History, commits[0].c.First, err)); qerr != nil {
+					err = qerr
+				} else {
+					break
+				}
+			}
+			wait := min(100*time.Millisecond<<min(attempt, 6), 5*time.Second)
+			l.s.logger.Warn("applying commits failed; retrying", slog.String("run_id", runID), slog.Uint64("seq", commits[0].c.First),
+				slog.String("error", err.Error()), slog.Duration("in", wait))
+			for _, p := range commits {
+				_ = p.msg.InProgress()
+			}
+			if !sleep(ctx, wait) {
+				return
+			}
+		}
+		for _, p := range commits {
+			if err := l.s.cfg.Faults.Hit(fault.HistoryBeforeAck); err != nil {
+				continue // as if the ack were lost: JetStream redelivers the commit after AckWait
+			}
+			_ = p.msg.Ack()
+		}
+		l.s.applied.add(int64(len(commits)))
 	}
-	_ = m.Ack()
-	l.s.applied.add(1)
 }
 
-// apply derives and applies the consequences of commit c, given its run's latest snapshot.
-func (l *lane) apply(ctx context.Context, c store.Commit) error {
+// apply derives and applies the consequences of commits, consecutive commits of one run, given
+// the run's state after the last of them, and writes the run's index entry once.
+func (l *lane) apply(ctx context.Context, commits []pending) error {
 	s := l.s
-	f := l.cache.get(c.RunID)
-	if f != nil && c.Last <= f.derived {
-		return nil // applied already; this is a redelivery
+	runID := commits[0].c.RunID
+	f := l.cache.get(runID)
+	type decoded struct {
+		envs     []event.Envelope
+		payloads []json.RawMessage
 	}
-	envs, err := c.Events()
-	if err != nil {
-		return fmt.Errorf("%w: %w", errPermanent, err)
-	}
-	switch {
-	case f != nil && f.s.Seq >= c.Last:
-		// A cold load read past this commit: derive from the later state.
-	case f != nil && f.s.Seq+1 == c.First:
-		if err := f.s.ApplyAll(envs); err != nil {
-			l.cache.drop(c.RunID)
-			return err
+	var todo []decoded
+	for _, p := range commits {
+		c := p.c
+		if f != nil && c.Last <= f.derived {
+			continue // applied already; this is a redelivery
 		}
-	case f == nil && c.First == 1:
-		// A new run: its first commit is its whole history so far.
-		snap, err := core.Project(c.RunID, envs)
+		envs, payloads, err := jsstore.DecodeCommit(c.RunID, c.First, c.Last, p.msg.Data())
 		if err != nil {
 			return fmt.Errorf("%w: %w", errPermanent, err)
 		}
-		f = &followed{s: snap, fresh: true}
-		l.cache.put(c.RunID, f)
-	default:
-		if f, err = l.load(ctx, c.RunID, c.Last); err != nil {
-			return err
+		switch {
+		case f != nil && f.s.Seq >= c.Last:
+			// A cold load read past this commit: derive from the later state.
+		case f != nil && f.s.Seq+1 == c.First:
+			if err := f.s.ApplyAll(envs); err != nil {
+				l.cache.drop(c.RunID)
+				return err
+			}
+		case f == nil && c.First == 1:
+			// A new run: its first commit is its whole history so far.
+			snap, err := core.Project(c.RunID, envs)
+			if err != nil {
+				return fmt.Errorf("%w: %w", errPermanent, err)
+			}
+			f = &followed{s: snap, fresh: true}
+			l.cache.put(c.RunID, f)
+		default:
+			if f, err = l.load(ctx, c.RunID, c.Last); err != nil {
+				return err
+			}
 		}
+		todo = append(todo, decoded{envs, payloads})
+	}
+	if len(todo) == 0 {
+		return nil
 	}
 	if err := s.cfg.Faults.Hit(fault.HistoryBeforeEffects); err != nil {
 		return err
 	}
-	if err := s.engine.ApplyCommit(ctx, f.s, envs); err != nil {
-		return err
+	for _, d := range todo {
+		if err := s.engine.ApplyCommit(ctx, f.s, d.envs); err != nil {
+			return err
+		}
+		s.feed.publish(f, d.envs, d.payloads)
 	}
-	s.feed.publish(f, envs)
 	if err := s.cfg.Faults.Hit(fault.HistoryBeforeIndex); err != nil {
 		return err
 	}
-	if err := s.writeIndex(ctx, c.RunID, f); err != nil {
+	if err := s.writeIndex(ctx, runID, f); err != nil {
 		return err
 	}
-	f.derived = c.Last
+	f.derived = max(f.derived, todo[len(todo)-1].envs[len(todo[len(todo)-1].envs)-1].Seq)
 	return nil
 }
 

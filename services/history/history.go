@@ -83,6 +83,12 @@ type Config struct {
 	AckWait time.Duration `envconfig:"HISTORY_ACK_WAIT"`
 	// CacheSize bounds the runs whose snapshots are kept between commits. Defaults to 10,000.
 	CacheSize int `envconfig:"HISTORY_CACHE_SIZE"`
+	// Linger is how long the service waits, after a commit that ends a quiet spell, before it
+	// pulls what else arrived and applies it together: longer writes less (a run's commits that
+	// arrive together write its index entry once) and delays the consequences writers do not
+	// carry themselves (the index, the feed, timers, repairs). Defaults to 5 milliseconds;
+	// negative pulls each commit as it comes.
+	Linger time.Duration `envconfig:"HISTORY_LINGER"`
 	// Rebuild rebuilds the runs index, the timer index and the resume tasks of every run from
 	// history at start. Defaults to false: they are rebuilt only when found damaged, empty or
 	// behind.
@@ -149,6 +155,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.CacheSize == 0 {
 		cfg.CacheSize = 10_000
+	}
+	if cfg.Linger == 0 {
+		cfg.Linger = 5 * time.Millisecond
 	}
 	switch {
 	case cfg.Lanes < 1:

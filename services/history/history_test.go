@@ -152,7 +152,9 @@ func TestHistoryService(t *testing.T) {
 		require.Equal(t, 10, out)
 		require.Eventually(t, func() bool { sum, ok := b.entry(t, runID); return ok && sum.Status == core.StatusCompleted },
 			10*time.Second, 5*time.Millisecond)
-		require.Equal(t, uint64(3), written()-before, "22 events, 3 index writes: pending, running, completed")
+		// Three status changes (pending, running, completed); commits applied together write
+		// once for all of them.
+		require.LessOrEqual(t, written()-before, uint64(3), "22 events, at most 3 index writes")
 		sum, _ := b.entry(t, runID)
 		require.Equal(t, b.projected(t, runID), sum)
 	})

@@ -233,11 +233,13 @@ func (w *Worker) publishDefinitions(ctx context.Context, js jetstream.JetStream)
 const fetchWait = time.Second
 
 // fetch pulls tasks from cons and hands each to a handler at once, never more than
-// RunConcurrency at a time across the worker's consumers (slots). It waits for a task holding
-// one slot, then takes what else is waiting with as many slots as are free, so that no task
-// waits for a slot, unwatched, while its AckWait runs out, and no idle consumer holds slots
-// another one needs.
+// RunConcurrency at a time across the worker's consumers (slots): every pull asks for as many
+// tasks as it holds free slots, so that no task waits for a slot, unwatched, while its AckWait
+// runs out. A pull that waits (a long poll) holds at most a share of the slots, so that an idle
+// consumer leaves the rest to the worker's other one; when tasks are waiting, the worker takes
+// them with every free slot.
 func (w *Worker) fetch(cons jetstream.Consumer, slots chan struct{}) {
+	share := max(1, w.cfg.RunConcurrency/len(w.cons))
 	retry := 100 * time.Millisecond
 	for !w.stopping.Load() {
 		select {
@@ -245,20 +247,15 @@ func (w *Worker) fetch(cons jetstream.Consumer, slots chan struct{}) {
 		case <-w.runCtx.Done():
 			return
 		}
-		used, err := w.dispatch(slots, 1, func() (jetstream.MessageBatch, error) {
-			return cons.Fetch(1, jetstream.FetchMaxWait(fetchWait))
+		free := 1 + grab(slots, share-1)
+		used, err := w.dispatch(slots, free, func() (jetstream.MessageBatch, error) {
+			return cons.Fetch(free, jetstream.FetchMaxWait(fetchWait))
 		})
-		for err == nil && used > 0 {
-			free := 0
-			for free < w.cfg.RunConcurrency && trySend(slots) {
-				free++
-			}
-			if free == 0 {
+		for err == nil && used == free {
+			if free = grab(slots, w.cfg.RunConcurrency); free == 0 {
 				break
 			}
-			if used, err = w.dispatch(slots, free, func() (jetstream.MessageBatch, error) { return cons.FetchNoWait(free) }); used < free {
-				break
-			}
+			used, err = w.dispatch(slots, free, func() (jetstream.MessageBatch, error) { return cons.FetchNoWait(free) })
 		}
 		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && !w.stopping.Load() {
 			w.logger.Warn("fetching tasks failed; retrying", slog.String("error", err.Error()), slog.Duration("in", retry))
@@ -292,13 +289,16 @@ func (w *Worker) dispatch(slots chan struct{}, free int, pull func() (jetstream.
 	return used, err
 }
 
-func trySend(c chan struct{}) bool {
-	select {
-	case c <- struct{}{}:
-		return true
-	default:
-		return false
+// grab takes up to n free slots without waiting and returns how many it took.
+func grab(slots chan struct{}, n int) int {
+	for i := range n {
+		select {
+		case slots <- struct{}{}:
+		default:
+			return i
+		}
 	}
+	return n
 }
 
 // handle drives the run a task names, with heartbeats, and settles the task: acknowledged when

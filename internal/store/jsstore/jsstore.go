@@ -87,6 +87,10 @@ type Store struct {
 	afterPublish func(*nats.Msg, *jetstream.PubAck, error) (*jetstream.PubAck, error)
 	quarantine   *quarantine
 
+	streamOnce sync.Once
+	stream     jetstream.Stream
+	streamErr  error
+
 	mu  sync.Mutex
 	pos map[string]position
 }
@@ -331,6 +335,40 @@ func (s *Store) LoadAtLeast(ctx context.Context, runID string, after, atLeast ui
 	return r.out, nil
 }
 
+// LastCommit returns the events of run runID's last commit, read with one direct get of the
+// run's last message, whatever its history's length: nil for a run without events. A replica
+// that lags may answer with an earlier commit.
+func (s *Store) LastCommit(ctx context.Context, runID string) ([]event.Envelope, error) {
+	if err := event.ValidateDerivedRunID(runID); err != nil {
+		return nil, err
+	}
+	if err := s.quarantine.check(runID); err != nil {
+		return nil, err
+	}
+	st, err := s.history(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, streams.HistorySubject(runID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the last commit of run %q: %w", runID, err)
+	}
+	c, ok := CommitOf(runID, m.Header, m.Data)
+	if !ok {
+		return nil, fmt.Errorf("%w: stream message %d of run %q has no commit headers", event.ErrMalformed, m.Sequence, runID)
+	}
+	return c.Events()
+}
+
+// history returns the history stream's handle, opened once.
+func (s *Store) history(ctx context.Context) (jetstream.Stream, error) {
+	s.streamOnce.Do(func() { s.stream, s.streamErr = s.js.Stream(ctx, streams.History) })
+	return s.stream, s.streamErr
+}
+
 // reader collects a run's envelopes from its commits in stream order.
 type reader struct {
 	s     *Store
@@ -400,15 +438,31 @@ func CommitOf(runID string, h nats.Header, data []byte) (store.Commit, bool) {
 		return store.Commit{}, false
 	}
 	return store.Commit{RunID: runID, First: first, Last: last, Events: func() ([]event.Envelope, error) {
-		var envs []event.Envelope
-		if err := json.Unmarshal(data, &envs); err != nil {
-			return nil, errors.Join(event.ErrMalformed, err)
-		}
-		if len(envs) != int(last-first+1) || envs[0].Seq != first || envs[0].RunID != runID {
-			return nil, fmt.Errorf("%w: a commit of run %q does not hold seq %d..%d", event.ErrMalformed, runID, first, last)
-		}
-		return envs, nil
+		envs, _, err := DecodeCommit(runID, first, last, data)
+		return envs, err
 	}}, true
+}
+
+// DecodeCommit decodes the body of a commit of run runID holding seq first..last, and returns its
+// events, and the JSON of each event's payload as stored.
+func DecodeCommit(runID string, first, last uint64, data []byte) ([]event.Envelope, []json.RawMessage, error) {
+	var raws []event.RawEnvelope
+	if err := json.Unmarshal(data, &raws); err != nil {
+		return nil, nil, errors.Join(event.ErrMalformed, err)
+	}
+	if len(raws) != int(last-first+1) || raws[0].Seq != first || raws[0].RunID != runID {
+		return nil, nil, fmt.Errorf("%w: a commit of run %q does not hold seq %d..%d", event.ErrMalformed, runID, first, last)
+	}
+	envs := make([]event.Envelope, len(raws))
+	payloads := make([]json.RawMessage, len(raws))
+	for i, raw := range raws {
+		env, err := raw.Decode()
+		if err != nil {
+			return nil, nil, err
+		}
+		envs[i], payloads[i] = env, raw.Data
+	}
+	return envs, payloads, nil
 }
 
 // Position returns the last commit of run runID this store has seen: the run sequence of its
