@@ -246,18 +246,25 @@ func BenchmarkTenStepLatency(b *testing.B) {
 				lat = append(lat, time.Since(t0))
 			}
 			b.StopTimer()
-			slices.Sort(lat)
-			var sum time.Duration
-			for _, d := range lat {
-				sum += d
-			}
-			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-			b.ReportMetric(ms(benchQuantile(lat, 0.50)), "p50-ms")
-			b.ReportMetric(ms(benchQuantile(lat, 0.99)), "p99-ms")
-			b.ReportMetric(ms(sum)/float64(len(lat))/benchSteps, "ms/step")
+			mean := reportLatencies(b, lat)
+			b.ReportMetric(mean/benchSteps, "ms/step")
 			b.ReportMetric(float64(env.written(b)-before)/float64(b.N*benchSteps), "msgs/step")
 		})
 	}
+}
+
+// reportLatencies reports the p50-ms and p99-ms of lat, which it sorts, and returns its mean in
+// milliseconds.
+func reportLatencies(b *testing.B, lat []time.Duration) float64 {
+	slices.Sort(lat)
+	var sum time.Duration
+	for _, d := range lat {
+		sum += d
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+	b.ReportMetric(ms(benchQuantile(lat, 0.50)), "p50-ms")
+	b.ReportMetric(ms(benchQuantile(lat, 0.99)), "p99-ms")
+	return ms(sum) / float64(len(lat))
 }
 
 // benchQuantile returns the q-quantile of sorted, by nearest rank.
@@ -374,10 +381,7 @@ func BenchmarkSignalRoundTrip(b *testing.B) {
 				lat = append(lat, time.Since(t0))
 			}
 			b.StopTimer()
-			slices.Sort(lat)
-			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
-			b.ReportMetric(ms(benchQuantile(lat, 0.50)), "p50-ms")
-			b.ReportMetric(ms(benchQuantile(lat, 0.99)), "p99-ms")
+			reportLatencies(b, lat)
 		})
 	}
 }
