@@ -244,8 +244,8 @@ func (d *driver) wait(ctx context.Context) error {
 // sequence, because a commit notice or a joined task names a later one: it then reads it.
 // When it reports false the driver is no longer the run's active driver.
 func (d *driver) more(ctx context.Context) (bool, error) {
-	if d.takeNotices() > d.s.Seq {
-		return true, d.catchUp(ctx)
+	if heard := d.takeNotices(); heard > d.s.Seq {
+		return true, d.refresh(ctx, heard)
 	}
 	want, left := d.e.locks.leave(d.rl, d.s.Seq)
 	if left {
