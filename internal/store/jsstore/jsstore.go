@@ -140,7 +140,7 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 	for i, e := range events {
 		envs[i] = event.Envelope{RunID: runID, Seq: first + uint64(i), Time: e.Time.UTC(), Payload: e.Payload}
 	}
-	body, err := json.Marshal(envs)
+	body, err := event.MarshalEnvelopes(envs)
 	if err != nil {
 		return 0, fmt.Errorf("encoding commit of run %q: %w", runID, err)
 	}
@@ -187,21 +187,26 @@ func (s *Store) publish(ctx context.Context, msg *nats.Msg, expectedStream uint6
 // message builds the CloudEvents binary-mode message of a commit.
 func (s *Store) message(ctx context.Context, runID string, envs []event.Envelope, body []byte, commit string) *nats.Msg {
 	lastEnv := envs[len(envs)-1]
-	msg := nats.NewMsg(streams.HistorySubject(runID))
-	msg.Data = body
-	h := msg.Header
-	h.Set(HeaderSpecVersion, "1.0")
-	h.Set(HeaderID, runID+":"+strconv.FormatUint(envs[0].Seq, 10))
-	h.Set(HeaderSource, s.source)
-	h.Set(HeaderType, TypePrefix+string(lastEnv.Type()))
-	h.Set(HeaderTime, lastEnv.Time.Format(time.RFC3339Nano))
-	h.Set(HeaderSubject, runID)
-	h.Set(HeaderContentType, "application/json")
-	h.Set(HeaderFirstSeq, strconv.FormatUint(envs[0].Seq, 10))
-	h.Set(HeaderCount, strconv.Itoa(len(envs)))
-	h.Set(HeaderCommit, commit)
+	// One backing array for the values, and a map sized for them and the trace context: a
+	// commit's headers cost three allocations.
+	h := make(nats.Header, 12)
+	values := make([]string, 0, 10)
+	set := func(name, v string) {
+		values = append(values, v)
+		h[name] = values[len(values)-1 : len(values) : len(values)]
+	}
+	set(HeaderSpecVersion, "1.0")
+	set(HeaderID, runID+":"+strconv.FormatUint(envs[0].Seq, 10))
+	set(HeaderSource, s.source)
+	set(HeaderType, TypePrefix+string(lastEnv.Type()))
+	set(HeaderTime, lastEnv.Time.Format(time.RFC3339Nano))
+	set(HeaderSubject, runID)
+	set(HeaderContentType, "application/json")
+	set(HeaderFirstSeq, strconv.FormatUint(envs[0].Seq, 10))
+	set(HeaderCount, strconv.Itoa(len(envs)))
+	set(HeaderCommit, commit)
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
-	return msg
+	return &nats.Msg{Subject: streams.HistorySubject(runID), Header: h, Data: body}
 }
 
 // settle decides the outcome of an append whose result is unknown, from the stream's leader:
@@ -378,9 +383,12 @@ type reader struct {
 }
 
 func (r *reader) add(m *jetstream.RawStreamMsg) error {
-	var envs []event.Envelope
-	if err := json.Unmarshal(m.Data, &envs); err != nil {
-		return fmt.Errorf("decoding stream message %d of run %q: %w", m.Sequence, r.runID, errors.Join(event.ErrMalformed, err))
+	envs, err := event.DecodeEnvelopes(m.Data)
+	if err != nil {
+		if !errors.Is(err, event.ErrMalformed) {
+			err = errors.Join(event.ErrMalformed, err)
+		}
+		return fmt.Errorf("decoding stream message %d of run %q: %w", m.Sequence, r.runID, err)
 	}
 	for _, e := range envs {
 		if e.Seq < r.next {
@@ -446,9 +454,9 @@ func CommitOf(runID string, h nats.Header, data []byte) (store.Commit, bool) {
 // DecodeCommit decodes the body of a commit of run runID holding seq first..last, and returns its
 // events, and the JSON of each event's payload as stored.
 func DecodeCommit(runID string, first, last uint64, data []byte) ([]event.Envelope, []json.RawMessage, error) {
-	var raws []event.RawEnvelope
-	if err := json.Unmarshal(data, &raws); err != nil {
-		return nil, nil, errors.Join(event.ErrMalformed, err)
+	raws, err := event.DecodeRawEnvelopes(data)
+	if err != nil {
+		return nil, nil, err
 	}
 	if len(raws) != int(last-first+1) || raws[0].Seq != first || raws[0].RunID != runID {
 		return nil, nil, fmt.Errorf("%w: a commit of run %q does not hold seq %d..%d", event.ErrMalformed, runID, first, last)
