@@ -37,12 +37,12 @@ func consumerConfig(ackWait time.Duration) jetstream.ConsumerConfig {
 const fetchBatch = 1000
 
 // consume starts the lanes and the goroutine that pulls commits and hands each to its run's lane.
-// Pulls are clustered: after the first commit that ends a quiet spell, the service lingers
-// (Config.Linger) before it pulls what else arrived, so that a run's commits made close together
-// are applied together (its index entry written once, inputs its worker already decided on not
-// resent), and the service's work does not interleave, commit by commit, with a worker's.
-// Writers' fast paths carry the latency-critical consequences, so nothing waits on the linger in
-// the common case.
+// Pulls are clustered: the first commit that ends a quiet spell is held for a linger
+// (Config.Linger) and applied with whatever else arrived meanwhile, so that a run's commits made
+// close together are applied together (its index entry written once, inputs its worker already
+// decided on not resent), and the service's work does not interleave, commit by commit, with a
+// worker that drives a run. Writers' fast paths carry the latency-critical consequences, so
+// nothing waits on the linger in the common case.
 func (s *Service) consume(ctx context.Context) error {
 	cons, err := s.js.CreateOrUpdateConsumer(ctx, streams.History, consumerConfig(s.cfg.AckWait))
 	if err != nil {
@@ -51,7 +51,7 @@ func (s *Service) consume(ctx context.Context) error {
 	perLane := max(1, s.cfg.CacheSize/s.cfg.Lanes)
 	s.lanes = make([]*lane, s.cfg.Lanes)
 	for i := range s.lanes {
-		l := &lane{s: s, jobs: make(chan job, fetchBatch), cache: newRunCache(perLane)}
+		l := &lane{s: s, jobs: make(chan job, fetchBatch), cache: newRunCache(perLane), feed: newFeed(s.nc)}
 		s.lanes[i] = l
 		s.workers.Go(func() { l.run(ctx) })
 	}
@@ -61,10 +61,11 @@ func (s *Service) consume(ctx context.Context) error {
 }
 
 // pull hands commits to lanes until ctx ends: a long poll for the first commit after a quiet
-// spell, then, a linger later, whatever else arrived, until the stream is drained.
+// spell, held for a linger, then whatever else arrived, until the stream is drained.
 func (s *Service) pull(ctx context.Context, cons jetstream.Consumer) {
 	retry := 100 * time.Millisecond
 	quiet := true
+	var held []jetstream.Msg
 	for ctx.Err() == nil {
 		var batch jetstream.MessageBatch
 		var err error
@@ -73,18 +74,30 @@ func (s *Service) pull(ctx context.Context, cons jetstream.Consumer) {
 		} else {
 			batch, err = cons.FetchNoWait(fetchBatch)
 		}
-		n := 0
+		var msgs []jetstream.Msg
 		if err == nil {
 			for m := range batch.Messages() {
-				n++
-				runID, _ := strings.CutPrefix(m.Subject(), streams.HistorySubject(""))
-				select {
-				case s.laneOf(runID).jobs <- job{msg: m}:
-				case <-ctx.Done():
-					return
-				}
+				msgs = append(msgs, m)
 			}
 			err = batch.Error()
+		}
+		if quiet && len(msgs) > 0 && s.cfg.Linger > 0 {
+			// Hold the first commit for the linger, and apply it with what follows.
+			held, quiet = msgs, false
+			sleep(ctx, s.cfg.Linger)
+			continue
+		}
+		n := len(msgs)
+		if len(held) > 0 {
+			msgs, held = append(held, msgs...), nil
+		}
+		for _, m := range msgs {
+			runID, _ := strings.CutPrefix(m.Subject(), streams.HistorySubject(""))
+			select {
+			case s.laneOf(runID).jobs <- job{msg: m}:
+			case <-ctx.Done():
+				return
+			}
 		}
 		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			s.logger.Warn("pulling commits failed; retrying", slog.String("error", err.Error()), slog.Duration("in", retry))
@@ -136,11 +149,12 @@ type job struct {
 }
 
 // lane applies the commits of its runs one at a time, in the order the stream holds them. It
-// owns its cache: nothing else touches it.
+// owns its cache and its feed: nothing else touches them.
 type lane struct {
 	s     *Service
 	jobs  chan job
 	cache *runCache
+	feed  *feed
 }
 
 // maxBatch bounds the commits a lane takes at once.
@@ -308,7 +322,7 @@ func (l *lane) apply(ctx context.Context, commits []pending) error {
 		if err := s.engine.ApplyCommit(ctx, f.s, d.envs); err != nil {
 			return err
 		}
-		s.feed.publish(f, d.envs, d.payloads)
+		l.feed.publish(f, d.envs, d.payloads)
 	}
 	if err := s.cfg.Faults.Hit(fault.HistoryBeforeIndex); err != nil {
 		return err

@@ -39,30 +39,58 @@ func FeedSubject(definition, runID string, t event.Type) string {
 // event in order per run; the feed keeps nothing, and a subscriber that needs to catch up reads
 // the run's history. An event is published once in normal operation; after a crash of the
 // history service it may be published again, with the same ce-id ("<run>:<seq>").
+//
+// Each lane has its own feed, which reuses its message, headers and event context from one
+// event to the next (a publish copies them out before it returns): not safe for concurrent use.
 type feed struct {
-	nc *nats.Conn
+	nc     *nats.Conn
+	ec     ce.EventContextV1
+	msg    nats.Msg
+	values []string
+	// subject and contentType back ec's pointers; ceTypes caches ce-type by event type.
+	subject, contentType string
+	ceTypes              map[event.Type]string
 }
 
-func newFeed(nc *nats.Conn) (*feed, error) { return &feed{nc: nc}, nil }
+func newFeed(nc *nats.Conn) *feed {
+	f := &feed{nc: nc, contentType: ce.ApplicationJSON, ceTypes: map[event.Type]string{}}
+	f.ec = ce.EventContextV1{Source: feedSource, DataContentType: &f.contentType, Subject: &f.subject,
+		Time: &types.Timestamp{}, Extensions: map[string]any{}}
+	f.msg.Header = nats.Header{}
+	return f
+}
 
-// publish sends the events of envs, whose payloads' JSON is payloads, that f has not published
+// publish sends the events of envs, whose payloads' JSON is payloads, that fr has not published
 // yet.
-func (p *feed) publish(f *followed, envs []event.Envelope, payloads []json.RawMessage) {
-	def := f.s.Spec.Definition
+func (p *feed) publish(fr *followed, envs []event.Envelope, payloads []json.RawMessage) {
+	def := fr.s.Spec.Definition
 	for i, env := range envs {
-		if env.Seq <= f.published {
+		if env.Seq <= fr.published {
 			continue
 		}
-		m, err := feedMessage(def, env, payloads[i])
-		if err != nil {
-			continue // the event was stored, so it encodes; nothing to publish otherwise
+		ceType, ok := p.ceTypes[env.Type()]
+		if !ok {
+			ceType = FeedTypePrefix + string(env.Type())
+			p.ceTypes[env.Type()] = ceType
 		}
+		p.build(def, env, ceType, payloads[i])
 		// A publish fails only when the connection is closed: the service is stopping, and
 		// the commit is not acknowledged.
-		if p.nc.PublishMsg(m) == nil {
-			f.published = env.Seq
+		if p.nc.PublishMsg(&p.msg) == nil {
+			fr.published = env.Seq
 		}
 	}
+}
+
+// build makes p.msg the feed message of env, an event of a run of definition whose payload's
+// JSON is data.
+func (p *feed) build(definition string, env event.Envelope, ceType string, data []byte) {
+	seq := strconv.FormatUint(env.Seq, 10)
+	p.subject = env.RunID
+	p.ec.ID, p.ec.Type, p.ec.Time.Time = env.RunID+":"+seq, ceType, env.Time
+	p.ec.Extensions[FeedExtSeq], p.ec.Extensions[FeedExtDefinition] = seq, definition
+	p.values = binaryHeaders(&p.ec, p.msg.Header, p.values[:0])
+	p.msg.Subject, p.msg.Data = FeedSubject(definition, env.RunID, env.Type()), data
 }
 
 // FeedMessage builds the feed message of one event of a run of definition: a CloudEvent in NATS
@@ -74,14 +102,9 @@ func FeedMessage(definition string, env event.Envelope) (*nats.Msg, error) {
 	if err != nil {
 		return nil, err
 	}
-	return feedMessage(definition, env, data)
-}
-
-func feedMessage(definition string, env event.Envelope, data []byte) (*nats.Msg, error) {
-	id, seq, subject, contentType := env.RunID+":"+strconv.FormatUint(env.Seq, 10), strconv.FormatUint(env.Seq, 10), env.RunID, ce.ApplicationJSON
-	ec := &ce.EventContextV1{ID: id, Source: feedSource, Type: FeedTypePrefix + string(env.Type()), DataContentType: &contentType,
-		Subject: &subject, Time: &types.Timestamp{Time: env.Time}, Extensions: map[string]any{FeedExtSeq: seq, FeedExtDefinition: definition}}
-	return &nats.Msg{Subject: FeedSubject(definition, env.RunID, env.Type()), Header: binaryHeaders(ec), Data: data}, nil
+	p := newFeed(nil)
+	p.build(definition, env, FeedTypePrefix+string(env.Type()), data)
+	return &p.msg, nil
 }
 
 // feedSource is FeedSource as a CloudEvents URI reference.
@@ -106,13 +129,16 @@ var (
 	headerTime        = natsSpec.AttributeFromKind(spec.Time).PrefixedName()
 )
 
-// binaryHeaders writes ec, a context of the SDK's event model, as NATS binary-mode headers:
+// extensionHeaders names the headers of the feed's extensions.
+var extensionHeaders = map[string]string{FeedExtSeq: natsSpec.Prefix() + FeedExtSeq, FeedExtDefinition: natsSpec.Prefix() + FeedExtDefinition}
+
+// binaryHeaders writes ec, a context of the SDK's event model, into h as NATS binary-mode headers:
 // those the SDK's NATS binding (cenats.WriteMsg) writes for it, at a fraction of its cost (it
-// formats every value through fmt and reflection), on the history service's hot path. The feed
-// test reads them back with the binding.
-func binaryHeaders(ec *ce.EventContextV1) nats.Header {
-	h := make(nats.Header, 7+len(ec.Extensions))
-	values := make([]string, 0, 7+len(ec.Extensions))
+// formats every value through fmt and reflection), on the history service's hot path. The values
+// are appended to values, whose result it returns for reuse; h's earlier entries are
+// overwritten, so h must have held the headers of an event context with the same extensions.
+// The feed test reads them back with the binding.
+func binaryHeaders(ec *ce.EventContextV1, h nats.Header, values []string) []string {
 	add := func(name, v string) {
 		values = append(values, v)
 		h[name] = values[len(values)-1 : len(values) : len(values)]
@@ -129,7 +155,11 @@ func binaryHeaders(ec *ce.EventContextV1) nats.Header {
 		if !ok {
 			v = fmt.Sprint(x)
 		}
-		add(natsSpec.Prefix()+name, v)
+		hn, ok := extensionHeaders[name]
+		if !ok {
+			hn = natsSpec.Prefix() + name
+		}
+		add(hn, v)
 	}
-	return h
+	return values
 }

@@ -83,11 +83,11 @@ type Config struct {
 	AckWait time.Duration `envconfig:"HISTORY_ACK_WAIT"`
 	// CacheSize bounds the runs whose snapshots are kept between commits. Defaults to 10,000.
 	CacheSize int `envconfig:"HISTORY_CACHE_SIZE"`
-	// Linger is how long the service waits, after a commit that ends a quiet spell, before it
-	// pulls what else arrived and applies it together: longer writes less (a run's commits that
-	// arrive together write its index entry once) and delays the consequences writers do not
-	// carry themselves (the index, the feed, timers, repairs). Defaults to 5 milliseconds;
-	// negative pulls each commit as it comes.
+	// Linger is how long the service holds the commit that ends a quiet spell, and waits after
+	// each pull that brought commits but not a full batch, gathering what else arrives to apply it
+	// together: longer writes less (a run's commits that arrive together write its index entry
+	// once) and delays the consequences writers do not carry themselves (the index, the feed,
+	// timers, repairs). Defaults to 5 milliseconds; negative pulls each commit as it comes.
 	Linger time.Duration `envconfig:"HISTORY_LINGER"`
 	// Rebuild rebuilds the runs index, the timer index and the resume tasks of every run from
 	// history at start. Defaults to false: they are rebuilt only when found damaged, empty or
@@ -122,7 +122,6 @@ type Service struct {
 
 	index *readModel
 	park  *parking
-	feed  *feed
 	lanes []*lane
 	// consuming is set once the lanes run: from then on, work can be queued on them.
 	consuming atomic.Bool
@@ -247,9 +246,6 @@ func (s *Service) open(ctx context.Context) error {
 	}
 	s.index = newReadModel(s.runs, s.logger)
 	s.park = newParking(s)
-	if s.feed, err = newFeed(s.nc); err != nil {
-		return err
-	}
 	return nil
 }
 
