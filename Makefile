@@ -38,9 +38,14 @@ bench: ## Run the benchmarks (numbers for notes; compare ratios within one run)
 	$(GO) test -run='^$$' -bench=TenStepThroughput -benchtime=1x -count=3 ./services/worker
 	$(GO) test -run='^$$' -bench=SignalRoundTrip -benchtime=300x -count=3 ./services/worker
 
+.PHONY: bench-compare
+bench-compare: ## Alternate the end-to-end benchmarks of BEFORE=<rev> and this tree, ROUNDS=8 rounds
+	scripts/bench-compare.sh $(BEFORE) "" $(or $(ROUNDS),8)
+
 .PHONY: fuzz
-fuzz: ## Fuzz envelope decoding for 30s
-	$(GO) test -run='^$$' -fuzz=FuzzEnvelope -fuzztime=30s ./pkg/event
+fuzz: ## Fuzz envelope and commit decoding for 30s each
+	$(GO) test -run='^$$' -fuzz='^FuzzEnvelope$$' -fuzztime=30s ./pkg/event
+	$(GO) test -run='^$$' -fuzz='^FuzzDecodeEnvelopes$$' -fuzztime=30s ./pkg/event
 
 .PHONY: golden
 golden: ## Rewrite golden test outputs after an intended change (review the diff)
