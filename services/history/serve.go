@@ -65,6 +65,10 @@ func (s *Service) serve() error {
 			return fmt.Errorf("adding the %s endpoint: %w", subject, err)
 		}
 	}
+	// Answer once Start returns: the server has the endpoints' subscriptions after a round trip.
+	if err := s.nc.FlushTimeout(10 * time.Second); err != nil {
+		return fmt.Errorf("subscribing the query endpoints: %w", err)
+	}
 	if s.cfg.HTTPAddr == "off" {
 		return nil
 	}
