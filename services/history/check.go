@@ -2,12 +2,14 @@ package history
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -16,13 +18,17 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// check runs at start, before the service consumes. It looks for damage in the history stream
+// check runs at start, before the service consumes. It brings the runs index's damage marks in
+// line with FLOW_DAMAGED (showQuarantine), then looks for damage in the history stream
 // (messages lost by a disk or a server crash: Flow never deletes history, so any gap, a first
 // sequence after 1, or a last sequence below what the history consumer already applied is
 // loss), and checks the runs index against the stream. What it finds is repaired by a sweep
 // over every run: damaged runs are quarantined, and the runs index, the timer index, hook
 // routes, child starts, end-of-run work and resume tasks are derived again from history.
 func (s *Service) check(ctx context.Context) error {
+	if err := s.showQuarantine(ctx); err != nil {
+		return err
+	}
 	st, err := s.js.Stream(ctx, streams.History)
 	if err != nil {
 		return fmt.Errorf("reading stream %s: %w", streams.History, err)
@@ -145,7 +151,6 @@ func (s *Service) sweep(ctx context.Context, lostUpTo uint64, damaged bool) erro
 		if err := s.quarantine(ctx, sum.RunID, reason); err != nil {
 			return err
 		}
-		s.store.Quarantine(sum.RunID, reason)
 		quarantined = append(quarantined, sum.RunID)
 	}
 	slices.Sort(quarantined)
@@ -160,7 +165,7 @@ func (s *Service) sweep(ctx context.Context, lostUpTo uint64, damaged bool) erro
 // sweepRun derives run runID's consequences from its whole history. It returns the reason it
 // quarantined the run, if it did.
 func (s *Service) sweepRun(ctx context.Context, runID string, lostUpTo uint64, damaged bool) (string, error) {
-	if s.store.Quarantined(runID) {
+	if _, quarantined := s.store.Damage(runID); quarantined {
 		return "", nil
 	}
 	hist, err := s.store.LoadAtLeast(ctx, runID, 0, 0)
@@ -187,7 +192,6 @@ func (s *Service) sweepRun(ctx context.Context, runID string, lostUpTo uint64, d
 		if err := s.quarantine(ctx, runID, reason); err != nil {
 			return "", err
 		}
-		s.store.Quarantine(runID, reason)
 		return reason, nil
 	}
 	if !snap.Terminal() {
@@ -203,4 +207,39 @@ func (s *Service) sweepRun(ctx context.Context, runID string, lostUpTo uint64, d
 		return "", err
 	}
 	return "", s.writeIndex(ctx, runID, &followed{s: snap})
+}
+
+// quarantine records run runID as damaged, with reason: every store refuses to serve it from
+// then on, and its index entry says why. FLOW_DAMAGED decides; the index entry follows it, and
+// is brought in line at start (showQuarantine) if the service dies between the two writes.
+func (s *Service) quarantine(ctx context.Context, runID, reason string) error {
+	b, err := json.Marshal(streams.Damaged{RunID: runID, Reason: reason, DetectedAt: time.Now().UTC()})
+	if err != nil {
+		return err
+	}
+	if _, err := s.damaged.Put(ctx, runID, b); err != nil {
+		return fmt.Errorf("quarantining run %q: %w", runID, err)
+	}
+	s.store.Quarantine(runID, reason)
+	s.logger.Error("run history damaged; the run is quarantined", slog.String("run_id", runID), slog.String("reason", reason))
+	return s.showDamage(ctx, runID, reason)
+}
+
+// showQuarantine brings the runs index in line with FLOW_DAMAGED: every quarantined run's entry
+// says why, and no other entry says it is damaged.
+func (s *Service) showQuarantine(ctx context.Context) error {
+	damaged := s.store.Damaged()
+	for runID, reason := range damaged {
+		if sum, ok := s.index.get(runID); !ok || sum.Damaged != reason {
+			if err := s.showDamage(ctx, runID, reason); err != nil {
+				return err
+			}
+		}
+	}
+	for _, sum := range s.index.where(func(sum core.Summary) bool { _, ok := damaged[sum.RunID]; return sum.Damaged != "" && !ok }) {
+		if err := s.showDamage(ctx, sum.RunID, ""); err != nil {
+			return err
+		}
+	}
+	return nil
 }

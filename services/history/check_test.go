@@ -3,6 +3,7 @@ package history_test
 import (
 	"context"
 	"encoding/binary"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"slices"
@@ -206,4 +207,58 @@ func TestEmptyIndexIsRebuiltFromHistory(t *testing.T) {
 		n++
 	}
 	require.Equal(t, 1, n, "the sleeping run's timer is registered again")
+}
+
+// The quarantine list (FLOW_DAMAGED) is what decides whether a run is damaged; its runs index
+// entry only shows it. A crash between the two writes of a quarantine, or of its release, leaves
+// them apart: the service brings the entries in line when it starts.
+func TestIndexShowsTheQuarantineAfterACrash(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	sys := startSystem(t, dir, true)
+	for _, id := range []string{"quarantined", "released"} {
+		_, err := sys.client.Start(ctx, "steps", 1, &flow.StartOptions{RunID: id})
+		require.NoError(t, err)
+		require.NoError(t, sys.client.Result(ctx, id, nil))
+		require.Eventually(t, func() bool {
+			d, err := sys.client.Describe(ctx, id, 0)
+			return err == nil && d.Entry != nil && d.Entry.Status == flow.StatusCompleted
+		}, 20*time.Second, 10*time.Millisecond)
+	}
+	sys.stop()
+
+	// What each crash leaves: "quarantined" is in FLOW_DAMAGED, but its entry was not marked
+	// yet; "released" was taken off FLOW_DAMAGED, but its entry still says it is damaged.
+	srv, err := natsserver.Start(natsserver.Config{Dir: dir, Port: -1, Logger: quiet})
+	require.NoError(t, err)
+	js := natstest.JetStream(t, srv)
+	damaged, err := js.KeyValue(ctx, streams.DamagedBucket)
+	require.NoError(t, err)
+	b, err := json.Marshal(streams.Damaged{RunID: "quarantined", Reason: "lost its tail", DetectedAt: time.Now().UTC()})
+	require.NoError(t, err)
+	_, err = damaged.Put(ctx, "quarantined", b)
+	require.NoError(t, err)
+	runs, err := js.KeyValue(ctx, streams.RunsBucket)
+	require.NoError(t, err)
+	e, err := runs.Get(ctx, "released")
+	require.NoError(t, err)
+	var sum core.Summary
+	require.NoError(t, json.Unmarshal(e.Value(), &sum))
+	sum.Damaged = "lost its tail"
+	b, err = json.Marshal(sum)
+	require.NoError(t, err)
+	_, err = runs.Update(ctx, "released", b, e.Revision())
+	require.NoError(t, err)
+	require.NoError(t, srv.ShutdownWithin(10*time.Second))
+
+	sys = startSystem(t, dir, false)
+	page, err := sys.client.Runs(ctx, nil)
+	require.NoError(t, err)
+	shown := map[string]string{}
+	for _, r := range page.Runs {
+		shown[r.RunID] = r.Damaged
+	}
+	require.Equal(t, map[string]string{"quarantined": "lost its tail", "released": ""}, shown)
 }

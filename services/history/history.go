@@ -212,6 +212,7 @@ func (s *Service) start(ctx context.Context) error {
 	if err := s.consume(runCtx); err != nil {
 		return err
 	}
+	s.workers.Go(func() { s.park.showParked(runCtx) })
 	if err := s.serve(); err != nil {
 		return err
 	}

@@ -19,6 +19,7 @@ import (
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/streams"
 )
 
 // writeIndex brings run runID's runs index entry up to date with f: the run's summary, with why
@@ -27,7 +28,8 @@ import (
 // compare-and-set on the entry's revision.
 func (s *Service) writeIndex(ctx context.Context, runID string, f *followed) error {
 	want := f.s.Summary()
-	want.Parked = s.park.reason(f.s)
+	want.Parked = s.park.reason(want)
+	want.Damaged, _ = s.store.Damage(runID)
 	for {
 		if !f.known && !f.fresh {
 			cur, rev, err := s.readEntry(ctx, runID)
@@ -39,55 +41,63 @@ func (s *Service) writeIndex(ctx context.Context, runID string, f *followed) err
 		if f.known && f.indexRev > 0 && (f.indexed.Seq > want.Seq || f.indexed == want) {
 			return nil
 		}
-		if f.known && f.indexRev > 0 && f.indexed.Damaged != "" {
-			want.Damaged = f.indexed.Damaged
-		}
-		if err := s.cfg.Faults.Hit(fault.IndexPut); err != nil {
-			return err
-		}
-		b, err := json.Marshal(want)
-		if err != nil {
-			return err
-		}
-		var rev uint64
-		if f.indexRev == 0 {
-			rev, err = s.runs.Create(ctx, runID, b)
-		} else {
-			rev, err = s.runs.Update(ctx, runID, b, f.indexRev)
-		}
-		if errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		rev, err := s.putEntry(ctx, want, f.indexRev)
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			f.known, f.fresh = false, false // someone else wrote it: read it and decide again
 			continue
 		}
 		if err != nil {
-			return fmt.Errorf("writing the runs index entry of run %q: %w", runID, err)
+			return err
 		}
 		f.indexed, f.indexRev, f.known, f.fresh = want, rev, true, false
 		return nil
 	}
 }
 
-// putEntry writes sum as its run's index entry if the entry is at revision rev (0: absent). A
-// lost race returns an error wrapping jetstream.ErrKeyRevisionMismatch.
-func (s *Service) putEntry(ctx context.Context, sum core.Summary, rev uint64) error {
+// showDamage sets the Damaged field of run runID's index entry to reason ("" clears it),
+// creating an entry that holds only that for a run the index lacks.
+func (s *Service) showDamage(ctx context.Context, runID, reason string) error {
+	for {
+		cur, rev, err := s.readEntry(ctx, runID)
+		if err != nil || cur.Damaged == reason && (rev > 0 || reason == "") {
+			return err
+		}
+		cur.Damaged = reason
+		if _, err := s.putEntry(ctx, cur, rev); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			return err
+		}
+	}
+}
+
+// putEntry writes sum as its run's index entry if the entry is at revision rev (0: absent), and
+// returns the entry's new revision. A lost race returns an error wrapping
+// jetstream.ErrKeyRevisionMismatch.
+func (s *Service) putEntry(ctx context.Context, sum core.Summary, rev uint64) (uint64, error) {
+	if err := s.cfg.Faults.Hit(fault.IndexPut); err != nil {
+		return 0, err
+	}
 	b, err := json.Marshal(sum)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if rev == 0 {
-		_, err = s.runs.Create(ctx, sum.RunID, b)
+		rev, err = s.runs.Create(ctx, sum.RunID, b)
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			err = fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
 		}
-		return err
+	} else {
+		rev, err = s.runs.Update(ctx, sum.RunID, b, rev)
 	}
-	_, err = s.runs.Update(ctx, sum.RunID, b, rev)
-	return err
+	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return 0, fmt.Errorf("writing the runs index entry of run %q: %w", sum.RunID, err)
+	}
+	return rev, err
 }
 
 // readEntry returns run runID's runs index entry and its revision; revision 0 when absent.
+// An entry that does not decode is returned as one that holds only the run ID, to be replaced.
 func (s *Service) readEntry(ctx context.Context, runID string) (core.Summary, uint64, error) {
-	var sum core.Summary
+	sum := core.Summary{RunID: runID}
 	e, err := s.runs.Get(ctx, runID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return sum, 0, nil
@@ -95,9 +105,8 @@ func (s *Service) readEntry(ctx context.Context, runID string) (core.Summary, ui
 	if err != nil {
 		return sum, 0, fmt.Errorf("reading the runs index entry of run %q: %w", runID, err)
 	}
-	if err := json.Unmarshal(e.Value(), &sum); err != nil {
-		// An entry that does not decode is replaced.
-		return core.Summary{}, e.Revision(), nil
+	if err := json.Unmarshal(e.Value(), &sum); err != nil || sum.RunID != runID {
+		return core.Summary{RunID: runID}, e.Revision(), nil
 	}
 	return sum, e.Revision(), nil
 }
@@ -240,7 +249,7 @@ func matches(req api.ListRequest, sum core.Summary) bool {
 	switch {
 	case len(req.Status) > 0 && !slices.Contains(req.Status, string(sum.Status)):
 	case req.Definition != "" && sum.Definition != req.Definition:
-	case req.Queue != "" && queueOf(sum) != req.Queue:
+	case req.Queue != "" && queueName(sum.Queue) != req.Queue:
 	case req.Build != "" && sum.BuildID != req.Build:
 	case req.Parent != "" && sum.Parent != req.Parent:
 	case !req.Since.IsZero() && sum.StartedAt.Before(req.Since):
@@ -252,12 +261,12 @@ func matches(req api.ListRequest, sum core.Summary) bool {
 	return false
 }
 
-// queueOf returns the queue of an entry, with the default queue named.
-func queueOf(sum core.Summary) string {
-	if sum.Queue == "" {
-		return "default"
+// queueName returns queue, with the default queue named.
+func queueName(queue string) string {
+	if queue == "" {
+		return streams.DefaultQueue
 	}
-	return sum.Queue
+	return queue
 }
 
 // A cursor is the last entry of a page: its update time and run ID.

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
-	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -44,24 +43,24 @@ func (p *parking) revision(runID string) uint64 {
 	return p.parked[runID].rev
 }
 
-// reason returns why no worker drives run s now, or "": a worker parked it, or it is pinned to a
-// build that the latest worker of its queue to register its definition does not run (its tasks
-// wait for a worker of its build).
-func (p *parking) reason(s *core.Snapshot) string {
+// reason returns why no worker drives the run of index entry sum now, or "": a worker parked
+// it, or it is pinned to a build that the latest worker of its queue to register its definition
+// does not run (its tasks wait for a worker of its build).
+func (p *parking) reason(sum core.Summary) string {
 	p.mu.RLock()
 	defer p.mu.RUnlock()
-	if r := p.parked[s.RunID].Reason; r != "" {
+	if r := p.parked[sum.RunID].Reason; r != "" {
 		return r
 	}
-	if s.Terminal() || s.Spec.BuildID == "" {
+	if sum.Status.Terminal() || sum.BuildID == "" {
 		return ""
 	}
-	d, ok := p.latest[streams.DefinitionKey(s.Queue, s.Spec.Definition)]
-	if !ok || d.BuildID == s.Spec.BuildID {
+	d, ok := p.latest[streams.DefinitionKey(sum.Queue, sum.Definition)]
+	if !ok || d.BuildID == sum.BuildID {
 		return ""
 	}
 	return fmt.Sprintf("pinned to build %q; waiting for a worker of that build (the latest worker of queue %q to register %q runs build %q)",
-		s.Spec.BuildID, queueOf(core.Summary{Queue: s.Queue}), s.Spec.Definition, d.BuildID)
+		sum.BuildID, queueName(sum.Queue), sum.Definition, d.BuildID)
 }
 
 // start watches FLOW_PARKED and FLOW_DEFINITIONS, and returns once the parked runs are known.
@@ -144,9 +143,23 @@ func (p *parking) apply(ctx context.Context, e jetstream.KeyValueEntry) {
 		delete(p.parked, runID)
 	}
 	p.mu.Unlock()
-	if !p.s.consuming.Load() {
-		return // at start: the lanes write the entry when the run's next commit comes
+	if p.s.consuming.Load() { // before, showParked writes the entry once the lanes run
+		p.reindex(ctx, runID)
 	}
+}
+
+// showParked brings up to date, once the lanes run, the index entries that do not say why
+// their run is parked: a run parked, or a registration made, while no history service ran gets
+// no commit that would write the run's entry.
+func (p *parking) showParked(ctx context.Context) {
+	for _, sum := range p.s.index.where(func(sum core.Summary) bool { return sum.Damaged == "" && p.reason(sum) != sum.Parked }) {
+		p.reindex(ctx, sum.RunID)
+	}
+}
+
+// reindex brings run runID's index entry up to date on its lane; a failure is logged, and the
+// run's next commit or dispatch writes the entry again.
+func (p *parking) reindex(ctx context.Context, runID string) {
 	err := p.s.onLane(ctx, runID, func(ctx context.Context, l *lane) error { return l.reindex(ctx, runID) })
 	if err != nil && ctx.Err() == nil {
 		p.s.logger.Warn("the runs index entry of a parked run is not up to date", slog.String("run_id", runID), slog.String("error", err.Error()))
@@ -174,7 +187,7 @@ func (p *parking) registered(ctx context.Context, d streams.Definition, rev uint
 	}
 	p.mu.RUnlock()
 	blocked := p.s.index.where(func(sum core.Summary) bool {
-		return sum.Status == core.StatusBlocked && canDrive(queueOf(sum), sum.Definition, sum.BuildID) && sum.UpdatedAt.Before(d.UpdatedAt)
+		return sum.Status == core.StatusBlocked && canDrive(queueName(sum.Queue), sum.Definition, sum.BuildID) && sum.UpdatedAt.Before(d.UpdatedAt)
 	})
 	n := 0
 	for _, pr := range parked {
@@ -200,12 +213,9 @@ func (p *parking) registered(ctx context.Context, d streams.Definition, rev uint
 	}
 	// The registration changes which pinned runs of the definition wait for their build.
 	for _, sum := range p.s.index.where(func(sum core.Summary) bool {
-		return !sum.Status.Terminal() && sum.BuildID != "" && queueOf(sum) == d.Queue && sum.Definition == d.Definition
+		return !sum.Status.Terminal() && sum.BuildID != "" && queueName(sum.Queue) == d.Queue && sum.Definition == d.Definition
 	}) {
-		err := p.s.onLane(ctx, sum.RunID, func(ctx context.Context, l *lane) error { return l.reindex(ctx, sum.RunID) })
-		if err != nil && ctx.Err() == nil {
-			p.s.logger.Warn("the runs index entry of a pinned run is not up to date", slog.String("run_id", sum.RunID), slog.String("error", err.Error()))
-		}
+		p.reindex(ctx, sum.RunID)
 	}
 }
 
@@ -224,35 +234,6 @@ func (p *parking) dispatch(ctx context.Context, runID, queue, build string, seq 
 		return err
 	}
 	return nil
-}
-
-// quarantine records run runID as damaged, with reason: every store refuses to serve it from
-// then on, and its index entry says why.
-func (s *Service) quarantine(ctx context.Context, runID, reason string) error {
-	b, err := json.Marshal(streams.Damaged{RunID: runID, Reason: reason, DetectedAt: time.Now().UTC()})
-	if err != nil {
-		return err
-	}
-	if _, err := s.damaged.Put(ctx, runID, b); err != nil {
-		return fmt.Errorf("quarantining run %q: %w", runID, err)
-	}
-	s.logger.Error("run history damaged; the run is quarantined", slog.String("run_id", runID), slog.String("reason", reason))
-	for {
-		cur, rev, err := s.readEntry(ctx, runID)
-		if err != nil {
-			return err
-		}
-		if cur.Damaged == reason {
-			return nil
-		}
-		if rev == 0 {
-			cur = core.Summary{RunID: runID}
-		}
-		cur.Damaged = reason
-		if err := s.putEntry(ctx, cur, rev); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return err
-		}
-	}
 }
 
 // reindex brings the index entry of run runID up to date, on its lane.

@@ -2,6 +2,7 @@ package history_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"strconv"
@@ -188,4 +189,43 @@ func each(t *testing.T, n int, fn func(i int) error) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
+}
+
+// A run parked while no history service ran is shown parked once one starts: nothing else
+// would write its entry, since a parked run gets no new commits.
+func TestRunParkedWhileTheServiceWasDownIsShownParked(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	h := startHistory(t, srv)
+	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, registry(""))
+	require.NoError(t, err)
+	require.NoError(t, w.Start(t.Context()))
+	require.NoError(t, w.Stop(context.Background())) // the definition is registered; no worker runs
+	client, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	runID, err := client.Start(ctx, "steps", 1, &flow.StartOptions{RunID: "unserved"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		d, err := client.Describe(ctx, runID, 0)
+		return err == nil && d.Entry != nil
+	}, 20*time.Second, 10*time.Millisecond)
+	require.NoError(t, h.Stop())
+
+	// A worker parks the run while the service is down.
+	js := natstest.JetStream(t, srv)
+	parked, err := js.KeyValue(ctx, streams.ParkedBucket)
+	require.NoError(t, err)
+	b, err := json.Marshal(streams.Parked{RunID: runID, Queue: streams.DefaultQueue, Definition: "steps",
+		Reason: "waiting for a worker that registers workflow \"steps\"", Seq: 1, ParkedAt: time.Now().UTC()})
+	require.NoError(t, err)
+	_, err = parked.Put(ctx, runID, b)
+	require.NoError(t, err)
+
+	startHistory(t, srv)
+	require.Eventually(t, func() bool {
+		d, err := client.Describe(ctx, runID, 0)
+		return err == nil && d.Entry != nil && strings.Contains(d.Entry.Parked, `registers workflow "steps"`)
+	}, 20*time.Second, 10*time.Millisecond, "the run's entry says why it is parked")
 }

@@ -119,17 +119,6 @@ func (s *Service) release(ctx context.Context, runID string) error {
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return err
 	}
-	if err := s.store.Release(ctx, runID); err != nil {
-		return err
-	}
-	for {
-		cur, rev, err := s.readEntry(ctx, runID)
-		if err != nil || rev == 0 || cur.Damaged == "" {
-			return err
-		}
-		cur.Damaged = ""
-		if err := s.putEntry(ctx, cur, rev); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return err
-		}
-	}
+	s.store.Release(runID)
+	return s.showDamage(ctx, runID, "")
 }

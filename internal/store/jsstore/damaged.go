@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -85,16 +86,27 @@ func (q *quarantine) check(runID string) error {
 	return nil
 }
 
-// Quarantined reports whether the store refuses run runID because its history is damaged.
-func (s *Store) Quarantined(runID string) bool { return s.quarantine.check(runID) != nil }
+// Damage returns why the store refuses run runID, and whether it does.
+func (s *Store) Damage(runID string) (reason string, ok bool) {
+	s.quarantine.mu.RLock()
+	defer s.quarantine.mu.RUnlock()
+	reason, ok = s.quarantine.runs[runID]
+	return reason, ok
+}
+
+// Damaged returns the runs the store refuses, with why: a copy.
+func (s *Store) Damaged() map[string]string {
+	s.quarantine.mu.RLock()
+	defer s.quarantine.mu.RUnlock()
+	return maps.Clone(s.quarantine.runs)
+}
 
 // Release stops refusing run runID in this store at once, ahead of the watch, after its
 // FLOW_DAMAGED entry was deleted.
-func (s *Store) Release(_ context.Context, runID string) error {
+func (s *Store) Release(runID string) {
 	s.quarantine.mu.Lock()
 	defer s.quarantine.mu.Unlock()
 	delete(s.quarantine.runs, runID)
-	return nil
 }
 
 // Quarantine starts refusing run runID in this store at once, ahead of the watch, after its
