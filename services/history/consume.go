@@ -20,6 +20,7 @@ import (
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/wait"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -84,7 +85,7 @@ func (s *Service) pull(ctx context.Context, cons jetstream.Consumer) {
 		if quiet && len(msgs) > 0 && s.cfg.Linger > 0 {
 			// Hold the first commit for the linger, and apply it with what follows.
 			held, quiet = msgs, false
-			sleep(ctx, s.cfg.Linger)
+			wait.For(ctx, s.cfg.Linger)
 			continue
 		}
 		n := len(msgs)
@@ -101,7 +102,7 @@ func (s *Service) pull(ctx context.Context, cons jetstream.Consumer) {
 		}
 		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
 			s.logger.Warn("pulling commits failed; retrying", slog.String("error", err.Error()), slog.Duration("in", retry))
-			sleep(ctx, retry)
+			wait.For(ctx, retry)
 			retry = min(2*retry, 5*time.Second)
 			continue
 		}
@@ -111,7 +112,7 @@ func (s *Service) pull(ctx context.Context, cons jetstream.Consumer) {
 			quiet = false // more are waiting: pull them at once
 		case n > 0 && s.cfg.Linger > 0:
 			quiet = false
-			sleep(ctx, s.cfg.Linger)
+			wait.For(ctx, s.cfg.Linger)
 		default:
 			quiet = n == 0
 		}
@@ -249,13 +250,13 @@ func (l *lane) process(ctx context.Context, batch []jetstream.Msg) {
 					break
 				}
 			}
-			wait := min(100*time.Millisecond<<min(attempt, 6), 5*time.Second)
+			backoff := min(100*time.Millisecond<<min(attempt, 6), 5*time.Second)
 			l.s.logger.Warn("applying commits failed; retrying", slog.String("run_id", runID), slog.Uint64("seq", commits[0].c.First),
-				slog.String("error", err.Error()), slog.Duration("in", wait))
+				slog.String("error", err.Error()), slog.Duration("in", backoff))
 			for _, p := range commits {
 				_ = p.msg.InProgress()
 			}
-			if !sleep(ctx, wait) {
+			if !wait.For(ctx, backoff) {
 				return
 			}
 		}
@@ -459,17 +460,5 @@ func (c *countingSignal) wait(ctx context.Context, n int64) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-	}
-}
-
-// sleep waits d, or until ctx ends; it reports whether d passed.
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/wait"
 )
 
 // Config configures a Scheduler. The zero value works against a local `flow dev`. Load it from
@@ -201,11 +202,11 @@ func (s *Scheduler) run(ctx context.Context) {
 			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
 				s.logger.Warn("cannot reach the lease bucket", slog.String("error", err.Error()))
 			}
-			sleep(ctx, renew)
+			wait.For(ctx, renew)
 			continue
 		}
 		if s.lead(ctx, rev, renew) {
-			sleep(ctx, restartBackoff)
+			wait.For(ctx, restartBackoff)
 		}
 	}
 }
@@ -461,13 +462,4 @@ func (s *Scheduler) fire(ctx context.Context, key string, t core.Timer, rev uint
 		}
 	}
 	return nil
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

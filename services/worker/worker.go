@@ -33,6 +33,7 @@ import (
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/wait"
 	"github.com/flowrun/flow/pkg/flow"
 )
 
@@ -259,7 +260,7 @@ func (w *Worker) fetch(cons jetstream.Consumer, slots chan struct{}) {
 		}
 		if err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) && !w.stopping.Load() {
 			w.logger.Warn("fetching tasks failed; retrying", slog.String("error", err.Error()), slog.Duration("in", retry))
-			sleep(w.runCtx, retry)
+			wait.For(w.runCtx, retry)
 			retry = min(2*retry, 5*time.Second)
 			continue
 		}
@@ -439,13 +440,4 @@ func (w *Worker) Stop(ctx context.Context) error {
 		w.logger.Info("worker stopped")
 	})
 	return err
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }
