@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -87,23 +88,22 @@ type arming struct {
 
 // Arm makes point p act with action after skip hits, times times (0 means every hit).
 func (f *Injector) Arm(p Point, action Action, skip, times int) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.armed == nil {
-		f.armed = map[Point]*arming{}
-	}
-	f.armed[p] = &arming{action: action, skip: skip, times: times}
+	f.arm(p, &arming{action: action, skip: skip, times: times})
 }
 
 // ArmEvery makes point p act with action on every every-th hit, times times (0 means forever):
 // a fault that comes and goes, as a flaky disk or network's does.
 func (f *Injector) ArmEvery(p Point, action Action, every, times int) {
+	f.arm(p, &arming{action: action, times: times, every: every})
+}
+
+func (f *Injector) arm(p Point, a *arming) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.armed == nil {
 		f.armed = map[Point]*arming{}
 	}
-	f.armed[p] = &arming{action: action, times: times, every: every}
+	f.armed[p] = a
 }
 
 // Disarm stops point p from acting.
@@ -178,11 +178,7 @@ func FromEnv() (*Injector, error) {
 			return nil, fmt.Errorf("%s: %q is not point:action[:skip[:times]]", EnvVar, arm)
 		}
 		p, action := Point(parts[0]), Action(parts[1])
-		known := false
-		for _, q := range Points {
-			known = known || q == p
-		}
-		if !known {
+		if !slices.Contains(Points, p) {
 			return nil, fmt.Errorf("%s: unknown point %q", EnvVar, p)
 		}
 		if action != Fail && action != Kill {

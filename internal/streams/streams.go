@@ -20,14 +20,18 @@ const (
 	// History holds every run's events on flow.history.<run>, one message per commit.
 	History = "FLOW_HISTORY"
 	// Tasks is the work queue of resume tasks on flow.task.<queue>.<run> (and, for runs pinned
-	// to a build, flow.task.<queue>.b.<build>.<run>), deduplicated by Nats-Msg-Id "<run>:<seq>".
+	// to a build, flow.task.<queue>.b.<build token>.<run>), deduplicated by Nats-Msg-Id
+	// "<run>:<seq>".
 	Tasks = "FLOW_TASKS"
 	// TimersBucket holds one entry per pending timer: key "<run>.<timer key>", value a JSON
-	// core.Timer. Workers write it; the scheduler fires and deletes entries.
+	// core.Timer. The history service writes it as it follows the history; the scheduler fires
+	// and deletes entries.
 	TimersBucket = "FLOW_TIMERS"
-	// HooksBucket maps hook tokens to their run and hook, create-only.
+	// HooksBucket maps hook tokens to their run and hook: created only for a token that is free,
+	// or released by a run that ended.
 	HooksBucket = "FLOW_HOOKS"
-	// RunsBucket indexes runs: key run ID, value a JSON core.Summary.
+	// RunsBucket indexes runs: key run ID, value a JSON core.Summary. The history service writes
+	// it.
 	RunsBucket = "FLOW_RUNS"
 	// DefinitionsBucket lists the definitions workers run: key "<queue>.<definition>".
 	DefinitionsBucket = "FLOW_DEFINITIONS"

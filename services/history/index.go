@@ -207,12 +207,9 @@ func (m *readModel) where(keep func(core.Summary) bool) []core.Summary {
 // list answers a listing: the entries that match, most recently updated first (then by run
 // ID), one page after the cursor.
 func (m *readModel) list(req api.ListRequest) (api.ListResponse, error) {
-	limit := req.Limit
-	switch {
-	case limit == 0:
-		limit = api.DefaultListLimit
-	case limit < 0 || limit > api.MaxListLimit:
-		return api.ListResponse{}, &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf("limit must be between 1 and %d, got %d", api.MaxListLimit, limit)}
+	limit, err := pageLimit(req.Limit, api.DefaultListLimit, api.MaxListLimit)
+	if err != nil {
+		return api.ListResponse{}, err
 	}
 	for _, st := range req.Status {
 		if !knownStatus(core.Status(st)) {
@@ -239,6 +236,17 @@ func (m *readModel) list(req api.ListRequest) (api.ListResponse, error) {
 		resp.Next = encodeCursor(match[end-1])
 	}
 	return resp, nil
+}
+
+// pageLimit returns a request's page size: def when it asks for none, an error beyond max.
+func pageLimit(limit, def, max int) (int, error) {
+	switch {
+	case limit == 0:
+		return def, nil
+	case limit < 0 || limit > max:
+		return 0, &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf("limit must be between 1 and %d, got %d", max, limit)}
+	}
+	return limit, nil
 }
 
 func newestFirst(a, b core.Summary) int {

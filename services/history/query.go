@@ -43,12 +43,9 @@ func (s *Service) getRun(ctx context.Context, req api.GetRequest) (*api.GetRespo
 
 // historyPage answers a history request.
 func (s *Service) historyPage(ctx context.Context, req api.HistoryRequest) (*api.HistoryResponse, error) {
-	limit := req.Limit
-	switch {
-	case limit == 0:
-		limit = api.DefaultHistoryLimit
-	case limit < 0 || limit > api.MaxHistoryLimit:
-		return nil, &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf("limit must be between 1 and %d, got %d", api.MaxHistoryLimit, limit)}
+	limit, err := pageLimit(req.Limit, api.DefaultHistoryLimit, api.MaxHistoryLimit)
+	if err != nil {
+		return nil, err
 	}
 	hist, err := s.history(ctx, req.RunID, req.After, req.AtLeast)
 	if err != nil {
