@@ -63,7 +63,8 @@ the event at which the run entered its status. A page ends with the command for 
 				return writeJSON(e.stdout, runs)
 			}
 			if len(runs) == 0 {
-				if f.Cursor == "" && len(f.Status) == 0 && f.Definition == "" && f.Queue == "" && f.Build == "" && f.Since.IsZero() && !f.Parked {
+				if f.Cursor == "" && len(f.Status) == 0 && f.Definition == "" && f.Queue == "" && f.Build == "" && f.Parent == "" &&
+					f.Since.IsZero() && f.Until.IsZero() && !f.Parked {
 					fmt.Fprintln(e.stdout, "No runs yet. Start one with: flow start order --wait")
 				} else {
 					fmt.Fprintln(e.stdout, "No runs match.")

@@ -89,7 +89,9 @@ type DamagedError struct {
 }
 
 func (e *DamagedError) Error() string {
-	return fmt.Sprintf("flow: the history of run %q is damaged (%s); Flow will not drive or serve it as if it were whole: restore the stream from a backup, or terminate the run", e.RunID, e.Reason)
+	return fmt.Sprintf("flow: the history of run %q is damaged (%s); Flow will not drive or serve it as if it were whole: "+
+		"restore the stream from a backup, or, after checking the run, accept the damage with `flow resume %s --accept-damage`, "+
+		"which drives it from what its history holds", e.RunID, e.Reason, e.RunID)
 }
 
 // Is matches ErrDamaged.

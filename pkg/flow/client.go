@@ -158,7 +158,7 @@ func (c *Client) Start(ctx context.Context, definition string, input any, opts *
 	if err == nil {
 		c.seen.note(runID, 1)
 	}
-	return runID, c.damaged(err)
+	return runID, err
 }
 
 func (c *Client) definition(ctx context.Context, queue, name string) (streams.Definition, error) {
@@ -238,14 +238,6 @@ func (c *Client) Signal(ctx context.Context, runID, name string, payload any, op
 func (c *Client) notFound(runID string, err error) error {
 	if errors.Is(err, core.ErrNotFound) && !strings.Contains(err.Error(), "flow runs") {
 		return fmt.Errorf("%w (list runs with `flow runs`)", err)
-	}
-	return c.damaged(err)
-}
-
-// damaged returns err, which names a damaged run's quarantine and what to do when it is one.
-func (c *Client) damaged(err error) error {
-	if errors.Is(err, ErrDamaged) && !strings.Contains(err.Error(), "flow resume") {
-		return fmt.Errorf("%w; after checking the run, `flow resume RUN --accept-damage` drives it from what its history holds", err)
 	}
 	return err
 }

@@ -79,7 +79,7 @@ func (c *Client) awaitEnd(ctx context.Context, runID string, mustExist bool) (*S
 	check := func(full bool) (*Snapshot, bool, error) {
 		last, err := c.store.LastCommit(ctx, runID)
 		if err != nil {
-			return nil, false, c.damaged(err)
+			return nil, false, err
 		}
 		if len(last) == 0 {
 			if mustExist {
@@ -100,7 +100,7 @@ func (c *Client) awaitEnd(ctx context.Context, runID string, mustExist bool) (*S
 		}
 		hist, err := c.store.LoadAtLeast(ctx, runID, 0, last[len(last)-1].Seq)
 		if err != nil {
-			return nil, false, c.damaged(err)
+			return nil, false, err
 		}
 		s, err := core.Project(runID, hist)
 		if err != nil || s.Status != StatusBlocked {
@@ -188,7 +188,7 @@ func (c *Client) follow(ctx context.Context, runID string, after uint64, mustExi
 	read := func(atLeast uint64) (bool, error) {
 		hist, err := c.store.LoadAtLeast(ctx, runID, after, atLeast)
 		if err != nil {
-			return true, c.damaged(err)
+			return true, err
 		}
 		if len(hist) == 0 {
 			return false, nil
@@ -199,7 +199,7 @@ func (c *Client) follow(ctx context.Context, runID string, after uint64, mustExi
 	}
 	hist, err := c.store.LoadAtLeast(ctx, runID, after, max(c.seen.get(runID), after+1))
 	if err != nil {
-		return c.damaged(err)
+		return err
 	}
 	if mustExist && after == 0 && len(hist) == 0 {
 		return fmt.Errorf("%w: run %q does not exist (list runs with `flow runs`)", ErrNotFound, runID)
