@@ -193,6 +193,8 @@ func (w *Worker) start(ctx context.Context) error {
 		}
 		w.cons = append(w.cons, cons)
 	}
+	hostname, _ := os.Hostname()
+	w.name = fmt.Sprintf("%s-%d", hostname, os.Getpid()) // before any handler parks a run
 	w.runCtx, w.cancelRuns = context.WithCancel(context.WithoutCancel(ctx))
 	slots := make(chan struct{}, w.cfg.RunConcurrency)
 	var fetchers sync.WaitGroup
@@ -200,8 +202,6 @@ func (w *Worker) start(ctx context.Context) error {
 		fetchers.Go(func() { w.fetch(cons, slots) })
 	}
 	go func() { fetchers.Wait(); close(w.fetchDone) }()
-	hostname, _ := os.Hostname()
-	w.name = fmt.Sprintf("%s-%d", hostname, os.Getpid())
 	w.logger.InfoContext(ctx, "worker started", slog.Any("workflows", w.reg.Workflows()), slog.Any("steps", w.reg.Steps()),
 		slog.String("build_id", w.reg.BuildID()))
 	return nil
