@@ -27,6 +27,9 @@ var (
 	ErrInvalidInput = errors.New("flow: invalid input")
 	// ErrAlreadyReceived: the hook already received a different delivery.
 	ErrAlreadyReceived = errors.New("flow: hook already received a delivery")
+	// ErrDeliveryConflict: a delivery ID already recorded was reused with another name or
+	// payload. The recorded delivery stands; the new one is refused, not dropped in silence.
+	ErrDeliveryConflict = errors.New("flow: delivery ID reused with a different payload")
 )
 
 // Error codes, each documented in docs/errors.md.

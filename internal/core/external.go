@@ -1,6 +1,7 @@
 package core
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -139,10 +140,14 @@ func Fire(s *Snapshot, t Timer) ([]event.Payload, error) {
 }
 
 // ReceiveSignal returns the event that records signal name with payload, delivered under
-// deliveryID. ErrDuplicate if that delivery was recorded, even if the run ended since;
-// otherwise ErrTerminal if the run ended.
+// deliveryID. ErrDuplicate if that delivery was recorded with the same name and payload, even
+// if the run ended since; ErrDeliveryConflict if it was recorded with another; otherwise
+// ErrTerminal if the run ended.
 func ReceiveSignal(s *Snapshot, name string, payload json.RawMessage, deliveryID string) ([]event.Payload, error) {
 	if s.Seq > 0 && deliveryID != "" && s.DeliverySeen(deliveryID) {
+		if err := sameSignal(s, name, payload, deliveryID); err != nil {
+			return nil, err
+		}
 		return nil, fmt.Errorf("%w: signal delivery %q to run %q", ErrDuplicate, deliveryID, s.RunID)
 	}
 	if err := live(s); err != nil {
@@ -162,11 +167,17 @@ func ReceiveSignal(s *Snapshot, name string, payload json.RawMessage, deliveryID
 }
 
 // ReceiveHook returns the event that records the delivery of payload to hook hookID.
-// ErrDuplicate if the hook already received this delivery; ErrAlreadyReceived if it received
-// another; ErrNotFound if the run has no such hook; ErrTerminal if the run ended.
+// ErrDuplicate if the hook already received this delivery with this payload;
+// ErrDeliveryConflict if it received this delivery ID with another payload; ErrAlreadyReceived
+// if it received another delivery; ErrNotFound if the run has no such hook; ErrTerminal if the
+// run ended.
 func ReceiveHook(s *Snapshot, hookID string, payload json.RawMessage, deliveryID string) ([]event.Payload, error) {
 	h, ok := s.Hooks[hookID]
 	if ok && h.Received && h.DeliveryID == deliveryID {
+		if p, err := CanonicalJSON(payload); err != nil || !bytes.Equal(p, h.Payload) {
+			return nil, fmt.Errorf("%w: hook %q of run %q received delivery %q at seq %d with another payload; send a new delivery ID for a new payload",
+				ErrDeliveryConflict, hookID, s.RunID, deliveryID, h.ReceivedSeq)
+		}
 		return nil, fmt.Errorf("%w: hook %q delivery %q", ErrDuplicate, hookID, deliveryID)
 	}
 	if err := live(s); err != nil {
@@ -186,6 +197,24 @@ func ReceiveHook(s *Snapshot, hookID string, payload json.RawMessage, deliveryID
 		return nil, fmt.Errorf("%w: hook %q payload is not valid JSON: %w", ErrInvalidInput, hookID, err)
 	}
 	return []event.Payload{&event.HookReceived{HookID: hookID, Payload: p, DeliveryID: deliveryID}}, nil
+}
+
+// sameSignal checks a repeated delivery against the signal recorded under its delivery ID. A
+// delivery recorded by an earlier generation of a continued run is not in s.Signals: it is
+// accepted as a duplicate.
+func sameSignal(s *Snapshot, name string, payload json.RawMessage, deliveryID string) error {
+	for _, sig := range s.Signals {
+		if sig.DeliveryID != deliveryID {
+			continue
+		}
+		p, err := CanonicalJSON(payload)
+		if sig.Name != name || err != nil || !bytes.Equal(p, sig.Payload) {
+			return fmt.Errorf("%w: run %q recorded delivery %q at seq %d as signal %q with another payload; send a new delivery ID for a new signal",
+				ErrDeliveryConflict, s.RunID, deliveryID, sig.Seq, sig.Name)
+		}
+		return nil
+	}
+	return nil
 }
 
 // SettleChild returns the event that records how child childID ended, given the snapshot of the

@@ -353,8 +353,12 @@ func TestDeliveries(t *testing.T) {
 		&event.SignalReceived{Name: "poke", Payload: json.RawMessage(`1`), DeliveryID: "d1"})
 	s := h.snapshot()
 
-	_, err := core.ReceiveSignal(s, "poke", json.RawMessage(`2`), "d1")
-	require.ErrorIs(t, err, core.ErrDuplicate)
+	_, err := core.ReceiveSignal(s, "poke", json.RawMessage(` 1 `), "d1")
+	require.ErrorIs(t, err, core.ErrDuplicate, "the same delivery again, whitespace aside")
+	_, err = core.ReceiveSignal(s, "poke", json.RawMessage(`2`), "d1")
+	require.ErrorIs(t, err, core.ErrDeliveryConflict, "a delivery ID reused with another payload")
+	_, err = core.ReceiveSignal(s, "prod", json.RawMessage(`1`), "d1")
+	require.ErrorIs(t, err, core.ErrDeliveryConflict, "a delivery ID reused with another signal name")
 	_, err = core.ReceiveSignal(s, "poke", json.RawMessage(`{`), "d2")
 	require.ErrorIs(t, err, core.ErrInvalidInput)
 	_, err = core.ReceiveSignal(s, "po.ke", json.RawMessage(`1`), "d2")
@@ -369,6 +373,8 @@ func TestDeliveries(t *testing.T) {
 	s = h.add(ev...).snapshot()
 	_, err = core.ReceiveHook(s, "approval", json.RawMessage(`{"ok":true}`), "h1")
 	require.ErrorIs(t, err, core.ErrDuplicate)
+	_, err = core.ReceiveHook(s, "approval", json.RawMessage(`{"ok":"yes"}`), "h1")
+	require.ErrorIs(t, err, core.ErrDeliveryConflict)
 	_, err = core.ReceiveHook(s, "approval", json.RawMessage(`{"ok":false}`), "h2")
 	require.ErrorIs(t, err, core.ErrAlreadyReceived)
 
