@@ -151,3 +151,31 @@ type Error struct {
 }
 
 func (e *Error) Error() string { return fmt.Sprintf("flow: history service: %s", e.Message) }
+
+// SubjectAwait is the history service's long poll for a run's end.
+const SubjectAwait = "flow.api.runs.await"
+
+// AwaitRequest asks the history service to answer once run RunID ends or blocks, or after Wait.
+type AwaitRequest struct {
+	RunID string `json:"run_id"`
+	// MustExist makes a run without events an error (CodeNotFound); otherwise the service waits
+	// for it to start, as for a successor that is not started yet.
+	MustExist bool `json:"must_exist,omitempty"`
+	// Wait bounds the poll. Defaults to DefaultAwait; at most MaxAwait.
+	Wait time.Duration `json:"wait,omitempty"`
+}
+
+// Bounds of an await.
+const (
+	DefaultAwait = 20 * time.Second
+	MaxAwait     = 60 * time.Second
+)
+
+// AwaitResponse says how the run ended or why it is blocked, or that it did neither in time.
+type AwaitResponse struct {
+	// Ended is set when Snapshot holds the run's end (or, blocked, its diagnosis).
+	Ended bool `json:"ended"`
+	// Snapshot is what the run's last commit says about its end (core.Ending), or, for a blocked
+	// run, its projection.
+	Snapshot *core.Snapshot `json:"snapshot,omitempty"`
+}

@@ -118,7 +118,8 @@ func sendWorkloadInputs(t *testing.T, ctx context.Context, inputs *engine.Engine
 			if hook == nil {
 				return errors.New("the hook is not created yet")
 			}
-			return inputs.DeliverHook(ctx, hook.Token, json.RawMessage(`"called back"`), "callback-1")
+			_, err = inputs.DeliverHook(ctx, hook.Token, json.RawMessage(`"called back"`), "callback-1")
+			return err
 		})
 	}
 }

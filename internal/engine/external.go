@@ -29,19 +29,19 @@ func (e *Engine) Signal(ctx context.Context, runID, name string, payload []byte,
 // DeliverHook records payload as the delivery to the hook token routes to. Redelivering the
 // same delivery ID is accepted without effect; a different delivery to a hook that already
 // received one returns an error wrapping core.ErrAlreadyReceived; an unknown token
-// core.ErrNotFound.
-func (e *Engine) DeliverHook(ctx context.Context, token string, payload []byte, deliveryID string) error {
+// core.ErrNotFound. It returns the ID of the run that owns the hook.
+func (e *Engine) DeliverHook(ctx context.Context, token string, payload []byte, deliveryID string) (string, error) {
 	runID, hookID, err := e.host.LookupHook(ctx, token)
 	if err != nil {
-		return fmt.Errorf("looking up hook token: %w", err)
+		return "", fmt.Errorf("looking up hook token: %w", err)
 	}
 	err = e.external(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.ReceiveHook(s, hookID, payload, deliveryID)
 	})
 	if errors.Is(err, core.ErrDuplicate) {
-		return nil
+		return runID, nil
 	}
-	return err
+	return runID, err
 }
 
 // Cancel requests cancellation of run runID, or of the latest run it continued as, and returns

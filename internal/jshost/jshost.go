@@ -12,9 +12,11 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/nats-io/nats.go/jetstream"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
@@ -26,7 +28,7 @@ type Host struct {
 	js     jetstream.JetStream
 	timers jetstream.KeyValue
 	hooks  jetstream.KeyValue
-	source string
+	source types.URIRef
 	logger *slog.Logger
 	// Faults fails timer writes and task publishes at fault.TimerPut and fault.TaskPublish, for
 	// tests. Nil in production; set it before use.
@@ -41,7 +43,7 @@ func New(ctx context.Context, js jetstream.JetStream, source string, logger *slo
 	if logger == nil {
 		logger = slog.Default()
 	}
-	h := &Host{js: js, source: source, logger: logger}
+	h := &Host{js: js, source: cloudevent.Source(source), logger: logger}
 	for name, kv := range map[string]*jetstream.KeyValue{streams.TimersBucket: &h.timers, streams.HooksBucket: &h.hooks} {
 		b, err := js.KeyValue(ctx, name)
 		if err != nil {
@@ -193,13 +195,9 @@ func (h *Host) Resume(ctx context.Context, t engine.Task) error {
 	id := t.Key()
 	msg := nats.NewMsg(streams.TaskSubject(t.Queue, t.Build, t.RunID))
 	msg.Data = body
-	msg.Header.Set("ce-specversion", "1.0")
-	msg.Header.Set("ce-id", id)
-	msg.Header.Set("ce-source", h.source)
-	msg.Header.Set("ce-type", TaskType)
-	msg.Header.Set("ce-time", time.Now().UTC().Format(time.RFC3339Nano))
-	msg.Header.Set("ce-subject", t.RunID)
-	msg.Header.Set("ce-datacontenttype", "application/json")
+	ec := cloudevent.NewContext(h.source, TaskType)
+	ec.ID, *ec.Subject, ec.Time.Time = id, t.RunID, time.Now().UTC()
+	cloudevent.WriteHeaders(ec, msg.Header, make([]string, 0, 7))
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(msg.Header))
 	if _, err := h.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
 		return fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, err)

@@ -187,7 +187,7 @@ func (e *Env) DeliverHookWithID(ctx context.Context, token string, payload any, 
 	if err != nil {
 		return fmt.Errorf("encoding the hook payload: %w", err)
 	}
-	if err := e.eng().DeliverHook(ctx, token, p, deliveryID); err != nil {
+	if _, err := e.eng().DeliverHook(ctx, token, p, deliveryID); err != nil {
 		return err
 	}
 	return e.drain(ctx)

@@ -2,16 +2,13 @@ package history
 
 import (
 	"encoding/json"
-	"fmt"
-	"net/url"
 	"strconv"
-	"time"
 
-	"github.com/cloudevents/sdk-go/v2/binding/spec"
 	ce "github.com/cloudevents/sdk-go/v2/event"
 	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/nats-io/nats.go"
 
+	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -89,7 +86,7 @@ func (p *feed) build(definition string, env event.Envelope, ceType string, data 
 	p.subject = env.RunID
 	p.ec.ID, p.ec.Type, p.ec.Time.Time = env.RunID+":"+seq, ceType, env.Time
 	p.ec.Extensions[FeedExtSeq], p.ec.Extensions[FeedExtDefinition] = seq, definition
-	p.values = binaryHeaders(&p.ec, p.msg.Header, p.values[:0])
+	p.values = cloudevent.WriteHeaders(&p.ec, p.msg.Header, p.values[:0])
 	p.msg.Subject, p.msg.Data = FeedSubject(definition, env.RunID, env.Type()), data
 }
 
@@ -108,58 +105,4 @@ func FeedMessage(definition string, env event.Envelope) (*nats.Msg, error) {
 }
 
 // feedSource is FeedSource as a CloudEvents URI reference.
-var feedSource = func() types.URIRef {
-	u, err := url.Parse(FeedSource)
-	if err != nil {
-		panic(err)
-	}
-	return types.URIRef{URL: *u}
-}()
-
-// Header names of the attributes, as the SDK's NATS binding names them ("ce-" and the
-// attribute's name).
-var (
-	natsSpec          = spec.WithPrefix("ce-").Version(ce.CloudEventsVersionV1)
-	headerSpecVersion = natsSpec.AttributeFromKind(spec.SpecVersion).PrefixedName()
-	headerID          = natsSpec.AttributeFromKind(spec.ID).PrefixedName()
-	headerSource      = natsSpec.AttributeFromKind(spec.Source).PrefixedName()
-	headerType        = natsSpec.AttributeFromKind(spec.Type).PrefixedName()
-	headerContentType = natsSpec.AttributeFromKind(spec.DataContentType).PrefixedName()
-	headerSubject     = natsSpec.AttributeFromKind(spec.Subject).PrefixedName()
-	headerTime        = natsSpec.AttributeFromKind(spec.Time).PrefixedName()
-)
-
-// extensionHeaders names the headers of the feed's extensions.
-var extensionHeaders = map[string]string{FeedExtSeq: natsSpec.Prefix() + FeedExtSeq, FeedExtDefinition: natsSpec.Prefix() + FeedExtDefinition}
-
-// binaryHeaders writes ec, a context of the SDK's event model, into h as NATS binary-mode headers:
-// those the SDK's NATS binding (cenats.WriteMsg) writes for it, at a fraction of its cost (it
-// formats every value through fmt and reflection), on the history service's hot path. The values
-// are appended to values, whose result it returns for reuse; h's earlier entries are
-// overwritten, so h must have held the headers of an event context with the same extensions.
-// The feed test reads them back with the binding.
-func binaryHeaders(ec *ce.EventContextV1, h nats.Header, values []string) []string {
-	add := func(name, v string) {
-		values = append(values, v)
-		h[name] = values[len(values)-1 : len(values) : len(values)]
-	}
-	add(headerSpecVersion, ec.GetSpecVersion())
-	add(headerID, ec.ID)
-	add(headerSource, ec.Source.String())
-	add(headerType, ec.Type)
-	add(headerContentType, *ec.DataContentType)
-	add(headerSubject, *ec.Subject)
-	add(headerTime, ec.Time.Time.UTC().Format(time.RFC3339Nano))
-	for name, x := range ec.Extensions {
-		v, ok := x.(string)
-		if !ok {
-			v = fmt.Sprint(x)
-		}
-		hn, ok := extensionHeaders[name]
-		if !ok {
-			hn = natsSpec.Prefix() + name
-		}
-		add(hn, v)
-	}
-	return values
-}
+var feedSource = cloudevent.Source(FeedSource)

@@ -306,7 +306,8 @@ func deliverHook(b *testBundle, token, payload string) error {
 		return err
 	}
 	p, _ := json.Marshal(payload)
-	return e.DeliverHook(b.ctx, token, p, "delivery-"+payload)
+	_, err = e.DeliverHook(b.ctx, token, p, "delivery-"+payload)
+	return err
 }
 
 func getJSON(t *testing.T, url string, status int, v any) {

@@ -5,10 +5,11 @@
 //
 // A commit of events expected+1..expected+n is one message whose body is the JSON array of their
 // envelopes. It is a CloudEvent in NATS binary mode: ce-specversion, ce-id "<run>:<first seq>",
-// ce-source, ce-type "dev.flow.<type of the last event>", ce-time, ce-subject (the run ID),
-// ce-datacontenttype, and the extensions ce-flowseq (first sequence), ce-flowcount (events) and
-// ce-flowcommit (a random ID of this append attempt), plus traceparent when the context carries
-// a span.
+// ce-source, ce-type "dev.flow.commit", ce-time (of the last event), ce-subject (the run ID),
+// ce-datacontenttype, and the extensions ce-flowseq (first sequence), ce-flowcount (events),
+// ce-flowtypes (the events' types, comma-separated, in order) and ce-flowcommit (a random ID of
+// this append attempt), plus traceparent when the context carries a span. It is written from
+// the CloudEvents SDK's event model (package internal/cloudevent).
 //
 // # Concurrency
 //
@@ -33,35 +34,43 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
-	"time"
 
+	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 	"go.opentelemetry.io/otel/propagation"
 
+	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
 
 // CloudEvents headers of history messages.
-const (
-	HeaderSpecVersion = "ce-specversion"
-	HeaderID          = "ce-id"
-	HeaderSource      = "ce-source"
-	HeaderType        = "ce-type"
-	HeaderTime        = "ce-time"
-	HeaderSubject     = "ce-subject"
-	HeaderContentType = "ce-datacontenttype"
-	HeaderFirstSeq    = "ce-flowseq"
-	HeaderCount       = "ce-flowcount"
-	HeaderCommit      = "ce-flowcommit"
+var (
+	HeaderType     = cloudevent.HeaderType
+	HeaderFirstSeq = cloudevent.ExtensionHeader(extSeq)
+	HeaderCount    = cloudevent.ExtensionHeader(extCount)
+	HeaderTypes    = cloudevent.ExtensionHeader(extTypes)
+	HeaderCommit   = cloudevent.ExtensionHeader(extCommit)
 )
 
-// TypePrefix prefixes event types in ce-type.
+const (
+	extSeq    = "flowseq"
+	extCount  = "flowcount"
+	extTypes  = "flowtypes"
+	extCommit = "flowcommit"
+)
+
+// CommitType is the ce-type of a commit. Commits written before ce-flowtypes existed have
+// TypePrefix and the type of their last event.
+const CommitType = "dev.flow.commit"
+
+// TypePrefix prefixes event types in the ce-type of older commits.
 const TypePrefix = "dev.flow."
 
 // Options configure a Store. The zero value works.
@@ -82,7 +91,7 @@ type Store struct {
 	js           jetstream.JetStream
 	nc           *nats.Conn
 	leader       leaderReader
-	source       string
+	source       types.URIRef
 	max          int
 	afterPublish func(*nats.Msg, *jetstream.PubAck, error) (*jetstream.PubAck, error)
 	quarantine   *quarantine
@@ -116,11 +125,12 @@ func New(ctx context.Context, js jetstream.JetStream, opts *Options) (*Store, er
 	if err != nil {
 		return nil, err
 	}
-	s := &Store{js: js, nc: js.Conn(), leader: leaderReader{nc: js.Conn(), stream: streams.History}, source: opts.Source,
-		max: opts.Positions, afterPublish: opts.AfterPublish, quarantine: q, pos: map[string]position{}}
-	if s.source == "" {
-		s.source = "flow"
+	source := opts.Source
+	if source == "" {
+		source = "flow"
 	}
+	s := &Store{js: js, nc: js.Conn(), leader: leaderReader{nc: js.Conn(), stream: streams.History}, source: cloudevent.Source(source),
+		max: opts.Positions, afterPublish: opts.AfterPublish, quarantine: q, pos: map[string]position{}}
 	if s.max == 0 {
 		s.max = 100_000
 	}
@@ -186,25 +196,20 @@ func (s *Store) publish(ctx context.Context, msg *nats.Msg, expectedStream uint6
 
 // message builds the CloudEvents binary-mode message of a commit.
 func (s *Store) message(ctx context.Context, runID string, envs []event.Envelope, body []byte, commit string) *nats.Msg {
-	lastEnv := envs[len(envs)-1]
-	// One backing array for the values, and a map sized for them and the trace context: a
-	// commit's headers cost three allocations.
-	h := make(nats.Header, 12)
-	values := make([]string, 0, 10)
-	set := func(name, v string) {
-		values = append(values, v)
-		h[name] = values[len(values)-1 : len(values) : len(values)]
+	var types strings.Builder
+	for i, e := range envs {
+		if i > 0 {
+			types.WriteByte(',')
+		}
+		types.WriteString(string(e.Type()))
 	}
-	set(HeaderSpecVersion, "1.0")
-	set(HeaderID, runID+":"+strconv.FormatUint(envs[0].Seq, 10))
-	set(HeaderSource, s.source)
-	set(HeaderType, TypePrefix+string(lastEnv.Type()))
-	set(HeaderTime, lastEnv.Time.Format(time.RFC3339Nano))
-	set(HeaderSubject, runID)
-	set(HeaderContentType, "application/json")
-	set(HeaderFirstSeq, strconv.FormatUint(envs[0].Seq, 10))
-	set(HeaderCount, strconv.Itoa(len(envs)))
-	set(HeaderCommit, commit)
+	first := strconv.FormatUint(envs[0].Seq, 10)
+	ec := cloudevent.NewContext(s.source, CommitType)
+	ec.ID, *ec.Subject, ec.Time.Time = runID+":"+first, runID, envs[len(envs)-1].Time
+	ec.Extensions[extSeq], ec.Extensions[extCount] = first, strconv.Itoa(len(envs))
+	ec.Extensions[extTypes], ec.Extensions[extCommit] = types.String(), commit
+	h := make(nats.Header, 12)
+	cloudevent.WriteHeaders(ec, h, make([]string, 0, 11))
 	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
 	return &nats.Msg{Subject: streams.HistorySubject(runID), Header: h, Data: body}
 }

@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	cenats "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
+	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
@@ -53,13 +55,18 @@ func TestJetStreamStore(t *testing.T) {
 		require.NoError(t, err)
 		m, err := st.GetLastMsgForSubject(t.Context(), streams.HistorySubject("ce-run"))
 		require.NoError(t, err)
-		require.Equal(t, "1.0", m.Header.Get(jsstore.HeaderSpecVersion))
-		require.Equal(t, "ce-run:1", m.Header.Get(jsstore.HeaderID))
-		require.Equal(t, "dev.flow.signal.received", m.Header.Get(jsstore.HeaderType))
-		require.Equal(t, "ce-run", m.Header.Get(jsstore.HeaderSubject))
-		require.Equal(t, "1", m.Header.Get(jsstore.HeaderFirstSeq))
-		require.Equal(t, "3", m.Header.Get(jsstore.HeaderCount))
-		require.Equal(t, "2026-11-30T09:00:00Z", m.Header.Get(jsstore.HeaderTime))
+		// The CloudEvents SDK's NATS binding reads the commit as a valid event.
+		ev, err := binding.ToEvent(t.Context(), cenats.NewMessage(&nats.Msg{Header: m.Header, Data: m.Data}))
+		require.NoError(t, err)
+		require.NoError(t, ev.Validate())
+		require.Equal(t, "ce-run:1", ev.ID())
+		require.Equal(t, jsstore.CommitType, ev.Type())
+		require.Equal(t, "flow", ev.Source())
+		require.Equal(t, "ce-run", ev.Subject())
+		require.Equal(t, "application/json", ev.DataContentType())
+		require.Equal(t, "2026-11-30T09:00:00Z", ev.Time().UTC().Format(time.RFC3339))
+		require.Equal(t, map[string]any{"flowseq": "1", "flowcount": "3", "flowcommit": m.Header.Get(jsstore.HeaderCommit),
+			"flowtypes": "run.started,signal.received,signal.received"}, ev.Extensions())
 		require.Equal(t, "ce-run:1", m.Header.Get("Nats-Msg-Id"))
 		var envs []event.Envelope
 		require.NoError(t, json.Unmarshal(m.Data, &envs))

@@ -1,0 +1,140 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/store/jsstore"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// maxAwaits bounds the awaits held at once; each holds a subscription and a goroutine.
+const maxAwaits = 100_000
+
+// await answers once run req.RunID's last commit ends or blocks it, or after req.Wait. It never
+// misses an end: it subscribes to the run's commit notices, and makes sure the server has the
+// subscription, before its first read of the run's last commit.
+func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitResponse, error) {
+	if err := event.ValidateDerivedRunID(req.RunID); err != nil {
+		return nil, &api.Error{Code: api.CodeInvalid, Message: err.Error()}
+	}
+	wait := req.Wait
+	if wait <= 0 {
+		wait = api.DefaultAwait
+	}
+	ctx, cancel := context.WithTimeout(ctx, min(wait, api.MaxAwait))
+	defer cancel()
+	woken := make(chan struct{}, 1)
+	sub, err := s.nc.Subscribe(streams.HistorySubject(req.RunID), func(m *nats.Msg) {
+		if endNotice(m.Header) {
+			select {
+			case woken <- struct{}{}:
+			default:
+			}
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := s.nc.FlushWithContext(ctx); err != nil {
+		return nil, err
+	}
+	mustExist := req.MustExist
+	// check reads the run's last commit; full also projects the whole history, to find a run
+	// blocked before its last commit (inputs that arrived after decision.failed).
+	check := func(full bool) (*core.Snapshot, error) {
+		last, err := s.store.LastCommit(ctx, req.RunID)
+		if err != nil {
+			return nil, err
+		}
+		if len(last) == 0 {
+			if mustExist {
+				// The run may exist on a replica that lags: ask the stream's leader.
+				if hist, err := s.store.LoadAtLeast(ctx, req.RunID, 0, 1); err != nil || len(hist) == 0 {
+					return nil, errors.Join(err, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q does not exist (list runs with `flow runs`)", req.RunID)})
+				}
+				mustExist = false
+			}
+			return nil, nil
+		}
+		mustExist = false
+		if end, ok := core.Ending(last[len(last)-1]); ok {
+			return end, nil
+		}
+		if !full {
+			return nil, nil
+		}
+		hist, err := s.store.LoadAtLeast(ctx, req.RunID, 0, last[len(last)-1].Seq)
+		if err != nil {
+			return nil, err
+		}
+		snap, err := core.Project(req.RunID, hist)
+		if err != nil || snap.Status != core.StatusBlocked {
+			return nil, err
+		}
+		return snap, nil
+	}
+	full := true
+	retries := 8
+	poll := time.NewTimer(time.Hour)
+	defer poll.Stop()
+	for {
+		end, err := check(full)
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
+			return &api.AwaitResponse{}, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		if end != nil {
+			return &api.AwaitResponse{Ended: true, Snapshot: end}, nil
+		}
+		// A notice comes before the stream stored its commit (by tens of microseconds), or for
+		// a publish the stream refused: look again very soon, then less and less often, then
+		// every second, projecting the whole history too.
+		next := time.Second
+		if retries < 8 {
+			next = 25 * time.Microsecond << (2 * retries)
+			retries++
+		}
+		poll.Reset(next)
+		select {
+		case <-woken:
+			retries, full = 0, false
+		case <-poll.C:
+			full = retries >= 8
+		case <-ctx.Done():
+			return &api.AwaitResponse{}, nil
+		}
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+	}
+}
+
+// endNotice reports whether a commit notice may end a wait for a run's end: the run's start (a
+// successor appearing), a commit that ends it, or a failed decision (a blocked run).
+func endNotice(h nats.Header) bool {
+	types := h.Get(jsstore.HeaderTypes)
+	if types == "" { // a commit written before ce-flowtypes: its ce-type names its last event
+		types = strings.TrimPrefix(h.Get(jsstore.HeaderType), jsstore.TypePrefix)
+	}
+	for t := range strings.SplitSeq(types, ",") {
+		if event.Type(t).Terminal() || t == string(event.TypeDecisionFailed) || t == string(event.TypeRunStarted) {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,157 @@
+package ingress
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/nats-io/nuid"
+
+	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// input is one input from outside, as either door decoded it.
+type input struct {
+	kind api.InputKind
+	// definition names the workflow of a start.
+	definition string
+	// runID is the run of a signal, cancel or terminate, or the requested ID of a start ("" to
+	// generate one).
+	runID string
+	// queue is a start's task queue ("" for the service's).
+	queue string
+	// name is a signal's name; token a hook's token.
+	name, token string
+	// deliveryID deduplicates a signal or hook delivery ("" for a fresh one).
+	deliveryID string
+	// data is a start's input or a signal's or hook's payload: JSON, or nil for null.
+	data json.RawMessage
+	// reason is a cancel's or terminate's reason.
+	reason string
+}
+
+// check validates what can be checked without reading the run: names and JSON.
+func (in *input) check() *api.IngressError {
+	var err error
+	switch in.kind {
+	case api.KindStart:
+		if err = event.ValidateName("definition", in.definition); err == nil && in.runID != "" {
+			err = event.ValidateRunID(in.runID)
+		}
+		if err == nil && in.queue != "" {
+			err = event.ValidateName("queue", in.queue)
+		}
+	case api.KindSignal:
+		if err = event.ValidateDerivedRunID(in.runID); err == nil {
+			err = event.ValidateName("signal", in.name)
+		}
+	case api.KindHook:
+		if in.token == "" || strings.ContainsAny(in.token, " \t\r\n*>") || len(in.token) > 256 {
+			return &api.IngressError{Code: api.CodeInvalidName, Message: fmt.Sprintf("hook token %q is not a token Flow issues; use the token of ctx.HookToken, or the callback URL the workflow handed out", in.token)}
+		}
+	case api.KindCancel, api.KindTerminate:
+		err = event.ValidateDerivedRunID(in.runID)
+	}
+	if err != nil {
+		return &api.IngressError{Code: api.CodeInvalidName, Message: err.Error()}
+	}
+	if len(in.deliveryID) > 256 {
+		return &api.IngressError{Code: api.CodeInvalidRequest, Message: fmt.Sprintf("delivery ID is %d bytes long; the limit is 256", len(in.deliveryID))}
+	}
+	if len(in.data) > 0 && !json.Valid(in.data) {
+		return &api.IngressError{Code: api.CodeInvalidJSON, Message: "the " + in.dataName() + " is not valid JSON; send a JSON value (a quoted string for text)"}
+	}
+	return nil
+}
+
+func (in *input) dataName() string {
+	switch in.kind {
+	case api.KindStart:
+		return "workflow input"
+	case api.KindHook:
+		return "hook payload"
+	}
+	return "signal payload"
+}
+
+// apply commits in to its run's history and returns what was committed. Nothing is appended
+// when it returns an error.
+func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *api.IngressError) {
+	if e := in.check(); e != nil {
+		return nil, e
+	}
+	data := in.data
+	if len(data) == 0 {
+		data = json.RawMessage("null")
+	}
+	if (in.kind == api.KindSignal || in.kind == api.KindHook) && in.deliveryID == "" {
+		in.deliveryID = nuid.Next()
+	}
+	resp := &api.InputResponse{RunID: in.runID, DeliveryID: in.deliveryID}
+	var err error
+	switch in.kind {
+	case api.KindStart:
+		queue := in.queue
+		if queue == "" {
+			queue = s.cfg.Queue
+		}
+		def, derr := s.defs.require(ctx, queue, in.definition)
+		if derr != nil {
+			return nil, derr
+		}
+		spec := event.Spec{Definition: in.definition, BuildID: def.BuildID, Patches: def.Patches}
+		resp.RunID, resp.Created, err = s.engine.Start(ctx, engine.StartParams{RunID: in.runID, Spec: spec, Input: data, Queue: queue})
+	case api.KindSignal:
+		resp.RunID, err = s.engine.Signal(ctx, in.runID, in.name, data, in.deliveryID)
+	case api.KindHook:
+		resp.RunID, err = s.engine.DeliverHook(ctx, in.token, data, in.deliveryID)
+	case api.KindCancel:
+		resp.RunID, err = s.engine.Cancel(ctx, in.runID, in.reason)
+	case api.KindTerminate:
+		resp.RunID, err = s.engine.Terminate(ctx, in.runID, in.reason)
+	}
+	if err != nil {
+		return nil, s.refusal(in, err)
+	}
+	if in.kind != api.KindSignal && in.kind != api.KindHook {
+		resp.DeliveryID = ""
+	}
+	return resp, nil
+}
+
+// refusal maps an engine error to the error the caller gets.
+func (s *Service) refusal(in *input, err error) *api.IngressError {
+	e := func(code api.IngressCode, format string, args ...any) *api.IngressError {
+		return &api.IngressError{Code: code, Message: fmt.Sprintf(format, args...)}
+	}
+	switch {
+	case errors.Is(err, core.ErrNotFound) && in.kind == api.KindHook:
+		return e(api.CodeHookNotFound, "no hook has token %q: the run never created it, or the token is mistyped; check the callback URL", in.token)
+	case errors.Is(err, core.ErrNotFound):
+		return e(api.CodeRunNotFound, "run %q does not exist; list runs with `flow runs` (or GET /v1/runs on the history service)", in.runID)
+	case errors.Is(err, core.ErrDeliveryConflict):
+		return e(api.CodeDeliveryConflict, "%s", trimFlow(err))
+	case errors.Is(err, core.ErrAlreadyReceived):
+		return e(api.CodeHookReceived, "%s; a hook takes one delivery", trimFlow(err))
+	case errors.Is(err, core.ErrTerminal):
+		return e(api.CodeRunEnded, "run %q has ended; it takes no more inputs (see `flow status %s`)", in.runID, in.runID)
+	case errors.Is(err, engine.ErrRunExists):
+		return e(api.CodeRunExists, "%s; start with another run ID, or with the same definition and input to get the existing run", trimFlow(err))
+	case errors.Is(err, core.ErrInvalidInput), errors.Is(err, event.ErrInvalidID):
+		return e(api.CodeInvalidRequest, "%s", trimFlow(err))
+	case errors.Is(err, store.ErrDamaged):
+		return e(api.CodeRunDamaged, "%s", trimFlow(err))
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
+		return e(api.CodeIngressBusy, "the input could not be committed in time (%v); retry with the same delivery ID", err)
+	}
+	s.logger.Error("applying an input failed", "kind", in.kind, "run_id", in.runID, "error", err)
+	return e(api.CodeIngressInternal, "the input was not committed (%v); retry with the same delivery ID", err)
+}
+
+func trimFlow(err error) string { return strings.TrimPrefix(err.Error(), "flow: ") }

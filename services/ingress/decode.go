@@ -1,0 +1,127 @@
+package ingress
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"mime"
+	"strings"
+
+	ce "github.com/cloudevents/sdk-go/v2/event"
+
+	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// fromEvent fills in from a CloudEvent that either door read with the SDK's binding: its id is
+// the delivery ID and its data the input, payload or CancelRequest (see internal/api).
+func fromEvent(in *input, ev *ce.Event) *api.IngressError {
+	if err := ev.Validate(); err != nil {
+		return &api.IngressError{Code: api.CodeInvalidEvent, Message: fmt.Sprintf("the CloudEvent is invalid: %v; send specversion 1.0, id, source and type", err)}
+	}
+	if ct := ev.DataContentType(); !jsonMediaType(ct) {
+		return &api.IngressError{Code: api.CodeMediaType, Message: fmt.Sprintf("the CloudEvent's datacontenttype is %q; Flow takes JSON data (application/json)", ct)}
+	}
+	in.deliveryID = ev.ID()
+	data := ev.Data()
+	switch in.kind {
+	case api.KindStart:
+		in.data = data
+		in.runID = extension(ev, api.ExtRunID)
+		if in.runID == "" {
+			in.runID = runIDOfEvent(ev)
+		}
+		in.queue = extension(ev, api.ExtQueue)
+	case api.KindSignal, api.KindHook:
+		in.data = data
+	case api.KindCancel, api.KindTerminate:
+		return in.cancelBody(data)
+	}
+	return nil
+}
+
+// runIDOfEvent derives a start's run ID from a CloudEvent without the flowrunid extension: its
+// id when that is a valid run ID, else a digest of its source and id, so that a redelivered
+// event starts the same run.
+func runIDOfEvent(ev *ce.Event) string {
+	if event.ValidateRunID(ev.ID()) == nil {
+		return ev.ID()
+	}
+	sum := sha256.Sum256([]byte(ev.Source() + "\x00" + ev.ID()))
+	return "ce-" + hex.EncodeToString(sum[:16])
+}
+
+func extension(ev *ce.Event, name string) string {
+	v, ok := ev.Extensions()[name]
+	if !ok {
+		return ""
+	}
+	if s, ok := v.(string); ok {
+		return s
+	}
+	return fmt.Sprint(v)
+}
+
+// fromPlain fills in from a plain JSON body, whose delivery ID (signals and hooks) is
+// deliveryID ("" for a fresh one).
+func fromPlain(in *input, body []byte, deliveryID string) *api.IngressError {
+	in.deliveryID = deliveryID
+	switch in.kind {
+	case api.KindStart:
+		var req api.StartRequest
+		if e := strictJSON(body, &req, `a start's body is {"run_id": "...", "queue": "...", "input": ...}, every field optional`); e != nil {
+			return e
+		}
+		in.runID, in.queue, in.data = req.RunID, req.Queue, req.Input
+	case api.KindSignal, api.KindHook:
+		in.data = body
+	case api.KindCancel, api.KindTerminate:
+		return in.cancelBody(body)
+	}
+	return nil
+}
+
+func (in *input) cancelBody(body []byte) *api.IngressError {
+	var req api.CancelRequest
+	if e := strictJSON(body, &req, `the body of a `+string(in.kind)+` is {"reason": "..."} or empty`); e != nil {
+		return e
+	}
+	in.reason = req.Reason
+	return nil
+}
+
+// strictJSON decodes body (empty means the zero value) into v, refusing unknown fields.
+func strictJSON(body []byte, v any, shape string) *api.IngressError {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil
+	}
+	if !json.Valid(body) {
+		return &api.IngressError{Code: api.CodeInvalidJSON, Message: "the body is not valid JSON; " + shape}
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return &api.IngressError{Code: api.CodeInvalidRequest, Message: fmt.Sprintf("the body does not match: %v; %s", err, shape)}
+	}
+	return nil
+}
+
+// jsonMediaType reports whether a content type is JSON: empty, application/json, text/json or
+// a +json suffix.
+func jsonMediaType(ct string) bool {
+	if ct == "" {
+		return true
+	}
+	mt, _, err := mime.ParseMediaType(ct)
+	if err != nil {
+		return false
+	}
+	return mt == "application/json" || mt == "text/json" || strings.HasSuffix(mt, "+json") && mt != cloudEventsBatch
+}
+
+const (
+	cloudEventsJSON  = "application/cloudevents+json"
+	cloudEventsBatch = "application/cloudevents-batch+json"
+)

@@ -1,0 +1,254 @@
+// Package ingress is Flow's door for inputs from outside: starts, signals, hook deliveries,
+// cancellations and terminations, over NATS request/reply (CloudEvents or plain JSON) and HTTP
+// (JSON, or CloudEvents in binary or structured mode), with bearer-token authentication on
+// HTTP. See package internal/api for the subjects, routes and wire types.
+//
+// Every input is committed to the run's history before it is acknowledged: an acknowledged
+// input is never lost, whatever process dies after. A retried delivery (the same CloudEvents id
+// or Idempotency-Key) is applied once; a delivery ID reused with another payload is refused
+// with a conflict. Input that cannot be accepted is refused with an error that says what was
+// wrong and what to do, and nothing is appended.
+//
+// Any number of replicas may run: they share the NATS subjects in a queue group, and writers
+// converge on a run's history by optimistic concurrency.
+package ingress
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/natsconn"
+	"github.com/flowrun/flow/internal/store/jsstore"
+	"github.com/flowrun/flow/internal/streams"
+)
+
+// Config configures the ingress service. The zero value works: it connects to
+// nats://127.0.0.1:4222 and serves HTTP on 127.0.0.1:8421 without authentication. cmd/flowd
+// loads it from the environment with envconfig.Process("FLOW", &cfg).
+type Config struct {
+	// NATSURL is the NATS server to connect to when Conn is nil. Defaults to
+	// nats://127.0.0.1:4222 (FLOW_NATS_URL).
+	NATSURL string `envconfig:"NATS_URL"`
+	// Conn is an existing connection to use instead of dialling NATSURL. The service does not
+	// close it.
+	Conn *nats.Conn `ignored:"true"`
+	// HTTPAddr is the HTTP listen address host:port, or "off". Defaults to 127.0.0.1:8421.
+	HTTPAddr string `envconfig:"INGRESS_HTTP_ADDR"`
+	// PublicURL is the base URL under which third parties reach the HTTP routes, for hook
+	// callback URLs (PublicURL + "/v1/hooks/" + token). Defaults to "http://" + HTTPAddr.
+	PublicURL string `envconfig:"INGRESS_PUBLIC_URL"`
+	// Tokens are the bearer tokens accepted on every HTTP route but hook callbacks
+	// (comma-separated in FLOW_INGRESS_TOKENS). Defaults to none.
+	Tokens []string `envconfig:"INGRESS_TOKENS"`
+	// TokensFile names a file of bearer tokens, one per line ('#' starts a comment), such as a
+	// mounted secret; it is read again when it changes. Defaults to none.
+	TokensFile string `envconfig:"INGRESS_TOKENS_FILE"`
+	// AllowAnonymous serves HTTP on a non-loopback address without any bearer token. Defaults
+	// to false: without tokens, the service only listens on loopback addresses.
+	AllowAnonymous bool `envconfig:"INGRESS_ALLOW_ANONYMOUS"`
+	// MaxBodyBytes bounds a request body or message. Defaults to 1 MiB.
+	MaxBodyBytes int64 `envconfig:"INGRESS_MAX_BODY_BYTES"`
+	// Concurrency bounds the NATS inputs applied at once. Defaults to 256.
+	Concurrency int `envconfig:"INGRESS_CONCURRENCY"`
+	// Queue is the task queue of starts that name none. Defaults to "default" (FLOW_QUEUE).
+	Queue string `envconfig:"QUEUE"`
+	// Streams sizes Flow's streams, created or updated at start.
+	Streams streams.Config `envconfig:"STREAMS"`
+	// Logger defaults to slog.Default().
+	Logger *slog.Logger `ignored:"true"`
+}
+
+// DefaultHTTPAddr is where the HTTP routes listen unless Config.HTTPAddr says otherwise.
+const DefaultHTTPAddr = "127.0.0.1:8421"
+
+// DefaultMaxBodyBytes bounds bodies unless Config.MaxBodyBytes says otherwise.
+const DefaultMaxBodyBytes = 1 << 20
+
+// Service is the ingress service. Start it once; Stop it once.
+type Service struct {
+	cfg    Config
+	logger *slog.Logger
+
+	nc      *nats.Conn
+	ownConn bool
+	js      jetstream.JetStream
+	engine  *engine.Engine
+	host    *jshost.Host
+	defs    definitions
+	auth    *authenticator
+
+	sub   *nats.Subscription
+	slots chan struct{}
+	// stopMu guards stopped: once set, no input is taken, and inflight only falls.
+	stopMu   sync.RWMutex
+	stopped  bool
+	inflight sync.WaitGroup
+	httpSrv  *http.Server
+	httpAddr net.Addr
+	cancel   context.CancelFunc
+	once     sync.Once
+}
+
+// New returns an ingress service, or an error naming the field of cfg that is wrong.
+func New(cfg Config) (*Service, error) {
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = DefaultHTTPAddr
+	}
+	if cfg.MaxBodyBytes == 0 {
+		cfg.MaxBodyBytes = DefaultMaxBodyBytes
+	}
+	if cfg.Concurrency == 0 {
+		cfg.Concurrency = 256
+	}
+	if cfg.Queue == "" {
+		cfg.Queue = streams.DefaultQueue
+	}
+	switch {
+	case cfg.MaxBodyBytes < 0:
+		return nil, fmt.Errorf("ingress: MaxBodyBytes must be positive, got %d", cfg.MaxBodyBytes)
+	case cfg.Concurrency < 0:
+		return nil, fmt.Errorf("ingress: Concurrency must be positive, got %d", cfg.Concurrency)
+	}
+	if cfg.HTTPAddr != "off" {
+		if _, _, err := net.SplitHostPort(cfg.HTTPAddr); err != nil {
+			return nil, fmt.Errorf("ingress: HTTPAddr must be host:port or \"off\", got %q: %w", cfg.HTTPAddr, err)
+		}
+	}
+	logger := cfg.Logger
+	if logger == nil {
+		logger = slog.Default()
+	}
+	auth, err := newAuthenticator(cfg.Tokens, cfg.TokensFile)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.HTTPAddr != "off" && !auth.enabled() && !cfg.AllowAnonymous && !loopback(cfg.HTTPAddr) {
+		return nil, fmt.Errorf("ingress: HTTP on %s would accept inputs from anyone: set FLOW_INGRESS_TOKENS (or FLOW_INGRESS_TOKENS_FILE), listen on a loopback address, or set FLOW_INGRESS_ALLOW_ANONYMOUS=true", cfg.HTTPAddr)
+	}
+	return &Service{cfg: cfg, logger: logger.With(slog.String("component", "ingress")), auth: auth,
+		slots: make(chan struct{}, cfg.Concurrency)}, nil
+}
+
+func loopback(addr string) bool {
+	host, _, _ := net.SplitHostPort(addr)
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
+
+// Start connects, creates Flow's streams if needed, and starts answering on NATS and HTTP. It
+// returns once both doors are open.
+func (s *Service) Start(ctx context.Context) error {
+	var err error
+	if s.nc, s.ownConn, err = natsconn.Use(s.cfg.Conn, s.cfg.NATSURL, "flow-ingress"); err != nil {
+		return err
+	}
+	if err := s.start(ctx); err != nil {
+		_ = s.Stop()
+		return err
+	}
+	return nil
+}
+
+func (s *Service) start(ctx context.Context) error {
+	var err error
+	if s.js, err = jetstream.New(s.nc); err != nil {
+		return err
+	}
+	if err := streams.Ensure(ctx, s.js, s.cfg.Streams); err != nil {
+		return err
+	}
+	st, err := jsstore.New(ctx, s.js, &jsstore.Options{Source: "flow/ingress"})
+	if err != nil {
+		return err
+	}
+	if s.host, err = jshost.New(ctx, s.js, "flow/ingress", s.logger); err != nil {
+		return err
+	}
+	if s.engine, err = engine.New(engine.Config{Store: st, Host: s.host, Logger: s.logger, CacheSize: -1}); err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	s.cancel = cancel
+	if s.defs, err = newDefinitions(runCtx, s.js, s.logger); err != nil {
+		return err
+	}
+	if s.sub, err = s.nc.QueueSubscribe(api.IngressPrefix+">", api.IngressQueueGroup, s.onMsg); err != nil {
+		return fmt.Errorf("subscribing to %s>: %w", api.IngressPrefix, err)
+	}
+	if err := s.nc.Flush(); err != nil {
+		return err
+	}
+	if s.cfg.HTTPAddr != "off" {
+		if err := s.serveHTTP(); err != nil {
+			return err
+		}
+	}
+	if !s.auth.enabled() && s.cfg.HTTPAddr != "off" {
+		s.logger.Warn("no bearer tokens configured: the HTTP routes accept inputs from any local program; set FLOW_INGRESS_TOKENS to require one")
+	}
+	s.logger.InfoContext(ctx, "ingress started", slog.String("http", s.HTTPAddr()), slog.String("nats", api.IngressPrefix+">"))
+	return nil
+}
+
+// HTTPAddr returns the address the HTTP routes listen on ("" when off or not started).
+func (s *Service) HTTPAddr() string {
+	if s.httpAddr == nil {
+		return ""
+	}
+	return s.httpAddr.String()
+}
+
+// HookURL returns the callback URL of hook token: PublicURL + "/v1/hooks/" + token.
+func (s *Service) HookURL(token string) string { return s.publicURL() + "/v1/hooks/" + token }
+
+func (s *Service) publicURL() string {
+	if s.cfg.PublicURL != "" {
+		return s.cfg.PublicURL
+	}
+	if addr := s.HTTPAddr(); addr != "" {
+		return "http://" + addr
+	}
+	return "http://" + s.cfg.HTTPAddr
+}
+
+// Stop stops taking inputs, waits for those being applied (each is either committed and
+// acknowledged, or not acknowledged), and closes the connection if the service dialled it.
+func (s *Service) Stop() error {
+	var err error
+	s.once.Do(func() {
+		s.stopMu.Lock()
+		s.stopped = true
+		s.stopMu.Unlock()
+		if s.sub != nil {
+			err = s.sub.Unsubscribe()
+		}
+		if s.httpSrv != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err = errors.Join(err, s.httpSrv.Shutdown(ctx))
+			cancel()
+		}
+		s.inflight.Wait()
+		if s.cancel != nil {
+			s.cancel()
+		}
+		if s.ownConn && s.nc != nil {
+			s.nc.Close()
+		}
+	})
+	return err
+}
