@@ -179,3 +179,11 @@ type AwaitResponse struct {
 	// run, its projection.
 	Snapshot *core.Snapshot `json:"snapshot,omitempty"`
 }
+
+// The history service's event feed: every committed event as a CloudEvent in NATS binary mode
+// on FeedPrefix + "<definition>.<run>.<type>", with the run's sequence of the event in the
+// extension FeedExtSeq (see package services/history).
+const (
+	FeedPrefix = "flow.events."
+	FeedExtSeq = "flowseq"
+)

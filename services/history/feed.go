@@ -8,6 +8,7 @@ import (
 	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/nats-io/nats.go"
 
+	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -16,14 +17,14 @@ import (
 const (
 	// FeedPrefix prefixes the feed's subjects: flow.events.<definition>.<run>.<type>, where
 	// <type> is the event type and so holds a dot (flow.events.order.r1.step.completed).
-	FeedPrefix = "flow.events."
+	FeedPrefix = api.FeedPrefix
 	// FeedSource is the ce-source of feed events.
 	FeedSource = "flow/history"
 	// FeedTypePrefix prefixes ce-type: "dev.flow." + the event type.
 	FeedTypePrefix = "dev.flow."
 	// Extensions carried by every feed event: the run's sequence of the event, and the run's
 	// workflow definition.
-	FeedExtSeq        = "flowseq"
+	FeedExtSeq        = api.FeedExtSeq
 	FeedExtDefinition = "flowdefinition"
 )
 

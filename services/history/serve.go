@@ -65,6 +65,31 @@ func (s *Service) serve() error {
 			return fmt.Errorf("adding the %s endpoint: %w", subject, err)
 		}
 	}
+	// Awaits are long polls: they hold no query slot, only their own goroutine.
+	awaits := make(chan struct{}, maxAwaits)
+	err = svc.AddEndpoint("await", micro.HandlerFunc(func(r micro.Request) {
+		select {
+		case awaits <- struct{}{}:
+		default:
+			_ = r.Error(string(api.CodeUnavailable), fmt.Sprintf("%d awaits are held already; retry", maxAwaits), nil)
+			return
+		}
+		go func() {
+			defer func() { <-awaits }()
+			ctx, cancel := context.WithTimeout(context.Background(), api.MaxAwait+5*time.Second)
+			defer cancel()
+			resp, err := handle(s.await)(ctx, r.Data())
+			if err != nil {
+				e := s.apiError(err)
+				_ = r.Error(string(e.Code), e.Message, nil)
+				return
+			}
+			_ = r.RespondJSON(resp)
+		}()
+	}), micro.WithEndpointSubject(api.SubjectAwait))
+	if err != nil {
+		return fmt.Errorf("adding the %s endpoint: %w", api.SubjectAwait, err)
+	}
 	// Answer once Start returns: the server has the endpoints' subscriptions after a round trip.
 	if err := s.nc.FlushTimeout(10 * time.Second); err != nil {
 		return fmt.Errorf("subscribing the query endpoints: %w", err)
