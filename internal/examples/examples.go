@@ -7,14 +7,40 @@ package examples
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/flowrun/flow/pkg/flow"
 )
 
-// Register adds the example workflows and steps to reg.
-func Register(reg *flow.Registry) {
+// DefaultHookBaseURL is the base of the callback URLs the webhook example announces when
+// [Options.HookBaseURL] is empty: the ingress service's default HTTP address.
+const DefaultHookBaseURL = "http://127.0.0.1:8421"
+
+// Options adjust [RegisterWith]. The zero value works.
+type Options struct {
+	// HookBaseURL is where hook deliveries are received: the webhook example announces the
+	// callback URL "<HookBaseURL>/v1/hooks/<token>" (a trailing slash of HookBaseURL is dropped).
+	// Defaults to DefaultHookBaseURL.
+	HookBaseURL string
+	// Logger receives the webhook example's announcement, at info level. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Register adds the example workflows and steps to reg, with the default [Options].
+func Register(reg *flow.Registry) { RegisterWith(reg, Options{}) }
+
+// RegisterWith adds the example workflows order, fanout and reminder, and the steps they run,
+// to reg. It panics, as [flow.RegisterWorkflow] does, if reg already holds one of their names.
+func RegisterWith(reg *flow.Registry, o Options) {
+	if o.HookBaseURL == "" {
+		o.HookBaseURL = DefaultHookBaseURL
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	ledger := &Ledger{effects: map[string]string{}}
 	flow.RegisterWorkflow(reg, "order", Order)
 	flow.RegisterStep(reg, "reserveStock", ledger.ReserveStock)
@@ -26,6 +52,19 @@ func Register(reg *flow.Registry) {
 
 	flow.RegisterWorkflow(reg, "reminder", Reminder)
 	flow.RegisterStep(reg, "sendReminder", SendReminder)
+}
+
+// positiveDuration parses s, or def when s is empty, as a positive Go duration. Otherwise it
+// returns an error of kind flow.KindInvalidInput naming field and showing def as an example.
+func positiveDuration(field, s, def string) (time.Duration, error) {
+	if s == "" {
+		s = def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, flow.NewError(flow.KindInvalidInput, fmt.Sprintf("%s must be a positive duration such as %q, got %q", field, def, s))
+	}
+	return d, nil
 }
 
 // OrderInput is the input of the order workflow. Zero fields take example values.
@@ -167,12 +206,9 @@ func Reminder(ctx *flow.Context, in ReminderInput) (flow.Decision, error) {
 	if in.Who == "" {
 		in.Who = "you"
 	}
-	if in.After == "" {
-		in.After = "5s"
-	}
-	after, err := time.ParseDuration(in.After)
-	if err != nil || after <= 0 {
-		return ctx.Fail(flow.NewError("invalid_input", fmt.Sprintf("after must be a positive duration such as \"5s\", got %q", in.After))), nil
+	after, err := positiveDuration("after", in.After, "5s")
+	if err != nil {
+		return ctx.Fail(err), nil
 	}
 	if !ctx.Fired("wait") {
 		return ctx.Sleep("wait", after), nil
