@@ -32,8 +32,9 @@ type Options struct {
 // Register adds the example workflows and steps to reg, with the default [Options].
 func Register(reg *flow.Registry) { RegisterWith(reg, Options{}) }
 
-// RegisterWith adds the example workflows order, fanout and reminder, and the steps they run,
-// to reg. It panics, as [flow.RegisterWorkflow] does, if reg already holds one of their names.
+// RegisterWith adds the example workflows order, fanout, reminder and approval, and the steps
+// they run, to reg. It panics, as [flow.RegisterWorkflow] does, if reg already holds one of their
+// names.
 func RegisterWith(reg *flow.Registry, o Options) {
 	if o.HookBaseURL == "" {
 		o.HookBaseURL = DefaultHookBaseURL
@@ -52,6 +53,8 @@ func RegisterWith(reg *flow.Registry, o Options) {
 
 	flow.RegisterWorkflow(reg, "reminder", Reminder)
 	flow.RegisterStep(reg, "sendReminder", SendReminder)
+
+	flow.RegisterWorkflow(reg, "approval", Approval)
 }
 
 // positiveDuration parses s, or def when s is empty, as a positive Go duration. Otherwise it
