@@ -32,9 +32,9 @@ type Options struct {
 // Register adds the example workflows and steps to reg, with the default [Options].
 func Register(reg *flow.Registry) { RegisterWith(reg, Options{}) }
 
-// RegisterWith adds the example workflows order, fanout, reminder and approval, and the steps
-// they run, to reg. It panics, as [flow.RegisterWorkflow] does, if reg already holds one of their
-// names.
+// RegisterWith adds the example workflows order, fanout, reminder, approval and webhook, and the
+// steps they run, to reg. It panics, as [flow.RegisterWorkflow] does, if reg already holds one of
+// their names.
 func RegisterWith(reg *flow.Registry, o Options) {
 	if o.HookBaseURL == "" {
 		o.HookBaseURL = DefaultHookBaseURL
@@ -55,6 +55,9 @@ func RegisterWith(reg *flow.Registry, o Options) {
 	flow.RegisterStep(reg, "sendReminder", SendReminder)
 
 	flow.RegisterWorkflow(reg, "approval", Approval)
+
+	flow.RegisterWorkflow(reg, "webhook", Webhook)
+	flow.RegisterStep(reg, "announceHook", Announcer{BaseURL: o.HookBaseURL, Logger: o.Logger}.AnnounceHook)
 }
 
 // positiveDuration parses s, or def when s is empty, as a positive Go duration. Otherwise it
