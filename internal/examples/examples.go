@@ -1,7 +1,15 @@
-// Package examples holds the workflows `flow dev` registers for newcomers to try: order (three
-// steps with idempotency keys and a retry policy), fanout (a batch of steps) and reminder (a
-// durable timer). The step functions stand in for external systems that deduplicate by
-// idempotency key.
+// Package examples holds the workflows `flow dev` registers for newcomers to try:
+//
+//   - order: three steps with idempotency keys and a retry policy;
+//   - fanout: a batch of steps;
+//   - reminder: a durable timer;
+//   - approval: a signal raced against a deadline (a durable timer);
+//   - webhook: a hook whose callback URL a step announces;
+//   - parent: children of the workflow child, one under each cancellation policy.
+//
+// The step functions stand in for external systems that deduplicate by idempotency key. Every
+// workflow fails with kind [flow.KindInvalidInput] on an input it cannot use, such as a malformed
+// duration.
 package examples
 
 import (
@@ -32,9 +40,9 @@ type Options struct {
 // Register adds the example workflows and steps to reg, with the default [Options].
 func Register(reg *flow.Registry) { RegisterWith(reg, Options{}) }
 
-// RegisterWith adds the example workflows order, fanout, reminder, approval and webhook, and the
-// steps they run, to reg. It panics, as [flow.RegisterWorkflow] does, if reg already holds one of
-// their names.
+// RegisterWith adds the example workflows order, fanout, reminder, approval, webhook, parent and
+// child, and the steps they run, to reg. It panics, as [flow.RegisterWorkflow] does, if reg
+// already holds one of their names.
 func RegisterWith(reg *flow.Registry, o Options) {
 	if o.HookBaseURL == "" {
 		o.HookBaseURL = DefaultHookBaseURL
@@ -58,6 +66,9 @@ func RegisterWith(reg *flow.Registry, o Options) {
 
 	flow.RegisterWorkflow(reg, "webhook", Webhook)
 	flow.RegisterStep(reg, "announceHook", Announcer{BaseURL: o.HookBaseURL, Logger: o.Logger}.AnnounceHook)
+
+	flow.RegisterWorkflow(reg, "parent", Parent)
+	flow.RegisterWorkflow(reg, "child", Child)
 }
 
 // positiveDuration parses s, or def when s is empty, as a positive Go duration. Otherwise it
