@@ -7,9 +7,10 @@
 //   - webhook: a hook whose callback URL a step announces;
 //   - parent: children of the workflow child, one under each cancellation policy.
 //
-// The step functions stand in for external systems that deduplicate by idempotency key. Every
-// workflow fails with kind [flow.KindInvalidInput] on an input it cannot use, such as a malformed
-// duration.
+// The step functions stand in for external systems that deduplicate by idempotency key. Zero
+// input fields take example values; fanout, and the workflows that take a duration (reminder,
+// approval, parent, child), fail with kind [flow.KindInvalidInput] on a value they cannot use,
+// such as a malformed or non-positive duration.
 package examples
 
 import (
