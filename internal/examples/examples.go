@@ -1,20 +1,56 @@
-// Package examples holds the workflows `flow dev` registers for newcomers to try: order (three
-// steps with idempotency keys and a retry policy), fanout (a batch of steps) and reminder (a
-// durable timer). The step functions stand in for external systems that deduplicate by
-// idempotency key.
+// Package examples holds the workflows `flow dev` registers for newcomers to try:
+//
+//   - order: three steps with idempotency keys and a retry policy;
+//   - fanout: a batch of steps;
+//   - reminder: a durable timer;
+//   - approval: a signal raced against a deadline (a durable timer);
+//   - webhook: a hook whose callback URL a step announces;
+//   - parent: children of the workflow child, one under each cancellation policy.
+//
+// The step functions stand in for external systems that deduplicate by idempotency key. Zero
+// input fields take example values; fanout, and the workflows that take a duration (reminder,
+// approval, parent, child), fail with kind [flow.KindInvalidInput] on a value they cannot use,
+// such as a malformed or non-positive duration.
 package examples
 
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
 
 	"github.com/flowrun/flow/pkg/flow"
 )
 
-// Register adds the example workflows and steps to reg.
-func Register(reg *flow.Registry) {
+// DefaultHookBaseURL is the base of the callback URLs the webhook example announces when
+// [Options.HookBaseURL] is empty: the ingress service's default HTTP address.
+const DefaultHookBaseURL = "http://127.0.0.1:8421"
+
+// Options adjust [RegisterWith]. The zero value works.
+type Options struct {
+	// HookBaseURL is where hook deliveries are received: the webhook example announces the
+	// callback URL "<HookBaseURL>/v1/hooks/<token>" (a trailing slash of HookBaseURL is dropped).
+	// Defaults to DefaultHookBaseURL.
+	HookBaseURL string
+	// Logger receives the webhook example's announcement, at info level. Defaults to
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Register adds the example workflows and steps to reg, with the default [Options].
+func Register(reg *flow.Registry) { RegisterWith(reg, Options{}) }
+
+// RegisterWith adds the example workflows order, fanout, reminder, approval, webhook, parent and
+// child, and the steps they run, to reg. It panics, as [flow.RegisterWorkflow] does, if reg
+// already holds one of their names.
+func RegisterWith(reg *flow.Registry, o Options) {
+	if o.HookBaseURL == "" {
+		o.HookBaseURL = DefaultHookBaseURL
+	}
+	if o.Logger == nil {
+		o.Logger = slog.Default()
+	}
 	ledger := &Ledger{effects: map[string]string{}}
 	flow.RegisterWorkflow(reg, "order", Order)
 	flow.RegisterStep(reg, "reserveStock", ledger.ReserveStock)
@@ -26,6 +62,27 @@ func Register(reg *flow.Registry) {
 
 	flow.RegisterWorkflow(reg, "reminder", Reminder)
 	flow.RegisterStep(reg, "sendReminder", SendReminder)
+
+	flow.RegisterWorkflow(reg, "approval", Approval)
+
+	flow.RegisterWorkflow(reg, "webhook", Webhook)
+	flow.RegisterStep(reg, "announceHook", Announcer{BaseURL: o.HookBaseURL, Logger: o.Logger}.AnnounceHook)
+
+	flow.RegisterWorkflow(reg, "parent", Parent)
+	flow.RegisterWorkflow(reg, "child", Child)
+}
+
+// positiveDuration parses s, or def when s is empty, as a positive Go duration. Otherwise it
+// returns an error of kind flow.KindInvalidInput naming field and showing def as an example.
+func positiveDuration(field, s, def string) (time.Duration, error) {
+	if s == "" {
+		s = def
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d <= 0 {
+		return 0, flow.NewError(flow.KindInvalidInput, fmt.Sprintf("%s must be a positive duration such as %q, got %q", field, def, s))
+	}
+	return d, nil
 }
 
 // OrderInput is the input of the order workflow. Zero fields take example values.
@@ -167,12 +224,9 @@ func Reminder(ctx *flow.Context, in ReminderInput) (flow.Decision, error) {
 	if in.Who == "" {
 		in.Who = "you"
 	}
-	if in.After == "" {
-		in.After = "5s"
-	}
-	after, err := time.ParseDuration(in.After)
-	if err != nil || after <= 0 {
-		return ctx.Fail(flow.NewError("invalid_input", fmt.Sprintf("after must be a positive duration such as \"5s\", got %q", in.After))), nil
+	after, err := positiveDuration("after", in.After, "5s")
+	if err != nil {
+		return ctx.Fail(err), nil
 	}
 	if !ctx.Fired("wait") {
 		return ctx.Sleep("wait", after), nil
