@@ -86,6 +86,9 @@ different input it is an error.`,
 				fmt.Fprintf(e.stdout, "run %s\n", runID)
 			}
 			out, err := e.waitFollowing(ctx, client, runID)
+			if timeout > 0 && errors.Is(err, context.DeadlineExceeded) && c.Context().Err() == nil {
+				err = fmt.Errorf("run %s did not end within --timeout %s; it goes on: follow it with `flow watch %s`", runID, timeout, runID)
+			}
 			if e.json {
 				res := map[string]any{"type": "result", "run_id": runID}
 				var runErr *flow.RunError
@@ -102,8 +105,12 @@ different input it is an error.`,
 				}
 				return err
 			}
-			if err != nil {
+			var runErr *flow.RunError
+			if errors.As(err, &runErr) {
 				return fmt.Errorf("%w; see `flow history %s`", err, runID)
+			}
+			if err != nil {
+				return err
 			}
 			fmt.Fprintf(e.stdout, "completed: %s\n", out)
 			return nil
@@ -111,7 +118,7 @@ different input it is an error.`,
 	}
 	cmd.Flags().StringVar(&id, "id", "", "run ID: letters, digits, '-' or '_' (default: generated)")
 	cmd.Flags().StringVar(&input, "input", "", "input as JSON (default: null)")
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the run to end and print its output")
+	cmd.Flags().BoolVar(&wait, "wait", false, "print the run's events as they are committed, then its output once it ends")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --wait, give up after this long (default: no limit)")
 	return cmd
 }
