@@ -82,7 +82,10 @@ Start everything on this machine with 'flow dev', then drive it from another ter
 Commands other than 'dev' connect to FLOW_NATS_URL (default nats://127.0.0.1:4222).`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version prints what `flow version` prints.
+		Version: currentBuild().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.PersistentFlags().StringVar(&e.natsURL, "nats-url", envOr("FLOW_NATS_URL", natsconn.DefaultURL), "NATS server URL (env FLOW_NATS_URL)")
 	root.PersistentFlags().StringVar(&e.queue, "queue", envOr("FLOW_QUEUE", "default"), "task queue (env FLOW_QUEUE)")
 	root.PersistentFlags().BoolVar(&e.json, "json", false, "print JSON instead of text")
@@ -90,7 +93,7 @@ Commands other than 'dev' connect to FLOW_NATS_URL (default nats://127.0.0.1:422
 		return usageError{fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())}
 	})
 	root.AddCommand(e.devCmd(), e.startCmd(), e.statusCmd(), e.historyCmd(), e.watchCmd(), e.runsCmd(),
-		e.cancelCmd(), e.signalCmd(), e.terminateCmd(), e.resumeCmd(), e.verifyCmd())
+		e.cancelCmd(), e.signalCmd(), e.terminateCmd(), e.resumeCmd(), e.verifyCmd(), e.versionCmd())
 	return root
 }
 

@@ -77,7 +77,9 @@ func TestTour(t *testing.T) {
 	t.Run("StartOrderAndWait", func(t *testing.T) {
 		r := run(t, "start", "order", "--wait", "--id", "order-2026-0001", nats)
 		require.Equal(t, 0, r.code, r.stderr)
-		require.Contains(t, r.stdout, "run order-2026-0001\ncompleted: ")
+		require.True(t, strings.HasPrefix(r.stdout, "run order-2026-0001\n"), r.stdout)
+		require.Contains(t, r.stdout, "run.completed")
+		require.Contains(t, r.stdout, "\ncompleted: ")
 		require.Contains(t, r.stdout, "order-2026-0001:reserve-stock:sku-8842")
 
 		r = run(t, "status", "order-2026-0001", nats)
@@ -143,7 +145,7 @@ func TestTour(t *testing.T) {
 		require.Equal(t, 0, r.code, r.stderr)
 		r = run(t, "start", "reminder", "--input", `{"after":"1h"}`, "--id", "later", "--wait", "--json", nats)
 		require.Equal(t, 1, r.code)
-		require.Contains(t, r.stdout, `"error": "flow: run \"later\" cancelled: cancelled: cancellation requested: cancelled from the command line"`)
+		require.Contains(t, r.stdout, `"error":"flow: run \"later\" cancelled: cancelled: cancellation requested: cancelled from the command line"`)
 	})
 
 	t.Run("Runs", func(t *testing.T) {

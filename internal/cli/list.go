@@ -2,12 +2,14 @@ package cli
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/pkg/flow"
 )
 
@@ -28,20 +30,25 @@ the event at which the run entered its status. A page ends with the command for 
   flow runs --since 2h --parked
   flow runs --all --json`,
 		Args: args(),
-		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, _ []string) error {
-			if status != "" {
-				f.Status = strings.Split(status, ",")
+		// The flags are checked before dialling: a usage error is one whether or not NATS answers.
+		PreRunE: func(c *cobra.Command, _ []string) error {
+			var err error
+			if f.Status, err = statuses(status); err != nil {
+				return err
+			}
+			if f.Limit < 1 || f.Limit > api.MaxListLimit {
+				return usageError{fmt.Errorf("--limit must be from 1 to %d runs per page, got %d (use --all for every page)", api.MaxListLimit, f.Limit)}
 			}
 			if c.Flags().Changed("queue") {
 				f.Queue = e.queue
 			}
-			var err error
 			if f.Since, err = when("--since", since); err != nil {
 				return err
 			}
-			if f.Until, err = when("--until", until); err != nil {
-				return err
-			}
+			f.Until, err = when("--until", until)
+			return err
+		},
+		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, _ []string) error {
 			var runs []flow.RunSummary
 			next := ""
 			for {
@@ -92,17 +99,50 @@ the event at which the run entered its status. A page ends with the command for 
 			return nil
 		}),
 	}
-	cmd.Flags().StringVar(&status, "status", "", "only runs in these statuses, comma-separated: pending, running, suspended, cancelling, blocked, completed, failed, cancelled, continued_as_new")
+	cmd.Flags().StringVar(&status, "status", "", "only runs in these statuses, comma-separated: "+statusNames())
 	cmd.Flags().StringVar(&f.Definition, "definition", "", "only runs of this workflow definition")
 	cmd.Flags().StringVar(&f.Build, "build", "", "only runs pinned to this build ID")
 	cmd.Flags().StringVar(&f.Parent, "parent", "", "only child runs of this run")
 	cmd.Flags().StringVar(&since, "since", "", "only runs started at or after this time (RFC 3339, a date, or a duration back from now such as 2h)")
 	cmd.Flags().StringVar(&until, "until", "", "only runs started before this time (as --since)")
 	cmd.Flags().BoolVar(&f.Parked, "parked", false, "only runs no worker drives now (blocked, or waiting for a worker of their build or definition)")
-	cmd.Flags().IntVar(&f.Limit, "limit", 50, "runs per page (at most 1000)")
+	cmd.Flags().IntVar(&f.Limit, "limit", 50, fmt.Sprintf("runs per page, from 1 to %d", api.MaxListLimit))
 	cmd.Flags().StringVar(&f.Cursor, "cursor", "", "continue after the page that printed this cursor")
 	cmd.Flags().BoolVar(&all, "all", false, "list every page")
 	return cmd
+}
+
+// runStatuses are the statuses a run can have, in the order of its life.
+var runStatuses = []flow.Status{
+	flow.StatusPending, flow.StatusRunning, flow.StatusSuspended, flow.StatusCancelling, flow.StatusBlocked,
+	flow.StatusCompleted, flow.StatusFailed, flow.StatusCancelled, flow.StatusContinuedAsNew,
+}
+
+func statusNames() string {
+	names := make([]string, len(runStatuses))
+	for i, s := range runStatuses {
+		names[i] = string(s)
+	}
+	return strings.Join(names, ", ")
+}
+
+// statuses parses the --status flag: "" (any status) or statuses separated by commas, spaces
+// around them ignored. Anything else is a usage error naming the valid statuses.
+func statuses(v string) ([]string, error) {
+	if strings.TrimSpace(v) == "" {
+		return nil, nil
+	}
+	var out []string
+	for _, s := range strings.Split(v, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(runStatuses, flow.Status(s)) {
+			return nil, usageError{fmt.Errorf("--status %q is not a run status; use one or several of %s, comma-separated", s, statusNames())}
+		}
+		if !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 // when parses a time flag: RFC 3339, a date (2006-01-02, in UTC), or a duration back from now.

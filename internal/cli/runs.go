@@ -1,18 +1,23 @@
 package cli
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"slices"
 	"strings"
+	"sync"
 	"text/tabwriter"
 	"time"
+	"unicode/utf8"
 
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/wait"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 )
@@ -25,8 +30,19 @@ func (e *env) startCmd() *cobra.Command {
 		Use:   "start DEFINITION",
 		Short: "Start a run of a workflow definition",
 		Long: `Start a run of a workflow definition published by a worker of the queue, and print its ID.
-With --wait, wait for the run to end and print its output; a run that fails, is cancelled or is
+With --wait, print the run's ID at once, then its events as they are committed (following the
+runs it continues as), then its output once it ends; a run that fails, is cancelled or is
 blocked exits with status 1.
+
+With --wait --json, print JSON lines: one object per event, as 'flow history --json' prints
+them ({"run_id","seq","time","type","data"}), then one result object:
+
+  {"type":"result","run_id":RUN,"status":"completed","output":OUTPUT}
+  {"type":"result","run_id":RUN,"status":"failed","error":MESSAGE}
+
+where status is the final run's status (completed, failed, cancelled or blocked) and is left
+out when the wait itself failed (a --timeout, a lost connection); error is set whenever the
+run did not complete. Without --wait, --json prints {"run_id":RUN}.
 
 Starting an existing run ID again with the same definition and input returns that run; with a
 different input it is an error.`,
@@ -66,21 +82,35 @@ different input it is an error.`,
 				ctx, cancel = context.WithTimeout(ctx, timeout)
 				defer cancel()
 			}
-			var out json.RawMessage
-			err = client.Result(ctx, runID, &out)
+			if !e.json {
+				fmt.Fprintf(e.stdout, "run %s\n", runID)
+			}
+			out, err := e.waitFollowing(ctx, client, runID)
+			if timeout > 0 && errors.Is(err, context.DeadlineExceeded) && c.Context().Err() == nil {
+				err = fmt.Errorf("run %s did not end within --timeout %s; it goes on: follow it with `flow watch %s`", runID, timeout, runID)
+			}
 			if e.json {
-				res := map[string]any{"run_id": runID, "output": out}
-				if err != nil {
+				res := map[string]any{"type": "result", "run_id": runID}
+				var runErr *flow.RunError
+				switch {
+				case err == nil:
+					res["status"], res["output"] = flow.StatusCompleted, out
+				case errors.As(err, &runErr):
+					res["status"], res["error"] = runErr.Status, err.Error()
+				default:
 					res["error"] = err.Error()
 				}
-				if werr := writeJSON(e.stdout, res); werr != nil {
+				if werr := writeJSONLine(e.stdout, res); werr != nil {
 					return werr
 				}
 				return err
 			}
-			fmt.Fprintf(e.stdout, "run %s\n", runID)
-			if err != nil {
+			var runErr *flow.RunError
+			if errors.As(err, &runErr) {
 				return fmt.Errorf("%w; see `flow history %s`", err, runID)
+			}
+			if err != nil {
+				return err
 			}
 			fmt.Fprintf(e.stdout, "completed: %s\n", out)
 			return nil
@@ -88,9 +118,125 @@ different input it is an error.`,
 	}
 	cmd.Flags().StringVar(&id, "id", "", "run ID: letters, digits, '-' or '_' (default: generated)")
 	cmd.Flags().StringVar(&input, "input", "", "input as JSON (default: null)")
-	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the run to end and print its output")
+	cmd.Flags().BoolVar(&wait, "wait", false, "print the run's events as they are committed, then its output once it ends")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --wait, give up after this long (default: no limit)")
 	return cmd
+}
+
+// streamGrace bounds how long `start --wait` waits, once the run's result is known, for its
+// event stream to print the events that led to it. The stream reads the same store as the
+// result, so it normally catches up within a second; the bound keeps a stalled read from
+// holding back the result.
+const streamGrace = 10 * time.Second
+
+// successorPause is how long the event stream of `start --wait` waits before looking again for
+// a successor run that is not started yet (the engine starts it just after the commit that
+// continued its predecessor).
+const successorPause = 50 * time.Millisecond
+
+// waitFollowing waits for the result of run runID as Client.Result does (following its
+// continuations), and meanwhile prints the events of the run and of the runs it continues as,
+// as they are committed. Once the result is known it lets the stream print the events through
+// the one that ended or blocked the run (for at most streamGrace), then stops it: nothing is
+// printed after waitFollowing returns, so the caller may print the result.
+func (e *env) waitFollowing(ctx context.Context, client *flow.Client, runID string) (json.RawMessage, error) {
+	f := &follower{e: e, moved: make(chan struct{}, 1)}
+	streamCtx, stopStream := context.WithCancel(ctx)
+	defer stopStream()
+	streamed := make(chan error, 1)
+	go func() { streamed <- f.follow(streamCtx, client, runID) }()
+
+	var out json.RawMessage
+	err := client.Result(ctx, runID, &out)
+	var runErr *flow.RunError
+	isRunErr := errors.As(err, &runErr)
+	var streamErr error
+	streamDone := false
+	if err == nil || isRunErr && (runErr.Status.Terminal() || runErr.Status == flow.StatusBlocked) {
+		grace := time.NewTimer(streamGrace)
+		defer grace.Stop()
+	catchUp:
+		for {
+			if isRunErr && runErr.Status == flow.StatusBlocked && f.printedBlock(runErr.RunID) {
+				break
+			}
+			select {
+			case streamErr = <-streamed:
+				streamDone = true
+				break catchUp
+			case <-f.moved:
+			case <-grace.C:
+				break catchUp
+			case <-ctx.Done():
+				break catchUp
+			}
+		}
+	}
+	stopStream()
+	if !streamDone {
+		streamErr = <-streamed
+	}
+	if streamErr != nil && !errors.Is(streamErr, context.Canceled) && !errors.Is(streamErr, context.DeadlineExceeded) {
+		fmt.Fprintf(e.stderr, "flow: warning: stopped showing the events of run %s: %v (`flow history %s` shows them all)\n", runID, streamErr, runID)
+	}
+	return out, err
+}
+
+// follower prints the events of a run and of the runs it continues as, as they are committed.
+type follower struct {
+	e *env
+	// moved receives (without blocking the follower) after each event printed.
+	moved chan struct{}
+
+	mu sync.Mutex
+	// last is the latest event printed.
+	last event.Envelope
+}
+
+// follow prints the events of run runID from its first, and those of its successors, until it
+// has printed the terminal event of a run that did not continue as new (then it returns nil),
+// printing fails, or ctx ends.
+func (f *follower) follow(ctx context.Context, client *flow.Client, runID string) error {
+	successor := false
+	for {
+		next := ""
+		err := client.Watch(ctx, runID, 0, func(ev event.Envelope) error {
+			if err := f.e.printEvent(ev); err != nil {
+				return err
+			}
+			if p, ok := ev.Payload.(*event.RunContinuedAsNew); ok {
+				next = p.SuccessorRunID
+			}
+			f.mu.Lock()
+			f.last = ev
+			f.mu.Unlock()
+			select {
+			case f.moved <- struct{}{}:
+			default:
+			}
+			return nil
+		})
+		if successor && errors.Is(err, flow.ErrNotFound) {
+			// The engine starts a successor just after its predecessor's last commit, and
+			// Watch printed nothing of it: look again.
+			if !wait.For(ctx, successorPause) {
+				return ctx.Err()
+			}
+			continue
+		}
+		if err != nil || next == "" {
+			return err
+		}
+		runID, successor = next, true
+	}
+}
+
+// printedBlock reports whether the latest event printed is a decision.failed of run runID: the
+// event that blocked it, as far as the stream has read.
+func (f *follower) printedBlock(runID string) bool {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.last.RunID == runID && f.last.Type() == event.TypeDecisionFailed
 }
 
 func (e *env) statusCmd() *cobra.Command {
@@ -167,10 +313,7 @@ func printSnapshot(w io.Writer, s *flow.Snapshot) {
 			steps = append(steps, st)
 		}
 		slices.SortFunc(steps, func(a, b *core.Step) int {
-			if a.BatchSeq != b.BatchSeq {
-				return int(a.BatchSeq) - int(b.BatchSeq)
-			}
-			return strings.Compare(a.ID, b.ID)
+			return cmp.Or(cmp.Compare(a.BatchSeq, b.BatchSeq), strings.Compare(a.ID, b.ID))
 		})
 		for _, st := range steps {
 			result := ""
@@ -180,55 +323,110 @@ func printSnapshot(w io.Writer, s *flow.Snapshot) {
 			case st.Error != nil:
 				result = truncate(st.Error.Error(), 60)
 			}
-			if st.Status == core.StepRetrying && !st.RetryDue.IsZero() {
+			status := string(st.Status)
+			switch {
+			case s.Terminal() && !st.Status.Settled():
+				// History invariants settle every step before the end; say so if one did not.
+				status, result = "unsettled", "the run ended without settling it"
+			case st.Status == core.StepRetrying && !st.RetryDue.IsZero():
 				result = "next attempt at " + st.RetryDue.Format(time.RFC3339Nano)
 			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\n", st.ID, st.Name, st.Status, st.Attempt, result)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%d\t%s\n", st.ID, st.Name, status, st.Attempt, result)
 		}
 		_ = tw.Flush()
 	}
+	// A run that ended waits for nothing: what it never got is shown as such, not as pending.
+	ended := s.Terminal()
 	if len(s.Waits) > 0 {
 		fmt.Fprintln(w, "\nWaits")
+		waits := make([]*core.Wait, 0, len(s.Waits))
 		for _, wt := range s.Waits {
+			waits = append(waits, wt)
+		}
+		slices.SortFunc(waits, func(a, b *core.Wait) int { return cmp.Compare(a.Seq, b.Seq) })
+		for _, wt := range waits {
 			state := "pending until " + wt.Deadline.Format(time.RFC3339Nano)
-			if wt.Fired {
+			switch {
+			case wt.Fired:
 				state = "fired at seq " + fmt.Sprint(wt.FiredSeq)
+			case ended:
+				state = fmt.Sprintf("never fired (due %s; the run ended at seq %d)", wt.Deadline.Format(time.RFC3339Nano), s.Outcome.Seq)
 			}
 			fmt.Fprintf(w, "  %s  %s\n", wt.ID, state)
 		}
 	}
+	signalWaits := make([]*core.SignalWait, 0, len(s.SignalWaits))
 	for _, sw := range s.SignalWaits {
+		signalWaits = append(signalWaits, sw)
+	}
+	slices.SortFunc(signalWaits, func(a, b *core.SignalWait) int { return cmp.Compare(a.Seq, b.Seq) })
+	for _, sw := range signalWaits {
 		state := "waiting"
-		if sw.Received() {
+		switch {
+		case sw.Received():
 			state = "received"
+		case ended:
+			state = "never received (the run ended)"
 		}
 		fmt.Fprintf(w, "Signal wait %s (%s): %s\n", sw.ID, sw.Name, state)
 	}
+	hooks := make([]*core.Hook, 0, len(s.Hooks))
 	for _, h := range s.Hooks {
-		fmt.Fprintf(w, "Hook %s: token %s received=%v\n", h.ID, h.Token, h.Received)
+		hooks = append(hooks, h)
 	}
+	slices.SortFunc(hooks, func(a, b *core.Hook) int { return cmp.Compare(a.Seq, b.Seq) })
+	for _, h := range hooks {
+		state := "waiting"
+		switch {
+		case h.Received:
+			state = fmt.Sprintf("received at seq %d", h.ReceivedSeq)
+		case ended:
+			state = "never received (the run ended)"
+		}
+		fmt.Fprintf(w, "Hook %s: token %s %s\n", h.ID, h.Token, state)
+	}
+	children := make([]*core.Child, 0, len(s.Children))
 	for _, ch := range s.Children {
+		children = append(children, ch)
+	}
+	slices.SortFunc(children, func(a, b *core.Child) int {
+		return cmp.Or(cmp.Compare(a.BatchSeq, b.BatchSeq), strings.Compare(a.ID, b.ID))
+	})
+	for _, ch := range children {
 		state := "running"
-		if ch.Settled {
+		switch {
+		case ch.Settled:
 			state = string(ch.Outcome)
+		case ended:
+			// A child left by its parent's end goes on (or was cancelled) on its own.
+			state = fmt.Sprintf("not settled when this run ended (see `flow status %s`)", ch.RunID)
 		}
 		fmt.Fprintf(w, "Child %s: run %s %s\n", ch.ID, ch.RunID, state)
 	}
 }
 
 func truncate(s string, n int) string {
-	if len(s) <= n {
+	if utf8.RuneCountInString(s) <= n {
 		return s
 	}
-	return s[:n-1] + "…"
+	cut, i := 0, 0
+	for i = range s {
+		if cut == n-1 {
+			break
+		}
+		cut++
+	}
+	return s[:i] + "…"
 }
 
 func (e *env) historyCmd() *cobra.Command {
 	return &cobra.Command{
 		Use:   "history RUN",
 		Short: "Show a run's events in order",
-		Long:  "Show a run's committed events in order. --json prints one envelope per line, the format\nflowtest.Replay and `flow verify` read.",
-		Args:  args("RUN"),
+		Long: `Show a run's committed events in order: sequence, recorded time (UTC, to the millisecond),
+type and payload, cut to 160 characters with "…". --json prints one whole envelope per line,
+the format flowtest.Replay and 'flow verify' read.`,
+		Args: args("RUN"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
 			hist, err := client.History(c.Context(), a[0], 0)
 			if err != nil {
@@ -244,6 +442,16 @@ func (e *env) historyCmd() *cobra.Command {
 	}
 }
 
+// eventTime is how text output shows an event's recorded time: date, time to the millisecond
+// and zone, always in UTC (as events are recorded), e.g. "2026-12-01 10:31:02.123 UTC".
+const eventTime = "2006-01-02 15:04:05.000 MST"
+
+// payloadWidth is the number of characters of an event's payload that text output shows; a
+// longer payload ends in "…" (`flow history RUN --json` shows it whole).
+const payloadWidth = 160
+
+// printEvent prints one event: a JSON line (the envelope, as `flow history --json` writes it)
+// with --json, else a line of its sequence, time, type and payload cut to payloadWidth.
 func (e *env) printEvent(ev event.Envelope) error {
 	if e.json {
 		b, err := json.Marshal(ev)
@@ -257,7 +465,7 @@ func (e *env) printEvent(ev event.Envelope) error {
 	if err != nil {
 		return err
 	}
-	_, err = fmt.Fprintf(e.stdout, "%4d  %s  %-22s %s\n", ev.Seq, ev.Time.Format("15:04:05.000000"), ev.Type(), truncate(string(data), 160))
+	_, err = fmt.Fprintf(e.stdout, "%4d  %s  %-22s %s\n", ev.Seq, ev.Time.UTC().Format(eventTime), ev.Type(), truncate(string(data), payloadWidth))
 	return err
 }
 
@@ -266,7 +474,9 @@ func (e *env) watchCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "watch RUN",
 		Short: "Follow a run's events live until it ends",
-		Args:  args("RUN"),
+		Long: `Print a run's events as they are committed, as 'flow history' prints them (with --json, one
+envelope per line), until the run ends.`,
+		Args: args("RUN"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
 			return client.Watch(c.Context(), a[0], after, e.printEvent)
 		}),
@@ -309,12 +519,17 @@ func (e *env) cancelCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "cancel RUN",
 		Short: "Request cancellation of a run",
-		Long:  "Request cancellation of a run. A workflow that handles cancellation may clean up first;\none that does not is cancelled at its next decision, with its unsettled steps.",
-		Args:  args("RUN"),
+		Long: `Request cancellation of a run. A workflow that handles cancellation may clean up first;
+one that does not is cancelled at its next decision, with its unsettled steps. --json prints
+{"run_id":RUN,"delivered_to":RUN_OR_ITS_SUCCESSOR,"status":"accepted"}.`,
+		Args: args("RUN"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
 			to, err := client.Cancel(c.Context(), a[0], reason)
 			if err != nil {
 				return err
+			}
+			if e.json {
+				return writeJSON(e.stdout, accepted(a[0], to))
 			}
 			fmt.Fprintf(e.stdout, "cancellation of %s requested%s\n", a[0], forwarded(a[0], to))
 			return nil
@@ -329,11 +544,16 @@ func (e *env) terminateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "terminate RUN",
 		Short: "End a run as failed at once, whatever its code would decide (works on blocked runs)",
-		Args:  args("RUN"),
+		Long: `End a run as failed at once, whatever its code would decide; this works on blocked runs too.
+--json prints {"run_id":RUN,"delivered_to":RUN_OR_ITS_SUCCESSOR,"status":"accepted"}.`,
+		Args: args("RUN"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
 			to, err := client.Terminate(c.Context(), a[0], reason)
 			if err != nil {
 				return err
+			}
+			if e.json {
+				return writeJSON(e.stdout, accepted(a[0], to))
 			}
 			fmt.Fprintf(e.stdout, "%s terminated%s\n", a[0], forwarded(a[0], to))
 			return nil
@@ -348,7 +568,10 @@ func (e *env) signalCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "signal RUN NAME",
 		Short: "Send a named signal with a JSON payload to a run",
-		Args:  args("RUN", "NAME"),
+		Long: `Send a named signal with a JSON payload to a run (or, if it continued as new, to the latest
+run it continued as). --json prints
+{"run_id":RUN,"delivered_to":RUN_OR_ITS_SUCCESSOR,"status":"accepted"}.`,
+		Args: args("RUN", "NAME"),
 		RunE: func(c *cobra.Command, a []string) error {
 			if !json.Valid([]byte(payload)) {
 				return usageError{fmt.Errorf("--payload is not valid JSON; quote it for the shell, e.g. --payload '{\"ok\":true}'")}
@@ -362,6 +585,9 @@ func (e *env) signalCmd() *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if e.json {
+				return writeJSON(e.stdout, accepted(a[0], to))
+			}
 			fmt.Fprintf(e.stdout, "signal %s sent to %s%s\n", a[1], a[0], forwarded(a[0], to))
 			return nil
 		},
@@ -369,6 +595,23 @@ func (e *env) signalCmd() *cobra.Command {
 	cmd.Flags().StringVar(&payload, "payload", "null", "payload as JSON")
 	cmd.Flags().StringVar(&id, "id", "", "delivery ID; a repeated ID is delivered once (default: generated)")
 	return cmd
+}
+
+// inputAccepted is what cancel, terminate and signal print with --json.
+type inputAccepted struct {
+	// RunID is the run the command named.
+	RunID string `json:"run_id"`
+	// DeliveredTo is the run that received the input: RunID, or the latest run it continued as.
+	DeliveredTo string `json:"delivered_to"`
+	// Status is "accepted": the input is recorded in DeliveredTo's history.
+	Status string `json:"status"`
+}
+
+func accepted(asked, to string) inputAccepted {
+	if to == "" {
+		to = asked
+	}
+	return inputAccepted{RunID: asked, DeliveredTo: to, Status: "accepted"}
 }
 
 // forwarded says, when an input for run asked reached run to instead, that it was passed on.
@@ -389,6 +632,11 @@ func (e *env) withClient(fn func(c *cobra.Command, client *flow.Client, a []stri
 		defer client.Close()
 		return fn(c, client, a)
 	}
+}
+
+// writeJSONLine writes v as one line of JSON (for JSON lines output).
+func writeJSONLine(w io.Writer, v any) error {
+	return json.NewEncoder(w).Encode(v)
 }
 
 func writeJSON(w io.Writer, v any) error {
