@@ -2,6 +2,8 @@
 //
 //	flowd history [--rebuild]   the history service: the consequences of every commit, the runs
 //	                            index, queries over NATS and HTTP (any number of replicas)
+//	flowd ingress               inputs from outside: starts, signals, hook callbacks, cancels over
+//	                            NATS and HTTP (any number of replicas)
 //	flowd scheduler             fire durable timers (any number of replicas; one leads)
 //	flowd worker                run the example workflows (your own workers embed services/worker)
 //
@@ -24,11 +26,12 @@ import (
 	"github.com/flowrun/flow/internal/examples"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
 
-const usage = "usage: flowd history [--rebuild] | flowd scheduler | flowd worker (configured by FLOW_* environment variables)"
+const usage = "usage: flowd history [--rebuild] | flowd ingress | flowd scheduler | flowd worker (configured by FLOW_* environment variables)"
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -68,6 +71,21 @@ func run(args []string) error {
 		}
 		<-ctx.Done()
 		return h.Stop()
+	case "ingress":
+		var cfg ingress.Config
+		if err := envconfig.Process("FLOW", &cfg); err != nil {
+			return err
+		}
+		cfg.Logger = logger
+		in, err := ingress.New(cfg)
+		if err != nil {
+			return err
+		}
+		if err := in.Start(ctx); err != nil {
+			return err
+		}
+		<-ctx.Done()
+		return in.Stop()
 	case "scheduler":
 		var cfg scheduler.Config
 		if err := envconfig.Process("FLOW", &cfg); err != nil {
@@ -90,7 +108,8 @@ func run(args []string) error {
 		}
 		cfg.Logger = logger
 		reg := flow.NewRegistry(&flow.RegistryOptions{BuildID: os.Getenv("FLOW_BUILD_ID"), Logger: logger})
-		examples.Register(reg)
+		// FLOW_INGRESS_PUBLIC_URL: the base of the callback URLs the webhook example announces.
+		examples.RegisterWith(reg, examples.Options{HookBaseURL: os.Getenv("FLOW_INGRESS_PUBLIC_URL"), Logger: logger})
 		w, err := worker.New(cfg, reg)
 		if err != nil {
 			return err

@@ -74,7 +74,7 @@ func startDev(t *testing.T) string {
 	done := make(chan int, 1)
 	go func() {
 		done <- Main(ctx, []string{"dev", "--dir", t.TempDir(), "--listen", strings.TrimPrefix(url, "nats://"),
-			"--http", "off", "--log-level", "warn"}, &out, &errOut)
+			"--http", "off", "--ingress-http", "127.0.0.1:0", "--log-level", "warn"}, &out, &errOut)
 	}()
 	t.Cleanup(func() {
 		stop()

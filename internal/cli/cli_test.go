@@ -67,7 +67,7 @@ func TestTour(t *testing.T) {
 	var devOut, devErr syncBuffer
 	devDone := make(chan int, 1)
 	go func() {
-		devDone <- cli.Main(ctx, []string{"dev", "--dir", t.TempDir(), "--listen", listen, "--http", httpAddr, "--log-level", "warn"}, &devOut, &devErr)
+		devDone <- cli.Main(ctx, []string{"dev", "--dir", t.TempDir(), "--listen", listen, "--http", httpAddr, "--ingress-http", "127.0.0.1:0", "--log-level", "warn"}, &devOut, &devErr)
 	}()
 	require.Eventually(t, func() bool { return strings.Contains(devOut.String(), "Flow is running.") }, 20*time.Second, 10*time.Millisecond,
 		"flow dev did not start: %s", devErr.String())

@@ -17,40 +17,56 @@ import (
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
 
+// devOptions are the flags of `flow dev`.
+type devOptions struct {
+	dir, listen, httpAddr, ingressAddr, sync, level string
+	noWorker                                        bool
+}
+
 func (e *env) devCmd() *cobra.Command {
-	var dir, listen, httpAddr, sync, level string
+	var o devOptions
 	cmd := &cobra.Command{
 		Use:   "dev",
-		Short: "Run Flow on this machine: embedded NATS, history service, worker, scheduler and example workflows",
+		Short: "Run Flow on this machine: embedded NATS, history, ingress, scheduler, worker and example workflows",
 		Long: `Run Flow on this machine, in one process: a real nats-server with JetStream storing its data
-under --dir, the history service (with its HTTP API on --http), a worker and a scheduler, with
-the example workflows registered:
+under --dir, the history service (with its HTTP API on --http), the ingress (inputs from outside
+over NATS and HTTP on --ingress-http), a scheduler and a worker, with the example workflows
+registered (--no-worker leaves the worker out, to run your own):
 
   order      three steps with idempotency keys and a retry policy (its first charge attempt
              times out, to show a retry)
   fanout     a batch of steps: flow start fanout --input '{"items":20}'
   reminder   a durable timer: flow start reminder --input '{"who":"ann","after":"10s"}'
+  approval   waits for the signal "approve" with a deadline:
+             flow start approval --input '{"timeout":"5m"}', then flow signal RUN approve
+  webhook    creates a hook and logs its callback URL; completes with what is POSTed to it
+  parent     starts two children, one with each cancellation policy; flow cancel the parent
+             to see the difference
 
 Other terminals drive it with the flow commands, which connect to nats://127.0.0.1:4222 unless
 FLOW_NATS_URL says otherwise. Stop with Ctrl-C; runs resume where they were on the next start.`,
 		Args: args(),
 		RunE: func(c *cobra.Command, _ []string) error {
-			return e.dev(c.Context(), dir, listen, httpAddr, sync, level)
+			return e.dev(c.Context(), o)
 		},
 	}
-	cmd.Flags().StringVar(&dir, "dir", envOr("FLOW_DIR", ".flow"), "data directory (env FLOW_DIR)")
-	cmd.Flags().StringVar(&listen, "listen", envOr("FLOW_LISTEN", "127.0.0.1:4222"), "NATS client address host:port (env FLOW_LISTEN)")
-	cmd.Flags().StringVar(&httpAddr, "http", envOr("FLOW_HISTORY_HTTP_ADDR", history.DefaultHTTPAddr), `history service HTTP API address host:port, or "off" (env FLOW_HISTORY_HTTP_ADDR)`)
-	cmd.Flags().StringVar(&sync, "sync", envOr("FLOW_SYNC", ""), `JetStream fsync: "" (every 2 minutes), "always", or a duration (env FLOW_SYNC)`)
-	cmd.Flags().StringVar(&level, "log-level", envOr("FLOW_LOG_LEVEL", "info"), "log level: debug, info, warn or error (env FLOW_LOG_LEVEL)")
+	cmd.Flags().StringVar(&o.dir, "dir", envOr("FLOW_DIR", ".flow"), "data directory (env FLOW_DIR)")
+	cmd.Flags().StringVar(&o.listen, "listen", envOr("FLOW_LISTEN", "127.0.0.1:4222"), "NATS client address host:port (env FLOW_LISTEN)")
+	cmd.Flags().StringVar(&o.httpAddr, "http", envOr("FLOW_HISTORY_HTTP_ADDR", history.DefaultHTTPAddr), `history service HTTP API address host:port, or "off" (env FLOW_HISTORY_HTTP_ADDR)`)
+	cmd.Flags().StringVar(&o.ingressAddr, "ingress-http", envOr("FLOW_INGRESS_HTTP_ADDR", ingress.DefaultHTTPAddr), `ingress HTTP address host:port, or "off" (env FLOW_INGRESS_HTTP_ADDR)`)
+	cmd.Flags().StringVar(&o.sync, "sync", envOr("FLOW_SYNC", ""), `JetStream fsync: "" (every 2 minutes), "always", or a duration (env FLOW_SYNC)`)
+	cmd.Flags().StringVar(&o.level, "log-level", envOr("FLOW_LOG_LEVEL", "info"), "log level: debug, info, warn or error (env FLOW_LOG_LEVEL)")
+	cmd.Flags().BoolVar(&o.noWorker, "no-worker", false, "run everything but the example worker (start your own worker on the same queue)")
 	return cmd
 }
 
-func (e *env) dev(ctx context.Context, dir, listen, httpAddr, sync, level string) error {
+func (e *env) dev(ctx context.Context, o devOptions) error {
+	dir, listen, httpAddr, sync, level := o.dir, o.listen, o.httpAddr, o.sync, o.level
 	host, portText, err := net.SplitHostPort(listen)
 	if err != nil {
 		return usageError{fmt.Errorf("--listen must be host:port, such as 127.0.0.1:4222: %w", err)}
@@ -92,14 +108,27 @@ func (e *env) dev(ctx context.Context, dir, listen, httpAddr, sync, level string
 	}
 	defer func() { _ = h.Stop() }()
 
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: logger})
-	examples.Register(reg)
-	w, err := worker.New(worker.Config{Conn: nc, Queue: e.queue, Logger: logger}, reg)
+	// The ingress takes inputs from outside: the CLI's, other programs', third parties' hook
+	// callbacks.
+	in, err := ingress.New(ingress.Config{Conn: nc, HTTPAddr: o.ingressAddr, Queue: e.queue, Logger: logger})
 	if err != nil {
+		return usageError{err}
+	}
+	if err := in.Start(ctx); err != nil {
 		return err
 	}
-	if err := w.Start(ctx); err != nil {
-		return err
+	defer func() { _ = in.Stop() }()
+
+	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: logger})
+	examples.RegisterWith(reg, examples.Options{HookBaseURL: in.PublicURL(), Logger: logger})
+	var w *worker.Worker
+	if !o.noWorker {
+		if w, err = worker.New(worker.Config{Conn: nc, Queue: e.queue, Logger: logger}, reg); err != nil {
+			return err
+		}
+		if err := w.Start(ctx); err != nil {
+			return err
+		}
 	}
 	// One scheduler per data directory: a restarted `flow dev` takes its own lease back at once.
 	s, err := scheduler.New(scheduler.Config{Conn: nc, Logger: logger, Name: "flow-dev"})
@@ -111,27 +140,37 @@ func (e *env) dev(ctx context.Context, dir, listen, httpAddr, sync, level string
 	}
 
 	url := srv.ClientURL()
+	workflows := fmt.Sprintf("%s on queue %q", strings.Join(reg.Workflows(), ", "), e.queue)
+	if o.noWorker {
+		workflows = fmt.Sprintf("none (--no-worker): start your own worker on queue %q", e.queue)
+	}
 	fmt.Fprintf(e.stdout, `Flow is running.
   NATS       %s (JetStream data in %s)
   History    %s
-  Workflows  %s on queue %q
+  Ingress    %s
+  Workflows  %s
   Sync       %s
 
 Try, in another terminal:
   flow start order --wait
-  flow start reminder --input '{"after":"10s"}'
+  flow start approval --input '{"timeout":"5m"}'   then: flow signal RUN approve --payload '{"note":"ok"}'
+  flow start webhook                               then: curl the callback URL it logs
   flow runs
   flow watch RUN
 
-Other commands reach this server at %s (set FLOW_NATS_URL if you changed --listen).
+Other commands reach this server at %s (set NATS_URL, or --server, if you changed --listen).
 Press Ctrl-C to stop; runs resume where they were on the next start.
-`, url, filepath.Join(dir, "nats"), historyText(h.HTTPAddr()), strings.Join(reg.Workflows(), ", "), e.queue, syncText(sync), url)
+`, url, filepath.Join(dir, "nats"), historyText(h.HTTPAddr()), ingressText(in.HTTPAddr()), workflows, syncText(sync), url)
 
 	<-ctx.Done()
 	fmt.Fprintln(e.stdout, "Stopping: finishing in-flight steps (up to 10s)...")
 	stopCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	werr := w.Stop(stopCtx)
+	var werr error
+	if w != nil {
+		werr = w.Stop(stopCtx)
+	}
+	_ = in.Stop()
 	_ = s.Stop()
 	_ = h.Stop()
 	nc.Close()
@@ -147,6 +186,13 @@ func historyText(addr string) string {
 		return "queries over NATS only (HTTP API off)"
 	}
 	return "http://" + addr + "/v1/runs (runs index, snapshots at any sequence, history, watch)"
+}
+
+func ingressText(addr string) string {
+	if addr == "" {
+		return "NATS only, on flow.ingress.> (HTTP off)"
+	}
+	return "http://" + addr + " (POST /v1/workflows/{definition}/runs, /v1/runs/{id}/signals/{name}, /v1/hooks/{token}; GET /v1/openapi.json) and NATS flow.ingress.>"
 }
 
 func syncText(s string) string {

@@ -7,9 +7,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
@@ -56,6 +58,7 @@ func killBetweenWrites(t *testing.T, be backend, role, faults string, killAfter,
 		require.NoError(t, err)
 		require.NoError(t, h.Start(ctx))
 		t.Cleanup(func() { require.NoError(t, h.Stop()) })
+		ingresstest.Start(t, ingress.Config{Conn: be.connect(t), HTTPAddr: "off", Logger: natstest.Logger()})
 	}
 	if role != roleWorker {
 		w, err := worker.New(worker.Config{Conn: be.connect(t), Logger: natstest.Logger()}, faultRegistry())

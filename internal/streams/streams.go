@@ -23,6 +23,9 @@ const (
 	// to a build, flow.task.<queue>.b.<build token>.<run>), deduplicated by Nats-Msg-Id
 	// "<run>:<seq>".
 	Tasks = "FLOW_TASKS"
+	// DeadLetter keeps the inputs the ingress rejected that were published without a reply
+	// subject, on flow.deadletter.ingress.<kind>, with the reason in their headers, for 7 days.
+	DeadLetter = "FLOW_DEADLETTER"
 	// TimersBucket holds one entry per pending timer: key "<run>.<timer key>", value a JSON
 	// core.Timer. The history service writes it as it follows the history; the scheduler fires
 	// and deletes entries.
@@ -146,6 +149,11 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			Name: Tasks, Subjects: []string{taskPrefix + ">"}, Storage: jetstream.FileStorage,
 			Retention: jetstream.WorkQueuePolicy, Replicas: d.Replicas, Duplicates: d.DuplicateWindow,
 			Description: "Flow resume tasks on flow.task.<queue>.<run>",
+		},
+		{
+			Name: DeadLetter, Subjects: []string{"flow.deadletter.>"}, Storage: jetstream.FileStorage,
+			Retention: jetstream.LimitsPolicy, Replicas: d.Replicas, MaxAge: 7 * 24 * time.Hour, MaxBytes: 1 << 30,
+			Description: "Flow inputs the ingress rejected, with the reason in Flow-Error-Code and Flow-Error-Message",
 		},
 	} {
 		if err := ensureStream(ctx, js, sc, cfg); err != nil {

@@ -30,7 +30,10 @@ func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(
 	defer func() { _ = sub.Unsubscribe() }()
 	// The server has the subscription before the first read: nothing committed after it is
 	// missed.
-	if err := c.nc.FlushWithContext(ctx); err != nil {
+	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	err = c.nc.FlushWithContext(fctx)
+	cancel()
+	if err != nil {
 		return err
 	}
 	var atLeast uint64

@@ -245,5 +245,14 @@ func inputError(e *api.IngressError) error {
 	default:
 		return e
 	}
-	return fmt.Errorf("%w: %s", sentinel, e.Message)
+	return &inputErr{sentinel: sentinel, msg: e.Message}
 }
+
+// inputErr is a refused input: its message is the ingress's, and it matches its sentinel.
+type inputErr struct {
+	sentinel error
+	msg      string
+}
+
+func (e *inputErr) Error() string { return "flow: " + e.msg }
+func (e *inputErr) Unwrap() error { return e.sentinel }

@@ -14,11 +14,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/worker"
 )
 
@@ -44,6 +46,7 @@ func startSystem(t *testing.T, dir string, withWorker bool) *system {
 	sys.h, err = history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, sys.h.Start(t.Context()))
+	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
 	if withWorker {
 		sys.w, err = worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, registry(""))
 		require.NoError(t, err)

@@ -16,6 +16,7 @@ import (
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/worker"
 )
 
@@ -86,6 +87,14 @@ func followGreetings(ctx context.Context) error {
 		return err
 	}
 	defer h.Stop()
+	in, err := ingress.New(ingress.Config{Conn: nc, HTTPAddr: "off", Logger: quiet})
+	if err != nil {
+		return err
+	}
+	if err := in.Start(ctx); err != nil {
+		return err
+	}
+	defer in.Stop()
 	reg := flow.NewRegistry(nil)
 	flow.RegisterWorkflow(reg, "greet", greet)
 	flow.RegisterStep(reg, "compose", func(_ context.Context, name string) (string, error) {

@@ -117,6 +117,9 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 		resp.RunID, err = s.engine.Terminate(ctx, in.runID, in.reason)
 	}
 	if err != nil {
+		if in.kind == api.KindHook && in.runID == "" {
+			in.runID = resp.RunID // the hook's run, when its token was found
+		}
 		return nil, s.refusal(in, err)
 	}
 	if in.kind != api.KindSignal && in.kind != api.KindHook {
@@ -139,10 +142,12 @@ func (s *Service) refusal(in *input, err error) *api.IngressError {
 		return e(api.CodeDeliveryConflict, "%s", trimFlow(err))
 	case errors.Is(err, core.ErrAlreadyReceived):
 		return e(api.CodeHookReceived, "%s; a hook takes one delivery", trimFlow(err))
+	case errors.Is(err, core.ErrTerminal) && in.kind == api.KindHook:
+		return e(api.CodeRunEnded, "the run of this hook, %q, has ended; it takes no more deliveries (see `flow status %s`)", in.runID, in.runID)
 	case errors.Is(err, core.ErrTerminal):
 		return e(api.CodeRunEnded, "run %q has ended; it takes no more inputs (see `flow status %s`)", in.runID, in.runID)
 	case errors.Is(err, engine.ErrRunExists):
-		return e(api.CodeRunExists, "%s; start with another run ID, or with the same definition and input to get the existing run", trimFlow(err))
+		return e(api.CodeRunExists, "%s", trimFlow(err))
 	case errors.Is(err, core.ErrInvalidInput), errors.Is(err, event.ErrInvalidID):
 		return e(api.CodeInvalidRequest, "%s", trimFlow(err))
 	case errors.Is(err, store.ErrDamaged):

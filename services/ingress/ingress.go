@@ -214,9 +214,11 @@ func (s *Service) HTTPAddr() string {
 }
 
 // HookURL returns the callback URL of hook token: PublicURL + "/v1/hooks/" + token.
-func (s *Service) HookURL(token string) string { return s.publicURL() + "/v1/hooks/" + token }
+func (s *Service) HookURL(token string) string { return s.PublicURL() + "/v1/hooks/" + token }
 
-func (s *Service) publicURL() string {
+// PublicURL returns the base URL of the HTTP routes for third parties: Config.PublicURL, else
+// "http://" and the listen address.
+func (s *Service) PublicURL() string {
 	if s.cfg.PublicURL != "" {
 		return s.cfg.PublicURL
 	}

@@ -43,10 +43,12 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
@@ -140,6 +142,7 @@ func newBenchEnv(b *testing.B, syncPolicy string) *benchEnv {
 		b.Fatal(err)
 	}
 	b.Cleanup(func() { _ = h.Stop() })
+	ingresstest.Start(b, ingress.Config{Conn: connect(), Logger: discard})
 
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: discard})
 	flow.RegisterWorkflow(reg, benchWorkflow, benchTenSteps)

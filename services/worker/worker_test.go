@@ -11,12 +11,14 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/examples"
+	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
@@ -35,6 +37,7 @@ func setup(t *testing.T, register func(*flow.Registry)) *testBundle {
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	reg := flow.NewRegistry(nil)
 	register(reg)
 	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, reg)
@@ -126,8 +129,10 @@ func TestSignalsAndCancellation(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.client.Signal(ctx, runID, "approval", "yes", &flow.SignalOptions{DeliveryID: "d-1"})
 	require.NoError(t, err)
-	_, err = b.client.Signal(ctx, runID, "approval", "no", &flow.SignalOptions{DeliveryID: "d-1"})
+	_, err = b.client.Signal(ctx, runID, "approval", "yes", &flow.SignalOptions{DeliveryID: "d-1"})
 	require.NoError(t, err, "a redelivery is accepted once")
+	_, err = b.client.Signal(ctx, runID, "approval", "no", &flow.SignalOptions{DeliveryID: "d-1"})
+	require.ErrorIs(t, err, flow.ErrDeliveryConflict, "a delivery ID reused with another payload is refused")
 	var out string
 	require.NoError(t, b.client.Result(ctx, runID, &out))
 	require.Equal(t, "yes", out)
@@ -213,6 +218,7 @@ func TestReadsAfterResultOnCluster(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	ingresstest.Start(t, ingress.Config{Conn: c.Connect(t, 1), HTTPAddr: "off", Logger: quiet})
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
 	flow.RegisterWorkflow(reg, "pair", func(ctx *flow.Context, n int) (flow.Decision, error) {
 		for _, id := range []string{"a", "b"} {
@@ -255,6 +261,7 @@ func TestTasksWaitForSlotsOnTheServer(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	var calls atomic.Int32
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
 	flow.RegisterWorkflow(reg, "slow", func(ctx *flow.Context, _ any) (flow.Decision, error) {
