@@ -413,7 +413,7 @@ func (r resolved) hint(err error) string {
 	case errors.Is(err, nats.ErrSecureConnWanted):
 		return "TLS is configured but the server does not offer it: unset the TLS settings, or connect to a server with TLS"
 	case strings.Contains(msg, "tls") || strings.Contains(msg, "certificate"):
-		return "check the TLS settings (FLOW_NATS_TLS_CA, FLOW_NATS_TLS_CERT, FLOW_NATS_TLS_KEY, FLOW_NATS_TLS_FIRST) against the server's"
+		return "check the TLS settings against the server's: it may require a client certificate (FLOW_NATS_TLS_CERT and FLOW_NATS_TLS_KEY, --tlscert and --tlskey) or the handshake first (FLOW_NATS_TLS_FIRST, --tlsfirst)"
 	}
 	return "start Flow with `flow dev`, or point FLOW_NATS_URL (or NATS_URL, the flow command's --server, or a NATS context) at a running NATS server"
 }
