@@ -171,13 +171,13 @@ func TestDialTLS(t *testing.T) {
 		_, err := natsconn.Config{URL: url, TLS: natsconn.TLS{CA: files.CA}}.Dial("test")
 		require.ErrorIs(t, err, natsconn.ErrUnreachable)
 		require.ErrorContains(t, err, "it may require a client certificate")
-		})
+	})
 	t.Run("UnknownCA", func(t *testing.T) {
 		_, err := natsconn.Config{URL: strings.Replace(url, "nats://", "tls://", 1),
 			TLS: natsconn.TLS{Cert: files.ClientCert, Key: files.ClientKey}}.Dial("test")
 		require.ErrorIs(t, err, natsconn.ErrUnreachable)
 		require.ErrorContains(t, err, "the server's TLS certificate is not trusted: give the CA that signs it")
-		})
+	})
 	t.Run("CertificateWithoutKey", func(t *testing.T) {
 		t.Setenv("NATS_CERT", files.ClientCert)
 		_, err := natsconn.Config{URL: url, TLS: natsconn.TLS{CA: files.CA}}.Dial("test")
