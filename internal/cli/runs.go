@@ -387,7 +387,7 @@ func (e *env) withClient(fn func(c *cobra.Command, client *flow.Client, a []stri
 			return err
 		}
 		defer client.Close()
-		return fn(c, client, a)
+		return fn(c, client.Client, a)
 	}
 }
 

@@ -147,7 +147,7 @@ func TestDialNKey(t *testing.T) {
 	t.Setenv("FLOW_NATS_NKEY", missing)
 	_, err = natsconn.Config{URL: ns.ClientURL()}.Dial("test")
 	require.NotErrorIs(t, err, natsconn.ErrUnreachable)
-	require.EqualError(t, err, "flow: NATS nkey seed file "+missing+" (from FLOW_NATS_NKEY) does not exist; check the path, or unset FLOW_NATS_NKEY")
+	require.EqualError(t, err, "flow: NATS nkey seed file "+missing+" (from FLOW_NATS_NKEY) does not exist; fix the path, or drop the setting to connect without it")
 
 	notSeed := filepath.Join(dir, "not-a-seed")
 	require.NoError(t, os.WriteFile(notSeed, []byte(pub), 0o600))
@@ -216,7 +216,7 @@ func TestDialCreds(t *testing.T) {
 
 	missing := filepath.Join(dir, "gone.creds")
 	_, err = natsconn.Config{URL: ns.ClientURL(), Creds: missing}.Dial("test")
-	require.EqualError(t, err, "flow: NATS creds file "+missing+" (from Config.Creds) does not exist; check the path, or unset Config.Creds")
+	require.EqualError(t, err, "flow: NATS creds file "+missing+" (from Config.Creds) does not exist; fix the path, or drop the setting to connect without it")
 
 	_, err = natsconn.Config{URL: ns.ClientURL(), Creds: filepath.Join(dir)}.Dial("test")
 	require.ErrorContains(t, err, "flow: NATS creds file "+dir+" (from Config.Creds): ")

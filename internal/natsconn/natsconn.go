@@ -371,7 +371,7 @@ func readFile(what string, s setting) ([]byte, error) {
 	data, err := os.ReadFile(s.value)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
-		return nil, fmt.Errorf("flow: NATS %s %s (from %s) does not exist; check the path, or unset %s", what, s.value, s.source, s.source)
+		return nil, fmt.Errorf("flow: NATS %s %s (from %s) does not exist; fix the path, or drop the setting to connect without it", what, s.value, s.source)
 	case err != nil:
 		return nil, fmt.Errorf("flow: NATS %s %s (from %s): %w", what, s.value, s.source, err)
 	}
