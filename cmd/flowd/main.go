@@ -7,9 +7,13 @@
 //	flowd scheduler             fire durable timers (any number of replicas; one leads)
 //	flowd worker                run the example workflows (your own workers embed services/worker)
 //
-// Configuration: FLOW_NATS_URL (default nats://127.0.0.1:4222), FLOW_QUEUE, FLOW_STREAMS_REPLICAS,
-// FLOW_HISTORY_HTTP_ADDR and the other fields of history.Config, worker.Config and
-// scheduler.Config, prefixed FLOW_.
+// Configuration: the fields of history.Config, worker.Config and scheduler.Config, prefixed
+// FLOW_: FLOW_QUEUE, FLOW_STREAMS_REPLICAS, FLOW_HISTORY_HTTP_ADDR, ... The connection to NATS is
+// FLOW_NATS_URL (servers, comma-separated), FLOW_NATS_CREDS, FLOW_NATS_NKEY, FLOW_NATS_USER and
+// FLOW_NATS_PASSWORD, FLOW_NATS_TOKEN, FLOW_NATS_TLS_CA, FLOW_NATS_TLS_CERT, FLOW_NATS_TLS_KEY,
+// FLOW_NATS_TLS_FIRST and FLOW_NATS_CONTEXT (a nats CLI context); what they leave unset comes from
+// the nats CLI's NATS_URL, NATS_CREDS, ..., then its selected context, then
+// nats://127.0.0.1:4222 (see docs/operations.md, "Connecting to NATS").
 package main
 
 import (

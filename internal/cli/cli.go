@@ -1,5 +1,6 @@
 // Package cli is the `flow` command line: `flow dev` runs everything on one machine, the other
-// commands drive and inspect runs over NATS (FLOW_NATS_URL). cmd/flow only calls Main.
+// commands drive and inspect runs over NATS, connecting as the nats CLI does (--server,
+// FLOW_NATS_URL, NATS_URL, a nats context; see natsconn.Config). cmd/flow only calls Main.
 package cli
 
 import (
@@ -13,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/pkg/flow"
@@ -20,11 +22,12 @@ import (
 
 // env holds what every command shares: flags, environment and output.
 type env struct {
-	natsURL string
-	queue   string
-	json    bool
-	stdout  io.Writer
-	stderr  io.Writer
+	nats   natsconn.Config // from the connection flags; what they leave empty, Dial resolves
+	flags  *pflag.FlagSet  // the persistent flags, to name the one that set a value
+	queue  string
+	json   bool
+	stdout io.Writer
+	stderr io.Writer
 }
 
 // Main runs the flow command with args and returns the process exit code: 0 on success, 1 on
@@ -79,14 +82,18 @@ Start everything on this machine with 'flow dev', then drive it from another ter
   flow runs                   list runs with their status
   flow history RUN            show a run's events
 
-Commands other than 'dev' connect to FLOW_NATS_URL (default nats://127.0.0.1:4222).`,
+Commands other than 'dev' connect to NATS as the nats CLI does: to --server, else FLOW_NATS_URL,
+else NATS_URL, else the url of the nats context (--context, FLOW_NATS_CONTEXT, NATS_CONTEXT, or
+the one 'nats context select' chose), else nats://127.0.0.1:4222. Credentials and TLS come from
+--creds, --nkey, --user, --tlsca, --tlscert and --tlskey, the FLOW_NATS_* and NATS_* variables,
+or the context.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		// --version prints what `flow version` prints.
 		Version: currentBuild().String(),
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.PersistentFlags().StringVar(&e.natsURL, "nats-url", envOr("FLOW_NATS_URL", natsconn.DefaultURL), "NATS server URL (env FLOW_NATS_URL)")
+	e.connectionFlags(root.PersistentFlags())
 	root.PersistentFlags().StringVar(&e.queue, "queue", envOr("FLOW_QUEUE", "default"), "task queue (env FLOW_QUEUE)")
 	root.PersistentFlags().BoolVar(&e.json, "json", false, "print JSON instead of text")
 	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error {
@@ -104,9 +111,51 @@ func envOr(key, def string) string {
 	return def
 }
 
-// client dials the configured NATS server.
+// connectionFlags defines the flags that say how to reach NATS, named as the nats CLI names
+// them. Their defaults are empty: natsconn.Config.Dial reads the environment and the nats
+// context for what they leave unset.
+func (e *env) connectionFlags(f *pflag.FlagSet) {
+	e.flags = f
+	f.StringVarP(&e.nats.URL, "server", "s", "", "NATS server URL, or several comma-separated (env FLOW_NATS_URL, NATS_URL; default the context's, or "+natsconn.DefaultURL+")")
+	f.StringVar(&e.nats.URL, "nats-url", "", "the same as --server")
+	_ = f.MarkHidden("nats-url")
+	f.StringVar(&e.nats.Creds, "creds", "", "NATS user credentials file (env FLOW_NATS_CREDS, NATS_CREDS)")
+	f.StringVar(&e.nats.NKey, "nkey", "", "NATS user nkey seed file (env FLOW_NATS_NKEY, NATS_NKEY)")
+	f.StringVar(&e.nats.User, "user", "", "NATS user name (env FLOW_NATS_USER, NATS_USER); the password comes from --password, FLOW_NATS_PASSWORD or NATS_PASSWORD")
+	f.StringVar(&e.nats.Password, "password", "", "NATS password; prefer FLOW_NATS_PASSWORD, which other users cannot see in the process list")
+	f.StringVar(&e.nats.TLS.CA, "tlsca", "", "TLS certificate authority file (PEM) for the NATS servers (env FLOW_NATS_TLS_CA, NATS_CA)")
+	f.StringVar(&e.nats.TLS.Cert, "tlscert", "", "TLS client certificate file (PEM) (env FLOW_NATS_TLS_CERT, NATS_CERT)")
+	f.StringVar(&e.nats.TLS.Key, "tlskey", "", "TLS client private key file (PEM) (env FLOW_NATS_TLS_KEY, NATS_KEY)")
+	f.BoolVar(&e.nats.TLS.First, "tlsfirst", false, "do the TLS handshake before the NATS server's greeting (env FLOW_NATS_TLS_FIRST)")
+	f.StringVar(&e.nats.Context, "context", "", "nats CLI context to connect with (env FLOW_NATS_CONTEXT, NATS_CONTEXT; default the selected one)")
+	e.nats.Origin = e.origin
+}
+
+// origin names the flag that set a field of e.nats, for errors.
+func (e *env) origin(field string) string {
+	name := map[string]string{"URL": "server", "Creds": "creds", "NKey": "nkey", "User": "user", "Password": "password",
+		"TLS.CA": "tlsca", "TLS.Cert": "tlscert", "TLS.Key": "tlskey", "Context": "context"}[field]
+	if name == "server" && e.flags.Changed("nats-url") {
+		name = "nats-url"
+	}
+	if name == "" || !e.flags.Changed(name) {
+		return ""
+	}
+	return "--" + name
+}
+
+// client connects to NATS as the connection flags say and returns a client on that connection.
 func (e *env) client(ctx context.Context) (*flow.Client, error) {
-	return flow.Dial(ctx, e.natsURL, &flow.ClientOptions{Queue: e.queue})
+	nc, err := e.nats.Dial("flow-client")
+	if err != nil {
+		return nil, err
+	}
+	c, err := flow.NewClient(ctx, nc, &flow.ClientOptions{Queue: e.queue, CloseConn: true})
+	if err != nil {
+		nc.Close()
+		return nil, err
+	}
+	return c, nil
 }
 
 // args checks the number of positional arguments with a message that names them.

@@ -72,7 +72,7 @@ func TestTour(t *testing.T) {
 	require.Eventually(t, func() bool { return strings.Contains(devOut.String(), "Flow is running.") }, 20*time.Second, 10*time.Millisecond,
 		"flow dev did not start: %s", devErr.String())
 	require.Contains(t, devOut.String(), "flow start order --wait")
-	nats := "--nats-url=" + url
+	nats := "--server=" + url
 
 	t.Run("StartOrderAndWait", func(t *testing.T) {
 		r := run(t, "start", "order", "--wait", "--id", "order-2026-0001", nats)
@@ -186,7 +186,8 @@ func TestTour(t *testing.T) {
 			{"MissingRun", []string{"status", "no-such-run", nats}, 1, `flow: not found: run "no-such-run" does not exist (list runs with ` + "`flow runs`)"},
 			{"MissingRunHistory", []string{"history", "no-such-run", nats}, 1, `does not exist`},
 			{"MissingRunCancel", []string{"cancel", "no-such-run", nats}, 1, `no-such-run`},
-			{"Unreachable", []string{"runs", "--nats-url", "nats://127.0.0.1:1"}, 1, "flow: NATS unreachable: cannot connect to nats://127.0.0.1:1"},
+			{"Unreachable", []string{"runs", "--nats-url", "nats://127.0.0.1:1"}, 1, "flow: NATS unreachable: cannot connect to nats://127.0.0.1:1 (from --nats-url): "},
+			{"UnreachableShort", []string{"runs", "-s", "nats://127.0.0.1:1"}, 1, "flow: NATS unreachable: cannot connect to nats://127.0.0.1:1 (from --server): "},
 			{"MissingArgument", []string{"status", nats}, 2, "flow: flow status takes 1 argument(s), RUN; got 0"},
 			{"UnknownFlag", []string{"runs", "--colour", nats}, 2, "flow: unknown flag: --colour"},
 		} {

@@ -49,7 +49,7 @@ registered (--no-worker leaves the worker out, to run your own):
              to see the difference
 
 Other terminals drive it with the flow commands, which connect to nats://127.0.0.1:4222 unless
-FLOW_NATS_URL says otherwise. Stop with Ctrl-C; runs resume where they were on the next start.`,
+--server, FLOW_NATS_URL, NATS_URL or a selected nats context says otherwise. Stop with Ctrl-C; runs resume where they were on the next start.`,
 		Args: args(),
 		RunE: func(c *cobra.Command, _ []string) error {
 			return e.dev(c.Context(), o)
@@ -158,7 +158,8 @@ Try, in another terminal:
   flow runs
   flow watch RUN
 
-Other commands reach this server at %s (set NATS_URL, or --server, if you changed --listen).
+Other commands reach this server at %s (pass --server or set NATS_URL if you changed --listen,
+or if a nats context is selected).
 Press Ctrl-C to stop; runs resume where they were on the next start.
 `, url, filepath.Join(dir, "nats"), historyText(h.HTTPAddr()), ingressText(in.HTTPAddr()), workflows, syncText(sync), url)
 

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/scheduler"
@@ -83,7 +84,7 @@ func runChild(role string) error {
 			return err
 		}
 		reg := newRegistry(os.Getenv(envDir), os.Getenv(envName))
-		w, err := worker.New(worker.Config{NATSURL: os.Getenv(envNATSURL), AckWait: ackWait, Streams: streamsCfg, Logger: logger, Faults: faults}, reg)
+		w, err := worker.New(worker.Config{NATS: natsconn.Config{URL: os.Getenv(envNATSURL)}, AckWait: ackWait, Streams: streamsCfg, Logger: logger, Faults: faults}, reg)
 		if err != nil {
 			return err
 		}
@@ -91,7 +92,7 @@ func runChild(role string) error {
 			return err
 		}
 	case roleScheduler:
-		s, err := scheduler.New(scheduler.Config{NATSURL: os.Getenv(envNATSURL), Name: os.Getenv(envName), Streams: streamsCfg, Logger: logger, Faults: faults})
+		s, err := scheduler.New(scheduler.Config{NATS: natsconn.Config{URL: os.Getenv(envNATSURL)}, Name: os.Getenv(envName), Streams: streamsCfg, Logger: logger, Faults: faults})
 		if err != nil {
 			return err
 		}
@@ -103,7 +104,7 @@ func runChild(role string) error {
 		if err != nil {
 			return err
 		}
-		h, err := history.New(history.Config{NATSURL: os.Getenv(envNATSURL), HTTPAddr: "off", AckWait: ackWait, Streams: streamsCfg, Logger: logger, Faults: faults})
+		h, err := history.New(history.Config{NATS: natsconn.Config{URL: os.Getenv(envNATSURL)}, HTTPAddr: "off", AckWait: ackWait, Streams: streamsCfg, Logger: logger, Faults: faults})
 		if err != nil {
 			return err
 		}

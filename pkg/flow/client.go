@@ -46,6 +46,8 @@ type ClientOptions struct {
 	Queue string
 	// Logger defaults to discarding.
 	Logger *slog.Logger
+	// CloseConn makes Close close the connection given to NewClient too. Defaults to false.
+	CloseConn bool
 }
 
 // Client starts runs and reads, waits on, signals and cancels them, over NATS request/reply:
@@ -88,7 +90,7 @@ func NewClient(_ context.Context, nc *nats.Conn, opts *ClientOptions) (*Client, 
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	c := &Client{nc: nc, queue: opts.Queue, logger: logger}
+	c := &Client{nc: nc, queue: opts.Queue, logger: logger, ownConn: opts.CloseConn}
 	if c.queue == "" {
 		c.queue = streams.DefaultQueue
 	}

@@ -66,10 +66,13 @@ import (
 // Config configures a Service. The zero value works against a local `flow dev`. Load it from
 // the environment with envconfig.Process("FLOW", &cfg): FLOW_NATS_URL, FLOW_HISTORY_HTTP_ADDR...
 type Config struct {
-	// NATSURL is the NATS server to connect to when Conn is nil. Defaults to
-	// "nats://127.0.0.1:4222".
-	NATSURL string `envconfig:"NATS_URL"`
-	// Conn is an existing connection to use instead of dialling NATSURL. The service does not
+	// NATS says how to connect when Conn is nil: servers, credentials, TLS, or a nats CLI
+	// context, from FLOW_NATS_URL, FLOW_NATS_CREDS, FLOW_NATS_NKEY, FLOW_NATS_TLS_CA,
+	// FLOW_NATS_TLS_CERT, FLOW_NATS_TLS_KEY, FLOW_NATS_CONTEXT and the nats CLI's NATS_URL, ... (see
+	// natsconn.Config and docs/operations.md). Defaults to nats://127.0.0.1:4222 when neither
+	// the environment nor a nats context says otherwise.
+	NATS natsconn.Config `envconfig:"NATS"`
+	// Conn is an existing connection to use instead of dialling with NATS. The service does not
 	// close it.
 	Conn *nats.Conn `ignored:"true"`
 	// HTTPAddr is the address of the HTTP API, host:port. Defaults to "127.0.0.1:8420"; "off"
@@ -140,9 +143,6 @@ type Service struct {
 
 // New returns a history service.
 func New(cfg Config) (*Service, error) {
-	if cfg.NATSURL == "" {
-		cfg.NATSURL = nats.DefaultURL
-	}
 	if cfg.HTTPAddr == "" {
 		cfg.HTTPAddr = DefaultHTTPAddr
 	}
@@ -183,7 +183,7 @@ func New(cfg Config) (*Service, error) {
 // service consumes and answers.
 func (s *Service) Start(ctx context.Context) error {
 	var err error
-	if s.nc, s.ownConn, err = natsconn.Use(s.cfg.Conn, s.cfg.NATSURL, "flow-history"); err != nil {
+	if s.nc, s.ownConn, err = s.cfg.NATS.Use(s.cfg.Conn, "flow-history"); err != nil {
 		return err
 	}
 	if err := s.start(ctx); err != nil {

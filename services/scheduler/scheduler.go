@@ -43,10 +43,13 @@ import (
 // Config configures a Scheduler. The zero value works against a local `flow dev`. Load it from
 // the environment with envconfig.Process("FLOW", &cfg).
 type Config struct {
-	// NATSURL is the NATS server to connect to when Conn is nil. Defaults to
-	// "nats://127.0.0.1:4222".
-	NATSURL string `envconfig:"NATS_URL"`
-	// Conn is an existing connection to use instead of dialling NATSURL. The scheduler does not
+	// NATS says how to connect when Conn is nil: servers, credentials, TLS, or a nats CLI
+	// context, from FLOW_NATS_URL, FLOW_NATS_CREDS, FLOW_NATS_NKEY, FLOW_NATS_TLS_CA,
+	// FLOW_NATS_TLS_CERT, FLOW_NATS_TLS_KEY, FLOW_NATS_CONTEXT and the nats CLI's NATS_URL, ... (see
+	// natsconn.Config and docs/operations.md). Defaults to nats://127.0.0.1:4222 when neither
+	// the environment nor a nats context says otherwise.
+	NATS natsconn.Config `envconfig:"NATS"`
+	// Conn is an existing connection to use instead of dialling with NATS. The scheduler does not
 	// close it.
 	Conn *nats.Conn `ignored:"true"`
 	// Name identifies this replica in the lease. A replica restarted under the same name takes
@@ -90,9 +93,6 @@ type Scheduler struct {
 
 // New returns a scheduler.
 func New(cfg Config) (*Scheduler, error) {
-	if cfg.NATSURL == "" {
-		cfg.NATSURL = nats.DefaultURL
-	}
 	if cfg.Name == "" {
 		host, _ := os.Hostname()
 		cfg.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), nuid.Next()[:6])
@@ -120,7 +120,7 @@ func New(cfg Config) (*Scheduler, error) {
 // Start connects, creates Flow's streams if needed, and starts competing for the lease.
 func (s *Scheduler) Start(ctx context.Context) error {
 	var err error
-	if s.nc, s.ownConn, err = natsconn.Use(s.cfg.Conn, s.cfg.NATSURL, "flow-scheduler"); err != nil {
+	if s.nc, s.ownConn, err = s.cfg.NATS.Use(s.cfg.Conn, "flow-scheduler"); err != nil {
 		return err
 	}
 	if err := s.open(ctx); err != nil {

@@ -40,10 +40,13 @@ import (
 // Config configures a Worker. The zero value works against a local `flow dev`. Load it from the
 // environment with envconfig.Process("FLOW", &cfg): FLOW_NATS_URL, FLOW_QUEUE, ...
 type Config struct {
-	// NATSURL is the NATS server to connect to when Conn is nil. Defaults to
-	// "nats://127.0.0.1:4222".
-	NATSURL string `envconfig:"NATS_URL"`
-	// Conn is an existing connection to use instead of dialling NATSURL. The worker does not
+	// NATS says how to connect when Conn is nil: servers, credentials, TLS, or a nats CLI
+	// context, from FLOW_NATS_URL, FLOW_NATS_CREDS, FLOW_NATS_NKEY, FLOW_NATS_TLS_CA,
+	// FLOW_NATS_TLS_CERT, FLOW_NATS_TLS_KEY, FLOW_NATS_CONTEXT and the nats CLI's NATS_URL, ... (see
+	// natsconn.Config and docs/operations.md). Defaults to nats://127.0.0.1:4222 when neither
+	// the environment nor a nats context says otherwise.
+	NATS natsconn.Config `envconfig:"NATS"`
+	// Conn is an existing connection to use instead of dialling with NATS. The worker does not
 	// close it.
 	Conn *nats.Conn `ignored:"true"`
 	// Queue is the task queue the worker serves. Defaults to "default".
@@ -97,9 +100,6 @@ func New(cfg Config, reg *flow.Registry) (*Worker, error) {
 	if reg == nil {
 		return nil, errors.New("worker: a registry is required")
 	}
-	if cfg.NATSURL == "" {
-		cfg.NATSURL = nats.DefaultURL
-	}
 	if cfg.Queue == "" {
 		cfg.Queue = streams.DefaultQueue
 	}
@@ -132,7 +132,7 @@ func New(cfg Config, reg *flow.Registry) (*Worker, error) {
 // starts pulling tasks. It returns once the worker is consuming.
 func (w *Worker) Start(ctx context.Context) error {
 	var err error
-	if w.nc, w.ownConn, err = natsconn.Use(w.cfg.Conn, w.cfg.NATSURL, "flow-worker"); err != nil {
+	if w.nc, w.ownConn, err = w.cfg.NATS.Use(w.cfg.Conn, "flow-worker"); err != nil {
 		return err
 	}
 	if err := w.start(ctx); err != nil {
