@@ -5,14 +5,19 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/url"
 	"os"
+	"path/filepath"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
@@ -25,12 +30,16 @@ const (
 	envDir      = "FLOW_CRASHTEST_DIR"       // the scratch directory shared with the parent
 	envAckWait  = "FLOW_CRASHTEST_ACK_WAIT"  // worker.Config.AckWait
 	envLeaseTTL = "FLOW_CRASHTEST_LEASE_TTL" // Streams.LeaseTTL of workers and schedulers
+	envHTTP     = "FLOW_CRASHTEST_HTTP"      // the ingress's HTTP address
 )
 
 const (
 	roleWorker    = "worker"
 	roleScheduler = "scheduler"
 	roleHistory   = "history"
+	roleIngress   = "ingress"
+	// roleNATS runs nats-server with JetStream on Dir, listening on NATSURL's port.
+	roleNATS = "nats"
 )
 
 // readyFD is the file descriptor on which a child writes a line once it is serving.
@@ -109,6 +118,26 @@ func runChild(role string) error {
 			return err
 		}
 		if err := h.Start(ctx); err != nil {
+			return err
+		}
+	case roleIngress:
+		in, err := ingress.New(ingress.Config{NATS: natsconn.Config{URL: os.Getenv(envNATSURL)}, HTTPAddr: os.Getenv(envHTTP), Streams: streamsCfg, Logger: logger})
+		if err != nil {
+			return err
+		}
+		if err := in.Start(ctx); err != nil {
+			return err
+		}
+	case roleNATS:
+		u, err := url.Parse(os.Getenv(envNATSURL))
+		if err != nil {
+			return err
+		}
+		port, err := strconv.Atoi(u.Port())
+		if err != nil {
+			return fmt.Errorf("%s has no port: %w", envNATSURL, err)
+		}
+		if _, err := natsserver.Start(natsserver.Config{Dir: filepath.Join(os.Getenv(envDir), "nats"), Host: u.Hostname(), Port: port, Logger: logger}); err != nil {
 			return err
 		}
 	default:

@@ -25,6 +25,8 @@ type childConfig struct {
 	LeaseTTL time.Duration
 	// Faults arms fault points in the child (fault.FromEnv), to kill it between two writes.
 	Faults string
+	// HTTP is the ingress's HTTP address.
+	HTTP string
 }
 
 // named returns a copy of c called name.
@@ -40,6 +42,9 @@ func (c childConfig) env() []string {
 	}
 	if c.LeaseTTL > 0 {
 		env = append(env, envLeaseTTL+"="+c.LeaseTTL.String())
+	}
+	if c.HTTP != "" {
+		env = append(env, envHTTP+"="+c.HTTP)
 	}
 	if c.Faults != "" {
 		env = append(env, fault.EnvVar+"="+c.Faults)

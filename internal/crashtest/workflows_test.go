@@ -2,6 +2,7 @@ package crashtest
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -22,6 +23,10 @@ const (
 	// faninWorkflow runs a batch of steps, then one more step on their outputs
 	// (TestTwoWorkersDriveSameRuns).
 	faninWorkflow = "fanin"
+	// inboxWorkflow creates the hook "cb", then waits for the signal "stop", buffering every
+	// other signal; the hook's delivery or the stop signal ends it with its payload
+	// (TestServicesAsProcesses).
+	inboxWorkflow = "inbox"
 )
 
 // Files in the scratch directory shared by the parent and its children.
@@ -52,6 +57,18 @@ func newRegistry(dir, name string) *flow.Registry {
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: natstest.Logger()})
 	s := &steps{dir: dir, name: name}
 
+	flow.RegisterWorkflow(reg, inboxWorkflow, func(ctx *flow.Context, _ json.RawMessage) (flow.Decision, error) {
+		if p := ctx.Hook("cb"); p != nil {
+			return ctx.Complete(p), nil
+		}
+		if p := ctx.Signal("stop"); p != nil {
+			return ctx.Complete(p), nil
+		}
+		if ctx.Snapshot().Hooks["cb"] == nil {
+			return ctx.CreateHook("cb", nil), nil
+		}
+		return ctx.AwaitSignal("stop", "stop"), nil
+	})
 	flow.RegisterWorkflow(reg, effectWorkflow, func(ctx *flow.Context, in effectInput) (flow.Decision, error) {
 		out, ok, err := flow.Output[string](ctx, "apply")
 		if err != nil || !ok {

@@ -38,10 +38,11 @@ import (
 // nats://127.0.0.1:4222 and serves HTTP on 127.0.0.1:8421 without authentication. cmd/flowd
 // loads it from the environment with envconfig.Process("FLOW", &cfg).
 type Config struct {
-	// NATSURL is the NATS server to connect to when Conn is nil. Defaults to
-	// nats://127.0.0.1:4222 (FLOW_NATS_URL).
-	NATSURL string `envconfig:"NATS_URL"`
-	// Conn is an existing connection to use instead of dialling NATSURL. The service does not
+	// NATS says how to connect when Conn is nil: servers, credentials, TLS, or a nats CLI
+	// context (FLOW_NATS_URL, FLOW_NATS_CREDS, ..., or the nats CLI's NATS_URL; see
+	// natsconn.Config and docs/operations.md). Defaults to nats://127.0.0.1:4222.
+	NATS natsconn.Config `envconfig:"NATS"`
+	// Conn is an existing connection to use instead of dialling with NATS. The service does not
 	// close it.
 	Conn *nats.Conn `ignored:"true"`
 	// HTTPAddr is the HTTP listen address host:port, or "off". Defaults to 127.0.0.1:8421.
@@ -154,7 +155,7 @@ func loopback(addr string) bool {
 // returns once both doors are open.
 func (s *Service) Start(ctx context.Context) error {
 	var err error
-	if s.nc, s.ownConn, err = natsconn.Use(s.cfg.Conn, s.cfg.NATSURL, "flow-ingress"); err != nil {
+	if s.nc, s.ownConn, err = s.cfg.NATS.Use(s.cfg.Conn, "flow-ingress"); err != nil {
 		return err
 	}
 	if err := s.start(ctx); err != nil {
