@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/flowrun/flow/internal/fault"
-	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natsconn"
+	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
