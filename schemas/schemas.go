@@ -8,7 +8,10 @@
 //   - envelope.json: the envelope {"run_id","seq","time","type","data"}, whose data must match
 //     the schema of its type;
 //   - events/<type>.json: one schema per event type, such as events/step.completed.json;
-//   - defs.json: definitions the others share (retry policy, error info, durations, times, ...).
+//   - defs.json: definitions the others share (retry policy, error info, durations, times, ...);
+//   - ingress/<name>.json: the bodies the ingress service takes and answers (see
+//     [IngressPath]): start_request, cancel_request, signal_payload, input_response and error.
+//     The request schemas forbid unknown fields, as the ingress does.
 //
 // Each file's $id is [BaseURL] followed by its path, and the files refer to each other by
 // relative paths, so they resolve the same way from https://flowrun.dev/schemas/ and from a
@@ -31,7 +34,7 @@ import (
 
 // FS holds the schema files, by the paths listed in the package documentation.
 //
-//go:embed envelope.json defs.json events/*.json
+//go:embed envelope.json defs.json events/*.json ingress/*.json
 var FS embed.FS
 
 // BaseURL prefixes the path of every schema file to form its $id.
@@ -42,6 +45,18 @@ const EnvelopePath = "envelope.json"
 
 // EventPath returns the path in FS of the schema of event type t: "events/<t>.json".
 func EventPath(t event.Type) string { return "events/" + string(t) + ".json" }
+
+// Ingress bodies, by name, for IngressPath.
+const (
+	IngressStartRequest  = "start_request"
+	IngressCancelRequest = "cancel_request"
+	IngressSignalPayload = "signal_payload"
+	IngressResponse      = "input_response"
+	IngressError         = "error"
+)
+
+// IngressPath returns the path in FS of the schema of ingress body name: "ingress/<name>.json".
+func IngressPath(name string) string { return "ingress/" + name + ".json" }
 
 // NewCompiler returns a compiler holding every schema file as a resource under its $id, with
 // format assertions on (so that "date-time" is checked). Use it to compile a schema this package

@@ -195,3 +195,11 @@ func statusOf(c IngressCode) int {
 	}
 	return http.StatusInternalServerError
 }
+
+// IngressCodes returns every ingress error code.
+func IngressCodes() []IngressCode {
+	return []IngressCode{CodeInvalidJSON, CodeInvalidName, CodeInvalidEvent, CodeInvalidRequest, CodeUnauthorized,
+		CodeRunNotFound, CodeHookNotFound, CodeRouteNotFound, CodeMethodNotAllowed, CodeRunEnded, CodeRunExists,
+		CodeDeliveryConflict, CodeHookReceived, CodeNoWorker, CodeTooLarge, CodeMediaType, CodeRunDamaged,
+		CodeIngressInternal, CodeIngressBusy}
+}
