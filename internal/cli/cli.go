@@ -90,7 +90,7 @@ Commands other than 'dev' connect to FLOW_NATS_URL (default nats://127.0.0.1:422
 		return usageError{fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())}
 	})
 	root.AddCommand(e.devCmd(), e.startCmd(), e.statusCmd(), e.historyCmd(), e.watchCmd(), e.runsCmd(),
-		e.cancelCmd(), e.signalCmd(), e.terminateCmd(), e.resumeCmd(), e.verifyCmd())
+		e.cancelCmd(), e.signalCmd(), e.terminateCmd(), e.resumeCmd(), e.verifyCmd(), e.definitionsCmd())
 	return root
 }
 
