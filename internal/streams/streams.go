@@ -221,7 +221,13 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, set Config) error {
 	st, err := js.Stream(ctx, "KV_"+want.Bucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err := js.CreateKeyValue(ctx, want); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+		_, err := js.CreateKeyValue(ctx, want)
+		if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+			// A server older than 2.11: no expiry markers; watchers time entries out themselves.
+			want.LimitMarkerTTL = 0
+			_, err = js.CreateKeyValue(ctx, want)
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return fmt.Errorf("creating bucket %s: %w", want.Bucket, err)
 		}
 		return nil
@@ -241,7 +247,10 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 	if want.Bucket == WorkersBucket {
 		update.LimitMarkerTTL = cur.SubjectDeleteMarkerTTL
 		if set.WorkerTTL != 0 {
-			update.TTL, update.LimitMarkerTTL = set.WorkerTTL, set.WorkerTTL
+			update.TTL = set.WorkerTTL
+			if cur.SubjectDeleteMarkerTTL != 0 { // a bucket made without markers stays so
+				update.LimitMarkerTTL = set.WorkerTTL
+			}
 		}
 	}
 	if update.Replicas == cur.Replicas && update.TTL == cur.MaxAge && update.LimitMarkerTTL == cur.SubjectDeleteMarkerTTL {
