@@ -36,7 +36,9 @@ const (
 	// RunsBucket indexes runs: key run ID, value a JSON core.Summary. The history service writes
 	// it.
 	RunsBucket = "FLOW_RUNS"
-	// DefinitionsBucket lists the definitions workers run: key "<queue>.<definition>".
+	// DefinitionsBucket records the latest registration of each definition: key
+	// "<queue>.<definition>", value a JSON Definition. Workers write it at start and never remove
+	// it; which workers are alive is in WorkersBucket.
 	DefinitionsBucket = "FLOW_DEFINITIONS"
 	// LeasesBucket holds leader leases (the scheduler's), expiring after Config.LeaseTTL.
 	LeasesBucket = "FLOW_LEASES"
@@ -44,6 +46,10 @@ const (
 	// a JSON Parked. Workers write it; the history service dispatches the runs again when a
 	// worker that can registers, and deletes the entries.
 	ParkedBucket = "FLOW_PARKED"
+	// WorkersBucket holds one entry per live worker: key "<queue>.<worker id>", value a JSON
+	// liveness.Worker. Each worker writes its own entry at start and every Config.WorkerTTL/3,
+	// and deletes it when it stops; the entry of a worker that died expires after WorkerTTL.
+	WorkersBucket = "FLOW_WORKERS"
 	// DamagedBucket lists runs whose history was found damaged: key run ID, value a JSON
 	// Damaged. The history service writes it; every store refuses to serve those runs.
 	DamagedBucket = "FLOW_DAMAGED"
@@ -116,6 +122,10 @@ type Config struct {
 	DuplicateWindow time.Duration `envconfig:"DUPLICATE_WINDOW"`
 	// LeaseTTL is how long a leader lease lives without renewal. Defaults to 10 seconds.
 	LeaseTTL time.Duration `envconfig:"LEASE_TTL"`
+	// WorkerTTL is how long a worker's FLOW_WORKERS entry lives without a heartbeat: a worker
+	// that dies without stopping counts as alive this long. Workers beat every WorkerTTL/3.
+	// Defaults to 15 seconds; at least 1 second.
+	WorkerTTL time.Duration `envconfig:"WORKER_TTL"`
 }
 
 func (c Config) withDefaults() Config {
@@ -128,14 +138,23 @@ func (c Config) withDefaults() Config {
 	if c.LeaseTTL == 0 {
 		c.LeaseTTL = 10 * time.Second
 	}
+	if c.WorkerTTL == 0 {
+		c.WorkerTTL = DefaultWorkerTTL
+	}
 	return c
 }
+
+// DefaultWorkerTTL is Config.WorkerTTL's default.
+const DefaultWorkerTTL = 15 * time.Second
 
 // Ensure creates Flow's streams and buckets that do not exist, and updates existing ones to the
 // fields of cfg that are set.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	if cfg.Replicas < 0 || cfg.Replicas > 5 {
 		return fmt.Errorf("streams: Replicas must be between 1 and 5, got %d", cfg.Replicas)
+	}
+	if cfg.WorkerTTL != 0 && cfg.WorkerTTL < time.Second {
+		return fmt.Errorf("streams: WorkerTTL must be at least 1s, got %s", cfg.WorkerTTL)
 	}
 	d := cfg.withDefaults()
 	for _, sc := range []jetstream.StreamConfig{
@@ -168,6 +187,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{Bucket: LeasesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, TTL: d.LeaseTTL, Description: "Flow leader leases"},
 		{Bucket: ParkedBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs no worker can drive now"},
 		{Bucket: DamagedBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs whose history is damaged"},
+		// An expired entry leaves a marker, so that watchers learn at once that its worker is gone.
+		{Bucket: WorkersBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, TTL: d.WorkerTTL, LimitMarkerTTL: d.WorkerTTL,
+			Description: "Flow live workers and the definitions they register"},
 	} {
 		if err := ensureBucket(ctx, js, kc, cfg); err != nil {
 			return err
@@ -207,7 +229,13 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, set Config) error {
 	st, err := js.Stream(ctx, "KV_"+want.Bucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		if _, err := js.CreateKeyValue(ctx, want); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+		_, err := js.CreateKeyValue(ctx, want)
+		if errors.Is(err, jetstream.ErrLimitMarkerTTLNotSupported) {
+			// A server older than 2.11: no expiry markers; watchers time entries out themselves.
+			want.LimitMarkerTTL = 0
+			_, err = js.CreateKeyValue(ctx, want)
+		}
+		if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
 			return fmt.Errorf("creating bucket %s: %w", want.Bucket, err)
 		}
 		return nil
@@ -224,7 +252,16 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 	if want.Bucket == LeasesBucket && set.LeaseTTL != 0 {
 		update.TTL = set.LeaseTTL
 	}
-	if update.Replicas == cur.Replicas && update.TTL == cur.MaxAge {
+	if want.Bucket == WorkersBucket {
+		update.LimitMarkerTTL = cur.SubjectDeleteMarkerTTL
+		if set.WorkerTTL != 0 {
+			update.TTL = set.WorkerTTL
+			if cur.SubjectDeleteMarkerTTL != 0 { // a bucket made without markers stays so
+				update.LimitMarkerTTL = set.WorkerTTL
+			}
+		}
+	}
+	if update.Replicas == cur.Replicas && update.TTL == cur.MaxAge && update.LimitMarkerTTL == cur.SubjectDeleteMarkerTTL {
 		return nil
 	}
 	if _, err := js.UpdateKeyValue(ctx, update); err != nil {

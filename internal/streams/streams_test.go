@@ -50,7 +50,25 @@ func TestEnsure(t *testing.T) {
 	require.NoError(t, streams.Ensure(ctx, js, streams.Config{LeaseTTL: 5 * time.Second}))
 	require.Equal(t, 5*time.Second, leaseTTL(), "an explicit setting is applied")
 
+	workerTTL := func() (time.Duration, time.Duration) {
+		kv, err := js.KeyValue(ctx, streams.WorkersBucket)
+		require.NoError(t, err)
+		st, err := kv.Status(ctx)
+		require.NoError(t, err)
+		return st.TTL(), st.LimitMarkerTTL()
+	}
+	ttl, marker := workerTTL()
+	require.Equal(t, streams.DefaultWorkerTTL, ttl)
+	require.Equal(t, streams.DefaultWorkerTTL, marker, "an expired worker entry leaves a marker for watchers")
+	require.NoError(t, streams.Ensure(ctx, js, streams.Config{WorkerTTL: 4 * time.Second}))
+	ttl, marker = workerTTL()
+	require.Equal(t, [2]time.Duration{4 * time.Second, 4 * time.Second}, [2]time.Duration{ttl, marker})
+	require.NoError(t, streams.Ensure(ctx, js, streams.Config{Replicas: 1}))
+	ttl, _ = workerTTL()
+	require.Equal(t, 4*time.Second, ttl, "a process without a WorkerTTL keeps the bucket's")
+
 	require.ErrorContains(t, streams.Ensure(ctx, js, streams.Config{Replicas: 7}), "Replicas must be between 1 and 5")
+	require.ErrorContains(t, streams.Ensure(ctx, js, streams.Config{WorkerTTL: time.Millisecond}), "WorkerTTL must be at least 1s")
 }
 
 func TestTaskSubjects(t *testing.T) {

@@ -58,6 +58,7 @@ import (
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
@@ -125,6 +126,8 @@ type Service struct {
 
 	index *readModel
 	park  *parking
+	// live follows the workers and the definitions they serve, for the definitions query.
+	live  *liveness.View
 	lanes []*lane
 	// consuming is set once the lanes run: from then on, work can be queued on them.
 	consuming atomic.Bool
@@ -206,6 +209,11 @@ func (s *Service) start(ctx context.Context) error {
 	if err := s.park.start(runCtx, &s.workers); err != nil {
 		return err
 	}
+	live, err := liveness.Watch(runCtx, s.js, s.logger)
+	if err != nil {
+		return err
+	}
+	s.live = live
 	if err := s.check(ctx); err != nil {
 		return err
 	}
@@ -285,6 +293,9 @@ func (s *Service) shutdown() {
 	}
 	if s.cancel != nil {
 		s.cancel()
+	}
+	if s.live != nil {
+		s.live.Stop()
 	}
 	s.workers.Wait()
 	if s.ownConn && s.nc != nil {

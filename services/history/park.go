@@ -23,8 +23,10 @@ type parking struct {
 
 	mu     sync.RWMutex
 	parked map[string]parkedRun
-	// latest holds the latest registration of each definition, by DefinitionKey.
-	latest map[string]streams.Definition
+	// latest holds the latest registration of each definition, by DefinitionKey, and
+	// latestRev its FLOW_DEFINITIONS revision.
+	latest    map[string]streams.Definition
+	latestRev map[string]uint64
 }
 
 type parkedRun struct {
@@ -33,7 +35,7 @@ type parkedRun struct {
 }
 
 func newParking(s *Service) *parking {
-	return &parking{s: s, parked: map[string]parkedRun{}, latest: map[string]streams.Definition{}}
+	return &parking{s: s, parked: map[string]parkedRun{}, latest: map[string]streams.Definition{}, latestRev: map[string]uint64{}}
 }
 
 // revision returns the FLOW_PARKED revision of run runID's entry, or 0.
@@ -94,7 +96,7 @@ func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
 					}
 					defs = nil
 				default:
-					p.apply(ctx, e)
+					p.apply(ctx, e, loaded)
 				}
 			case e, ok := <-defsUpdates:
 				switch {
@@ -107,7 +109,7 @@ func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
 						continue
 					}
 					p.mu.Lock()
-					p.latest[e.Key()] = d
+					p.latest[e.Key()], p.latestRev[e.Key()] = d, e.Revision()
 					p.mu.Unlock()
 					if !loaded {
 						defs = append(defs, d)
@@ -128,10 +130,14 @@ func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 }
 
-// apply folds one FLOW_PARKED change in and brings the run's index entry up to date.
-func (p *parking) apply(ctx context.Context, e jetstream.KeyValueEntry) {
+// apply folds one FLOW_PARKED change in and brings the run's index entry up to date. Once
+// the parked runs are loaded, a run parked before a registration that can drive it, which this
+// service applied first (the two buckets' changes arrive in either order), is dispatched at once.
+func (p *parking) apply(ctx context.Context, e jetstream.KeyValueEntry, loaded bool) {
 	runID := e.Key()
 	p.mu.Lock()
+	var late *parkedRun // parked before the latest registration that can drive it
+	var lateRev uint64
 	if e.Operation() == jetstream.KeyValuePut {
 		var pr streams.Parked
 		if err := json.Unmarshal(e.Value(), &pr); err != nil {
@@ -139,10 +145,20 @@ func (p *parking) apply(ctx context.Context, e jetstream.KeyValueEntry) {
 			return
 		}
 		p.parked[runID] = parkedRun{Parked: pr, rev: e.Revision()}
+		k := streams.DefinitionKey(pr.Queue, pr.Definition)
+		if d, ok := p.latest[k]; ok && loaded && (pr.Build == "" || pr.Build == d.BuildID) && pr.ParkedAt.Before(d.UpdatedAt) {
+			late, lateRev = &parkedRun{Parked: pr, rev: e.Revision()}, p.latestRev[k]
+		}
 	} else {
 		delete(p.parked, runID)
 	}
 	p.mu.Unlock()
+	if late != nil {
+		// The nonce of the registration's own dispatch: a run it dispatched already gets no second task.
+		if err := p.dispatch(ctx, runID, late.Queue, late.Build, late.Seq, "d"+strconv.FormatUint(lateRev, 10), late.rev); err != nil {
+			p.s.logger.Warn("dispatching a parked run failed", slog.String("run_id", runID), slog.String("error", err.Error()))
+		}
+	}
 	if p.s.consuming.Load() { // before, showParked writes the entry once the lanes run
 		p.reindex(ctx, runID)
 	}

@@ -35,7 +35,7 @@ func (s *Service) serve() error {
 	s.micro = svc
 	slots := make(chan struct{}, maxConcurrentQueries)
 	add := func(subject string, fn func(ctx context.Context, data []byte) (any, error)) error {
-		name := subject[strings.LastIndexByte(subject, '.')+1:]
+		name := strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(subject, "flow.api."), "runs."), ".", "_")
 		return svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
 			slots <- struct{}{}
 			go func() {
@@ -59,7 +59,8 @@ func (s *Service) serve() error {
 			resp, err := s.index.list(req)
 			return &resp, err
 		}),
-		api.SubjectResume: handle(s.resume),
+		api.SubjectResume:      handle(s.resume),
+		api.SubjectDefinitions: handle(s.listDefinitions),
 	} {
 		if err := add(subject, fn); err != nil {
 			return fmt.Errorf("adding the %s endpoint: %w", subject, err)
@@ -183,6 +184,10 @@ func (s *Service) routes() http.Handler {
 		s.writeError(w, err)
 	})
 	mux.HandleFunc("GET /v1/runs/{id}/watch", s.watch)
+	mux.HandleFunc("GET /v1/definitions", func(w http.ResponseWriter, r *http.Request) {
+		resp, _ := s.listDefinitions(r.Context(), api.DefinitionsRequest{Queue: r.URL.Query().Get("queue")})
+		writeJSON(w, http.StatusOK, resp)
+	})
 	mux.HandleFunc("POST /v1/runs/{id}/resume", func(w http.ResponseWriter, r *http.Request) {
 		var req api.ResumeRequest
 		if r.ContentLength != 0 {

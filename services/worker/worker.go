@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -29,6 +30,7 @@ import (
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/jsstore"
@@ -83,7 +85,12 @@ type Worker struct {
 	engine  *engine.Engine
 	cons    []jetstream.Consumer
 	parked  jetstream.KeyValue
-	name    string
+	// id names the worker in FLOW_WORKERS and in the runs it parks (see liveness.NewID).
+	id string
+	// live tells which other workers serve a definition this one does not; pub keeps this
+	// worker's own entry.
+	live *liveness.View
+	pub  *liveness.Publisher
 
 	runCtx     context.Context
 	cancelRuns context.CancelFunc
@@ -128,14 +135,21 @@ func New(cfg Config, reg *flow.Registry) (*Worker, error) {
 		fetchDone: make(chan struct{}), started: make(chan struct{})}, nil
 }
 
-// Start connects, creates Flow's streams if needed, publishes the definitions it runs, and
-// starts pulling tasks. It returns once the worker is consuming.
+// Start connects, creates Flow's streams if needed, registers the definitions it runs (its
+// FLOW_WORKERS entry, kept alive until Stop, and FLOW_DEFINITIONS), and starts pulling tasks. It
+// returns once the worker is consuming.
 func (w *Worker) Start(ctx context.Context) error {
 	var err error
 	if w.nc, w.ownConn, err = w.cfg.NATS.Use(w.cfg.Conn, "flow-worker"); err != nil {
 		return err
 	}
 	if err := w.start(ctx); err != nil {
+		if w.pub != nil {
+			_ = w.pub.Stop(ctx)
+		}
+		if w.live != nil {
+			w.live.Stop()
+		}
 		if w.ownConn {
 			w.nc.Close()
 		}
@@ -173,6 +187,16 @@ func (w *Worker) start(ctx context.Context) error {
 	if w.engine, err = engine.New(ecfg); err != nil {
 		return err
 	}
+	hostname, _ := os.Hostname()
+	w.id = liveness.NewID(hostname, os.Getpid()) // before any handler parks a run
+	// The view before the first task, the entry before the registration: a worker that reads
+	// the registration (or the history service dispatching parked runs on it) finds the entry.
+	if w.live, err = liveness.Watch(context.WithoutCancel(ctx), js, w.logger); err != nil {
+		return err
+	}
+	if err := w.publishLiveness(ctx, js, hostname); err != nil {
+		return err
+	}
 	if err := w.publishDefinitions(ctx, js); err != nil {
 		return err
 	}
@@ -193,8 +217,6 @@ func (w *Worker) start(ctx context.Context) error {
 		}
 		w.cons = append(w.cons, cons)
 	}
-	hostname, _ := os.Hostname()
-	w.name = fmt.Sprintf("%s-%d", hostname, os.Getpid()) // before any handler parks a run
 	w.runCtx, w.cancelRuns = context.WithCancel(context.WithoutCancel(ctx))
 	slots := make(chan struct{}, w.cfg.RunConcurrency)
 	var fetchers sync.WaitGroup
@@ -203,8 +225,27 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	go func() { fetchers.Wait(); close(w.fetchDone) }()
 	w.logger.InfoContext(ctx, "worker started", slog.Any("workflows", w.reg.Workflows()), slog.Any("steps", w.reg.Steps()),
-		slog.String("build_id", w.reg.BuildID()))
+		slog.String("build_id", w.reg.BuildID()), slog.String("worker_id", w.id))
 	return nil
+}
+
+// ID returns the worker's ID: the last token of its FLOW_WORKERS key (see liveness.Key), set
+// by Start.
+func (w *Worker) ID() string { return w.id }
+
+func (w *Worker) publishLiveness(ctx context.Context, js jetstream.JetStream, hostname string) error {
+	entry := liveness.Worker{ID: w.id, Name: fmt.Sprintf("%s-%d", hostname, os.Getpid()), Queue: w.cfg.Queue,
+		BuildID: w.reg.BuildID(), Host: hostname, PID: os.Getpid()}
+	for _, name := range w.reg.Workflows() {
+		id, err := w.reg.Identity(name)
+		if err != nil {
+			return err
+		}
+		entry.Definitions = append(entry.Definitions, liveness.Registration{Definition: name, Patches: id.Patches})
+	}
+	var err error
+	w.pub, err = liveness.Publish(ctx, js, entry, w.logger)
+	return err
 }
 
 func (w *Worker) publishDefinitions(ctx context.Context, js jetstream.JetStream) error {
@@ -338,8 +379,15 @@ func (w *Worker) handle(msg jetstream.Msg) {
 			Reason: fmt.Sprintf("pinned to build %q; waiting for a worker of that build on queue %q (this worker runs build %q)",
 				wrongBuild.RunBuild, w.cfg.Queue, wrongBuild.EngineBuild), Seq: task.Seq})
 	case errors.As(err, &unknown):
+		// Stamped before looking for another worker: one that registers after the look has a
+		// later registration, which dispatches the parked run again.
+		parkedAt := time.Now().UTC()
+		if w.handBack(ctx, msg, unknown) {
+			return
+		}
 		w.park(ctx, msg, streams.Parked{RunID: runID, Queue: unknown.Queue, Definition: unknown.Definition, Build: unknown.RunBuild,
-			Reason: fmt.Sprintf("waiting for a worker that registers workflow %q on queue %q", unknown.Definition, w.cfg.Queue), Seq: task.Seq})
+			Reason: fmt.Sprintf("waiting for a worker that registers workflow %q on queue %q", unknown.Definition, w.cfg.Queue), Seq: task.Seq,
+			ParkedAt: parkedAt})
 	case errors.Is(err, store.ErrDamaged):
 		w.logger.Error("not driving a run whose history is damaged", slog.String("run_id", runID), slog.String("error", err.Error()))
 		_ = msg.Ack()
@@ -363,11 +411,52 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	}
 }
 
+// handBack returns a task of a run whose definition this worker does not register to the
+// queue, unacknowledged and with nothing written, when another live worker that could drive the
+// run registers it: that worker takes the task on a later delivery. It reports whether the task
+// is settled; when it is not, no live worker serves the definition and the run is for parking.
+// Before it gives up it reads the queue's workers from FLOW_WORKERS itself, so that a worker that
+// just started is not missed.
+func (w *Worker) handBack(ctx context.Context, msg jetstream.Msg, unknown *engine.UnknownDefinitionError) bool {
+	serves := func(workers []liveness.Worker) bool {
+		return slices.ContainsFunc(workers, func(o liveness.Worker) bool {
+			return o.ID != w.id && o.Registers(unknown.Definition) && (unknown.RunBuild == "" || o.BuildID == unknown.RunBuild)
+		})
+	}
+	if !serves(w.live.Workers(w.cfg.Queue)) {
+		workers, err := w.live.Fetch(ctx, w.cfg.Queue)
+		if err != nil {
+			w.logger.Warn("reading the queue's live workers failed; the task will be retried", slog.String("run_id", unknown.RunID),
+				slog.String("error", err.Error()))
+			_ = msg.NakWithDelay(backoff(msg))
+			return true
+		}
+		if !serves(workers) {
+			return false
+		}
+	}
+	_ = msg.NakWithDelay(handBackDelay(msg))
+	return true
+}
+
+// handBackDelay grows with the task's deliveries: 5ms, 10ms, 20ms ... up to 160ms, so that the
+// worker that serves the run, not this one again, is likely to take it next.
+func handBackDelay(msg jetstream.Msg) time.Duration {
+	n := uint64(1)
+	if md, err := msg.Metadata(); err == nil {
+		n = max(md.NumDelivered, 1)
+	}
+	return 5 * time.Millisecond << min(n-1, 5)
+}
+
 // park records why no worker of this build can drive a run, for the history service to show
 // and to dispatch the run again when a worker that can registers, then acknowledges the task.
-// If the record cannot be written the task is redelivered later.
+// p.ParkedAt zero is now. If the record cannot be written the task is redelivered later.
 func (w *Worker) park(ctx context.Context, msg jetstream.Msg, p streams.Parked) {
-	p.ParkedAt, p.By = time.Now().UTC(), w.name
+	if p.ParkedAt.IsZero() {
+		p.ParkedAt = time.Now().UTC()
+	}
+	p.By = w.id
 	b, err := json.Marshal(p)
 	if err == nil {
 		_, err = w.parked.Put(ctx, p.RunID, b)
@@ -423,6 +512,11 @@ func (w *Worker) Stop(ctx context.Context) error {
 			return
 		}
 		w.stopping.Store(true)
+		// Gone from the views at once: other workers park runs of its definitions instead of
+		// handing them back for it.
+		if perr := w.pub.Stop(ctx); perr != nil {
+			w.logger.Warn("the worker's liveness entry was not deleted", slog.String("error", perr.Error()))
+		}
 		<-w.fetchDone
 		done := make(chan struct{})
 		go func() { w.inflight.Wait(); close(done) }()
@@ -434,6 +528,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 			<-done
 		}
 		w.cancelRuns()
+		w.live.Stop()
 		if w.ownConn {
 			w.nc.Close()
 		}

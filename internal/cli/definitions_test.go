@@ -1,0 +1,84 @@
+package cli_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/cli"
+)
+
+// TestDefinitions lists the definitions of `flow dev`'s worker.
+func TestDefinitions(t *testing.T) {
+	t.Parallel()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	ctx, stopDev := context.WithCancel(t.Context())
+	var devOut, devErr syncBuffer
+	devDone := make(chan int, 1)
+	go func() {
+		devDone <- cli.Main(ctx, []string{"dev", "--dir", t.TempDir(), "--listen", strings.TrimPrefix(url, "nats://"), "--http", "off",
+			"--log-level", "warn"}, &devOut, &devErr)
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(devOut.String(), "Flow is running.") }, 20*time.Second, 10*time.Millisecond,
+		"flow dev did not start: %s", devErr.String())
+	nats := "--nats-url=" + url
+
+	r := run(t, "definitions", nats)
+	require.Equal(t, 0, r.code, r.stderr)
+	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
+	require.Len(t, lines, 4, r.stdout)
+	require.Regexp(t, `^DEFINITION\s+QUEUE\s+BUILD\s+WORKERS\s+LAST HEARTBEAT$`, lines[0])
+	for i, name := range []string{"fanout", "order", "reminder"} {
+		require.Regexp(t, regexp.MustCompile(`^`+name+`\s+default\s+\S+\s+1 \(\S+-\d+\)\s+(just now|\ds ago)$`), lines[i+1])
+	}
+
+	r = run(t, "definitions", "--json", nats)
+	require.Equal(t, 0, r.code, r.stderr)
+	var defs []struct {
+		Definition string `json:"definition"`
+		Queue      string `json:"queue"`
+		Workers    []struct {
+			Name   string    `json:"name"`
+			Host   string    `json:"host"`
+			BeatAt time.Time `json:"beat_at"`
+		} `json:"workers"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &defs))
+	require.Len(t, defs, 3)
+	for _, d := range defs {
+		require.Equal(t, "default", d.Queue)
+		require.Len(t, d.Workers, 1)
+		require.NotEmpty(t, d.Workers[0].Host)
+		require.False(t, d.Workers[0].BeatAt.IsZero())
+	}
+
+	r = run(t, "definitions", "--queue", "default", nats)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "order")
+	r = run(t, "definitions", "--queue", "nothing-here", nats)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "No definitions on queue nothing-here. Start a worker that registers some on it.\n", r.stdout)
+	r = run(t, "definitions", "--queue", "nothing-here", "--json", nats)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Equal(t, "[]\n", r.stdout)
+	r = run(t, "definitions", "order", nats)
+	require.Equal(t, 2, r.code)
+	require.Contains(t, r.stderr, "flow definitions takes 0 argument(s)")
+	r = run(t, "definitions", "--help")
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Contains(t, r.stdout, "Usage:")
+
+	stopDev()
+	select {
+	case code := <-devDone:
+		require.Equal(t, 0, code, devErr.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("flow dev did not stop")
+	}
+}

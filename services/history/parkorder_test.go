@@ -1,0 +1,51 @@
+package history_test
+
+import (
+	"encoding/json"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/flow"
+)
+
+// A worker that found no live worker for a run, and then parked it, can write the parked entry
+// after a worker that registers the run's definition started: the service dispatches the run
+// when it learns of the entry, instead of waiting for a registration that already came.
+func TestRunParkedAfterItsRegistrationIsDispatched(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	startHistory(t, srv)
+	ctx := t.Context()
+	js := natstest.JetStream(t, srv)
+	defs, err := js.KeyValue(ctx, streams.DefinitionsBucket)
+	require.NoError(t, err)
+	registered := time.Now().UTC()
+	b, err := json.Marshal(streams.Definition{Definition: "steps", Queue: streams.DefaultQueue, UpdatedAt: registered})
+	require.NoError(t, err)
+	_, err = defs.Put(ctx, streams.DefinitionKey(streams.DefaultQueue, "steps"), b)
+	require.NoError(t, err)
+	client, err := flow.NewClient(ctx, natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+	runID, err := client.Start(ctx, "steps", 1, &flow.StartOptions{RunID: "parked-late"})
+	require.NoError(t, err)
+
+	parked, err := js.KeyValue(ctx, streams.ParkedBucket)
+	require.NoError(t, err)
+	b, err = json.Marshal(streams.Parked{RunID: runID, Queue: streams.DefaultQueue, Definition: "steps",
+		Reason: `waiting for a worker that registers workflow "steps"`, Seq: 1, ParkedAt: registered.Add(-time.Second)})
+	require.NoError(t, err)
+	_, err = parked.Put(ctx, runID, b)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { _, err := parked.Get(ctx, runID); return errors.Is(err, jetstream.ErrKeyNotFound) },
+		20*time.Second, 10*time.Millisecond, "the run was dispatched and its parked entry removed")
+
+	startWorker(t, srv, registry(""))
+	var out int
+	require.NoError(t, client.Result(ctx, runID, &out))
+}
