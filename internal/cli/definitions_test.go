@@ -22,7 +22,7 @@ func TestDefinitions(t *testing.T) {
 	var devOut, devErr syncBuffer
 	devDone := make(chan int, 1)
 	go func() {
-		devDone <- cli.Main(ctx, []string{"dev", "--dir", t.TempDir(), "--listen", strings.TrimPrefix(url, "nats://"), "--http", "off",
+		devDone <- cli.Main(ctx, []string{"dev", "--dir", t.TempDir(), "--listen", strings.TrimPrefix(url, "nats://"), "--http", "off", "--ingress-http", "127.0.0.1:0",
 			"--log-level", "warn"}, &devOut, &devErr)
 	}()
 	require.Eventually(t, func() bool { return strings.Contains(devOut.String(), "Flow is running.") }, 20*time.Second, 10*time.Millisecond,
@@ -32,9 +32,10 @@ func TestDefinitions(t *testing.T) {
 	r := run(t, "definitions", nats)
 	require.Equal(t, 0, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	require.Len(t, lines, 4, r.stdout)
+	examples := []string{"approval", "child", "fanout", "order", "parent", "reminder", "webhook"}
+	require.Len(t, lines, len(examples)+1, r.stdout)
 	require.Regexp(t, `^DEFINITION\s+QUEUE\s+BUILD\s+WORKERS\s+LAST HEARTBEAT$`, lines[0])
-	for i, name := range []string{"fanout", "order", "reminder"} {
+	for i, name := range examples {
 		require.Regexp(t, regexp.MustCompile(`^`+name+`\s+default\s+\S+\s+1 \(\S+-\d+\)\s+(just now|\ds ago)$`), lines[i+1])
 	}
 
@@ -50,7 +51,7 @@ func TestDefinitions(t *testing.T) {
 		} `json:"workers"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(r.stdout), &defs))
-	require.Len(t, defs, 3)
+	require.Len(t, defs, len(examples))
 	for _, d := range defs {
 		require.Equal(t, "default", d.Queue)
 		require.Len(t, d.Workers, 1)

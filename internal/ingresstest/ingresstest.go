@@ -1,9 +1,20 @@
-// Package ingresstest starts the ingress service for tests of other packages.
+// Package ingresstest starts the ingress service for tests of other packages, and starts runs
+// behind its back for tests of runs whose workers are gone.
 package ingresstest
 
 import (
+	"encoding/json"
+	"log/slog"
 	"testing"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/store/jsstore"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/services/ingress"
 )
 
@@ -23,4 +34,37 @@ func Start(t testing.TB, cfg ingress.Config) *ingress.Service {
 	}
 	t.Cleanup(func() { _ = in.Stop() })
 	return in
+}
+
+// Accepted appends the start of run runID of definition (pinned to build, "" for any) on the
+// default queue with input (JSON), as the ingress accepts a start while a worker serves the
+// definition: for tests of runs whose workers are gone since. It returns the run ID.
+func Accepted(t testing.TB, nc *nats.Conn, definition, runID string, input any, build string) string {
+	t.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	st, err := jsstore.New(t.Context(), js, &jsstore.Options{Source: "flow/test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := jshost.New(t.Context(), js, "flow/test", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng, err := engine.New(engine.Config{Store: st, Host: host, Logger: slog.New(slog.DiscardHandler), CacheSize: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	in, err := json.Marshal(input)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _, err := eng.Start(t.Context(), engine.StartParams{RunID: runID, Spec: event.Spec{Definition: definition, BuildID: build},
+		Input: in, Queue: streams.DefaultQueue})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return id
 }

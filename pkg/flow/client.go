@@ -10,6 +10,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/streams"
@@ -26,8 +27,9 @@ var ErrRunExists = engine.ErrRunExists
 // with another payload (or signal name): the recorded delivery stands, the new one is refused.
 var ErrDeliveryConflict = core.ErrDeliveryConflict
 
-// ErrNoWorker is wrapped by Start when no live worker serves the definition on the queue.
-var ErrNoWorker = errors.New("flow: no live worker serves the definition")
+// ErrNoWorker is wrapped by Start when no live worker serves the definition on the queue: start
+// a worker that registers it (docs/operations.md).
+var ErrNoWorker = liveness.ErrNoWorker
 
 // ErrIngressUnavailable is wrapped by the errors of writes when no ingress service answers.
 var ErrIngressUnavailable = errors.New("flow: no ingress service answers")

@@ -28,14 +28,9 @@ func (c *Client) Watch(ctx context.Context, runID string, after uint64, fn func(
 		return err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	// The server has the subscription before the first read: nothing committed after it is
-	// missed.
-	fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	err = c.nc.FlushWithContext(fctx)
-	cancel()
-	if err != nil {
-		return err
-	}
+	// The subscription takes effect before the first read (a connection's messages are
+	// processed in order), and the feed publishes an event only after the stream stored it: an
+	// event the read misses is delivered.
 	var atLeast uint64
 	for first := true; ; first = false {
 		for {

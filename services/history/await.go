@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
@@ -19,9 +20,15 @@ import (
 // maxAwaits bounds the awaits held at once; each holds a subscription and a goroutine.
 const maxAwaits = 100_000
 
-// await answers once run req.RunID's last commit ends or blocks it, or after req.Wait. It never
-// misses an end: it subscribes to the run's commit notices, and makes sure the server has the
-// subscription, before its first read of the run's last commit.
+// await answers once run req.RunID's last commit ends or blocks it, or after req.Wait.
+//
+// It never misses an end. It listens to two notices of a commit, both subscribed before its
+// first read of the run's last commit (a connection's subscriptions take effect before its later
+// requests): the stream subject's delivery, which comes first but may come before the stream
+// stores the commit (and so reach no one if it was routed before the subscription, while the
+// read came before the store), and the event feed's, which this service publishes only after
+// the stream stored the commit, so that one routed before the subscription was stored before the
+// read.
 func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitResponse, error) {
 	if err := event.ValidateDerivedRunID(req.RunID); err != nil {
 		return nil, &api.Error{Code: api.CodeInvalid, Message: err.Error()}
@@ -33,21 +40,30 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 	ctx, cancel := context.WithTimeout(ctx, min(wait, api.MaxAwait))
 	defer cancel()
 	woken := make(chan struct{}, 1)
+	wake := func() {
+		select {
+		case woken <- struct{}{}:
+		default:
+		}
+	}
 	sub, err := s.nc.Subscribe(streams.HistorySubject(req.RunID), func(m *nats.Msg) {
 		if endNotice(m.Header) {
-			select {
-			case woken <- struct{}{}:
-			default:
-			}
+			wake()
 		}
 	})
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	if err := s.nc.FlushWithContext(ctx); err != nil {
+	feed, err := s.nc.Subscribe(FeedPrefix+"*."+req.RunID+".>", func(m *nats.Msg) {
+		if t, ok := strings.CutPrefix(m.Header.Get(cloudevent.HeaderType), FeedTypePrefix); ok && endType(event.Type(t)) {
+			wake()
+		}
+	})
+	if err != nil {
 		return nil, err
 	}
+	defer func() { _ = feed.Unsubscribe() }()
 	mustExist := req.MustExist
 	// check reads the run's last commit; full also projects the whole history, to find a run
 	// blocked before its last commit (inputs that arrived after decision.failed).
@@ -85,6 +101,7 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 	}
 	full := true
 	retries := 8
+	polled := false // the last check was the slow poll's, not a notice's
 	poll := time.NewTimer(time.Hour)
 	defer poll.Stop()
 	for {
@@ -96,6 +113,9 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 			return nil, err
 		}
 		if end != nil {
+			if polled && end.Status != core.StatusBlocked {
+				s.awaitsByPoll.Add(1) // a notice was missed
+			}
 			return &api.AwaitResponse{Ended: true, Snapshot: end}, nil
 		}
 		// A notice comes before the stream stored its commit (by tens of microseconds), or for
@@ -109,9 +129,9 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 		poll.Reset(next)
 		select {
 		case <-woken:
-			retries, full = 0, false
+			retries, full, polled = 0, false, false
 		case <-poll.C:
-			full = retries >= 8
+			full, polled = retries >= 8, retries >= 8
 		case <-ctx.Done():
 			return &api.AwaitResponse{}, nil
 		}
@@ -124,6 +144,10 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 	}
 }
 
+// AwaitsByPoll counts the awaits answered by the slow poll, after no notice of the commit that
+// ended the run came: zero unless a notice was lost. For tests and stats.
+func (s *Service) AwaitsByPoll() int64 { return s.awaitsByPoll.Load() }
+
 // endNotice reports whether a commit notice may end a wait for a run's end: the run's start (a
 // successor appearing), a commit that ends it, or a failed decision (a blocked run).
 func endNotice(h nats.Header) bool {
@@ -132,9 +156,13 @@ func endNotice(h nats.Header) bool {
 		types = strings.TrimPrefix(h.Get(jsstore.HeaderType), jsstore.TypePrefix)
 	}
 	for t := range strings.SplitSeq(types, ",") {
-		if event.Type(t).Terminal() || t == string(event.TypeDecisionFailed) || t == string(event.TypeRunStarted) {
+		if endType(event.Type(t)) {
 			return true
 		}
 	}
 	return false
+}
+
+func endType(t event.Type) bool {
+	return t.Terminal() || t == event.TypeDecisionFailed || t == event.TypeRunStarted
 }

@@ -140,6 +140,8 @@ type Service struct {
 	workers sync.WaitGroup
 	started chan struct{}
 	once    sync.Once
+	// awaitsByPoll counts awaits a notice did not answer (AwaitsByPoll).
+	awaitsByPoll atomic.Int64
 	// applied counts commits applied, for tests and stats.
 	applied countingSignal
 }

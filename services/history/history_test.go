@@ -95,6 +95,12 @@ func registry(buildID string) *flow.Registry {
 		return ctx.Complete(v), nil
 	})
 	flow.RegisterStep(reg, "inc", func(_ context.Context, n int) (int, error) { return n + 1, nil })
+	flow.RegisterWorkflow(reg, "await", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		if v := ctx.Signal("go"); v != nil {
+			return ctx.Complete(v), nil
+		}
+		return ctx.AwaitSignal("go", "go"), nil
+	})
 	flow.RegisterWorkflow(reg, "nap", func(ctx *flow.Context, d time.Duration) (flow.Decision, error) {
 		if !ctx.Fired("nap") {
 			return ctx.Sleep("nap", d), nil

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
@@ -40,9 +41,8 @@ func TestWrongBuildRunsWaitForTheirBuild(t *testing.T) {
 	defer cancel()
 	var ids []string
 	for _, id := range []string{"pinned", "legacy"} {
-		runID, err := client.Start(ctx, "steps", 2, &flow.StartOptions{RunID: id})
-		require.NoError(t, err)
-		ids = append(ids, runID)
+		// Started while v2 workers served it: they are gone since.
+		ids = append(ids, ingresstest.Accepted(t, natstest.Connect(t, srv), "steps", id, 2, "v2"))
 	}
 	startWorker(t, srv, registry("v1")) // the latest registration now names build v1
 
@@ -205,8 +205,7 @@ func TestRunParkedWhileTheServiceWasDownIsShownParked(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	runID, err := client.Start(ctx, "steps", 1, &flow.StartOptions{RunID: "unserved"})
-	require.NoError(t, err)
+	runID := ingresstest.Accepted(t, natstest.Connect(t, srv), "steps", "unserved", 1, "") // started while the worker lived
 	require.Eventually(t, func() bool {
 		d, err := client.Describe(ctx, runID, 0)
 		return err == nil && d.Entry != nil

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
@@ -32,8 +33,7 @@ func TestRunParkedAfterItsRegistrationIsDispatched(t *testing.T) {
 	require.NoError(t, err)
 	client, err := flow.NewClient(ctx, natstest.Connect(t, srv), nil)
 	require.NoError(t, err)
-	runID, err := client.Start(ctx, "steps", 1, &flow.StartOptions{RunID: "parked-late"})
-	require.NoError(t, err)
+	runID := ingresstest.Accepted(t, natstest.Connect(t, srv), "steps", "parked-late", 1, "")
 
 	parked, err := js.KeyValue(ctx, streams.ParkedBucket)
 	require.NoError(t, err)

@@ -103,6 +103,11 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 		}
 		def, derr := s.defs.require(ctx, queue, in.definition)
 		if derr != nil {
+			if derr.Code == api.CodeNoWorker && in.runID != "" {
+				if resp, e, ok := s.existingStart(ctx, in, queue, data); ok {
+					return resp, e
+				}
+			}
 			return nil, derr
 		}
 		spec := event.Spec{Definition: in.definition, BuildID: def.BuildID, Patches: def.Patches}
@@ -126,6 +131,36 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 		resp.DeliveryID = ""
 	}
 	return resp, nil
+}
+
+// existingStart answers a start of run ID in.runID when no live worker serves its definition:
+// a run already started with the same definition, queue and input is returned (a retried
+// start), another is refused as taken, and a quarantined one as damaged. ok is false when the
+// run does not exist.
+func (s *Service) existingStart(ctx context.Context, in *input, queue string, data json.RawMessage) (*api.InputResponse, *api.IngressError, bool) {
+	hist, err := s.store.Load(ctx, in.runID, 0)
+	if err != nil {
+		return nil, s.refusal(in, err), true
+	}
+	if len(hist) == 0 {
+		return nil, nil, false
+	}
+	got, ok := hist[0].Payload.(*event.RunStarted)
+	field := ""
+	switch {
+	case !ok:
+		return nil, s.refusal(in, fmt.Errorf("%w: run %q does not begin with run.started", core.ErrInvalidHistory, in.runID)), true
+	case got.Spec.Definition != in.definition:
+		field = "definition"
+	case got.Queue != queue:
+		field = "queue"
+	case !core.JSONEqual(got.Input, data):
+		field = "input"
+	}
+	if field != "" {
+		return nil, s.refusal(in, &engine.RunExistsError{RunID: in.runID, Field: field}), true
+	}
+	return &api.InputResponse{RunID: in.runID}, nil, true
 }
 
 // refusal maps an engine error to the error the caller gets.

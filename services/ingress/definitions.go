@@ -2,65 +2,68 @@ package ingress
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
-	"strings"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/streams"
 )
 
 // definitions resolves the definition a start names to the spec its run records.
 type definitions interface {
-	// require returns the definition registered as name on queue, or an error saying why a
-	// run of it cannot start now.
+	// require returns the definition a live worker serves as name on queue, or an error saying
+	// why a run of it cannot start now.
 	require(ctx context.Context, queue, name string) (streams.Definition, *api.IngressError)
+	stop()
 }
 
-// kvDefinitions reads FLOW_DEFINITIONS, where workers publish the definitions they run.
-type kvDefinitions struct{ kv jetstream.KeyValue }
+// liveDefinitions answers from the liveness view of FLOW_WORKERS: a start of a definition that
+// no live worker serves is refused (docs/operations.md, "Starting a definition no live worker
+// serves"). The view is kept in memory; a refusal is confirmed with one read of the bucket, so
+// that a worker that started a moment ago is not missed.
+type liveDefinitions struct{ view *liveness.View }
 
-func newDefinitions(ctx context.Context, js jetstream.JetStream, _ *slog.Logger) (definitions, error) {
-	kv, err := js.KeyValue(ctx, streams.DefinitionsBucket)
+func newDefinitions(ctx context.Context, js jetstream.JetStream, logger *slog.Logger) (definitions, error) {
+	view, err := liveness.Watch(ctx, js, logger)
 	if err != nil {
 		return nil, err
 	}
-	return &kvDefinitions{kv: kv}, nil
+	return &liveDefinitions{view: view}, nil
 }
 
-func (d *kvDefinitions) require(ctx context.Context, queue, name string) (streams.Definition, *api.IngressError) {
-	var def streams.Definition
-	e, err := d.kv.Get(ctx, streams.DefinitionKey(queue, name))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		hint := "no worker has registered a definition on this queue; is a worker (or `flow dev`) running?"
-		if known := d.known(ctx, queue); len(known) > 0 {
-			hint = "known: " + strings.Join(known, ", ")
+func (d *liveDefinitions) stop() { d.view.Stop() }
+
+func (d *liveDefinitions) require(ctx context.Context, queue, name string) (streams.Definition, *api.IngressError) {
+	def, err := d.view.Require(queue, name)
+	if err == nil {
+		return streams.Definition{Definition: name, Queue: queue, BuildID: def.BuildID, Patches: def.Patches}, nil
+	}
+	if !errors.Is(err, liveness.ErrNoWorker) {
+		return streams.Definition{}, &api.IngressError{Code: api.CodeIngressInternal, Message: err.Error()}
+	}
+	workers, ferr := d.view.Fetch(ctx, queue)
+	if ferr != nil {
+		return streams.Definition{}, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("%v; retry", ferr)}
+	}
+	// The worker that started last decides the build and patches, as the view does.
+	var found *liveness.Worker
+	for i, w := range workers {
+		if w.Registers(name) && (found == nil || w.StartedAt.After(found.StartedAt)) {
+			found = &workers[i]
 		}
-		return def, &api.IngressError{Code: api.CodeNoWorker, Message: fmt.Sprintf("workflow definition %q is not registered on queue %q (%s)", name, queue, hint)}
 	}
-	if err != nil {
-		return def, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("reading definition %q: %v; retry", name, err)}
+	if found == nil {
+		return streams.Definition{}, &api.IngressError{Code: api.CodeNoWorker, Message: trimFlow(err)}
 	}
-	if err := json.Unmarshal(e.Value(), &def); err != nil {
-		return def, &api.IngressError{Code: api.CodeIngressInternal, Message: fmt.Sprintf("definition %q is malformed in %s: %v", name, streams.DefinitionsBucket, err)}
+	out := streams.Definition{Definition: name, Queue: queue, BuildID: found.BuildID}
+	for _, r := range found.Definitions {
+		if r.Definition == name {
+			out.Patches = r.Patches
+		}
 	}
-	return def, nil
-}
-
-func (d *kvDefinitions) known(ctx context.Context, queue string) []string {
-	lister, err := d.kv.ListKeysFiltered(ctx, queue+".>")
-	if err != nil {
-		return nil
-	}
-	var names []string
-	for k := range lister.Keys() {
-		names = append(names, strings.TrimPrefix(k, queue+"."))
-	}
-	slices.Sort(names)
-	return names
+	return out, nil
 }

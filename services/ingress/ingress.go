@@ -86,6 +86,7 @@ type Service struct {
 	ownConn bool
 	js      jetstream.JetStream
 	engine  *engine.Engine
+	store   *jsstore.Store
 	host    *jshost.Host
 	defs    definitions
 	auth    *authenticator
@@ -177,6 +178,7 @@ func (s *Service) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	s.store = st
 	if s.host, err = jshost.New(ctx, s.js, "flow/ingress", s.logger); err != nil {
 		return err
 	}
@@ -246,6 +248,9 @@ func (s *Service) Stop() error {
 			cancel()
 		}
 		s.inflight.Wait()
+		if s.defs != nil {
+			s.defs.stop()
+		}
 		if s.cancel != nil {
 			s.cancel()
 		}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
@@ -17,6 +18,7 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
@@ -28,6 +30,7 @@ func startServices(t *testing.T, srv *natsserver.Server) {
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
 	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, s.Start(t.Context()))
@@ -196,8 +199,7 @@ func TestParkedRunResumesWhenItsWorkerComesBack(t *testing.T) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	runID, err := client.Start(ctx, "beta", 7, &flow.StartOptions{RunID: "beta-unserved"})
-	require.NoError(t, err)
+	runID := ingresstest.Accepted(t, natstest.Connect(t, srv), "beta", "beta-unserved", 7, "") // started while beta lived
 	parked, err := natstest.JetStream(t, srv).KeyValue(ctx, streams.ParkedBucket)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { _, err := parked.Get(ctx, runID); return err == nil }, 20*time.Second, 10*time.Millisecond,
