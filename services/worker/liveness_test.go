@@ -137,8 +137,14 @@ func TestDefinitionOfAGoneWorkerIsNotServed(t *testing.T) {
 	t.Run("Stopped", func(t *testing.T) {
 		t.Parallel()
 		srv := natstest.RunJetStream(t) // the default TTL: 15s
+		startServices(t, srv)
 		v := watch(t, srv)
 		w := startWorker(t, srv, twoSteps("alpha"))
+		client, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
+		require.NoError(t, err)
+		before, err := client.Start(t.Context(), "alpha", 1, &flow.StartOptions{RunID: "alpha-before"})
+		require.NoError(t, err)
+		require.NoError(t, client.Result(t.Context(), before, nil))
 		require.Eventually(t, func() bool { _, err := v.Require(streams.DefaultQueue, "alpha"); return err == nil },
 			10*time.Second, 5*time.Millisecond)
 		kv, err := natstest.JetStream(t, srv).KeyValue(t.Context(), streams.WorkersBucket)
@@ -158,6 +164,17 @@ func TestDefinitionOfAGoneWorkerIsNotServed(t *testing.T) {
 		require.Less(t, time.Since(start), v.TTL())
 		_, err = v.Require(streams.DefaultQueue, "alpha")
 		require.ErrorContains(t, err, `no live worker serves workflow "alpha" on queue "default" (last worker seen `)
+
+		// As documented: a new start is refused, with the reason; a retried start of a run
+		// accepted before returns it.
+		_, err = client.Start(t.Context(), "alpha", 1, &flow.StartOptions{RunID: "alpha-after"})
+		require.ErrorIs(t, err, flow.ErrNoWorker)
+		require.ErrorContains(t, err, `no live worker serves workflow "alpha" on queue "default" (last worker seen `)
+		again, err := client.Start(t.Context(), "alpha", 1, &flow.StartOptions{RunID: "alpha-before"})
+		require.NoError(t, err)
+		require.Equal(t, before, again)
+		_, err = client.Start(t.Context(), "alpha", 2, &flow.StartOptions{RunID: "alpha-before"})
+		require.ErrorIs(t, err, flow.ErrRunExists)
 	})
 	t.Run("Crashed", func(t *testing.T) {
 		t.Parallel()
