@@ -22,7 +22,6 @@ func compileIngress(t *testing.T, name string) *jsonschema.Schema {
 	return s
 }
 
-
 // The ingress schemas describe the wire types of internal/api, field by field, and accept what
 // the ingress accepts.
 func TestIngressSchemas(t *testing.T) {
