@@ -8,6 +8,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/pkg/flow"
 )
 
@@ -66,31 +67,15 @@ is listed unless --queue is given.`,
 				last := "never seen"
 				switch {
 				case !beat.IsZero():
-					last = since(now, beat)
+					last = liveness.Ago(now.Sub(beat))
 				case !d.LastSeen.IsZero():
-					last = since(now, d.LastSeen) + " (gone)"
+					last = liveness.Ago(now.Sub(d.LastSeen)) + " (gone)"
 				case !d.UpdatedAt.IsZero():
-					last = "registered " + since(now, d.UpdatedAt) + " (gone)"
+					last = "registered " + liveness.Ago(now.Sub(d.UpdatedAt)) + " (gone)"
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", d.Definition, d.Queue, build, workers, last)
 			}
 			return tw.Flush()
 		}),
 	}
-}
-
-// since says how long before now t was, for people: "4s ago", "3m ago", "2h ago", "5d ago".
-func since(now, t time.Time) string {
-	d := now.Sub(t)
-	switch {
-	case d < time.Second:
-		return "just now"
-	case d < time.Minute:
-		return fmt.Sprintf("%ds ago", int(d/time.Second))
-	case d < time.Hour:
-		return fmt.Sprintf("%dm ago", int(d/time.Minute))
-	case d < 48*time.Hour:
-		return fmt.Sprintf("%dh ago", int(d/time.Hour))
-	}
-	return fmt.Sprintf("%dd ago", int(d/(24*time.Hour)))
 }

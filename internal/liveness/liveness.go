@@ -250,9 +250,9 @@ func (e *NoWorkerError) Error() string {
 	var seen string
 	switch {
 	case !e.LastSeen.IsZero():
-		seen = "last worker seen " + ago(e.At.Sub(e.LastSeen))
+		seen = "last worker seen " + Ago(e.At.Sub(e.LastSeen))
 	case !e.RegisteredAt.IsZero():
-		seen = "registered " + ago(e.At.Sub(e.RegisteredAt)) + ", no live worker seen since"
+		seen = "registered " + Ago(e.At.Sub(e.RegisteredAt)) + ", no live worker seen since"
 	default:
 		seen = "never registered"
 	}
@@ -267,8 +267,9 @@ func (e *NoWorkerError) Error() string {
 // Unwrap returns ErrNoWorker.
 func (e *NoWorkerError) Unwrap() error { return ErrNoWorker }
 
-// ago says how long d is, roughly, for people: "3s ago", "4m ago", "2h ago", "5d ago".
-func ago(d time.Duration) string {
+// Ago says how long ago something d before now happened, roughly, for people: "just now",
+// "3s ago", "4m ago", "2h ago", "5d ago".
+func Ago(d time.Duration) string {
 	switch {
 	case d < time.Second:
 		return "just now"
