@@ -25,7 +25,8 @@ import (
 // when it is a valid run ID, else a digest of source and id) and its queue from "flowqueue".
 // A plain message's body is a StartRequest for a start, the payload of a signal or hook, or a
 // CancelRequest; its delivery ID is the header Idempotency-Key or Nats-Msg-Id (a message without
-// one gets a fresh ID, and so is not deduplicated).
+// one gets a fresh ID, and so is not deduplicated), which also names the run of a start whose body
+// names none.
 //
 // A request gets an InputResponse, or an Error as the JSON body with the headers
 // HeaderErrorCode and HeaderStatus. A rejected message published without a reply subject goes

@@ -31,7 +31,7 @@ func fromEvent(in *input, ev *ce.Event) *api.IngressError {
 		in.data = data
 		in.runID = extension(ev, api.ExtRunID)
 		if in.runID == "" {
-			in.runID = runIDOfEvent(ev)
+			in.runID = runIDOf(ev.Source(), ev.ID())
 		}
 		in.queue = extension(ev, api.ExtQueue)
 	case api.KindSignal, api.KindHook:
@@ -42,14 +42,14 @@ func fromEvent(in *input, ev *ce.Event) *api.IngressError {
 	return nil
 }
 
-// runIDOfEvent derives a start's run ID from a CloudEvent without the flowrunid extension: its
-// id when that is a valid run ID, else a digest of its source and id, so that a redelivered
-// event starts the same run.
-func runIDOfEvent(ev *ce.Event) string {
-	if event.ValidateRunID(ev.ID()) == nil {
-		return ev.ID()
+// runIDOf derives the run ID of a start that names none from its delivery ID (a CloudEvent's
+// id, from source; an Idempotency-Key): the ID itself when it is a valid run ID, else "ce-" and
+// a digest of source and ID, so that a redelivered start starts the same run.
+func runIDOf(source, id string) string {
+	if event.ValidateRunID(id) == nil {
+		return id
 	}
-	sum := sha256.Sum256([]byte(ev.Source() + "\x00" + ev.ID()))
+	sum := sha256.Sum256([]byte(source + "\x00" + id))
 	return "ce-" + hex.EncodeToString(sum[:16])
 }
 
@@ -75,6 +75,9 @@ func fromPlain(in *input, body []byte, deliveryID string) *api.IngressError {
 			return e
 		}
 		in.runID, in.queue, in.data = req.RunID, req.Queue, req.Input
+		if in.runID == "" && deliveryID != "" {
+			in.runID = runIDOf("", deliveryID)
+		}
 	case api.KindSignal, api.KindHook:
 		in.data = body
 	case api.KindCancel, api.KindTerminate:
