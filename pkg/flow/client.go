@@ -67,8 +67,9 @@ type Client struct {
 }
 
 // Dial connects to the NATS server at url ("" means nats://127.0.0.1:4222) and returns a client
-// that owns the connection. It returns an error wrapping ErrUnreachable when no server answers,
-// and one that says to start Flow when Flow's streams do not exist there.
+// that owns the connection. It returns an error wrapping ErrUnreachable when no server answers;
+// a call finding no ingress or history service there returns an error that says to start Flow
+// (ErrIngressUnavailable, ErrHistoryUnavailable).
 func Dial(ctx context.Context, url string, opts *ClientOptions) (*Client, error) {
 	nc, err := natsconn.Dial(url, "flow-client")
 	if err != nil {
@@ -83,7 +84,8 @@ func Dial(ctx context.Context, url string, opts *ClientOptions) (*Client, error)
 	return c, nil
 }
 
-// NewClient returns a client on an existing connection, which it does not close. opts may be nil.
+// NewClient returns a client on an existing connection, which it closes only with
+// opts.CloseConn. opts may be nil.
 func NewClient(_ context.Context, nc *nats.Conn, opts *ClientOptions) (*Client, error) {
 	if opts == nil {
 		opts = &ClientOptions{}
