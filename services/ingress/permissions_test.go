@@ -103,9 +103,10 @@ func TestClientNeedsOnlyIngressAndQuerySubjects(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Result(ctx, run2, &out))
 	require.Equal(t, "hooked", out)
-	page, err := c.Runs(ctx, nil)
-	require.NoError(t, err)
-	require.Len(t, page.Runs, 2)
+	require.Eventually(t, func() bool { // the runs index follows the stream
+		page, err := c.Runs(ctx, nil)
+		return err == nil && len(page.Runs) == 2
+	}, 20*time.Second, 5*time.Millisecond)
 	select {
 	case err := <-violations:
 		t.Fatalf("the client needed a permission it does not have: %v", err)
