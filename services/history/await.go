@@ -55,15 +55,20 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 		return nil, err
 	}
 	defer func() { _ = sub.Unsubscribe() }()
-	feed, err := s.nc.Subscribe(FeedPrefix+"*."+req.RunID+".>", func(m *nats.Msg) {
+	// Of the feed, only the events that may end a wait: run.* (started and the terminal ones)
+	// and decision.failed.
+	onFeed := func(m *nats.Msg) {
 		if t, ok := strings.CutPrefix(m.Header.Get(cloudevent.HeaderType), FeedTypePrefix); ok && endType(event.Type(t)) {
 			wake()
 		}
-	})
-	if err != nil {
-		return nil, err
 	}
-	defer func() { _ = feed.Unsubscribe() }()
+	for _, suffix := range []string{".run.*", "." + string(event.TypeDecisionFailed)} {
+		feed, err := s.nc.Subscribe(FeedPrefix+"*."+req.RunID+suffix, onFeed)
+		if err != nil {
+			return nil, err
+		}
+		defer func() { _ = feed.Unsubscribe() }()
+	}
 	mustExist := req.MustExist
 	// check reads the run's last commit; full also projects the whole history, to find a run
 	// blocked before its last commit (inputs that arrived after decision.failed).
@@ -99,7 +104,11 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 		}
 		return snap, nil
 	}
-	full := true
+	// A run whose last commit is its decision.failed is found blocked by that commit alone; one
+	// blocked before inputs that came after, by projecting its history, which only the runs
+	// the index shows blocked need (the slow poll projects the others).
+	entry, indexed := s.index.get(req.RunID)
+	full := indexed && entry.Status == core.StatusBlocked
 	retries := 8
 	polled := false // the last check was the slow poll's, not a notice's
 	poll := time.NewTimer(time.Hour)
