@@ -287,9 +287,11 @@ func TestCLIFixes(t *testing.T) {
 	t.Run("StatusOfAnEndedRunListsNothingPending", func(t *testing.T) {
 		r := runCLI(t, "start", "reminder", "--input", `{"after":"1h"}`, "--id", "status-ended", nats)
 		require.Equal(t, 0, r.code, r.stderr)
-		r = runCLI(t, "status", "status-ended", nats)
-		require.Equal(t, 0, r.code, r.stderr)
-		require.Regexp(t, `wait  pending until \d{4}-`, r.stdout, "a live run's wait is pending")
+		pending := regexp.MustCompile(`wait  pending until \d{4}-`)
+		require.Eventually(t, func() bool { // once the worker has decided the run's first step
+			r = runCLI(t, "status", "status-ended", nats)
+			return r.code == 0 && pending.MatchString(r.stdout)
+		}, 20*time.Second, 10*time.Millisecond, "a live run's wait is pending: %s", r.stdout)
 
 		r = runCLI(t, "cancel", "status-ended", nats)
 		require.Equal(t, 0, r.code, r.stderr)
