@@ -24,8 +24,8 @@ delivery over HTTP:
 --json prints {"token":TOKEN,"run_id":RUN,"status":"accepted"}.`,
 		Args: args("TOKEN"),
 		RunE: func(c *cobra.Command, a []string) error {
-			if !json.Valid([]byte(payload)) {
-				return usageError{fmt.Errorf("--payload is not valid JSON; quote it for the shell, e.g. --payload '{\"ok\":true}'")}
+			if err := checkPayload(payload); err != nil {
+				return err
 			}
 			client, err := e.client(c.Context())
 			if err != nil {
@@ -46,4 +46,12 @@ delivery over HTTP:
 	cmd.Flags().StringVar(&payload, "payload", "null", "payload as JSON")
 	cmd.Flags().StringVar(&id, "id", "", "delivery ID; a repeated ID with the same payload is delivered once (default: generated)")
 	return cmd
+}
+
+// checkPayload returns a usage error when the --payload flag's value is not JSON.
+func checkPayload(payload string) error {
+	if !json.Valid([]byte(payload)) {
+		return usageError{fmt.Errorf("--payload is not valid JSON; quote it for the shell, e.g. --payload '{\"ok\":true}'")}
+	}
+	return nil
 }

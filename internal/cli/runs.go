@@ -573,8 +573,8 @@ run it continued as). --json prints
 {"run_id":RUN,"delivered_to":RUN_OR_ITS_SUCCESSOR,"status":"accepted"}.`,
 		Args: args("RUN", "NAME"),
 		RunE: func(c *cobra.Command, a []string) error {
-			if !json.Valid([]byte(payload)) {
-				return usageError{fmt.Errorf("--payload is not valid JSON; quote it for the shell, e.g. --payload '{\"ok\":true}'")}
+			if err := checkPayload(payload); err != nil {
+				return err
 			}
 			client, err := e.client(c.Context())
 			if err != nil {

@@ -276,19 +276,54 @@ func (e *Engine) prepareStart(p *StartParams) (*event.RunStarted, error) {
 		ContinuedFrom: p.ContinuedFrom, Generation: p.Generation}, nil
 }
 
+// Existing checks a start against the run it names, appending nothing: false when run p.RunID
+// does not exist; true when it exists and was started as p would start it, with any build and
+// patches (p.Spec names only the definition of a start that cannot know them); else a
+// *RunExistsError. The error of a quarantined run wraps store.ErrDamaged.
+func (e *Engine) Existing(ctx context.Context, p StartParams) (bool, error) {
+	want, err := e.prepareStart(&p)
+	if err != nil {
+		return false, err
+	}
+	got, err := e.started(ctx, p.RunID)
+	if err != nil || got == nil {
+		return false, err
+	}
+	return true, compareStart(p.RunID, got, want, true)
+}
+
 // sameStart checks that the existing run runID was started like want.
 func (e *Engine) sameStart(ctx context.Context, runID string, want *event.RunStarted) error {
+	got, err := e.started(ctx, runID)
+	if err != nil {
+		return err
+	}
+	if got == nil {
+		return fmt.Errorf("run %q conflicted on start but has no events", runID)
+	}
+	return compareStart(runID, got, want, false)
+}
+
+// started returns the run.started of run runID, or nil if the run has no events.
+func (e *Engine) started(ctx context.Context, runID string) (*event.RunStarted, error) {
 	hist, err := e.store.Load(ctx, runID, 0)
 	if err != nil {
-		return fmt.Errorf("loading run %q: %w", runID, err)
+		return nil, fmt.Errorf("loading run %q: %w", runID, err)
 	}
 	if len(hist) == 0 {
-		return fmt.Errorf("run %q conflicted on start but has no events", runID)
+		return nil, nil
 	}
 	got, ok := hist[0].Payload.(*event.RunStarted)
 	if !ok {
-		return fmt.Errorf("%w: run %q does not begin with run.started", core.ErrInvalidHistory, runID)
+		return nil, fmt.Errorf("%w: run %q does not begin with run.started", core.ErrInvalidHistory, runID)
 	}
+	return got, nil
+}
+
+// compareStart returns a *RunExistsError naming the first field in which run runID's
+// run.started got differs from want, or nil. With anySpec, build ID and patches are not
+// compared.
+func compareStart(runID string, got, want *event.RunStarted, anySpec bool) error {
 	// A child is identified by its parent's link: whoever starts it again (the parent's worker
 	// after a deploy, the history service for a history that recorded no child spec) starts the
 	// same run, whatever code identity it would pick now.
@@ -296,7 +331,7 @@ func (e *Engine) sameStart(ctx context.Context, runID string, want *event.RunSta
 	switch {
 	case got.Spec.Definition != want.Spec.Definition:
 		return &RunExistsError{RunID: runID, Field: "definition"}
-	case !sameChild && (got.Spec.BuildID != want.Spec.BuildID || !slices.Equal(got.Spec.Patches, want.Spec.Patches)):
+	case !anySpec && !sameChild && (got.Spec.BuildID != want.Spec.BuildID || !slices.Equal(got.Spec.Patches, want.Spec.Patches)):
 		return &RunExistsError{RunID: runID, Field: "spec (build ID or patches)"}
 	case !core.JSONEqual(got.Input, want.Input):
 		return &RunExistsError{RunID: runID, Field: "input"}

@@ -299,3 +299,44 @@ func TestDriveRefusesRunsOfAnotherBuild(t *testing.T) {
 	_, err = e.Drive(t.Context(), "missing", 0)
 	require.ErrorIs(t, err, core.ErrNotFound)
 }
+
+// Existing checks a start against the run it names without appending: any build and patches
+// match, another definition, input or queue does not.
+func TestExisting(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(*flow.Registry) {})
+	e := b.engine(t, 1)
+	ctx := t.Context()
+	_, _, err := e.Start(ctx, engine.StartParams{RunID: "r1", Spec: event.Spec{Definition: "order", BuildID: "v7", Patches: []string{"p"}},
+		Input: []byte(`{"a":1}`), Queue: "q"})
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		name   string
+		p      engine.StartParams
+		exists bool
+		field  string
+	}{
+		{"Same", engine.StartParams{RunID: "r1", Spec: event.Spec{Definition: "order"}, Input: []byte(`{ "a": 1 }`), Queue: "q"}, true, ""},
+		{"Missing", engine.StartParams{RunID: "r2", Spec: event.Spec{Definition: "order"}, Queue: "q"}, false, ""},
+		{"OtherDefinition", engine.StartParams{RunID: "r1", Spec: event.Spec{Definition: "refund"}, Input: []byte(`{"a":1}`), Queue: "q"}, true, "definition"},
+		{"OtherInput", engine.StartParams{RunID: "r1", Spec: event.Spec{Definition: "order"}, Input: []byte(`{"a":2}`), Queue: "q"}, true, "input"},
+		{"OtherQueue", engine.StartParams{RunID: "r1", Spec: event.Spec{Definition: "order"}, Input: []byte(`{"a":1}`), Queue: "other"}, true, "queue"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			exists, err := e.Existing(ctx, tt.p)
+			require.Equal(t, tt.exists, exists)
+			if tt.field == "" {
+				require.NoError(t, err)
+			} else {
+				var re *engine.RunExistsError
+				require.ErrorAs(t, err, &re)
+				require.Equal(t, tt.field, re.Field)
+			}
+		})
+	}
+	for run, n := range map[string]int{"r1": 1, "r2": 0} {
+		hist, err := b.store.EventStore.Load(ctx, run, 0)
+		require.NoError(t, err)
+		require.Len(t, hist, n, "nothing appended to run %s", run)
+	}
+}

@@ -150,16 +150,6 @@ func Dial(url, name string, opts ...nats.Option) (*nats.Conn, error) {
 	return r.dial(name, opts)
 }
 
-// Use returns conn if it is not nil (the caller keeps ownership), else dials url as Dial does;
-// own reports whether the caller must close the returned connection.
-func Use(conn *nats.Conn, url, name string) (nc *nats.Conn, own bool, err error) {
-	if conn != nil {
-		return conn, false, nil
-	}
-	nc, err = Dial(url, name)
-	return nc, err == nil, err
-}
-
 // resolve applies the environment and the NATS context to c.
 func (c Config) resolve() (resolved, error) {
 	ctx, err := loadContext(c.contextName())

@@ -138,27 +138,12 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 // start), another is refused as taken, and a quarantined one as damaged. ok is false when the
 // run does not exist.
 func (s *Service) existingStart(ctx context.Context, in *input, queue string, data json.RawMessage) (*api.InputResponse, *api.IngressError, bool) {
-	hist, err := s.store.Load(ctx, in.runID, 0)
-	if err != nil {
-		return nil, s.refusal(in, err), true
-	}
-	if len(hist) == 0 {
-		return nil, nil, false
-	}
-	got, ok := hist[0].Payload.(*event.RunStarted)
-	field := ""
+	exists, err := s.engine.Existing(ctx, engine.StartParams{RunID: in.runID, Spec: event.Spec{Definition: in.definition}, Input: data, Queue: queue})
 	switch {
-	case !ok:
-		return nil, s.refusal(in, fmt.Errorf("%w: run %q does not begin with run.started", core.ErrInvalidHistory, in.runID)), true
-	case got.Spec.Definition != in.definition:
-		field = "definition"
-	case got.Queue != queue:
-		field = "queue"
-	case !core.JSONEqual(got.Input, data):
-		field = "input"
-	}
-	if field != "" {
-		return nil, s.refusal(in, &engine.RunExistsError{RunID: in.runID, Field: field}), true
+	case err != nil:
+		return nil, s.refusal(in, err), true
+	case !exists:
+		return nil, nil, false
 	}
 	return &api.InputResponse{RunID: in.runID}, nil, true
 }

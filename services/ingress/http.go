@@ -22,9 +22,6 @@ import (
 //go:embed openapi.json
 var openAPI []byte
 
-// OpenAPI returns the OpenAPI document of the HTTP routes.
-func OpenAPI() []byte { return bytes.Clone(openAPI) }
-
 func (s *Service) serveHTTP() error {
 	mux := http.NewServeMux()
 	route := func(pattern string, kind api.InputKind, authed bool, names func(*http.Request, *input)) {

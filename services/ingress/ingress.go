@@ -86,7 +86,6 @@ type Service struct {
 	ownConn bool
 	js      jetstream.JetStream
 	engine  *engine.Engine
-	store   *jsstore.Store
 	host    *jshost.Host
 	defs    definitions
 	auth    *authenticator
@@ -178,7 +177,6 @@ func (s *Service) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.store = st
 	if s.host, err = jshost.New(ctx, s.js, "flow/ingress", s.logger); err != nil {
 		return err
 	}
@@ -215,9 +213,6 @@ func (s *Service) HTTPAddr() string {
 	}
 	return s.httpAddr.String()
 }
-
-// HookURL returns the callback URL of hook token: PublicURL + "/v1/hooks/" + token.
-func (s *Service) HookURL(token string) string { return s.PublicURL() + "/v1/hooks/" + token }
 
 // PublicURL returns the base URL of the HTTP routes for third parties: Config.PublicURL, else
 // "http://" and the listen address.

@@ -6,6 +6,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -284,7 +287,9 @@ func TestBadInputIsRefusedAndAppendsNothing(t *testing.T) {
 			reply, err := b.nc.RequestMsg(msg, 10*time.Second)
 			require.NoError(t, err)
 			require.Equal(t, string(tt.code), reply.Header.Get(api.HeaderErrorCode), "%s", reply.Data)
-			require.Equal(t, http.StatusText(tt.status), http.StatusText(atoi(reply.Header.Get(api.HeaderStatus))))
+			status, err := strconv.Atoi(reply.Header.Get(api.HeaderStatus))
+			require.NoError(t, err)
+			require.Equal(t, tt.status, status)
 			var e api.IngressError
 			require.NoError(t, json.Unmarshal(reply.Data, &e))
 			require.Equal(t, tt.code, e.Code)
@@ -312,14 +317,6 @@ func TestBadInputIsRefusedAndAppendsNothing(t *testing.T) {
 	info, err := st.Info(ctx)
 	require.NoError(t, err)
 	require.GreaterOrEqual(t, info.State.Msgs, uint64(19))
-}
-
-func atoi(s string) int {
-	n := 0
-	for _, c := range s {
-		n = n*10 + int(c-'0')
-	}
-	return n
 }
 
 // TestInputsOverHTTPAndNATS drives runs from outside: starts, signals, hook deliveries and
@@ -450,7 +447,7 @@ func count(hist []event.Envelope, t string) int {
 	return n
 }
 
-// TestTokensFile reads bearer tokens from a file, again when it changes.
+// Without tokens the ingress listens on loopback only; a tokens file must exist.
 func TestAuthenticationConfig(t *testing.T) {
 	t.Parallel()
 	_, err := ingress.New(ingress.Config{HTTPAddr: "0.0.0.0:0"})
@@ -459,4 +456,23 @@ func TestAuthenticationConfig(t *testing.T) {
 	require.NoError(t, err)
 	_, err = ingress.New(ingress.Config{TokensFile: t.TempDir() + "/missing"})
 	require.ErrorContains(t, err, "tokens file")
+}
+
+// Bearer tokens come from a file too, read again when it changes (a rotated secret).
+func TestTokensFile(t *testing.T) {
+	t.Parallel()
+	file := filepath.Join(t.TempDir(), "tokens")
+	require.NoError(t, os.WriteFile(file, []byte("# rotated monthly\nfirst-token\n"), 0o600))
+	b := setup(t, ingress.Config{TokensFile: file})
+	// Cancelling a run that does not exist: 404 once the token is accepted, 401 before.
+	cancel := func(token string) int {
+		status, _ := b.do(t, httpReq{path: "/v1/runs/nope/cancel", auth: "Bearer " + token})
+		return status
+	}
+	require.Equal(t, http.StatusNotFound, cancel("first-token"))
+	require.Equal(t, http.StatusUnauthorized, cancel("second-token"))
+
+	require.NoError(t, os.WriteFile(file, []byte("second-token\n"), 0o600))
+	waitFor(t, "the new file is read", func() bool { return cancel("second-token") == http.StatusNotFound })
+	require.Equal(t, http.StatusUnauthorized, cancel("first-token"))
 }
