@@ -1,0 +1,98 @@
+// Package natsperm defines the NATS permissions of Flow's roles (least privilege): what each
+// service, and a client, may publish and subscribe to. It is the single source of
+// deploy/nats/auth.conf (see AuthConf) and of the permissions table in docs/operations.md; tests
+// run every service as its own user with exactly these permissions.
+//
+// The roles, their users and the environment variables holding their passwords:
+//
+//	history    flow-history    NATS_HISTORY_PASSWORD
+//	scheduler  flow-scheduler  NATS_SCHEDULER_PASSWORD
+//	ingress    flow-ingress    NATS_INGRESS_PASSWORD
+//	worker     flow-worker     NATS_WORKER_PASSWORD
+//	client     flow-client     NATS_CLIENT_PASSWORD
+//
+// Only the history service provisions: it alone may create and update Flow's streams and
+// buckets (streams.Ensure). The other services call streams.Ensure too, which then only reads
+// the streams' configuration; they must start after the history service created them (or they
+// fail to start, and are restarted), and their FLOW_STREAMS_* settings must be left unset or
+// agree with the history service's, since an update they would ask for is refused.
+package natsperm
+
+import (
+	"fmt"
+	"slices"
+
+	"github.com/nats-io/nats-server/v2/server"
+)
+
+// Role is one kind of NATS user of Flow and the subjects it needs.
+type Role struct {
+	// Name is the role: history, scheduler, ingress, worker, client.
+	Name string
+	// User is its user name in the server configuration: "flow-" + Name.
+	User string
+	// PasswordEnv is the environment variable that holds its password, which nats-server reads
+	// when it loads the configuration ($NATS_<NAME>_PASSWORD).
+	PasswordEnv string
+	// Who says, for the documentation, which programs connect as the role.
+	Who string
+	// Publish and Subscribe are the subjects (wildcards allowed) the role may publish and
+	// subscribe to; everything else is refused.
+	Publish, Subscribe []string
+	// AllowResponses lets the role publish one reply to the reply subject of each request it
+	// receives, within 2 minutes (nats-server's allow_responses defaults): what a responder
+	// needs instead of publishing to every inbox.
+	AllowResponses bool
+}
+
+// Permissions returns r's permissions as nats-server's options express them.
+func (r Role) Permissions() *server.Permissions {
+	p := &server.Permissions{
+		Publish:   &server.SubjectPermission{Allow: slices.Clone(r.Publish)},
+		Subscribe: &server.SubjectPermission{Allow: slices.Clone(r.Subscribe)},
+	}
+	if r.AllowResponses {
+		p.Response = &server.ResponsePermission{MaxMsgs: server.DEFAULT_ALLOW_RESPONSE_MAX_MSGS,
+			Expires: server.DEFAULT_ALLOW_RESPONSE_EXPIRATION}
+	}
+	return p
+}
+
+// The role names.
+const (
+	History   = "history"
+	Scheduler = "scheduler"
+	Ingress   = "ingress"
+	Worker    = "worker"
+	Client    = "client"
+)
+
+// Roles returns Flow's roles, in the order of the documentation.
+func Roles() []Role {
+	return []Role{historyRole(), schedulerRole(), ingressRole(), workerRole(), clientRole()}
+}
+
+// Get returns the role named name.
+func Get(name string) (Role, error) {
+	for _, r := range Roles() {
+		if r.Name == name {
+			return r, nil
+		}
+	}
+	return Role{}, fmt.Errorf("natsperm: no role %q; the roles are history, scheduler, ingress, worker and client", name)
+}
+
+// newRole names a role and its user and password variable.
+func newRole(name, who string) Role {
+	return Role{Name: name, User: "flow-" + name, PasswordEnv: "NATS_" + upper(name) + "_PASSWORD", Who: who}
+}
+
+func upper(s string) string {
+	b := []byte(s)
+	for i, c := range b {
+		if 'a' <= c && c <= 'z' {
+			b[i] = c - 'a' + 'A'
+		}
+	}
+	return string(b)
+}

@@ -1,0 +1,204 @@
+package natsperm
+
+import (
+	"slices"
+
+	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/streams"
+)
+
+// The subjects below are what the services' code uses, traced through nats.go's jetstream
+// package (v1.55): a stream's configuration is read with STREAM.INFO and written with
+// STREAM.CREATE and STREAM.UPDATE; messages are read with DIRECT.GET (FLOW_HISTORY and every
+// bucket allow direct reads) and STREAM.MSG.GET (a read at the stream leader); pull consumers are
+// created with CONSUMER.CREATE, read with CONSUMER.INFO, pulled with CONSUMER.MSG.NEXT and
+// acknowledged on $JS.ACK; a bucket's entries are written by publishing to $KV.<bucket>.<key>,
+// and watched with an ordered push consumer (CONSUMER.CREATE on KV_<bucket>, flow control replies
+// on $JS.FC). Replies of JetStream and of the services arrive on the requester's inbox, _INBOX.>.
+
+const jsAPI = "$JS.API."
+
+// allStreams are the streams streams.Ensure creates, buckets included (KV_<bucket>).
+var allStreams = append([]string{streams.History, streams.Tasks, streams.DeadLetter}, kvStreams(allBuckets)...)
+
+// allBuckets are the buckets streams.Ensure creates.
+var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
+	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket}
+
+func kvStreams(buckets []string) []string {
+	out := make([]string, len(buckets))
+	for i, b := range buckets {
+		out[i] = "KV_" + b
+	}
+	return out
+}
+
+// grants collects a role's subjects without duplicates, in the order they are granted.
+type grants struct{ pub, sub []string }
+
+func (g *grants) publish(subjects ...string) {
+	for _, s := range subjects {
+		if !slices.Contains(g.pub, s) {
+			g.pub = append(g.pub, s)
+		}
+	}
+}
+
+func (g *grants) subscribe(subjects ...string) {
+	for _, s := range subjects {
+		if !slices.Contains(g.sub, s) {
+			g.sub = append(g.sub, s)
+		}
+	}
+}
+
+// replies lets the role receive replies: of JetStream's API, of the services it asks.
+func (g *grants) replies() { g.subscribe("_INBOX.>") }
+
+// ensure is what streams.Ensure needs when the streams exist: their configuration.
+func (g *grants) ensure() {
+	for _, s := range allStreams {
+		g.publish(jsAPI + "STREAM.INFO." + s)
+	}
+}
+
+// provision is what streams.Ensure needs to create the streams and buckets, or update them.
+func (g *grants) provision() {
+	g.ensure()
+	g.publish(jsAPI + "INFO") // creating a bucket reads the account's limits
+	for _, s := range allStreams {
+		g.publish(jsAPI+"STREAM.CREATE."+s, jsAPI+"STREAM.UPDATE."+s)
+	}
+}
+
+// readStream reads messages of stream: direct reads (one message, or a batch), and reads at the
+// stream leader.
+func (g *grants) readStream(stream string) {
+	g.publish(jsAPI+"STREAM.INFO."+stream, jsAPI+"DIRECT.GET."+stream, jsAPI+"DIRECT.GET."+stream+".>",
+		jsAPI+"STREAM.MSG.GET."+stream)
+}
+
+// consume creates, reads and pulls from the durable consumers of stream named consumer (a
+// wildcard for several), and acknowledges their messages.
+func (g *grants) consume(stream, consumer string) {
+	g.publish(jsAPI+"CONSUMER.CREATE."+stream+"."+consumer, jsAPI+"CONSUMER.CREATE."+stream+"."+consumer+".>",
+		jsAPI+"CONSUMER.INFO."+stream+"."+consumer, jsAPI+"CONSUMER.MSG.NEXT."+stream+"."+consumer,
+		"$JS.ACK."+stream+"."+consumer+".>")
+}
+
+// kvRead opens bucket and reads its entries.
+func (g *grants) kvRead(bucket string) { g.readStream("KV_" + bucket) }
+
+// kvWrite opens bucket, reads and writes its entries (put, create, update, delete).
+func (g *grants) kvWrite(bucket string) {
+	g.kvRead(bucket)
+	g.publish("$KV." + bucket + ".>")
+}
+
+// kvWatch opens bucket and watches its entries with ordered consumers (created again after a
+// gap, under new names).
+func (g *grants) kvWatch(bucket string) {
+	g.kvRead(bucket)
+	s := "KV_" + bucket
+	g.publish(jsAPI+"CONSUMER.CREATE."+s+".*", jsAPI+"CONSUMER.CREATE."+s+".*.>", jsAPI+"CONSUMER.DELETE."+s+".*",
+		"$JS.FC."+s+".>")
+}
+
+// engine is what a process hosting the engine (jsstore, jshost) needs: it reads run histories and
+// appends to them, follows a run's commits, dispatches resume tasks, registers and deletes timers,
+// registers and releases hook tokens, and learns which runs are damaged.
+func (g *grants) engine() {
+	g.readStream(streams.History)
+	g.publish("flow.history.>")
+	g.subscribe("flow.history.>")
+	g.publish("flow.task.>")
+	g.kvWrite(streams.TimersBucket)
+	g.kvWrite(streams.HooksBucket)
+	g.kvWatch(streams.DamagedBucket)
+}
+
+// liveness is what liveness.Watch needs: the live workers and the definitions they register.
+func (g *grants) liveness() {
+	g.kvWatch(streams.WorkersBucket)
+	g.kvWatch(streams.DefinitionsBucket)
+}
+
+func (g grants) role(name, who string, allowResponses bool) Role {
+	r := newRole(name, who)
+	r.Publish, r.Subscribe, r.AllowResponses = g.pub, g.sub, allowResponses
+	return r
+}
+
+// historyRole: the history service provisions the streams, consumes FLOW_HISTORY (durable
+// consumer "history"), keeps the runs index, the timers and the damaged runs, dispatches parked
+// runs again, publishes the event feed, answers queries (a micro service, with $SRV discovery),
+// and forwards the web UI's signals and cancellations to the ingress.
+func historyRole() Role {
+	var g grants
+	g.replies()
+	g.provision()
+	g.engine()
+	g.consume(streams.History, streams.HistoryConsumer)
+	g.kvWrite(streams.RunsBucket)
+	g.kvWatch(streams.RunsBucket)
+	g.kvWrite(streams.ParkedBucket)
+	g.kvWatch(streams.ParkedBucket)
+	g.kvWrite(streams.DamagedBucket)
+	g.liveness()
+	g.publish(api.FeedPrefix + ">")
+	g.publish(api.IngressPrefix + ">")
+	g.subscribe("flow.api.>", api.FeedPrefix+">")
+	g.subscribe("$SRV.*", "$SRV.*.flow-history", "$SRV.*.flow-history.*")
+	return g.role(History, "the history service (`flowd history`)", true)
+}
+
+// schedulerRole: the scheduler holds the lease, watches the timers and fires them.
+func schedulerRole() Role {
+	var g grants
+	g.replies()
+	g.ensure()
+	g.engine()
+	g.kvWrite(streams.LeasesBucket)
+	g.kvWatch(streams.TimersBucket)
+	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", false)
+}
+
+// ingressRole: the ingress takes inputs on flow.ingress.> (queue group flow-ingress), answers
+// them, appends them to the runs, finds hooks by token and definitions' workers, and dead-letters
+// rejected publishes that asked for no reply.
+func ingressRole() Role {
+	var g grants
+	g.replies()
+	g.ensure()
+	g.engine()
+	g.liveness()
+	g.publish(api.DeadLetterPrefix + ">")
+	g.subscribe(api.IngressPrefix + ">")
+	return g.role(Ingress, "the ingress (`flowd ingress`)", true)
+}
+
+// workerRole: a worker pulls resume tasks of its queue (durable consumers worker-<queue>...),
+// drives runs, registers its definitions and its liveness, and parks runs it cannot drive.
+func workerRole() Role {
+	var g grants
+	g.replies()
+	g.ensure()
+	g.engine()
+	g.readStream(streams.Tasks)
+	g.consume(streams.Tasks, "*")
+	g.liveness()
+	g.kvWrite(streams.WorkersBucket)
+	g.kvWrite(streams.DefinitionsBucket)
+	g.kvWrite(streams.ParkedBucket)
+	return g.role(Worker, "workers (`flowd worker`, programs running `worker.New`)", false)
+}
+
+// clientRole: clients start, signal, deliver to hooks, cancel and terminate through the ingress,
+// query the history service and watch the event feed. They never touch a stream.
+func clientRole() Role {
+	var g grants
+	g.publish(api.IngressPrefix+">", "flow.api.>")
+	g.replies()
+	g.subscribe(api.FeedPrefix + ">")
+	return g.role(Client, "clients: `flow.Client`, the `flow` CLI, your programs", false)
+}
