@@ -104,18 +104,17 @@ func (g *grants) kvWatch(bucket string) {
 		"$JS.FC."+s+".>")
 }
 
-// engine is what a process hosting the engine (jsstore, jshost) needs: it reads run histories and
-// appends to them, follows a run's commits, dispatches resume tasks, registers and deletes timers,
-// registers and releases hook tokens, and learns which runs are damaged.
+// engine is what every process hosting the engine (jsstore, jshost) needs: it reads run
+// histories and appends to them, dispatches resume tasks, and learns which runs are damaged.
+// Timers and hook tokens are granted to the roles that write them.
 func (g *grants) engine() {
 	g.readStream(streams.History)
-	g.publish("flow.history.>")
-	g.subscribe("flow.history.>")
-	g.publish("flow.task.>")
-	g.kvWrite(streams.TimersBucket)
-	g.kvWrite(streams.HooksBucket)
+	g.publish("flow.history.>", "flow.task.>")
 	g.kvWatch(streams.DamagedBucket)
 }
+
+// follow lets the role follow runs' commits as they are published (jsstore's Follow).
+func (g *grants) follow() { g.subscribe("flow.history.>") }
 
 // liveness is what liveness.Watch needs: the live workers and the definitions they register.
 func (g *grants) liveness() {
@@ -138,7 +137,10 @@ func historyRole() Role {
 	g.replies()
 	g.provision()
 	g.engine()
+	g.follow()
 	g.consume(streams.History, streams.HistoryConsumer)
+	g.kvWrite(streams.TimersBucket) // it registers the timers of each commit, and deletes moot ones
+	g.kvWrite(streams.HooksBucket)  // it releases the tokens of ended runs, and repairs them
 	g.kvWrite(streams.RunsBucket)
 	g.kvWatch(streams.RunsBucket)
 	g.kvWrite(streams.ParkedBucket)
@@ -159,6 +161,7 @@ func schedulerRole() Role {
 	g.ensure()
 	g.engine()
 	g.kvWrite(streams.LeasesBucket)
+	g.kvWrite(streams.TimersBucket) // it deletes the timers it fired
 	g.kvWatch(streams.TimersBucket)
 	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", false)
 }
@@ -171,6 +174,7 @@ func ingressRole() Role {
 	g.replies()
 	g.ensure()
 	g.engine()
+	g.kvRead(streams.HooksBucket) // it finds the run of a hook delivery by its token
 	g.liveness()
 	g.publish(api.DeadLetterPrefix + ">")
 	g.subscribe(api.IngressPrefix + ">")
@@ -184,7 +188,8 @@ func workerRole() Role {
 	g.replies()
 	g.ensure()
 	g.engine()
-	g.readStream(streams.Tasks)
+	g.follow() // while steps run, it listens for other writers' commits (a signal, a cancellation)
+	g.kvWrite(streams.HooksBucket) // it registers the token of each hook its runs create
 	g.consume(streams.Tasks, "*")
 	g.liveness()
 	g.kvWrite(streams.WorkersBucket)

@@ -2,6 +2,7 @@ package natsperm_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,9 +11,11 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/examples"
+	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsperm"
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
@@ -46,11 +49,24 @@ func isolate(t *testing.T) {
 	}
 }
 
+// stack is what runAll started: clients connected as flow-client and as flow-history (as the web
+// UI forwards its buttons to the ingress), and a connection as flow-ingress.
+type stack struct {
+	client, ui *flow.Client
+	ingress    *nats.Conn
+}
+
 // runAll starts the history service, the scheduler, the ingress and a worker running the example
-// workflows, each as its own user on srv, and returns a client connected as flow-client. The
-// history service starts first: it alone may create Flow's streams.
-func runAll(t *testing.T, srv *server.Server, tls natsconn.TLS) *flow.Client {
+// workflows, each as its own user on srv. The history service starts first: it alone may create
+// Flow's streams. Once the services stopped, at the end of the test, it fails the test if the
+// server logged a permission violation.
+func runAll(t *testing.T, srv *server.Server, v *violations, tls natsconn.TLS) stack {
 	t.Helper()
+	t.Cleanup(func() {
+		if seen := v.Seen(); len(seen) > 0 {
+			t.Errorf("a service or a client was refused a subject its role needs:\n%s", strings.Join(seen, "\n"))
+		}
+	})
 	logger := natstest.Logger()
 	h, err := history.New(history.Config{NATS: as(t, srv, natsperm.History, tls), HTTPAddr: "off", Logger: logger})
 	require.NoError(t, err)
@@ -74,19 +90,28 @@ func runAll(t *testing.T, srv *server.Server, tls natsconn.TLS) *flow.Client {
 	require.NoError(t, w.Start(t.Context()))
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 
-	nc, err := as(t, srv, natsperm.Client, tls).Dial("flow-test-client")
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	c, err := flow.NewClient(t.Context(), nc, nil)
-	require.NoError(t, err)
-	return c
+	client := func(role string) (*nats.Conn, *flow.Client) {
+		nc, err := as(t, srv, role, tls).Dial("flow-test-" + role)
+		require.NoError(t, err)
+		t.Cleanup(nc.Close)
+		c, err := flow.NewClient(t.Context(), nc, nil)
+		require.NoError(t, err)
+		return nc, c
+	}
+	var st stack
+	_, st.client = client(natsperm.Client)
+	_, st.ui = client(natsperm.History)
+	st.ingress, _ = client(natsperm.Ingress)
+	return st
 }
 
 // exercise completes an order (whose charge is retried on a timer), an approval signalled, a
 // webhook delivered to, a reminder woken by its timer, and a parent with its children, as a
-// client. It fails the test if the server logged a permission violation meanwhile.
-func exercise(t *testing.T, c *flow.Client, v *violations) {
+// client; it cancels and terminates runs as the web UI does, and parks and resumes a run no
+// worker serves. It fails the test if the server logged a permission violation meanwhile.
+func exercise(t *testing.T, st stack, v *violations) {
 	t.Helper()
+	c := st.client
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	start := func(definition string, input any) string {
@@ -99,6 +124,18 @@ func exercise(t *testing.T, c *flow.Client, v *violations) {
 	webhook := start("webhook", nil)
 	reminder := start("reminder", examples.ReminderInput{After: "500ms"})
 	parent := start("parent", examples.ParentInput{Sleep: "500ms"})
+	cancelled := start("approval", examples.ApprovalInput{Timeout: "1h"})
+	terminated := start("reminder", examples.ReminderInput{After: "1h"})
+	// A run whose workers are gone, appended as the ingress accepted it: the worker parks it.
+	orphan := ingresstest.Accepted(t, st.ingress, "gone", "orphan-1", nil, "")
+	var watched []event.Type
+	watchDone := make(chan error, 1)
+	go func() {
+		watchDone <- c.Watch(ctx, order, 0, func(e event.Envelope) error {
+			watched = append(watched, e.Type())
+			return nil
+		})
+	}()
 
 	require.Eventually(t, func() bool {
 		s, err := c.Snapshot(ctx, approval)
@@ -119,6 +156,18 @@ func exercise(t *testing.T, c *flow.Client, v *violations) {
 	_, err = c.DeliverHook(ctx, token, map[string]string{"paid": "yes"}, nil)
 	require.NoError(t, err)
 
+	// The web UI's buttons: the history service forwards them to the ingress.
+	require.Eventually(t, func() bool {
+		s, err := c.Snapshot(ctx, cancelled)
+		return err == nil && len(s.SignalWaits) > 0
+	}, 30*time.Second, 10*time.Millisecond, "the run to cancel waits")
+	_, err = st.ui.Cancel(ctx, cancelled, "cancelled in the UI")
+	require.NoError(t, err)
+	_, err = st.ui.Terminate(ctx, terminated, "terminated in the UI")
+	require.NoError(t, err)
+	_, err = st.ui.Signal(ctx, cancelled, examples.ApprovalSignal, nil, nil)
+	require.Error(t, err, "a cancelled run takes no signal")
+
 	var ord examples.OrderResult
 	require.NoError(t, c.Result(ctx, order, &ord))
 	require.NotEmpty(t, ord.Reservation)
@@ -134,13 +183,24 @@ func exercise(t *testing.T, c *flow.Client, v *violations) {
 	var children any
 	require.NoError(t, c.Result(ctx, parent, &children))
 
+	require.Error(t, c.Result(ctx, cancelled, &appr))
+	require.Error(t, c.Result(ctx, terminated, &sent))
+	require.NoError(t, <-watchDone)
+	require.Equal(t, event.TypeRunCompleted, watched[len(watched)-1])
+
 	s, err := c.Snapshot(ctx, order)
 	require.NoError(t, err)
 	require.Greater(t, s.Steps["charge-payment"].Attempt, 1, "the charge was retried")
-	page, err := c.Runs(ctx, nil)
+	defs, err := c.ListDefinitions(ctx, "")
 	require.NoError(t, err)
-	require.NotEmpty(t, page.Runs)
-	require.Empty(t, v.Seen(), "a service or the client was refused a subject its role needs")
+	require.NotEmpty(t, defs)
+	require.Eventually(t, func() bool {
+		page, err := c.Runs(ctx, &flow.RunsFilter{Parked: true})
+		return err == nil && len(page.Runs) == 1 && page.Runs[0].RunID == orphan
+	}, 30*time.Second, 10*time.Millisecond, "the worker parks the run no worker serves")
+	_, err = c.Resume(ctx, orphan, nil)
+	require.NoError(t, err)
+	require.Empty(t, v.Seen(), "a service or a client was refused a subject its role needs")
 }
 
 // Each service runs as its own user, with exactly its role's permissions as deploy/nats/auth.conf
@@ -148,7 +208,7 @@ func exercise(t *testing.T, c *flow.Client, v *violations) {
 func TestServicesRunAsTheirRoles(t *testing.T) {
 	isolate(t)
 	srv, v := runServer(t, "")
-	exercise(t, runAll(t, srv, natsconn.TLS{}), v)
+	exercise(t, runAll(t, srv, v, natsconn.TLS{}), v)
 }
 
 // The same over TLS: the server requires TLS of every client, the services trust its CA
@@ -159,5 +219,5 @@ func TestServicesRunAsTheirRolesOverTLS(t *testing.T) {
 	srv, v := runServer(t, "tls {\n  cert_file: \""+files.ServerCert+"\"\n  key_file: \""+files.ServerKey+"\"\n  ca_file: \""+files.CA+"\"\n}\n")
 	_, err := nats.Connect(srv.ClientURL(), nats.UserInfo("flow-client", password(mustRole(t, natsperm.Client))))
 	require.ErrorContains(t, err, "certificate", "TLS is required, and only a client trusting the server's CA connects")
-	exercise(t, runAll(t, srv, natsconn.TLS{CA: files.CA}), v)
+	exercise(t, runAll(t, srv, v, natsconn.TLS{CA: files.CA}), v)
 }
