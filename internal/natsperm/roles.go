@@ -188,7 +188,7 @@ func workerRole() Role {
 	g.replies()
 	g.ensure()
 	g.engine()
-	g.follow() // while steps run, it listens for other writers' commits (a signal, a cancellation)
+	g.follow()                     // while steps run, it listens for other writers' commits (a signal, a cancellation)
 	g.kvWrite(streams.HooksBucket) // it registers the token of each hook its runs create
 	g.consume(streams.Tasks, "*")
 	g.liveness()
