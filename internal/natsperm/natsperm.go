@@ -43,6 +43,19 @@ type Role struct {
 	// receives, within 2 minutes (nats-server's allow_responses defaults): what a responder
 	// needs instead of publishing to every inbox.
 	AllowResponses bool
+	// Provisions says whether the role may create and update Flow's streams and buckets.
+	Provisions bool
+	// JetStream says what the subjects let the role do with each of Flow's streams and buckets,
+	// for the documentation: read, append, consume (a durable consumer), write and watch (a
+	// bucket's entries). Every role that runs a service may also read every stream's
+	// configuration.
+	JetStream []Access
+}
+
+// Access is what a role may do with one stream or bucket.
+type Access struct {
+	Name  string
+	Verbs []string
 }
 
 // Permissions returns r's permissions as nats-server's options express them.

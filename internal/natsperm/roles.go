@@ -2,6 +2,7 @@ package natsperm
 
 import (
 	"slices"
+	"strings"
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/streams"
@@ -33,8 +34,26 @@ func kvStreams(buckets []string) []string {
 	return out
 }
 
-// grants collects a role's subjects without duplicates, in the order they are granted.
-type grants struct{ pub, sub []string }
+// grants collects a role's subjects without duplicates, in the order they are granted, and what
+// they let it do with each stream and bucket.
+type grants struct {
+	pub, sub  []string
+	provision bool
+	access    []Access
+}
+
+// can records that the role may do verb with stream or bucket name.
+func (g *grants) can(name, verb string) {
+	for i := range g.access {
+		if g.access[i].Name == name {
+			if !slices.Contains(g.access[i].Verbs, verb) {
+				g.access[i].Verbs = append(g.access[i].Verbs, verb)
+			}
+			return
+		}
+	}
+	g.access = append(g.access, Access{Name: name, Verbs: []string{verb}})
+}
 
 func (g *grants) publish(subjects ...string) {
 	for _, s := range subjects {
@@ -62,8 +81,9 @@ func (g *grants) ensure() {
 	}
 }
 
-// provision is what streams.Ensure needs to create the streams and buckets, or update them.
-func (g *grants) provision() {
+// provisions is what streams.Ensure needs to create the streams and buckets, or update them.
+func (g *grants) provisions() {
+	g.provision = true
 	g.ensure()
 	g.publish(jsAPI + "INFO") // creating a bucket reads the account's limits
 	for _, s := range allStreams {
@@ -74,13 +94,15 @@ func (g *grants) provision() {
 // readStream reads messages of stream: direct reads (one message, or a batch), and reads at the
 // stream leader.
 func (g *grants) readStream(stream string) {
+	g.can(strings.TrimPrefix(stream, "KV_"), "read")
 	g.publish(jsAPI+"STREAM.INFO."+stream, jsAPI+"DIRECT.GET."+stream, jsAPI+"DIRECT.GET."+stream+".>",
 		jsAPI+"STREAM.MSG.GET."+stream)
 }
 
 // consume creates, reads and pulls from the durable consumers of stream named consumer (a
-// wildcard for several), and acknowledges their messages.
-func (g *grants) consume(stream, consumer string) {
+// wildcard for several, which names describes), and acknowledges their messages.
+func (g *grants) consume(stream, consumer, names string) {
+	g.can(stream, "consume ("+names+")")
 	g.publish(jsAPI+"CONSUMER.CREATE."+stream+"."+consumer, jsAPI+"CONSUMER.CREATE."+stream+"."+consumer+".>",
 		jsAPI+"CONSUMER.INFO."+stream+"."+consumer, jsAPI+"CONSUMER.MSG.NEXT."+stream+"."+consumer,
 		"$JS.ACK."+stream+"."+consumer+".>")
@@ -92,6 +114,7 @@ func (g *grants) kvRead(bucket string) { g.readStream("KV_" + bucket) }
 // kvWrite opens bucket, reads and writes its entries (put, create, update, delete).
 func (g *grants) kvWrite(bucket string) {
 	g.kvRead(bucket)
+	g.can(bucket, "write")
 	g.publish("$KV." + bucket + ".>")
 }
 
@@ -99,6 +122,7 @@ func (g *grants) kvWrite(bucket string) {
 // gap, under new names).
 func (g *grants) kvWatch(bucket string) {
 	g.kvRead(bucket)
+	g.can(bucket, "watch")
 	s := "KV_" + bucket
 	g.publish(jsAPI+"CONSUMER.CREATE."+s+".*", jsAPI+"CONSUMER.CREATE."+s+".*.>", jsAPI+"CONSUMER.DELETE."+s+".*",
 		"$JS.FC."+s+".>")
@@ -109,8 +133,15 @@ func (g *grants) kvWatch(bucket string) {
 // Timers and hook tokens are granted to the roles that write them.
 func (g *grants) engine() {
 	g.readStream(streams.History)
-	g.publish("flow.history.>", "flow.task.>")
+	g.append(streams.History, "flow.history.>")
+	g.append(streams.Tasks, "flow.task.>")
 	g.kvWatch(streams.DamagedBucket)
+}
+
+// append lets the role publish to subject, which stream stores.
+func (g *grants) append(stream, subject string) {
+	g.can(stream, "append")
+	g.publish(subject)
 }
 
 // follow lets the role follow runs' commits as they are published (jsstore's Follow).
@@ -125,6 +156,7 @@ func (g *grants) liveness() {
 func (g grants) role(name, who string, allowResponses bool) Role {
 	r := newRole(name, who)
 	r.Publish, r.Subscribe, r.AllowResponses = g.pub, g.sub, allowResponses
+	r.Provisions, r.JetStream = g.provision, g.access
 	return r
 }
 
@@ -135,10 +167,10 @@ func (g grants) role(name, who string, allowResponses bool) Role {
 func historyRole() Role {
 	var g grants
 	g.replies()
-	g.provision()
+	g.provisions()
 	g.engine()
 	g.follow()
-	g.consume(streams.History, streams.HistoryConsumer)
+	g.consume(streams.History, streams.HistoryConsumer, "`"+streams.HistoryConsumer+"`")
 	g.kvWrite(streams.TimersBucket) // it registers the timers of each commit, and deletes moot ones
 	g.kvWrite(streams.HooksBucket)  // it releases the tokens of ended runs, and repairs them
 	g.kvWrite(streams.RunsBucket)
@@ -176,7 +208,7 @@ func ingressRole() Role {
 	g.engine()
 	g.kvRead(streams.HooksBucket) // it finds the run of a hook delivery by its token
 	g.liveness()
-	g.publish(api.DeadLetterPrefix + ">")
+	g.append(streams.DeadLetter, api.DeadLetterPrefix+">")
 	g.subscribe(api.IngressPrefix + ">")
 	return g.role(Ingress, "the ingress (`flowd ingress`)", true)
 }
@@ -190,7 +222,7 @@ func workerRole() Role {
 	g.engine()
 	g.follow()                     // while steps run, it listens for other writers' commits (a signal, a cancellation)
 	g.kvWrite(streams.HooksBucket) // it registers the token of each hook its runs create
-	g.consume(streams.Tasks, "*")
+	g.consume(streams.Tasks, "*", "`worker-<queue>...`")
 	g.liveness()
 	g.kvWrite(streams.WorkersBucket)
 	g.kvWrite(streams.DefinitionsBucket)
