@@ -7,8 +7,11 @@ import (
 )
 
 // AuthConfPath is where the repository keeps the generated configuration, relative to its root.
-// deploy/kubernetes/base/nats/auth.conf is an identical copy.
 const AuthConfPath = "deploy/nats/auth.conf"
+
+// KubernetesAuthConfPath is its identical copy for the Kubernetes manifests (kustomize loads no
+// file outside its root).
+const KubernetesAuthConfPath = "deploy/kubernetes/base/nats/auth.conf"
 
 // AuthConf returns the nats-server configuration include file that defines one user per role
 // with the role's permissions: an authorization block, whose users are in the server's global
@@ -18,7 +21,7 @@ const AuthConfPath = "deploy/nats/auth.conf"
 func AuthConf() []byte {
 	var b bytes.Buffer
 	b.WriteString(`# Flow's NATS users, one per role, with least-privilege permissions.
-# Generated from internal/natsperm by ` + "`go test ./internal/natsperm -run TestAuthConf -rewrite`" + `: do not edit.
+# Generated from internal/natsperm by ` + "`go test ./internal/natsperm -rewrite`" + `: do not edit.
 # Include it in nats-server.conf (include auth.conf) next to a jetstream block. nats-server reads
 # each password from the environment variable named below when it loads the configuration.
 # See docs/operations.md, "Who writes what: NATS permissions by role".

@@ -15,22 +15,30 @@ import (
 	"github.com/flowrun/flow/internal/natstest"
 )
 
-var rewrite = flag.Bool("rewrite", false, "rewrite deploy/nats/auth.conf and the permissions table of docs/operations.md from internal/natsperm")
+var rewrite = flag.Bool("rewrite", false, "rewrite deploy/nats/auth.conf (and its Kubernetes copy) and the permissions table of docs/operations.md from internal/natsperm")
 
 // repoFile is the path of a file of the repository, from this package's directory.
 func repoFile(rel string) string { return filepath.Join("..", "..", filepath.FromSlash(rel)) }
 
-// deploy/nats/auth.conf is what AuthConf generates. Run with -rewrite after changing a role.
+// deploy/nats/auth.conf, and its copy for Kubernetes when there is one, are what AuthConf
+// generates. Run with -rewrite after changing a role.
 func TestAuthConf(t *testing.T) {
-	path := repoFile(natsperm.AuthConfPath)
 	want := natsperm.AuthConf()
-	if *rewrite {
-		require.NoError(t, os.WriteFile(path, want, 0o644))
+	for _, rel := range []string{natsperm.AuthConfPath, natsperm.KubernetesAuthConfPath} {
+		path := repoFile(rel)
+		if rel == natsperm.KubernetesAuthConfPath {
+			if _, err := os.Stat(filepath.Dir(path)); err != nil {
+				continue // no Kubernetes manifests in this tree
+			}
+		}
+		if *rewrite {
+			require.NoError(t, os.WriteFile(path, want, 0o644))
+		}
+		got, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(got),
+			"%s is not what internal/natsperm generates: run `go test ./internal/natsperm -rewrite` and review the diff", rel)
 	}
-	got, err := os.ReadFile(path)
-	require.NoError(t, err)
-	require.Equal(t, string(want), string(got),
-		"%s is not what internal/natsperm generates: run `go test ./internal/natsperm -run TestAuthConf -rewrite` and review the diff", natsperm.AuthConfPath)
 }
 
 // nats-server loads auth.conf into exactly the roles' users and permissions, with the passwords

@@ -9,7 +9,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsperm"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
@@ -24,7 +23,7 @@ func TestOnlyTheHistoryServiceProvisions(t *testing.T) {
 	srv, v := runServer(t, "")
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()
-	w, err := worker.New(worker.Config{NATS: as(t, srv, natsperm.Worker, natsconn.TLS{}), Logger: quietLogger()},
+	w, err := worker.New(worker.Config{NATS: as(t, srv, natsperm.Worker), Logger: quietLogger()},
 		flow.NewRegistry(&flow.RegistryOptions{Logger: quietLogger()}))
 	require.NoError(t, err)
 	err = w.Start(ctx)

@@ -8,7 +8,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsperm"
 )
 
@@ -42,7 +41,7 @@ func TestRolesAreRefusedWhatTheyDoNotNeed(t *testing.T) {
 	for name, subjects := range refused {
 		t.Run(name, func(t *testing.T) {
 			errs := make(chan error, len(subjects))
-			cfg := as(t, srv, name, natsconn.TLS{})
+			cfg := as(t, srv, name)
 			nc, err := cfg.Dial("probe-"+name, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { errs <- err }))
 			require.NoError(t, err)
 			defer nc.Close()
@@ -71,7 +70,7 @@ func TestRolesAreRefusedWhatTheyDoNotNeed(t *testing.T) {
 		})
 	}
 	// A client may not eavesdrop on the histories either.
-	nc, err := as(t, srv, natsperm.Client, natsconn.TLS{}).Dial("probe-client-sub", nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
+	nc, err := as(t, srv, natsperm.Client).Dial("probe-client-sub", nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}),
 		nats.PermissionErrOnSubscribe(true))
 	require.NoError(t, err)
 	defer nc.Close()

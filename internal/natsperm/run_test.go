@@ -2,6 +2,7 @@ package natsperm_test
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -31,20 +32,21 @@ func mustRole(t *testing.T, name string) natsperm.Role {
 }
 
 // as returns the connection settings of role name on srv (whose URL is tls:// when the server
-// requires TLS): its user and password, and tls.
-func as(t *testing.T, srv *server.Server, name string, tls natsconn.TLS) natsconn.Config {
+// requires TLS): its user and password. The TLS files come from the environment.
+func as(t *testing.T, srv *server.Server, name string) natsconn.Config {
 	t.Helper()
 	r := mustRole(t, name)
-	return natsconn.Config{URL: srv.ClientURL(), User: r.User, Password: password(r), TLS: tls}
+	return natsconn.Config{URL: srv.ClientURL(), User: r.User, Password: password(r)}
 }
 
 // isolate keeps the environment and the nats CLI's configuration of the machine from the
-// connections of the test.
+// connections of the test: no NATS variable is set, and no NATS context exists.
 func isolate(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("XDG_CONFIG_HOME", dir)
 	for _, name := range []string{"FLOW_NATS_URL", "FLOW_NATS_USER", "FLOW_NATS_PASSWORD", "FLOW_NATS_CREDS", "FLOW_NATS_NKEY",
-		"FLOW_NATS_TOKEN", "FLOW_NATS_CONTEXT", "NATS_URL", "NATS_USER", "NATS_PASSWORD", "NATS_CREDS", "NATS_NKEY", "NATS_CONTEXT"} {
+		"FLOW_NATS_TOKEN", "FLOW_NATS_CONTEXT", "FLOW_NATS_TLS_CA", "FLOW_NATS_TLS_CERT", "FLOW_NATS_TLS_KEY", "FLOW_NATS_TLS_FIRST",
+		"NATS_CA", "NATS_CERT", "NATS_KEY", "NATS_URL", "NATS_USER", "NATS_PASSWORD", "NATS_CREDS", "NATS_NKEY", "NATS_CONTEXT"} {
 		t.Setenv(name, "")
 	}
 }
@@ -60,7 +62,7 @@ type stack struct {
 // workflows, each as its own user on srv. The history service starts first: it alone may create
 // Flow's streams. Once the services stopped, at the end of the test, it fails the test if the
 // server logged a permission violation.
-func runAll(t *testing.T, srv *server.Server, v *violations, tls natsconn.TLS) stack {
+func runAll(t *testing.T, srv *server.Server, v *violations) stack {
 	t.Helper()
 	t.Cleanup(func() {
 		if seen := v.Seen(); len(seen) > 0 {
@@ -68,30 +70,30 @@ func runAll(t *testing.T, srv *server.Server, v *violations, tls natsconn.TLS) s
 		}
 	})
 	logger := natstest.Logger()
-	h, err := history.New(history.Config{NATS: as(t, srv, natsperm.History, tls), HTTPAddr: "off", Logger: logger})
+	h, err := history.New(history.Config{NATS: as(t, srv, natsperm.History), HTTPAddr: "off", Logger: logger})
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
 	t.Cleanup(func() { _ = h.Stop() })
 
-	s, err := scheduler.New(scheduler.Config{NATS: as(t, srv, natsperm.Scheduler, tls), Logger: logger})
+	s, err := scheduler.New(scheduler.Config{NATS: as(t, srv, natsperm.Scheduler), Logger: logger})
 	require.NoError(t, err)
 	require.NoError(t, s.Start(t.Context()))
 	t.Cleanup(func() { _ = s.Stop() })
 
-	in, err := ingress.New(ingress.Config{NATS: as(t, srv, natsperm.Ingress, tls), HTTPAddr: "off", Logger: logger})
+	in, err := ingress.New(ingress.Config{NATS: as(t, srv, natsperm.Ingress), HTTPAddr: "off", Logger: logger})
 	require.NoError(t, err)
 	require.NoError(t, in.Start(t.Context()))
 	t.Cleanup(func() { _ = in.Stop() })
 
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: logger})
 	examples.RegisterWith(reg, examples.Options{Logger: logger})
-	w, err := worker.New(worker.Config{NATS: as(t, srv, natsperm.Worker, tls), Logger: logger}, reg)
+	w, err := worker.New(worker.Config{NATS: as(t, srv, natsperm.Worker), Logger: logger}, reg)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 
 	client := func(role string) (*nats.Conn, *flow.Client) {
-		nc, err := as(t, srv, role, tls).Dial("flow-test-" + role)
+		nc, err := as(t, srv, role).Dial("flow-test-" + role)
 		require.NoError(t, err)
 		t.Cleanup(nc.Close)
 		c, err := flow.NewClient(t.Context(), nc, nil)
@@ -206,16 +208,28 @@ func exercise(t *testing.T, st stack, v *violations) {
 func TestServicesRunAsTheirRoles(t *testing.T) {
 	isolate(t)
 	srv, v := runServer(t, "")
-	exercise(t, runAll(t, srv, v, natsconn.TLS{}), v)
+	exercise(t, runAll(t, srv, v), v)
 }
 
-// The same over TLS: the server requires TLS of every client, the services trust its CA
-// (FLOW_NATS_TLS_CA) and authenticate as their users.
+// The same over TLS, configured as a deployment does: the server requires TLS and a client
+// certificate signed by its CA (verify), and every service and the client take the CA, their
+// certificate and key from FLOW_NATS_TLS_CA, FLOW_NATS_TLS_CERT and FLOW_NATS_TLS_KEY, and
+// authenticate as their users.
 func TestServicesRunAsTheirRolesOverTLS(t *testing.T) {
 	isolate(t)
 	files := natstest.GenerateTLS(t, t.TempDir())
-	srv, v := runServer(t, "tls {\n  cert_file: \""+files.ServerCert+"\"\n  key_file: \""+files.ServerKey+"\"\n  ca_file: \""+files.CA+"\"\n}\n")
-	_, err := nats.Connect(srv.ClientURL(), nats.UserInfo("flow-client", password(mustRole(t, natsperm.Client))))
-	require.ErrorContains(t, err, "certificate", "TLS is required, and only a client trusting the server's CA connects")
-	exercise(t, runAll(t, srv, v, natsconn.TLS{CA: files.CA}), v)
+	srv, v := runServer(t, fmt.Sprintf("tls {\n  cert_file: %q\n  key_file: %q\n  ca_file: %q\n  verify: true\n}\n",
+		files.ServerCert, files.ServerKey, files.CA))
+	client := mustRole(t, natsperm.Client)
+	_, err := nats.Connect(srv.ClientURL(), nats.UserInfo(client.User, password(client)))
+	require.ErrorContains(t, err, "certificate", "a client that does not trust the server's CA cannot connect")
+	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(client.User, password(client)), nats.RootCAs(files.CA))
+	if err == nil {
+		nc.Close()
+		t.Fatal("a client without a certificate connected to a server that verifies them")
+	}
+	t.Setenv("FLOW_NATS_TLS_CA", files.CA)
+	t.Setenv("FLOW_NATS_TLS_CERT", files.ClientCert)
+	t.Setenv("FLOW_NATS_TLS_KEY", files.ClientKey)
+	exercise(t, runAll(t, srv, v), v)
 }
