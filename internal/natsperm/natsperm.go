@@ -16,11 +16,16 @@
 // the streams' configuration; they must start after the history service created them (or they
 // fail to start, and are restarted), and their FLOW_STREAMS_* settings must be left unset or
 // agree with the history service's, since an update they would ask for is refused.
+//
+// After changing a role, or the subjects a service uses, run `go test ./internal/natsperm
+// -rewrite` to regenerate auth.conf and the documentation, and `go test ./internal/natsperm`,
+// which fails when a service is refused a subject it needs.
 package natsperm
 
 import (
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/nats-io/nats-server/v2/server"
 )
@@ -97,15 +102,5 @@ func Get(name string) (Role, error) {
 
 // newRole names a role and its user and password variable.
 func newRole(name, who string) Role {
-	return Role{Name: name, User: "flow-" + name, PasswordEnv: "NATS_" + upper(name) + "_PASSWORD", Who: who}
-}
-
-func upper(s string) string {
-	b := []byte(s)
-	for i, c := range b {
-		if 'a' <= c && c <= 'z' {
-			b[i] = c - 'a' + 'A'
-		}
-	}
-	return string(b)
+	return Role{Name: name, User: "flow-" + name, PasswordEnv: "NATS_" + strings.ToUpper(name) + "_PASSWORD", Who: who}
 }

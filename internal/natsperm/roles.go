@@ -118,8 +118,8 @@ func (g *grants) kvWrite(bucket string) {
 	g.publish("$KV." + bucket + ".>")
 }
 
-// kvWatch opens bucket and watches its entries with ordered consumers (created again after a
-// gap, under new names).
+// kvWatch opens bucket and watches its entries with ordered consumers: created again under a new
+// name after a gap, deleted when the watch stops, and answering the stream's flow control.
 func (g *grants) kvWatch(bucket string) {
 	g.kvRead(bucket)
 	g.can(bucket, "watch")

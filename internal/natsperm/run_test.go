@@ -24,6 +24,7 @@ import (
 	"github.com/flowrun/flow/services/worker"
 )
 
+// mustRole returns the role named name.
 func mustRole(t *testing.T, name string) natsperm.Role {
 	t.Helper()
 	r, err := natsperm.Get(name)
