@@ -9,13 +9,16 @@ import (
 
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/examples"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsperm"
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
@@ -55,8 +58,8 @@ func isolate(t *testing.T) {
 // stack is what runAll started: clients connected as flow-client and as flow-history (as the web
 // UI forwards its buttons to the ingress), and a connection as flow-ingress.
 type stack struct {
-	client, ui *flow.Client
-	ingress    *nats.Conn
+	client, ui              *flow.Client
+	clientNC, uiNC, ingress *nats.Conn
 }
 
 // runAll starts the history service, the scheduler, the ingress and a worker running the example
@@ -102,16 +105,16 @@ func runAll(t *testing.T, srv *server.Server, v *violations) stack {
 		return nc, c
 	}
 	var st stack
-	_, st.client = client(natsperm.Client)
-	_, st.ui = client(natsperm.History)
+	st.clientNC, st.client = client(natsperm.Client)
+	st.uiNC, st.ui = client(natsperm.History)
 	st.ingress, _ = client(natsperm.Ingress)
 	return st
 }
 
 // exercise completes an order (whose charge is retried on a timer), an approval signalled, a
 // webhook delivered to, a reminder woken by its timer, and a parent with its children, as a
-// client; it cancels and terminates runs as the web UI does, and parks and resumes a run no
-// worker serves. It fails the test if the server logged a permission violation meanwhile.
+// client; it cancels and terminates runs as the web UI does, parks and resumes a run no worker
+// serves, and has the ingress dead-letter a malformed input. It fails the test if the server logged a permission violation meanwhile.
 func exercise(t *testing.T, st stack, v *violations) {
 	t.Helper()
 	c := st.client
@@ -201,6 +204,17 @@ func exercise(t *testing.T, st stack, v *violations) {
 	}, 30*time.Second, 10*time.Millisecond, "the worker parks the run no worker serves")
 	_, err = c.Resume(ctx, orphan, nil)
 	require.NoError(t, err)
+
+	// A malformed input published without a reply subject: the ingress dead-letters it.
+	require.NoError(t, st.clientNC.Publish(api.SignalSubject(approval, "approve"), []byte("{not json")))
+	js, err := jetstream.New(st.uiNC)
+	require.NoError(t, err)
+	dead, err := js.Stream(ctx, streams.DeadLetter)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		info, err := dead.Info(ctx)
+		return err == nil && info.State.Msgs == 1
+	}, 30*time.Second, 10*time.Millisecond, "the ingress dead-letters the rejected input")
 	require.Empty(t, v.Seen(), "a service or a client was refused a subject its role needs")
 }
 
