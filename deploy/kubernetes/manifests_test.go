@@ -33,7 +33,6 @@ type rendered struct {
 }
 
 func sortOut(t *testing.T, objs []runtime.Object) rendered {
-	t.Helper()
 	r := rendered{configMaps: map[string]*corev1.ConfigMap{}, secrets: map[string]*corev1.Secret{}}
 	for _, o := range objs {
 		switch o := o.(type) {
@@ -68,130 +67,140 @@ func TestBaseDecodesStrictly(t *testing.T) {
 
 func TestDevOverlay(t *testing.T) {
 	t.Parallel()
-	r := sortOut(t, mustBuild(t, devOverlay))
+	for _, p := range checkAll(sortOut(t, mustBuild(t, devOverlay))) {
+		t.Error(p)
+	}
+}
 
-	t.Run("namespace", func(t *testing.T) {
-		if len(r.namespaces) != 1 || r.namespaces[0].Name != "flow-dev" {
-			t.Fatalf("the dev overlay must create exactly the namespace flow-dev, got %v", r.namespaces)
-		}
-		for _, o := range r.all {
-			if _, ns := o.(*corev1.Namespace); !ns && o.GetNamespace() != "flow-dev" {
-				t.Errorf("%s is in namespace %q, want flow-dev", o.GetName(), o.GetNamespace())
-			}
-		}
-	})
+// problems collects what is wrong with the manifests, each line naming the object.
+type problems struct {
+	subject string
+	list    *[]string
+}
 
-	t.Run("deployments", func(t *testing.T) {
-		var names []string
-		for _, d := range r.deployments {
-			names = append(names, d.Name)
-		}
-		for svc := range services {
-			if !slices.Contains(names, "flow-"+svc) {
-				t.Errorf("no Deployment flow-%s among %v", svc, names)
-			}
-		}
-		for _, d := range r.deployments {
-			t.Run(d.Name, func(t *testing.T) { checkDeployment(t, r, d) })
-		}
-	})
+func (p problems) errorf(format string, args ...any) {
+	*p.list = append(*p.list, p.subject+": "+fmt.Sprintf(format, args...))
+}
 
-	t.Run("nats", func(t *testing.T) {
-		if len(r.statefulSets) != 1 {
-			t.Fatalf("want the one StatefulSet nats, got %d", len(r.statefulSets))
-		}
-		checkNATS(t, r, r.statefulSets[0])
-	})
+// about is p for another object.
+func (p problems) about(subject string) problems { return problems{subject, p.list} }
 
-	t.Run("references", func(t *testing.T) {
-		for _, d := range r.deployments {
-			checkReferences(t, r, d.Name, &d.Spec.Template.Spec)
+// checkAll returns what is wrong with the rendered dev overlay.
+func checkAll(r rendered) []string {
+	var list []string
+	p := problems{"manifests", &list}
+	if len(r.namespaces) != 1 || r.namespaces[0].Name != "flow-dev" {
+		p.errorf("the dev overlay must create exactly the namespace flow-dev, got %d namespaces", len(r.namespaces))
+	}
+	for _, o := range r.all {
+		if _, ns := o.(*corev1.Namespace); !ns && o.GetNamespace() != "flow-dev" {
+			p.about(o.GetName()).errorf("in namespace %q, want flow-dev", o.GetNamespace())
 		}
-		for _, s := range r.statefulSets {
-			checkReferences(t, r, s.Name, &s.Spec.Template.Spec)
-		}
-	})
+	}
 
-	t.Run("services", func(t *testing.T) {
-		for _, s := range r.services {
-			checkService(t, r, s)
+	var names []string
+	for _, d := range r.deployments {
+		names = append(names, d.Name)
+	}
+	for svc := range services {
+		if !slices.Contains(names, "flow-"+svc) {
+			p.errorf("no Deployment flow-%s among %v", svc, names)
 		}
-		for _, name := range []string{"flow-history", "flow-ingress", "nats", "nats-headless"} {
-			if !slices.ContainsFunc(r.services, func(s *corev1.Service) bool { return s.Name == name }) {
-				t.Errorf("no Service %s", name)
-			}
+	}
+	for _, d := range r.deployments {
+		checkDeployment(p.about("Deployment "+d.Name), r, d)
+		checkReferences(p.about("Deployment "+d.Name), r, &d.Spec.Template.Spec)
+	}
+
+	if len(r.statefulSets) != 1 {
+		p.errorf("want the one StatefulSet nats, got %d", len(r.statefulSets))
+	}
+	for _, s := range r.statefulSets {
+		checkNATS(p.about("StatefulSet "+s.Name), r, s)
+		checkReferences(p.about("StatefulSet "+s.Name), r, &s.Spec.Template.Spec)
+	}
+
+	for _, s := range r.services {
+		checkService(p.about("Service "+s.Name), r, s)
+	}
+	for _, name := range []string{"flow-history", "flow-ingress", "nats", "nats-headless"} {
+		if !slices.ContainsFunc(r.services, func(s *corev1.Service) bool { return s.Name == name }) {
+			p.errorf("no Service %s", name)
 		}
-	})
+	}
+	return list
 }
 
 // checkDeployment checks a Flow service's Deployment: image, arguments, listen address, probes,
 // resources, security context, anti-affinity and PodDisruptionBudget.
-func checkDeployment(t *testing.T, r rendered, d *appsv1.Deployment) {
+func checkDeployment(p problems, r rendered, d *appsv1.Deployment) {
 	svc := strings.TrimPrefix(d.Name, "flow-")
 	port, known := services[svc]
 	if !known {
-		t.Fatalf("Deployment %s is no Flow service (%v)", d.Name, services)
+		p.errorf("no Flow service (%v)", services)
+		return
 	}
 	pod := &d.Spec.Template.Spec
-	checkPodSecurity(t, pod)
-	checkAntiAffinity(t, pod, d.Spec.Template.Labels)
-	checkPDB(t, r, d.Name, d.Spec.Template.Labels)
+	checkPodSecurity(p, pod)
+	checkAntiAffinity(p, pod, d.Spec.Template.Labels)
+	checkSelector(p, d.Spec.Selector, d.Spec.Template.Labels)
+	checkPDB(p, r, d.Spec.Template.Labels)
 	if len(pod.Containers) != 1 {
-		t.Fatalf("want one container, got %d", len(pod.Containers))
+		p.errorf("want one container, got %d", len(pod.Containers))
+		return
 	}
 	c := &pod.Containers[0]
 	if c.Image != "flowrun/flow:dev" {
-		t.Errorf("image %q, want flowrun/flow:dev", c.Image)
+		p.errorf("image %q, want flowrun/flow:dev", c.Image)
 	}
 	if len(c.Command) != 0 || !slices.Equal(c.Args, []string{svc}) {
-		t.Errorf("command %q args %q: want the image's entrypoint /flowd with args [%q]", c.Command, c.Args, svc)
+		p.errorf("command %q args %q: want the image's entrypoint /flowd with args [%q]", c.Command, c.Args, svc)
 	}
 	if !slices.ContainsFunc(c.Ports, func(p corev1.ContainerPort) bool { return p.ContainerPort == port }) {
-		t.Errorf("no container port %d among %v", port, c.Ports)
+		p.errorf("no container port %d among %v", port, c.Ports)
 	}
 	addr := "FLOW_" + strings.ToUpper(svc) + "_HTTP_ADDR"
 	if v, ok := envValue(c, addr); !ok || v != fmt.Sprintf("0.0.0.0:%d", port) {
-		t.Errorf("%s = %q, want 0.0.0.0:%d (the probes and the Service reach the pod's address)", addr, v, port)
+		p.errorf("%s = %q, want 0.0.0.0:%d (the probes and the Service reach the pod's address)", addr, v, port)
 	}
 	if v, _ := envValue(c, "FLOW_NATS_USER"); v != "flow-"+svc {
-		t.Errorf("FLOW_NATS_USER = %q, want flow-%s", v, svc)
+		p.errorf("FLOW_NATS_USER = %q, want flow-%s", v, svc)
 	}
 	if e := envVar(c, "FLOW_NATS_PASSWORD"); e == nil || e.ValueFrom == nil || e.ValueFrom.SecretKeyRef == nil {
-		t.Errorf("FLOW_NATS_PASSWORD must come from a Secret (secretKeyRef)")
+		p.errorf("FLOW_NATS_PASSWORD must come from a Secret (secretKeyRef)")
 	} else if want := "NATS_" + strings.ToUpper(svc) + "_PASSWORD"; e.ValueFrom.SecretKeyRef.Key != want {
-		t.Errorf("FLOW_NATS_PASSWORD is key %q, want %q", e.ValueFrom.SecretKeyRef.Key, want)
+		p.errorf("FLOW_NATS_PASSWORD is key %q, want %q", e.ValueFrom.SecretKeyRef.Key, want)
 	}
-	env := containerEnv(t, r, c)
+	env := containerEnv(r, c)
 	if env["FLOW_STREAMS_REPLICAS"] != "3" {
-		t.Errorf("FLOW_STREAMS_REPLICAS = %q, want 3 (one replica per NATS server)", env["FLOW_STREAMS_REPLICAS"])
+		p.errorf("FLOW_STREAMS_REPLICAS = %q, want 3 (one replica per NATS server)", env["FLOW_STREAMS_REPLICAS"])
 	}
 	if env["FLOW_NATS_URL"] != "nats://nats:4222" {
-		t.Errorf("FLOW_NATS_URL = %q, want nats://nats:4222", env["FLOW_NATS_URL"])
+		p.errorf("FLOW_NATS_URL = %q, want nats://nats:4222", env["FLOW_NATS_URL"])
 	}
 	if svc == "ingress" {
-		checkTokensFile(t, r, pod, c)
+		checkTokensFile(p, r, pod, c)
 	}
-	checkProbe(t, c, "readiness", c.ReadinessProbe, "/readyz", port)
-	checkProbe(t, c, "liveness", c.LivenessProbe, "/healthz", port)
-	checkResources(t, c)
-	checkContainerSecurity(t, c)
+	checkProbe(p, c, "readiness", c.ReadinessProbe, "/readyz", port)
+	checkProbe(p, c, "liveness", c.LivenessProbe, "/healthz", port)
+	checkResources(p, c)
+	checkContainerSecurity(p, c)
 }
 
-// checkProbe checks that p is an HTTP GET of path on a port of c, the one numbered want.
-func checkProbe(t *testing.T, c *corev1.Container, kind string, p *corev1.Probe, path string, want int32) {
-	t.Helper()
-	if p == nil || p.HTTPGet == nil {
-		t.Errorf("container %s: no HTTP %s probe", c.Name, kind)
+// checkProbe checks that probe is an HTTP GET of path on a port of c, the one numbered want.
+func checkProbe(p problems, c *corev1.Container, kind string, probe *corev1.Probe, path string, want int32) {
+	if probe == nil || probe.HTTPGet == nil {
+		p.errorf("container %s: no HTTP %s probe", c.Name, kind)
 		return
 	}
-	if p.HTTPGet.Path != path {
-		t.Errorf("container %s: %s probe on %q, want %q", c.Name, kind, p.HTTPGet.Path, path)
+	if probe.HTTPGet.Path != path {
+		p.errorf("container %s: %s probe on %q, want %q", c.Name, kind, probe.HTTPGet.Path, path)
 	}
-	got, ok := portNumber(c, p.HTTPGet.Port)
+	got, ok := portNumber(c, probe.HTTPGet.Port)
 	if !ok {
-		t.Errorf("container %s: %s probe port %s is none of the container's ports %v", c.Name, kind, p.HTTPGet.Port.String(), c.Ports)
+		p.errorf("container %s: %s probe port %s is none of the container's ports %v", c.Name, kind, probe.HTTPGet.Port.String(), c.Ports)
 	} else if want != 0 && got != want {
-		t.Errorf("container %s: %s probe on port %d, want %d", c.Name, kind, got, want)
+		p.errorf("container %s: %s probe on port %d, want %d", c.Name, kind, got, want)
 	}
 }
 
@@ -206,51 +215,47 @@ func portNumber(c *corev1.Container, port intstr.IntOrString) (int32, bool) {
 	return 0, false
 }
 
-func checkResources(t *testing.T, c *corev1.Container) {
-	t.Helper()
+func checkResources(p problems, c *corev1.Container) {
 	for _, res := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
 		req, lim := c.Resources.Requests[res], c.Resources.Limits[res]
 		if req.IsZero() || lim.IsZero() {
-			t.Errorf("container %s: %s request %s limit %s: set both", c.Name, res, req.String(), lim.String())
+			p.errorf("container %s: %s request %s limit %s: set both", c.Name, res, req.String(), lim.String())
 		} else if req.Cmp(lim) > 0 {
-			t.Errorf("container %s: %s request %s exceeds its limit %s", c.Name, res, req.String(), lim.String())
+			p.errorf("container %s: %s request %s exceeds its limit %s", c.Name, res, req.String(), lim.String())
 		}
 	}
 }
 
-func checkPodSecurity(t *testing.T, pod *corev1.PodSpec) {
-	t.Helper()
+func checkPodSecurity(p problems, pod *corev1.PodSpec) {
 	sc := pod.SecurityContext
 	if sc == nil || sc.RunAsNonRoot == nil || !*sc.RunAsNonRoot || sc.RunAsUser == nil || *sc.RunAsUser != 65532 {
-		t.Errorf("pod securityContext must set runAsNonRoot and runAsUser 65532 (the images' user)")
+		p.errorf("pod securityContext must set runAsNonRoot and runAsUser 65532 (the images' user)")
 	}
 	if sc == nil || sc.SeccompProfile == nil || sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-		t.Errorf("pod securityContext must set seccompProfile RuntimeDefault")
+		p.errorf("pod securityContext must set seccompProfile RuntimeDefault")
 	}
 	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
-		t.Errorf("the pods use no Kubernetes API: set automountServiceAccountToken false")
+		p.errorf("the pods use no Kubernetes API: set automountServiceAccountToken false")
 	}
 }
 
-func checkContainerSecurity(t *testing.T, c *corev1.Container) {
-	t.Helper()
+func checkContainerSecurity(p problems, c *corev1.Container) {
 	sc := c.SecurityContext
 	if sc == nil || sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem {
-		t.Errorf("container %s: set readOnlyRootFilesystem", c.Name)
+		p.errorf("container %s: set readOnlyRootFilesystem", c.Name)
 	}
 	if sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation {
-		t.Errorf("container %s: set allowPrivilegeEscalation false", c.Name)
+		p.errorf("container %s: set allowPrivilegeEscalation false", c.Name)
 	}
 	if sc == nil || sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) != 0 {
-		t.Errorf("container %s: drop ALL capabilities and add none", c.Name)
+		p.errorf("container %s: drop ALL capabilities and add none", c.Name)
 	}
 }
 
 // checkAntiAffinity checks that the pods keep apart from each other across nodes.
-func checkAntiAffinity(t *testing.T, pod *corev1.PodSpec, podLabels map[string]string) {
-	t.Helper()
+func checkAntiAffinity(p problems, pod *corev1.PodSpec, podLabels map[string]string) {
 	if pod.Affinity == nil || pod.Affinity.PodAntiAffinity == nil {
-		t.Errorf("no pod anti-affinity")
+		p.errorf("no pod anti-affinity")
 		return
 	}
 	aa := pod.Affinity.PodAntiAffinity
@@ -264,65 +269,76 @@ func checkAntiAffinity(t *testing.T, pod *corev1.PodSpec, podLabels map[string]s
 			return
 		}
 	}
-	t.Errorf("no anti-affinity term keeps these pods (%v) on distinct nodes (topologyKey kubernetes.io/hostname)", podLabels)
+	p.errorf("no anti-affinity term keeps these pods (%v) on distinct nodes (topologyKey kubernetes.io/hostname)", podLabels)
+}
+
+// checkSelector checks that a workload's selector selects its own pod template.
+func checkSelector(p problems, selector *metav1.LabelSelector, podLabels map[string]string) {
+	sel, err := metav1.LabelSelectorAsSelector(selector)
+	if err != nil || sel.Empty() || !sel.Matches(labels.Set(podLabels)) {
+		p.errorf("the selector does not select the pod template (%v)", podLabels)
+	}
 }
 
 // checkPDB checks that exactly one PodDisruptionBudget selects the pods, allowing one down.
-func checkPDB(t *testing.T, r rendered, owner string, podLabels map[string]string) {
-	t.Helper()
+func checkPDB(p problems, r rendered, podLabels map[string]string) {
 	var found []*policyv1.PodDisruptionBudget
-	for _, p := range r.pdbs {
-		sel, err := metav1.LabelSelectorAsSelector(p.Spec.Selector)
+	for _, pdb := range r.pdbs {
+		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
 		if err != nil {
-			t.Fatalf("PodDisruptionBudget %s: %v", p.Name, err)
+			p.errorf("PodDisruptionBudget %s: %v", pdb.Name, err)
+			continue
 		}
 		if !sel.Empty() && sel.Matches(labels.Set(podLabels)) {
-			found = append(found, p)
+			found = append(found, pdb)
 		}
 	}
 	if len(found) != 1 {
-		t.Errorf("%s: want one PodDisruptionBudget selecting its pods, got %d", owner, len(found))
+		p.errorf("want one PodDisruptionBudget selecting its pods, got %d", len(found))
 		return
 	}
 	if mu := found[0].Spec.MaxUnavailable; mu == nil || mu.String() != "1" {
-		t.Errorf("%s: PodDisruptionBudget %s must set maxUnavailable 1", owner, found[0].Name)
+		p.errorf("PodDisruptionBudget %s must set maxUnavailable 1", found[0].Name)
 	}
 }
 
 // checkNATS checks the nats-server StatefulSet: 3 servers, JetStream on persistent volumes, a
 // headless Service for the routes, probes on /healthz, a PodDisruptionBudget and anti-affinity.
-func checkNATS(t *testing.T, r rendered, s *appsv1.StatefulSet) {
+func checkNATS(p problems, r rendered, s *appsv1.StatefulSet) {
 	if s.Spec.Replicas == nil || *s.Spec.Replicas != 3 {
-		t.Errorf("StatefulSet %s: want 3 replicas, got %v", s.Name, s.Spec.Replicas)
+		p.errorf("StatefulSet %s: want 3 replicas, got %v", s.Name, s.Spec.Replicas)
 	}
 	if len(s.Spec.VolumeClaimTemplates) == 0 {
-		t.Fatalf("StatefulSet %s: no volumeClaimTemplates: JetStream needs a persistent volume per server", s.Name)
+		p.errorf("no volumeClaimTemplates: JetStream needs a persistent volume per server")
+		return
 	}
 	pod := &s.Spec.Template.Spec
-	checkPodSecurity(t, pod)
-	checkAntiAffinity(t, pod, s.Spec.Template.Labels)
-	checkPDB(t, r, s.Name, s.Spec.Template.Labels)
+	checkPodSecurity(p, pod)
+	checkAntiAffinity(p, pod, s.Spec.Template.Labels)
+	checkSelector(p, s.Spec.Selector, s.Spec.Template.Labels)
+	checkPDB(p, r, s.Spec.Template.Labels)
 	if len(pod.Containers) != 1 {
-		t.Fatalf("want one container, got %d", len(pod.Containers))
+		p.errorf("want one container, got %d", len(pod.Containers))
+		return
 	}
 	c := &pod.Containers[0]
 	if c.Image != "flowrun/nats:dev" {
-		t.Errorf("image %q, want flowrun/nats:dev", c.Image)
+		p.errorf("image %q, want flowrun/nats:dev", c.Image)
 	}
 	claim := s.Spec.VolumeClaimTemplates[0].Name
 	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == claim && m.MountPath == "/data" }) {
-		t.Errorf("the claim %s is not mounted at /data, JetStream's store_dir", claim)
+		p.errorf("the claim %s is not mounted at /data, JetStream's store_dir", claim)
 	}
-	checkResources(t, c)
-	checkContainerSecurity(t, c)
-	for kind, p := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
-		if p != nil && p.HTTPGet != nil {
-			checkProbe(t, c, kind, p, p.HTTPGet.Path, 8222)
-			if path, _, _ := strings.Cut(p.HTTPGet.Path, "?"); path != "/healthz" {
-				t.Errorf("%s probe on %s, want nats-server's /healthz", kind, p.HTTPGet.Path)
+	checkResources(p, c)
+	checkContainerSecurity(p, c)
+	for kind, probe := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
+		if probe != nil && probe.HTTPGet != nil {
+			checkProbe(p, c, kind, probe, probe.HTTPGet.Path, 8222)
+			if path, _, _ := strings.Cut(probe.HTTPGet.Path, "?"); path != "/healthz" {
+				p.errorf("%s probe on %s, want nats-server's /healthz", kind, probe.HTTPGet.Path)
 			}
 		} else {
-			t.Errorf("no HTTP %s probe", kind)
+			p.errorf("no HTTP %s probe", kind)
 		}
 	}
 	var headless *corev1.Service
@@ -333,20 +349,19 @@ func checkNATS(t *testing.T, r rendered, s *appsv1.StatefulSet) {
 	}
 	switch {
 	case headless == nil:
-		t.Errorf("serviceName %q names no Service", s.Spec.ServiceName)
+		p.errorf("serviceName %q names no Service", s.Spec.ServiceName)
 	case headless.Spec.ClusterIP != corev1.ClusterIPNone || !headless.Spec.PublishNotReadyAddresses:
-		t.Errorf("Service %s must be headless (clusterIP None) and publishNotReadyAddresses, for the routes", headless.Name)
+		p.errorf("Service %s must be headless (clusterIP None) and publishNotReadyAddresses, for the routes", headless.Name)
 	case !slices.ContainsFunc(headless.Spec.Ports, func(p corev1.ServicePort) bool { return p.Port == 6222 }):
-		t.Errorf("Service %s has no route port 6222", headless.Name)
+		p.errorf("Service %s has no route port 6222", headless.Name)
 	}
 }
 
 // checkTokensFile checks that the ingress reads its bearer tokens from a mounted Secret.
-func checkTokensFile(t *testing.T, r rendered, pod *corev1.PodSpec, c *corev1.Container) {
-	t.Helper()
+func checkTokensFile(p problems, r rendered, pod *corev1.PodSpec, c *corev1.Container) {
 	file, ok := envValue(c, "FLOW_INGRESS_TOKENS_FILE")
 	if !ok {
-		t.Errorf("the ingress has no FLOW_INGRESS_TOKENS_FILE")
+		p.errorf("the ingress has no FLOW_INGRESS_TOKENS_FILE")
 		return
 	}
 	for _, m := range c.VolumeMounts {
@@ -365,34 +380,33 @@ func checkTokensFile(t *testing.T, r rendered, pod *corev1.PodSpec, c *corev1.Co
 				}
 			}
 			if sec := r.secrets[v.Secret.SecretName]; sec == nil || len(sec.Data[key]) == 0 {
-				t.Errorf("FLOW_INGRESS_TOKENS_FILE %s: Secret %s has no key %s", file, v.Secret.SecretName, key)
+				p.errorf("FLOW_INGRESS_TOKENS_FILE %s: Secret %s has no key %s", file, v.Secret.SecretName, key)
 			}
 			return
 		}
 	}
-	t.Errorf("FLOW_INGRESS_TOKENS_FILE %s is in no mounted Secret", file)
+	p.errorf("FLOW_INGRESS_TOKENS_FILE %s is in no mounted Secret", file)
 }
 
 // checkReferences checks that every Secret and ConfigMap, and every key, that a pod refers to
 // exists in the output.
-func checkReferences(t *testing.T, r rendered, owner string, pod *corev1.PodSpec) {
-	t.Helper()
+func checkReferences(p problems, r rendered, pod *corev1.PodSpec) {
 	secret := func(name, key string) {
 		s, ok := r.secrets[name]
 		switch {
 		case !ok:
-			t.Errorf("%s refers to Secret %q, which the manifests do not define", owner, name)
+			p.errorf("refers to Secret %q, which the manifests do not define", name)
 		case key != "" && len(s.Data[key]) == 0 && s.StringData[key] == "":
-			t.Errorf("%s refers to key %q of Secret %s, which has none", owner, key, name)
+			p.errorf("refers to key %q of Secret %s, which has none", key, name)
 		}
 	}
 	configMap := func(name, key string) {
 		cm, ok := r.configMaps[name]
 		switch {
 		case !ok:
-			t.Errorf("%s refers to ConfigMap %q, which the manifests do not define", owner, name)
+			p.errorf("refers to ConfigMap %q, which the manifests do not define", name)
 		case key != "" && cm.Data[key] == "":
-			t.Errorf("%s refers to key %q of ConfigMap %s, which has none", owner, key, name)
+			p.errorf("refers to key %q of ConfigMap %s, which has none", key, name)
 		}
 	}
 	for _, v := range pod.Volumes {
@@ -432,7 +446,7 @@ func checkReferences(t *testing.T, r rendered, owner string, pod *corev1.PodSpec
 		for _, m := range c.VolumeMounts {
 			if !slices.ContainsFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name }) &&
 				!slices.ContainsFunc(r.volumeClaims(), func(n string) bool { return n == m.Name }) {
-				t.Errorf("%s: container %s mounts volume %q, which the pod does not have", owner, c.Name, m.Name)
+				p.errorf("container %s mounts volume %q, which the pod does not have", c.Name, m.Name)
 			}
 		}
 	}
@@ -450,8 +464,7 @@ func (r rendered) volumeClaims() []string {
 }
 
 // checkService checks that a Service selects some pods and targets ports they have.
-func checkService(t *testing.T, r rendered, s *corev1.Service) {
-	t.Helper()
+func checkService(p problems, r rendered, s *corev1.Service) {
 	var templates []corev1.PodTemplateSpec
 	for _, d := range r.deployments {
 		templates = append(templates, d.Spec.Template)
@@ -466,14 +479,14 @@ func checkService(t *testing.T, r rendered, s *corev1.Service) {
 			continue
 		}
 		matched++
-		for _, p := range s.Spec.Ports {
-			if _, ok := portNumber(&tpl.Spec.Containers[0], p.TargetPort); !ok {
-				t.Errorf("Service %s: port %s targets %s, which pods %s do not have", s.Name, p.Name, p.TargetPort.String(), tpl.Name)
+		for _, port := range s.Spec.Ports {
+			if _, ok := portNumber(&tpl.Spec.Containers[0], port.TargetPort); !ok {
+				p.errorf("port %s targets %s, which pods %v do not have", port.Name, port.TargetPort.String(), tpl.Labels)
 			}
 		}
 	}
 	if matched == 0 {
-		t.Errorf("Service %s selects no pods (%v)", s.Name, s.Spec.Selector)
+		p.errorf("selects no pods (%v)", s.Spec.Selector)
 	}
 }
 
@@ -496,8 +509,7 @@ func envValue(c *corev1.Container, name string) (string, bool) {
 
 // containerEnv is the container's environment from its ConfigMaps and literal variables (later
 // ones win, as in Kubernetes).
-func containerEnv(t *testing.T, r rendered, c *corev1.Container) map[string]string {
-	t.Helper()
+func containerEnv(r rendered, c *corev1.Container) map[string]string {
 	env := map[string]string{}
 	for _, from := range c.EnvFrom {
 		if from.ConfigMapRef != nil {
