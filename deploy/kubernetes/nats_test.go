@@ -40,7 +40,7 @@ func TestAuthConfIsDeployNATSAuthConf(t *testing.T) {
 	}
 	if !bytes.Equal(generated, copied) {
 		t.Fatal("deploy/kubernetes/base/nats/auth.conf differs from deploy/nats/auth.conf: " +
-			"run `cp deploy/nats/auth.conf deploy/kubernetes/base/nats/auth.conf`")
+			"run `go test ./internal/natsperm -run TestAuthConf -rewrite`, which writes both, or copy the file")
 	}
 }
 
