@@ -54,7 +54,7 @@ var uiFuncs = template.FuncMap{
 	},
 	// offset renders a time since the run started.
 	"offset": func(d time.Duration) string { return "+" + short(d) },
-	"dur": func(d event.Duration) string { return time.Duration(d).String() },
+	"dur":    func(d event.Duration) string { return time.Duration(d).String() },
 	"runURL": func(runID string) string { return "/ui/runs/" + url.PathEscape(runID) },
 	"atURL": func(runID string, at uint64) string {
 		return "/ui/runs/" + url.PathEscape(runID) + "?at=" + fmt.Sprint(at)

@@ -161,14 +161,7 @@ func (p *uiRunPage) fill(hist []event.Envelope) {
 		return cmp.Or(cmp.Compare(a.BatchSeq, b.BatchSeq), cmp.Compare(a.ID, b.ID))
 	})
 
-	from, to := uint64(1), p.Last
-	if p.Last > uiTimelineWindow {
-		if half := uint64(uiTimelineWindow / 2); p.At > half {
-			from = p.At - half
-		}
-		from = min(from, p.Last-uiTimelineWindow+1)
-		to = from + uiTimelineWindow - 1
-	}
+	from, to := timelineWindow(p.At, p.Last)
 	p.Earlier, p.Later = from-1, p.Last-to
 	started := hist[0].Time
 	for _, e := range hist[from-1 : to] {
@@ -177,4 +170,18 @@ func (p *uiRunPage) fill(hist []event.Envelope) {
 		p.Timeline = append(p.Timeline, ev)
 	}
 	p.AtEvent = describe(hist[p.At-1], started)
+}
+
+// timelineWindow returns the first and last sequences the timeline shows: all of them, or
+// uiTimelineWindow around at.
+func timelineWindow(at, last uint64) (from, to uint64) {
+	if last <= uiTimelineWindow {
+		return 1, last
+	}
+	from = 1
+	if half := uint64(uiTimelineWindow / 2); at > half {
+		from = at - half
+	}
+	from = min(from, last-uiTimelineWindow+1)
+	return from, from + uiTimelineWindow - 1
 }
