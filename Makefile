@@ -18,8 +18,12 @@ build: ## Build bin/flow and bin/flowd
 	$(GO) build -o bin/flowd ./cmd/flowd
 
 .PHONY: test
-test: ## Run every test with the race detector (what CI runs)
-	$(GO) test -race -count=1 $(PKGS)
+test: test-deps ## Run every test with the race detector (what CI runs)
+	FLOW_REQUIRE_BROWSER=1 $(GO) test -race -count=1 $(PKGS)
+
+.PHONY: test-deps
+test-deps: ## Install what the tests need beyond Go (Debian's chromium, for the web UI's browser test)
+	scripts/test-deps.sh
 
 .PHONY: test/short
 test/short: ## Run the tests without the race detector

@@ -204,6 +204,7 @@ func (s *Service) routes() http.Handler {
 		}
 		writeJSON(w, http.StatusOK, resp)
 	})
+	s.mountUI(mux)
 	return mux
 }
 

@@ -1,0 +1,319 @@
+package history_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/store/jsstore"
+	"github.com/flowrun/flow/pkg/event"
+	"github.com/flowrun/flow/pkg/flow"
+)
+
+// page is one answer of the web UI.
+type page struct {
+	status int
+	header http.Header
+	body   string
+}
+
+// uiGet fetches path from the history service's HTTP listener, not following redirects.
+func uiGet(t *testing.T, base, path string) page {
+	t.Helper()
+	c := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Get("http://" + base + path)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return page{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// uiPost posts body with contentType and the given Origin ("" sends none).
+func uiPost(t *testing.T, base, path, contentType, origin, body string) page {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, "http://"+base+path, strings.NewReader(body))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", contentType)
+	if origin != "" {
+		req.Header.Set("Origin", origin)
+		req.Header.Set("Sec-Fetch-Site", map[bool]string{true: "same-origin", false: "cross-site"}[origin == "http://"+base])
+	}
+	c := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return page{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// text returns the text of the first element with id, tags stripped.
+func (p page) text(t *testing.T, id string) string {
+	t.Helper()
+	m := regexp.MustCompile(`id="` + regexp.QuoteMeta(id) + `"[^>]*>((?s).*?)</`).FindStringSubmatch(p.body)
+	require.NotNil(t, m, "no element #%s in:\n%s", id, p.body)
+	return strings.TrimSpace(m[1])
+}
+
+func TestUIPages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	base := b.history.HTTPAddr()
+	runID, err := b.client.Start(b.ctx, "steps", 3, &flow.StartOptions{RunID: "ui-steps"})
+	require.NoError(t, err)
+	var out int
+	require.NoError(t, b.client.Result(b.ctx, runID, &out))
+	hist, err := b.client.History(b.ctx, runID, 0)
+	require.NoError(t, err)
+	last := hist[len(hist)-1].Seq
+
+	t.Run("RootRedirects", func(t *testing.T) {
+		p := uiGet(t, base, "/")
+		require.Equal(t, http.StatusFound, p.status)
+		require.Equal(t, "/ui/", p.header.Get("Location"))
+	})
+
+	t.Run("RunsList", func(t *testing.T) {
+		require.Eventually(t, func() bool {
+			p := uiGet(t, base, "/ui/?status=completed")
+			return p.status == http.StatusOK && strings.Contains(p.body, `href="/ui/runs/ui-steps"`)
+		}, 10*time.Second, 10*time.Millisecond, "the list shows the completed run once the index has it")
+		p := uiGet(t, base, "/ui/")
+		require.Equal(t, http.StatusOK, p.status)
+		require.Contains(t, p.header.Get("Content-Type"), "text/html")
+		require.Contains(t, p.header.Get("Content-Security-Policy"), "default-src 'self'")
+		require.Contains(t, p.body, `<span class="badge st-completed">completed</span>`)
+		require.Contains(t, p.body, `<option value="steps">steps</option>`, "the definition filter offers the served definitions")
+		for query, shown := range map[string]bool{
+			"?status=suspended": false, "?status=completed&definition=steps": true, "?definition=nap": false,
+			"?prefix=ui-st": true, "?prefix=zz": false, "?prefix=ui-&status=completed,suspended": true,
+		} {
+			p := uiGet(t, base, "/ui/"+query)
+			require.Equal(t, http.StatusOK, p.status, query)
+			require.Equal(t, shown, strings.Contains(p.body, `data-run="ui-steps"`), "%s shows the run: %v", query, shown)
+		}
+		rows := uiGet(t, base, "/ui/?fragment=rows&prefix=ui-")
+		require.Equal(t, http.StatusOK, rows.status)
+		require.NotContains(t, rows.body, "<html", "the fragment is the rows alone")
+		require.Contains(t, rows.body, `data-run="ui-steps"`)
+	})
+
+	t.Run("ListBadFilters", func(t *testing.T) {
+		p := uiGet(t, base, "/ui/?status=sleeping")
+		require.Equal(t, http.StatusBadRequest, p.status)
+		require.Contains(t, p.text(t, "error"), "400")
+		require.Contains(t, p.body, `unknown status &#34;sleeping&#34;; use one of pending`)
+		p = uiGet(t, base, "/ui/?limit=many")
+		require.Equal(t, http.StatusBadRequest, p.status)
+		require.Contains(t, p.body, "limit must be a number")
+		p = uiGet(t, base, "/ui/?cursor=nonsense")
+		require.Equal(t, http.StatusBadRequest, p.status)
+		require.Contains(t, p.body, "is not one a listing returned")
+	})
+
+	t.Run("RunPageLatest", func(t *testing.T) {
+		p := uiGet(t, base, "/ui/runs/"+runID)
+		require.Equal(t, http.StatusOK, p.status)
+		require.Equal(t, fmt.Sprint(last), p.text(t, "snap-seq"))
+		require.Equal(t, "3", p.text(t, "steps-completed"))
+		require.Equal(t, int(last), strings.Count(p.body, `class="ev-row`), "the timeline shows every event")
+		require.Contains(t, p.body, `id="following"`)
+		require.Regexp(t, `id="step-forward"[^>]*disabled`, p.body, "no step forward from the last event")
+		require.Regexp(t, `<section class="actions" id="actions" hidden`, p.body, "no signal or cancel on an ended run")
+		require.Contains(t, p.body, `<section class="panel outcome outcome-completed" id="outcome">`)
+		require.Contains(t, p.body, "run.completed")
+	})
+
+	t.Run("RunPageAtEachSequence", func(t *testing.T) {
+		prev := -1
+		for at := uint64(1); at <= last; at++ {
+			p := uiGet(t, base, fmt.Sprintf("/ui/runs/%s?at=%d&fragment=view", runID, at))
+			require.Equal(t, http.StatusOK, p.status)
+			require.NotContains(t, p.body, "<html")
+			require.Equal(t, fmt.Sprint(at), p.text(t, "snap-seq"))
+			n := 0
+			_, _ = fmt.Sscan(p.text(t, "steps-completed"), &n)
+			require.GreaterOrEqual(t, n, prev, "completed steps never decrease with the sequence")
+			prev = n
+			require.Contains(t, p.body, fmt.Sprintf(`class="ev-row current" data-seq="%d"`, at))
+			require.Equal(t, int(last-at), strings.Count(p.body, "ev-row future"), "the events after at=%d are marked", at)
+			if at == 1 {
+				require.Equal(t, "0", p.text(t, "steps-completed"))
+				require.Regexp(t, `id="step-back" data-at="1"[^>]*disabled`, p.body, "no step back from the first event")
+				require.Contains(t, p.body, `id="pinned"`)
+			} else {
+				require.Regexp(t, fmt.Sprintf(`id="step-back" data-at="%d" title`, at-1), p.body)
+			}
+			if at < last {
+				require.Regexp(t, fmt.Sprintf(`id="step-forward" data-at="%d" title`, at+1), p.body)
+			}
+		}
+		require.Equal(t, 3, prev)
+	})
+
+	t.Run("RunPageBadInput", func(t *testing.T) {
+		for query, want := range map[string]string{
+			fmt.Sprintf("?at=%d", last+1): fmt.Sprintf("at=%d is past the end: run &#34;ui-steps&#34; has %d events; pick a sequence from 1 to %d", last+1, last, last),
+			"?at=0":                       "at must be a sequence number from 1 up",
+			"?at=-3":                      "at must be a sequence number from 1 up",
+			"?at=seven":                   "at must be a sequence number from 1 up (or &#34;latest&#34;), got &#34;seven&#34;",
+		} {
+			p := uiGet(t, base, "/ui/runs/"+runID+query)
+			require.Equal(t, http.StatusBadRequest, p.status, query)
+			require.Contains(t, p.body, "400 · Bad request", query)
+			require.Contains(t, p.body, want, query)
+		}
+		p := uiGet(t, base, "/ui/runs/no-such-run")
+		require.Equal(t, http.StatusNotFound, p.status)
+		require.Contains(t, p.body, "404 · Not found")
+		require.Contains(t, p.body, "run &#34;no-such-run&#34; does not exist")
+		p = uiGet(t, base, "/ui/runs/bad.id")
+		require.Equal(t, http.StatusBadRequest, p.status)
+		p = uiGet(t, base, "/ui/nowhere")
+		require.Equal(t, http.StatusNotFound, p.status)
+		require.Contains(t, p.body, "is not a page of the web UI")
+	})
+
+	t.Run("Static", func(t *testing.T) {
+		for _, f := range []string{"/ui/static/ui.css", "/ui/static/ui.js"} {
+			p := uiGet(t, base, f)
+			require.Equal(t, http.StatusOK, p.status, f)
+			require.NotEmpty(t, p.body, f)
+		}
+	})
+}
+
+func TestUIActions(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	base := b.history.HTTPAddr()
+	self := "http://" + base
+	runID, err := b.client.Start(b.ctx, "await", nil, &flow.StartOptions{RunID: "ui-await"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		s, err := b.client.Snapshot(b.ctx, runID)
+		return err == nil && len(s.SignalWaits) == 1
+	}, 10*time.Second, 5*time.Millisecond, "the run waits for its signal")
+	p := uiGet(t, base, "/ui/runs/"+runID)
+	require.Equal(t, http.StatusOK, p.status)
+	require.NotRegexp(t, `id="actions" hidden`, p.body, "a waiting run offers signal and cancel")
+	require.Contains(t, p.body, `value="go"`, "the signal form suggests the awaited signal")
+	require.Contains(t, p.body, `<span class="badge sst-running">waiting</span>`)
+
+	t.Run("CrossOriginRefused", func(t *testing.T) {
+		p := uiPost(t, base, "/ui/runs/"+runID+"/signal", "application/json", "http://evil.example", `{"name":"go"}`)
+		require.Equal(t, http.StatusForbidden, p.status)
+		p = uiPost(t, base, "/ui/runs/"+runID+"/cancel", "application/x-www-form-urlencoded", "http://evil.example", "reason=x")
+		require.Equal(t, http.StatusForbidden, p.status)
+	})
+
+	t.Run("BadRequests", func(t *testing.T) {
+		for body, want := range map[string]string{
+			`{"name":""}`:                     "invalid_name",
+			`not json`:                        "invalid_json",
+			`{"name":"bad name","payload":1}`: "invalid",
+		} {
+			p := uiPost(t, base, "/ui/runs/"+runID+"/signal", "application/json", self, body)
+			require.Equal(t, http.StatusBadRequest, p.status, body)
+			require.Contains(t, p.body, want, body)
+		}
+		p := uiPost(t, base, "/ui/runs/"+runID+"/signal", "text/plain", self, "go")
+		require.Equal(t, http.StatusUnsupportedMediaType, p.status)
+		p = uiPost(t, base, "/ui/runs/"+runID+"/signal", "application/x-www-form-urlencoded", self, "name=go&payload=%7Bx")
+		require.Equal(t, http.StatusSeeOther, p.status, "a form is answered with a redirect to the run page")
+		loc, err := url.Parse(p.header.Get("Location"))
+		require.NoError(t, err)
+		require.Equal(t, "/ui/runs/"+runID, loc.Path)
+		require.Contains(t, loc.Query().Get("error"), "the payload is not JSON")
+		shown := uiGet(t, base, loc.String())
+		require.Contains(t, shown.text(t, "action-msg"), "the payload is not JSON")
+	})
+
+	t.Run("SignalThenRefusedOnceEnded", func(t *testing.T) {
+		p := uiPost(t, base, "/ui/runs/"+runID+"/signal", "application/json", self, `{"name":"go","payload":{"note":"from the UI"}}`)
+		require.Equal(t, http.StatusOK, p.status, p.body)
+		var rep struct {
+			RunID string `json:"run_id"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(p.body), &rep))
+		require.Equal(t, runID, rep.RunID)
+		var got map[string]string
+		require.NoError(t, b.client.Result(b.ctx, runID, &got))
+		require.Equal(t, map[string]string{"note": "from the UI"}, got)
+
+		p = uiPost(t, base, "/ui/runs/"+runID+"/signal", "application/json", self, `{"name":"go"}`)
+		require.Equal(t, http.StatusConflict, p.status, p.body)
+		var refused struct {
+			Error struct{ Code, Message string } `json:"error"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(p.body), &refused))
+		require.Equal(t, "run_ended", refused.Error.Code)
+		require.Contains(t, refused.Error.Message, "ended")
+		p = uiPost(t, base, "/ui/runs/"+runID+"/cancel", "application/json", self, `{}`)
+		require.Equal(t, http.StatusConflict, p.status, p.body)
+		require.Contains(t, p.body, "run_ended")
+	})
+
+	t.Run("Cancel", func(t *testing.T) {
+		other, err := b.client.Start(b.ctx, "await", nil, &flow.StartOptions{RunID: "ui-await-cancel"})
+		require.NoError(t, err)
+		p := uiPost(t, base, "/ui/runs/"+other+"/cancel", "application/x-www-form-urlencoded", self, "reason=enough")
+		require.Equal(t, http.StatusSeeOther, p.status, p.body)
+		require.Contains(t, p.header.Get("Location"), "notice=")
+		var runErr *flow.RunError
+		require.ErrorAs(t, b.client.Result(b.ctx, other, nil), &runErr)
+		require.Equal(t, flow.StatusCancelled, runErr.Status)
+		p = uiPost(t, base, "/ui/runs/nobody-here/cancel", "application/json", self, `{}`)
+		require.Equal(t, http.StatusNotFound, p.status, p.body)
+		require.Contains(t, p.body, "run_not_found")
+	})
+}
+
+func TestUIDiagnosis(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	h := startHistory(t, srv)
+	base := h.HTTPAddr()
+	// A run whose code changed: the worker of build b2 now reserves "sku-2" where history has
+	// "sku-1" (history written directly: no worker serves the definition, so nothing else
+	// decides it).
+	st, err := jsstore.New(t.Context(), natstest.JetStream(t, srv), &jsstore.Options{Source: "flow/test"})
+	require.NoError(t, err)
+	now := time.Now().UTC()
+	nd := &core.NonDeterminismError{RunID: "ui-blocked", Kind: "step", ID: "reserve", Field: "input",
+		Recorded: `{"sku":"sku-1"}`, New: `{"sku":"sku-2"}`, Seq: 2}
+	_, err = st.Append(t.Context(), "ui-blocked", 0,
+		event.Event{Time: now, Payload: &event.RunStarted{Spec: event.Spec{Definition: "changed"}, Input: json.RawMessage(`{}`), Seed: "s"}},
+		event.Event{Time: now, Payload: &event.StepScheduled{Steps: []event.StepSpec{{ID: "reserve", Name: "reserveStock", Input: json.RawMessage(`{"sku":"sku-1"}`), Retry: event.RetryPolicy{}.Normalize()}}}},
+		event.Event{Time: now, Payload: &event.StepCompleted{StepID: "reserve", Attempt: 1, Output: json.RawMessage(`"ok"`)}},
+		event.Event{Time: now, Payload: core.DecisionFailure(nd, "b2")})
+	require.NoError(t, err)
+
+	p := uiGet(t, base, "/ui/runs/ui-blocked")
+	require.Equal(t, http.StatusOK, p.status)
+	require.Contains(t, p.body, `<span class="badge st-blocked">blocked</span>`)
+	require.Contains(t, p.body, "Blocked · nondeterminism")
+	require.Contains(t, p.body, "[FLOW-REPLAY-1]")
+	require.Equal(t, `step &#34;reserve&#34;`, p.text(t, "diag-subject"))
+	require.Equal(t, "input", p.text(t, "diag-field"))
+	require.Equal(t, `{&#34;sku&#34;:&#34;sku-1&#34;}`, p.text(t, "diag-recorded"))
+	require.Equal(t, `{&#34;sku&#34;:&#34;sku-2&#34;}`, p.text(t, "diag-produced"))
+	require.Equal(t, "2", p.text(t, "diag-seq"))
+	require.Contains(t, p.body, "decision.failed at seq <a href=\"#\" data-at=\"4\">4</a>, worker build b2")
+
+	before := uiGet(t, base, "/ui/runs/ui-blocked?at=3")
+	require.Equal(t, http.StatusOK, before.status)
+	require.NotContains(t, before.body, `id="diagnosis"`, "not blocked yet at seq 3")
+	require.Contains(t, before.body, "The run is blocked now")
+}
