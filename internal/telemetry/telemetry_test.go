@@ -208,4 +208,13 @@ func TestNoSetupChild(t *testing.T) {
 	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
 	require.Equal(t, http.StatusOK, rec.Code)
 	require.Regexp(t, `(?m)^flow_test_early_total\{[^}]*\} 7$`, rec.Body.String())
+
+	// A Setup after that takes over the same handler.
+	clearOTEL(t)
+	tel, err := telemetry.Setup(context.Background(), telemetry.Options{Service: "flow-after", Logger: natstest.Logger()})
+	require.NoError(t, err)
+	defer func() { _ = tel.Shutdown(context.Background()) }()
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Regexp(t, `target_info\{[^}]*service_name="flow-after"`, rec.Body.String())
 }
