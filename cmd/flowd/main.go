@@ -14,6 +14,14 @@
 // FLOW_NATS_TLS_FIRST and FLOW_NATS_CONTEXT (a nats CLI context); what they leave unset comes from
 // the nats CLI's NATS_URL, NATS_CREDS, ..., then its selected context, then
 // nats://127.0.0.1:4222 (see docs/operations.md, "Connecting to NATS").
+//
+// Every service serves GET /healthz, /readyz and /metrics: the history on
+// FLOW_HISTORY_HTTP_ADDR (127.0.0.1:8420), the ingress on FLOW_INGRESS_HTTP_ADDR (127.0.0.1:8421),
+// the scheduler on FLOW_SCHEDULER_HTTP_ADDR (127.0.0.1:8422), the worker on FLOW_WORKER_HTTP_ADDR
+// (127.0.0.1:8423). Traces and metrics go over OTLP when the standard OTEL_* variables ask for
+// it, such as OTEL_EXPORTER_OTLP_ENDPOINT=http://collector:4318; the service is named
+// flow-history, flow-ingress, flow-scheduler or flow-worker unless OTEL_SERVICE_NAME says
+// otherwise (see docs/observability.md). Logs are JSON on stderr.
 package main
 
 import (
@@ -22,18 +30,28 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"syscall"
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
 
 	"github.com/flowrun/flow/internal/examples"
+	"github.com/flowrun/flow/internal/telemetry"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
+
+// version is the release this binary was built as, set when linking with
+//
+//	go build -ldflags "-X main.version=v1.2.3" ./cmd/flowd
+//
+// Empty means the module version from the build information, if any. It is the service.version
+// of the telemetry resource.
+var version string
 
 const usage = "usage: flowd history [--rebuild] | flowd ingress | flowd scheduler | flowd worker (configured by FLOW_* environment variables)"
 
@@ -56,9 +74,26 @@ func run(args []string) error {
 		}
 		rebuild = true
 	}
+	switch role {
+	case "history", "ingress", "scheduler", "worker":
+	default:
+		return fmt.Errorf("unknown service %q; %s", role, usage)
+	}
 	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	tel, err := telemetry.Setup(ctx, telemetry.Options{Service: "flow-" + role, Version: buildVersion(), Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// Flush the spans and metrics the exporters hold, within a bound.
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		if err := tel.Shutdown(sctx); err != nil {
+			logger.Warn("flushing telemetry", slog.String("error", err.Error()))
+		}
+	}()
 	switch role {
 	case "history":
 		var cfg history.Config
@@ -127,4 +162,15 @@ func run(args []string) error {
 		return w.Stop(stopCtx)
 	}
 	return fmt.Errorf("unknown service %q; %s", role, usage)
+}
+
+// buildVersion is version, else the module version from the build information, else "".
+func buildVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return ""
 }

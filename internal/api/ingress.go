@@ -41,7 +41,9 @@ import (
 //	POST /v1/runs/{run}/cancel             request cancellation: 202
 //	POST /v1/runs/{run}/terminate          end the run as failed: 202
 //	GET  /v1/openapi.json                  the OpenAPI document of these routes
-//	GET  /healthz                          200 while the service is connected to NATS
+//	GET  /healthz                          liveness: 200 while the process serves
+//	GET  /readyz                           readiness: 200 once started and connected to NATS, else 503
+//	GET  /metrics                          the process's metrics (Prometheus text format)
 //
 // Bodies are as on NATS; a CloudEvent in binary or structured mode is read by the CloudEvents
 // SDK's HTTP binding. Errors are a status code with the body Error.

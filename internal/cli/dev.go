@@ -15,6 +15,7 @@ import (
 
 	"github.com/flowrun/flow/internal/examples"
 	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/internal/telemetry"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
@@ -80,6 +81,17 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 		return usageError{fmt.Errorf("--log-level must be debug, info, warn or error, got %q", level)}
 	}
 	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lv}))
+	// One process, one telemetry: the history's HTTP listener serves /metrics for all of it; the
+	// scheduler's and worker's own listeners stay off (their Config.HTTPAddr is empty).
+	tel, err := telemetry.Setup(ctx, telemetry.Options{Service: "flow-dev", Version: currentBuild().Version, Logger: logger})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = tel.Shutdown(sctx)
+	}()
 	if port == 0 {
 		port = -1
 	}

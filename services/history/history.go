@@ -57,6 +57,7 @@ import (
 
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/health"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
@@ -135,6 +136,8 @@ type Service struct {
 	micro    micro.Service
 	httpSrv  *http.Server
 	httpAddr net.Addr
+	// readiness follows Start and Stop, for GET /readyz.
+	readiness health.State
 
 	cancel  context.CancelFunc
 	workers sync.WaitGroup
@@ -196,6 +199,7 @@ func (s *Service) Start(ctx context.Context) error {
 		return err
 	}
 	close(s.started)
+	s.readiness.Started()
 	return nil
 }
 
@@ -278,6 +282,7 @@ func (s *Service) Stop() error {
 		default:
 			return
 		}
+		s.readiness.Stopping()
 		s.shutdown()
 		s.logger.Info("history service stopped")
 	})

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/health"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -146,6 +147,7 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"status": "ok", "runs": s.index.len(), "applied": s.Applied()})
 	})
+	health.Mount(mux, s.Ready) // GET /readyz, GET /metrics
 	mux.HandleFunc("GET /v1/runs", func(w http.ResponseWriter, r *http.Request) {
 		req, err := listRequest(r)
 		if err == nil {

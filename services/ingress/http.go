@@ -17,6 +17,7 @@ import (
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/health"
 )
 
 //go:embed openapi.json
@@ -61,13 +62,9 @@ func (s *Service) serveHTTP() error {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
-		if !s.nc.IsConnected() {
-			writeError(w, &api.IngressError{Code: api.CodeIngressBusy, Message: "not connected to NATS"})
-			return
-		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
+	// The probes and metrics need no token.
+	mux.Handle("GET /healthz", health.Live(nil))
+	health.Mount(mux, s.Ready) // GET /readyz, GET /metrics
 	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &api.IngressError{Code: api.CodeRouteNotFound, Message: fmt.Sprintf("no route %s %s; the routes are described at GET /v1/openapi.json", r.Method, r.URL.Path)})
 	})

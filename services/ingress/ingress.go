@@ -28,6 +28,7 @@ import (
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/health"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/store/jsstore"
@@ -98,8 +99,10 @@ type Service struct {
 	inflight sync.WaitGroup
 	httpSrv  *http.Server
 	httpAddr net.Addr
-	cancel   context.CancelFunc
-	once     sync.Once
+	// readiness follows Start and Stop, for GET /readyz.
+	readiness health.State
+	cancel    context.CancelFunc
+	once      sync.Once
 }
 
 // New returns an ingress service, or an error naming the field of cfg that is wrong.
@@ -162,6 +165,7 @@ func (s *Service) Start(ctx context.Context) error {
 		_ = s.Stop()
 		return err
 	}
+	s.readiness.Started()
 	return nil
 }
 
@@ -231,6 +235,7 @@ func (s *Service) PublicURL() string {
 func (s *Service) Stop() error {
 	var err error
 	s.once.Do(func() {
+		s.readiness.Stopping()
 		s.stopMu.Lock()
 		s.stopped = true
 		s.stopMu.Unlock()

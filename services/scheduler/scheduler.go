@@ -33,6 +33,7 @@ import (
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/health"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/store/jsstore"
@@ -56,6 +57,11 @@ type Config struct {
 	// its lease back at once instead of waiting for it to expire; names must therefore be unique
 	// among live replicas. Defaults to "<hostname>-<pid>-<random>".
 	Name string `envconfig:"SCHEDULER_NAME"`
+	// HTTPAddr is where GET /healthz, /readyz and /metrics are served, host:port; port 0 picks
+	// a free one (see Scheduler.HTTPAddr); "off" disables them. Loaded with envconfig (as flowd
+	// does) it defaults to 127.0.0.1:8422 (DefaultHTTPAddr). The zero value, as in a program
+	// or a test that embeds a scheduler, serves no HTTP: many schedulers may share a process.
+	HTTPAddr string `envconfig:"SCHEDULER_HTTP_ADDR" default:"127.0.0.1:8422"`
 	// FireConcurrency caps the timers being fired at once. Defaults to 8.
 	FireConcurrency int `envconfig:"FIRE_CONCURRENCY"`
 	// Streams sizes Flow's streams, created or updated at start; Streams.LeaseTTL is how long a
@@ -66,6 +72,10 @@ type Config struct {
 	// Faults injects failures between writes, for tests. Defaults to nil (none).
 	Faults *fault.Injector `ignored:"true"`
 }
+
+// DefaultHTTPAddr is where flowd's scheduler serves its probes and metrics unless
+// FLOW_SCHEDULER_HTTP_ADDR says otherwise.
+const DefaultHTTPAddr = "127.0.0.1:8422"
 
 // leaseKey is the scheduler's key in FLOW_LEASES.
 const leaseKey = "scheduler"
@@ -82,6 +92,10 @@ type Scheduler struct {
 	engine  *engine.Engine
 	// watchTimers opens the watch on FLOW_TIMERS; nil means s.timers.WatchAll. Tests replace it.
 	watchTimers func(context.Context) (jetstream.KeyWatcher, error)
+
+	// probes serves /healthz, /readyz and /metrics (nil when off); readiness follows Start and Stop.
+	probes    *health.Server
+	readiness health.State
 
 	leader  atomic.Bool
 	fired   atomic.Int64
@@ -106,6 +120,9 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Streams.LeaseTTL == 0 {
 		cfg.Streams.LeaseTTL = 10 * time.Second
 	}
+	if err := health.CheckAddr(cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("scheduler: HTTPAddr (FLOW_SCHEDULER_HTTP_ADDR) %w", err)
+	}
 	if cfg.Streams.LeaseTTL < time.Second {
 		return nil, fmt.Errorf("scheduler: Streams.LeaseTTL must be at least 1s, got %s", cfg.Streams.LeaseTTL)
 	}
@@ -123,7 +140,13 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	if s.nc, s.ownConn, err = s.cfg.NATS.Use(s.cfg.Conn, "flow-scheduler"); err != nil {
 		return err
 	}
-	if err := s.open(ctx); err != nil {
+	err = s.open(ctx)
+	if err == nil {
+		if s.probes, err = health.Listen(s.cfg.HTTPAddr, s.Ready, s.logger); err != nil {
+			err = fmt.Errorf("scheduler: listening on %s for /healthz, /readyz and /metrics: %w (set FLOW_SCHEDULER_HTTP_ADDR to another address, or \"off\")", s.cfg.HTTPAddr, err)
+		}
+	}
+	if err != nil {
 		if s.ownConn {
 			s.nc.Close()
 		}
@@ -133,6 +156,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	s.cancel = cancel
 	go s.run(runCtx)
 	close(s.started)
+	s.readiness.Started()
 	return nil
 }
 
@@ -178,11 +202,15 @@ func (s *Scheduler) Stop() error {
 		default:
 			return
 		}
+		s.readiness.Stopping()
 		s.cancel()
 		<-s.done
 		if s.ownConn {
 			s.nc.Close()
 		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = s.probes.Shutdown(ctx)
 	})
 	return nil
 }

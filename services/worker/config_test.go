@@ -24,7 +24,7 @@ func TestConfigFromEnvironment(t *testing.T) {
 	var w worker.Config
 	require.NoError(t, envconfig.Process("FLOW", &w))
 	require.Equal(t, worker.Config{NATS: w.NATS, Queue: "orders", AckWait: 45 * time.Second,
-		Streams: w.Streams}, w)
+		HTTPAddr: worker.DefaultHTTPAddr, Streams: w.Streams}, w)
 	require.Equal(t, "nats://nats-1:4222", w.NATS.URL)
 	require.Equal(t, 3, w.Streams.Replicas)
 
@@ -32,6 +32,15 @@ func TestConfigFromEnvironment(t *testing.T) {
 	require.NoError(t, envconfig.Process("FLOW", &s))
 	require.Equal(t, "scheduler-0", s.Name)
 	require.Equal(t, 5*time.Second, s.Streams.LeaseTTL)
+	require.Equal(t, scheduler.DefaultHTTPAddr, s.HTTPAddr, "loaded from the environment, the probes listen by default")
+
+	t.Setenv("FLOW_WORKER_HTTP_ADDR", "off")
+	t.Setenv("FLOW_SCHEDULER_HTTP_ADDR", "0.0.0.0:9422")
+	w, s = worker.Config{}, scheduler.Config{}
+	require.NoError(t, envconfig.Process("FLOW", &w))
+	require.NoError(t, envconfig.Process("FLOW", &s))
+	require.Equal(t, "off", w.HTTPAddr)
+	require.Equal(t, "0.0.0.0:9422", s.HTTPAddr)
 
 	_, err := worker.New(worker.Config{AckWait: time.Millisecond}, nil)
 	require.ErrorContains(t, err, "a registry is required")

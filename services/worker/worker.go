@@ -29,6 +29,7 @@ import (
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/health"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
@@ -63,6 +64,11 @@ type Config struct {
 	AckWait time.Duration `envconfig:"ACK_WAIT"`
 	// CacheSize caps the run snapshots kept between tasks. Defaults to 10,000.
 	CacheSize int `envconfig:"CACHE_SIZE"`
+	// HTTPAddr is where GET /healthz, /readyz and /metrics are served, host:port; port 0 picks
+	// a free one (see Worker.HTTPAddr); "off" disables them. Loaded with envconfig (as flowd
+	// does) it defaults to 127.0.0.1:8423 (DefaultHTTPAddr). The zero value, as in a program
+	// or a test that embeds a worker, serves no HTTP: many workers may share a process.
+	HTTPAddr string `envconfig:"WORKER_HTTP_ADDR" default:"127.0.0.1:8423"`
 	// SkipReplayCheck turns off replaying a run's whole history against the code when the
 	// worker loads it cold. Defaults to false (check).
 	SkipReplayCheck bool `envconfig:"SKIP_REPLAY_CHECK"`
@@ -73,6 +79,10 @@ type Config struct {
 	// Faults injects failures between writes, for tests. Defaults to nil (none).
 	Faults *fault.Injector `ignored:"true"`
 }
+
+// DefaultHTTPAddr is where flowd's worker serves its probes and metrics unless
+// FLOW_WORKER_HTTP_ADDR says otherwise.
+const DefaultHTTPAddr = "127.0.0.1:8423"
 
 // Worker runs the workflows and steps of a registry. Start it once; Stop it once.
 type Worker struct {
@@ -91,6 +101,11 @@ type Worker struct {
 	// worker's own entry.
 	live *liveness.View
 	pub  *liveness.Publisher
+
+	// probes serves /healthz, /readyz and /metrics (nil when off); readiness follows Start
+	// and Stop.
+	probes    *health.Server
+	readiness health.State
 
 	runCtx     context.Context
 	cancelRuns context.CancelFunc
@@ -127,6 +142,9 @@ func New(cfg Config, reg *flow.Registry) (*Worker, error) {
 	case cfg.AckWait < time.Second:
 		return nil, fmt.Errorf("worker: AckWait must be at least 1s, got %s", cfg.AckWait)
 	}
+	if err := health.CheckAddr(cfg.HTTPAddr); err != nil {
+		return nil, fmt.Errorf("worker: HTTPAddr (FLOW_WORKER_HTTP_ADDR) %w", err)
+	}
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()
@@ -156,6 +174,7 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	close(w.started)
+	w.readiness.Started()
 	return nil
 }
 
@@ -216,6 +235,10 @@ func (w *Worker) start(ctx context.Context) error {
 			w.beat = min(w.beat, info.Config.AckWait/3)
 		}
 		w.cons = append(w.cons, cons)
+	}
+	// The last step that can fail: nothing runs yet that Start would have to stop.
+	if w.probes, err = health.Listen(w.cfg.HTTPAddr, w.Ready, w.logger); err != nil {
+		return fmt.Errorf("worker: listening on %s for /healthz, /readyz and /metrics: %w (set FLOW_WORKER_HTTP_ADDR to another address, or \"off\")", w.cfg.HTTPAddr, err)
 	}
 	w.runCtx, w.cancelRuns = context.WithCancel(context.WithoutCancel(ctx))
 	slots := make(chan struct{}, w.cfg.RunConcurrency)
@@ -511,6 +534,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		default:
 			return
 		}
+		w.readiness.Stopping()
 		w.stopping.Store(true)
 		// Gone from the views at once: other workers park runs of its definitions instead of
 		// handing them back for it.
@@ -532,6 +556,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 		if w.ownConn {
 			w.nc.Close()
 		}
+		hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.probes.Shutdown(hctx)
 		w.logger.Info("worker stopped")
 	})
 	return err
