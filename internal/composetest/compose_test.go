@@ -35,7 +35,7 @@ var killed = []string{"nats-2", "worker-1"}
 // job is one run to start.
 type job struct {
 	definition, id string
-	input        any
+	input          any
 }
 
 // jobs returns the load: order, fanout, reminder (a 2s timer), approval (signalled by the test)
