@@ -18,7 +18,6 @@ cd "$(dirname "$0")/.."
 GO=${GO:-go}
 DOCKER=${DOCKER:-docker}
 IMAGE_TAG=${IMAGE_TAG:-dev}
-
 GOARCH=${GOARCH:-$($GO env GOARCH)}
 out=${OUT:-bin/linux}
 CA_BUNDLE=${CA_BUNDLE:-/etc/ssl/certs/ca-certificates.crt}
@@ -41,7 +40,9 @@ mkdir -p "$out/empty" "$out/tmp"
 cp "$CA_BUNDLE" "$out/ca-certificates.crt"
 
 export CGO_ENABLED=0 GOOS=linux GOARCH
-ldflags="-s -w -X github.com/flowrun/flow/internal/cli.version=$version"
+# flow version and flowd's telemetry report the version (an -X of a variable a binary lacks is
+# ignored).
+ldflags="-s -w -X github.com/flowrun/flow/internal/cli.version=$version -X main.version=$version"
 echo "images: building $out/flowd, $out/flow ($version, linux/$GOARCH)"
 $GO build -trimpath -ldflags "$ldflags" -o "$out/flowd" ./cmd/flowd
 $GO build -trimpath -ldflags "$ldflags" -o "$out/flow" ./cmd/flow
