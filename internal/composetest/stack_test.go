@@ -107,7 +107,8 @@ func newStack(t *testing.T, compose []string) *stack {
 		"OUT=" + t.TempDir(),
 	}
 	for _, role := range []string{"HISTORY", "SCHEDULER", "INGRESS", "WORKER", "CLIENT"} {
-		s.env = append(s.env, "NATS_"+role+"_PASSWORD="+randomHex(t, 12))
+		// A letter first: nats-server reads a variable's value as a config value (1234 is a number).
+		s.env = append(s.env, "NATS_"+role+"_PASSWORD=p"+randomHex(t, 12))
 	}
 	return s
 }
