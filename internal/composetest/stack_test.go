@@ -211,8 +211,8 @@ func (s *stack) waitHealthy(ctx context.Context) {
 	}
 }
 
-// docker runs `docker verb` on service's container: kill (SIGKILL) or start (a no-op when its
-// restart policy started it already).
+// docker runs `docker verb` on service's container: kill (SIGKILL; Docker counts it as a stop by
+// hand, so the restart policy leaves the container down) or start.
 func (s *stack) docker(ctx context.Context, verb, service string) error {
 	id, err := s.container(ctx, service)
 	if err == nil {
