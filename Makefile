@@ -17,6 +17,10 @@ build: ## Build bin/flow and bin/flowd
 	$(GO) build -o bin/flow ./cmd/flow
 	$(GO) build -o bin/flowd ./cmd/flowd
 
+.PHONY: images
+images: ## Build static binaries into bin/linux/ and the images flowrun/flow and flowrun/nats (IMAGE_TAG=dev)
+	GO=$(GO) IMAGE_TAG=$(or $(IMAGE_TAG),dev) scripts/images.sh
+
 .PHONY: test
 test: test-deps ## Run every test with the race detector (what CI runs)
 	FLOW_REQUIRE_BROWSER=1 $(GO) test -race -count=1 $(PKGS)

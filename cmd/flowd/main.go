@@ -6,6 +6,8 @@
 //	                            NATS and HTTP (any number of replicas)
 //	flowd scheduler             fire durable timers (any number of replicas; one leads)
 //	flowd worker                run the example workflows (your own workers embed services/worker)
+//	flowd health URL            exit 0 if GET URL answers 2xx within 2s, else 1 saying why (the
+//	                            HEALTHCHECK of the FROM-scratch images, which have no shell)
 //
 // Configuration: the fields of history.Config, worker.Config and scheduler.Config, prefixed
 // FLOW_: FLOW_QUEUE, FLOW_STREAMS_REPLICAS, FLOW_HISTORY_HTTP_ADDR, ... The connection to NATS is
@@ -53,7 +55,7 @@ import (
 // of the telemetry resource.
 var version string
 
-const usage = "usage: flowd history [--rebuild] | flowd ingress | flowd scheduler | flowd worker (configured by FLOW_* environment variables)"
+const usage = "usage: flowd history [--rebuild] | flowd ingress | flowd scheduler | flowd worker | flowd health URL (configured by FLOW_* environment variables)"
 
 func main() {
 	if err := run(os.Args[1:]); err != nil {
@@ -67,6 +69,9 @@ func run(args []string) error {
 		return fmt.Errorf("%s", usage)
 	}
 	role, flags := args[0], args[1:]
+	if role == "health" {
+		return health(context.Background(), flags)
+	}
 	rebuild := false
 	for _, f := range flags {
 		if role != "history" || f != "--rebuild" {
