@@ -290,7 +290,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		}
 	case *event.StepRetryScheduled:
 		st := s.Steps[d.StepID]
-		st.Attempt, st.RetryDue = d.Attempt, d.Due
+		st.Attempt, st.RetryDue, st.RetrySeq = d.Attempt, d.Due, e.Seq
 		s.expectRetry = ""
 	case *event.StepRetryFired:
 		st := s.Steps[d.StepID]

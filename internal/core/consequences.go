@@ -43,11 +43,11 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 		switch p := e.Payload.(type) {
 		case *event.WaitScheduled:
 			if w, ok := s.Waits[p.WaitID]; ok && !w.Fired && !terminal {
-				c.Timers = append(c.Timers, Timer{RunID: s.RunID, Kind: TimerWait, ID: w.ID, Due: w.Deadline})
+				c.Timers = append(c.Timers, Timer{RunID: s.RunID, Kind: TimerWait, ID: w.ID, Due: w.Deadline, Seq: w.Seq})
 			}
 		case *event.StepRetryScheduled:
 			if st, ok := s.Steps[p.StepID]; ok && st.Status == StepRetrying && st.Attempt == p.Attempt && !terminal {
-				c.Timers = append(c.Timers, Timer{RunID: s.RunID, Kind: TimerRetry, ID: st.ID, Attempt: p.Attempt, Due: p.Due})
+				c.Timers = append(c.Timers, Timer{RunID: s.RunID, Kind: TimerRetry, ID: st.ID, Attempt: p.Attempt, Due: p.Due, Seq: e.Seq})
 			}
 		case *event.StepCancelled:
 			for _, cs := range p.Steps {

@@ -60,7 +60,7 @@ func TestDerive(t *testing.T) {
 				h.add(&event.WaitScheduled{WaitID: "nap", Deadline: due})
 				return 2, 0
 			},
-			want: core.Consequences{Timers: []core.Timer{{RunID: "r", Kind: core.TimerWait, ID: "nap", Due: due}}},
+			want: core.Consequences{Timers: []core.Timer{{RunID: "r", Kind: core.TimerWait, ID: "nap", Due: due, Seq: 2}}},
 		},
 		{
 			name: "FiredWaitNotRegisteredAgain",
@@ -78,7 +78,7 @@ func TestDerive(t *testing.T) {
 					&event.StepRetryScheduled{StepID: "a", Attempt: 2, Due: due})
 				return 3, 0
 			},
-			want: core.Consequences{Timers: []core.Timer{{RunID: "r", Kind: core.TimerRetry, ID: "a", Attempt: 2, Due: due}}},
+			want: core.Consequences{Timers: []core.Timer{{RunID: "r", Kind: core.TimerRetry, ID: "a", Attempt: 2, Due: due, Seq: 4}}},
 		},
 		{
 			name: "ChildrenStarted",

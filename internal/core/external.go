@@ -76,6 +76,10 @@ type Timer struct {
 	// Attempt is the retry attempt; 0 for waits.
 	Attempt int       `json:"attempt,omitempty"`
 	Due     time.Time `json:"due"`
+	// Seq is the sequence of the event that scheduled the timer (0 when unknown). Whoever fires
+	// the timer reads the run at least this far, so that a replica lagging behind the stream's
+	// leader cannot make a pending timer look moot.
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // Key identifies the timer within its run: "wait.<id>" or "retry.<id>.<attempt>".
@@ -95,12 +99,12 @@ func Timers(s *Snapshot) []Timer {
 	var ts []Timer
 	for _, w := range s.Waits {
 		if !w.Fired {
-			ts = append(ts, Timer{RunID: s.RunID, Kind: TimerWait, ID: w.ID, Due: w.Deadline})
+			ts = append(ts, Timer{RunID: s.RunID, Kind: TimerWait, ID: w.ID, Due: w.Deadline, Seq: w.Seq})
 		}
 	}
 	for _, st := range s.Steps {
 		if st.Status == StepRetrying && !st.RetryDue.IsZero() {
-			ts = append(ts, Timer{RunID: s.RunID, Kind: TimerRetry, ID: st.ID, Attempt: st.Attempt, Due: st.RetryDue})
+			ts = append(ts, Timer{RunID: s.RunID, Kind: TimerRetry, ID: st.ID, Attempt: st.Attempt, Due: st.RetryDue, Seq: st.RetrySeq})
 		}
 	}
 	return ts

@@ -71,8 +71,10 @@ type Step struct {
 	BatchSeq uint64     `json:"batch_seq"`
 	Status   StepStatus `json:"status"`
 	// Attempt is the attempt in flight, due next, or last run once settled.
-	Attempt  int              `json:"attempt"`
-	RetryDue time.Time        `json:"retry_due,omitzero"`
+	Attempt  int       `json:"attempt"`
+	RetryDue time.Time `json:"retry_due,omitzero"`
+	// RetrySeq is the sequence of the step.retry_scheduled event of the attempt due next.
+	RetrySeq uint64           `json:"retry_seq,omitempty"`
 	Output   json.RawMessage  `json:"output,omitempty"`
 	Error    *event.ErrorInfo `json:"error,omitempty"`
 	// SideEffectUnknown is set when the step was cancelled while an attempt may have run.

@@ -780,7 +780,7 @@ func TestApplyCommitTimersAndEnd(t *testing.T) {
 	timer, ok := h.timers[runID+"/wait.nap"]
 	h.mu.Unlock()
 	require.True(t, ok)
-	require.Equal(t, core.Timer{RunID: runID, Kind: core.TimerWait, ID: "nap", Due: wait.Payload.(*event.WaitScheduled).Deadline}, timer)
+	require.Equal(t, core.Timer{RunID: runID, Kind: core.TimerWait, ID: "nap", Due: wait.Payload.(*event.WaitScheduled).Deadline, Seq: wait.Seq}, timer)
 
 	_, err = e.Terminate(t.Context(), runID, "enough")
 	require.NoError(t, err)

@@ -68,7 +68,9 @@ func (e *Engine) Terminate(ctx context.Context, runID, reason string) (string, e
 // Fire fires timer t: it appends wait.fired or step.retry_fired and asks for the run to be
 // driven. A timer that is no longer pending is dropped without error.
 func (e *Engine) Fire(ctx context.Context, t core.Timer) error {
-	err := e.external(ctx, t.RunID, func(s *core.Snapshot) ([]event.Payload, error) {
+	// Read at least to the event that scheduled the timer: a replica that has not caught up
+	// with it would show the timer as not pending, and the timer would be dropped unfired.
+	err := e.externalFrom(ctx, t.RunID, max(t.Seq, 1), func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.Fire(s, t)
 	})
 	if errors.Is(err, core.ErrStale) {
@@ -112,7 +114,11 @@ var errFollow = errors.New("follow the continuation")
 // as a fast path (the history service derives the same task). It never waits for a driver: if
 // one holds the run it reads a private projection.
 func (e *Engine) external(ctx context.Context, runID string, compute func(*core.Snapshot) ([]event.Payload, error)) error {
-	var atLeast uint64 = 1 // a run that looks empty is checked with the stream's leader
+	return e.externalFrom(ctx, runID, 1, compute) // a run that looks empty is checked with the stream's leader
+}
+
+// externalFrom is external reading the run at least to sequence atLeast (at least 1).
+func (e *Engine) externalFrom(ctx context.Context, runID string, atLeast uint64, compute func(*core.Snapshot) ([]event.Payload, error)) error {
 	for {
 		task, err := e.externalOnce(ctx, runID, atLeast, compute)
 		var ce *store.ConflictError

@@ -1,0 +1,68 @@
+package engine_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/internal/store/memstore"
+	"github.com/flowrun/flow/pkg/event"
+	"github.com/flowrun/flow/pkg/flow"
+)
+
+// laggingStore answers Load like a replica that has only the run's first event: what a
+// nats-server that restarted and is catching up serves to direct gets. LoadAtLeast reads
+// what it is asked for, as from the stream's leader.
+type laggingStore struct{ store.EventStore }
+
+func (s laggingStore) Load(ctx context.Context, runID string, after uint64) ([]event.Envelope, error) {
+	return s.LoadAtLeast(ctx, runID, after, 0)
+}
+
+func (s laggingStore) LoadAtLeast(ctx context.Context, runID string, after, atLeast uint64) ([]event.Envelope, error) {
+	envs, err := s.EventStore.Load(ctx, runID, after)
+	if err != nil {
+		return nil, err
+	}
+	seen := max(atLeast, 1)
+	for i, e := range envs {
+		if e.Seq > seen {
+			return envs[:i], nil
+		}
+	}
+	return envs, nil
+}
+
+// A timer that falls due while the replica answering reads lags behind the event that
+// scheduled it is fired, not dropped as moot (seen once in the compose chaos test: a reminder
+// stayed suspended after a NATS node restarted).
+func TestFireReadsUpToTheTimersEvent(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(reg *flow.Registry) {
+		flow.RegisterWorkflow(reg, "wf", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+			if w := ctx.Snapshot().Waits["nap"]; w != nil && w.Fired {
+				return ctx.Complete("rested"), nil
+			}
+			return ctx.Sleep("nap", time.Hour), nil
+		})
+	})
+	mem := memstore.New()
+	e := b.engineOn(t, mem, nil)
+	runID := b.start(t, e, "wf")
+	res, err := e.Drive(t.Context(), runID, 0)
+	require.NoError(t, err)
+	require.Equal(t, core.StatusSuspended, res.Status)
+	s, err := e.Snapshot(t.Context(), runID)
+	require.NoError(t, err)
+	timers := core.Timers(s)
+	require.Len(t, timers, 1)
+	require.Equal(t, s.Waits["nap"].Seq, timers[0].Seq, "the timer names the event that scheduled it")
+
+	lagging := b.engineOn(t, laggingStore{mem}, nil)
+	require.NoError(t, lagging.Fire(t.Context(), timers[0]))
+	require.Contains(t, typesOf(load(t, mem, runID)), event.TypeWaitFired, "the timer fired")
+}
