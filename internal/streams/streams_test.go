@@ -1,6 +1,7 @@
 package streams_test
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -94,4 +95,51 @@ func jetstreamFor(t *testing.T, nc *nats.Conn) jetstream.JetStream {
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	return js
+}
+
+// AwaitProvisioned reports what is missing until Ensure has created every stream, then returns.
+func TestAwaitProvisioned(t *testing.T) {
+	t.Parallel()
+	srv, err := natsserver.Start(natsserver.Config{Dir: t.TempDir(), NoListen: true, Logger: natstest.Logger()})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js := jetstreamFor(t, nc)
+	ctx := t.Context()
+	missing, err := streams.Missing(ctx, js)
+	require.NoError(t, err)
+	require.Equal(t, streams.Names, missing)
+
+	reported := make(chan []string, 1)
+	done := make(chan error, 1)
+	go func() {
+		done <- streams.AwaitProvisioned(ctx, js, 10*time.Millisecond, func(m []string, err error) {
+			select {
+			case reported <- m:
+			default:
+			}
+		})
+	}()
+	require.Equal(t, streams.Names, <-reported, "it reports every stream missing")
+	require.NoError(t, streams.Ensure(ctx, js, streams.Config{}))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("AwaitProvisioned did not return after Ensure created the streams")
+	}
+	missing, err = streams.Missing(ctx, js)
+	require.NoError(t, err)
+	require.Empty(t, missing)
+	var created []string
+	for name := range js.StreamNames(ctx).Name() {
+		created = append(created, name)
+	}
+	require.ElementsMatch(t, streams.Names, created, "Names lists exactly what Ensure creates")
+
+	cancelled, cancel := context.WithCancel(ctx)
+	cancel()
+	require.ErrorIs(t, streams.AwaitProvisioned(cancelled, js, time.Millisecond, nil), context.Canceled)
 }
