@@ -36,7 +36,7 @@ func (e *Engine) ApplyCommit(ctx context.Context, s *core.Snapshot, commit []eve
 		}
 	}
 	if c.Resume {
-		if err := e.host.Resume(ctx, Task{RunID: s.RunID, Queue: s.Queue, Build: s.Spec.BuildID, Seq: c.TaskSeq}); err != nil {
+		if err := e.host.Resume(ctx, Task{RunID: s.RunID, Queue: s.Queue, Build: s.Spec.BuildID, Seq: c.TaskSeq, TraceParent: s.TraceParent}); err != nil {
 			return err
 		}
 	}

@@ -1,0 +1,114 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/metrics"
+	"github.com/flowrun/flow/internal/tracing"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// Attributes of the engine's spans (see docs/tracing.md).
+const (
+	AttrRunID        = attribute.Key("flow.run_id")
+	AttrSeq          = attribute.Key("flow.seq")
+	AttrDecisionKind = attribute.Key("flow.decision.kind")
+	AttrEvents       = attribute.Key("flow.decision.events")
+	AttrDefinition   = attribute.Key("flow.definition")
+	AttrStepID       = attribute.Key("flow.step.id")
+	AttrStepName     = attribute.Key("flow.step.name")
+	AttrAttempt      = attribute.Key("flow.step.attempt")
+)
+
+// Span names: the decision span is "flow.decide <definition>", the step attempt span
+// "flow.step <step name>".
+const (
+	SpanDecide = "flow.decide "
+	SpanStep   = "flow.step "
+)
+
+var tracer = tracing.Tracer()
+
+// traced returns ctx for the work of a drive of run s: it carries the run ID and, as its remote
+// parent, the run's trace context, the one run.started recorded or, for a run started without
+// one, the one ctx already carries (the resume task's). It sets d.sc and d.definition, which the
+// step attempts read.
+func (d *driver) traced(ctx context.Context) context.Context {
+	d.definition = d.s.Spec.Definition
+	if sc, ok := tracing.Parse(d.s.TraceParent); ok {
+		d.sc = sc
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	} else {
+		d.sc = trace.SpanContextFromContext(ctx)
+	}
+	if tracing.RunID(ctx) == d.runID {
+		return ctx
+	}
+	return tracing.WithRunID(ctx, d.runID)
+}
+
+// decided emits the span of a decision committed now at sequences first.. of the run, begun at
+// began, linked to the ingress requests of the inputs it answers (traces), and counts it. The
+// span is open in the returned context, for what the commit starts (child runs); call end once
+// that is done. Only work done now is traced: a replay never reaches here.
+func (d *driver) decided(ctx context.Context, began time.Time, first uint64, events []event.Payload, traces []string, failure *event.DecisionFailed) (context.Context, func()) {
+	kind := string(events[0].EventType())
+	metrics.Decision(ctx, kind)
+	var opts [3]trace.SpanStartOption
+	n := 0
+	opts[n], n = trace.WithTimestamp(began), n+1
+	if len(traces) > 0 {
+		links := make([]trace.Link, 0, len(traces))
+		for _, tp := range traces {
+			if l, ok := tracing.Link(tp); ok {
+				links = append(links, l)
+			}
+		}
+		opts[n], n = trace.WithLinks(links...), n+1
+	}
+	ctx, span := tracer.Start(ctx, SpanDecide+d.definition, opts[:n]...)
+	if span.IsRecording() {
+		span.SetAttributes(AttrRunID.String(d.runID), AttrSeq.Int64(int64(first)), AttrDecisionKind.String(kind),
+			AttrEvents.Int(len(events)), AttrDefinition.String(d.definition))
+		if failure != nil {
+			span.SetStatus(codes.Error, failure.Kind+": "+failure.Detail)
+		}
+	}
+	return ctx, func() { span.End() }
+}
+
+// stepSpan starts the span of attempt a, run now, as a child of the run's trace context.
+func (d *driver) stepSpan(ctx context.Context, a core.Attempt) (context.Context, trace.Span) {
+	if d.sc.IsValid() {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, d.sc)
+	}
+	ctx, span := tracer.Start(tracing.WithRunID(ctx, d.runID), SpanStep+a.Name)
+	if span.IsRecording() {
+		span.SetAttributes(AttrRunID.String(d.runID), AttrStepID.String(a.StepID), AttrStepName.String(a.Name),
+			AttrAttempt.Int(a.Attempt), AttrDefinition.String(d.definition))
+	}
+	return ctx, span
+}
+
+// stepDone ends the span of attempt a with its outcome and records its duration.
+func stepDone(ctx context.Context, span trace.Span, a core.Attempt, out core.StepOutcome, took time.Duration) {
+	outcome := metrics.OutcomeOK
+	switch {
+	case out.Err != nil && ctx.Err() != nil:
+		outcome = metrics.OutcomeCancel
+	case out.Err != nil:
+		outcome = metrics.OutcomeError
+	}
+	metrics.StepAttempt(ctx, a.Name, outcome, took.Seconds())
+	if out.Err != nil && span.IsRecording() {
+		span.RecordError(out.Err)
+		span.SetStatus(codes.Error, out.Err.Error())
+	}
+	span.End()
+}
