@@ -33,7 +33,7 @@ func (s *Service) serveHTTP() error {
 					return
 				}
 			}
-			nameHTTPSpan(r, kind)
+			tagHTTPSpan(r, kind)
 			in := &input{kind: kind}
 			names(r, in)
 			resp, e := s.httpInput(r, in)

@@ -39,11 +39,10 @@ func traceHTTP(h http.Handler) http.Handler {
 	}))
 }
 
-// nameHTTPSpan names the request's span for the input kind it carries.
-func nameHTTPSpan(r *http.Request, kind api.InputKind) {
-	span := trace.SpanFromContext(r.Context())
-	if span.IsRecording() {
-		span.SetName(spanNATS + string(kind))
+// tagHTTPSpan records the input kind on the request's span, which otelhttp names for the
+// request's route ("POST /v1/runs/{run}/signals/{name}").
+func tagHTTPSpan(r *http.Request, kind api.InputKind) {
+	if span := trace.SpanFromContext(r.Context()); span.IsRecording() {
 		span.SetAttributes(attrKind.String(string(kind)))
 	}
 }
