@@ -210,6 +210,8 @@ func TestOrderRunIsOneTraceAndARestartDuplicatesNoSpan(t *testing.T) {
 	ctx, cancel := context.WithTimeout(t.Context(), testTimeout)
 	defer cancel()
 
+	feed, err := natstest.Connect(t, st.srv).SubscribeSync(api.FeedPrefix + "order.>")
+	require.NoError(t, err)
 	client, started := st.post(t, "/v1/workflows/order/runs", `{"input":{"sku":"sku-1","qty":2}}`)
 	var out examples.OrderResult
 	require.NoError(t, st.client.Result(ctx, started.RunID, &out))
@@ -222,6 +224,14 @@ func TestOrderRunIsOneTraceAndARestartDuplicatesNoSpan(t *testing.T) {
 	require.NoError(t, err)
 	rs := hist[0].Payload.(*event.RunStarted)
 	require.Equal(t, tracing.Format(in.SpanContext), rs.TraceParent)
+
+	// The event feed carries the run's trace context on every event.
+	for range hist {
+		m, err := feed.NextMsg(testTimeout)
+		require.NoError(t, err)
+		require.Equal(t, started.RunID, m.Header.Get("ce-subject"))
+		require.Equal(t, rs.TraceParent, m.Header.Get(tracing.HeaderTraceParent), "feed event %s", m.Subject)
+	}
 
 	run := runSpans(started.RunID)
 	var decisions, charges []tracetest.SpanStub
