@@ -53,6 +53,16 @@ func (d *driver) traced(ctx context.Context) context.Context {
 	return tracing.WithRunID(ctx, d.runID)
 }
 
+// inTrace returns ctx for starting a run that s starts (a child, a continuation): ctx itself
+// when it carries a span (the decision that scheduled the child), else ctx with s's trace
+// context as its remote parent, so that the new run records a context of s's trace.
+func inTrace(ctx context.Context, s *core.Snapshot) context.Context {
+	if trace.SpanContextFromContext(ctx).IsValid() {
+		return ctx
+	}
+	return tracing.WithRemote(ctx, s.TraceParent)
+}
+
 // decided emits the span of a decision committed now at sequences first.. of the run, begun at
 // began, linked to the ingress requests of the inputs it answers (traces), and counts it. The
 // span is open in the returned context, for what the commit starts (child runs); call end once
