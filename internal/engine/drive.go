@@ -8,8 +8,6 @@ import (
 	"sync"
 	"time"
 
-	"go.opentelemetry.io/otel/trace"
-
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/metrics"
@@ -104,10 +102,9 @@ type driver struct {
 	s     *core.Snapshot
 	// replayErr is the verification error of a cold load; the run stays blocked while set.
 	replayErr error
-	// sc is the run's trace context, the parent of its spans, and definition its workflow: both
-	// set once loaded (traced), before any attempt starts.
-	sc         trace.SpanContext
-	definition string
+	// definition is the run's workflow and decideName the name of its decision spans: both set
+	// once loaded (traced), before any attempt starts.
+	definition, decideName string
 	// running holds the attempts this driver runs, with the cancellation of each one's context.
 	running     map[attemptKey]context.CancelFunc
 	results     chan attemptResult
@@ -139,6 +136,10 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 		return Result{RunID: d.runID}, err
 	}
 	ctx = d.traced(ctx)
+	// No attempt has started yet: attempts run in the traced context, which names their run
+	// and their spans' parent once per drive.
+	d.cancelSteps()
+	d.stepCtx, d.cancelSteps = context.WithCancel(ctx)
 	for {
 		d.cancelStale()
 		if d.s.Terminal() {
@@ -425,8 +426,8 @@ func (d *driver) block(ctx context.Context, began time.Time, decideErr error) (R
 		if err := e.commit(ctx, d.s, events); err != nil {
 			return d.result("", decideErr), err
 		}
-		ctx, end := d.decided(ctx, began, first, events, traces, f)
-		defer end()
+		ctx, span := d.decided(ctx, began, first, events, traces, f)
+		defer span.End()
 		e.logger.ErrorContext(ctx, "decision failed; run blocked", slog.String("run_id", d.runID),
 			slog.Uint64("seq", d.s.Seq), slog.String("kind", f.Kind), slog.String("code", f.Code), slog.String("detail", f.Detail))
 	}
@@ -457,8 +458,8 @@ func (d *driver) commitDecision(ctx context.Context, began time.Time, events []e
 	if err := e.commit(ctx, d.s, events); err != nil {
 		return err
 	}
-	ctx, end := d.decided(ctx, began, first, events, traces, nil)
-	defer end()
+	ctx, span := d.decided(ctx, began, first, events, traces, nil)
+	defer span.End()
 	if e.logger.Enabled(ctx, slog.LevelDebug) {
 		for _, p := range events {
 			e.logger.DebugContext(ctx, "decision committed", slog.String("run_id", d.runID), slog.String("event_type", string(p.EventType())))

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -35,18 +36,26 @@ const (
 
 var tracer = tracing.Tracer()
 
+// spanNames caches span names by prefix and name (definitions and step names are few).
+var spanNames sync.Map // [2]string -> string
+
+func spanName(prefix, name string) string {
+	k := [2]string{prefix, name}
+	if n, ok := spanNames.Load(k); ok {
+		return n.(string)
+	}
+	n, _ := spanNames.LoadOrStore(k, prefix+name)
+	return n.(string)
+}
+
 // traced returns ctx for the work of a drive of run s: it carries the run ID and, as its remote
 // parent, the run's trace context, the one run.started recorded or, for a run started without
-// one, the one ctx already carries (the resume task's). It sets d.sc and d.definition, which the
-// step attempts read.
+// one, the one ctx already carries (the resume task's). It sets d.definition and d.decideName,
+// which the step attempts read.
 func (d *driver) traced(ctx context.Context) context.Context {
 	d.definition = d.s.Spec.Definition
-	if sc, ok := tracing.Parse(d.s.TraceParent); ok {
-		d.sc = sc
-		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
-	} else {
-		d.sc = trace.SpanContextFromContext(ctx)
-	}
+	d.decideName = spanName(SpanDecide, d.definition)
+	ctx = tracing.WithRemote(ctx, d.s.TraceParent)
 	if tracing.RunID(ctx) == d.runID {
 		return ctx
 	}
@@ -65,9 +74,9 @@ func inTrace(ctx context.Context, s *core.Snapshot) context.Context {
 
 // decided emits the span of a decision committed now at sequences first.. of the run, begun at
 // began, linked to the ingress requests of the inputs it answers (traces), and counts it. The
-// span is open in the returned context, for what the commit starts (child runs); call end once
+// span is open in the returned context, for what the commit starts (child runs); end it once
 // that is done. Only work done now is traced: a replay never reaches here.
-func (d *driver) decided(ctx context.Context, began time.Time, first uint64, events []event.Payload, traces []string, failure *event.DecisionFailed) (context.Context, func()) {
+func (d *driver) decided(ctx context.Context, began time.Time, first uint64, events []event.Payload, traces []string, failure *event.DecisionFailed) (context.Context, trace.Span) {
 	kind := string(events[0].EventType())
 	metrics.Decision(ctx, kind)
 	var opts [3]trace.SpanStartOption
@@ -82,7 +91,7 @@ func (d *driver) decided(ctx context.Context, began time.Time, first uint64, eve
 		}
 		opts[n], n = trace.WithLinks(links...), n+1
 	}
-	ctx, span := tracer.Start(ctx, SpanDecide+d.definition, opts[:n]...)
+	ctx, span := tracer.Start(ctx, d.decideName, opts[:n]...)
 	if span.IsRecording() {
 		span.SetAttributes(AttrRunID.String(d.runID), AttrSeq.Int64(int64(first)), AttrDecisionKind.String(kind),
 			AttrEvents.Int(len(events)), AttrDefinition.String(d.definition))
@@ -90,15 +99,13 @@ func (d *driver) decided(ctx context.Context, began time.Time, first uint64, eve
 			span.SetStatus(codes.Error, failure.Kind+": "+failure.Detail)
 		}
 	}
-	return ctx, func() { span.End() }
+	return ctx, span
 }
 
-// stepSpan starts the span of attempt a, run now, as a child of the run's trace context.
+// stepSpan starts the span of attempt a, run now, in ctx, a context derived from the drive's
+// traced one: a child of the run's trace context.
 func (d *driver) stepSpan(ctx context.Context, a core.Attempt) (context.Context, trace.Span) {
-	if d.sc.IsValid() {
-		ctx = trace.ContextWithRemoteSpanContext(ctx, d.sc)
-	}
-	ctx, span := tracer.Start(tracing.WithRunID(ctx, d.runID), SpanStep+a.Name)
+	ctx, span := tracer.Start(ctx, spanName(SpanStep, a.Name))
 	if span.IsRecording() {
 		span.SetAttributes(AttrRunID.String(d.runID), AttrStepID.String(a.StepID), AttrStepName.String(a.Name),
 			AttrAttempt.Int(a.Attempt), AttrDefinition.String(d.definition))

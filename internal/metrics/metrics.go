@@ -61,15 +61,17 @@ var (
 		metric.WithExplicitBucketBoundaries(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)))
 	cacheLookups = must(meter.Int64Counter(CacheLookupsName, metric.WithUnit("{lookup}"), metric.WithDescription("Snapshot cache lookups of drives, by result (hit or miss).")))
 
-	hit  = metric.WithAttributeSet(attribute.NewSet(KeyResult.String("hit")))
-	miss = metric.WithAttributeSet(attribute.NewSet(KeyResult.String("miss")))
+	// The cached options are slices, passed on as they are: a variadic call with a slice
+	// allocates nothing.
+	hit  = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(KeyResult.String("hit")))}
+	miss = []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(KeyResult.String("miss")))}
 
-	// kinds caches the attribute option of each decision kind; the kinds are the event types.
-	kinds sync.Map // string -> metric.AddOption
-	// steps caches the attribute option of each step name and outcome.
-	steps sync.Map // stepKey -> metric.RecordOption
-	// timers caches the attribute option of each timer kind.
-	timers sync.Map // string -> metric.RecordOption
+	// kinds caches the attribute options of each decision kind; the kinds are the event types.
+	kinds sync.Map // string -> []metric.AddOption
+	// steps caches the attribute options of each step name and outcome.
+	steps sync.Map // stepKey -> []metric.RecordOption
+	// timers caches the attribute options of each timer kind.
+	timers sync.Map // string -> []metric.RecordOption
 )
 
 func must[T any](v T, err error) T {
@@ -84,9 +86,9 @@ func must[T any](v T, err error) T {
 func Decision(ctx context.Context, kind string) {
 	opt, ok := kinds.Load(kind)
 	if !ok {
-		opt, _ = kinds.LoadOrStore(kind, metric.WithAttributeSet(attribute.NewSet(KeyKind.String(kind))))
+		opt, _ = kinds.LoadOrStore(kind, []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(KeyKind.String(kind)))})
 	}
-	decisions.Add(ctx, 1, opt.(metric.AddOption))
+	decisions.Add(ctx, 1, opt.([]metric.AddOption)...)
 }
 
 // Append counts one committed append.
@@ -103,9 +105,9 @@ func StepAttempt(ctx context.Context, name, outcome string, seconds float64) {
 	k := stepKey{name, outcome}
 	opt, ok := steps.Load(k)
 	if !ok {
-		opt, _ = steps.LoadOrStore(k, metric.WithAttributeSet(attribute.NewSet(KeyStep.String(name), KeyOutcome.String(outcome))))
+		opt, _ = steps.LoadOrStore(k, []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(KeyStep.String(name), KeyOutcome.String(outcome)))})
 	}
-	stepDuration.Record(ctx, seconds, opt.(metric.RecordOption))
+	stepDuration.Record(ctx, seconds, opt.([]metric.RecordOption)...)
 }
 
 // TimerLateness records how late a timer of kind ("wait" or "retry") fired, in seconds (negative
@@ -113,12 +115,13 @@ func StepAttempt(ctx context.Context, name, outcome string, seconds float64) {
 func TimerLateness(ctx context.Context, kind string, seconds float64) {
 	opt, ok := timers.Load(kind)
 	if !ok {
-		opt, _ = timers.LoadOrStore(kind, metric.WithAttributeSet(attribute.NewSet(KeyTimer.String(kind))))
+		opt, _ = timers.LoadOrStore(kind, []metric.RecordOption{metric.WithAttributeSet(attribute.NewSet(KeyTimer.String(kind)))})
 	}
-	timerLateness.Record(ctx, seconds, opt.(metric.RecordOption))
+	timerLateness.Record(ctx, seconds, opt.([]metric.RecordOption)...)
 }
 
-// CacheHit counts a drive that found its run's snapshot in the cache; CacheMiss one that read
-// the whole history.
-func CacheHit(ctx context.Context)  { cacheLookups.Add(ctx, 1, hit) }
-func CacheMiss(ctx context.Context) { cacheLookups.Add(ctx, 1, miss) }
+// CacheHit counts a drive that found its run's snapshot in the cache.
+func CacheHit(ctx context.Context) { cacheLookups.Add(ctx, 1, hit...) }
+
+// CacheMiss counts a drive that read its run's whole history.
+func CacheMiss(ctx context.Context) { cacheLookups.Add(ctx, 1, miss...) }

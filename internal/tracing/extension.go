@@ -24,9 +24,11 @@ func Extension(ctx context.Context) extensions.DistributedTracingExtension {
 	if !sc.IsValid() {
 		return extensions.DistributedTracingExtension{}
 	}
-	var c carrier
-	w3c.Inject(trace.ContextWithSpanContext(context.Background(), sc), &c)
-	return extensions.DistributedTracingExtension{TraceParent: c.parent, TraceState: c.state}
+	x := extensions.DistributedTracingExtension{TraceParent: Format(sc)}
+	if sc.TraceState().Len() > 0 {
+		x.TraceState = sc.TraceState().String()
+	}
+	return x
 }
 
 // SetExtension records the span ctx carries in ec's extensions (traceparent, and tracestate when
