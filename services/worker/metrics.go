@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"log/slog"
 	"time"
 
 	"github.com/flowrun/flow/internal/metrics"
@@ -12,8 +13,9 @@ const backlogTimeout = 2 * time.Second
 
 // observe registers the worker's observable gauge flow.tasks.pending: the tasks waiting in its
 // FLOW_TASKS consumers, read from consumer info (one request per consumer) at each collection,
-// never on the task path. Stop unregisters it.
-func (w *Worker) observe() error {
+// never on the task path. Stop unregisters it. A gauge that cannot be registered is logged: the
+// worker runs without it.
+func (w *Worker) observe() {
 	unregister, err := metrics.ObserveTaskBacklog(func(ctx context.Context) []metrics.Backlog {
 		ctx, cancel := context.WithTimeout(ctx, backlogTimeout)
 		defer cancel()
@@ -28,8 +30,8 @@ func (w *Worker) observe() error {
 		return out
 	})
 	if err != nil {
-		return err
+		w.logger.Warn("the task backlog gauge is not observed", slog.String("metric", metrics.TaskBacklogName), slog.String("error", err.Error()))
+		return
 	}
 	w.unobserve = unregister
-	return nil
 }

@@ -221,9 +221,6 @@ func (w *Worker) start(ctx context.Context) error {
 		}
 		w.cons = append(w.cons, cons)
 	}
-	if err := w.observe(); err != nil {
-		return err
-	}
 	w.runCtx, w.cancelRuns = context.WithCancel(context.WithoutCancel(ctx))
 	slots := make(chan struct{}, w.cfg.RunConcurrency)
 	var fetchers sync.WaitGroup
@@ -231,6 +228,7 @@ func (w *Worker) start(ctx context.Context) error {
 		fetchers.Go(func() { w.fetch(cons, slots) })
 	}
 	go func() { fetchers.Wait(); close(w.fetchDone) }()
+	w.observe()
 	w.logger.InfoContext(ctx, "worker started", slog.Any("workflows", w.reg.Workflows()), slog.Any("steps", w.reg.Steps()),
 		slog.String("build_id", w.reg.BuildID()), slog.String("worker_id", w.id))
 	return nil
