@@ -10,7 +10,8 @@ import (
 
 // Handler is a slog.Handler that adds, to every record whose context carries them, trace_id and
 // span_id (of the context's span) and run_id (WithRunID), then hands the record to the wrapped
-// handler. A record that already has a run_id attribute is not given a second one.
+// handler. A record that already has a run_id attribute is not given a second one. Behind
+// WithGroup the attributes land in the group, as every attribute of a record does.
 type Handler struct {
 	next slog.Handler
 	// hasRunID is set once WithAttrs gave the handler a run_id of its own.
