@@ -31,10 +31,15 @@ func (s *Snapshot) Apply(e event.Envelope) error {
 		s.Progress.Decisions++
 		s.Blocked = nil
 		s.decidedSeq = e.Seq
+		s.inputTraces = nil
 	}
 	_, failed := e.Payload.(*event.DecisionFailed)
 	if failed {
 		s.decidedSeq = e.Seq
+		s.inputTraces = nil
+	}
+	if tp := inputTrace(e.Payload); tp != "" {
+		s.inputTraces = append(s.inputTraces, tp)
 	}
 	prev := s.Status
 	s.Status = s.status()
@@ -55,6 +60,19 @@ func IsInput(p event.Payload) bool {
 		return true
 	}
 	return false
+}
+
+// inputTrace returns the traceparent an input recorded, or "".
+func inputTrace(p event.Payload) string {
+	switch p := p.(type) {
+	case *event.SignalReceived:
+		return p.TraceParent
+	case *event.HookReceived:
+		return p.TraceParent
+	case *event.RunCancelRequested:
+		return p.TraceParent
+	}
+	return ""
 }
 
 // isDecisionEvent reports whether p is produced by a decision (workflow code or the automatic
@@ -252,6 +270,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.Parent = d.Parent
 		s.ContinuedFrom = d.ContinuedFrom
 		s.Generation = d.Generation
+		s.TraceParent = d.TraceParent
 	case *event.StepScheduled:
 		ids := make([]string, len(d.Steps))
 		for i, st := range d.Steps {

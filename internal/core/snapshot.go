@@ -211,6 +211,8 @@ type Snapshot struct {
 	Parent        *event.ParentRef `json:"parent,omitempty"`
 	ContinuedFrom string           `json:"continued_from,omitempty"`
 	Generation    int              `json:"generation,omitempty"`
+	// TraceParent is the run's trace context, as run.started recorded it ("" for none).
+	TraceParent string `json:"-"`
 
 	Steps       map[string]*Step       `json:"steps"`
 	Waits       map[string]*Wait       `json:"waits"`
@@ -241,6 +243,9 @@ type Snapshot struct {
 	exhausted []string
 	// expectRetry is the step whose non-final step.failed must be followed by its retry.
 	expectRetry string
+	// inputTraces holds the traceparents recorded by the inputs (signals, hook deliveries,
+	// cancellation requests) after the latest decision, in order.
+	inputTraces []string
 	// decidedSeq is the sequence of the latest decision event or decision.failed.
 	decidedSeq uint64
 	// summarySeq and summaryAt are the sequence and time of the event that last changed the
@@ -297,6 +302,11 @@ func (s *Snapshot) Terminal() bool { return s.Outcome != nil }
 // DecidedSeq returns the sequence of the run's latest decision event (what workflow code or the
 // automatic transitions of Decide recorded) or decision.failed; 0 before the first.
 func (s *Snapshot) DecidedSeq() uint64 { return s.decidedSeq }
+
+// InputTraces returns the traceparents that the inputs recorded after the latest decision (or
+// decision.failed) carry, in order: the ingress requests the next decision answers. The slice is
+// the snapshot's; it is replaced, not changed, when a decision is applied.
+func (s *Snapshot) InputTraces() []string { return s.inputTraces }
 
 // Batch returns the members, in order, of the step or child batch recorded at seq.
 func (s *Snapshot) Batch(seq uint64) []string { return s.batches[seq] }

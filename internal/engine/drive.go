@@ -10,6 +10,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -101,6 +102,9 @@ type driver struct {
 	s     *core.Snapshot
 	// replayErr is the verification error of a cold load; the run stays blocked while set.
 	replayErr error
+	// definition is the run's workflow and decideName the name of its decision spans: both set
+	// once loaded (traced), before any attempt starts.
+	definition, decideName string
 	// running holds the attempts this driver runs, with the cancellation of each one's context.
 	running     map[attemptKey]context.CancelFunc
 	results     chan attemptResult
@@ -131,14 +135,20 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 	if err := d.load(ctx, minSeq); err != nil {
 		return Result{RunID: d.runID}, err
 	}
+	ctx = d.traced(ctx)
+	// No attempt has started yet: attempts run in the traced context, which names their run
+	// and their spans' parent once per drive.
+	d.cancelSteps()
+	d.stepCtx, d.cancelSteps = context.WithCancel(ctx)
 	for {
 		d.cancelStale()
 		if d.s.Terminal() {
 			return d.result("", nil), nil
 		}
+		began := time.Now()
 		verdict, err := d.decide()
 		if err != nil {
-			blocked, err := d.block(ctx, err)
+			blocked, err := d.block(ctx, began, err)
 			if errors.Is(err, store.ErrConflict) {
 				err = d.refreshAfter(ctx, err)
 			} else if err == nil {
@@ -155,7 +165,7 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 			continue
 		}
 		if !verdict.Waiting() {
-			err := d.commitDecision(ctx, verdict.Events)
+			err := d.commitDecision(ctx, began, verdict.Events)
 			if errors.Is(err, errBlockedByHost) {
 				// As for a failed decision: go on if more read a later commit or joined task.
 				more, merr := d.more(ctx)
@@ -280,9 +290,11 @@ func (d *driver) decide() (core.Verdict, error) {
 func (d *driver) load(ctx context.Context, minSeq uint64) error {
 	e := d.e
 	if s, driven := e.cache.get(d.runID); s != nil && driven {
+		metrics.CacheHit(ctx)
 		d.s = s
 		return d.refresh(ctx, minSeq)
 	}
+	metrics.CacheMiss(ctx)
 	hist, err := e.store.LoadAtLeast(ctx, d.runID, 0, minSeq)
 	if err != nil {
 		return fmt.Errorf("loading run %q: %w", d.runID, err)
@@ -404,29 +416,34 @@ func (d *driver) catchUp(ctx context.Context) error {
 	return nil
 }
 
-// block records decision.failed once per distinct failure and reports the run blocked.
-func (d *driver) block(ctx context.Context, decideErr error) (Result, error) {
+// block records decision.failed once per distinct failure and reports the run blocked. The
+// decision began at began.
+func (d *driver) block(ctx context.Context, began time.Time, decideErr error) (Result, error) {
 	e := d.e
 	f := core.DecisionFailure(decideErr, e.buildID)
 	if !d.s.SameFailure(f) {
-		if err := e.commit(ctx, d.s, []event.Payload{f}); err != nil {
+		first, traces, events := d.s.Seq+1, d.s.InputTraces(), []event.Payload{f}
+		if err := e.commit(ctx, d.s, events); err != nil {
 			return d.result("", decideErr), err
 		}
+		ctx, span := d.decided(ctx, began, first, events, traces, f)
+		defer span.End()
 		e.logger.ErrorContext(ctx, "decision failed; run blocked", slog.String("run_id", d.runID),
 			slog.Uint64("seq", d.s.Seq), slog.String("kind", f.Kind), slog.String("code", f.Code), slog.String("detail", f.Detail))
 	}
 	return d.result("", decideErr), nil
 }
 
-// commitDecision appends a decision's events with the effects that must precede (hook tokens)
-// and may follow (child runs, as a fast path) the append.
-func (d *driver) commitDecision(ctx context.Context, events []event.Payload) error {
+// commitDecision appends a decision's events, begun at began, with the effects that must precede
+// (hook tokens) and may follow (child runs, as a fast path) the append. A decision committed
+// here has a span (the drive's only decision spans: a replay commits nothing).
+func (d *driver) commitDecision(ctx context.Context, began time.Time, events []event.Payload) error {
 	e := d.e
 	for _, p := range events {
 		if h, ok := p.(*event.HookCreated); ok {
 			err := e.registerHook(ctx, h.Token, d.runID, h.HookID)
 			if errors.Is(err, ErrTokenTaken) {
-				_, err = d.block(ctx, &core.InvalidDecisionError{RunID: d.runID, Code: core.CodeInvalidDecision,
+				_, err = d.block(ctx, began, &core.InvalidDecisionError{RunID: d.runID, Code: core.CodeInvalidDecision,
 					Detail: fmt.Sprintf("hook %q: token %q already routes to another hook; give the hook a unique token", h.HookID, h.Token)})
 				if err == nil {
 					err = errBlockedByHost
@@ -437,11 +454,16 @@ func (d *driver) commitDecision(ctx context.Context, events []event.Payload) err
 			}
 		}
 	}
+	first, traces := d.s.Seq+1, d.s.InputTraces()
 	if err := e.commit(ctx, d.s, events); err != nil {
 		return err
 	}
-	for _, p := range events {
-		e.logger.DebugContext(ctx, "decision committed", slog.String("run_id", d.runID), slog.String("event_type", string(p.EventType())))
+	ctx, span := d.decided(ctx, began, first, events, traces, nil)
+	defer span.End()
+	if e.logger.Enabled(ctx, slog.LevelDebug) {
+		for _, p := range events {
+			e.logger.DebugContext(ctx, "decision committed", slog.String("run_id", d.runID), slog.String("event_type", string(p.EventType())))
+		}
 	}
 	return e.startChildren(ctx, d.s, events)
 }
@@ -545,7 +567,10 @@ func (d *driver) cancelStale() {
 
 func (d *driver) runAttempt(ctx context.Context, a core.Attempt) {
 	defer func() { <-d.e.slots }()
+	ctx, span := d.stepSpan(ctx, a)
+	began := time.Now()
 	out := d.e.rt.RunStep(ctx, a)
+	stepDone(ctx, span, a, out, time.Since(began))
 	select {
 	case d.results <- attemptResult{a: a, out: out}:
 	case <-d.done:

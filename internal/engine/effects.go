@@ -36,7 +36,7 @@ func (e *Engine) ApplyCommit(ctx context.Context, s *core.Snapshot, commit []eve
 		}
 	}
 	if c.Resume {
-		if err := e.host.Resume(ctx, Task{RunID: s.RunID, Queue: s.Queue, Build: s.Spec.BuildID, Seq: c.TaskSeq}); err != nil {
+		if err := e.host.Resume(ctx, Task{RunID: s.RunID, Queue: s.Queue, Build: s.Spec.BuildID, Seq: c.TaskSeq, TraceParent: s.TraceParent}); err != nil {
 			return err
 		}
 	}
@@ -57,7 +57,7 @@ func (e *Engine) ApplyCommit(ctx context.Context, s *core.Snapshot, commit []eve
 // child whose run ID is taken by an unrelated run is settled as failed in the parent.
 func (e *Engine) startChild(ctx context.Context, parent *core.Snapshot, c event.ChildSpec) error {
 	spec := event.Spec{Definition: c.Definition, BuildID: c.BuildID, Patches: c.Patches}
-	_, _, err := e.Start(ctx, StartParams{RunID: c.RunID, Spec: spec, Input: c.Input,
+	_, _, err := e.Start(inTrace(ctx, parent), StartParams{RunID: c.RunID, Spec: spec, Input: c.Input,
 		Queue: parent.Queue, Parent: &event.ParentRef{RunID: parent.RunID, ChildID: c.ChildID}})
 	var exists *RunExistsError
 	if errors.As(err, &exists) {
@@ -109,7 +109,7 @@ func (e *Engine) afterEnd(ctx context.Context, s *core.Snapshot) error {
 // startSuccessor starts the run that s, a run that continued as new, continues as.
 func (e *Engine) startSuccessor(ctx context.Context, s *core.Snapshot) error {
 	o := s.Outcome
-	_, _, err := e.Start(ctx, StartParams{RunID: o.SuccessorRunID, Spec: s.Spec, Input: o.Input, Queue: s.Queue,
+	_, _, err := e.Start(inTrace(ctx, s), StartParams{RunID: o.SuccessorRunID, Spec: s.Spec, Input: o.Input, Queue: s.Queue,
 		Parent: s.Parent, ContinuedFrom: s.RunID, Generation: s.Generation + 1})
 	if err != nil {
 		return fmt.Errorf("starting the continuation of run %q: %w", s.RunID, err)

@@ -24,7 +24,9 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -67,6 +69,10 @@ type Task struct {
 	// without a new event (blocked, or waiting for a worker that runs its code) is dispatched
 	// again with a fresh nonce.
 	Nonce string `json:"nonce,omitempty"`
+	// TraceParent is the run's trace context (W3C traceparent), which the host carries in the
+	// task's CloudEvents traceparent extension, not in its body. "" lets the host use the span
+	// of the context it publishes with.
+	TraceParent string `json:"-"`
 }
 
 // Key identifies the task for deduplication: "<run>:<seq>", or "<run>:<seq>:<nonce>".
@@ -211,10 +217,14 @@ func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, create
 	if err != nil {
 		return "", false, err
 	}
+	// The span that starts the run (the ingress request, the parent's decision) is the parent
+	// of all the run's spans.
+	started.TraceParent = tracing.TraceParent(ctx)
 	if err := e.faults.Hit(fault.StoreAppend); err != nil {
 		return "", false, fmt.Errorf("appending run.started: %w", err)
 	}
 	_, err = e.store.Append(ctx, p.RunID, 0, event.Event{Time: e.clock.Now().UTC(), Payload: started})
+	countAppend(ctx, err)
 	if errors.Is(err, store.ErrConflict) {
 		if err := e.sameStart(ctx, p.RunID, started); err != nil {
 			return p.RunID, false, err
@@ -225,7 +235,7 @@ func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, create
 		return "", false, fmt.Errorf("appending run.started: %w", err)
 	}
 	e.logger.DebugContext(ctx, "run started", slog.String("run_id", p.RunID), slog.String("definition", p.Spec.Definition))
-	e.resume(ctx, Task{RunID: p.RunID, Queue: p.Queue, Build: p.Spec.BuildID, Seq: 1})
+	e.resume(ctx, Task{RunID: p.RunID, Queue: p.Queue, Build: p.Spec.BuildID, Seq: 1, TraceParent: started.TraceParent})
 	return p.RunID, true, nil
 }
 
@@ -366,7 +376,9 @@ func (e *Engine) commit(ctx context.Context, s *core.Snapshot, payloads []event.
 	for i, p := range payloads {
 		events[i] = event.Event{Time: t, Payload: p}
 	}
-	if _, err := e.store.Append(ctx, s.RunID, s.Seq, events...); err != nil {
+	_, err := e.store.Append(ctx, s.RunID, s.Seq, events...)
+	countAppend(ctx, err)
+	if err != nil {
 		return err
 	}
 	first := s.Seq
@@ -377,6 +389,16 @@ func (e *Engine) commit(ctx context.Context, s *core.Snapshot, payloads []event.
 		}
 	}
 	return nil
+}
+
+// countAppend counts an append by its outcome: committed, or refused by a concurrent writer.
+func countAppend(ctx context.Context, err error) {
+	switch {
+	case err == nil:
+		metrics.Append(ctx)
+	case errors.Is(err, store.ErrConflict):
+		metrics.Conflict(ctx)
+	}
 }
 
 // Snapshot returns a fresh projection of run runID, owned by the caller. It returns an error

@@ -7,6 +7,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -168,8 +169,29 @@ func (e *Engine) externalOnce(ctx context.Context, runID string, atLeast uint64,
 	if err != nil {
 		return Task{}, err
 	}
+	traceInputs(ctx, events)
 	if err := e.commit(ctx, s, events); err != nil {
 		return Task{}, err
 	}
-	return Task{RunID: runID, Queue: s.Queue, Build: s.Spec.BuildID, Seq: s.Seq}, nil
+	return Task{RunID: runID, Queue: s.Queue, Build: s.Spec.BuildID, Seq: s.Seq, TraceParent: s.TraceParent}, nil
+}
+
+// traceInputs records in the inputs among events (signals, hook deliveries, cancellation
+// requests) the traceparent of the span ctx carries: the ingress request that sent them, which
+// the decision that answers them links to.
+func traceInputs(ctx context.Context, events []event.Payload) {
+	tp := tracing.TraceParent(ctx)
+	if tp == "" {
+		return
+	}
+	for _, p := range events {
+		switch p := p.(type) {
+		case *event.SignalReceived:
+			p.TraceParent = tp
+		case *event.HookReceived:
+			p.TraceParent = tp
+		case *event.RunCancelRequested:
+			p.TraceParent = tp
+		}
+	}
 }

@@ -11,16 +11,17 @@ import (
 	"log/slog"
 	"time"
 
+	"github.com/cloudevents/sdk-go/v2/extensions"
 	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/tracing"
 )
 
 // Host implements engine.Host. It is safe for concurrent use.
@@ -183,7 +184,9 @@ func (h *Host) lookup(ctx context.Context, token string) (hookRoute, uint64, err
 const TaskType = "dev.flow.task.resume"
 
 // Resume implements engine.Host: it publishes a resume task, a CloudEvent whose ID, the task's
-// key "<run>:<seq>", is also its Nats-Msg-Id, so tasks for the same input collapse into one.
+// key "<run>:<seq>", is also its Nats-Msg-Id, so tasks for the same input collapse into one. Its
+// CloudEvents traceparent extension (ce-traceparent) carries the run's trace context,
+// t.TraceParent, or else the span ctx carries, if any.
 func (h *Host) Resume(ctx context.Context, t engine.Task) error {
 	if err := h.Faults.Hit(fault.TaskPublish); err != nil {
 		return err
@@ -197,8 +200,12 @@ func (h *Host) Resume(ctx context.Context, t engine.Task) error {
 	msg.Data = body
 	ec := cloudevent.NewContext(h.source, TaskType)
 	ec.ID, *ec.Subject, ec.Time.Time = id, t.RunID, time.Now().UTC()
-	cloudevent.WriteHeaders(ec, msg.Header, make([]string, 0, 7))
-	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(msg.Header))
+	if t.TraceParent != "" {
+		tracing.SetTraceParent(ec, extensions.DistributedTracingExtension{TraceParent: t.TraceParent})
+	} else {
+		tracing.SetExtension(ctx, ec)
+	}
+	cloudevent.WriteHeaders(ec, msg.Header, make([]string, 0, 9))
 	if _, err := h.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
 		return fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, err)
 	}

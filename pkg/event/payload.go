@@ -46,6 +46,10 @@ type RunStarted struct {
 	// ContinuedFrom is the run this one continues, with Generation counting continuations.
 	ContinuedFrom string `json:"continued_from,omitempty"`
 	Generation    int    `json:"generation,omitempty"`
+	// TraceParent is the W3C traceparent of the span that started the run (the ingress
+	// request, or the parent's decision), when there was one: every span of the run's decisions
+	// and step attempts is its child, so that the run is one trace.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // StepSpec is one scheduled step.
@@ -193,6 +197,9 @@ type SignalReceived struct {
 	Name       string          `json:"name"`
 	Payload    json.RawMessage `json:"payload"`
 	DeliveryID string          `json:"delivery_id"`
+	// TraceParent is the W3C traceparent of the span that sent the signal, when there was one:
+	// the span of the decision that consumes this input links to it.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // HookCreated records a callback endpoint. Token routes deliveries to this run and hook.
@@ -207,6 +214,9 @@ type HookReceived struct {
 	HookID     string          `json:"hook_id"`
 	Payload    json.RawMessage `json:"payload"`
 	DeliveryID string          `json:"delivery_id"`
+	// TraceParent is the W3C traceparent of the span that delivered to the hook, when there was one:
+	// the span of the decision that consumes this input links to it.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // CancelPolicy says what happens to a child run when its parent ends first.
@@ -277,6 +287,9 @@ type ChildSettled struct {
 // that does not look at it is cancelled at its next decision.
 type RunCancelRequested struct {
 	Reason string `json:"reason"`
+	// TraceParent is the W3C traceparent of the span that requested the cancellation, when there was one:
+	// the span of the decision that consumes this input links to it.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 // DecisionFailed records that the workflow code could not make a valid decision (a

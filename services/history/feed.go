@@ -5,11 +5,13 @@ import (
 	"strconv"
 
 	ce "github.com/cloudevents/sdk-go/v2/event"
+	"github.com/cloudevents/sdk-go/v2/extensions"
 	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/cloudevent"
+	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -23,7 +25,8 @@ const (
 	// FeedTypePrefix prefixes ce-type: "dev.flow." + the event type.
 	FeedTypePrefix = "dev.flow."
 	// Extensions carried by every feed event: the run's sequence of the event, and the run's
-	// workflow definition.
+	// workflow definition. An event of a run whose run.started recorded a trace context also
+	// carries it in the distributed-tracing extension (ce-traceparent).
 	FeedExtSeq        = api.FeedExtSeq
 	FeedExtDefinition = "flowdefinition"
 )
@@ -71,7 +74,7 @@ func (p *feed) publish(fr *followed, envs []event.Envelope, payloads []json.RawM
 			ceType = FeedTypePrefix + string(env.Type())
 			p.ceTypes[env.Type()] = ceType
 		}
-		p.build(def, env, ceType, payloads[i])
+		p.build(def, fr.s.TraceParent, env, ceType, payloads[i])
 		// A publish fails only when the connection is closed: the service is stopping, and
 		// the commit is not acknowledged.
 		if p.nc.PublishMsg(&p.msg) == nil {
@@ -80,13 +83,20 @@ func (p *feed) publish(fr *followed, envs []event.Envelope, payloads []json.RawM
 	}
 }
 
-// build makes p.msg the feed message of env, an event of a run of definition whose payload's
-// JSON is data.
-func (p *feed) build(definition string, env event.Envelope, ceType string, data []byte) {
+// build makes p.msg the feed message of env, an event of a run of definition, whose trace
+// context is traceParent ("" for none) and whose payload's JSON is data.
+func (p *feed) build(definition, traceParent string, env event.Envelope, ceType string, data []byte) {
 	seq := strconv.FormatUint(env.Seq, 10)
 	p.subject = env.RunID
 	p.ec.ID, p.ec.Type, p.ec.Time.Time = env.RunID+":"+seq, ceType, env.Time
 	p.ec.Extensions[FeedExtSeq], p.ec.Extensions[FeedExtDefinition] = seq, definition
+	if traceParent != "" {
+		p.ec.Extensions[extensions.TraceParentExtension] = traceParent
+	} else if _, had := p.ec.Extensions[extensions.TraceParentExtension]; had {
+		// The headers are reused: the previous event's run had a trace context, this one none.
+		delete(p.ec.Extensions, extensions.TraceParentExtension)
+		delete(p.msg.Header, tracing.HeaderTraceParent)
+	}
 	p.values = cloudevent.WriteHeaders(&p.ec, p.msg.Header, p.values[:0])
 	p.msg.Subject, p.msg.Data = FeedSubject(definition, env.RunID, env.Type()), data
 }
@@ -101,7 +111,7 @@ func FeedMessage(definition string, env event.Envelope) (*nats.Msg, error) {
 		return nil, err
 	}
 	p := newFeed(nil)
-	p.build(definition, env, FeedTypePrefix+string(env.Type()), data)
+	p.build(definition, "", env, FeedTypePrefix+string(env.Type()), data)
 	return &p.msg, nil
 }
 

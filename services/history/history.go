@@ -147,6 +147,8 @@ type Service struct {
 	awaitsByPoll atomic.Int64
 	// applied counts commits applied, for tests and stats.
 	applied countingSignal
+	// unobserve unregisters the service's observable gauges, once registered.
+	unobserve func()
 }
 
 // New returns a history service.
@@ -210,6 +212,9 @@ func (s *Service) start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	if err := s.index.start(runCtx, &s.workers); err != nil {
+		return err
+	}
+	if err := s.observe(); err != nil {
 		return err
 	}
 	if err := s.park.start(runCtx, &s.workers); err != nil {
@@ -300,6 +305,9 @@ func (s *Service) shutdown() {
 	}
 	if s.cancel != nil {
 		s.cancel()
+	}
+	if s.unobserve != nil {
+		s.unobserve()
 	}
 	if s.live != nil {
 		s.live.Stop()

@@ -120,6 +120,8 @@ type readModel struct {
 	mu    sync.RWMutex
 	runs  map[string]core.Summary
 	ready chan struct{}
+	// blocked counts the entries of blocked runs, for the flow.runs.blocked gauge.
+	blocked int
 }
 
 func newReadModel(kv jetstream.KeyValue, logger *slog.Logger) *readModel {
@@ -165,6 +167,7 @@ func (m *readModel) apply(e jetstream.KeyValueEntry) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e.Operation() != jetstream.KeyValuePut {
+		m.countBlocked(e.Key(), nil)
 		delete(m.runs, e.Key())
 		return
 	}
@@ -173,7 +176,26 @@ func (m *readModel) apply(e jetstream.KeyValueEntry) {
 		m.logger.Warn("ignoring a malformed runs index entry", slog.String("key", e.Key()))
 		return
 	}
+	m.countBlocked(e.Key(), &sum)
 	m.runs[e.Key()] = sum
+}
+
+// countBlocked updates the count of blocked runs for the entry of runID becoming next (nil
+// for a deleted entry). The caller holds m.mu.
+func (m *readModel) countBlocked(runID string, next *core.Summary) {
+	if prev, ok := m.runs[runID]; ok && prev.Status == core.StatusBlocked {
+		m.blocked--
+	}
+	if next != nil && next.Status == core.StatusBlocked {
+		m.blocked++
+	}
+}
+
+// blockedRuns returns the number of entries of blocked runs.
+func (m *readModel) blockedRuns() int64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return int64(m.blocked)
 }
 
 // get returns run runID's entry.

@@ -34,9 +34,11 @@ func (s *Service) serveHTTP() error {
 					return
 				}
 			}
+			tagHTTPSpan(r, kind)
 			in := &input{kind: kind}
 			names(r, in)
 			resp, e := s.httpInput(r, in)
+			endSpan(r.Context(), resp, e)
 			if e != nil {
 				writeError(w, e)
 				return
@@ -73,7 +75,7 @@ func (s *Service) serveHTTP() error {
 		return fmt.Errorf("ingress: listening on %s (set FLOW_INGRESS_HTTP_ADDR, or \"off\"): %w", s.cfg.HTTPAddr, err)
 	}
 	s.httpAddr = ln.Addr()
-	s.httpSrv = &http.Server{Handler: methodNotAllowedAsJSON(mux), ReadHeaderTimeout: 10 * time.Second}
+	s.httpSrv = &http.Server{Handler: traceHTTP(methodNotAllowedAsJSON(mux)), ReadHeaderTimeout: 10 * time.Second}
 	go func() {
 		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.logger.Error("ingress HTTP server stopped", "error", err)

@@ -12,6 +12,7 @@ import (
 
 	cenats "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
 	"github.com/cloudevents/sdk-go/v2/binding"
+	ce "github.com/cloudevents/sdk-go/v2/event"
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowrun/flow/internal/api"
@@ -52,10 +53,11 @@ func (s *Service) natsInput(ctx context.Context, m *nats.Msg) (api.InputKind, *a
 	if int64(len(m.Data)) > s.cfg.MaxBodyBytes {
 		return in.kind, nil, &api.IngressError{Code: api.CodeTooLarge, Message: fmt.Sprintf("the message is %d bytes; the limit is %d (FLOW_INGRESS_MAX_BODY_BYTES): keep large payloads elsewhere and send a reference", len(m.Data), s.cfg.MaxBodyBytes)}
 	}
+	var ev *ce.Event
 	switch natsEncoding(m) {
 	case binding.EncodingBinary, binding.EncodingStructured:
-		ev, err := binding.ToEvent(ctx, cenats.NewMessage(m))
-		if err != nil {
+		var err error
+		if ev, err = binding.ToEvent(ctx, cenats.NewMessage(m)); err != nil {
 			return in.kind, nil, &api.IngressError{Code: api.CodeInvalidEvent, Message: fmt.Sprintf("the message is not a readable CloudEvent: %v", err)}
 		}
 		if e := fromEvent(in, ev); e != nil {
@@ -73,7 +75,10 @@ func (s *Service) natsInput(ctx context.Context, m *nats.Msg) (api.InputKind, *a
 			return in.kind, nil, e
 		}
 	}
+	ctx, span := startNATSSpan(ctx, m, ev, in.kind)
+	defer span.End()
 	resp, e := s.apply(ctx, in)
+	endSpan(ctx, resp, e)
 	return in.kind, resp, e
 }
 

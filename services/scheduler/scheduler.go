@@ -35,6 +35,7 @@ import (
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/health"
 	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
@@ -472,12 +473,15 @@ func (s *Scheduler) apply(e jetstream.KeyValueEntry, byKey map[string]*pending, 
 
 // fire appends the timer's firing to its run (or finds it moot) and deletes the entry.
 func (s *Scheduler) fire(ctx context.Context, key string, t core.Timer, rev uint64) error {
+	firing := time.Now()
 	if err := s.engine.Fire(ctx, t); err != nil && !errors.Is(err, core.ErrNotFound) && !errors.Is(err, core.ErrTerminal) {
 		return err
 	}
 	s.fired.Add(1)
+	lateness := firing.Sub(t.Due)
+	metrics.TimerLateness(ctx, string(t.Kind), lateness.Seconds())
 	s.logger.Debug("timer fired", slog.String("run_id", t.RunID), slog.String("timer", t.Key()),
-		slog.Duration("lateness", time.Since(t.Due)))
+		slog.Duration("lateness", lateness))
 	if err := s.cfg.Faults.Hit(fault.AfterFireBeforeDelete); err != nil {
 		return err // the entry stays; firing it again finds the timer moot and deletes it
 	}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
@@ -36,6 +37,7 @@ import (
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/internal/wait"
 	"github.com/flowrun/flow/pkg/flow"
 )
@@ -115,6 +117,8 @@ type Worker struct {
 	fetchDone  chan struct{}
 	started    chan struct{}
 	stopOnce   sync.Once
+	// unobserve unregisters the worker's observable gauge, once registered.
+	unobserve func()
 }
 
 // New returns a worker for the workflows and steps of reg.
@@ -247,6 +251,7 @@ func (w *Worker) start(ctx context.Context) error {
 		fetchers.Go(func() { w.fetch(cons, slots) })
 	}
 	go func() { fetchers.Wait(); close(w.fetchDone) }()
+	w.observe()
 	w.logger.InfoContext(ctx, "worker started", slog.Any("workflows", w.reg.Workflows()), slog.Any("steps", w.reg.Steps()),
 		slog.String("build_id", w.reg.BuildID()), slog.String("worker_id", w.id))
 	return nil
@@ -369,6 +374,8 @@ func grab(slots chan struct{}, n int) int {
 // handle drives the run a task names, with heartbeats, and settles the task: acknowledged when
 // the run is suspended, ended, blocked or parked (none of these needs the task again: the next
 // input, a deploy or `flow resume` sends a new one), redelivered later when the drive failed.
+// The drive's context carries the run ID and the task's trace context (its ce-traceparent), the
+// parent of the drive's spans for a run whose run.started recorded none.
 func (w *Worker) handle(msg jetstream.Msg) {
 	ctx := w.runCtx
 	if w.stopping.Load() {
@@ -389,6 +396,10 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		_ = msg.Ack() // the run's driver in this process reads up to the task's seq before it stops
 		return
 	}
+	if sc, ok := tracing.FromHeaders(msg.Headers()); ok {
+		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
+	}
+	ctx = tracing.WithRunID(ctx, runID)
 	stop := w.heartbeat(msg)
 	res, err := w.engine.Drive(ctx, runID, task.Seq)
 	stop()
@@ -412,23 +423,23 @@ func (w *Worker) handle(msg jetstream.Msg) {
 			Reason: fmt.Sprintf("waiting for a worker that registers workflow %q on queue %q", unknown.Definition, w.cfg.Queue), Seq: task.Seq,
 			ParkedAt: parkedAt})
 	case errors.Is(err, store.ErrDamaged):
-		w.logger.Error("not driving a run whose history is damaged", slog.String("run_id", runID), slog.String("error", err.Error()))
+		w.logger.ErrorContext(ctx, "not driving a run whose history is damaged", slog.String("run_id", runID), slog.String("error", err.Error()))
 		_ = msg.Ack()
 	case errors.Is(err, core.ErrNotFound):
 		// The history was read from the stream's leader up to the task's seq: the run does not
 		// exist, and no worker could drive it.
-		w.logger.Warn("dropping a task for a run that does not exist", slog.String("run_id", runID), slog.Uint64("seq", task.Seq))
+		w.logger.WarnContext(ctx, "dropping a task for a run that does not exist", slog.String("run_id", runID), slog.Uint64("seq", task.Seq))
 		_ = msg.Term()
 	case err != nil:
 		if ctx.Err() != nil {
 			_ = msg.Nak() // shutting down: another worker takes it at once
 			return
 		}
-		w.logger.Warn("driving a run failed; the task will be retried", slog.String("run_id", runID), slog.String("error", err.Error()))
+		w.logger.WarnContext(ctx, "driving a run failed; the task will be retried", slog.String("run_id", runID), slog.String("error", err.Error()))
 		_ = msg.NakWithDelay(backoff(msg))
 	default:
 		if res.Status == core.StatusBlocked {
-			w.logger.Info("run blocked; parked until a deploy or `flow resume`", slog.String("run_id", runID))
+			w.logger.InfoContext(ctx, "run blocked; parked until a deploy or `flow resume`", slog.String("run_id", runID))
 		}
 		_ = msg.Ack()
 	}
@@ -449,7 +460,7 @@ func (w *Worker) handBack(ctx context.Context, msg jetstream.Msg, unknown *engin
 	if !serves(w.live.Workers(w.cfg.Queue)) {
 		workers, err := w.live.Fetch(ctx, w.cfg.Queue)
 		if err != nil {
-			w.logger.Warn("reading the queue's live workers failed; the task will be retried", slog.String("run_id", unknown.RunID),
+			w.logger.WarnContext(ctx, "reading the queue's live workers failed; the task will be retried", slog.String("run_id", unknown.RunID),
 				slog.String("error", err.Error()))
 			_ = msg.NakWithDelay(backoff(msg))
 			return true
@@ -485,11 +496,11 @@ func (w *Worker) park(ctx context.Context, msg jetstream.Msg, p streams.Parked) 
 		_, err = w.parked.Put(ctx, p.RunID, b)
 	}
 	if err != nil {
-		w.logger.Warn("parking a run failed; the task will be retried", slog.String("run_id", p.RunID), slog.String("error", err.Error()))
+		w.logger.WarnContext(ctx, "parking a run failed; the task will be retried", slog.String("run_id", p.RunID), slog.String("error", err.Error()))
 		_ = msg.NakWithDelay(backoff(msg))
 		return
 	}
-	w.logger.Info("run parked", slog.String("run_id", p.RunID), slog.String("reason", p.Reason))
+	w.logger.InfoContext(ctx, "run parked", slog.String("run_id", p.RunID), slog.String("reason", p.Reason))
 	_ = msg.Ack()
 }
 
@@ -552,6 +563,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 			<-done
 		}
 		w.cancelRuns()
+		if w.unobserve != nil {
+			w.unobserve()
+		}
 		w.live.Stop()
 		if w.ownConn {
 			w.nc.Close()

@@ -8,8 +8,9 @@
 // ce-source, ce-type "dev.flow.commit", ce-time (of the last event), ce-subject (the run ID),
 // ce-datacontenttype, and the extensions ce-flowseq (first sequence), ce-flowcount (events),
 // ce-flowtypes (the events' types, comma-separated, in order) and ce-flowcommit (a random ID of
-// this append attempt), plus traceparent when the context carries a span. It is written from
-// the CloudEvents SDK's event model (package internal/cloudevent).
+// this append attempt), plus the distributed-tracing extension, ce-traceparent (and
+// ce-tracestate), when the context carries a span (a drive's carries its run's trace). It is
+// written from the CloudEvents SDK's event model (package internal/cloudevent).
 //
 // # Concurrency
 //
@@ -42,11 +43,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 	"github.com/synadia-io/orbit.go/jetstreamext"
-	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -208,9 +209,9 @@ func (s *Store) message(ctx context.Context, runID string, envs []event.Envelope
 	ec.ID, *ec.Subject, ec.Time.Time = runID+":"+first, runID, envs[len(envs)-1].Time
 	ec.Extensions[extSeq], ec.Extensions[extCount] = first, strconv.Itoa(len(envs))
 	ec.Extensions[extTypes], ec.Extensions[extCommit] = types.String(), commit
+	tracing.SetExtension(ctx, ec)
 	h := make(nats.Header, 12)
-	cloudevent.WriteHeaders(ec, h, make([]string, 0, 11))
-	propagation.TraceContext{}.Inject(ctx, propagation.HeaderCarrier(h))
+	cloudevent.WriteHeaders(ec, h, make([]string, 0, 12))
 	return &nats.Msg{Subject: streams.HistorySubject(runID), Header: h, Data: body}
 }
 
