@@ -40,6 +40,7 @@ import (
 
 	"github.com/flowrun/flow/internal/examples"
 	"github.com/flowrun/flow/internal/telemetry"
+	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
@@ -84,7 +85,7 @@ func run(args []string) error {
 	default:
 		return fmt.Errorf("unknown service %q; %s", role, usage)
 	}
-	logger := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	logger := slog.New(tracing.NewHandler(slog.NewJSONHandler(os.Stderr, nil)))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	tel, err := telemetry.Setup(ctx, telemetry.Options{Service: "flow-" + role, Version: buildVersion(), Logger: logger})
@@ -121,6 +122,9 @@ func run(args []string) error {
 			return err
 		}
 		cfg.Logger = logger
+		if err := awaitStreams(ctx, cfg.NATS, "ingress", logger); err != nil {
+			return err
+		}
 		in, err := ingress.New(cfg)
 		if err != nil {
 			return err
@@ -136,6 +140,9 @@ func run(args []string) error {
 			return err
 		}
 		cfg.Logger = logger
+		if err := awaitStreams(ctx, cfg.NATS, "scheduler", logger); err != nil {
+			return err
+		}
 		s, err := scheduler.New(cfg)
 		if err != nil {
 			return err
@@ -154,6 +161,9 @@ func run(args []string) error {
 		reg := flow.NewRegistry(&flow.RegistryOptions{BuildID: os.Getenv("FLOW_BUILD_ID"), Logger: logger})
 		// FLOW_INGRESS_PUBLIC_URL: the base of the callback URLs the webhook example announces.
 		examples.RegisterWith(reg, examples.Options{HookBaseURL: os.Getenv("FLOW_INGRESS_PUBLIC_URL"), Logger: logger})
+		if err := awaitStreams(ctx, cfg.NATS, "worker", logger); err != nil {
+			return err
+		}
 		w, err := worker.New(cfg, reg)
 		if err != nil {
 			return err

@@ -16,6 +16,7 @@ import (
 	"github.com/flowrun/flow/internal/examples"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/telemetry"
+	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
@@ -80,7 +81,7 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 	if err := lv.UnmarshalText([]byte(level)); err != nil {
 		return usageError{fmt.Errorf("--log-level must be debug, info, warn or error, got %q", level)}
 	}
-	logger := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lv}))
+	logger := slog.New(tracing.NewHandler(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: lv})))
 	// One process, one telemetry: the history's HTTP listener serves /metrics for all of it; the
 	// scheduler's and worker's own listeners stay off (their Config.HTTPAddr is empty).
 	tel, err := telemetry.Setup(ctx, telemetry.Options{Service: "flow-dev", Version: currentBuild().Version, Logger: logger})

@@ -1,0 +1,68 @@
+package main
+
+import (
+	"bytes"
+	"log/slog"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/natsconn"
+	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/streams"
+)
+
+// syncBuffer is a bytes.Buffer safe for the logger's writes and the test's reads.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A service started before the history service waits, saying for what, and starts once the
+// streams exist.
+func TestAwaitStreams(t *testing.T) {
+	srv, err := natsserver.Start(natsserver.Config{Dir: t.TempDir(), Port: -1, Logger: natstest.Logger()})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	var logs syncBuffer
+	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	done := make(chan error, 1)
+	go func() { done <- awaitStreams(t.Context(), natsconn.Config{URL: srv.ClientURL()}, "worker", logger) }()
+
+	deadline := time.Now().Add(10 * time.Second)
+	for !bytes.Contains([]byte(logs.String()), []byte("FLOW_HISTORY")) {
+		require.True(t, time.Now().Before(deadline), "no log says what is missing: %s", logs.String())
+		select {
+		case err := <-done:
+			t.Fatalf("awaitStreams returned before the streams exist: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	require.Contains(t, logs.String(), "start `flowd history`")
+
+	js, err := jetstream.New(natstest.Connect(t, srv))
+	require.NoError(t, err)
+	require.NoError(t, streams.Ensure(t.Context(), js, streams.Config{}))
+	select {
+	case err := <-done:
+		require.NoError(t, err)
+	case <-time.After(2*provisionInterval + 10*time.Second):
+		t.Fatal("awaitStreams did not return once the streams existed")
+	}
+}
