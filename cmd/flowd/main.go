@@ -107,6 +107,9 @@ func run(args []string) error {
 			return err
 		}
 		cfg.Logger, cfg.Rebuild = logger, cfg.Rebuild || rebuild
+		if err := provisionStreams(ctx, cfg.NATS, cfg.Streams, logger); err != nil {
+			return err
+		}
 		h, err := history.New(cfg)
 		if err != nil {
 			return err

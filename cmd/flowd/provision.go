@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -42,4 +43,43 @@ func awaitStreams(ctx context.Context, cfg natsconn.Config, role string, logger 
 		return fmt.Errorf("waiting for Flow's streams: %w", err)
 	}
 	return nil
+}
+
+// provisionStreams creates or updates Flow's streams and buckets for the history service, trying
+// again while JetStream cannot do it yet: a cluster that is still forming (no meta leader, too
+// few peers for the replicas asked) answers with errors or not at all for a while, and a
+// service that exited then would leave compose's depends_on and Kubernetes' back-off to bring
+// it back late.
+func provisionStreams(ctx context.Context, cfg natsconn.Config, sc streams.Config, logger *slog.Logger) error {
+	nc, err := cfg.Dial("flowd history (provisioning Flow's streams)")
+	if err != nil {
+		return err
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		return err
+	}
+	for {
+		ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err := streams.Ensure(ectx, js, sc)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ctx.Err() != nil {
+			return fmt.Errorf("provisioning Flow's streams: %w", ctx.Err())
+		}
+		if errors.Is(err, streams.ErrConfig) {
+			return err
+		}
+		logger.WarnContext(ctx, "JetStream cannot create Flow's streams yet; trying again", slog.String("error", err.Error()))
+		t := time.NewTimer(provisionInterval)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fmt.Errorf("provisioning Flow's streams: %w", ctx.Err())
+		case <-t.C:
+		}
+	}
 }

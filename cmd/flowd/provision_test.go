@@ -66,3 +66,19 @@ func TestAwaitStreams(t *testing.T) {
 		t.Fatal("awaitStreams did not return once the streams existed")
 	}
 }
+
+// The history service provisions the streams; a configuration no server accepts is an error at
+// once rather than a retry.
+func TestProvisionStreams(t *testing.T) {
+	srv, err := natsserver.Start(natsserver.Config{Dir: t.TempDir(), Port: -1, Logger: natstest.Logger()})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	cfg, logger := natsconn.Config{URL: srv.ClientURL()}, natstest.Logger()
+	require.ErrorIs(t, provisionStreams(t.Context(), cfg, streams.Config{Replicas: 9}, logger), streams.ErrConfig)
+	require.NoError(t, provisionStreams(t.Context(), cfg, streams.Config{}, logger))
+	js, err := jetstream.New(natstest.Connect(t, srv))
+	require.NoError(t, err)
+	missing, err := streams.Missing(t.Context(), js)
+	require.NoError(t, err)
+	require.Empty(t, missing)
+}

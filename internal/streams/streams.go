@@ -147,14 +147,17 @@ func (c Config) withDefaults() Config {
 // DefaultWorkerTTL is Config.WorkerTTL's default.
 const DefaultWorkerTTL = 15 * time.Second
 
+// ErrConfig is wrapped by Ensure's errors about a Config no server could accept.
+var ErrConfig = errors.New("streams")
+
 // Ensure creates Flow's streams and buckets that do not exist, and updates existing ones to the
 // fields of cfg that are set.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	if cfg.Replicas < 0 || cfg.Replicas > 5 {
-		return fmt.Errorf("streams: Replicas must be between 1 and 5, got %d", cfg.Replicas)
+		return fmt.Errorf("%w: Replicas must be between 1 and 5, got %d", ErrConfig, cfg.Replicas)
 	}
 	if cfg.WorkerTTL != 0 && cfg.WorkerTTL < time.Second {
-		return fmt.Errorf("streams: WorkerTTL must be at least 1s, got %s", cfg.WorkerTTL)
+		return fmt.Errorf("%w: WorkerTTL must be at least 1s, got %s", ErrConfig, cfg.WorkerTTL)
 	}
 	d := cfg.withDefaults()
 	for _, sc := range []jetstream.StreamConfig{

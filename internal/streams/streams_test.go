@@ -68,7 +68,9 @@ func TestEnsure(t *testing.T) {
 	ttl, _ = workerTTL()
 	require.Equal(t, 4*time.Second, ttl, "a process without a WorkerTTL keeps the bucket's")
 
-	require.ErrorContains(t, streams.Ensure(ctx, js, streams.Config{Replicas: 7}), "Replicas must be between 1 and 5")
+	err = streams.Ensure(ctx, js, streams.Config{Replicas: 7})
+	require.ErrorIs(t, err, streams.ErrConfig)
+	require.ErrorContains(t, err, "Replicas must be between 1 and 5")
 	require.ErrorContains(t, streams.Ensure(ctx, js, streams.Config{WorkerTTL: time.Millisecond}), "WorkerTTL must be at least 1s")
 }
 
