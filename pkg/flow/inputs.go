@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -170,6 +171,11 @@ func (c *Client) send(ctx context.Context, subject, kind, id string, data []byte
 	ev.SetTime(time.Now())
 	for k, v := range ext {
 		ev.SetExtension(k, v)
+	}
+	// The caller's span, if any, becomes the parent of the ingress's span for this input: a run
+	// started from a traced request joins that request's trace.
+	if x := tracing.Extension(ctx); x.TraceParent != "" {
+		x.AddTracingAttributes(&ev)
 	}
 	if err := ev.SetData(ce.ApplicationJSON, json.RawMessage(data)); err != nil {
 		return nil, err

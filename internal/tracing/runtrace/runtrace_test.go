@@ -296,3 +296,29 @@ func names(ss []tracetest.SpanStub) []string {
 	}
 	return out
 }
+
+// A run started with flow.Client from a traced context joins the caller's trace: the client
+// sends its span in the CloudEvent's traceparent and the ingress's span is its child.
+func TestClientStartJoinsTheCallersTrace(t *testing.T) {
+	st := startStack(t)
+	st.startWorker(t)
+	ctx, span := otel.Tracer("runtrace-test").Start(t.Context(), "test.client start")
+	runID, err := st.client.Start(ctx, "order", map[string]any{"sku": "sku-2", "qty": 1}, &flow.StartOptions{RunID: "traced-start"})
+	span.End()
+	require.NoError(t, err)
+	hist, err := st.client.History(t.Context(), runID, 0)
+	require.NoError(t, err)
+	rs := hist[0].Payload.(*event.RunStarted)
+	recorded, ok := tracing.Parse(rs.TraceParent)
+	require.True(t, ok, "run.started records a traceparent, got %q", rs.TraceParent)
+	require.Equal(t, span.SpanContext().TraceID(), recorded.TraceID(), "the run is in the caller's trace")
+	// The ingress ends its span once it has answered: wait for the export.
+	require.Eventually(t, func() bool {
+		for _, s := range spans.GetSpans() {
+			if s.Parent.SpanID() == span.SpanContext().SpanID() {
+				return s.SpanContext.SpanID() == recorded.SpanID()
+			}
+		}
+		return false
+	}, testTimeout, 5*time.Millisecond, "run.started records the ingress's span, a child of the caller's")
+}
