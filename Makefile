@@ -58,3 +58,8 @@ fuzz: ## Fuzz envelope and commit decoding for 30s each
 .PHONY: golden
 golden: ## Rewrite golden test outputs after an intended change (review the diff)
 	$(GO) test ./internal/core -run TestGolden -rewrite
+	$(GO) test ./internal/natsperm -run 'TestAuthConf$$|TestOperationsDoc' -rewrite
+
+.PHONY: screenshot
+screenshot: ## Refresh the web UI screenshot the README shows (docs/images/ui-run.png; needs chromium)
+	FLOW_UI_SCREENSHOT=1 $(GO) test -count=1 -run TestUIBrowser ./services/history
