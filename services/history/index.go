@@ -229,6 +229,11 @@ func (m *readModel) where(keep func(core.Summary) bool) []core.Summary {
 // list answers a listing: the entries that match, most recently updated first (then by run
 // ID), one page after the cursor.
 func (m *readModel) list(req api.ListRequest) (api.ListResponse, error) {
+	return m.listWhere(req, func(core.Summary) bool { return true })
+}
+
+// listWhere is list over the entries keep accepts.
+func (m *readModel) listWhere(req api.ListRequest, keep func(core.Summary) bool) (api.ListResponse, error) {
 	limit, err := pageLimit(req.Limit, api.DefaultListLimit, api.MaxListLimit)
 	if err != nil {
 		return api.ListResponse{}, err
@@ -242,7 +247,7 @@ func (m *readModel) list(req api.ListRequest) (api.ListResponse, error) {
 	if err != nil {
 		return api.ListResponse{}, err
 	}
-	match := m.where(func(sum core.Summary) bool { return matches(req, sum) })
+	match := m.where(func(sum core.Summary) bool { return keep(sum) && matches(req, sum) })
 	slices.SortFunc(match, newestFirst)
 	resp := api.ListResponse{Total: len(match), Runs: []core.Summary{}}
 	start := 0

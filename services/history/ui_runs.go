@@ -105,36 +105,5 @@ func (s *Service) uiDefinitions(selected string) []string {
 // listPrefix answers a listing as list does, keeping only the runs whose ID starts with
 // prefix ("" keeps all).
 func (m *readModel) listPrefix(req api.ListRequest, prefix string) (api.ListResponse, error) {
-	if prefix == "" {
-		return m.list(req)
-	}
-	limit, err := pageLimit(req.Limit, api.DefaultListLimit, api.MaxListLimit)
-	if err != nil {
-		return api.ListResponse{}, err
-	}
-	for _, st := range req.Status {
-		if !knownStatus(core.Status(st)) {
-			return api.ListResponse{}, &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf("unknown status %q; use one of %s", st, statusNames())}
-		}
-	}
-	after, err := decodeCursor(req.Cursor)
-	if err != nil {
-		return api.ListResponse{}, err
-	}
-	match := m.where(func(sum core.Summary) bool { return strings.HasPrefix(sum.RunID, prefix) && matches(req, sum) })
-	slices.SortFunc(match, newestFirst)
-	resp := api.ListResponse{Total: len(match), Runs: []core.Summary{}}
-	start := 0
-	if after != nil {
-		start, _ = slices.BinarySearchFunc(match, *after, newestFirst)
-		if start < len(match) && match[start].RunID == after.RunID {
-			start++
-		}
-	}
-	end := min(start+limit, len(match))
-	resp.Runs = append(resp.Runs, match[start:end]...)
-	if end < len(match) {
-		resp.Next = encodeCursor(match[end-1])
-	}
-	return resp, nil
+	return m.listWhere(req, func(sum core.Summary) bool { return strings.HasPrefix(sum.RunID, prefix) })
 }
