@@ -107,7 +107,7 @@ func run(args []string) error {
 			return err
 		}
 		cfg.Logger, cfg.Rebuild = logger, cfg.Rebuild || rebuild
-		if err := provisionStreams(ctx, cfg.NATS, cfg.Streams, logger); err != nil {
+		if err := provisionStreams(ctx, cfg.NATS, cfg.Streams, or(cfg.HTTPAddr, history.DefaultHTTPAddr), logger); err != nil {
 			return err
 		}
 		h, err := history.New(cfg)
@@ -125,7 +125,7 @@ func run(args []string) error {
 			return err
 		}
 		cfg.Logger = logger
-		if err := awaitStreams(ctx, cfg.NATS, "ingress", logger); err != nil {
+		if err := awaitStreams(ctx, cfg.NATS, "ingress", or(cfg.HTTPAddr, ingress.DefaultHTTPAddr), logger); err != nil {
 			return err
 		}
 		in, err := ingress.New(cfg)
@@ -143,7 +143,7 @@ func run(args []string) error {
 			return err
 		}
 		cfg.Logger = logger
-		if err := awaitStreams(ctx, cfg.NATS, "scheduler", logger); err != nil {
+		if err := awaitStreams(ctx, cfg.NATS, "scheduler", or(cfg.HTTPAddr, scheduler.DefaultHTTPAddr), logger); err != nil {
 			return err
 		}
 		s, err := scheduler.New(cfg)
@@ -164,7 +164,7 @@ func run(args []string) error {
 		reg := flow.NewRegistry(&flow.RegistryOptions{BuildID: os.Getenv("FLOW_BUILD_ID"), Logger: logger})
 		// FLOW_INGRESS_PUBLIC_URL: the base of the callback URLs the webhook example announces.
 		examples.RegisterWith(reg, examples.Options{HookBaseURL: os.Getenv("FLOW_INGRESS_PUBLIC_URL"), Logger: logger})
-		if err := awaitStreams(ctx, cfg.NATS, "worker", logger); err != nil {
+		if err := awaitStreams(ctx, cfg.NATS, "worker", or(cfg.HTTPAddr, worker.DefaultHTTPAddr), logger); err != nil {
 			return err
 		}
 		w, err := worker.New(cfg, reg)
@@ -180,6 +180,14 @@ func run(args []string) error {
 		return w.Stop(stopCtx)
 	}
 	return fmt.Errorf("unknown service %q; %s", role, usage)
+}
+
+// or returns v, or def when v is empty.
+func or(v, def string) string {
+	if v == "" {
+		return def
+	}
+	return v
 }
 
 // buildVersion is version, else the module version from the build information, else "".

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"log/slog"
+	"net"
 	"sync"
 	"testing"
 	"time"
@@ -42,8 +43,14 @@ func TestAwaitStreams(t *testing.T) {
 	t.Cleanup(srv.Shutdown)
 	var logs syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
 	done := make(chan error, 1)
-	go func() { done <- awaitStreams(t.Context(), natsconn.Config{URL: srv.ClientURL()}, "worker", logger) }()
+	go func() {
+		done <- awaitStreams(t.Context(), natsconn.Config{URL: srv.ClientURL()}, "worker", addr, logger)
+	}()
 
 	deadline := time.Now().Add(10 * time.Second)
 	for !bytes.Contains([]byte(logs.String()), []byte("FLOW_HISTORY")) {
@@ -55,6 +62,11 @@ func TestAwaitStreams(t *testing.T) {
 		}
 	}
 	require.Contains(t, logs.String(), "start `flowd history`")
+	// Meanwhile the probes say the process is live and what it waits for.
+	require.NoError(t, health(t.Context(), []string{"http://" + addr + "/healthz"}))
+	err = health(t.Context(), []string{"http://" + addr + "/readyz"})
+	require.ErrorContains(t, err, "503")
+	require.ErrorContains(t, err, "FLOW_HISTORY")
 
 	js, err := jetstream.New(natstest.Connect(t, srv))
 	require.NoError(t, err)
@@ -74,8 +86,8 @@ func TestProvisionStreams(t *testing.T) {
 	require.NoError(t, err)
 	t.Cleanup(srv.Shutdown)
 	cfg, logger := natsconn.Config{URL: srv.ClientURL()}, natstest.Logger()
-	require.ErrorIs(t, provisionStreams(t.Context(), cfg, streams.Config{Replicas: 9}, logger), streams.ErrConfig)
-	require.NoError(t, provisionStreams(t.Context(), cfg, streams.Config{}, logger))
+	require.ErrorIs(t, provisionStreams(t.Context(), cfg, streams.Config{Replicas: 9}, "off", logger), streams.ErrConfig)
+	require.NoError(t, provisionStreams(t.Context(), cfg, streams.Config{}, "off", logger))
 	js, err := jetstream.New(natstest.Connect(t, srv))
 	require.NoError(t, err)
 	missing, err := streams.Missing(t.Context(), js)
