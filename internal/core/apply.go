@@ -396,7 +396,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 }
 
 func blockedBy(e event.Envelope, d *event.DecisionFailed) *Blocked {
-	return &Blocked{Kind: d.Kind, Code: d.Code, Detail: d.Detail, BuildID: d.BuildID, Seq: e.Seq}
+	return &Blocked{Kind: d.Kind, Code: d.Code, Detail: d.Detail, BuildID: d.BuildID, Seq: e.Seq, Mismatch: d.Mismatch}
 }
 
 // outcomeOf returns the outcome a terminal event records, or nil for another event.

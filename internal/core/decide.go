@@ -172,6 +172,7 @@ func DecisionFailure(err error, buildID string) *event.DecisionFailed {
 	switch {
 	case errors.As(err, &nd):
 		f.Kind, f.Code = FailureNonDeterminism, nd.Code()
+		f.Mismatch = &event.Mismatch{Kind: nd.Kind, ID: nd.ID, Field: nd.Field, Recorded: nd.Recorded, Produced: nd.New, Seq: nd.Seq}
 	case errors.As(err, &inv):
 		f.Kind, f.Code = FailureInvalidDecision, inv.Code
 	case errors.As(err, &pe):

@@ -156,6 +156,8 @@ type Blocked struct {
 	Detail  string `json:"detail"`
 	BuildID string `json:"build_id,omitempty"`
 	Seq     uint64 `json:"seq"`
+	// Mismatch is what differs, for a non-determinism failure (see event.DecisionFailed).
+	Mismatch *event.Mismatch `json:"mismatch,omitempty"`
 }
 
 // Outcome is the terminal outcome of a run.

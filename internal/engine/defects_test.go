@@ -478,6 +478,11 @@ func TestCancelEndsRunBlockedByReplayCheck(t *testing.T) {
 	require.True(t, ok, "blocked: %v", typesOf(hist))
 	require.Equal(t, core.FailureNonDeterminism, failed.Kind)
 	require.Equal(t, nd.Code(), failed.Code)
+	require.Equal(t, &event.Mismatch{Kind: "step", ID: "a", Field: "input", Recorded: "1", Produced: "2", Seq: 2}, failed.Mismatch,
+		"decision.failed records what differs, field by field")
+	s, err := v2.Snapshot(t.Context(), runID)
+	require.NoError(t, err)
+	require.Equal(t, failed.Mismatch, s.Blocked.Mismatch, "the snapshot's diagnosis carries it")
 
 	to, err := v2.Cancel(t.Context(), runID, "give up")
 	require.NoError(t, err)

@@ -300,6 +300,25 @@ type DecisionFailed struct {
 	Code    string `json:"code"`
 	Detail  string `json:"detail"`
 	BuildID string `json:"build_id,omitempty"`
+	// Mismatch is what differs, for a non-determinism failure; nil for other kinds (and in
+	// histories recorded before it existed, whose Detail says the same in words).
+	Mismatch *Mismatch `json:"mismatch,omitempty"`
+}
+
+// Mismatch is the difference a non-determinism failure found between history and the code.
+type Mismatch struct {
+	// Kind is the kind of identity compared: step, wait, signal_wait, hook, child,
+	// continue_as_new, run (spec fields) or decision (a different decision altogether).
+	Kind string `json:"kind"`
+	// ID is the identity compared (a step ID, a wait ID, ...); empty for run-level fields.
+	ID string `json:"id,omitempty"`
+	// Field is the field that differs, such as input, name, deadline or decision.
+	Field string `json:"field"`
+	// Recorded is the value history recorded, at Seq; Produced the one the code gives now.
+	Recorded string `json:"recorded"`
+	Produced string `json:"produced"`
+	// Seq is the sequence of the event that recorded the original value.
+	Seq uint64 `json:"seq"`
 }
 
 // RunCompleted ends the run with its output.

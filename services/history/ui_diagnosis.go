@@ -40,8 +40,9 @@ var (
 	ndField    = regexp.MustCompile(`^(.*?) field (\S+) was (.*) at seq (\d+), but the workflow code now gives (.*?); (possible causes: .*)$`)
 )
 
-// diagnose returns the diagnosis of b, reading the parts of a non-determinism error back from
-// its detail; nil when b is nil.
+// diagnose returns the diagnosis of b: a non-determinism error's parts from its recorded
+// mismatch or, in a history recorded before decision.failed had one, read back from its
+// detail; nil when b is nil.
 func diagnose(b *core.Blocked) *uiDiagnosis {
 	if b == nil {
 		return nil
@@ -50,7 +51,30 @@ func diagnose(b *core.Blocked) *uiDiagnosis {
 	if b.Kind != core.FailureNonDeterminism {
 		return d
 	}
-	m := ndPrefix.FindStringSubmatch(b.Detail)
+	if mm := b.Mismatch; mm != nil {
+		switch {
+		case mm.Field == "decision":
+			d.Subject = "decision"
+		case mm.Field == "kind":
+			d.Subject = "ID " + strconv.Quote(mm.ID)
+		case mm.ID == "":
+			d.Subject = mm.Kind
+		default:
+			d.Subject = mm.Kind + " " + strconv.Quote(mm.ID)
+		}
+		d.Field, d.Recorded, d.Produced, d.RecordedSeq, d.Parsed = mm.Field, mm.Recorded, mm.Produced, mm.Seq, true
+		if i := strings.Index(b.Detail, "possible causes:"); i >= 0 {
+			d.Hint = b.Detail[i:]
+		}
+		return d
+	}
+	return parseDiagnosis(d)
+}
+
+// parseDiagnosis fills d's parts from the rendering of a non-determinism error in d.Detail,
+// leaving d.Parsed false when the detail has another shape.
+func parseDiagnosis(d *uiDiagnosis) *uiDiagnosis {
+	m := ndPrefix.FindStringSubmatch(d.Detail)
 	if m == nil {
 		return d
 	}

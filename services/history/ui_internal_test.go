@@ -16,7 +16,13 @@ func TestDiagnose(t *testing.T) {
 	t.Parallel()
 	blocked := func(err error) *core.Blocked {
 		f := core.DecisionFailure(err, "b1")
-		return &core.Blocked{Kind: f.Kind, Code: f.Code, Detail: f.Detail, BuildID: f.BuildID, Seq: 9}
+		return &core.Blocked{Kind: f.Kind, Code: f.Code, Detail: f.Detail, BuildID: f.BuildID, Seq: 9, Mismatch: f.Mismatch}
+	}
+	// A history recorded before decision.failed carried its mismatch says it only in words.
+	inWords := func(err error) *core.Blocked {
+		b := blocked(err)
+		b.Mismatch = nil
+		return b
 	}
 	for name, tc := range map[string]struct {
 		err  *core.NonDeterminismError
@@ -43,20 +49,22 @@ func TestDiagnose(t *testing.T) {
 			uiDiagnosis{Subject: `step "s"`, Field: "input", Recorded: `"at seq 1, but"`, Produced: `"x; y"`, RecordedSeq: 5},
 		},
 	} {
-		t.Run(name, func(t *testing.T) {
-			d := diagnose(blocked(tc.err))
-			require.True(t, d.Parsed, "%s", d.Detail)
-			require.Equal(t, core.FailureNonDeterminism, d.Kind)
-			require.Equal(t, tc.err.Code(), d.Code)
-			require.Equal(t, uint64(9), d.Seq)
-			require.Equal(t, "b1", d.BuildID)
-			require.Equal(t, tc.want.Subject, d.Subject)
-			require.Equal(t, tc.want.Field, d.Field)
-			require.Equal(t, tc.want.Recorded, d.Recorded)
-			require.Equal(t, tc.want.Produced, d.Produced)
-			require.Equal(t, tc.want.RecordedSeq, d.RecordedSeq)
-			require.Contains(t, d.Hint, "possible causes:")
-		})
+		for how, b := range map[string]*core.Blocked{"Recorded": blocked(tc.err), "InWords": inWords(tc.err)} {
+			t.Run(name+"/"+how, func(t *testing.T) {
+				d := diagnose(b)
+				require.True(t, d.Parsed, "%s", d.Detail)
+				require.Equal(t, core.FailureNonDeterminism, d.Kind)
+				require.Equal(t, tc.err.Code(), d.Code)
+				require.Equal(t, uint64(9), d.Seq)
+				require.Equal(t, "b1", d.BuildID)
+				require.Equal(t, tc.want.Subject, d.Subject)
+				require.Equal(t, tc.want.Field, d.Field)
+				require.Equal(t, tc.want.Recorded, d.Recorded)
+				require.Equal(t, tc.want.Produced, d.Produced)
+				require.Equal(t, tc.want.RecordedSeq, d.RecordedSeq)
+				require.Contains(t, d.Hint, "possible causes:")
+			})
+		}
 	}
 	t.Run("OtherFailures", func(t *testing.T) {
 		require.Nil(t, diagnose(nil))
