@@ -165,6 +165,10 @@ func (e *Engine) externalOnce(ctx context.Context, runID string, atLeast uint64,
 			e.cache.put(runID, s, false)
 		}
 	}
+	if s.Seq < atLeast && !s.Terminal() {
+		// What compute would decide on this snapshot could be wrong (a timer that looks moot).
+		return Task{}, fmt.Errorf("%w: run %q read to seq %d, short of seq %d; read it again later", store.ErrBehind, runID, s.Seq, atLeast)
+	}
 	events, err := compute(s)
 	if err != nil {
 		return Task{}, err

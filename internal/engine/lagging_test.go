@@ -66,3 +66,42 @@ func TestFireReadsUpToTheTimersEvent(t *testing.T) {
 	require.NoError(t, lagging.Fire(t.Context(), timers[0]))
 	require.Contains(t, typesOf(load(t, mem, runID)), event.TypeWaitFired, "the timer fired")
 }
+
+// behindStore answers every read, LoadAtLeast included, with the run's first event only: a
+// stream leader that has not applied what its followers hold.
+type behindStore struct{ store.EventStore }
+
+func (s behindStore) Load(ctx context.Context, runID string, after uint64) ([]event.Envelope, error) {
+	return laggingStore(s).LoadAtLeast(ctx, runID, after, 0)
+}
+
+func (s behindStore) LoadAtLeast(ctx context.Context, runID string, after, _ uint64) ([]event.Envelope, error) {
+	return laggingStore(s).LoadAtLeast(ctx, runID, after, 0)
+}
+
+// A read that falls short of a sequence known to exist is an error to retry (store.ErrBehind),
+// never a snapshot to act on: a drive for a task would miss the task's input, and a timer
+// would look moot and be dropped.
+func TestReadsShortOfAKnownSequenceAreRetried(t *testing.T) {
+	t.Parallel()
+	b := setup(t, func(reg *flow.Registry) {
+		flow.RegisterWorkflow(reg, "wf", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+			return ctx.Sleep("nap", time.Hour), nil
+		})
+	})
+	mem := memstore.New()
+	e := b.engineOn(t, mem, nil)
+	runID := b.start(t, e, "wf")
+	_, err := e.Drive(t.Context(), runID, 0)
+	require.NoError(t, err)
+	s, err := e.Snapshot(t.Context(), runID)
+	require.NoError(t, err)
+	timers := core.Timers(s)
+	require.Len(t, timers, 1)
+
+	short := b.engineOn(t, behindStore{mem}, nil)
+	_, err = short.Drive(t.Context(), runID, s.Seq)
+	require.ErrorIs(t, err, store.ErrBehind, "a drive for a task at seq %d", s.Seq)
+	require.ErrorIs(t, short.Fire(t.Context(), timers[0]), store.ErrBehind, "a timer fired on a short read")
+	require.NotContains(t, typesOf(load(t, mem, runID)), event.TypeWaitFired)
+}

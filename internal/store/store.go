@@ -76,6 +76,11 @@ type Follower interface {
 	Follow(runID string, fn func(Commit)) (stop func(), err error)
 }
 
+// ErrBehind is wrapped by the errors of reads that fell short of a sequence the reader was told
+// exists (a task's, a conflict's): the stream's leader had not yet applied what its followers
+// hold, as a busy server can be. Nothing is wrong with the run; read again later.
+var ErrBehind = errors.New("flow: the run's history was read short of a sequence known to exist")
+
 // ErrDamaged is wrapped by the errors a store returns for a run whose stored history was found
 // damaged (lost or truncated by a disk or a server crash): serving it as if nothing happened
 // would run its lost steps again. See DamagedError.

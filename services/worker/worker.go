@@ -426,10 +426,26 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		w.logger.ErrorContext(ctx, "not driving a run whose history is damaged", slog.String("run_id", runID), slog.String("error", err.Error()))
 		_ = msg.Ack()
 	case errors.Is(err, core.ErrNotFound):
-		// The history was read from the stream's leader up to the task's seq: the run does not
-		// exist, and no worker could drive it.
-		w.logger.WarnContext(ctx, "dropping a task for a run that does not exist", slog.String("run_id", runID), slog.Uint64("seq", task.Seq))
+		// The history was read from the stream's leader up to the task's seq and the run is not
+		// there. A task names a commit that was made, but a leader that is behind in applying
+		// what its followers already hold (a busy server: the history service may have read
+		// the commit from a follower) answers as if it were not: read again later, and drop
+		// the task only when the run stays absent. Dropping it at once would lose the run, as
+		// the history service's copy of the task has the same message ID and is deduplicated.
+		if deliveries(msg) < notFoundDeliveries {
+			w.logger.InfoContext(ctx, "the run of a task is not readable yet; reading it again later", slog.String("run_id", runID),
+				slog.Uint64("seq", task.Seq))
+			_ = msg.NakWithDelay(notFoundDelay(msg))
+			return
+		}
+		w.logger.WarnContext(ctx, "dropping a task for a run that does not exist", slog.String("run_id", runID), slog.Uint64("seq", task.Seq),
+			slog.Int("deliveries", notFoundDeliveries))
 		_ = msg.Term()
+	case errors.Is(err, store.ErrBehind):
+		// The task's commit exists; the server that answered had not applied it yet.
+		w.logger.InfoContext(ctx, "the run was read short of the task's sequence; reading it again later", slog.String("run_id", runID),
+			slog.String("error", err.Error()))
+		_ = msg.NakWithDelay(notFoundDelay(msg))
 	case err != nil:
 		if ctx.Err() != nil {
 			_ = msg.Nak() // shutting down: another worker takes it at once
@@ -525,12 +541,24 @@ func (w *Worker) heartbeat(msg jetstream.Msg) (stop func()) {
 
 // backoff grows with the task's deliveries: 1s, 2s, 4s ... up to 5 minutes.
 func backoff(msg jetstream.Msg) time.Duration {
-	n := uint64(1)
-	if md, err := msg.Metadata(); err == nil {
-		n = md.NumDelivered
-	}
-	d := time.Second << min(n-1, 9)
+	d := time.Second << min(deliveries(msg)-1, 9)
 	return min(d, 5*time.Minute)
+}
+
+// deliveries is how many times msg has been delivered, this time included (1 if unknown).
+func deliveries(msg jetstream.Msg) uint64 {
+	if md, err := msg.Metadata(); err == nil && md.NumDelivered > 0 {
+		return md.NumDelivered
+	}
+	return 1
+}
+
+// notFoundDeliveries is how many deliveries of a task find its run absent before the worker
+// drops it; notFoundDelay spaces them: 250ms, 500ms, 1s, 2s, then 4s, about 16s in all.
+const notFoundDeliveries = 8
+
+func notFoundDelay(msg jetstream.Msg) time.Duration {
+	return 250 * time.Millisecond << min(deliveries(msg)-1, 4)
 }
 
 // Stop stops taking tasks and waits for the runs being driven to reach a durable point, so that
