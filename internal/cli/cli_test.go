@@ -37,6 +37,38 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// devRun is a `flow dev` the test started, with its output.
+type devRun struct {
+	out, err *syncBuffer
+	stop     context.CancelFunc
+	done     chan int
+}
+
+// startDev runs `flow dev` with args (after "dev --dir <temp>") until it says it is running.
+func startDev(t *testing.T, args ...string) *devRun {
+	t.Helper()
+	ctx, stop := context.WithCancel(t.Context())
+	d := &devRun{out: &syncBuffer{}, err: &syncBuffer{}, stop: stop, done: make(chan int, 1)}
+	go func() {
+		d.done <- cli.Main(ctx, append([]string{"dev", "--dir", t.TempDir()}, args...), d.out, d.err)
+	}()
+	require.Eventually(t, func() bool { return strings.Contains(d.out.String(), "Flow is running.") }, 20*time.Second, 10*time.Millisecond,
+		"flow dev did not start: %s", d.err.String())
+	return d
+}
+
+// stopAndWait stops the `flow dev` and requires it to exit with 0.
+func (d *devRun) stopAndWait(t *testing.T) {
+	t.Helper()
+	d.stop()
+	select {
+	case code := <-d.done:
+		require.Equal(t, 0, code, d.err.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("flow dev did not stop")
+	}
+}
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -63,15 +95,8 @@ func TestTour(t *testing.T) {
 	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
 	listen := strings.TrimPrefix(url, "nats://")
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	ctx, stopDev := context.WithCancel(t.Context())
-	var devOut, devErr syncBuffer
-	devDone := make(chan int, 1)
-	go func() {
-		devDone <- cli.Main(ctx, []string{"dev", "--dir", t.TempDir(), "--listen", listen, "--http", httpAddr, "--ingress-http", "127.0.0.1:0", "--log-level", "warn"}, &devOut, &devErr)
-	}()
-	require.Eventually(t, func() bool { return strings.Contains(devOut.String(), "Flow is running.") }, 20*time.Second, 10*time.Millisecond,
-		"flow dev did not start: %s", devErr.String())
-	require.Contains(t, devOut.String(), "flow start order --wait")
+	dev := startDev(t, "--listen", listen, "--http", httpAddr, "--ingress-http", "127.0.0.1:0", "--log-level", "warn")
+	require.Contains(t, dev.out.String(), "flow start order --wait")
 	nats := "--server=" + url
 
 	t.Run("StartOrderAndWait", func(t *testing.T) {
@@ -200,14 +225,8 @@ func TestTour(t *testing.T) {
 		}
 	})
 
-	stopDev()
-	select {
-	case code := <-devDone:
-		require.Equal(t, 0, code, devErr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("flow dev did not stop")
-	}
-	require.Contains(t, devOut.String(), "Stopped.")
+	dev.stopAndWait(t)
+	require.Contains(t, dev.out.String(), "Stopped.")
 }
 
 func TestHelpOnEveryCommand(t *testing.T) {

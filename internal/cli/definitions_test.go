@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -10,23 +9,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
-
-	"github.com/flowrun/flow/internal/cli"
 )
 
 // TestDefinitions lists the definitions of `flow dev`'s worker.
 func TestDefinitions(t *testing.T) {
 	t.Parallel()
 	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
-	ctx, stopDev := context.WithCancel(t.Context())
-	var devOut, devErr syncBuffer
-	devDone := make(chan int, 1)
-	go func() {
-		devDone <- cli.Main(ctx, []string{"dev", "--dir", t.TempDir(), "--listen", strings.TrimPrefix(url, "nats://"), "--http", "off", "--ingress-http", "127.0.0.1:0",
-			"--log-level", "warn"}, &devOut, &devErr)
-	}()
-	require.Eventually(t, func() bool { return strings.Contains(devOut.String(), "Flow is running.") }, 20*time.Second, 10*time.Millisecond,
-		"flow dev did not start: %s", devErr.String())
+	dev := startDev(t, "--listen", strings.TrimPrefix(url, "nats://"), "--http", "off", "--ingress-http", "127.0.0.1:0", "--log-level", "warn")
 	nats := "--nats-url=" + url
 
 	r := run(t, "definitions", nats)
@@ -75,11 +64,5 @@ func TestDefinitions(t *testing.T) {
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Contains(t, r.stdout, "Usage:")
 
-	stopDev()
-	select {
-	case code := <-devDone:
-		require.Equal(t, 0, code, devErr.String())
-	case <-time.After(30 * time.Second):
-		t.Fatal("flow dev did not stop")
-	}
+	dev.stopAndWait(t)
 }
