@@ -8,11 +8,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/natsconn"
-	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
 )
@@ -38,9 +39,7 @@ func (s *syncBuffer) String() string {
 // A service started before the history service waits, saying for what, and starts once the
 // streams exist.
 func TestAwaitStreams(t *testing.T) {
-	srv, err := natsserver.Start(natsserver.Config{Dir: t.TempDir(), Port: -1, Logger: natstest.Logger()})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
+	srv := natstest.RunServer(t, &server.Options{JetStream: true}) // no Flow streams
 	var logs syncBuffer
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
@@ -68,8 +67,7 @@ func TestAwaitStreams(t *testing.T) {
 	require.ErrorContains(t, err, "503")
 	require.ErrorContains(t, err, "FLOW_HISTORY")
 
-	js, err := jetstream.New(natstest.Connect(t, srv))
-	require.NoError(t, err)
+	js := jetStreamOf(t, srv)
 	require.NoError(t, streams.Ensure(t.Context(), js, streams.Config{}))
 	select {
 	case err := <-done:
@@ -82,15 +80,23 @@ func TestAwaitStreams(t *testing.T) {
 // The history service provisions the streams; a configuration no server accepts is an error at
 // once rather than a retry.
 func TestProvisionStreams(t *testing.T) {
-	srv, err := natsserver.Start(natsserver.Config{Dir: t.TempDir(), Port: -1, Logger: natstest.Logger()})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
+	srv := natstest.RunServer(t, &server.Options{JetStream: true}) // no Flow streams
 	cfg, logger := natsconn.Config{URL: srv.ClientURL()}, natstest.Logger()
 	require.ErrorIs(t, provisionStreams(t.Context(), cfg, streams.Config{Replicas: 9}, "off", logger), streams.ErrConfig)
 	require.NoError(t, provisionStreams(t.Context(), cfg, streams.Config{}, "off", logger))
-	js, err := jetstream.New(natstest.Connect(t, srv))
-	require.NoError(t, err)
+	js := jetStreamOf(t, srv)
 	missing, err := streams.Missing(t.Context(), js)
 	require.NoError(t, err)
 	require.Empty(t, missing)
+}
+
+// jetStreamOf returns a JetStream context on a new connection to srv, closed on cleanup.
+func jetStreamOf(t *testing.T, srv *server.Server) jetstream.JetStream {
+	t.Helper()
+	nc, err := nats.Connect(srv.ClientURL())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	return js
 }
