@@ -147,6 +147,20 @@ func TestServicesAsProcesses(t *testing.T) {
 		err := client.Result(ctx, runID, &out)
 		return out, err
 	}
+	// requireEnds checks the runs <p>-signal, <p>-hook and <p>-cancel ended with what was sent
+	// over via.
+	requireEnds := func(t *testing.T, p, via string) {
+		out, err := result(p + "-signal")
+		require.NoError(t, err)
+		require.Equal(t, "stopped over "+via, out)
+		out, err = result(p + "-hook")
+		require.NoError(t, err)
+		require.Equal(t, "hooked over "+via, out)
+		var runErr *flow.RunError
+		_, err = result(p + "-cancel")
+		require.ErrorAs(t, err, &runErr)
+		require.Equal(t, flow.StatusCancelled, runErr.Status)
+	}
 	web := "http://" + httpAddr
 
 	t.Run("HTTP", func(t *testing.T) {
@@ -158,16 +172,7 @@ func TestServicesAsProcesses(t *testing.T) {
 		require.Equal(t, http.StatusAccepted, post(t, web+"/v1/hooks/"+hookToken("h-hook"), "application/json", `"hooked over http"`))
 		hookToken("h-cancel")
 		require.Equal(t, http.StatusAccepted, post(t, web+"/v1/runs/h-cancel/cancel", "application/json", `{"reason":"over http"}`))
-		out, err := result("h-signal")
-		require.NoError(t, err)
-		require.Equal(t, "stopped over http", out)
-		out, err = result("h-hook")
-		require.NoError(t, err)
-		require.Equal(t, "hooked over http", out)
-		var runErr *flow.RunError
-		_, err = result("h-cancel")
-		require.ErrorAs(t, err, &runErr)
-		require.Equal(t, flow.StatusCancelled, runErr.Status)
+		requireEnds(t, "h", "http")
 	})
 
 	t.Run("NATS", func(t *testing.T) {
@@ -183,16 +188,7 @@ func TestServicesAsProcesses(t *testing.T) {
 		hookToken("n-cancel")
 		_, err = pub.send(ctx, api.CancelSubject("n-cancel"), "cancel-1", api.CancelRequest{Reason: "over nats"}, nil)
 		require.NoError(t, err)
-		out, err := result("n-signal")
-		require.NoError(t, err)
-		require.Equal(t, "stopped over nats", out)
-		out, err = result("n-hook")
-		require.NoError(t, err)
-		require.Equal(t, "hooked over nats", out)
-		var runErr *flow.RunError
-		_, err = result("n-cancel")
-		require.ErrorAs(t, err, &runErr)
-		require.Equal(t, flow.StatusCancelled, runErr.Status)
+		requireEnds(t, "n", "nats")
 	})
 
 	t.Run("IngressKilledUnderLoad", func(t *testing.T) {
