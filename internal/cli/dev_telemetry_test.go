@@ -2,11 +2,10 @@ package cli_test
 
 import (
 	"fmt"
-	"io"
-	"net/http"
 	"regexp"
 	"testing"
 
+	"github.com/flowrun/flow/internal/health/healthtest"
 	"github.com/stretchr/testify/require"
 )
 
@@ -21,12 +20,8 @@ func TestDevServesProbesAndMetrics(t *testing.T) {
 	require.NotNil(t, m, dev.out.String())
 	base := "http://" + m[1]
 	get := func(path string) (int, string) {
-		resp, err := http.Get(base + path)
-		require.NoError(t, err)
-		defer func() { _ = resp.Body.Close() }()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, string(b)
+		code, _, body := healthtest.Get(t, base+path)
+		return code, body
 	}
 	code, body := get("/readyz")
 	require.Equal(t, 200, code, body)

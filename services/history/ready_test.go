@@ -2,7 +2,6 @@ package history_test
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -10,6 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/health"
+	"github.com/flowrun/flow/internal/health/healthtest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/services/history"
 )
@@ -24,14 +24,7 @@ func TestProbesFollowStartAndStop(t *testing.T) {
 	require.ErrorContains(t, h.Ready(t.Context()), "starting")
 	require.NoError(t, h.Start(t.Context()))
 	base := "http://" + h.HTTPAddr()
-	get := func(path string) (int, string, string) {
-		resp, err := http.Get(base + path)
-		require.NoError(t, err)
-		defer func() { _ = resp.Body.Close() }()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
-	}
+	get := func(path string) (int, string, string) { return healthtest.Get(t, base+path) }
 
 	code, _, body := get("/healthz")
 	require.Equal(t, http.StatusOK, code)

@@ -2,7 +2,6 @@ package ingress_test
 
 import (
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/health"
+	"github.com/flowrun/flow/internal/health/healthtest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/services/ingress"
 )
@@ -27,14 +27,7 @@ func TestProbes(t *testing.T) {
 	require.NoError(t, in.Start(t.Context()))
 	t.Cleanup(func() { _ = in.Stop() })
 	base := "http://" + in.HTTPAddr()
-	get := func(path string) (int, string, string) {
-		resp, err := http.Get(base + path)
-		require.NoError(t, err)
-		defer func() { _ = resp.Body.Close() }()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
-	}
+	get := func(path string) (int, string, string) { return healthtest.Get(t, base+path) }
 
 	code, _, body := get("/readyz")
 	require.Equal(t, http.StatusOK, code, body)

@@ -1,7 +1,6 @@
 package scheduler_test
 
 import (
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"testing"
@@ -9,19 +8,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/health"
+	"github.com/flowrun/flow/internal/health/healthtest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/services/scheduler"
 )
-
-func get(t *testing.T, url string) (int, string, string) {
-	t.Helper()
-	resp, err := http.Get(url)
-	require.NoError(t, err)
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return resp.StatusCode, resp.Header.Get("Content-Type"), string(b)
-}
 
 // The scheduler's readiness: not before Start has finished, ready (as leader or standby) while
 // it runs, not ready from the moment Stop begins; its listener closes with it.
@@ -35,13 +25,13 @@ func TestProbesFollowStartAndStop(t *testing.T) {
 	require.NoError(t, s.Start(t.Context()))
 	base := "http://" + s.HTTPAddr()
 
-	code, _, body := get(t, base+"/readyz")
+	code, _, body := healthtest.Get(t, base+"/readyz")
 	require.Equal(t, http.StatusOK, code, body)
 	require.JSONEq(t, `{"ready":true}`, body)
-	code, _, body = get(t, base+"/healthz")
+	code, _, body = healthtest.Get(t, base+"/healthz")
 	require.Equal(t, http.StatusOK, code)
 	require.JSONEq(t, `{"status":"ok"}`, body)
-	code, ct, body := get(t, base+"/metrics")
+	code, ct, body := healthtest.Get(t, base+"/metrics")
 	require.Equal(t, http.StatusOK, code)
 	require.Contains(t, ct, "text/plain")
 	require.Contains(t, body, "# TYPE go_goroutines gauge")
