@@ -302,7 +302,8 @@ func (d *driver) load(ctx context.Context, minSeq uint64) error {
 	if len(hist) == 0 {
 		return fmt.Errorf("%w: run %q", core.ErrNotFound, d.runID)
 	}
-	if err := behind(d.runID, hist[len(hist)-1], minSeq); err != nil {
+	last := hist[len(hist)-1]
+	if err := behind(d.runID, last.Seq, last.Type().Terminal(), minSeq); err != nil {
 		return err
 	}
 	if rs, ok := hist[0].Payload.(*event.RunStarted); ok {
@@ -349,19 +350,17 @@ func (d *driver) refresh(ctx context.Context, atLeast uint64) error {
 		d.e.cache.drop(d.runID)
 		return fmt.Errorf("reading run %q after seq %d: %w", d.runID, d.s.Seq, err)
 	}
-	if d.s.Seq < atLeast && !d.s.Terminal() {
-		return fmt.Errorf("%w: run %q read to seq %d, short of seq %d; read it again later", store.ErrBehind, d.runID, d.s.Seq, atLeast)
-	}
-	return nil
+	return behind(d.runID, d.s.Seq, d.s.Terminal(), atLeast)
 }
 
-// behind returns an error wrapping store.ErrBehind when last, the last event read of run runID,
-// is short of sequence atLeast, which the reader was told exists.
-func behind(runID string, last event.Envelope, atLeast uint64) error {
-	if last.Seq >= atLeast || last.Type().Terminal() {
+// behind returns an error wrapping store.ErrBehind when run runID, read up to sequence seq
+// (terminal if its last event ended it), is short of sequence atLeast, which the reader was told
+// exists.
+func behind(runID string, seq uint64, terminal bool, atLeast uint64) error {
+	if seq >= atLeast || terminal {
 		return nil
 	}
-	return fmt.Errorf("%w: run %q read to seq %d, short of seq %d; read it again later", store.ErrBehind, runID, last.Seq, atLeast)
+	return fmt.Errorf("%w: run %q read to seq %d, short of seq %d; read it again later", store.ErrBehind, runID, seq, atLeast)
 }
 
 // refreshAfter reads what made an append conflict: at least up to the sequence the conflict

@@ -165,9 +165,9 @@ func (e *Engine) externalOnce(ctx context.Context, runID string, atLeast uint64,
 			e.cache.put(runID, s, false)
 		}
 	}
-	if s.Seq < atLeast && !s.Terminal() {
+	if err := behind(runID, s.Seq, s.Terminal(), atLeast); err != nil {
 		// What compute would decide on this snapshot could be wrong (a timer that looks moot).
-		return Task{}, fmt.Errorf("%w: run %q read to seq %d, short of seq %d; read it again later", store.ErrBehind, runID, s.Seq, atLeast)
+		return Task{}, err
 	}
 	events, err := compute(s)
 	if err != nil {
