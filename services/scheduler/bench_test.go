@@ -1,0 +1,303 @@
+package scheduler_test
+
+// BenchmarkTimerBurst is workload W3 of the performance issue: N workflows, started at once,
+// each sleeping 2 s (ctx.Sleep) and then completing. It runs the embedded default: a real
+// nats-server with JetStream in this process (file storage on a temp dir, one replica), and a
+// history service, an ingress, a worker, a scheduler and a client in this process, each on its
+// own in-process connection.
+//
+// It is a benchmark only: `go test ./services/scheduler` compiles but does not run it. Run:
+//
+//	go test -run '^$' -bench 'TimerBurst' -benchtime=1x ./services/scheduler
+//	go test -run '^$' -bench 'TimerBurst/timers=1000$' -benchtime=1x -count=3 ./services/scheduler
+//
+// One iteration starts N runs from 64 goroutines, waits for all their results, then reads every
+// run's history (untimed) and reports, over the N runs:
+//   - lateness-p50-ms, lateness-p99-ms, lateness-max-ms: the recorded time of wait.fired minus
+//     the wait's deadline (wait.scheduled);
+//   - resume-p50-ms, resume-p99-ms: the recorded time of run.completed minus the deadline;
+//   - fires/s: N over the span from the first deadline to the last wait.fired;
+//   - start-s: how long the N starts took (the deadlines are spread over it), and
+//     deadline-spread-s, the span of the deadlines.
+//
+// A wait.fired recorded before its deadline fails the benchmark: a timer never fires early.
+//
+// FLOW_BENCH_NATS_URL=nats://host:port uses that server instead of an embedded one (NATS out of
+// process, as a user deploys it): for example a server built with
+// `go build -o /tmp/nats-server github.com/nats-io/nats-server/v2` and started with
+// `/tmp/nats-server -js -sd /tmp/x -p 4333`. FLOW_BENCH_CONN=url connects to the embedded server
+// over TCP instead of in process. FLOW_BENCH_FIRE_CONCURRENCY sets the scheduler's
+// FireConcurrency (default: the scheduler's default).
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flowrun/flow/internal/ingresstest"
+	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/pkg/event"
+	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/ingress"
+	"github.com/flowrun/flow/services/scheduler"
+	"github.com/flowrun/flow/services/worker"
+)
+
+const (
+	burstWorkflow = "burst-nap"
+	burstNap      = 2 * time.Second
+	burstClients  = 64
+	// The worker's concurrency, as in the worker's benchmarks.
+	burstRunConcurrency  = 64
+	burstStepConcurrency = 64
+	burstDeadline        = 5 * time.Minute
+)
+
+// burstInput is the input of the burst-nap workflow.
+type burstInput struct {
+	Nap time.Duration `json:"nap"`
+}
+
+// burstNapWorkflow sleeps in.Nap under wait "nap", then completes.
+func burstNapWorkflow(ctx *flow.Context, in burstInput) (flow.Decision, error) {
+	if !ctx.Fired("nap") {
+		return ctx.Sleep("nap", in.Nap), nil
+	}
+	return ctx.Complete(nil), nil
+}
+
+// newBurstEnv starts a server (or uses FLOW_BENCH_NATS_URL's), a history service, an ingress, a
+// worker and a scheduler, all stopped when b ends, and returns a client.
+func newBurstEnv(b *testing.B) *flow.Client {
+	b.Helper()
+	ctx := context.Background()
+	discard := slog.New(slog.DiscardHandler)
+	external := os.Getenv("FLOW_BENCH_NATS_URL")
+	var srv *natsserver.Server
+	if external == "" {
+		var err error
+		srv, err = natsserver.Start(natsserver.Config{Dir: b.TempDir(), Port: -1, Logger: discard})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(srv.Shutdown)
+	}
+	connect := func() *nats.Conn {
+		var nc *nats.Conn
+		var err error
+		switch {
+		case external != "":
+			nc, err = nats.Connect(external)
+		case os.Getenv("FLOW_BENCH_CONN") == "url":
+			nc, err = nats.Connect(srv.ClientURL())
+		default:
+			nc, err = srv.Connect()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(nc.Close)
+		return nc
+	}
+
+	h, err := history.New(history.Config{Conn: connect(), HTTPAddr: "off", Logger: discard})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := h.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = h.Stop() })
+	ingresstest.Start(b, ingress.Config{Conn: connect(), Logger: discard})
+
+	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: discard})
+	flow.RegisterWorkflow(reg, burstWorkflow, burstNapWorkflow)
+	w, err := worker.New(worker.Config{Conn: connect(), Logger: discard,
+		RunConcurrency: burstRunConcurrency, StepConcurrency: burstStepConcurrency}, reg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if err := w.Stop(context.Background()); err != nil {
+			b.Error(err)
+		}
+	})
+	cfg := scheduler.Config{Conn: connect(), Logger: discard}
+	if v := os.Getenv("FLOW_BENCH_FIRE_CONCURRENCY"); v != "" {
+		if cfg.FireConcurrency, err = strconv.Atoi(v); err != nil {
+			b.Fatalf("FLOW_BENCH_FIRE_CONCURRENCY: %v", err)
+		}
+	}
+	s, err := scheduler.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Stop() })
+
+	c, err := flow.NewClient(ctx, connect(), nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return c
+}
+
+// burstTimes are the recorded times of one run's timer.
+type burstTimes struct {
+	deadline, fired, ended time.Time
+}
+
+// burstRun reads run id's history and returns its timer's times.
+func burstRun(ctx context.Context, c *flow.Client, id string) (burstTimes, error) {
+	hist, err := c.History(ctx, id, 0)
+	if err != nil {
+		return burstTimes{}, fmt.Errorf("run %s: %w", id, err)
+	}
+	var t burstTimes
+	for _, e := range hist {
+		switch p := e.Payload.(type) {
+		case *event.WaitScheduled:
+			t.deadline = p.Deadline
+		case *event.WaitFired:
+			t.fired = e.Time
+		}
+		if e.Type().Terminal() {
+			t.ended = e.Time
+		}
+	}
+	if t.deadline.IsZero() || t.fired.IsZero() || t.ended.IsZero() {
+		return t, fmt.Errorf("run %s: no wait.scheduled, wait.fired or terminal event in %d events", id, len(hist))
+	}
+	return t, nil
+}
+
+// burst starts n runs sleeping nap, waits for their results and returns their timers' times and
+// how long the starts took.
+func burst(ctx context.Context, c *flow.Client, n int, nap time.Duration) ([]burstTimes, time.Duration, error) {
+	ids := make([]string, n)
+	t0 := time.Now()
+	if err := burstParallel(n, func(i int) error {
+		id, err := c.Start(ctx, burstWorkflow, burstInput{Nap: nap}, nil)
+		ids[i] = id
+		return err
+	}); err != nil {
+		return nil, 0, err
+	}
+	started := time.Since(t0)
+	if err := burstParallel(n, func(i int) error { return c.Result(ctx, ids[i], nil) }); err != nil {
+		return nil, 0, err
+	}
+	times := make([]burstTimes, n)
+	err := burstParallel(n, func(i int) error {
+		var err error
+		times[i], err = burstRun(ctx, c, ids[i])
+		return err
+	})
+	return times, started, err
+}
+
+// burstParallel calls fn(0) .. fn(n-1) from burstClients goroutines and returns the first error.
+func burstParallel(n int, fn func(i int) error) error {
+	next := make(chan int)
+	var (
+		wg    sync.WaitGroup
+		once  sync.Once
+		first error
+	)
+	for range burstClients {
+		wg.Go(func() {
+			for i := range next {
+				if err := fn(i); err != nil {
+					once.Do(func() { first = err })
+				}
+			}
+		})
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	return first
+}
+
+func BenchmarkTimerBurst(b *testing.B) {
+	for _, n := range []int{100, 1000, 10000} {
+		b.Run("timers="+strconv.Itoa(n), func(b *testing.B) {
+			c := newBurstEnv(b)
+			ctx, cancel := context.WithTimeout(context.Background(), burstDeadline)
+			defer cancel()
+			// Warm up: streams, consumers, connections.
+			if _, _, err := burst(ctx, c, 5, 10*time.Millisecond); err != nil {
+				b.Fatal(err)
+			}
+			var late, resumed []time.Duration
+			var firstDue, lastDue, lastFired time.Time
+			var startTotal time.Duration
+			b.ResetTimer()
+			for range b.N {
+				times, started, err := burst(ctx, c, n, burstNap)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.StopTimer()
+				startTotal += started
+				for _, t := range times {
+					if t.fired.Before(t.deadline) {
+						b.Errorf("wait.fired recorded at %s, %s before its deadline %s", t.fired, t.deadline.Sub(t.fired), t.deadline)
+					}
+					late = append(late, t.fired.Sub(t.deadline))
+					resumed = append(resumed, t.ended.Sub(t.deadline))
+					if firstDue.IsZero() || t.deadline.Before(firstDue) {
+						firstDue = t.deadline
+					}
+					if t.deadline.After(lastDue) {
+						lastDue = t.deadline
+					}
+					if t.fired.After(lastFired) {
+						lastFired = t.fired
+					}
+				}
+				b.StartTimer()
+			}
+			b.StopTimer()
+			slices.Sort(late)
+			slices.Sort(resumed)
+			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
+			b.ReportMetric(ms(quantile(late, 0.50)), "lateness-p50-ms")
+			b.ReportMetric(ms(quantile(late, 0.99)), "lateness-p99-ms")
+			b.ReportMetric(ms(late[len(late)-1]), "lateness-max-ms")
+			b.ReportMetric(ms(quantile(resumed, 0.50)), "resume-p50-ms")
+			b.ReportMetric(ms(quantile(resumed, 0.99)), "resume-p99-ms")
+			if span := lastFired.Sub(firstDue); span > 0 && b.N == 1 {
+				b.ReportMetric(float64(n)/span.Seconds(), "fires/s")
+				b.ReportMetric(lastDue.Sub(firstDue).Seconds(), "deadline-spread-s")
+			}
+			b.ReportMetric(startTotal.Seconds()/float64(b.N), "start-s")
+			b.ReportMetric(0, "ns/op")
+		})
+	}
+}
+
+// quantile returns the q-quantile of sorted, by nearest rank.
+func quantile(sorted []time.Duration, q float64) time.Duration {
+	if len(sorted) == 0 {
+		return 0
+	}
+	i := int(q*float64(len(sorted))+0.5) - 1
+	return sorted[min(max(i, 0), len(sorted)-1)]
+}
