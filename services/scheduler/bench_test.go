@@ -15,10 +15,14 @@ package scheduler_test
 // run's history (untimed) and reports, over the N runs:
 //   - lateness-p50-ms, lateness-p99-ms, lateness-max-ms: the recorded time of wait.fired minus
 //     the wait's deadline (wait.scheduled);
-//   - resume-p50-ms, resume-p99-ms: the recorded time of run.completed minus the deadline;
+//   - resume-p50-ms, resume-p99-ms: the recorded time of run.completed minus the deadline, and
+//     fire-to-end-p50-ms, fire-to-end-p99-ms: minus wait.fired's;
 //   - fires/s: N over the span from the first deadline to the last wait.fired;
 //   - start-s: how long the N starts took (the deadlines are spread over it), and
-//     deadline-spread-s, the span of the deadlines.
+//     deadline-spread-s, the span of the deadlines;
+//   - cpu-ms/run: the CPU time of this process (every service and the client) per run, and,
+//     when FLOW_BENCH_NATS_PID names the process of an external server, nats-cpu-ms/run: its
+//     CPU time per run. Less noisy than latencies on a shared machine.
 //
 // A wait.fired recorded before its deadline fails the benchmark: a timer never fires early.
 //
@@ -36,13 +40,16 @@ import (
 	"os"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowrun/flow/internal/ingresstest"
+	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
@@ -96,9 +103,9 @@ func newBurstEnv(b *testing.B) *flow.Client {
 		var err error
 		switch {
 		case external != "":
-			nc, err = nats.Connect(external)
+			nc, err = nats.Connect(external, natsconn.SyncQueue)
 		case os.Getenv("FLOW_BENCH_CONN") == "url":
-			nc, err = nats.Connect(srv.ClientURL())
+			nc, err = nats.Connect(srv.ClientURL(), natsconn.SyncQueue)
 		default:
 			nc, err = srv.Connect()
 		}
@@ -245,9 +252,10 @@ func BenchmarkTimerBurst(b *testing.B) {
 			if _, _, err := burst(ctx, c, 5, 10*time.Millisecond); err != nil {
 				b.Fatal(err)
 			}
-			var late, resumed []time.Duration
+			var late, resumed, gap []time.Duration
 			var firstDue, lastDue, lastFired time.Time
 			var startTotal time.Duration
+			cpu0, natsCPU0 := processCPU(b), natsCPU(b)
 			b.ResetTimer()
 			for range b.N {
 				times, started, err := burst(ctx, c, n, burstNap)
@@ -262,6 +270,7 @@ func BenchmarkTimerBurst(b *testing.B) {
 					}
 					late = append(late, t.fired.Sub(t.deadline))
 					resumed = append(resumed, t.ended.Sub(t.deadline))
+					gap = append(gap, t.ended.Sub(t.fired))
 					if firstDue.IsZero() || t.deadline.Before(firstDue) {
 						firstDue = t.deadline
 					}
@@ -275,14 +284,22 @@ func BenchmarkTimerBurst(b *testing.B) {
 				b.StartTimer()
 			}
 			b.StopTimer()
+			runs := float64(b.N * n)
+			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(time.Millisecond)/runs, "cpu-ms/run")
+			if natsCPU0 >= 0 {
+				b.ReportMetric(float64(natsCPU(b)-natsCPU0)/float64(time.Millisecond)/runs, "nats-cpu-ms/run")
+			}
 			slices.Sort(late)
 			slices.Sort(resumed)
+			slices.Sort(gap)
 			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 			b.ReportMetric(ms(quantile(late, 0.50)), "lateness-p50-ms")
 			b.ReportMetric(ms(quantile(late, 0.99)), "lateness-p99-ms")
 			b.ReportMetric(ms(late[len(late)-1]), "lateness-max-ms")
 			b.ReportMetric(ms(quantile(resumed, 0.50)), "resume-p50-ms")
 			b.ReportMetric(ms(quantile(resumed, 0.99)), "resume-p99-ms")
+			b.ReportMetric(ms(quantile(gap, 0.50)), "fire-to-end-p50-ms")
+			b.ReportMetric(ms(quantile(gap, 0.99)), "fire-to-end-p99-ms")
 			if span := lastFired.Sub(firstDue); span > 0 && b.N == 1 {
 				b.ReportMetric(float64(n)/span.Seconds(), "fires/s")
 				b.ReportMetric(lastDue.Sub(firstDue).Seconds(), "deadline-spread-s")
@@ -291,6 +308,39 @@ func BenchmarkTimerBurst(b *testing.B) {
 			b.ReportMetric(0, "ns/op")
 		})
 	}
+}
+
+// processCPU returns the CPU time this process used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// natsCPU returns the CPU time the process FLOW_BENCH_NATS_PID names used so far, or -1 when it
+// is unset.
+func natsCPU(b *testing.B) time.Duration {
+	pid := os.Getenv("FLOW_BENCH_NATS_PID")
+	if pid == "" {
+		return -1
+	}
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command (in parentheses): utime and stime are the 12th and 13th.
+	f := strings.Fields(string(stat[strings.LastIndexByte(string(stat), ')')+1:]))
+	var ticks int64
+	for _, v := range f[11:13] {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			b.Fatal(err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * (time.Second / 100) // USER_HZ
 }
 
 // quantile returns the q-quantile of sorted, by nearest rank.
