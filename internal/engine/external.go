@@ -68,10 +68,17 @@ func (e *Engine) Terminate(ctx context.Context, runID, reason string) (string, e
 
 // Fire fires timer t: it appends wait.fired or step.retry_fired and asks for the run to be
 // driven. A timer that is no longer pending is dropped without error.
+//
+// A cached snapshot that reaches t.Seq, the event that scheduled t (see Preload), is used
+// without reading the run: the append at the snapshot's sequence commits only if nothing was
+// appended since, and a conflict reads what was and decides again. A timer that such a
+// snapshot shows as not pending is moot however far behind the snapshot is: a fired wait, a
+// retry that started and an ended run stay so. A timer whose Seq is unknown (0) is fired on a
+// fresh read.
 func (e *Engine) Fire(ctx context.Context, t core.Timer) error {
 	// Read at least to the event that scheduled the timer: a replica that has not caught up
 	// with it would show the timer as not pending, and the timer would be dropped unfired.
-	err := e.externalFrom(ctx, t.RunID, max(t.Seq, 1), func(s *core.Snapshot) ([]event.Payload, error) {
+	err := e.externalFrom(ctx, t.RunID, max(t.Seq, 1), t.Seq > 0, func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.Fire(s, t)
 	})
 	if errors.Is(err, core.ErrStale) {
@@ -115,13 +122,16 @@ var errFollow = errors.New("follow the continuation")
 // as a fast path (the history service derives the same task). It never waits for a driver: if
 // one holds the run it reads a private projection.
 func (e *Engine) external(ctx context.Context, runID string, compute func(*core.Snapshot) ([]event.Payload, error)) error {
-	return e.externalFrom(ctx, runID, 1, compute) // a run that looks empty is checked with the stream's leader
+	return e.externalFrom(ctx, runID, 1, false, compute) // a run that looks empty is checked with the stream's leader
 }
 
-// externalFrom is external reading the run at least to sequence atLeast (at least 1).
-func (e *Engine) externalFrom(ctx context.Context, runID string, atLeast uint64, compute func(*core.Snapshot) ([]event.Payload, error)) error {
+// externalFrom is external reading the run at least to sequence atLeast (at least 1). With
+// cached, a cached snapshot that reaches atLeast is used without reading the tail of the run
+// first: for a compute whose refusals stay true of every later snapshot (Fire's), since the
+// append's expected sequence catches a snapshot that is behind.
+func (e *Engine) externalFrom(ctx context.Context, runID string, atLeast uint64, cached bool, compute func(*core.Snapshot) ([]event.Payload, error)) error {
 	for {
-		task, err := e.externalOnce(ctx, runID, atLeast, compute)
+		task, err := e.externalOnce(ctx, runID, atLeast, cached, compute)
 		var ce *store.ConflictError
 		if errors.As(err, &ce) {
 			atLeast = max(atLeast, ce.Actual)
@@ -137,7 +147,7 @@ func (e *Engine) externalFrom(ctx context.Context, runID string, atLeast uint64,
 }
 
 // externalOnce appends once and returns the task that resumes the run after the append.
-func (e *Engine) externalOnce(ctx context.Context, runID string, atLeast uint64, compute func(*core.Snapshot) ([]event.Payload, error)) (Task, error) {
+func (e *Engine) externalOnce(ctx context.Context, runID string, atLeast uint64, cached bool, compute func(*core.Snapshot) ([]event.Payload, error)) (Task, error) {
 	rl, locked := e.locks.tryLock(runID)
 	if locked {
 		defer e.locks.unlock(runID, rl)
@@ -146,7 +156,10 @@ func (e *Engine) externalOnce(ctx context.Context, runID string, atLeast uint64,
 	if locked {
 		s, _ = e.cache.get(runID)
 	}
-	if s != nil {
+	switch {
+	case s != nil && cached && (s.Seq >= atLeast || s.Terminal()):
+		// Current unless the append below conflicts.
+	case s != nil:
 		tail, err := e.store.LoadAtLeast(ctx, runID, s.Seq, atLeast)
 		if err == nil {
 			err = s.ApplyAll(tail)
@@ -155,7 +168,7 @@ func (e *Engine) externalOnce(ctx context.Context, runID string, atLeast uint64,
 			e.cache.drop(runID)
 			return Task{}, err
 		}
-	} else {
+	default:
 		var err error
 		if s, err = e.snapshot(ctx, runID, atLeast); err != nil {
 			return Task{}, err
