@@ -63,8 +63,17 @@ type Config struct {
 	// does) it defaults to 127.0.0.1:8422 (DefaultHTTPAddr). The zero value, as in a program
 	// or a test that embeds a scheduler, serves no HTTP: many schedulers may share a process.
 	HTTPAddr string `envconfig:"SCHEDULER_HTTP_ADDR" default:"127.0.0.1:8422"`
-	// FireConcurrency caps the timers being fired at once. Defaults to 8.
+	// FireConcurrency caps the timers being fired at once. Defaults to 64.
 	FireConcurrency int `envconfig:"FIRE_CONCURRENCY"`
+	// PreloadWindow is how long before a timer falls due its run's snapshot is read into the
+	// scheduler's cache, so that firing it is one append. Defaults to 1s; negative disables
+	// preloading (each firing reads its run first).
+	PreloadWindow time.Duration `envconfig:"PRELOAD_WINDOW"`
+	// PreloadConcurrency caps the runs being preloaded at once. Defaults to 16.
+	PreloadConcurrency int `envconfig:"PRELOAD_CONCURRENCY"`
+	// CacheSize caps the run snapshots the scheduler keeps; at most half of them are preloaded
+	// for timers that have not fired yet. Defaults to 10,000.
+	CacheSize int `envconfig:"CACHE_SIZE"`
 	// Streams sizes Flow's streams, created or updated at start; Streams.LeaseTTL is how long a
 	// dead leader holds the lease before a standby takes over.
 	Streams streams.Config `envconfig:"STREAMS"`
@@ -113,10 +122,25 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), nuid.Next()[:6])
 	}
 	if cfg.FireConcurrency == 0 {
-		cfg.FireConcurrency = 8
+		cfg.FireConcurrency = 64
 	}
 	if cfg.FireConcurrency < 0 {
 		return nil, fmt.Errorf("scheduler: FireConcurrency must be positive, got %d", cfg.FireConcurrency)
+	}
+	if cfg.PreloadWindow == 0 {
+		cfg.PreloadWindow = time.Second
+	}
+	if cfg.PreloadConcurrency == 0 {
+		cfg.PreloadConcurrency = 16
+	}
+	if cfg.PreloadConcurrency < 0 {
+		return nil, fmt.Errorf("scheduler: PreloadConcurrency must be positive, got %d", cfg.PreloadConcurrency)
+	}
+	if cfg.CacheSize == 0 {
+		cfg.CacheSize = 10_000
+	}
+	if cfg.CacheSize < 0 {
+		return nil, fmt.Errorf("scheduler: CacheSize must be positive, got %d", cfg.CacheSize)
 	}
 	if cfg.Streams.LeaseTTL == 0 {
 		cfg.Streams.LeaseTTL = 10 * time.Second
@@ -184,7 +208,7 @@ func (s *Scheduler) open(ctx context.Context) error {
 		return err
 	}
 	host.Faults = s.cfg.Faults
-	s.engine, err = engine.New(engine.Config{Store: st, Host: host, Logger: s.logger, Faults: s.cfg.Faults})
+	s.engine, err = engine.New(engine.Config{Store: st, Host: host, Logger: s.logger, Faults: s.cfg.Faults, CacheSize: s.cfg.CacheSize})
 	return err
 }
 
@@ -314,32 +338,64 @@ func (s *Scheduler) release(rev uint64) {
 
 // pending is a timer known from the bucket.
 type pending struct {
-	key    string
-	timer  core.Timer
-	rev    uint64
-	index  int
-	firing bool
+	key   string
+	timer core.Timer
+	rev   uint64
+	// due and ahead are its places in the heap of timers to fire and in the heap of timers to
+	// preload, -1 when in neither.
+	due, ahead int
+	// preloaded is set once its run was handed to a preload, until it fires or goes.
+	preloaded bool
+	firing    bool
 }
 
-type timerHeap []*pending
+// timerHeap orders timers by due time (then key); at says which of a timer's places it keeps.
+type timerHeap struct {
+	items []*pending
+	at    func(*pending) *int
+}
 
-func (h timerHeap) Len() int { return len(h) }
-func (h timerHeap) Less(i, j int) bool {
-	if !h[i].timer.Due.Equal(h[j].timer.Due) {
-		return h[i].timer.Due.Before(h[j].timer.Due)
+func byDue(p *pending) *int   { return &p.due }
+func byAhead(p *pending) *int { return &p.ahead }
+
+func (h *timerHeap) Len() int { return len(h.items) }
+func (h *timerHeap) Less(i, j int) bool {
+	a, b := h.items[i], h.items[j]
+	if !a.timer.Due.Equal(b.timer.Due) {
+		return a.timer.Due.Before(b.timer.Due)
 	}
-	return h[i].key < h[j].key
+	return a.key < b.key
 }
-func (h timerHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i]; h[i].index = i; h[j].index = j }
-func (h *timerHeap) Push(x any)   { p := x.(*pending); p.index = len(*h); *h = append(*h, p) }
+func (h *timerHeap) Swap(i, j int) {
+	h.items[i], h.items[j] = h.items[j], h.items[i]
+	*h.at(h.items[i]), *h.at(h.items[j]) = i, j
+}
+func (h *timerHeap) Push(x any) {
+	p := x.(*pending)
+	*h.at(p) = len(h.items)
+	h.items = append(h.items, p)
+}
 func (h *timerHeap) Pop() any {
-	old := *h
-	p := old[len(old)-1]
-	*h = old[:len(old)-1]
-	p.index = -1
+	p := h.items[len(h.items)-1]
+	h.items = h.items[:len(h.items)-1]
+	*h.at(p) = -1
 	return p
 }
-func (h timerHeap) peek() *pending { return h[0] }
+func (h *timerHeap) peek() *pending { return h.items[0] }
+
+// remove takes p out of h if it is there.
+func (h *timerHeap) remove(p *pending) {
+	if i := *h.at(p); i >= 0 {
+		heap.Remove(h, i)
+	}
+}
+
+// fix restores h's order after p's due time changed, if p is there.
+func (h *timerHeap) fix(p *pending) {
+	if i := *h.at(p); i >= 0 {
+		heap.Fix(h, i)
+	}
+}
 
 type firing struct {
 	p   *pending
@@ -350,8 +406,51 @@ type firing struct {
 // errWatchEnded reports that the timer watch closed its updates while the scheduler served.
 var errWatchEnded = errors.New("the timer watch ended")
 
+// timers is the leader's pending set: every timer of the bucket, by key, in the heap of timers
+// to fire (due) until handed to a fire worker, and in the heap of timers to preload (ahead)
+// until handed to a preload worker. It is owned by serve's goroutine.
+type timers struct {
+	byKey map[string]*pending
+	due   timerHeap
+	ahead timerHeap
+	// preloaded counts the pending timers handed to a preload that have not fired yet: the
+	// snapshots the engine's cache must keep for them.
+	preloaded int
+}
+
+func newTimers() *timers {
+	return &timers{byKey: map[string]*pending{}, due: timerHeap{at: byDue}, ahead: timerHeap{at: byAhead}}
+}
+
+// add starts keeping p.
+func (ts *timers) add(p *pending) {
+	p.due, p.ahead = -1, -1
+	ts.byKey[p.key] = p
+	heap.Push(&ts.due, p)
+	heap.Push(&ts.ahead, p)
+}
+
+// forget stops keeping p (it fired, or its entry went).
+func (ts *timers) forget(p *pending) {
+	delete(ts.byKey, p.key)
+	ts.due.remove(p)
+	ts.ahead.remove(p)
+	ts.unload(p)
+}
+
+// unload clears p's preloaded mark.
+func (ts *timers) unload(p *pending) {
+	if p.preloaded {
+		p.preloaded = false
+		ts.preloaded--
+	}
+}
+
 // serve watches the bucket and fires timers as they fall due, until ctx ends (it returns nil)
-// or the watch cannot be opened or ends (it returns why).
+// or the watch cannot be opened or ends (it returns why). Timers falling due within the
+// preload window have their runs read into the engine's cache ahead of time (Engine.Preload),
+// so that firing one is a single append; a timer fires when it is due, never before, whether
+// its preload finished or not.
 func (s *Scheduler) serve(ctx context.Context) error {
 	watch := s.watchTimers
 	if watch == nil {
@@ -366,12 +465,18 @@ func (s *Scheduler) serve(ctx context.Context) error {
 	}
 	defer func() { _ = w.Stop() }()
 
-	byKey := map[string]*pending{}
-	var h timerHeap
-	queue := make(chan firing, s.cfg.FireConcurrency)
-	results := make(chan firing, s.cfg.FireConcurrency)
+	ts := newTimers()
+	fireCap, preloadCap, aheadCap := s.cfg.FireConcurrency, s.cfg.PreloadConcurrency, s.cfg.CacheSize/2
+	window := s.cfg.PreloadWindow
+	if window < 0 {
+		preloadCap = 0
+	}
+	queue := make(chan firing, fireCap)
+	results := make(chan firing, fireCap)
+	preloads := make(chan core.Timer, max(preloadCap, 1))
+	preloaded := make(chan struct{}, max(preloadCap, 1))
 	var workers sync.WaitGroup
-	for range s.cfg.FireConcurrency {
+	for range fireCap {
 		workers.Go(func() {
 			for f := range queue {
 				f.err = s.fire(ctx, f.p.key, f.p.timer, f.rev)
@@ -379,23 +484,49 @@ func (s *Scheduler) serve(ctx context.Context) error {
 			}
 		})
 	}
-	defer func() { close(queue); workers.Wait() }()
-	inflight := 0
+	for range preloadCap {
+		workers.Go(func() {
+			for t := range preloads {
+				if err := s.engine.Preload(ctx, t); err != nil && ctx.Err() == nil {
+					s.logger.Debug("preloading a timer's run failed; firing it reads the run", slog.String("run_id", t.RunID),
+						slog.String("timer", t.Key()), slog.String("error", err.Error()))
+				}
+				preloaded <- struct{}{}
+			}
+		})
+	}
+	defer func() { close(queue); close(preloads); workers.Wait() }()
+	inflight, preloading := 0, 0
 	wake := time.NewTimer(time.Hour)
 	defer wake.Stop()
 
 	for {
-		// Hand every due timer to the fire workers, as far as they have room.
 		now := time.Now()
-		for h.Len() > 0 && !h.peek().timer.Due.After(now) && inflight < s.cfg.FireConcurrency {
-			p := heap.Pop(&h).(*pending)
+		// Hand every due timer to the fire workers, as far as they have room.
+		for ts.due.Len() > 0 && !ts.due.peek().timer.Due.After(now) && inflight < fireCap {
+			p := heap.Pop(&ts.due).(*pending)
+			ts.ahead.remove(p)
+			ts.unload(p)
 			p.firing = true
 			inflight++
 			queue <- firing{p: p, rev: p.rev}
 		}
+		// Read ahead the runs of the timers that fall due within the window, as far as the
+		// preload workers have room and the engine's cache can keep them.
+		horizon := now.Add(window)
+		for ts.ahead.Len() > 0 && !ts.ahead.peek().timer.Due.After(horizon) && preloading < preloadCap && ts.preloaded < aheadCap {
+			p := heap.Pop(&ts.ahead).(*pending)
+			p.preloaded = true
+			ts.preloaded++
+			preloading++
+			preloads <- p.timer
+		}
 		next := time.Hour
-		if h.Len() > 0 && inflight < s.cfg.FireConcurrency {
-			next = time.Until(h.peek().timer.Due)
+		if ts.due.Len() > 0 && inflight < fireCap {
+			next = time.Until(ts.due.peek().timer.Due)
+		}
+		if ts.ahead.Len() > 0 && preloading < preloadCap && ts.preloaded < aheadCap {
+			next = min(next, time.Until(ts.ahead.peek().timer.Due.Add(-window)))
 		}
 		wake.Reset(next)
 
@@ -403,6 +534,8 @@ func (s *Scheduler) serve(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-wake.C:
+		case <-preloaded:
+			preloading--
 		case e, ok := <-w.Updates():
 			if !ok {
 				if ctx.Err() != nil {
@@ -411,45 +544,42 @@ func (s *Scheduler) serve(ctx context.Context) error {
 				return errWatchEnded
 			}
 			if e == nil {
-				s.logger.Debug("timers loaded", slog.Int("pending", h.Len()))
+				s.logger.Debug("timers loaded", slog.Int("pending", len(ts.byKey)))
 				continue
 			}
-			s.apply(e, byKey, &h)
+			s.apply(e, ts)
 		case r := <-results:
 			inflight--
 			r.p.firing = false
-			if r.err != nil {
+			cur, ok := ts.byKey[r.p.key]
+			switch {
+			case !ok || cur != r.p:
+			case r.err != nil:
 				if ctx.Err() != nil {
 					return nil
 				}
 				s.logger.Warn("firing a timer failed; retrying in 1s", slog.String("run_id", r.p.timer.RunID),
 					slog.String("timer", r.p.timer.Key()), slog.String("error", r.err.Error()))
-				if cur, ok := byKey[r.p.key]; ok && cur == r.p {
-					retry := *r.p
-					retry.timer.Due = time.Now().Add(time.Second)
-					byKey[r.p.key] = &retry
-					heap.Push(&h, &retry)
-				}
-			} else if cur, ok := byKey[r.p.key]; ok && cur == r.p {
-				if cur.rev == r.rev {
-					delete(byKey, r.p.key)
-				} else {
-					heap.Push(&h, cur) // re-registered while firing: fire again, it will be found moot
-				}
+				retry := &pending{key: r.p.key, timer: r.p.timer, rev: r.p.rev}
+				retry.timer.Due = time.Now().Add(time.Second)
+				ts.forget(r.p)
+				ts.add(retry)
+			case cur.rev == r.rev:
+				ts.forget(cur)
+			default:
+				heap.Push(&ts.due, cur) // re-registered while firing: fire again, it will be found moot
 			}
 		}
 	}
 }
 
 // apply folds one bucket change into the pending set.
-func (s *Scheduler) apply(e jetstream.KeyValueEntry, byKey map[string]*pending, h *timerHeap) {
-	cur, known := byKey[e.Key()]
+func (s *Scheduler) apply(e jetstream.KeyValueEntry, ts *timers) {
+	cur, known := ts.byKey[e.Key()]
 	if e.Operation() != jetstream.KeyValuePut {
 		if known {
-			delete(byKey, e.Key())
-			if cur.index >= 0 && !cur.firing {
-				heap.Remove(h, cur.index)
-			}
+			// A firing in flight finishes; its result finds the timer gone.
+			ts.forget(cur)
 		}
 		return
 	}
@@ -460,15 +590,14 @@ func (s *Scheduler) apply(e jetstream.KeyValueEntry, byKey map[string]*pending, 
 	}
 	if known {
 		cur.rev = e.Revision()
-		if !cur.firing && cur.index >= 0 && !cur.timer.Due.Equal(t.Due) {
+		if !cur.firing && !cur.timer.Due.Equal(t.Due) {
 			cur.timer = t
-			heap.Fix(h, cur.index)
+			ts.due.fix(cur)
+			ts.ahead.fix(cur)
 		}
 		return
 	}
-	p := &pending{key: e.Key(), timer: t, rev: e.Revision()}
-	byKey[e.Key()] = p
-	heap.Push(h, p)
+	ts.add(&pending{key: e.Key(), timer: t, rev: e.Revision()})
 }
 
 // fire appends the timer's firing to its run (or finds it moot) and deletes the entry.
