@@ -2,8 +2,12 @@ package engine
 
 import (
 	"context"
+	"errors"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/pkg/event"
 )
 
 // Preload reads the snapshot of timer t's run into the engine's cache, up to at least the event
@@ -37,4 +41,90 @@ func (e *Engine) Preload(ctx context.Context, t core.Timer) error {
 	}
 	e.cache.put(t.RunID, s, false)
 	return nil
+}
+
+// RunTail is what firing a timer needs to know of its run when the run is not cached: where its
+// resume task goes, from run.started, and its last committed event, as read. A store can read
+// both without reading the history between them (on JetStream, two direct gets, where a read of
+// the history scans every message of other runs in between).
+type RunTail struct {
+	// Queue, Build and TraceParent are run.started's: the run's task queue, the build it is
+	// pinned to, its trace context.
+	Queue, Build, TraceParent string
+	// Last is the run's last committed event as read; a lagging replica may answer with an
+	// earlier one.
+	Last event.Envelope
+}
+
+// FireOnTail fires timer t as Fire does, but reads nothing when tail shows that the run's last
+// event is the one that scheduled t (t.Seq): no later event can have fired t or ended the run,
+// so the firing is appended right after it, at the expected sequence. When the run moved on
+// (tail ends elsewhere, or the append conflicts) or the engine caches the run, it is Fire.
+func (e *Engine) FireOnTail(ctx context.Context, t core.Timer, tail RunTail) error {
+	p, ok := firingOf(t, tail.Last)
+	if !ok {
+		return e.Fire(ctx, t)
+	}
+	err := e.fireOnTail(ctx, t, tail.Last, p)
+	if errors.Is(err, errCached) || errors.Is(err, store.ErrConflict) {
+		return e.Fire(ctx, t)
+	}
+	if err != nil {
+		return err
+	}
+	e.locks.poke(t.RunID)
+	e.resume(ctx, Task{RunID: t.RunID, Queue: tail.Queue, Build: tail.Build, Seq: t.Seq + 1, TraceParent: tail.TraceParent})
+	return nil
+}
+
+// errCached sends a firing to the cached snapshot.
+var errCached = errors.New("the run is cached or held")
+
+// fireOnTail appends p, the firing of t, right after last, unless the engine holds or caches
+// the run (errCached).
+func (e *Engine) fireOnTail(ctx context.Context, t core.Timer, last event.Envelope, p event.Payload) error {
+	rl, locked := e.locks.tryLock(t.RunID)
+	if !locked {
+		return errCached
+	}
+	defer e.locks.unlock(t.RunID, rl)
+	if s, _ := e.cache.get(t.RunID); s != nil {
+		return errCached
+	}
+	if err := e.faults.Hit(fault.StoreAppend); err != nil {
+		return err
+	}
+	at := e.clock.Now().UTC()
+	if at.Before(last.Time) {
+		at = last.Time // recorded times never go backwards
+	}
+	_, err := e.store.Append(ctx, t.RunID, t.Seq, event.Event{Time: at, Payload: p})
+	countAppend(ctx, err)
+	return err
+}
+
+// firingOf returns the event that fires t, if last is the event that scheduled t: then t is
+// pending for as long as last is the run's last event.
+func firingOf(t core.Timer, last event.Envelope) (event.Payload, bool) {
+	if t.Seq == 0 || last.Seq != t.Seq || last.RunID != t.RunID {
+		return nil, false
+	}
+	switch d := last.Payload.(type) {
+	case *event.WaitScheduled:
+		if t.Kind == core.TimerWait && d.WaitID == t.ID && d.Deadline.Equal(t.Due) {
+			return &event.WaitFired{WaitID: t.ID}, true
+		}
+	case *event.StepRetryScheduled:
+		if t.Kind == core.TimerRetry && d.StepID == t.ID && d.Attempt == t.Attempt && d.Due.Equal(t.Due) {
+			return &event.StepRetryFired{StepID: t.ID, Attempt: t.Attempt}, true
+		}
+	}
+	return nil, false
+}
+
+// Fires reports whether FireOnTail can fire t on tail without reading the run: tail's last
+// event is the one that scheduled t.
+func (tail RunTail) Fires(t core.Timer) bool {
+	_, ok := firingOf(t, tail.Last)
+	return ok
 }

@@ -188,3 +188,87 @@ func TestCachedSnapshotOlderThanTheTimer(t *testing.T) {
 		})
 	}
 }
+
+// tailOf returns the tail of run runID in st, as a scheduler reads it: run.started's routing and
+// the last event.
+func tailOf(t *testing.T, st store.EventStore, runID string) engine.RunTail {
+	t.Helper()
+	hist := load(t, st, runID)
+	rs := hist[0].Payload.(*event.RunStarted)
+	return engine.RunTail{Queue: rs.Queue, Build: rs.Spec.BuildID, TraceParent: rs.TraceParent, Last: hist[len(hist)-1]}
+}
+
+// A timer whose event is its run's last fires on the run's tail: one append, no read.
+func TestFireOnTailReadsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sleeper)
+	mem := memstore.New()
+	timer := sleeping(t, b, mem)
+	tail := tailOf(t, mem, timer.RunID)
+	require.True(t, tail.Fires(timer))
+
+	reads := &readCounter{EventStore: mem}
+	sched := schedulerEngine(t, b, reads)
+	resumed := b.host.resumeCount()
+	require.NoError(t, sched.FireOnTail(t.Context(), timer, tail))
+	require.Zero(t, reads.reads.Load(), "the firing reads nothing")
+	hist := load(t, mem, timer.RunID)
+	require.Len(t, hist, int(timer.Seq)+1)
+	require.Equal(t, &event.WaitFired{WaitID: "nap"}, hist[len(hist)-1].Payload)
+	require.False(t, hist[len(hist)-1].Time.Before(tail.Last.Time), "recorded times never go backwards")
+	require.Equal(t, resumed+1, b.host.resumeCount(), "the run's resume task is sent")
+
+	// Fired again on the same tail (a retry, another replica): the append conflicts, the run
+	// is read and the timer found moot.
+	require.NoError(t, sched.FireOnTail(t.Context(), timer, tail))
+	require.Len(t, load(t, mem, timer.RunID), len(hist), "fired once")
+	require.Positive(t, reads.reads.Load(), "a conflict reads the run")
+}
+
+// A tail that does not end with the timer's event makes FireOnTail read the run, as Fire does:
+// the run moved on (it may have fired the timer, or ended), or the replica that answered lags.
+func TestFireOnTailThatMovedOn(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sleeper)
+	mem := memstore.New()
+	timer := sleeping(t, b, mem)
+	stale := tailOf(t, mem, timer.RunID)
+	other := schedulerEngine(t, b, mem)
+	_, err := other.Signal(t.Context(), timer.RunID, "ping", []byte(`1`), "d1")
+	require.NoError(t, err)
+
+	moved := tailOf(t, mem, timer.RunID)
+	require.False(t, moved.Fires(timer), "the run's last event is the signal")
+	lagging := stale
+	lagging.Last = load(t, mem, timer.RunID)[timer.Seq-2] // the event before the timer's
+	require.False(t, lagging.Fires(timer), "a replica that lags answers with an earlier event")
+
+	for _, tail := range []engine.RunTail{stale, moved, lagging} {
+		require.NoError(t, schedulerEngine(t, b, mem).FireOnTail(t.Context(), timer, tail))
+	}
+	h := load(t, mem, timer.RunID)
+	require.Equal(t, 1, countType(h, event.TypeWaitFired), "fired once")
+	require.Equal(t, event.TypeWaitFired, h[len(h)-1].Type(), "after the signal")
+}
+
+// The firing's recorded time is never before the run's last event, whatever the firing
+// process's clock says.
+func TestFireOnTailKeepsTimeMonotonic(t *testing.T) {
+	t.Parallel()
+	b := setup(t, sleeper)
+	mem := memstore.New()
+	timer := sleeping(t, b, mem)
+	tail := tailOf(t, mem, timer.RunID)
+	behind := newTestClock(tail.Last.Time.Add(-time.Hour))
+	sched, err := engine.New(engine.Config{Store: mem, Host: b.host, Clock: behind})
+	require.NoError(t, err)
+	require.NoError(t, sched.FireOnTail(t.Context(), timer, tail))
+	h := load(t, mem, timer.RunID)
+	require.Equal(t, tail.Last.Time, h[len(h)-1].Time)
+}
+
+func (h *host) resumeCount() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.resumed)
+}
