@@ -99,6 +99,8 @@ type Scheduler struct {
 	ownConn bool
 	timers  jetstream.KeyValue
 	leases  jetstream.KeyValue
+	history jetstream.Stream
+	store   *jsstore.Store
 	engine  *engine.Engine
 	// watchTimers opens the watch on FLOW_TIMERS; nil means s.timers.WatchAll. Tests replace it.
 	watchTimers func(context.Context) (jetstream.KeyWatcher, error)
@@ -199,10 +201,14 @@ func (s *Scheduler) open(ctx context.Context) error {
 	if s.leases, err = js.KeyValue(ctx, streams.LeasesBucket); err != nil {
 		return err
 	}
+	if s.history, err = js.Stream(ctx, streams.History); err != nil {
+		return err
+	}
 	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/scheduler"})
 	if err != nil {
 		return err
 	}
+	s.store = st
 	host, err := jshost.New(ctx, js, "flow/scheduler", s.logger)
 	if err != nil {
 		return err
@@ -346,7 +352,10 @@ type pending struct {
 	due, ahead int
 	// preloaded is set once its run was handed to a preload, until it fires or goes.
 	preloaded bool
-	firing    bool
+	// tail is what the preload read of the run, when the run's last event is the one that
+	// scheduled the timer: firing it then reads nothing (engine.FireOnTail).
+	tail   *engine.RunTail
+	firing bool
 }
 
 // timerHeap orders timers by due time (then key); at says which of a timer's places it keeps.
@@ -398,9 +407,18 @@ func (h *timerHeap) fix(p *pending) {
 }
 
 type firing struct {
-	p   *pending
-	rev uint64
-	err error
+	p    *pending
+	rev  uint64
+	tail *engine.RunTail
+	err  error
+}
+
+// preload asks a preload worker to read the run of timer t, pending p (which the worker does
+// not touch), and comes back with the run's tail when it lets the timer fire without a read.
+type preload struct {
+	p    *pending
+	t    core.Timer
+	tail *engine.RunTail
 }
 
 // errWatchEnded reports that the timer watch closed its updates while the scheduler served.
@@ -473,25 +491,22 @@ func (s *Scheduler) serve(ctx context.Context) error {
 	}
 	queue := make(chan firing, fireCap)
 	results := make(chan firing, fireCap)
-	preloads := make(chan core.Timer, max(preloadCap, 1))
-	preloaded := make(chan struct{}, max(preloadCap, 1))
+	preloads := make(chan preload, max(preloadCap, 1))
+	preloaded := make(chan preload, max(preloadCap, 1))
 	var workers sync.WaitGroup
 	for range fireCap {
 		workers.Go(func() {
 			for f := range queue {
-				f.err = s.fire(ctx, f.p.key, f.p.timer, f.rev)
+				f.err = s.fire(ctx, f.p.key, f.p.timer, f.rev, f.tail)
 				results <- f
 			}
 		})
 	}
 	for range preloadCap {
 		workers.Go(func() {
-			for t := range preloads {
-				if err := s.engine.Preload(ctx, t); err != nil && ctx.Err() == nil {
-					s.logger.Debug("preloading a timer's run failed; firing it reads the run", slog.String("run_id", t.RunID),
-						slog.String("timer", t.Key()), slog.String("error", err.Error()))
-				}
-				preloaded <- struct{}{}
+			for job := range preloads {
+				job.tail = s.preload(ctx, job.t)
+				preloaded <- job
 			}
 		})
 	}
@@ -509,7 +524,7 @@ func (s *Scheduler) serve(ctx context.Context) error {
 			ts.unload(p)
 			p.firing = true
 			inflight++
-			queue <- firing{p: p, rev: p.rev}
+			queue <- firing{p: p, rev: p.rev, tail: p.tail}
 		}
 		// Read ahead the runs of the timers that fall due within the window, as far as the
 		// preload workers have room and the engine's cache can keep them.
@@ -519,7 +534,7 @@ func (s *Scheduler) serve(ctx context.Context) error {
 			p.preloaded = true
 			ts.preloaded++
 			preloading++
-			preloads <- p.timer
+			preloads <- preload{p: p, t: p.timer}
 		}
 		next := time.Hour
 		if ts.due.Len() > 0 && inflight < fireCap {
@@ -534,8 +549,11 @@ func (s *Scheduler) serve(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-wake.C:
-		case <-preloaded:
+		case r := <-preloaded:
 			preloading--
+			if cur, ok := ts.byKey[r.p.key]; ok && cur == r.p && !cur.firing && cur.timer == r.t {
+				cur.tail = r.tail
+			}
 		case e, ok := <-w.Updates():
 			if !ok {
 				if ctx.Err() != nil {
@@ -600,10 +618,35 @@ func (s *Scheduler) apply(e jetstream.KeyValueEntry, ts *timers) {
 	ts.add(&pending{key: e.Key(), timer: t, rev: e.Revision()})
 }
 
-// fire appends the timer's firing to its run (or finds it moot) and deletes the entry.
-func (s *Scheduler) fire(ctx context.Context, key string, t core.Timer, rev uint64) error {
+// preload reads ahead what firing timer t will need: the run's tail when the timer's event is
+// the run's last (the firing then reads nothing), else the run's snapshot, into the engine's
+// cache. It returns the tail, or nil. A failed preload only means that the firing reads.
+func (s *Scheduler) preload(ctx context.Context, t core.Timer) *engine.RunTail {
+	tail, err := s.readTail(ctx, t.RunID)
+	if err == nil {
+		if tail.Fires(t) {
+			return &tail
+		}
+		err = s.engine.Preload(ctx, t)
+	}
+	if err != nil && ctx.Err() == nil {
+		s.logger.Debug("preloading a timer's run failed; firing it reads the run", slog.String("run_id", t.RunID),
+			slog.String("timer", t.Key()), slog.String("error", err.Error()))
+	}
+	return nil
+}
+
+// fire appends the timer's firing to its run (or finds it moot) and deletes the entry. With
+// the run's tail, as preloaded, it reads nothing unless the run moved on since.
+func (s *Scheduler) fire(ctx context.Context, key string, t core.Timer, rev uint64, tail *engine.RunTail) error {
 	firing := time.Now()
-	if err := s.engine.Fire(ctx, t); err != nil && !errors.Is(err, core.ErrNotFound) && !errors.Is(err, core.ErrTerminal) {
+	var err error
+	if tail != nil {
+		err = s.engine.FireOnTail(ctx, t, *tail)
+	} else {
+		err = s.engine.Fire(ctx, t)
+	}
+	if err != nil && !errors.Is(err, core.ErrNotFound) && !errors.Is(err, core.ErrTerminal) {
 		return err
 	}
 	s.fired.Add(1)
@@ -614,7 +657,7 @@ func (s *Scheduler) fire(ctx context.Context, key string, t core.Timer, rev uint
 	if err := s.cfg.Faults.Hit(fault.AfterFireBeforeDelete); err != nil {
 		return err // the entry stays; firing it again finds the timer moot and deletes it
 	}
-	err := s.timers.Delete(ctx, key, jetstream.LastRevision(rev))
+	err = s.timers.Delete(ctx, key, jetstream.LastRevision(rev))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		// Re-registered meanwhile (a repair): the new entry fires again and is found moot.
 		var apiErr *jetstream.APIError
