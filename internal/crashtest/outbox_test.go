@@ -35,6 +35,7 @@ func TestProcessKilledBetweenWrites(t *testing.T) {
 		{name: "WorkerAfterTerminalBeforeParentNotice", role: roleWorker, faults: "after-terminal-before-end:kill:1"},
 		{name: "WorkerAfterDecisionBeforeChildStart", role: roleWorker, faults: "after-decision-before-children:kill"},
 		{name: "SchedulerAfterFireBeforeDelete", role: roleScheduler, faults: "after-fire-before-delete:kill:1"},
+		{name: "SchedulerAfterAppendBeforeTask", role: roleScheduler, faults: "after-append-before-task:kill:1"},
 		{name: "HistoryBeforeEffects", role: roleHistory, faults: "history-before-effects:kill:20"},
 		{name: "HistoryBeforeIndex", role: roleHistory, faults: "history-before-index:kill:30"},
 		{name: "HistoryBeforeAck", role: roleHistory, faults: "history-before-ack:kill:40"},
