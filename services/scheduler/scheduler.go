@@ -71,8 +71,13 @@ type Config struct {
 	PreloadWindow time.Duration `envconfig:"PRELOAD_WINDOW"`
 	// PreloadConcurrency caps the runs being preloaded at once. Defaults to 16.
 	PreloadConcurrency int `envconfig:"PRELOAD_CONCURRENCY"`
-	// CacheSize caps the run snapshots the scheduler keeps; at most half of them are preloaded
-	// for timers that have not fired yet. Defaults to 10,000.
+	// PreloadMax caps the timers preloaded ahead of their deadline and not fired yet. A timer
+	// whose event is its run's last keeps what the preload read of the run's first and last
+	// commits (a few hundred bytes); another has its run's snapshot cached (see CacheSize).
+	// Defaults to 50,000.
+	PreloadMax int `envconfig:"PRELOAD_MAX"`
+	// CacheSize caps the run snapshots the scheduler keeps: the runs it fired timers of, and
+	// those preloaded whose timer's event is not their last. Defaults to 10,000.
 	CacheSize int `envconfig:"CACHE_SIZE"`
 	// Streams sizes Flow's streams, created or updated at start; Streams.LeaseTTL is how long a
 	// dead leader holds the lease before a standby takes over.
@@ -137,6 +142,12 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	if cfg.PreloadConcurrency < 0 {
 		return nil, fmt.Errorf("scheduler: PreloadConcurrency must be positive, got %d", cfg.PreloadConcurrency)
+	}
+	if cfg.PreloadMax == 0 {
+		cfg.PreloadMax = 50_000
+	}
+	if cfg.PreloadMax < 0 {
+		return nil, fmt.Errorf("scheduler: PreloadMax must be positive, got %d", cfg.PreloadMax)
 	}
 	if cfg.CacheSize == 0 {
 		cfg.CacheSize = 10_000
@@ -431,8 +442,8 @@ type timers struct {
 	byKey map[string]*pending
 	due   timerHeap
 	ahead timerHeap
-	// preloaded counts the pending timers handed to a preload that have not fired yet: the
-	// snapshots the engine's cache must keep for them.
+	// preloaded counts the pending timers handed to a preload that have not fired yet: what
+	// the scheduler keeps of their runs until they fire (bounded by PreloadMax).
 	preloaded int
 }
 
@@ -484,7 +495,7 @@ func (s *Scheduler) serve(ctx context.Context) error {
 	defer func() { _ = w.Stop() }()
 
 	ts := newTimers()
-	fireCap, preloadCap, aheadCap := s.cfg.FireConcurrency, s.cfg.PreloadConcurrency, s.cfg.CacheSize/2
+	fireCap, preloadCap, aheadCap := s.cfg.FireConcurrency, s.cfg.PreloadConcurrency, s.cfg.PreloadMax
 	window := s.cfg.PreloadWindow
 	if window < 0 {
 		preloadCap = 0
@@ -527,7 +538,7 @@ func (s *Scheduler) serve(ctx context.Context) error {
 			queue <- firing{p: p, rev: p.rev, tail: p.tail}
 		}
 		// Read ahead the runs of the timers that fall due within the window, as far as the
-		// preload workers have room and the engine's cache can keep them.
+		// preload workers have room and PreloadMax allows.
 		horizon := now.Add(window)
 		for ts.ahead.Len() > 0 && !ts.ahead.peek().timer.Due.After(horizon) && preloading < preloadCap && ts.preloaded < aheadCap {
 			p := heap.Pop(&ts.ahead).(*pending)
