@@ -34,6 +34,11 @@ type Host struct {
 	// Faults fails timer writes and task publishes at fault.TimerPut and fault.TaskPublish, for
 	// tests. Nil in production; set it before use.
 	Faults *fault.Injector
+	// AsyncTasks makes Resume publish without waiting for the stream's acknowledgement, for a
+	// writer whose tasks are a fast path only (the scheduler's: the history service derives
+	// the same task from the commit): Resume then fails only if the task cannot be sent. Set
+	// it before use.
+	AsyncTasks bool
 }
 
 var _ engine.Host = (*Host)(nil)
@@ -206,6 +211,12 @@ func (h *Host) Resume(ctx context.Context, t engine.Task) error {
 		tracing.SetExtension(ctx, ec)
 	}
 	cloudevent.WriteHeaders(ec, msg.Header, make([]string, 0, 9))
+	if h.AsyncTasks {
+		if _, err := h.js.PublishMsgAsync(msg, jetstream.WithMsgID(id)); err != nil {
+			return fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, err)
+		}
+		return nil
+	}
 	if _, err := h.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
 		return fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, err)
 	}

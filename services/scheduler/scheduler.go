@@ -225,6 +225,9 @@ func (s *Scheduler) open(ctx context.Context) error {
 		return err
 	}
 	host.Faults = s.cfg.Faults
+	// The history service derives every resume task the scheduler sends; the scheduler's copy
+	// is a fast path, sent as soon as the firing is committed, and no firing waits for its ack.
+	host.AsyncTasks = true
 	s.engine, err = engine.New(engine.Config{Store: st, Host: host, Logger: s.logger, Faults: s.cfg.Faults, CacheSize: s.cfg.CacheSize})
 	return err
 }
