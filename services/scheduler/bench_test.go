@@ -243,7 +243,7 @@ func burstParallel(n int, fn func(i int) error) error {
 }
 
 func BenchmarkTimerBurst(b *testing.B) {
-	for _, n := range []int{100, 1000, 10000} {
+	for _, n := range burstSizes() {
 		b.Run("timers="+strconv.Itoa(n), func(b *testing.B) {
 			c := newBurstEnv(b)
 			ctx, cancel := context.WithTimeout(context.Background(), burstDeadline)
@@ -350,4 +350,22 @@ func quantile(sorted []time.Duration, q float64) time.Duration {
 	}
 	i := int(q*float64(len(sorted))+0.5) - 1
 	return sorted[min(max(i, 0), len(sorted)-1)]
+}
+
+// burstSizes are the sub-benchmarks' numbers of timers: 100, 1,000 and 10,000, or those
+// FLOW_BENCH_TIMERS lists (comma-separated).
+func burstSizes() []int {
+	v := os.Getenv("FLOW_BENCH_TIMERS")
+	if v == "" {
+		return []int{100, 1000, 10000}
+	}
+	var ns []int
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			panic("FLOW_BENCH_TIMERS: " + v)
+		}
+		ns = append(ns, n)
+	}
+	return ns
 }

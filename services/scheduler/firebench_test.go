@@ -36,7 +36,7 @@ import (
 )
 
 func BenchmarkTimerFire(b *testing.B) {
-	for _, n := range []int{100, 1000, 10000} {
+	for _, n := range burstSizes() {
 		b.Run("timers="+strconv.Itoa(n), func(b *testing.B) {
 			if b.N != 1 {
 				b.Skip("one iteration only: run with -benchtime=1x")
