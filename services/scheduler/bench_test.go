@@ -22,6 +22,9 @@ package scheduler_test
 //   - fires/s: N over the span from the first deadline to the last wait.fired;
 //   - start-s: how long the N starts took (the deadlines are spread over it), and
 //     deadline-spread-s, the span of the deadlines;
+//   - registered-ahead-p1-ms, registered-ahead-p50-ms: the deadline minus the time the timer's
+//     entry was written (by the history service, as it follows the stream): negative when the
+//     scheduler cannot know of a timer before it is due;
 //   - cpu-ms/run: the CPU time of this process (every service and the client) per run, and,
 //     when FLOW_BENCH_NATS_PID names the process of an external server, nats-cpu-ms/run: its
 //     CPU time per run. Less noisy than latencies on a shared machine.
@@ -50,12 +53,14 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
@@ -177,10 +182,36 @@ func newBurstEnv(b *testing.B) *burstEnv {
 	if err != nil {
 		b.Fatal(err)
 	}
-	f := &burstFeed{times: map[string]*burstTimes{}}
+	f := &burstFeed{times: map[string]*burstTimes{}, registered: map[string]time.Time{}}
 	if _, err := nc.Subscribe(api.FeedPrefix+burstWorkflow+".>", f.note); err != nil {
 		b.Fatal(err)
 	}
+	// When each timer entry is written, as a watch of the bucket sees it.
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kv, err := js.KeyValue(ctx, streams.TimersBucket)
+	if err != nil {
+		b.Fatal(err)
+	}
+	kw, err := kv.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = kw.Stop() })
+	go func() {
+		for e := range kw.Updates() {
+			if e != nil && e.Operation() == jetstream.KeyValuePut {
+				runID, _, _ := strings.Cut(e.Key(), ".")
+				f.mu.Lock()
+				if _, ok := f.registered[runID]; !ok {
+					f.registered[runID] = e.Created()
+				}
+				f.mu.Unlock()
+			}
+		}
+	}()
 	return &burstEnv{client: c, feed: f}
 }
 
@@ -190,6 +221,8 @@ func newBurstEnv(b *testing.B) *burstEnv {
 type burstFeed struct {
 	mu    sync.Mutex
 	times map[string]*burstTimes
+	// registered is when each run's timer entry was written.
+	registered map[string]time.Time
 }
 
 // note records a feed event: its recorded time (ce-time) and, for wait.scheduled, the deadline.
@@ -233,16 +266,27 @@ func (f *burstFeed) take(id string) (burstTimes, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	t := f.times[id]
-	delete(f.times, id)
 	if t == nil || t.deadline.IsZero() || t.fired.IsZero() || t.ended.IsZero() {
 		return burstTimes{}, false
 	}
+	delete(f.times, id)
 	return *t, true
+}
+
+// registeredAt returns when run id's timer entry was written, if a watch saw it.
+func (f *burstFeed) registeredAt(id string) (time.Time, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	at, ok := f.registered[id]
+	delete(f.registered, id)
+	return at, ok
 }
 
 // burstTimes are the recorded times of one run's timer.
 type burstTimes struct {
 	deadline, fired, ended time.Time
+	// registered is when the timer entry was written (zero if unknown).
+	registered time.Time
 }
 
 // burstRun reads run id's history and returns its timer's times.
@@ -303,6 +347,9 @@ func burst(ctx context.Context, env *burstEnv, n int, nap time.Duration) ([]burs
 		times[i], err = burstRun(ctx, c, ids[i])
 		return err
 	})
+	for i := range times {
+		times[i].registered, _ = env.feed.registeredAt(ids[i])
+	}
 	return times, started, err
 }
 
@@ -341,7 +388,7 @@ func BenchmarkTimerBurst(b *testing.B) {
 			if _, _, err := burst(ctx, env, 5, 10*time.Millisecond); err != nil {
 				b.Fatal(err)
 			}
-			var late, resumed, gap []time.Duration
+			var late, resumed, gap, ahead []time.Duration
 			var firstDue, lastDue, lastFired time.Time
 			var startTotal time.Duration
 			cpu0, natsCPU0 := processCPU(b), natsCPU(b)
@@ -360,6 +407,9 @@ func BenchmarkTimerBurst(b *testing.B) {
 					late = append(late, t.fired.Sub(t.deadline))
 					resumed = append(resumed, t.ended.Sub(t.deadline))
 					gap = append(gap, t.ended.Sub(t.fired))
+					if !t.registered.IsZero() {
+						ahead = append(ahead, t.deadline.Sub(t.registered))
+					}
 					if firstDue.IsZero() || t.deadline.Before(firstDue) {
 						firstDue = t.deadline
 					}
@@ -381,6 +431,7 @@ func BenchmarkTimerBurst(b *testing.B) {
 			slices.Sort(late)
 			slices.Sort(resumed)
 			slices.Sort(gap)
+			slices.Sort(ahead)
 			ms := func(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 			b.ReportMetric(ms(quantile(late, 0.50)), "lateness-p50-ms")
 			b.ReportMetric(ms(quantile(late, 0.99)), "lateness-p99-ms")
@@ -389,6 +440,12 @@ func BenchmarkTimerBurst(b *testing.B) {
 			b.ReportMetric(ms(quantile(resumed, 0.99)), "resume-p99-ms")
 			b.ReportMetric(ms(quantile(gap, 0.50)), "fire-to-end-p50-ms")
 			b.ReportMetric(ms(quantile(gap, 0.99)), "fire-to-end-p99-ms")
+			if len(ahead) > 0 {
+				// How long before its deadline the scheduler could know of each timer: a timer
+				// registered after its deadline is late before the scheduler sees it.
+				b.ReportMetric(ms(quantile(ahead, 0.01)), "registered-ahead-p1-ms")
+				b.ReportMetric(ms(quantile(ahead, 0.50)), "registered-ahead-p50-ms")
+			}
 			if span := lastFired.Sub(firstDue); span > 0 && b.N == 1 {
 				b.ReportMetric(float64(n)/span.Seconds(), "fires/s")
 				b.ReportMetric(lastDue.Sub(firstDue).Seconds(), "deadline-spread-s")

@@ -91,13 +91,13 @@ func BenchmarkFireCost(b *testing.B) {
 			}
 			if preload {
 				for i := range jobs {
-					jobs[i].tail = s.preload(ctx, jobs[i].t)
+					jobs[i].tail = s.preload(ctx, jobs[i].t, false)
 				}
 			}
 			cpu0 := processCPU(b)
 			b.ResetTimer()
 			for _, j := range jobs {
-				if err := s.fire(ctx, jshost.TimerKey(j.t), j.t, j.rev, j.tail); err != nil {
+				if err := s.fire(ctx, jshost.TimerKey(j.t), j.t, firing{rev: j.rev, tail: j.tail}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -76,6 +76,11 @@ type Config struct {
 	// commits (a few hundred bytes); another has its run's snapshot cached (see CacheSize).
 	// Defaults to 50,000.
 	PreloadMax int `envconfig:"PRELOAD_MAX"`
+	// IgnoreCommits stops the leader from following the history stream's commits (a core NATS
+	// subscription to flow.history.*) to learn of each timer the moment its commit is published,
+	// before the history service writes its entry in FLOW_TIMERS. It then knows of timers only
+	// from the bucket, as late as the history service is behind the stream.
+	IgnoreCommits bool `envconfig:"SCHEDULER_IGNORE_COMMITS"`
 	// CacheSize caps the run snapshots the scheduler keeps: the runs it fired timers of, and
 	// those preloaded whose timer's event is not their last. Defaults to 10,000.
 	CacheSize int `envconfig:"CACHE_SIZE"`
@@ -116,6 +121,11 @@ type Scheduler struct {
 
 	leader  atomic.Bool
 	fired   atomic.Int64
+	// hints counts the timers learnt of from their commits before their entries, and
+	// unconfirmed those of them dropped because their runs' tails did not show their commits.
+	hints, unconfirmed atomic.Int64
+	// following is set while the leader follows the history stream's commits.
+	following atomic.Bool
 	cancel  context.CancelFunc
 	done    chan struct{}
 	started chan struct{}
@@ -356,11 +366,15 @@ func (s *Scheduler) release(rev uint64) {
 	_ = s.leases.Delete(ctx, leaseKey, jetstream.LastRevision(rev))
 }
 
-// pending is a timer known from the bucket.
+// pending is a timer known from the bucket, or from its commit only (rev 0: a hint, until the
+// history service writes its entry).
 type pending struct {
 	key   string
 	timer core.Timer
 	rev   uint64
+	// done is set once the timer's firing is committed or found moot, on a hint, while its entry
+	// was written: only the entry is left to delete.
+	done bool
 	// due and ahead are its places in the heap of timers to fire and in the heap of timers to
 	// preload, -1 when in neither.
 	due, ahead int
@@ -420,9 +434,12 @@ func (h *timerHeap) fix(p *pending) {
 	}
 }
 
+// firing is a timer handed to a fire worker: rev is its entry's revision (0 for a hint), and
+// done says that only the entry is left to delete.
 type firing struct {
 	p    *pending
 	rev  uint64
+	done bool
 	tail *engine.RunTail
 	err  error
 }
@@ -432,6 +449,7 @@ type firing struct {
 type preload struct {
 	p    *pending
 	t    core.Timer
+	hint bool
 	tail *engine.RunTail
 }
 
@@ -448,10 +466,47 @@ type timers struct {
 	// preloaded counts the pending timers handed to a preload that have not fired yet: what
 	// the scheduler keeps of their runs until they fire (bounded by PreloadMax).
 	preloaded int
+	// fired holds the timers fired on a hint whose entries have not been seen yet: an entry for
+	// one of them is deleted without firing the timer again.
+	fired firedSet
 }
 
 func newTimers() *timers {
-	return &timers{byKey: map[string]*pending{}, due: timerHeap{at: byDue}, ahead: timerHeap{at: byAhead}}
+	return &timers{byKey: map[string]*pending{}, due: timerHeap{at: byDue}, ahead: timerHeap{at: byAhead},
+		fired: firedSet{m: map[string]core.Timer{}}}
+}
+
+// firedMax bounds the timers fired on a hint that the leader remembers until their entries come:
+// one whose entry comes later is fired again when due, and found moot.
+const firedMax = 100_000
+
+// firedSet is a bounded set of timers by key, the oldest forgotten first.
+type firedSet struct {
+	m     map[string]core.Timer
+	order []string
+}
+
+func (f *firedSet) add(key string, t core.Timer) {
+	if len(f.order) >= firedMax {
+		delete(f.m, f.order[0])
+		f.order = f.order[1:]
+	}
+	f.m[key] = t
+	f.order = append(f.order, key)
+}
+
+// take reports whether timer t was fired on a hint, and forgets it.
+func (f *firedSet) take(key string, t core.Timer) bool {
+	ft, ok := f.m[key]
+	if ok {
+		delete(f.m, key) // its key stays in order until it is the oldest
+	}
+	return ok && sameTimer(ft, t)
+}
+
+// sameTimer reports whether a and b are the same timer of the same run.
+func sameTimer(a, b core.Timer) bool {
+	return a.RunID == b.RunID && a.Kind == b.Kind && a.ID == b.ID && a.Attempt == b.Attempt && a.Seq == b.Seq && a.Due.Equal(b.Due)
 }
 
 // add starts keeping p.
@@ -496,6 +551,34 @@ func (s *Scheduler) serve(ctx context.Context) error {
 		return fmt.Errorf("cannot watch timers: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
+	hints := make(chan core.Timer, hintBuffer)
+	if !s.cfg.IgnoreCommits {
+		sub, err := s.nc.Subscribe(streams.HistorySubject("*"), func(m *nats.Msg) {
+			if t, ok := hintOf(m); ok {
+				select {
+				case hints <- t:
+				default: // a hint only: the timer's entry still comes
+				}
+			}
+		})
+		if err == nil {
+			// Once the server knows of the subscription, every commit published reaches it.
+			fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			err = s.nc.FlushWithContext(fctx)
+			cancel()
+		}
+		if err != nil {
+			if sub != nil {
+				_ = sub.Unsubscribe()
+			}
+			if ctx.Err() != nil {
+				return nil
+			}
+			return fmt.Errorf("cannot follow the history stream's commits: %w", err)
+		}
+		s.following.Store(true)
+		defer func() { s.following.Store(false); _ = sub.Unsubscribe() }()
+	}
 
 	ts := newTimers()
 	fireCap, preloadCap, aheadCap := s.cfg.FireConcurrency, s.cfg.PreloadConcurrency, s.cfg.PreloadMax
@@ -511,7 +594,7 @@ func (s *Scheduler) serve(ctx context.Context) error {
 	for range fireCap {
 		workers.Go(func() {
 			for f := range queue {
-				f.err = s.fire(ctx, f.p.key, f.p.timer, f.rev, f.tail)
+				f.err = s.fire(ctx, f.p.key, f.p.timer, f)
 				results <- f
 			}
 		})
@@ -519,7 +602,7 @@ func (s *Scheduler) serve(ctx context.Context) error {
 	for range preloadCap {
 		workers.Go(func() {
 			for job := range preloads {
-				job.tail = s.preload(ctx, job.t)
+				job.tail = s.preload(ctx, job.t, job.hint)
 				preloaded <- job
 			}
 		})
@@ -538,7 +621,7 @@ func (s *Scheduler) serve(ctx context.Context) error {
 			ts.unload(p)
 			p.firing = true
 			inflight++
-			queue <- firing{p: p, rev: p.rev, tail: p.tail}
+			queue <- firing{p: p, rev: p.rev, done: p.done, tail: p.tail}
 		}
 		// Read ahead the runs of the timers that fall due within the window, as far as the
 		// preload workers have room and PreloadMax allows.
@@ -548,7 +631,7 @@ func (s *Scheduler) serve(ctx context.Context) error {
 			p.preloaded = true
 			ts.preloaded++
 			preloading++
-			preloads <- preload{p: p, t: p.timer}
+			preloads <- preload{p: p, t: p.timer, hint: p.rev == 0}
 		}
 		next := time.Hour
 		if ts.due.Len() > 0 && inflight < fireCap {
@@ -580,22 +663,51 @@ func (s *Scheduler) serve(ctx context.Context) error {
 				continue
 			}
 			s.apply(e, ts)
+		case t := <-hints:
+			key := jshost.TimerKey(t)
+			if _, known := ts.byKey[key]; !known {
+				s.hints.Add(1)
+				ts.add(&pending{key: key, timer: t})
+			}
 		case r := <-results:
 			inflight--
 			r.p.firing = false
 			cur, ok := ts.byKey[r.p.key]
 			switch {
 			case !ok || cur != r.p:
+			case r.rev == 0 && r.err != nil:
+				// A hint that its run's tail did not confirm (a commit the stream refused, or a
+				// run that moved on), or whose firing failed: left to its entry, if it comes.
+				if errors.Is(r.err, errUnconfirmed) {
+					s.unconfirmed.Add(1)
+				} else if ctx.Err() == nil {
+					s.logger.Debug("firing a timer on its commit failed; its entry fires it", slog.String("run_id", r.p.timer.RunID),
+						slog.String("timer", r.p.timer.Key()), slog.String("error", r.err.Error()))
+				}
+				if cur.rev == 0 {
+					ts.forget(cur)
+				} else {
+					heap.Push(&ts.due, cur) // the entry came meanwhile
+				}
 			case r.err != nil:
 				if ctx.Err() != nil {
 					return nil
 				}
 				s.logger.Warn("firing a timer failed; retrying in 1s", slog.String("run_id", r.p.timer.RunID),
 					slog.String("timer", r.p.timer.Key()), slog.String("error", r.err.Error()))
-				retry := &pending{key: r.p.key, timer: r.p.timer, rev: r.p.rev}
+				retry := &pending{key: r.p.key, timer: r.p.timer, rev: r.p.rev, done: r.p.done}
 				retry.timer.Due = time.Now().Add(time.Second)
 				ts.forget(r.p)
 				ts.add(retry)
+			case r.rev == 0:
+				// Fired (or found moot) on a hint: the entry, once written, is only deleted.
+				if cur.rev == 0 {
+					ts.forget(cur)
+					ts.fired.add(cur.key, cur.timer)
+				} else {
+					cur.done = true
+					heap.Push(&ts.due, cur)
+				}
 			case cur.rev == r.rev:
 				ts.forget(cur)
 			default:
@@ -613,6 +725,7 @@ func (s *Scheduler) apply(e jetstream.KeyValueEntry, ts *timers) {
 			// A firing in flight finishes; its result finds the timer gone.
 			ts.forget(cur)
 		}
+		ts.fired.take(e.Key(), core.Timer{})
 		return
 	}
 	var t core.Timer
@@ -629,17 +742,29 @@ func (s *Scheduler) apply(e jetstream.KeyValueEntry, ts *timers) {
 		}
 		return
 	}
-	ts.add(&pending{key: e.Key(), timer: t, rev: e.Revision()})
+	p := &pending{key: e.Key(), timer: t, rev: e.Revision()}
+	if ts.fired.take(p.key, t) {
+		// Fired on its commit's hint already: only the entry is left, to delete now.
+		p.done, p.due, p.ahead = true, -1, -1
+		ts.byKey[p.key] = p
+		heap.Push(&ts.due, p)
+		return
+	}
+	ts.add(p)
 }
 
 // preload reads ahead what firing timer t will need: the run's tail when the timer's event is
-// the run's last (the firing then reads nothing), else the run's snapshot, into the engine's
-// cache. It returns the tail, or nil. A failed preload only means that the firing reads.
-func (s *Scheduler) preload(ctx context.Context, t core.Timer) *engine.RunTail {
+// the run's last (the firing then reads nothing), else, for a timer with an entry, the run's
+// snapshot, into the engine's cache. It returns the tail, or nil. A failed preload only means
+// that the firing reads.
+func (s *Scheduler) preload(ctx context.Context, t core.Timer, hint bool) *engine.RunTail {
 	tail, err := s.readTail(ctx, t.RunID)
 	if err == nil {
 		if tail.Fires(t) {
 			return &tail
+		}
+		if hint {
+			return nil // the firing confirms it
 		}
 		err = s.engine.Preload(ctx, t)
 	}
@@ -650,14 +775,33 @@ func (s *Scheduler) preload(ctx context.Context, t core.Timer) *engine.RunTail {
 	return nil
 }
 
+// errUnconfirmed reports a hint that its run's tail does not confirm.
+var errUnconfirmed = errors.New("the timer's commit is not its run's last")
+
 // fire appends the timer's firing to its run (or finds it moot) and deletes the entry. With
-// the run's tail, as preloaded, it reads nothing unless the run moved on since.
-func (s *Scheduler) fire(ctx context.Context, key string, t core.Timer, rev uint64, tail *engine.RunTail) error {
+// the run's tail, as preloaded, it reads nothing unless the run moved on since. A hint (no
+// entry, f.rev 0) fires only on a tail that shows its commit, and has no entry to delete; an
+// entry whose timer fired on its hint (f.done) is only deleted.
+func (s *Scheduler) fire(ctx context.Context, key string, t core.Timer, f firing) error {
 	firing := time.Now()
+	tail := f.tail
 	var err error
-	if tail != nil {
+	switch {
+	case f.done:
+		if err := s.cfg.Faults.Hit(fault.AfterFireBeforeDelete); err != nil {
+			return err // the entry stays; firing it again finds the timer moot and deletes it
+		}
+		return s.deleteEntry(ctx, key, f.rev)
+	case f.rev == 0:
+		if tail == nil || !tail.Fires(t) {
+			if tail, err = s.confirm(ctx, t); err != nil {
+				return err
+			}
+		}
 		err = s.engine.FireOnTail(ctx, t, *tail)
-	} else {
+	case tail != nil:
+		err = s.engine.FireOnTail(ctx, t, *tail)
+	default:
 		err = s.engine.Fire(ctx, t)
 	}
 	if err != nil && !errors.Is(err, core.ErrNotFound) && !errors.Is(err, core.ErrTerminal) {
@@ -668,10 +812,19 @@ func (s *Scheduler) fire(ctx context.Context, key string, t core.Timer, rev uint
 	metrics.TimerLateness(ctx, string(t.Kind), lateness.Seconds())
 	s.logger.Debug("timer fired", slog.String("run_id", t.RunID), slog.String("timer", t.Key()),
 		slog.Duration("lateness", lateness))
+	if f.rev == 0 {
+		return nil // the entry, when it comes, is deleted
+	}
 	if err := s.cfg.Faults.Hit(fault.AfterFireBeforeDelete); err != nil {
 		return err // the entry stays; firing it again finds the timer moot and deletes it
 	}
-	err = s.timers.Delete(ctx, key, jetstream.LastRevision(rev))
+	return s.deleteEntry(ctx, key, f.rev)
+}
+
+// deleteEntry deletes the timer entry key at revision rev, once its firing is committed or found
+// moot.
+func (s *Scheduler) deleteEntry(ctx context.Context, key string, rev uint64) error {
+	err := s.timers.Delete(ctx, key, jetstream.LastRevision(rev))
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		// Re-registered meanwhile (a repair): the new entry fires again and is found moot.
 		var apiErr *jetstream.APIError

@@ -4,9 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
+	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
@@ -66,4 +70,62 @@ func commitEvents(runID string, m *jetstream.RawStreamMsg) ([]event.Envelope, er
 		err = fmt.Errorf("%w: stream message %d of run %q holds no events", event.ErrMalformed, m.Sequence, runID)
 	}
 	return events, err
+}
+
+// hintBuffer bounds the hints waiting for the leader's loop; more are dropped (their entries
+// still come).
+const hintBuffer = 8192
+
+// hintOf returns the timer that history message m, a commit as published (the stream may yet
+// refuse it), leaves pending if it stands: the wait or retry its last event schedules. Only a
+// last event can be fired on its run's tail (engine.RunTail.Fires).
+func hintOf(m *nats.Msg) (core.Timer, bool) {
+	types := m.Header.Get(jsstore.HeaderTypes)
+	if last := types[strings.LastIndexByte(types, ',')+1:]; last != string(event.TypeWaitScheduled) && last != string(event.TypeStepRetryScheduled) {
+		return core.Timer{}, false
+	}
+	runID := strings.TrimPrefix(m.Subject, streams.HistorySubject(""))
+	c, ok := jsstore.CommitOf(runID, m.Header, m.Data)
+	if !ok {
+		return core.Timer{}, false
+	}
+	events, err := c.Events()
+	if err != nil || len(events) == 0 {
+		return core.Timer{}, false
+	}
+	last := events[len(events)-1]
+	switch d := last.Payload.(type) {
+	case *event.WaitScheduled:
+		return core.Timer{RunID: runID, Kind: core.TimerWait, ID: d.WaitID, Due: d.Deadline, Seq: last.Seq}, true
+	case *event.StepRetryScheduled:
+		return core.Timer{RunID: runID, Kind: core.TimerRetry, ID: d.StepID, Attempt: d.Attempt, Due: d.Due, Seq: last.Seq}, true
+	}
+	return core.Timer{}, false
+}
+
+// confirmFor bounds how long a firing waits for the stream to show a hint's commit: a commit
+// reaches subscribers as it is published, and may be stored a moment later (or, on a
+// replicated stream, be readable from a replica later still).
+const confirmFor = 500 * time.Millisecond
+
+// confirm reads the tail of hint t's run until it shows t's commit as the run's last: it
+// returns the tail then, and errUnconfirmed once the run's last event is t's sequence or later
+// but not t's commit (the stream refused the commit, or the run moved on), or once confirmFor
+// passed. An unconfirmed hint is left to the timer's entry, if the commit stands.
+func (s *Scheduler) confirm(ctx context.Context, t core.Timer) (*engine.RunTail, error) {
+	deadline := time.Now().Add(confirmFor)
+	for wait := time.Millisecond; ; wait = min(2*wait, 50*time.Millisecond) {
+		tail, err := s.readTail(ctx, t.RunID)
+		switch {
+		case err == nil && tail.Fires(t):
+			return &tail, nil
+		case err == nil && tail.Last.Seq >= t.Seq, time.Now().After(deadline):
+			return nil, errUnconfirmed
+		}
+		select {
+		case <-time.After(wait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 }

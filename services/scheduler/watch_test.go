@@ -79,6 +79,13 @@ func newTimerFixture(t *testing.T, srv *natsserver.Server) *timerFixture {
 // waitingRun appends a run that waits on wait waitID until due, and registers its timer.
 func (f *timerFixture) waitingRun(t *testing.T, runID, waitID string, due time.Time) {
 	t.Helper()
+	f.register(t, f.sleeping(t, runID, waitID, due))
+}
+
+// sleeping appends a run that waits on wait waitID until due and returns its timer, as the
+// history service would register it.
+func (f *timerFixture) sleeping(t *testing.T, runID, waitID string, due time.Time) core.Timer {
+	t.Helper()
 	ctx := t.Context()
 	now := time.Now().UTC()
 	_, err := f.st.Append(ctx, runID, 0, event.Event{Time: now, Payload: &event.RunStarted{
@@ -86,10 +93,15 @@ func (f *timerFixture) waitingRun(t *testing.T, runID, waitID string, due time.T
 	require.NoError(t, err)
 	_, err = f.st.Append(ctx, runID, 1, event.Event{Time: now, Payload: &event.WaitScheduled{WaitID: waitID, Deadline: due}})
 	require.NoError(t, err)
-	tm := core.Timer{RunID: runID, Kind: core.TimerWait, ID: waitID, Due: due}
+	return core.Timer{RunID: runID, Kind: core.TimerWait, ID: waitID, Due: due, Seq: 2}
+}
+
+// register writes timer tm's entry, as the history service does.
+func (f *timerFixture) register(t *testing.T, tm core.Timer) {
+	t.Helper()
 	b, err := json.Marshal(tm)
 	require.NoError(t, err)
-	_, err = f.timers.Put(ctx, jshost.TimerKey(tm), b)
+	_, err = f.timers.Put(t.Context(), jshost.TimerKey(tm), b)
 	require.NoError(t, err)
 }
 
@@ -158,6 +170,9 @@ func TestStandbyTakesOverWhenLeaderCannotWatch(t *testing.T) {
 	b := startScheduler(t, srv, "b", nil)
 
 	rec.stopLatest(t)
+	// The leader may fire what it learns of until its loop sees the watch end; the timer is
+	// written once it has.
+	require.Eventually(t, func() bool { return !a.Leader() }, 10*time.Second, 10*time.Millisecond)
 	f.waitingRun(t, "r", "w", time.Now())
 	require.Eventually(t, func() bool { return f.fired(t, "r", "w") }, 15*time.Second, 20*time.Millisecond,
 		"the standby fires once the leader cannot watch")
