@@ -119,17 +119,17 @@ type Scheduler struct {
 	probes    *health.Server
 	readiness health.State
 
-	leader  atomic.Bool
-	fired   atomic.Int64
+	leader atomic.Bool
+	fired  atomic.Int64
 	// hints counts the timers learnt of from their commits before their entries, and
 	// unconfirmed those of them dropped because their runs' tails did not show their commits.
 	hints, unconfirmed atomic.Int64
 	// following is set while the leader follows the history stream's commits.
 	following atomic.Bool
-	cancel  context.CancelFunc
-	done    chan struct{}
-	started chan struct{}
-	once    sync.Once
+	cancel    context.CancelFunc
+	done      chan struct{}
+	started   chan struct{}
+	once      sync.Once
 }
 
 // New returns a scheduler.
