@@ -7,6 +7,15 @@
 // sends the run's resume task as a fast path (the history service derives it too), and deletes
 // the entry only once the firing is committed or found moot.
 //
+// The leader also follows the history stream's commits as they are published (a core NATS
+// subscription), and so knows of a timer the moment its commit is made, however far behind the
+// history service is; such a timer fires only once its run's history shows the commit, and its
+// entry, when the history service writes it, is only deleted. Timers falling due within
+// PreloadWindow have their runs read ahead: the run's first and last commits, two direct gets,
+// when the timer's event is the run's last (the firing is then one append right after it, at
+// the expected sequence), else the run's snapshot. Up to FireConcurrency timers fire at once.
+// A timer never fires before it is due.
+//
 // Nothing is missed across restarts: the bucket is durable, and a scheduler that starts fires
 // every overdue timer at once, in due order. Firing twice never changes history: the core
 // appends a firing only while the timer is pending in the run's history, at the expected
@@ -509,12 +518,15 @@ func sameTimer(a, b core.Timer) bool {
 	return a.RunID == b.RunID && a.Kind == b.Kind && a.ID == b.ID && a.Attempt == b.Attempt && a.Seq == b.Seq && a.Due.Equal(b.Due)
 }
 
-// add starts keeping p.
+// add starts keeping p: to fire when due, and to preload before, unless only its entry is left
+// to delete.
 func (ts *timers) add(p *pending) {
 	p.due, p.ahead = -1, -1
 	ts.byKey[p.key] = p
 	heap.Push(&ts.due, p)
-	heap.Push(&ts.ahead, p)
+	if !p.done {
+		heap.Push(&ts.ahead, p)
+	}
 }
 
 // forget stops keeping p (it fired, or its entry went).
@@ -665,7 +677,8 @@ func (s *Scheduler) serve(ctx context.Context) error {
 			s.apply(e, ts)
 		case t := <-hints:
 			key := jshost.TimerKey(t)
-			if _, known := ts.byKey[key]; !known {
+			_, known := ts.byKey[key]
+			if _, fired := ts.fired.m[key]; !known && !fired {
 				s.hints.Add(1)
 				ts.add(&pending{key: key, timer: t})
 			}
@@ -742,15 +755,8 @@ func (s *Scheduler) apply(e jetstream.KeyValueEntry, ts *timers) {
 		}
 		return
 	}
-	p := &pending{key: e.Key(), timer: t, rev: e.Revision()}
-	if ts.fired.take(p.key, t) {
-		// Fired on its commit's hint already: only the entry is left, to delete now.
-		p.done, p.due, p.ahead = true, -1, -1
-		ts.byKey[p.key] = p
-		heap.Push(&ts.due, p)
-		return
-	}
-	ts.add(p)
+	// An entry whose timer fired on its commit's hint already is only deleted.
+	ts.add(&pending{key: e.Key(), timer: t, rev: e.Revision(), done: ts.fired.take(e.Key(), t)})
 }
 
 // preload reads ahead what firing timer t will need: the run's tail when the timer's event is
