@@ -72,13 +72,14 @@ type Config struct {
 	// does) it defaults to 127.0.0.1:8422 (DefaultHTTPAddr). The zero value, as in a program
 	// or a test that embeds a scheduler, serves no HTTP: many schedulers may share a process.
 	HTTPAddr string `envconfig:"SCHEDULER_HTTP_ADDR" default:"127.0.0.1:8422"`
-	// FireConcurrency caps the timers being fired at once. Defaults to 64.
+	// FireConcurrency caps the timers being fired at once. Defaults to 256: a firing mostly
+	// waits for its append's acknowledgement, which takes milliseconds on a loaded server.
 	FireConcurrency int `envconfig:"FIRE_CONCURRENCY"`
 	// PreloadWindow is how long before a timer falls due its run's snapshot is read into the
 	// scheduler's cache, so that firing it is one append. Defaults to 1s; negative disables
 	// preloading (each firing reads its run first).
 	PreloadWindow time.Duration `envconfig:"PRELOAD_WINDOW"`
-	// PreloadConcurrency caps the runs being preloaded at once. Defaults to 16.
+	// PreloadConcurrency caps the runs being preloaded at once. Defaults to 64.
 	PreloadConcurrency int `envconfig:"PRELOAD_CONCURRENCY"`
 	// PreloadMax caps the timers preloaded ahead of their deadline and not fired yet. A timer
 	// whose event is its run's last keeps what the preload read of the run's first and last
@@ -148,7 +149,7 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg.Name = fmt.Sprintf("%s-%d-%s", host, os.Getpid(), nuid.Next()[:6])
 	}
 	if cfg.FireConcurrency == 0 {
-		cfg.FireConcurrency = 64
+		cfg.FireConcurrency = 256
 	}
 	if cfg.FireConcurrency < 0 {
 		return nil, fmt.Errorf("scheduler: FireConcurrency must be positive, got %d", cfg.FireConcurrency)
@@ -157,7 +158,7 @@ func New(cfg Config) (*Scheduler, error) {
 		cfg.PreloadWindow = time.Second
 	}
 	if cfg.PreloadConcurrency == 0 {
-		cfg.PreloadConcurrency = 16
+		cfg.PreloadConcurrency = 64
 	}
 	if cfg.PreloadConcurrency < 0 {
 		return nil, fmt.Errorf("scheduler: PreloadConcurrency must be positive, got %d", cfg.PreloadConcurrency)
@@ -808,7 +809,13 @@ func (s *Scheduler) fire(ctx context.Context, key string, t core.Timer, f firing
 	case tail != nil:
 		err = s.engine.FireOnTail(ctx, t, *tail)
 	default:
-		err = s.engine.Fire(ctx, t)
+		// Not preloaded (yet): the run's tail is two direct gets, where reading its history
+		// scans every message of the runs committed in between.
+		if rt, rerr := s.readTail(ctx, t.RunID); rerr == nil && rt.Fires(t) {
+			err = s.engine.FireOnTail(ctx, t, rt)
+		} else {
+			err = s.engine.Fire(ctx, t)
+		}
 	}
 	if err != nil && !errors.Is(err, core.ErrNotFound) && !errors.Is(err, core.ErrTerminal) {
 		return err
