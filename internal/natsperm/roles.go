@@ -192,6 +192,7 @@ func schedulerRole() Role {
 	g.replies()
 	g.ensure()
 	g.engine()
+	g.follow() // it learns of each timer from its commit, before the history service writes its entry
 	g.kvWrite(streams.LeasesBucket)
 	g.kvWrite(streams.TimersBucket) // it deletes the timers it fired
 	g.kvWatch(streams.TimersBucket)
