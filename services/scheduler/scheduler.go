@@ -78,14 +78,14 @@ type Config struct {
 	// PreloadWindow is how long before a timer falls due its run's snapshot is read into the
 	// scheduler's cache, so that firing it is one append. Defaults to 1s; negative disables
 	// preloading (each firing reads its run first).
-	PreloadWindow time.Duration `envconfig:"PRELOAD_WINDOW"`
+	PreloadWindow time.Duration `envconfig:"SCHEDULER_PRELOAD_WINDOW"`
 	// PreloadConcurrency caps the runs being preloaded at once. Defaults to 64.
-	PreloadConcurrency int `envconfig:"PRELOAD_CONCURRENCY"`
+	PreloadConcurrency int `envconfig:"SCHEDULER_PRELOAD_CONCURRENCY"`
 	// PreloadMax caps the timers preloaded ahead of their deadline and not fired yet. A timer
 	// whose event is its run's last keeps what the preload read of the run's first and last
 	// commits (a few hundred bytes); another has its run's snapshot cached (see CacheSize).
 	// Defaults to 50,000.
-	PreloadMax int `envconfig:"PRELOAD_MAX"`
+	PreloadMax int `envconfig:"SCHEDULER_PRELOAD_MAX"`
 	// IgnoreCommits stops the leader from following the history stream's commits (a core NATS
 	// subscription to flow.history.*) to learn of each timer the moment its commit is published,
 	// before the history service writes its entry in FLOW_TIMERS. It then knows of timers only
@@ -93,7 +93,7 @@ type Config struct {
 	IgnoreCommits bool `envconfig:"SCHEDULER_IGNORE_COMMITS"`
 	// CacheSize caps the run snapshots the scheduler keeps: the runs it fired timers of, and
 	// those preloaded whose timer's event is not their last. Defaults to 10,000.
-	CacheSize int `envconfig:"CACHE_SIZE"`
+	CacheSize int `envconfig:"SCHEDULER_CACHE_SIZE"`
 	// Streams sizes Flow's streams, created or updated at start; Streams.LeaseTTL is how long a
 	// dead leader holds the lease before a standby takes over.
 	Streams streams.Config `envconfig:"STREAMS"`
