@@ -77,6 +77,8 @@ func (e *Engine) Drive(ctx context.Context, runID string, minSeq uint64) (Result
 	d.cancelSteps()
 	e.locks.unlock(runID, rl)
 	if err == nil && res.Status.Terminal() {
+		// An ended run is never driven again: the cache holds runs that may be resumed.
+		e.cache.drop(runID)
 		// The snapshot of an ended run never changes, so it is safe to read without the lock.
 		if err = e.faults.Hit(fault.AfterTerminalBeforeEnd); err == nil {
 			err = e.afterEnd(ctx, d.s)
@@ -474,12 +476,18 @@ func (d *driver) commitDecision(ctx context.Context, began time.Time, events []e
 	}
 	ctx, span := d.decided(ctx, began, first, events, traces, nil)
 	defer span.End()
-	if e.logger.Enabled(ctx, slog.LevelDebug) {
-		for _, p := range events {
-			e.logger.DebugContext(ctx, "decision committed", slog.String("run_id", d.runID), slog.String("event_type", string(p.EventType())))
-		}
-	}
+	d.logDecision(ctx, events)
 	return e.startChildren(ctx, d.s, events)
+}
+
+// logDecision logs the events of a committed decision at debug level.
+func (d *driver) logDecision(ctx context.Context, events []event.Payload) {
+	if !d.e.logger.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	for _, p := range events {
+		d.e.logger.DebugContext(ctx, "decision committed", slog.String("run_id", d.runID), slog.String("event_type", string(p.EventType())))
+	}
 }
 
 // registerHook routes token to hook hookID of run runID. A token still routed to a run that
@@ -588,38 +596,5 @@ func (d *driver) runAttempt(ctx context.Context, a core.Attempt) {
 	select {
 	case d.results <- attemptResult{a: a, out: out}:
 	case <-d.done:
-	}
-}
-
-// record commits the result of an attempt, unless the run moved on without it.
-func (d *driver) record(ctx context.Context, r attemptResult) error {
-	key := attemptKey{r.a.StepID, r.a.Attempt}
-	if cancel, ok := d.running[key]; ok {
-		cancel()
-		delete(d.running, key)
-	}
-	for {
-		events, err := core.StepResult(d.s, r.a.StepID, r.a.Attempt, r.out, d.e.now(d.s))
-		if errors.Is(err, core.ErrStale) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		err = d.e.commit(ctx, d.s, events)
-		if errors.Is(err, store.ErrConflict) {
-			if err := d.refreshAfter(ctx, err); err != nil {
-				return err
-			}
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("recording step %q attempt %d of run %q: %w", r.a.StepID, r.a.Attempt, d.runID, err)
-		}
-		if r.out.Err != nil {
-			d.e.logger.WarnContext(ctx, "step attempt failed", slog.String("run_id", d.runID), slog.String("step_id", r.a.StepID),
-				slog.Int("attempt", r.a.Attempt), slog.String("error", r.out.Err.Error()))
-		}
-		return nil
 	}
 }

@@ -367,23 +367,33 @@ func (e *Engine) now(s *core.Snapshot) time.Time {
 
 // commit appends payloads after s.Seq and applies them to s. On a conflict s is unchanged.
 func (e *Engine) commit(ctx context.Context, s *core.Snapshot, payloads []event.Payload) error {
+	t := e.now(s)
+	core.Stamp(payloads, t)
+	first := s.Seq + 1
+	if err := e.append(ctx, s.RunID, s.Seq, t, payloads); err != nil {
+		return err
+	}
+	return e.applyCommitted(s, first, t, payloads)
+}
+
+// append appends payloads to run runID as sequences expected+1.., all recorded at t.
+func (e *Engine) append(ctx context.Context, runID string, expected uint64, t time.Time, payloads []event.Payload) error {
 	if err := e.faults.Hit(fault.StoreAppend); err != nil {
 		return err
 	}
-	t := e.now(s)
-	core.Stamp(payloads, t)
 	events := make([]event.Event, len(payloads))
 	for i, p := range payloads {
 		events[i] = event.Event{Time: t, Payload: p}
 	}
-	_, err := e.store.Append(ctx, s.RunID, s.Seq, events...)
+	_, err := e.store.Append(ctx, runID, expected, events...)
 	countAppend(ctx, err)
-	if err != nil {
-		return err
-	}
-	first := s.Seq
+	return err
+}
+
+// applyCommitted applies payloads, committed as sequences first.. at t, to s.
+func (e *Engine) applyCommitted(s *core.Snapshot, first uint64, t time.Time, payloads []event.Payload) error {
 	for i, p := range payloads {
-		if err := s.Apply(event.Envelope{RunID: s.RunID, Seq: first + uint64(i) + 1, Time: t, Payload: p}); err != nil {
+		if err := s.Apply(event.Envelope{RunID: s.RunID, Seq: first + uint64(i), Time: t, Payload: p}); err != nil {
 			e.cache.drop(s.RunID)
 			return fmt.Errorf("engine bug: committed events that break the history: %w", err)
 		}
