@@ -224,15 +224,48 @@ func (s *Snapshot) check(e event.Envelope) error {
 }
 
 func (s *Snapshot) checkNew(e event.Envelope, ids []string) error {
-	for i, id := range ids {
+	var seen idSet
+	for _, id := range ids {
 		if kind, used := s.ids[id]; used {
 			return s.fail(e, "duplicate_id", "%s reuses ID %q, already a %s", e.Type(), id, kind)
 		}
-		if slices.Contains(ids[:i], id) {
+		if !seen.add(id) {
 			return s.fail(e, "duplicate_id", "%s lists ID %q twice", e.Type(), id)
 		}
 	}
 	return nil
+}
+
+// idSet is a set of IDs that a batch lists, for finding a repeated one in time linear in the
+// batch's size. The zero value is empty.
+type idSet struct {
+	few  []string
+	many map[string]struct{}
+}
+
+// idSetFew is the size up to which idSet scans a slice instead of hashing.
+const idSetFew = 16
+
+// add adds id and reports whether it was new.
+func (t *idSet) add(id string) bool {
+	if t.many == nil {
+		if slices.Contains(t.few, id) {
+			return false
+		}
+		if len(t.few) < idSetFew {
+			t.few = append(t.few, id)
+			return true
+		}
+		t.many = make(map[string]struct{}, 2*idSetFew)
+		for _, f := range t.few {
+			t.many[f] = struct{}{}
+		}
+	}
+	if _, ok := t.many[id]; ok {
+		return false
+	}
+	t.many[id] = struct{}{}
+	return true
 }
 
 func (s *Snapshot) step(e event.Envelope, id string) (*Step, error) {

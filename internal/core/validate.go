@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/flowrun/flow/pkg/event"
@@ -144,6 +143,7 @@ func (v validation) steps(d ScheduleSteps) (Verdict, error) {
 	}
 	specs := make([]event.StepSpec, len(d.Steps))
 	ids := make([]string, len(d.Steps))
+	var seen idSet
 	for i, c := range d.Steps {
 		if err := event.ValidateID("step", c.ID); err != nil {
 			return v.invalid("%v", err)
@@ -151,7 +151,7 @@ func (v validation) steps(d ScheduleSteps) (Verdict, error) {
 		if err := event.ValidateName("step", c.Name); err != nil {
 			return v.invalid("step %q: %v", c.ID, err)
 		}
-		if slices.Contains(ids[:i], c.ID) {
+		if !seen.add(c.ID) {
 			return v.invalid("step ID %q appears twice in one batch; give every step its own ID", c.ID)
 		}
 		in, err := CanonicalJSON(c.Input)
@@ -297,6 +297,7 @@ func (v validation) children(d StartChildren) (Verdict, error) {
 	}
 	specs := make([]event.ChildSpec, len(d.Children))
 	ids := make([]string, len(d.Children))
+	var seen idSet
 	for i, c := range d.Children {
 		if err := event.ValidateID("child", c.ID); err != nil {
 			return v.invalid("%v", err)
@@ -304,7 +305,7 @@ func (v validation) children(d StartChildren) (Verdict, error) {
 		if err := event.ValidateName("definition", c.Definition); err != nil {
 			return v.invalid("child %q: %v", c.ID, err)
 		}
-		if slices.Contains(ids[:i], c.ID) {
+		if !seen.add(c.ID) {
 			return v.invalid("child ID %q appears twice in one batch; give every child its own ID", c.ID)
 		}
 		in, err := CanonicalJSON(c.Input)
