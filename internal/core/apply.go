@@ -312,7 +312,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 			step := &Step{ID: st.ID, Name: st.Name, Input: st.Input, Retry: st.Retry,
 				BatchSeq: e.Seq, Status: StepRunning, Attempt: 1, pos: i}
 			s.Steps[st.ID] = step
-			s.unsettled[st.ID] = step
+			s.unsettled.push(step)
 		}
 		s.batches[e.Seq] = ids
 		p.Steps += len(ids)
@@ -320,7 +320,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 	case *event.StepCompleted:
 		st := s.Steps[d.StepID]
 		st.Status, st.Output, st.SettledSeq = StepCompleted, d.Output, e.Seq
-		delete(s.unsettled, d.StepID)
+		s.unsettled.remove(st)
 		p.StepsRunning--
 		p.StepsCompleted++
 	case *event.StepFailed:
@@ -330,7 +330,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		p.StepsRunning--
 		if d.Final {
 			st.Status, st.SettledSeq = StepFailed, e.Seq
-			delete(s.unsettled, d.StepID)
+			s.unsettled.remove(st)
 			p.StepsFailed++
 			if st.Retry.OnExhaustion != event.ExhaustionReturnError {
 				s.exhausted = append(s.exhausted, d.StepID)
@@ -359,7 +359,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 			}
 			st.Status, st.Attempt, st.SideEffectUnknown, st.SettledSeq = StepCancelled, c.Attempt, c.SideEffectUnknown, e.Seq
 			st.RetryDue = zeroTime
-			delete(s.unsettled, c.StepID)
+			s.unsettled.remove(st)
 			p.StepsCancelled++
 		}
 	case *event.WaitScheduled:
