@@ -268,6 +268,27 @@ func (t *idSet) add(id string) bool {
 	return true
 }
 
+// vetStep reports whether a recorded step's ID, name and retry policy are valid, and the
+// policy normalized: what Validate records for a decision, so that a decision equal to them is
+// valid too.
+func vetStep(st event.StepSpec) bool {
+	return event.ValidateID("step", st.ID) == nil && event.ValidateName("step", st.Name) == nil &&
+		normalized(&st.Retry) && st.Retry.Validate() == nil
+}
+
+// normalized reports whether *p is normalized.
+func normalized(p *event.RetryPolicy) bool {
+	n := p.Normalize()
+	return sameRetry(p, &n)
+}
+
+// vetChild reports whether a recorded child's ID, definition and cancellation policy are valid,
+// the policy explicit, and its derived run ID valid, as Validate records them for run runID.
+func vetChild(runID string, c event.ChildSpec) bool {
+	return event.ValidateID("child", c.ChildID) == nil && event.ValidateName("definition", c.Definition) == nil &&
+		c.CancelPolicy != "" && c.CancelPolicy.Valid() && event.ValidateDerivedRunID(event.ChildRunID(runID, c.ChildID)) == nil
+}
+
 func (s *Snapshot) step(e event.Envelope, id string) (*Step, error) {
 	st, ok := s.Steps[id]
 	if !ok {
@@ -306,15 +327,20 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.TraceParent = d.TraceParent
 	case *event.StepScheduled:
 		ids := make([]string, len(d.Steps))
+		steps := make([]Step, len(d.Steps))
+		members := make([]*Step, len(d.Steps))
 		for i, st := range d.Steps {
 			ids[i] = st.ID
 			s.ids[st.ID] = kindStep
-			step := &Step{ID: st.ID, Name: st.Name, Input: st.Input, Retry: st.Retry,
-				BatchSeq: e.Seq, Status: StepRunning, Attempt: 1, pos: i}
+			step := &steps[i]
+			*step = Step{ID: st.ID, Name: st.Name, Input: st.Input, Retry: st.Retry,
+				BatchSeq: e.Seq, Status: StepRunning, Attempt: 1, pos: i, vetted: vetStep(st)}
+			members[i] = step
 			s.Steps[st.ID] = step
 			s.unsettled.push(step)
 		}
 		s.batches[e.Seq] = ids
+		s.stepBatches[e.Seq] = members
 		p.Steps += len(ids)
 		p.StepsRunning += len(ids)
 	case *event.StepCompleted:
@@ -406,13 +432,17 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		p.HooksReceived++
 	case *event.ChildScheduled:
 		ids := make([]string, len(d.Children))
+		members := make([]*Child, len(d.Children))
 		for i, c := range d.Children {
 			ids[i] = c.ChildID
 			s.ids[c.ChildID] = kindChild
-			s.Children[c.ChildID] = &Child{ID: c.ChildID, RunID: c.RunID, Definition: c.Definition,
-				Input: c.Input, CancelPolicy: c.CancelPolicy, BuildID: c.BuildID, Patches: c.Patches, BatchSeq: e.Seq}
+			members[i] = &Child{ID: c.ChildID, RunID: c.RunID, Definition: c.Definition,
+				Input: c.Input, CancelPolicy: c.CancelPolicy, BuildID: c.BuildID, Patches: c.Patches, BatchSeq: e.Seq,
+				vetted: vetChild(s.RunID, c)}
+			s.Children[c.ChildID] = members[i]
 		}
 		s.batches[e.Seq] = ids
+		s.childBatches[e.Seq] = members
 		p.ChildrenPending += len(ids)
 	case *event.ChildSettled:
 		c := s.Children[d.ChildID]

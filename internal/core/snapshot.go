@@ -81,6 +81,10 @@ type Step struct {
 
 	// pos is the step's position in its batch.
 	pos int
+	// vetted is set when the recorded ID, name and retry policy are what Validate would record
+	// for them (valid, and the policy normalized), so that a re-issued member equal to them byte
+	// for byte is known valid without validating it again.
+	vetted bool
 	// prev and next link the unsettled steps in scheduling order (Snapshot.unsettled).
 	prev, next *Step
 }
@@ -151,6 +155,10 @@ type Child struct {
 	Output     json.RawMessage  `json:"output,omitempty"`
 	Error      *event.ErrorInfo `json:"error,omitempty"`
 	SettledSeq uint64           `json:"settled_seq,omitempty"`
+
+	// vetted is set when the recorded ID, definition, cancellation policy and derived run ID
+	// are what Validate would record for them (see Step.vetted).
+	vetted bool
 }
 
 // Blocked describes the latest failed decision of a blocked run.
@@ -235,8 +243,11 @@ type Snapshot struct {
 
 	// ids maps every decision ID to its kind; IDs share one namespace.
 	ids map[string]string
-	// batches maps a step.scheduled or child.scheduled sequence to its members in order.
-	batches map[uint64][]string
+	// batches maps a step.scheduled or child.scheduled sequence to its members in order;
+	// stepBatches and childBatches map it to the members' projections, in the same order.
+	batches      map[uint64][]string
+	stepBatches  map[uint64][]*Step
+	childBatches map[uint64][]*Child
 	// awaiting holds, per signal name, the unbound signal waits in order.
 	awaiting map[string][]string
 	// buffered holds, per signal name, the indexes of unconsumed signals in order.
@@ -267,19 +278,21 @@ var zeroTime time.Time
 // New returns the empty snapshot of run runID, before run.started.
 func New(runID string) *Snapshot {
 	return &Snapshot{
-		RunID:       runID,
-		Steps:       map[string]*Step{},
-		Waits:       map[string]*Wait{},
-		SignalWaits: map[string]*SignalWait{},
-		Signals:     []*Signal{},
-		Hooks:       map[string]*Hook{},
-		Children:    map[string]*Child{},
-		ids:         map[string]string{},
-		batches:     map[uint64][]string{},
-		awaiting:    map[string][]string{},
-		buffered:    map[string][]int{},
-		deliveries:  map[string]struct{}{},
-		tokens:      map[string]string{},
+		RunID:        runID,
+		Steps:        map[string]*Step{},
+		Waits:        map[string]*Wait{},
+		SignalWaits:  map[string]*SignalWait{},
+		Signals:      []*Signal{},
+		Hooks:        map[string]*Hook{},
+		Children:     map[string]*Child{},
+		ids:          map[string]string{},
+		batches:      map[uint64][]string{},
+		stepBatches:  map[uint64][]*Step{},
+		childBatches: map[uint64][]*Child{},
+		awaiting:     map[string][]string{},
+		buffered:     map[string][]int{},
+		deliveries:   map[string]struct{}{},
+		tokens:       map[string]string{},
 	}
 }
 

@@ -141,6 +141,9 @@ func (v validation) steps(d ScheduleSteps) (Verdict, error) {
 	if len(d.Steps) == 0 {
 		return v.invalid("ScheduleSteps needs at least one step")
 	}
+	if v, ok := v.pendingSteps(d); ok {
+		return v, nil
+	}
 	specs := make([]event.StepSpec, len(d.Steps))
 	ids := make([]string, len(d.Steps))
 	var seen idSet
@@ -199,6 +202,74 @@ func (v validation) steps(d ScheduleSteps) (Verdict, error) {
 		hint = "check ctx.StepError before scheduling it"
 	}
 	return v.settled("step %q already %s at seq %d, yet the workflow scheduled it again; %s, and give a new step a new ID", st.ID, st.Status, st.SettledSeq, hint)
+}
+
+// pendingSteps recognises the common re-issue of a recorded batch that is still pending: d
+// lists the members of a recorded batch in their order, each byte for byte as recorded (ID,
+// name, input; the retry policy once normalized) and vetted when recorded. Such a decision is
+// valid and deterministic, so its verdict is the wait on its first unsettled member, found
+// without allocating, canonicalising or hashing anything: the cost is one comparison of each
+// field of each member. In every other case (a new batch, any difference, a batch already
+// settled) it reports false and steps validates d in full, which yields the same verdict for a
+// decision this recognises and the precise error otherwise.
+func (v validation) pendingSteps(d ScheduleSteps) (Verdict, bool) {
+	first, ok := v.s.Steps[d.Steps[0].ID]
+	if !ok {
+		return Verdict{}, false
+	}
+	batch := v.s.stepBatches[first.BatchSeq]
+	if len(batch) != len(d.Steps) {
+		return Verdict{}, false
+	}
+	var waiting *Step
+	for i := range d.Steps {
+		c, st := &d.Steps[i], batch[i]
+		if !st.vetted || c.ID != st.ID || c.Name != st.Name || !bytes.Equal(c.Input, st.Input) {
+			return Verdict{}, false
+		}
+		if !normalizesTo(&c.Retry, &st.Retry) {
+			return Verdict{}, false
+		}
+		if waiting == nil && !st.Status.Settled() {
+			waiting = st
+		}
+	}
+	if waiting == nil {
+		return Verdict{}, false
+	}
+	return Verdict{WaitingOn: fmt.Sprintf("step %q", waiting.ID)}, true
+}
+
+// pendingChildren is pendingSteps for a StartChildren decision: each child's ID, definition
+// and input byte for byte as recorded, and its cancellation policy once defaulted.
+func (v validation) pendingChildren(d StartChildren) (Verdict, bool) {
+	first, ok := v.s.Children[d.Children[0].ID]
+	if !ok {
+		return Verdict{}, false
+	}
+	batch := v.s.childBatches[first.BatchSeq]
+	if len(batch) != len(d.Children) {
+		return Verdict{}, false
+	}
+	var waiting *Child
+	for i := range d.Children {
+		c, rec := &d.Children[i], batch[i]
+		policy := c.CancelPolicy
+		if policy == "" {
+			policy = event.CancelPolicyRequest
+		}
+		if !rec.vetted || c.ID != rec.ID || c.Definition != rec.Definition || !bytes.Equal(c.Input, rec.Input) ||
+			policy != rec.CancelPolicy {
+			return Verdict{}, false
+		}
+		if waiting == nil && !rec.Settled {
+			waiting = rec
+		}
+	}
+	if waiting == nil {
+		return Verdict{}, false
+	}
+	return Verdict{WaitingOn: fmt.Sprintf("child %q (run %q)", waiting.ID, waiting.RunID)}, true
 }
 
 func (v validation) wait(id string, got *event.WaitScheduled) (Verdict, error) {
@@ -294,6 +365,9 @@ func (v validation) children(d StartChildren) (Verdict, error) {
 	s := v.s
 	if len(d.Children) == 0 {
 		return v.invalid("StartChildren needs at least one child")
+	}
+	if v, ok := v.pendingChildren(d); ok {
+		return v, nil
 	}
 	specs := make([]event.ChildSpec, len(d.Children))
 	ids := make([]string, len(d.Children))
