@@ -136,14 +136,22 @@ func (s *Snapshot) recordedSeq(id string) uint64 {
 	return 0
 }
 
+// steps validates a ScheduleSteps decision: a re-issued pending batch is recognised by
+// pendingSteps, anything else validated by stepsInFull.
 func (v validation) steps(d ScheduleSteps) (Verdict, error) {
-	s := v.s
 	if len(d.Steps) == 0 {
 		return v.invalid("ScheduleSteps needs at least one step")
 	}
 	if v, ok := v.pendingSteps(d); ok {
 		return v, nil
 	}
+	return v.stepsInFull(d)
+}
+
+// stepsInFull validates a non-empty ScheduleSteps decision member by member: every member's
+// fields first, then the identities it shares with history, then each recorded member's fields.
+func (v validation) stepsInFull(d ScheduleSteps) (Verdict, error) {
+	s := v.s
 	specs := make([]event.StepSpec, len(d.Steps))
 	ids := make([]string, len(d.Steps))
 	var seen idSet
@@ -210,7 +218,7 @@ func (v validation) steps(d ScheduleSteps) (Verdict, error) {
 // valid and deterministic, so its verdict is the wait on its first unsettled member, found
 // without allocating, canonicalising or hashing anything: the cost is one comparison of each
 // field of each member. In every other case (a new batch, any difference, a batch already
-// settled) it reports false and steps validates d in full, which yields the same verdict for a
+// settled) it reports false and stepsInFull validates d, which yields the same verdict for a
 // decision this recognises and the precise error otherwise.
 func (v validation) pendingSteps(d ScheduleSteps) (Verdict, bool) {
 	first, ok := v.s.Steps[d.Steps[0].ID]
@@ -361,14 +369,20 @@ func (v validation) hook(d CreateHook) (Verdict, error) {
 	return Verdict{WaitingOn: fmt.Sprintf("hook %q", d.ID)}, nil
 }
 
+// children validates a StartChildren decision, as steps does a ScheduleSteps one.
 func (v validation) children(d StartChildren) (Verdict, error) {
-	s := v.s
 	if len(d.Children) == 0 {
 		return v.invalid("StartChildren needs at least one child")
 	}
 	if v, ok := v.pendingChildren(d); ok {
 		return v, nil
 	}
+	return v.childrenInFull(d)
+}
+
+// childrenInFull is stepsInFull for a non-empty StartChildren decision.
+func (v validation) childrenInFull(d StartChildren) (Verdict, error) {
+	s := v.s
 	specs := make([]event.ChildSpec, len(d.Children))
 	ids := make([]string, len(d.Children))
 	var seen idSet
