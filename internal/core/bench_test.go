@@ -132,6 +132,15 @@ func allAttempts(s *core.Snapshot) (core.Attempt, bool) {
 	return as[0], true
 }
 
+// firstAttempt takes the first attempt in flight from core.InFlightAttempts and stops, as an
+// engine that starts attempts until its step slots are full would.
+func firstAttempt(s *core.Snapshot) (core.Attempt, bool) {
+	for a := range core.InFlightAttempts(s) {
+		return a, true
+	}
+	return core.Attempt{}, false
+}
+
 // driveBatch replays the engine's decision loop for workflow wf from run.started to the run's
 // end: decide and commit, list the attempts in flight with next (the engine's launch), complete
 // the first (core.StepResult), decide again. It returns the history.
@@ -175,7 +184,8 @@ func driveBatch(tb testing.TB, wf script, next nextAttempt) []event.Envelope {
 // BenchmarkBatch measures workload W4 in the core, per batch size n: "loop" is the whole
 // decision loop of driveBatch (n+2 decisions) as the engine runs it, with the workflow building
 // its batch on every decision; "loop-core" returns one prebuilt batch instead, so that only the
-// core's cost remains; "project" is a cold load of the finished history (core.Project),
+// core's cost remains, and "loop-iter" lists the attempts with core.InFlightAttempts instead
+// of core.Attempts; "project" is a cold load of the finished history (core.Project),
 // "replay" its verification (core.Replay). ns/member is the time per member: flat when the cost
 // is linear in the batch size.
 // Run: go test -run - -bench BenchmarkBatch ./internal/core
@@ -196,6 +206,13 @@ func BenchmarkBatch(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
 				driveBatch(b, batchWorkflow(n, false), allAttempts)
+			}
+			perMember(b)
+		})
+		b.Run(fmt.Sprintf("n=%d/loop-iter", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				driveBatch(b, batchWorkflow(n, false), firstAttempt)
 			}
 			perMember(b)
 		})
