@@ -237,3 +237,25 @@ func BenchmarkBatch(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkPendingBatch measures one decision on a pending batch of n members, half of them
+// completed: Validate of the re-issued batch. ns/member is the cost per member compared.
+func BenchmarkPendingBatch(b *testing.B) {
+	for _, n := range batchSizes {
+		hist := driveBatch(b, batchWorkflow(n, false), allAttempts)
+		s, err := core.Project("batch", hist[:2+n/2+1])
+		if err != nil {
+			b.Fatal(err)
+		}
+		d := core.ScheduleSteps{Steps: batchCalls(n)}
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if v, err := core.Validate(s, d); err != nil || !v.Waiting() {
+					b.Fatal(v, err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/member")
+		})
+	}
+}
