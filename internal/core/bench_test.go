@@ -144,7 +144,7 @@ func firstAttempt(s *core.Snapshot) (core.Attempt, bool) {
 // driveBatch replays the engine's decision loop for workflow wf from run.started to the run's
 // end: decide and commit, list the attempts in flight with next (the engine's launch), complete
 // the first (core.StepResult), decide again. It returns the history.
-func driveBatch(tb testing.TB, wf script, next nextAttempt) []event.Envelope {
+func driveBatch(tb testing.TB, wf core.Decider, next nextAttempt) []event.Envelope {
 	run := "batch"
 	t := epoch
 	s := core.New(run)
