@@ -181,11 +181,59 @@ func driveBatch(tb testing.TB, wf core.Decider, next nextAttempt) []event.Envelo
 	return hist
 }
 
+// driveBatchTogether is driveBatch for a driver that records the results of up to k attempts
+// that finished together (one core.StepResult each, applied in turn) before it decides once,
+// as the engine's record does.
+func driveBatchTogether(tb testing.TB, wf core.Decider, k int) []event.Envelope {
+	run := "batch"
+	t := epoch
+	s := core.New(run)
+	var hist []event.Envelope
+	commit := func(ps []event.Payload) {
+		for _, p := range ps {
+			e := event.Envelope{RunID: run, Seq: s.Seq + 1, Time: t, Payload: p}
+			if err := s.Apply(e); err != nil {
+				tb.Fatal(err)
+			}
+			hist = append(hist, e)
+		}
+	}
+	commit([]event.Payload{&event.RunStarted{Spec: event.Spec{Definition: "batch"}, Input: json.RawMessage(`{}`), Seed: "s"}})
+	done := make([]core.Attempt, 0, k)
+	for !s.Terminal() {
+		t = t.Add(time.Millisecond)
+		v, err := core.Decide(s, wf, core.DecideOptions{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if !v.Waiting() {
+			commit(v.Events)
+		}
+		done = done[:0]
+		for a := range core.InFlightAttempts(s) {
+			done = append(done, a)
+			if len(done) == k {
+				break
+			}
+		}
+		for _, a := range done {
+			events, err := core.StepResult(s, a.StepID, a.Attempt, core.StepOutcome{Output: a.Input}, t)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			commit(events)
+		}
+	}
+	return hist
+}
+
 // BenchmarkBatch measures workload W4 in the core, per batch size n: "loop" is the whole
 // decision loop of driveBatch (n+2 decisions) as the engine runs it, with the workflow building
 // its batch on every decision; "loop-core" returns one prebuilt batch instead, so that only the
 // core's cost remains, and "loop-iter" lists the attempts with core.InFlightAttempts instead
-// of core.Attempts; "project" is a cold load of the finished history (core.Project),
+// of core.Attempts, and "loop-together" records the results of 16 attempts (the engine's
+// default step concurrency) before each decision, as the engine's record does when they
+// finish together; "project" is a cold load of the finished history (core.Project),
 // "replay" its verification (core.Replay). ns/member is the time per member: flat when the cost
 // is linear in the batch size.
 // Run: go test -run - -bench BenchmarkBatch ./internal/core
@@ -213,6 +261,13 @@ func BenchmarkBatch(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
 				driveBatch(b, batchWorkflow(n, false), firstAttempt)
+			}
+			perMember(b)
+		})
+		b.Run(fmt.Sprintf("n=%d/loop-together", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				driveBatchTogether(b, batchWorkflow(n, true), 16)
 			}
 			perMember(b)
 		})
