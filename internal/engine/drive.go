@@ -104,6 +104,9 @@ type driver struct {
 	s     *core.Snapshot
 	// replayErr is the verification error of a cold load; the run stays blocked while set.
 	replayErr error
+	// waiting is the code's waiting verdict on the snapshot at seq, kept by record so that the
+	// drive loop does not ask the code again for the same snapshot.
+	waiting *waitingVerdict
 	// definition is the run's workflow and decideName the name of its decision spans: both set
 	// once loaded (traced), before any attempt starts.
 	definition, decideName string
@@ -148,7 +151,7 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 			return d.result("", nil), nil
 		}
 		began := time.Now()
-		verdict, err := d.decide()
+		verdict, err := d.verdict()
 		if err != nil {
 			blocked, err := d.block(ctx, began, err)
 			if errors.Is(err, store.ErrConflict) {
@@ -264,6 +267,17 @@ func (d *driver) more(ctx context.Context) (bool, error) {
 		return false, nil
 	}
 	return true, d.refresh(ctx, want)
+}
+
+// verdict returns the verdict of the code on the run's current snapshot: the one record
+// obtained while committing the results that led to it, if any, else a new decision.
+func (d *driver) verdict() (core.Verdict, error) {
+	if w := d.waiting; w != nil && w.seq == d.s.Seq {
+		d.waiting = nil
+		return w.v, nil
+	}
+	d.waiting = nil
+	return d.decide()
 }
 
 // decide asks the code for the run's next decision. A run whose cancellation was requested and
@@ -536,7 +550,7 @@ func (e *Engine) startChildren(ctx context.Context, s *core.Snapshot, events []e
 // snapshot's attempts is running here it waits for a step slot, so that a run with attempts in
 // flight never returns as suspended.
 func (d *driver) launch(ctx context.Context) error {
-	for _, a := range core.Attempts(d.s) {
+	for a := range core.InFlightAttempts(d.s) {
 		key := attemptKey{a.StepID, a.Attempt}
 		if _, ok := d.running[key]; ok {
 			continue

@@ -96,6 +96,7 @@ func (d *driver) recordOnce(ctx context.Context, results []attemptResult) error 
 	decision, traces := d.decideAhead(t)
 	err := e.append(ctx, d.runID, expected, t, append(events, decision...))
 	if err != nil {
+		d.waiting = nil
 		if rerr := d.reload(ctx, err); rerr != nil {
 			return rerr
 		}
@@ -130,7 +131,12 @@ func (d *driver) decideAhead(t time.Time) ([]event.Payload, []string) {
 		return nil, nil
 	}
 	v, err := d.decide()
-	if err != nil || v.Waiting() {
+	if err != nil {
+		return nil, nil
+	}
+	if v.Waiting() {
+		// Valid once the results are committed, at the snapshot's current sequence.
+		d.waiting = &waitingVerdict{seq: d.s.Seq, v: v}
 		return nil, nil
 	}
 	for _, p := range v.Events {
@@ -140,6 +146,12 @@ func (d *driver) decideAhead(t time.Time) ([]event.Payload, []string) {
 	}
 	core.Stamp(v.Events, t)
 	return v.Events, d.s.InputTraces()
+}
+
+// waitingVerdict is a waiting verdict of the code on the snapshot at seq.
+type waitingVerdict struct {
+	seq uint64
+	v   core.Verdict
 }
 
 // reload reads the run again from the store after an append of events already applied to the
