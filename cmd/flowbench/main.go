@@ -6,7 +6,7 @@
 //
 //	go run ./cmd/flowbench [-quick] [-sync default,always] [-embedded] [-workloads W1,W2]
 //	    [-out FILE.json] [-anchors FILE.json,...] [-chart FILE.png]
-//	    [-cpuprofile DIR] [-memprofile DIR] [-nats-server BIN] [-from FILE.json]
+//	    [-cpuprofile DIR] [-memprofile DIR] [-nats-server BIN] [-size W7=20000] [-from FILE.json]
 package main
 
 import (
@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -48,6 +49,7 @@ type config struct {
 	cpuProfile, memProfile    string
 	natsServer                string
 	serviceLog                string
+	sizes                     map[string]int
 }
 
 func main() {
@@ -73,8 +75,19 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.StringVar(&c.natsServer, "nats-server", "", "nats-server binary (default: build bin/nats-server at go.mod's version)")
 	fs.StringVar(&c.from, "from", "", "run nothing: report the results of this file (with -anchors merged)")
 	fs.StringVar(&c.serviceLog, "service-log", "error", "level of the Flow services' log on stderr: debug, info, warn, error or off")
+	var sizes listFlag
+	fs.Var(&sizes, "size", "override a repetition's size, NAME=N comma-separated: W7=20000 (runs, steps or milliseconds, as docs/performance.md says)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	c.sizes = map[string]int{}
+	for _, s := range sizes {
+		name, n, ok := strings.Cut(s, "=")
+		v, err := strconv.Atoi(n)
+		if !ok || err != nil {
+			return nil, fmt.Errorf("-size %q: want NAME=N", s)
+		}
+		c.sizes[name] = v
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected arguments %q", fs.Args())
@@ -119,7 +132,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		file = &bench.File{Started: started.UTC().Format(time.RFC3339), Quick: c.quick, Host: host()}
 		file.Results, runErr = bench.Run(ctx, bench.Options{
 			Quick: c.quick, Syncs: c.syncs, Embedded: c.embedded, NATSServer: c.natsServer,
-			Workloads: c.workloads, CPUProfileDir: c.cpuProfile, MemProfileDir: c.memProfile,
+			Workloads: c.workloads, Sizes: c.sizes, CPUProfileDir: c.cpuProfile, MemProfileDir: c.memProfile,
 			Logger: logger, ServiceLogger: svcLog,
 		})
 		logger.Info("flowbench done", slog.Duration("took", time.Since(started).Round(time.Second)))

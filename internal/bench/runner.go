@@ -32,6 +32,9 @@ type Options struct {
 	// Workloads selects workloads by name; empty runs all of them (W3-10k only when not
 	// Quick).
 	Workloads []string
+	// Sizes overrides the size of a repetition (runs, steps or milliseconds) by workload
+	// name; the warm-up stays at most as large.
+	Sizes map[string]int
 	// CPUProfileDir and MemProfileDir, when set, receive a CPU profile of the timed
 	// repetitions and a heap profile after them, per sync setting and workload, of this
 	// process (Flow's services and the client; with Embedded, NATS too).
@@ -56,6 +59,11 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	sel, err := selectWorkloads(opts.Workloads, opts.Quick)
 	if err != nil {
 		return nil, err
+	}
+	for name, n := range opts.Sizes {
+		if !slices.Contains(WorkloadNames(), name) || n <= 0 {
+			return nil, fmt.Errorf("size %s=%d: name a workload and a positive size", name, n)
+		}
 	}
 	var results []Result
 	var failed []string
@@ -131,9 +139,12 @@ func runSync(ctx context.Context, opts Options, sync string, sel []*workload) (_
 // runWorkload runs w's warm-up and repetitions on st.
 func runWorkload(ctx context.Context, opts Options, st *stack, w *workload, variant string, procs []*watched) Result {
 	res := Result{System: "flow", Variant: variant, Workload: w.name}
-	size := w.size(opts.Quick)
+	size, warm := w.size(opts.Quick), w.warmSize(opts.Quick)
+	if n, ok := opts.Sizes[w.name]; ok {
+		size, warm = n, min(warm, n)
+	}
 	if !w.once {
-		if _, _, err := w.runRep(ctx, st, w.warmSize(opts.Quick), opts.Quick, procs); err != nil {
+		if _, _, err := w.runRep(ctx, st, warm, opts.Quick, procs); err != nil {
 			res.Error = "warm-up: " + err.Error()
 			return res
 		}
