@@ -149,6 +149,7 @@ func w1Plot(results []Result) (*plot.Plot, error) {
 	p.Legend.Add("p99", b99)
 	p.Legend.Top = true
 	p.Y.Max = 1.15 * slices.Max(p99)
+	p.X.Min, p.X.Max = -0.5, float64(len(cols))-0.5
 	p.NominalX(labels...)
 	return p, nil
 }
@@ -174,6 +175,7 @@ func w2Plot(results []Result) (*plot.Plot, error) {
 		}
 		labels[i] = chartLabel(c)
 	}
+	p.X.Min, p.X.Max = -0.5, float64(len(cols))-0.5
 	p.NominalX(labels...)
 	return p, nil
 }

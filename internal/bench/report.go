@@ -93,25 +93,33 @@ func rows(results []Result) []row {
 				peak += " (since start)"
 			}
 			cell(res.Workload, p+" peak_rss_mib", c, peak)
+			if st.PeakPSSMiB > 0 {
+				cell(res.Workload, p+" peak_pss_mib", c, formatValue(st.PeakPSSMiB))
+			}
 			cell(res.Workload, p+" cpu_s", c, formatValue(st.CPUSeconds))
 		}
 	}
-	metricRank := func(m string) int {
+	// Metrics in metricOrder, then each process's rows: nats, flow, then the others by name;
+	// peak memory before CPU.
+	metricKey := func(m string) (group int, process string, within int) {
 		if m == "error" {
-			return -1
+			return -1, "", 0
 		}
 		if p, res, ok := strings.Cut(m, " "); ok {
-			// Process rows after the metrics, grouped by process.
-			return len(metricOrder) + 1 + 2*rank([]string{"nats", "flow"}, p) + rank([]string{"peak_rss_mib", "cpu_s"}, res)
+			return 1 + rank([]string{"nats", "flow"}, p), p, rank([]string{"peak_rss_mib", "peak_pss_mib", "cpu_s"}, res)
 		}
-		return rank(metricOrder, m)
+		return 0, "", rank(metricOrder, m)
+	}
+	compareMetrics := func(a, b string) int {
+		ga, pa, wa := metricKey(a)
+		gb, pb, wb := metricKey(b)
+		return cmp.Or(cmp.Compare(ga, gb), cmp.Compare(pa, pb), cmp.Compare(wa, wb), cmp.Compare(a, b))
 	}
 	slices.SortFunc(keys, func(a, b key) int {
 		return cmp.Or(
 			cmp.Compare(rank(workloadOrder, a.workload), rank(workloadOrder, b.workload)),
 			cmp.Compare(a.workload, b.workload),
-			cmp.Compare(metricRank(a.metric), metricRank(b.metric)),
-			cmp.Compare(a.metric, b.metric))
+			compareMetrics(a.metric, b.metric))
 	})
 	out := make([]row, len(keys))
 	for i, k := range keys {

@@ -9,7 +9,8 @@ import (
 
 func TestWriteTable(t *testing.T) {
 	results := []Result{
-		{System: "dbos-sqlite", Variant: "", Workload: "W1", Metrics: map[string]float64{"p99_ms": 14.5, "p50_ms": 4.8}},
+		{System: "dbos-sqlite", Variant: "", Workload: "W1", Metrics: map[string]float64{"p99_ms": 14.5, "p50_ms": 4.8},
+			Processes: map[string]Process{"postgres": {PeakRSSMiB: 210, PeakPSSMiB: 63.8, CPUSeconds: 2.7}, "dbos": {PeakRSSMiB: 20, CPUSeconds: 3.3}}},
 		{System: "flow", Variant: "sync=default", Workload: "W2", Metrics: map[string]float64{"wf_per_s": 366.4},
 			Processes: map[string]Process{"flow": {PeakRSSMiB: 125, CPUSeconds: 5.25}, "nats": {PeakRSSMiB: 221, CPUSeconds: 3.2, PeakSinceStart: true}}},
 		{System: "flow", Variant: "sync=default", Workload: "W1", Metrics: map[string]float64{"p50_ms": 9.04, "p99_ms": 15.6}},
@@ -22,6 +23,11 @@ func TestWriteTable(t *testing.T) {
 | W1       | error             |                 - | failed: repetition 1: timed out |           - |
 | W1       | p50_ms            |              9.04 |                - |        4.80 |
 | W1       | p99_ms            |              15.6 |                - |        14.5 |
+| W1       | dbos peak_rss_mib |                 - |                - |        20.0 |
+| W1       | dbos cpu_s        |                 - |                - |        3.30 |
+| W1       | postgres peak_rss_mib |             - |                - |         210 |
+| W1       | postgres peak_pss_mib |             - |                - |        63.8 |
+| W1       | postgres cpu_s    |                 - |                - |        2.70 |
 | W2       | wf_per_s          |               366 |                - |           - |
 | W2       | nats peak_rss_mib |   221 (since start) |                - |           - |
 | W2       | nats cpu_s        |              3.20 |                - |           - |

@@ -48,6 +48,9 @@ type Process struct {
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	// CPUSeconds is user plus system CPU, the median over the repetitions.
 	CPUSeconds float64 `json:"cpu_s"`
+	// PeakPSSMiB is the peak proportional set size, where a harness measures it (the
+	// anchors harness does, for processes sharing memory); flowbench does not.
+	PeakPSSMiB float64 `json:"peak_pss_mib,omitempty"`
 	// PeakSinceStart says the peak could not be reset before the workload: it is the peak
 	// since the process started.
 	PeakSinceStart bool `json:"peak_since_start,omitempty"`

@@ -53,7 +53,7 @@ func TestFileRoundTrip(t *testing.T) {
 		Results: []Result{{System: "flow", Variant: "sync=default", Workload: "W1",
 			Metrics:   map[string]float64{"p50_ms": 2.1, "p99_ms": 4},
 			Reps:      []map[string]float64{{"p50_ms": 2, "p99_ms": 3.9}},
-			Processes: map[string]Process{"nats": {PeakRSSMiB: 120.5, CPUSeconds: 3.2}, "flow": {PeakRSSMiB: 60, CPUSeconds: 5.1}}}}}
+			Processes: map[string]Process{"nats": {PeakRSSMiB: 120.5, CPUSeconds: 3.2}, "flow": {PeakRSSMiB: 60, CPUSeconds: 5.1}, "postgres": {PeakRSSMiB: 210, PeakPSSMiB: 63.8, CPUSeconds: 2.7}}}}}
 	path := filepath.Join(t.TempDir(), "sub", "r.json")
 	require.NoError(t, WriteFile(path, f))
 	got, err := ReadFile(path)
