@@ -200,6 +200,9 @@ func (e *benchEnv) written(b *testing.B) uint64 {
 	streams := e.js.ListStreams(context.Background())
 	for info := range streams.Info() {
 		n += info.State.LastSeq
+		if os.Getenv("FLOW_BENCH_STREAMS") != "" {
+			b.Logf("%s: last seq %d", info.Config.Name, info.State.LastSeq)
+		}
 	}
 	if err := streams.Err(); err != nil {
 		b.Fatal(err)
