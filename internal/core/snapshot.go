@@ -276,18 +276,22 @@ type Snapshot struct {
 var zeroTime time.Time
 
 // New returns the empty snapshot of run runID, before run.started.
-func New(runID string) *Snapshot {
+func New(runID string) *Snapshot { return newSized(runID, 0) }
+
+// newSized returns the empty snapshot of a run expected to schedule about steps steps, with
+// room for them: a projection of a long history does not grow its maps step by step.
+func newSized(runID string, steps int) *Snapshot {
 	return &Snapshot{
 		RunID:        runID,
-		Steps:        map[string]*Step{},
+		Steps:        make(map[string]*Step, steps),
 		Waits:        map[string]*Wait{},
 		SignalWaits:  map[string]*SignalWait{},
 		Signals:      []*Signal{},
 		Hooks:        map[string]*Hook{},
 		Children:     map[string]*Child{},
-		ids:          map[string]string{},
-		batches:      map[uint64][]string{},
-		stepBatches:  map[uint64][]*Step{},
+		ids:          make(map[string]string, steps),
+		batches:      make(map[uint64][]string, steps),
+		stepBatches:  make(map[uint64][]*Step, steps),
 		childBatches: map[uint64][]*Child{},
 		awaiting:     map[string][]string{},
 		buffered:     map[string][]int{},
@@ -299,7 +303,7 @@ func New(runID string) *Snapshot {
 // Project folds a complete history, starting at sequence 1, into a snapshot. It returns a
 // *HistoryError for the first event that breaks an invariant.
 func Project(runID string, history []event.Envelope) (*Snapshot, error) {
-	s := New(runID)
+	s := newSized(runID, len(history)/2) // a step is scheduled and settled: two events
 	if err := s.ApplyAll(history); err != nil {
 		return nil, err
 	}
