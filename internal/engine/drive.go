@@ -65,6 +65,16 @@ func (e *UnknownDefinitionError) Error() string {
 // unknown definition, damaged history): nothing is lost, and driving the run again later
 // continues from its history.
 func (e *Engine) Drive(ctx context.Context, runID string, minSeq uint64) (Result, error) {
+	return e.drive(ctx, runID, minSeq, nil)
+}
+
+// DriveTask is Drive for the run and sequence task t names, starting from the history the task
+// carries (Task.Head) when the run is not cached.
+func (e *Engine) DriveTask(ctx context.Context, t Task) (Result, error) {
+	return e.drive(ctx, t.RunID, t.Seq, t.Head)
+}
+
+func (e *Engine) drive(ctx context.Context, runID string, minSeq uint64, head *Head) (Result, error) {
 	if e.rt == nil {
 		return Result{RunID: runID}, errors.New("engine: Drive needs Config.Runtime")
 	}
@@ -72,6 +82,7 @@ func (e *Engine) Drive(ctx context.Context, runID string, minSeq uint64) (Result
 	d := &driver{e: e, runID: runID, rl: rl, running: map[attemptKey]context.CancelFunc{},
 		results: make(chan attemptResult), done: make(chan struct{}), heard: make(chan struct{}, 1)}
 	d.stepCtx, d.cancelSteps = context.WithCancel(ctx)
+	d.head = head
 	res, err := d.run(ctx, minSeq)
 	close(d.done)
 	d.cancelSteps()
@@ -104,6 +115,8 @@ type driver struct {
 	s     *core.Snapshot
 	// replayErr is the verification error of a cold load; the run stays blocked while set.
 	replayErr error
+	// head is the history the task carried, read instead of the store on a cold load.
+	head *Head
 	// waiting is the code's waiting verdict on the snapshot at seq, kept by record so that the
 	// drive loop does not ask the code again for the same snapshot.
 	waiting *waitingVerdict
@@ -311,9 +324,12 @@ func (d *driver) load(ctx context.Context, minSeq uint64) error {
 		return d.refresh(ctx, minSeq)
 	}
 	metrics.CacheMiss(ctx)
-	hist, err := e.store.LoadAtLeast(ctx, d.runID, 0, minSeq)
-	if err != nil {
-		return fmt.Errorf("loading run %q: %w", d.runID, err)
+	hist := d.fromHead(minSeq)
+	if hist == nil {
+		var err error
+		if hist, err = e.store.LoadAtLeast(ctx, d.runID, 0, minSeq); err != nil {
+			return fmt.Errorf("loading run %q: %w", d.runID, err)
+		}
 	}
 	if len(hist) == 0 {
 		return fmt.Errorf("%w: run %q", core.ErrNotFound, d.runID)
@@ -354,6 +370,26 @@ func (d *driver) load(ctx context.Context, minSeq uint64) error {
 	}
 	e.cache.put(d.runID, d.s, true)
 	return nil
+}
+
+// fromHead returns the history the task carried, when it is the run's, from its first event up
+// to at least minSeq, and tells the store where its last commit sits; else nil.
+func (d *driver) fromHead(minSeq uint64) []event.Envelope {
+	ps, ok := d.e.store.(store.Positioner)
+	if d.head == nil || !ok {
+		return nil
+	}
+	hist, err := event.DecodeEnvelopes(d.head.Events)
+	if err != nil || len(hist) == 0 || hist[len(hist)-1].Seq < minSeq {
+		return nil
+	}
+	for i, e := range hist {
+		if e.RunID != d.runID || e.Seq != uint64(i)+1 {
+			return nil
+		}
+	}
+	ps.ObservePosition(d.runID, hist[len(hist)-1].Seq, d.head.Position)
+	return hist
 }
 
 // refresh applies the events committed after the snapshot, reading up to at least atLeast.

@@ -14,6 +14,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"crypto/rand"
 	"errors"
 	"fmt"
@@ -73,7 +74,23 @@ type Task struct {
 	// task's CloudEvents traceparent extension, not in its body. "" lets the host use the span
 	// of the context it publishes with.
 	TraceParent string `json:"-"`
+	// Head, when set, is the run's whole history up to Seq as its writer committed it: a new
+	// run's run.started. A worker without the run cached starts from it instead of reading.
+	Head *Head `json:"head,omitempty"`
 }
+
+// Head is a run's history from its first event, carried by a task, with the store position of
+// its last commit (store.Positioner).
+type Head struct {
+	// Events are the envelopes, encoded as in a commit (event.MarshalEnvelopes).
+	Events json.RawMessage `json:"events"`
+	// Position is where the commit of the last event sits in the store.
+	Position uint64 `json:"position"`
+}
+
+// maxHeadInput bounds the input of a run whose task carries its run.started: larger ones are
+// read from the store, so that tasks stay small.
+const maxHeadInput = 8 << 10
 
 // Key identifies the task for deduplication: "<run>:<seq>", or "<run>:<seq>:<nonce>".
 func (t Task) Key() string {
@@ -223,7 +240,8 @@ func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, create
 	if err := e.faults.Hit(fault.StoreAppend); err != nil {
 		return "", false, fmt.Errorf("appending run.started: %w", err)
 	}
-	_, err = e.store.Append(ctx, p.RunID, 0, event.Event{Time: e.clock.Now().UTC(), Payload: started})
+	at := e.clock.Now().UTC()
+	_, err = e.store.Append(ctx, p.RunID, 0, event.Event{Time: at, Payload: started})
 	countAppend(ctx, err)
 	if errors.Is(err, store.ErrConflict) {
 		if err := e.sameStart(ctx, p.RunID, started); err != nil {
@@ -235,8 +253,27 @@ func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, create
 		return "", false, fmt.Errorf("appending run.started: %w", err)
 	}
 	e.logger.DebugContext(ctx, "run started", slog.String("run_id", p.RunID), slog.String("definition", p.Spec.Definition))
-	e.resume(ctx, Task{RunID: p.RunID, Queue: p.Queue, Build: p.Spec.BuildID, Seq: 1, TraceParent: started.TraceParent})
+	e.resume(ctx, Task{RunID: p.RunID, Queue: p.Queue, Build: p.Spec.BuildID, Seq: 1, TraceParent: started.TraceParent,
+		Head: e.head(p.RunID, event.Envelope{RunID: p.RunID, Seq: 1, Time: at, Payload: started})})
 	return p.RunID, true, nil
+}
+
+// head returns the Head of a task for new run runID, whose first commit is the single event
+// first, or nil when the store cannot tell where that commit sits or the input is large.
+func (e *Engine) head(runID string, first event.Envelope) *Head {
+	ps, ok := e.store.(store.Positioner)
+	if !ok || len(first.Payload.(*event.RunStarted).Input) > maxHeadInput {
+		return nil
+	}
+	seq, pos, ok := ps.Position(runID)
+	if !ok || seq != 1 {
+		return nil
+	}
+	events, err := event.MarshalEnvelopes([]event.Envelope{first})
+	if err != nil {
+		return nil
+	}
+	return &Head{Events: events, Position: pos}
 }
 
 // resume publishes a resume task as a fast path: the history service derives the same task from
