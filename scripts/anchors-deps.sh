@@ -7,6 +7,10 @@
 #   scripts/anchors-deps.sh status   exit 0 when the cluster is running
 #   scripts/anchors-deps.sh stop     stop the cluster (its data directory is kept)
 #   scripts/anchors-deps.sh destroy  stop the cluster and remove its data directory
+#   scripts/anchors-deps.sh bench [FLAGS]
+#                                    start, then run the harness against this cluster:
+#                                    (cd bench/anchors && go run ./dbos -pg DSN FLAGS), e.g.
+#                                    bench -backend both -out ../../bench-results/anchors.json
 #
 # Every command is idempotent. The cluster is made by initdb with its upstream defaults
 # (shared_buffers 128MB, fsync on, synchronous_commit on, wal_level replica, max_connections 100),
@@ -128,8 +132,14 @@ destroy)
 	stop
 	rm -rf "$PGDATA"
 	;;
+bench)
+	shift
+	pgdsn="$(start)"
+	cd "$(dirname "$0")/../bench/anchors"
+	exec go run ./dbos -pg "$pgdsn" "$@"
+	;;
 *)
-	echo "usage: $0 start|stop|status|dsn|destroy" >&2
+	echo "usage: $0 start|stop|status|dsn|destroy|bench [harness flags]" >&2
 	exit 2
 	;;
 esac

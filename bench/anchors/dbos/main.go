@@ -10,6 +10,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -72,6 +73,7 @@ func main() {
 	sqliteDir := flag.String("sqlite-dir", "", "directory of the SQLite database files (default: a temporary directory, removed at exit)")
 	reps := flag.Int("reps", 3, "timed repetitions per workload (after one warm-up)")
 	w7 := flag.Int("w7-runs", 0, "override the number of suspended runs of W7")
+	child := flag.Bool("child", false, "internal: run one workload on one backend in this process and write its result to -out")
 	flag.Parse()
 	slog.SetDefault(slog.New(slog.NewTextHandler(os.Stderr, nil)))
 
@@ -86,6 +88,12 @@ func main() {
 	if err != nil {
 		fatal(err)
 	}
+	kinds := strings.Split(strings.ReplaceAll(*backendFlag, "both", "postgres,sqlite"), ",")
+	for _, k := range kinds {
+		if k != "postgres" && k != "sqlite" {
+			fatal(fmt.Errorf("unknown backend %q", k))
+		}
+	}
 	if *sqliteDir == "" {
 		dir, err := os.MkdirTemp("", "flow-anchors-sqlite-")
 		if err != nil {
@@ -94,35 +102,75 @@ func main() {
 		defer os.RemoveAll(dir)
 		*sqliteDir = dir
 	}
-	var backends []*backend
-	for _, k := range strings.Split(strings.ReplaceAll(*backendFlag, "both", "postgres,sqlite"), ",") {
-		if k != "postgres" && k != "sqlite" {
-			fatal(fmt.Errorf("unknown backend %q", k))
+
+	if *child {
+		if len(kinds) != 1 || len(selected) != 1 {
+			fatal(fmt.Errorf("-child runs one backend and one workload"))
 		}
-		backends = append(backends, newBackend(k, *pg, *sqliteDir))
+		be := newBackend(kinds[0], *pg, *sqliteDir)
+		r, err := runWorkload(be, selected[0], s, *reps)
+		be.closeQuery()
+		if err != nil {
+			fatal(fmt.Errorf("%s %s: %w", be.system, selected[0].name, err))
+		}
+		if err := writeJSON(*out, r); err != nil {
+			fatal(err)
+		}
+		return
 	}
 
+	// Every (backend, workload) runs in a process of its own, so that one workload's memory
+	// (Go keeps what it once allocated) is not in the next one's peak RSS or idle heap.
 	rep := &report{
 		Started: time.Now().UTC().Format(time.RFC3339),
 		Quick:   *quick,
 		Host:    hostInfo{CPUs: runtime.NumCPU(), Go: runtime.Version(), Commit: gitCommit()},
 	}
+	common := []string{"-pg", *pg, "-sqlite-dir", *sqliteDir, "-reps", fmt.Sprint(*reps), "-w7-runs", fmt.Sprint(s.w7)}
+	if *quick {
+		common = append(common, "-quick")
+	}
 	begun := time.Now()
-	for _, be := range backends {
+	for _, k := range kinds {
 		for _, w := range selected {
-			r, err := runWorkload(be, w, s, *reps)
+			r, err := runChild(append([]string{"-backend", k, "-workloads", w.name}, common...))
 			if err != nil {
-				fatal(fmt.Errorf("%s %s: %w", be.system, w.name, err))
+				fatal(fmt.Errorf("dbos-%s %s: %w", k, w.name, err))
 			}
 			rep.Results = append(rep.Results, r)
 			if err := rep.write(*out); err != nil {
 				fatal(err)
 			}
 		}
-		be.closeQuery()
 	}
 	fmt.Printf("DBOS Transact Go %s, %s, %d CPUs, quick=%v, %s\n", dbosVersion, runtime.Version(), runtime.NumCPU(), *quick, time.Since(begun).Round(time.Second))
 	fmt.Print(table(rep.Results))
+}
+
+// runChild runs this program with -child and args, and returns the result it wrote.
+func runChild(args []string) (result, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return result{}, err
+	}
+	f, err := os.CreateTemp("", "flow-anchors-result-")
+	if err != nil {
+		return result{}, err
+	}
+	f.Close()
+	defer os.Remove(f.Name())
+	cmd := exec.Command(self, append([]string{"-child", "-out", f.Name()}, args...)...)
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Run(); err != nil {
+		return result{}, err
+	}
+	data, err := os.ReadFile(f.Name())
+	if err != nil {
+		return result{}, err
+	}
+	var r result
+	err = json.Unmarshal(data, &r)
+	return r, err
 }
 
 // runWorkload runs w on be: a fresh system database and DBOS context, one warm-up unless

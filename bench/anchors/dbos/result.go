@@ -47,13 +47,18 @@ type report struct {
 	Results []result `json:"results"`
 }
 
-// write stores the report at path atomically (temporary file, then rename), so a reader never
-// sees half a file and a run that stops midway leaves the workloads it finished.
+// write stores the report at path; a run that stops midway leaves the workloads it finished.
 func (r *report) write(path string) error {
 	if path == "" {
 		return nil
 	}
-	data, err := json.MarshalIndent(r, "", "  ")
+	return writeJSON(path, r)
+}
+
+// writeJSON stores v at path atomically (temporary file, then rename), so a reader never sees
+// half a file.
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return err
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"sync/atomic"
 	"time"
 
 	"github.com/dbos-inc/dbos-transact-golang/dbos"
@@ -13,14 +14,23 @@ import (
 // signalTopic is the Send/Recv topic W5 and W7 signal on.
 const signalTopic = "signal"
 
+// stepMarks, while W6 runs its one chain, receives the time at which each step of that chain
+// started executing (index = step number). DBOS records step times in whole milliseconds, too
+// coarse for 100 steps of a tenth of a millisecond each; the harness stamps them itself.
+var stepMarks atomic.Pointer[[]time.Time]
+
 // chain runs n sequential steps, each returning its input + 1, and completes with the last
 // output (W1, W2: n = 10; W6: n = 10,000). Each step is one dbos.RunAsStep, that is one
 // checkpoint row written before the next step starts.
 func chain(ctx dbos.Context, n int) (int, error) {
+	marks := stepMarks.Load()
 	v := 0
 	for range n {
 		in := v
 		out, err := dbos.RunAsStep(ctx, func(context.Context) (int, error) {
+			if marks != nil && in < len(*marks) {
+				(*marks)[in] = time.Now()
+			}
 			return in + 1, nil
 		}, dbos.WithStepName("inc"))
 		if err != nil {
