@@ -232,6 +232,9 @@ func runWorkload(be *backend, w workload, s sizes, reps int) (result, error) {
 		for k, v := range m {
 			m[k] = round(v)
 		}
+		for _, g := range groups {
+			g.lap()
+		}
 		slog.Info("repetition done", "system", be.system, "workload", w.name, "rep", i, "took", time.Since(t0).Round(time.Millisecond), "metrics", m)
 		r.Reps = append(r.Reps, m)
 	}

@@ -14,10 +14,10 @@ import (
 // userHZ is the unit of utime and stime in /proc/<pid>/stat; Linux fixes it at 100 for userspace.
 const userHZ = 100
 
-// procGroup measures a set of processes over an interval: the peak resident memory (VmHWM,
-// reset at begin through clear_refs) summed over the processes, and the CPU seconds they used
-// between begin and end. A process that starts after begin counts from zero; one that exits
-// before end is lost (its CPU and memory are not in the sums).
+// procGroup measures a set of processes over a workload's repetitions: the peak resident memory
+// (VmHWM, reset at begin through clear_refs) summed over the processes, and the CPU seconds they
+// used in each repetition (lap), summed over the processes, whose median end reports. A process
+// that starts after begin counts from zero; one that exits is lost from both sums.
 //
 // The sum of VmHWM counts memory the processes share (PostgreSQL's shared buffers, its binary
 // and libraries) once per process. A group of several processes is therefore also sampled
@@ -25,11 +25,12 @@ const userHZ = 100
 // shared page counts 1/n in each of its n processes), whose peak is the memory the group holds
 // together, to within what the sampling misses.
 type procGroup struct {
-	pids     func() []int
-	sampled  bool
-	startCPU map[int]float64
-	stop     chan struct{}
-	peakPss  chan float64
+	pids    func() []int
+	sampled bool
+	lastCPU map[int]float64
+	laps    []float64
+	stop    chan struct{}
+	peakPss chan float64
 }
 
 const pssInterval = 250 * time.Millisecond
@@ -41,17 +42,36 @@ func newProcGroup(pids func() []int, sampled bool) *procGroup {
 // begin resets the processes' peak RSS to their current RSS, records their CPU time and starts
 // the Pss sampling of a sampled group.
 func (g *procGroup) begin() {
-	g.startCPU = map[int]float64{}
 	for _, pid := range g.pids() {
 		resetPeak(pid)
-		if c, err := cpuSeconds(pid); err == nil {
-			g.startCPU[pid] = c
-		}
 	}
+	g.lastCPU, g.laps = g.cpu(), nil
 	if g.sampled {
 		g.stop, g.peakPss = make(chan struct{}), make(chan float64, 1)
 		go g.samplePss()
 	}
+}
+
+// lap ends a repetition: it records the CPU seconds the processes used since begin or the
+// previous lap.
+func (g *procGroup) lap() {
+	now := g.cpu()
+	used := 0.0
+	for pid, c := range now {
+		used += c - g.lastCPU[pid]
+	}
+	g.laps = append(g.laps, used)
+	g.lastCPU = now
+}
+
+func (g *procGroup) cpu() map[int]float64 {
+	out := map[int]float64{}
+	for _, pid := range g.pids() {
+		if c, err := cpuSeconds(pid); err == nil {
+			out[pid] = c
+		}
+	}
+	return out
 }
 
 func (g *procGroup) samplePss() {
@@ -75,7 +95,8 @@ func (g *procGroup) samplePss() {
 	}
 }
 
-// end returns the group's peak RSS and CPU seconds since begin (and its sampled peak Pss).
+// end returns the group's peak RSS since begin, the median CPU seconds of its laps, and the
+// sampled peak Pss of a sampled group.
 func (g *procGroup) end() procStats {
 	var st procStats
 	if g.sampled {
@@ -86,12 +107,11 @@ func (g *procGroup) end() procStats {
 		if kb, err := statusKiB(pid, "VmHWM"); err == nil {
 			st.PeakRSSMiB += float64(kb) / 1024
 		}
-		if c, err := cpuSeconds(pid); err == nil {
-			st.CPUs += c - g.startCPU[pid]
-		}
 	}
 	st.PeakRSSMiB = round(st.PeakRSSMiB)
-	st.CPUs = round(st.CPUs)
+	if len(g.laps) > 0 {
+		st.CPUs = round(median(g.laps))
+	}
 	return st
 }
 

@@ -15,8 +15,9 @@ import (
 // metrics maps a metric name of the shared plan (p50_ms, wf_per_s, ...) to its value.
 type metrics map[string]float64
 
-// procStats is one process's (or a group of processes') peak resident memory and CPU time over
-// a workload's repetitions; PeakPssMiB only for a group (see procGroup).
+// procStats is one process's (or a group of processes') peak resident memory over a workload's
+// repetitions and the median of its CPU seconds per repetition; PeakPssMiB only for a group
+// (see procGroup).
 type procStats struct {
 	PeakRSSMiB float64 `json:"peak_rss_mib"`
 	CPUs       float64 `json:"cpu_s"`
