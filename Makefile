@@ -49,6 +49,11 @@ bench: ## Run flowbench: W1..W8 and the JetStream ceiling vs a nats-server proce
 BENCH_ARGS = $(strip $(if $(QUICK),-quick -sync $(or $(SYNC),default),$(if $(SYNC),-sync $(SYNC))) \
 	$(if $(WORKLOADS),-workloads $(WORKLOADS)) $(if $(ANCHORS),-anchors $(ANCHORS)) $(if $(CHART),-chart $(CHART)) $(FLAGS))
 
+.PHONY: bench/anchors
+bench/anchors: ## Run the anchors, DBOS Go on PostgreSQL and SQLite, into bench-results/anchors.json (installs and starts PostgreSQL; then make bench ANCHORS=bench-results/anchors.json)
+	mkdir -p bench-results
+	scripts/anchors-deps.sh bench -backend both $(if $(QUICK),-quick) $(if $(WORKLOADS),-workloads $(WORKLOADS)) -out ../../bench-results/anchors.json
+
 .PHONY: bench/micro
 bench/micro: ## Run the go test micro benchmarks (core, and the in-process end-to-end ones of services/worker)
 	$(GO) test -run='^$$' -bench=. -benchmem -count=5 ./internal/core
