@@ -50,6 +50,7 @@ type config struct {
 	natsServer                string
 	serviceLog                string
 	sizes                     map[string]int
+	replicas                  int
 }
 
 func main() {
@@ -66,6 +67,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&c.quick, "quick", false, "small sizes (under a minute with -sync default)")
 	fs.Var(&c.syncs, "sync", "JetStream fsync settings to run under, comma-separated: default, always (default both)")
 	fs.BoolVar(&c.embedded, "embedded", false, "run NATS inside this process instead of as a nats-server process")
+	fs.IntVar(&c.replicas, "replicas", 1, "above 1: run a cluster of that many nats-server processes, Flow's streams replicated on all")
 	fs.Var(&c.workloads, "workloads", "workloads to run, comma-separated (default all): "+strings.Join(bench.WorkloadNames(), ","))
 	fs.StringVar(&c.out, "out", "", "result file (default bench-results/<start time>.json)")
 	fs.Var(&c.anchors, "anchors", "result files of other systems to merge, comma-separated or repeated")
@@ -94,6 +96,9 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	}
 	if len(c.syncs) == 0 {
 		c.syncs = listFlag{"default", "always"}
+	}
+	if c.replicas < 1 || c.replicas > 5 || c.replicas > 1 && c.embedded {
+		return nil, fmt.Errorf("-replicas %d: want 1 to 5, and 1 with -embedded", c.replicas)
 	}
 	return c, nil
 }
@@ -131,7 +136,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		file = &bench.File{Started: started.UTC().Format(time.RFC3339), Quick: c.quick, Host: host()}
 		file.Results, runErr = bench.Run(ctx, bench.Options{
-			Quick: c.quick, Syncs: c.syncs, Embedded: c.embedded, NATSServer: c.natsServer,
+			Quick: c.quick, Syncs: c.syncs, Embedded: c.embedded, Replicas: c.replicas, NATSServer: c.natsServer,
 			Workloads: c.workloads, Sizes: c.sizes, CPUProfileDir: c.cpuProfile, MemProfileDir: c.memProfile,
 			Logger: logger, ServiceLogger: svcLog,
 		})

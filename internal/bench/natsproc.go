@@ -27,8 +27,8 @@ import (
 type natsServer interface {
 	// Connect opens a new connection named name.
 	Connect(name string) (*nats.Conn, error)
-	// PID is the server's process, 0 when it runs in this process.
-	PID() int
+	// PIDs are the server's processes, none when it runs in this process.
+	PIDs() []int
 	// Stop stops the server and removes its store.
 	Stop() error
 }
@@ -97,20 +97,33 @@ type natsProcess struct {
 // startNATSProcess starts bin with a generated configuration and waits until JetStream answers
 // (at most 20 s). The child is killed if this process dies.
 func startNATSProcess(ctx context.Context, bin, sync string) (*natsProcess, error) {
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	p, err := spawnNATS(bin, port, func(dir string) (string, error) { return natsConfig(port, dir+"/store", sync) })
+	if err != nil {
+		return nil, err
+	}
+	if err := p.awaitReady(ctx, 20*time.Second); err != nil {
+		return nil, errors.Join(err, p.Stop())
+	}
+	return p, nil
+}
+
+// spawnNATS starts bin, listening for clients on port, with the configuration conf writes for a
+// new temporary directory, without waiting for it to be ready.
+func spawnNATS(bin string, port int, conf func(dir string) (string, error)) (*natsProcess, error) {
 	dir, err := os.MkdirTemp("", "flowbench-nats-")
 	if err != nil {
 		return nil, err
 	}
 	p := &natsProcess{dir: dir, out: &tailBuffer{max: 8 << 10}, exited: make(chan struct{})}
-	port, err := freePort()
+	text, err := conf(dir)
 	if err != nil {
 		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
-	conf, err := natsConfig(port, dir+"/store", sync)
-	if err != nil {
-		return nil, errors.Join(err, os.RemoveAll(dir))
-	}
-	if err := os.WriteFile(dir+"/nats.conf", []byte(conf), 0o644); err != nil {
+	if err := os.WriteFile(dir+"/nats.conf", []byte(text), 0o644); err != nil {
 		return nil, errors.Join(err, os.RemoveAll(dir))
 	}
 	p.url = fmt.Sprintf("nats://127.0.0.1:%d", port)
@@ -124,9 +137,6 @@ func startNATSProcess(ctx context.Context, bin, sync string) (*natsProcess, erro
 		p.err = p.cmd.Wait()
 		close(p.exited)
 	}()
-	if err := p.awaitReady(ctx, 20*time.Second); err != nil {
-		return nil, errors.Join(err, p.Stop())
-	}
 	return p, nil
 }
 
@@ -170,7 +180,7 @@ func (p *natsProcess) Connect(name string) (*nats.Conn, error) {
 	return nats.Connect(p.url, nats.Name(name), natsconn.SyncQueue)
 }
 
-func (p *natsProcess) PID() int { return p.cmd.Process.Pid }
+func (p *natsProcess) PIDs() []int { return []int{p.cmd.Process.Pid} }
 
 // Stop asks the server to stop (SIGTERM), kills it after 15 s, and removes its store.
 func (p *natsProcess) Stop() error {
@@ -237,7 +247,7 @@ func (e *embeddedNATS) Connect(name string) (*nats.Conn, error) {
 	return e.srv.Connect(nats.Name(name))
 }
 
-func (e *embeddedNATS) PID() int { return 0 }
+func (e *embeddedNATS) PIDs() []int { return nil }
 
 func (e *embeddedNATS) Stop() error {
 	return errors.Join(e.srv.ShutdownWithin(15*time.Second), os.RemoveAll(e.dir))

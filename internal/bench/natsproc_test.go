@@ -62,3 +62,24 @@ func TestTailBuffer(t *testing.T) {
 	_, _ = b.Write([]byte("defg"))
 	require.Equal(t, "cdefg", b.String())
 }
+
+// A cluster member's configuration names it, and routes it to every other member.
+func TestNATSClusterConfig(t *testing.T) {
+	dir := t.TempDir()
+	ports, routes := []int{4301, 4302, 4303}, []int{6301, 6302, 6303}
+	conf, err := natsClusterConfig(1, ports, routes, dir, "")
+	require.NoError(t, err)
+	path := filepath.Join(dir, "nats.conf")
+	require.NoError(t, os.WriteFile(path, []byte(conf), 0o644))
+	opts, err := server.ProcessConfigFile(path)
+	require.NoError(t, err)
+	require.Equal(t, "flowbench-2", opts.ServerName)
+	require.Equal(t, 4302, opts.Port)
+	require.Equal(t, "flowbench", opts.Cluster.Name)
+	require.Equal(t, 6302, opts.Cluster.Port)
+	var got []string
+	for _, u := range opts.Routes {
+		got = append(got, u.Host)
+	}
+	require.ElementsMatch(t, []string{"127.0.0.1:6301", "127.0.0.1:6303"}, got)
+}

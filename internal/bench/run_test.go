@@ -68,7 +68,7 @@ func TestNATSProcess(t *testing.T) {
 			_ = p.Stop()
 		}
 	})
-	require.Positive(t, p.PID())
+	require.Positive(t, p.PIDs()[0])
 	nc, err := p.Connect("test")
 	require.NoError(t, err)
 	defer nc.Close()
@@ -78,7 +78,7 @@ func TestNATSProcess(t *testing.T) {
 	require.NoError(t, err)
 	_, err = js.Publish(t.Context(), "t.1", []byte("x"))
 	require.NoError(t, err)
-	_, err = readMem(p.PID())
+	_, err = readMem(p.PIDs()[0])
 	require.NoError(t, err)
 
 	require.NoError(t, p.Stop())

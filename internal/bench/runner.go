@@ -27,6 +27,9 @@ type Options struct {
 	Syncs []string
 	// Embedded runs NATS inside this process instead of as a nats-server process.
 	Embedded bool
+	// Replicas, above 1, runs a cluster of that many nats-server processes on this machine,
+	// with every Flow stream and bucket replicated on all of them (not with Embedded).
+	Replicas int
 	// NATSServer is the nats-server binary (required unless Embedded).
 	NATSServer string
 	// Workloads selects workloads by name; empty runs all of them (W3-10k only when not
@@ -44,10 +47,13 @@ type Options struct {
 }
 
 // Variant returns the result variant of a sync setting.
-func Variant(sync string, embedded bool) string {
+func Variant(sync string, embedded bool, replicas int) string {
 	v := "sync=" + sync
 	if embedded {
 		v += ",nats=embedded"
+	}
+	if replicas > 1 {
+		v += fmt.Sprintf(",R%d", replicas)
 	}
 	return v
 }
@@ -92,30 +98,37 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 // runSync starts a NATS server and a Flow stack with fsync setting sync, runs the workloads on
 // them, and stops both.
 func runSync(ctx context.Context, opts Options, sync string, sel []*workload) (_ []Result, err error) {
-	variant := Variant(sync, opts.Embedded)
+	variant := Variant(sync, opts.Embedded, opts.Replicas)
 	server := ""
 	if sync == "always" {
 		server = "always"
 	}
 	log := opts.Logger.With(slog.String("variant", variant))
 	var ns natsServer
-	if opts.Embedded {
+	switch {
+	case opts.Embedded:
 		ns, err = startEmbeddedNATS(server)
-	} else {
+	case opts.Replicas > 1:
+		ns, err = startNATSCluster(ctx, opts.NATSServer, server, opts.Replicas)
+	default:
 		ns, err = startNATSProcess(ctx, opts.NATSServer, server)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s: starting NATS: %w", variant, err)
 	}
 	defer func() { err = errors.Join(err, ns.Stop()) }()
-	st, err := startStack(ctx, ns, opts.ServiceLogger)
+	st, err := startStack(ctx, ns, opts.Replicas, opts.ServiceLogger)
 	if err != nil {
 		return nil, fmt.Errorf("%s: starting Flow: %w", variant, err)
 	}
 	defer func() { err = errors.Join(err, st.stop()) }()
 	procs := []*watched{{name: "flow", pid: os.Getpid()}}
-	if pid := ns.PID(); pid > 0 {
-		procs = append([]*watched{{name: "nats", pid: pid}}, procs...)
+	for i, pid := range slices.Backward(ns.PIDs()) {
+		name := "nats"
+		if i > 0 {
+			name = fmt.Sprintf("nats-%d", i+1)
+		}
+		procs = append([]*watched{{name: name, pid: pid}}, procs...)
 	}
 	var results []Result
 	for _, w := range sel {

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
@@ -41,13 +42,16 @@ type stack struct {
 	// exiting closes its.
 	workerConn *nats.Conn
 
+	// streams sizes Flow's streams: every service is given the same.
+	streams streams.Config
+
 	client *flow.Client
 	js     jetstream.JetStream // on the client's connection, for stream statistics
 }
 
 // startStack starts the services against ns. The history service creates Flow's streams.
-func startStack(ctx context.Context, ns natsServer, logger *slog.Logger) (_ *stack, err error) {
-	s := &stack{nats: ns, logger: logger, reg: registry(logger)}
+func startStack(ctx context.Context, ns natsServer, replicas int, logger *slog.Logger) (_ *stack, err error) {
+	s := &stack{nats: ns, logger: logger, reg: registry(logger), streams: streams.Config{Replicas: replicas}}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, s.stop())
@@ -57,7 +61,7 @@ func startStack(ctx context.Context, ns natsServer, logger *slog.Logger) (_ *sta
 	if err != nil {
 		return nil, err
 	}
-	if s.history, err = history.New(history.Config{Conn: conn, HTTPAddr: "off", Logger: logger}); err != nil {
+	if s.history, err = history.New(history.Config{Conn: conn, HTTPAddr: "off", Logger: logger, Streams: s.streams}); err != nil {
 		return nil, err
 	}
 	if err := s.history.Start(ctx); err != nil {
@@ -67,7 +71,7 @@ func startStack(ctx context.Context, ns natsServer, logger *slog.Logger) (_ *sta
 	if conn, err = s.connect("flowbench-ingress"); err != nil {
 		return nil, err
 	}
-	if s.ingress, err = ingress.New(ingress.Config{Conn: conn, HTTPAddr: "off", Logger: logger}); err != nil {
+	if s.ingress, err = ingress.New(ingress.Config{Conn: conn, HTTPAddr: "off", Logger: logger, Streams: s.streams}); err != nil {
 		return nil, err
 	}
 	if err := s.ingress.Start(ctx); err != nil {
@@ -77,7 +81,7 @@ func startStack(ctx context.Context, ns natsServer, logger *slog.Logger) (_ *sta
 	if conn, err = s.connect("flowbench-scheduler"); err != nil {
 		return nil, err
 	}
-	if s.sched, err = scheduler.New(scheduler.Config{Conn: conn, Logger: logger}); err != nil {
+	if s.sched, err = scheduler.New(scheduler.Config{Conn: conn, Logger: logger, Streams: s.streams}); err != nil {
 		return nil, err
 	}
 	if err := s.sched.Start(ctx); err != nil {
@@ -114,7 +118,7 @@ func (s *stack) startWorker(ctx context.Context) error {
 		return err
 	}
 	w, err := worker.New(worker.Config{Conn: conn, Logger: s.logger,
-		RunConcurrency: runConcurrency, StepConcurrency: stepConcurrency}, s.reg)
+		RunConcurrency: runConcurrency, StepConcurrency: stepConcurrency, Streams: s.streams}, s.reg)
 	if err != nil {
 		return err
 	}
