@@ -321,10 +321,19 @@ func (d *driver) load(ctx context.Context, minSeq uint64) error {
 	if s, driven := e.cache.get(d.runID); s != nil && driven {
 		metrics.CacheHit(ctx)
 		d.s = s
+		if tail := d.fromHead(s.Seq+1, minSeq); tail != nil {
+			// The task carried the commits after the snapshot, up to its sequence: what was
+			// committed after them makes the next append conflict, and is read then.
+			if err := d.s.ApplyAll(tail); err != nil {
+				e.cache.drop(d.runID)
+				return fmt.Errorf("applying the commit a task carried to run %q: %w", d.runID, err)
+			}
+			return nil
+		}
 		return d.refresh(ctx, minSeq)
 	}
 	metrics.CacheMiss(ctx)
-	hist := d.fromHead(minSeq)
+	hist := d.fromHead(1, minSeq)
 	if hist == nil {
 		var err error
 		if hist, err = e.store.LoadAtLeast(ctx, d.runID, 0, minSeq); err != nil {
@@ -372,9 +381,9 @@ func (d *driver) load(ctx context.Context, minSeq uint64) error {
 	return nil
 }
 
-// fromHead returns the history the task carried, when it is the run's, from its first event up
-// to at least minSeq, and tells the store where its last commit sits; else nil.
-func (d *driver) fromHead(minSeq uint64) []event.Envelope {
+// fromHead returns the events the task carried, when they are the run's from sequence first up
+// to at least minSeq, and tells the store where their commit sits; else nil.
+func (d *driver) fromHead(first, minSeq uint64) []event.Envelope {
 	ps, ok := d.e.store.(store.Positioner)
 	if d.head == nil || !ok {
 		return nil
@@ -384,7 +393,7 @@ func (d *driver) fromHead(minSeq uint64) []event.Envelope {
 		return nil
 	}
 	for i, e := range hist {
-		if e.RunID != d.runID || e.Seq != uint64(i)+1 {
+		if e.RunID != d.runID || e.Seq != first+uint64(i) {
 			return nil
 		}
 	}

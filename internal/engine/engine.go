@@ -74,13 +74,13 @@ type Task struct {
 	// task's CloudEvents traceparent extension, not in its body. "" lets the host use the span
 	// of the context it publishes with.
 	TraceParent string `json:"-"`
-	// Head, when set, is the run's whole history up to Seq as its writer committed it: a new
-	// run's run.started. A worker without the run cached starts from it instead of reading.
+	// Head, when set, is the commit that ends at Seq as its writer committed it: a new run's
+	// run.started, an input. A worker that holds the run up to the commit's first event (or,
+	// for a new run, nothing) applies it instead of reading the run.
 	Head *Head `json:"head,omitempty"`
 }
 
-// Head is a run's history from its first event, carried by a task, with the store position of
-// its last commit (store.Positioner).
+// Head is one commit of a run, carried by a task, with its store position (store.Positioner).
 type Head struct {
 	// Events are the envelopes, encoded as in a commit (event.MarshalEnvelopes).
 	Events json.RawMessage `json:"events"`
