@@ -40,7 +40,22 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) tool staticcheck $(PKGS)
 
 .PHONY: bench
-bench: ## Run the benchmarks (numbers for notes; compare ratios within one run)
+bench: ## Run flowbench: W1..W8 and the JetStream ceiling vs a nats-server process, both sync settings (QUICK=1: under a minute; docs/performance.md)
+	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
+	$(GO) build -o bin/flowbench ./cmd/flowbench
+	bin/flowbench -nats-server bin/nats-server $(BENCH_ARGS)
+
+# make bench's variables as flowbench flags.
+BENCH_ARGS = $(strip $(if $(QUICK),-quick -sync $(or $(SYNC),default),$(if $(SYNC),-sync $(SYNC))) \
+	$(if $(WORKLOADS),-workloads $(WORKLOADS)) $(if $(ANCHORS),-anchors $(ANCHORS)) $(if $(CHART),-chart $(CHART)) $(FLAGS))
+
+.PHONY: bench/anchors
+bench/anchors: ## Run the anchors, DBOS Go on PostgreSQL and SQLite, into bench-results/anchors.json (installs and starts PostgreSQL; then make bench ANCHORS=bench-results/anchors.json)
+	mkdir -p bench-results
+	scripts/anchors-deps.sh bench -backend both $(if $(QUICK),-quick) $(if $(WORKLOADS),-workloads $(WORKLOADS)) -out ../../bench-results/anchors.json
+
+.PHONY: bench/micro
+bench/micro: ## Run the go test micro benchmarks (core, and the in-process end-to-end ones of services/worker)
 	$(GO) test -run='^$$' -bench=. -benchmem -count=5 ./internal/core
 	$(GO) test -run='^$$' -bench=TenStepLatency -benchtime=500x -count=3 ./services/worker
 	$(GO) test -run='^$$' -bench=TenStepThroughput -benchtime=1x -count=3 ./services/worker

@@ -224,15 +224,69 @@ func (s *Snapshot) check(e event.Envelope) error {
 }
 
 func (s *Snapshot) checkNew(e event.Envelope, ids []string) error {
-	for i, id := range ids {
+	var seen idSet
+	for _, id := range ids {
 		if kind, used := s.ids[id]; used {
 			return s.fail(e, "duplicate_id", "%s reuses ID %q, already a %s", e.Type(), id, kind)
 		}
-		if slices.Contains(ids[:i], id) {
+		if !seen.add(id) {
 			return s.fail(e, "duplicate_id", "%s lists ID %q twice", e.Type(), id)
 		}
 	}
 	return nil
+}
+
+// idSet is a set of IDs that a batch lists, for finding a repeated one in time linear in the
+// batch's size. The zero value is empty.
+type idSet struct {
+	few  []string
+	many map[string]struct{}
+}
+
+// idSetFew is the size up to which idSet scans a slice instead of hashing.
+const idSetFew = 16
+
+// add adds id and reports whether it was new.
+func (t *idSet) add(id string) bool {
+	if t.many == nil {
+		if slices.Contains(t.few, id) {
+			return false
+		}
+		if len(t.few) < idSetFew {
+			t.few = append(t.few, id)
+			return true
+		}
+		t.many = make(map[string]struct{}, 2*idSetFew)
+		for _, f := range t.few {
+			t.many[f] = struct{}{}
+		}
+	}
+	if _, ok := t.many[id]; ok {
+		return false
+	}
+	t.many[id] = struct{}{}
+	return true
+}
+
+// vetStep reports whether a recorded step's ID, name and retry policy are valid, and the
+// policy normalized: what Validate records for a decision, so that a decision equal to them is
+// valid too.
+func vetStep(st event.StepSpec) bool {
+	return event.ValidateID("step", st.ID) == nil && event.ValidateName("step", st.Name) == nil &&
+		normalized(&st.Retry) && st.Retry.Validate() == nil
+}
+
+// normalized reports whether *p is normalized.
+func normalized(p *event.RetryPolicy) bool {
+	n := p.Normalize()
+	return sameRetry(p, &n)
+}
+
+// vetChild reports whether a recorded child's ID, definition and cancellation policy are valid,
+// the policy explicit, and its derived run ID valid, as Validate records them for run runID.
+func vetChild(runID string, c event.ChildSpec) bool {
+	return event.ValidateID("child", c.ChildID) == nil && event.ValidateName("definition", c.Definition) == nil &&
+		c.CancelPolicy != "" && c.CancelPolicy.Valid() && event.ValidateDerivedRunID(event.ChildRunID(runID, c.ChildID)) == nil
 }
 
 func (s *Snapshot) step(e event.Envelope, id string) (*Step, error) {
@@ -273,21 +327,26 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.TraceParent = d.TraceParent
 	case *event.StepScheduled:
 		ids := make([]string, len(d.Steps))
+		steps := make([]Step, len(d.Steps))
+		members := make([]*Step, len(d.Steps))
 		for i, st := range d.Steps {
 			ids[i] = st.ID
 			s.ids[st.ID] = kindStep
-			step := &Step{ID: st.ID, Name: st.Name, Input: st.Input, Retry: st.Retry,
-				BatchSeq: e.Seq, Status: StepRunning, Attempt: 1, pos: i}
+			step := &steps[i]
+			*step = Step{ID: st.ID, Name: st.Name, Input: st.Input, Retry: st.Retry,
+				BatchSeq: e.Seq, Status: StepRunning, Attempt: 1, pos: i, vetted: vetStep(st)}
+			members[i] = step
 			s.Steps[st.ID] = step
-			s.unsettled[st.ID] = step
+			s.unsettled.push(step)
 		}
 		s.batches[e.Seq] = ids
+		s.stepBatches[e.Seq] = members
 		p.Steps += len(ids)
 		p.StepsRunning += len(ids)
 	case *event.StepCompleted:
 		st := s.Steps[d.StepID]
 		st.Status, st.Output, st.SettledSeq = StepCompleted, d.Output, e.Seq
-		delete(s.unsettled, d.StepID)
+		s.unsettled.remove(st)
 		p.StepsRunning--
 		p.StepsCompleted++
 	case *event.StepFailed:
@@ -297,7 +356,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		p.StepsRunning--
 		if d.Final {
 			st.Status, st.SettledSeq = StepFailed, e.Seq
-			delete(s.unsettled, d.StepID)
+			s.unsettled.remove(st)
 			p.StepsFailed++
 			if st.Retry.OnExhaustion != event.ExhaustionReturnError {
 				s.exhausted = append(s.exhausted, d.StepID)
@@ -326,7 +385,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 			}
 			st.Status, st.Attempt, st.SideEffectUnknown, st.SettledSeq = StepCancelled, c.Attempt, c.SideEffectUnknown, e.Seq
 			st.RetryDue = zeroTime
-			delete(s.unsettled, c.StepID)
+			s.unsettled.remove(st)
 			p.StepsCancelled++
 		}
 	case *event.WaitScheduled:
@@ -373,13 +432,17 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		p.HooksReceived++
 	case *event.ChildScheduled:
 		ids := make([]string, len(d.Children))
+		members := make([]*Child, len(d.Children))
 		for i, c := range d.Children {
 			ids[i] = c.ChildID
 			s.ids[c.ChildID] = kindChild
-			s.Children[c.ChildID] = &Child{ID: c.ChildID, RunID: c.RunID, Definition: c.Definition,
-				Input: c.Input, CancelPolicy: c.CancelPolicy, BuildID: c.BuildID, Patches: c.Patches, BatchSeq: e.Seq}
+			members[i] = &Child{ID: c.ChildID, RunID: c.RunID, Definition: c.Definition,
+				Input: c.Input, CancelPolicy: c.CancelPolicy, BuildID: c.BuildID, Patches: c.Patches, BatchSeq: e.Seq,
+				vetted: vetChild(s.RunID, c)}
+			s.Children[c.ChildID] = members[i]
 		}
 		s.batches[e.Seq] = ids
+		s.childBatches[e.Seq] = members
 		p.ChildrenPending += len(ids)
 	case *event.ChildSettled:
 		c := s.Children[d.ChildID]

@@ -88,3 +88,229 @@ func BenchmarkProject(b *testing.B) {
 		})
 	}
 }
+
+// batchSizes are the batch sizes of BenchmarkBatch.
+var batchSizes = []int{125, 250, 500, 1000, 2000}
+
+// batchCalls returns the members of workload W4's batch of n: member i runs step "work" on
+// input i.
+func batchCalls(n int) []core.StepCall {
+	calls := make([]core.StepCall, n)
+	for i := range calls {
+		calls[i] = core.StepCall{ID: "member-" + strconv.Itoa(i), Name: "work", Input: json.RawMessage(strconv.Itoa(i))}
+	}
+	return calls
+}
+
+// batchWorkflow is the workflow of workload W4: one ScheduleSteps batch of n members,
+// re-issued on every decision until all members completed, then Complete. With rebuild, the
+// batch is built afresh on every call, as workflow code builds it; otherwise one batch is
+// returned every time, so that the loop measures the core alone.
+func batchWorkflow(n int, rebuild bool) script {
+	calls := batchCalls(n)
+	return script{fn: func(s *core.Snapshot) core.Decision {
+		if s.Progress.StepsCompleted == n {
+			return core.Complete{Output: json.RawMessage(strconv.Itoa(n))}
+		}
+		if rebuild {
+			return core.ScheduleSteps{Steps: batchCalls(n)}
+		}
+		return core.ScheduleSteps{Steps: calls}
+	}}
+}
+
+// nextAttempt returns the first attempt in flight, as the engine lists them after each
+// decision (launch); ok is false when there is none.
+type nextAttempt func(s *core.Snapshot) (a core.Attempt, ok bool)
+
+// allAttempts lists every attempt in flight with core.Attempts, as the engine's launch does.
+func allAttempts(s *core.Snapshot) (core.Attempt, bool) {
+	as := core.Attempts(s)
+	if len(as) == 0 {
+		return core.Attempt{}, false
+	}
+	return as[0], true
+}
+
+// firstAttempt takes the first attempt in flight from core.InFlightAttempts and stops, as an
+// engine that starts attempts until its step slots are full would.
+func firstAttempt(s *core.Snapshot) (core.Attempt, bool) {
+	for a := range core.InFlightAttempts(s) {
+		return a, true
+	}
+	return core.Attempt{}, false
+}
+
+// driveBatch replays the engine's decision loop for workflow wf from run.started to the run's
+// end: decide and commit, list the attempts in flight with next (the engine's launch), complete
+// the first (core.StepResult), decide again. It returns the history.
+func driveBatch(tb testing.TB, wf core.Decider, next nextAttempt) []event.Envelope {
+	run := "batch"
+	t := epoch
+	s := core.New(run)
+	var hist []event.Envelope
+	commit := func(ps []event.Payload) {
+		for _, p := range ps {
+			e := event.Envelope{RunID: run, Seq: s.Seq + 1, Time: t, Payload: p}
+			if err := s.Apply(e); err != nil {
+				tb.Fatal(err)
+			}
+			hist = append(hist, e)
+		}
+		t = t.Add(time.Millisecond)
+	}
+	commit([]event.Payload{&event.RunStarted{Spec: event.Spec{Definition: "batch"}, Input: json.RawMessage(`{}`), Seed: "s"}})
+	for !s.Terminal() {
+		v, err := core.Decide(s, wf, core.DecideOptions{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if !v.Waiting() {
+			commit(v.Events)
+		}
+		a, ok := next(s)
+		if !ok {
+			continue
+		}
+		events, err := core.StepResult(s, a.StepID, a.Attempt, core.StepOutcome{Output: a.Input}, t)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		commit(events)
+	}
+	return hist
+}
+
+// driveBatchTogether is driveBatch for a driver that records the results of up to k attempts
+// that finished together (one core.StepResult each, applied in turn) before it decides once,
+// as the engine's record does.
+func driveBatchTogether(tb testing.TB, wf core.Decider, k int) []event.Envelope {
+	run := "batch"
+	t := epoch
+	s := core.New(run)
+	var hist []event.Envelope
+	commit := func(ps []event.Payload) {
+		for _, p := range ps {
+			e := event.Envelope{RunID: run, Seq: s.Seq + 1, Time: t, Payload: p}
+			if err := s.Apply(e); err != nil {
+				tb.Fatal(err)
+			}
+			hist = append(hist, e)
+		}
+	}
+	commit([]event.Payload{&event.RunStarted{Spec: event.Spec{Definition: "batch"}, Input: json.RawMessage(`{}`), Seed: "s"}})
+	done := make([]core.Attempt, 0, k)
+	for !s.Terminal() {
+		t = t.Add(time.Millisecond)
+		v, err := core.Decide(s, wf, core.DecideOptions{})
+		if err != nil {
+			tb.Fatal(err)
+		}
+		if !v.Waiting() {
+			commit(v.Events)
+		}
+		done = done[:0]
+		for a := range core.InFlightAttempts(s) {
+			done = append(done, a)
+			if len(done) == k {
+				break
+			}
+		}
+		for _, a := range done {
+			events, err := core.StepResult(s, a.StepID, a.Attempt, core.StepOutcome{Output: a.Input}, t)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			commit(events)
+		}
+	}
+	return hist
+}
+
+// BenchmarkBatch measures workload W4 in the core, per batch size n: "loop" is the whole
+// decision loop of driveBatch (n+2 decisions) as the engine runs it, with the workflow building
+// its batch on every decision; "loop-core" returns one prebuilt batch instead, so that only the
+// core's cost remains, and "loop-iter" lists the attempts with core.InFlightAttempts instead
+// of core.Attempts, and "loop-together" records the results of 16 attempts (the engine's
+// default step concurrency) before each decision, as the engine's record does when they
+// finish together; "project" is a cold load of the finished history (core.Project),
+// "replay" its verification (core.Replay). ns/member is the time per member: flat when the cost
+// is linear in the batch size.
+// Run: go test -run - -bench BenchmarkBatch ./internal/core
+func BenchmarkBatch(b *testing.B) {
+	for _, n := range batchSizes {
+		hist := driveBatch(b, batchWorkflow(n, false), allAttempts)
+		perMember := func(b *testing.B) {
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/member")
+		}
+		b.Run(fmt.Sprintf("n=%d/loop", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				driveBatch(b, batchWorkflow(n, true), allAttempts)
+			}
+			perMember(b)
+		})
+		b.Run(fmt.Sprintf("n=%d/loop-core", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				driveBatch(b, batchWorkflow(n, false), allAttempts)
+			}
+			perMember(b)
+		})
+		b.Run(fmt.Sprintf("n=%d/loop-iter", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				driveBatch(b, batchWorkflow(n, false), firstAttempt)
+			}
+			perMember(b)
+		})
+		b.Run(fmt.Sprintf("n=%d/loop-together", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				driveBatchTogether(b, batchWorkflow(n, true), 16)
+			}
+			perMember(b)
+		})
+		b.Run(fmt.Sprintf("n=%d/project", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if _, err := core.Project("batch", hist); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perMember(b)
+		})
+		b.Run(fmt.Sprintf("n=%d/replay", n), func(b *testing.B) {
+			b.ReportAllocs()
+			wf := batchWorkflow(n, false)
+			for range b.N {
+				if _, err := core.Replay("batch", hist, wf, core.DecideOptions{}); err != nil {
+					b.Fatal(err)
+				}
+			}
+			perMember(b)
+		})
+	}
+}
+
+// BenchmarkPendingBatch measures one decision on a pending batch of n members, half of them
+// completed: Validate of the re-issued batch. ns/member is the cost per member compared.
+func BenchmarkPendingBatch(b *testing.B) {
+	for _, n := range batchSizes {
+		hist := driveBatch(b, batchWorkflow(n, false), allAttempts)
+		s, err := core.Project("batch", hist[:2+n/2+1])
+		if err != nil {
+			b.Fatal(err)
+		}
+		d := core.ScheduleSteps{Steps: batchCalls(n)}
+		b.Run(fmt.Sprintf("n=%d", n), func(b *testing.B) {
+			b.ReportAllocs()
+			for range b.N {
+				if v, err := core.Validate(s, d); err != nil || !v.Waiting() {
+					b.Fatal(v, err)
+				}
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/member")
+		})
+	}
+}

@@ -86,6 +86,32 @@ func compareChild(runID string, rec event.ChildSpec, seq uint64, got event.Child
 	return nil
 }
 
+// sameRetry reports whether two normalized policies are equal: RetryPolicy.Equal without
+// normalizing them again.
+func sameRetry(a, b *event.RetryPolicy) bool {
+	return a.MaxAttempts == b.MaxAttempts && a.InitialInterval == b.InitialInterval &&
+		a.BackoffCoefficient == b.BackoffCoefficient && a.MaxInterval == b.MaxInterval &&
+		slices.Equal(a.NonRetryable, b.NonRetryable) && a.OnExhaustion == b.OnExhaustion
+}
+
+// defaultRetry is the zero policy normalized: every default.
+var defaultRetry = event.RetryPolicy{}.Normalize()
+
+// normalizesTo reports whether *p, normalized, equals the normalized policy *norm. It
+// normalizes *p only when it is neither *norm itself nor the zero policy (no policy given), the
+// usual cases.
+func normalizesTo(p, norm *event.RetryPolicy) bool {
+	if p.MaxAttempts == 0 && p.InitialInterval == 0 && p.BackoffCoefficient == 0 && p.MaxInterval == 0 &&
+		len(p.NonRetryable) == 0 && p.OnExhaustion == "" {
+		return sameRetry(&defaultRetry, norm)
+	}
+	if sameRetry(p, norm) {
+		return true
+	}
+	n := p.Normalize()
+	return sameRetry(&n, norm)
+}
+
 // compareMembers checks that a batch lists the same IDs in the same order as recorded.
 func compareMembers(runID, kind string, rec []string, seq uint64, got []string) error {
 	if !slices.Equal(rec, got) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"iter"
 	"time"
 
 	"github.com/flowrun/flow/pkg/event"
@@ -287,15 +288,31 @@ type Attempt struct {
 	Input   json.RawMessage
 }
 
-// Attempts returns the attempts in flight, in scheduling order.
+// Attempts returns the attempts in flight, in scheduling order. Its cost grows with the number
+// of unsettled steps; a caller that may stop early ranges over InFlightAttempts instead.
 func Attempts(s *Snapshot) []Attempt {
-	ids := s.InFlight()
-	out := make([]Attempt, len(ids))
-	for i, id := range ids {
-		st := s.Steps[id]
-		out[i] = Attempt{RunID: s.RunID, StepID: id, Name: st.Name, Attempt: st.Attempt, Input: st.Input}
+	out := make([]Attempt, 0, max(0, s.Progress.StepsRunning))
+	for a := range InFlightAttempts(s) {
+		out = append(out, a)
 	}
 	return out
+}
+
+// InFlightAttempts yields the attempts in flight, in scheduling order, as Attempts returns
+// them. A loop over it costs what it visits: the unsettled steps up to where it stops, so that
+// a caller that stops at the first attempt it cannot start yet pays for the attempts it
+// started, not for the whole batch. The snapshot must not change while the loop runs.
+func InFlightAttempts(s *Snapshot) iter.Seq[Attempt] {
+	return func(yield func(Attempt) bool) {
+		for st := s.unsettled.first; st != nil; st = st.next {
+			if st.Status != StepRunning {
+				continue
+			}
+			if !yield(Attempt{RunID: s.RunID, StepID: st.ID, Name: st.Name, Attempt: st.Attempt, Input: st.Input}) {
+				return
+			}
+		}
+	}
 }
 
 // ChildStartFailed returns the event that settles child childID as failed because its run could

@@ -17,7 +17,7 @@ import (
 // differently blocks the run instead of extending a history it cannot explain. Replay tests
 // (flowtest.Replay) run it over stored histories against new code.
 func Replay(runID string, history []event.Envelope, d Decider, opts DecideOptions) (*Snapshot, error) {
-	s := New(runID)
+	s := newSized(runID, len(history)/2)
 	for i := 0; i < len(history); {
 		e := history[i]
 		if s.Seq == 0 || s.Terminal() || !isDecisionEvent(e.Payload) {

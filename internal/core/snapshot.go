@@ -1,9 +1,7 @@
 package core
 
 import (
-	"cmp"
 	"encoding/json"
-	"slices"
 	"time"
 
 	"github.com/flowrun/flow/pkg/event"
@@ -83,7 +81,17 @@ type Step struct {
 
 	// pos is the step's position in its batch.
 	pos int
+	// vetted is set when the recorded ID, name and retry policy are what Validate would record
+	// for them (valid, and the policy normalized), so that a re-issued member equal to them byte
+	// for byte is known valid without validating it again.
+	vetted bool
+	// prev and next link the unsettled steps in scheduling order (Snapshot.unsettled).
+	prev, next *Step
 }
+
+// Position returns the step's position in its batch, from 0: with BatchSeq, its scheduling
+// order.
+func (st *Step) Position() int { return st.pos }
 
 // Wait is the projection of one durable timer.
 type Wait struct {
@@ -147,6 +155,10 @@ type Child struct {
 	Output     json.RawMessage  `json:"output,omitempty"`
 	Error      *event.ErrorInfo `json:"error,omitempty"`
 	SettledSeq uint64           `json:"settled_seq,omitempty"`
+
+	// vetted is set when the recorded ID, definition, cancellation policy and derived run ID
+	// are what Validate would record for them (see Step.vetted).
+	vetted bool
 }
 
 // Blocked describes the latest failed decision of a blocked run.
@@ -231,16 +243,21 @@ type Snapshot struct {
 
 	// ids maps every decision ID to its kind; IDs share one namespace.
 	ids map[string]string
-	// batches maps a step.scheduled or child.scheduled sequence to its members in order.
-	batches map[uint64][]string
+	// batches maps a step.scheduled or child.scheduled sequence to its members in order;
+	// stepBatches and childBatches map it to the members' projections, in the same order.
+	batches      map[uint64][]string
+	stepBatches  map[uint64][]*Step
+	childBatches map[uint64][]*Child
 	// awaiting holds, per signal name, the unbound signal waits in order.
 	awaiting map[string][]string
 	// buffered holds, per signal name, the indexes of unconsumed signals in order.
 	buffered   map[string][]int
 	deliveries map[string]struct{}
 	tokens     map[string]string
-	// unsettled holds the steps that are running or retrying.
-	unsettled map[string]*Step
+	// unsettled lists the steps that are running or retrying, in scheduling order, linked
+	// through Step.prev and Step.next: a step joins at the end when scheduled and leaves when
+	// it settles, both in constant time.
+	unsettled stepList
 	// exhausted lists steps that failed finally under ExhaustionFailRun, in order.
 	exhausted []string
 	// expectRetry is the step whose non-final step.failed must be followed by its retry.
@@ -259,29 +276,34 @@ type Snapshot struct {
 var zeroTime time.Time
 
 // New returns the empty snapshot of run runID, before run.started.
-func New(runID string) *Snapshot {
+func New(runID string) *Snapshot { return newSized(runID, 0) }
+
+// newSized returns the empty snapshot of a run expected to schedule about steps steps, with
+// room for them: a projection of a long history does not grow its maps step by step.
+func newSized(runID string, steps int) *Snapshot {
 	return &Snapshot{
-		RunID:       runID,
-		Steps:       map[string]*Step{},
-		Waits:       map[string]*Wait{},
-		SignalWaits: map[string]*SignalWait{},
-		Signals:     []*Signal{},
-		Hooks:       map[string]*Hook{},
-		Children:    map[string]*Child{},
-		ids:         map[string]string{},
-		batches:     map[uint64][]string{},
-		awaiting:    map[string][]string{},
-		buffered:    map[string][]int{},
-		deliveries:  map[string]struct{}{},
-		tokens:      map[string]string{},
-		unsettled:   map[string]*Step{},
+		RunID:        runID,
+		Steps:        make(map[string]*Step, steps),
+		Waits:        map[string]*Wait{},
+		SignalWaits:  map[string]*SignalWait{},
+		Signals:      []*Signal{},
+		Hooks:        map[string]*Hook{},
+		Children:     map[string]*Child{},
+		ids:          make(map[string]string, steps),
+		batches:      make(map[uint64][]string, steps),
+		stepBatches:  make(map[uint64][]*Step, steps),
+		childBatches: map[uint64][]*Child{},
+		awaiting:     map[string][]string{},
+		buffered:     map[string][]int{},
+		deliveries:   map[string]struct{}{},
+		tokens:       map[string]string{},
 	}
 }
 
 // Project folds a complete history, starting at sequence 1, into a snapshot. It returns a
 // *HistoryError for the first event that breaks an invariant.
 func Project(runID string, history []event.Envelope) (*Snapshot, error) {
-	s := New(runID)
+	s := newSized(runID, len(history)/2) // a step is scheduled and settled: two events
 	if err := s.ApplyAll(history); err != nil {
 		return nil, err
 	}
@@ -327,32 +349,53 @@ func (s *Snapshot) BufferedSignals(name string) int { return len(s.buffered[name
 
 // Unsettled returns the IDs of steps that have not settled, in scheduling order. Its cost grows
 // with the number of unsettled steps only.
-func (s *Snapshot) Unsettled() []string { return s.stepsWhere(func(*Step) bool { return true }) }
+func (s *Snapshot) Unsettled() []string {
+	ids := make([]string, 0, max(0, s.Progress.StepsRunning+s.Progress.StepsRetrying))
+	for st := s.unsettled.first; st != nil; st = st.next {
+		ids = append(ids, st.ID)
+	}
+	return ids
+}
 
 // InFlight returns the IDs of steps with an attempt in flight (status running), in scheduling
 // order: the attempts a worker must run. Its cost grows with the number of unsettled steps only.
 func (s *Snapshot) InFlight() []string {
-	return s.stepsWhere(func(st *Step) bool { return st.Status == StepRunning })
-}
-
-func (s *Snapshot) stepsWhere(keep func(*Step) bool) []string {
-	steps := make([]*Step, 0, len(s.unsettled))
-	for _, st := range s.unsettled {
-		if keep(st) {
-			steps = append(steps, st)
+	ids := make([]string, 0, max(0, s.Progress.StepsRunning))
+	for st := s.unsettled.first; st != nil; st = st.next {
+		if st.Status == StepRunning {
+			ids = append(ids, st.ID)
 		}
-	}
-	slices.SortFunc(steps, func(a, b *Step) int {
-		if a.BatchSeq != b.BatchSeq {
-			return cmp.Compare(a.BatchSeq, b.BatchSeq)
-		}
-		return cmp.Compare(a.pos, b.pos)
-	})
-	ids := make([]string, len(steps))
-	for i, st := range steps {
-		ids[i] = st.ID
 	}
 	return ids
+}
+
+// stepList is a doubly linked list of steps, through Step.prev and Step.next.
+type stepList struct{ first, last *Step }
+
+// push appends st, which is in no list.
+func (l *stepList) push(st *Step) {
+	st.prev = l.last
+	if l.last != nil {
+		l.last.next = st
+	} else {
+		l.first = st
+	}
+	l.last = st
+}
+
+// remove unlinks st, which is in l.
+func (l *stepList) remove(st *Step) {
+	if st.prev != nil {
+		st.prev.next = st.next
+	} else {
+		l.first = st.next
+	}
+	if st.next != nil {
+		st.next.prev = st.prev
+	} else {
+		l.last = st.prev
+	}
+	st.prev, st.next = nil, nil
 }
 
 func (s *Snapshot) status() Status {

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/flowrun/flow/pkg/event"
@@ -137,13 +136,25 @@ func (s *Snapshot) recordedSeq(id string) uint64 {
 	return 0
 }
 
+// steps validates a ScheduleSteps decision: a re-issued pending batch is recognised by
+// pendingSteps, anything else validated by stepsInFull.
 func (v validation) steps(d ScheduleSteps) (Verdict, error) {
-	s := v.s
 	if len(d.Steps) == 0 {
 		return v.invalid("ScheduleSteps needs at least one step")
 	}
+	if v, ok := v.pendingSteps(d); ok {
+		return v, nil
+	}
+	return v.stepsInFull(d)
+}
+
+// stepsInFull validates a non-empty ScheduleSteps decision member by member: every member's
+// fields first, then the identities it shares with history, then each recorded member's fields.
+func (v validation) stepsInFull(d ScheduleSteps) (Verdict, error) {
+	s := v.s
 	specs := make([]event.StepSpec, len(d.Steps))
 	ids := make([]string, len(d.Steps))
+	var seen idSet
 	for i, c := range d.Steps {
 		if err := event.ValidateID("step", c.ID); err != nil {
 			return v.invalid("%v", err)
@@ -151,7 +162,7 @@ func (v validation) steps(d ScheduleSteps) (Verdict, error) {
 		if err := event.ValidateName("step", c.Name); err != nil {
 			return v.invalid("step %q: %v", c.ID, err)
 		}
-		if slices.Contains(ids[:i], c.ID) {
+		if !seen.add(c.ID) {
 			return v.invalid("step ID %q appears twice in one batch; give every step its own ID", c.ID)
 		}
 		in, err := CanonicalJSON(c.Input)
@@ -199,6 +210,74 @@ func (v validation) steps(d ScheduleSteps) (Verdict, error) {
 		hint = "check ctx.StepError before scheduling it"
 	}
 	return v.settled("step %q already %s at seq %d, yet the workflow scheduled it again; %s, and give a new step a new ID", st.ID, st.Status, st.SettledSeq, hint)
+}
+
+// pendingSteps recognises the common re-issue of a recorded batch that is still pending: d
+// lists the members of a recorded batch in their order, each byte for byte as recorded (ID,
+// name, input; the retry policy once normalized) and vetted when recorded. Such a decision is
+// valid and deterministic, so its verdict is the wait on its first unsettled member, found
+// without allocating, canonicalising or hashing anything: the cost is one comparison of each
+// field of each member. In every other case (a new batch, any difference, a batch already
+// settled) it reports false and stepsInFull validates d, which yields the same verdict for a
+// decision this recognises and the precise error otherwise.
+func (v validation) pendingSteps(d ScheduleSteps) (Verdict, bool) {
+	first, ok := v.s.Steps[d.Steps[0].ID]
+	if !ok {
+		return Verdict{}, false
+	}
+	batch := v.s.stepBatches[first.BatchSeq]
+	if len(batch) != len(d.Steps) {
+		return Verdict{}, false
+	}
+	var waiting *Step
+	for i := range d.Steps {
+		c, st := &d.Steps[i], batch[i]
+		if !st.vetted || c.ID != st.ID || c.Name != st.Name || !bytes.Equal(c.Input, st.Input) {
+			return Verdict{}, false
+		}
+		if !normalizesTo(&c.Retry, &st.Retry) {
+			return Verdict{}, false
+		}
+		if waiting == nil && !st.Status.Settled() {
+			waiting = st
+		}
+	}
+	if waiting == nil {
+		return Verdict{}, false
+	}
+	return Verdict{WaitingOn: fmt.Sprintf("step %q", waiting.ID)}, true
+}
+
+// pendingChildren is pendingSteps for a StartChildren decision: each child's ID, definition
+// and input byte for byte as recorded, and its cancellation policy once defaulted.
+func (v validation) pendingChildren(d StartChildren) (Verdict, bool) {
+	first, ok := v.s.Children[d.Children[0].ID]
+	if !ok {
+		return Verdict{}, false
+	}
+	batch := v.s.childBatches[first.BatchSeq]
+	if len(batch) != len(d.Children) {
+		return Verdict{}, false
+	}
+	var waiting *Child
+	for i := range d.Children {
+		c, rec := &d.Children[i], batch[i]
+		policy := c.CancelPolicy
+		if policy == "" {
+			policy = event.CancelPolicyRequest
+		}
+		if !rec.vetted || c.ID != rec.ID || c.Definition != rec.Definition || !bytes.Equal(c.Input, rec.Input) ||
+			policy != rec.CancelPolicy {
+			return Verdict{}, false
+		}
+		if waiting == nil && !rec.Settled {
+			waiting = rec
+		}
+	}
+	if waiting == nil {
+		return Verdict{}, false
+	}
+	return Verdict{WaitingOn: fmt.Sprintf("child %q (run %q)", waiting.ID, waiting.RunID)}, true
 }
 
 func (v validation) wait(id string, got *event.WaitScheduled) (Verdict, error) {
@@ -290,13 +369,23 @@ func (v validation) hook(d CreateHook) (Verdict, error) {
 	return Verdict{WaitingOn: fmt.Sprintf("hook %q", d.ID)}, nil
 }
 
+// children validates a StartChildren decision, as steps does a ScheduleSteps one.
 func (v validation) children(d StartChildren) (Verdict, error) {
-	s := v.s
 	if len(d.Children) == 0 {
 		return v.invalid("StartChildren needs at least one child")
 	}
+	if v, ok := v.pendingChildren(d); ok {
+		return v, nil
+	}
+	return v.childrenInFull(d)
+}
+
+// childrenInFull is stepsInFull for a non-empty StartChildren decision.
+func (v validation) childrenInFull(d StartChildren) (Verdict, error) {
+	s := v.s
 	specs := make([]event.ChildSpec, len(d.Children))
 	ids := make([]string, len(d.Children))
+	var seen idSet
 	for i, c := range d.Children {
 		if err := event.ValidateID("child", c.ID); err != nil {
 			return v.invalid("%v", err)
@@ -304,7 +393,7 @@ func (v validation) children(d StartChildren) (Verdict, error) {
 		if err := event.ValidateName("definition", c.Definition); err != nil {
 			return v.invalid("child %q: %v", c.ID, err)
 		}
-		if slices.Contains(ids[:i], c.ID) {
+		if !seen.add(c.ID) {
 			return v.invalid("child ID %q appears twice in one batch; give every child its own ID", c.ID)
 		}
 		in, err := CanonicalJSON(c.Input)

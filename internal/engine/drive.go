@@ -65,6 +65,16 @@ func (e *UnknownDefinitionError) Error() string {
 // unknown definition, damaged history): nothing is lost, and driving the run again later
 // continues from its history.
 func (e *Engine) Drive(ctx context.Context, runID string, minSeq uint64) (Result, error) {
+	return e.drive(ctx, runID, minSeq, nil)
+}
+
+// DriveTask is Drive for the run and sequence task t names, starting from the history the task
+// carries (Task.Head) when the run is not cached.
+func (e *Engine) DriveTask(ctx context.Context, t Task) (Result, error) {
+	return e.drive(ctx, t.RunID, t.Seq, t.Head)
+}
+
+func (e *Engine) drive(ctx context.Context, runID string, minSeq uint64, head *Head) (Result, error) {
 	if e.rt == nil {
 		return Result{RunID: runID}, errors.New("engine: Drive needs Config.Runtime")
 	}
@@ -72,11 +82,14 @@ func (e *Engine) Drive(ctx context.Context, runID string, minSeq uint64) (Result
 	d := &driver{e: e, runID: runID, rl: rl, running: map[attemptKey]context.CancelFunc{},
 		results: make(chan attemptResult), done: make(chan struct{}), heard: make(chan struct{}, 1)}
 	d.stepCtx, d.cancelSteps = context.WithCancel(ctx)
+	d.head = head
 	res, err := d.run(ctx, minSeq)
 	close(d.done)
 	d.cancelSteps()
 	e.locks.unlock(runID, rl)
 	if err == nil && res.Status.Terminal() {
+		// An ended run is never driven again: the cache holds runs that may be resumed.
+		e.cache.drop(runID)
 		// The snapshot of an ended run never changes, so it is safe to read without the lock.
 		if err = e.faults.Hit(fault.AfterTerminalBeforeEnd); err == nil {
 			err = e.afterEnd(ctx, d.s)
@@ -102,6 +115,11 @@ type driver struct {
 	s     *core.Snapshot
 	// replayErr is the verification error of a cold load; the run stays blocked while set.
 	replayErr error
+	// head is the history the task carried, read instead of the store on a cold load.
+	head *Head
+	// waiting is the code's waiting verdict on the snapshot at seq, kept by record so that the
+	// drive loop does not ask the code again for the same snapshot.
+	waiting *waitingVerdict
 	// definition is the run's workflow and decideName the name of its decision spans: both set
 	// once loaded (traced), before any attempt starts.
 	definition, decideName string
@@ -146,7 +164,7 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 			return d.result("", nil), nil
 		}
 		began := time.Now()
-		verdict, err := d.decide()
+		verdict, err := d.verdict()
 		if err != nil {
 			blocked, err := d.block(ctx, began, err)
 			if errors.Is(err, store.ErrConflict) {
@@ -264,6 +282,17 @@ func (d *driver) more(ctx context.Context) (bool, error) {
 	return true, d.refresh(ctx, want)
 }
 
+// verdict returns the verdict of the code on the run's current snapshot: the one record
+// obtained while committing the results that led to it, if any, else a new decision.
+func (d *driver) verdict() (core.Verdict, error) {
+	if w := d.waiting; w != nil && w.seq == d.s.Seq {
+		d.waiting = nil
+		return w.v, nil
+	}
+	d.waiting = nil
+	return d.decide()
+}
+
 // decide asks the code for the run's next decision. A run whose cancellation was requested and
 // whose code cannot decide (blocked by a replay check, a non-determinism error, a panic) is
 // cancelled, as the operator asked.
@@ -292,12 +321,24 @@ func (d *driver) load(ctx context.Context, minSeq uint64) error {
 	if s, driven := e.cache.get(d.runID); s != nil && driven {
 		metrics.CacheHit(ctx)
 		d.s = s
+		if tail := d.fromHead(s.Seq+1, minSeq); tail != nil {
+			// The task carried the commits after the snapshot, up to its sequence: what was
+			// committed after them makes the next append conflict, and is read then.
+			if err := d.s.ApplyAll(tail); err != nil {
+				e.cache.drop(d.runID)
+				return fmt.Errorf("applying the commit a task carried to run %q: %w", d.runID, err)
+			}
+			return nil
+		}
 		return d.refresh(ctx, minSeq)
 	}
 	metrics.CacheMiss(ctx)
-	hist, err := e.store.LoadAtLeast(ctx, d.runID, 0, minSeq)
-	if err != nil {
-		return fmt.Errorf("loading run %q: %w", d.runID, err)
+	hist := d.fromHead(1, minSeq)
+	if hist == nil {
+		var err error
+		if hist, err = e.store.LoadAtLeast(ctx, d.runID, 0, minSeq); err != nil {
+			return fmt.Errorf("loading run %q: %w", d.runID, err)
+		}
 	}
 	if len(hist) == 0 {
 		return fmt.Errorf("%w: run %q", core.ErrNotFound, d.runID)
@@ -338,6 +379,26 @@ func (d *driver) load(ctx context.Context, minSeq uint64) error {
 	}
 	e.cache.put(d.runID, d.s, true)
 	return nil
+}
+
+// fromHead returns the events the task carried, when they are the run's from sequence first up
+// to at least minSeq, and tells the store where their commit sits; else nil.
+func (d *driver) fromHead(first, minSeq uint64) []event.Envelope {
+	ps, ok := d.e.store.(store.Positioner)
+	if d.head == nil || !ok {
+		return nil
+	}
+	hist, err := event.DecodeEnvelopes(d.head.Events)
+	if err != nil || len(hist) == 0 || hist[len(hist)-1].Seq < minSeq {
+		return nil
+	}
+	for i, e := range hist {
+		if e.RunID != d.runID || e.Seq != first+uint64(i) {
+			return nil
+		}
+	}
+	ps.ObservePosition(d.runID, hist[len(hist)-1].Seq, d.head.Position)
+	return hist
 }
 
 // refresh applies the events committed after the snapshot, reading up to at least atLeast.
@@ -474,12 +535,18 @@ func (d *driver) commitDecision(ctx context.Context, began time.Time, events []e
 	}
 	ctx, span := d.decided(ctx, began, first, events, traces, nil)
 	defer span.End()
-	if e.logger.Enabled(ctx, slog.LevelDebug) {
-		for _, p := range events {
-			e.logger.DebugContext(ctx, "decision committed", slog.String("run_id", d.runID), slog.String("event_type", string(p.EventType())))
-		}
-	}
+	d.logDecision(ctx, events)
 	return e.startChildren(ctx, d.s, events)
+}
+
+// logDecision logs the events of a committed decision at debug level.
+func (d *driver) logDecision(ctx context.Context, events []event.Payload) {
+	if !d.e.logger.Enabled(ctx, slog.LevelDebug) {
+		return
+	}
+	for _, p := range events {
+		d.e.logger.DebugContext(ctx, "decision committed", slog.String("run_id", d.runID), slog.String("event_type", string(p.EventType())))
+	}
 }
 
 // registerHook routes token to hook hookID of run runID. A token still routed to a run that
@@ -528,7 +595,7 @@ func (e *Engine) startChildren(ctx context.Context, s *core.Snapshot, events []e
 // snapshot's attempts is running here it waits for a step slot, so that a run with attempts in
 // flight never returns as suspended.
 func (d *driver) launch(ctx context.Context) error {
-	for _, a := range core.Attempts(d.s) {
+	for a := range core.InFlightAttempts(d.s) {
 		key := attemptKey{a.StepID, a.Attempt}
 		if _, ok := d.running[key]; ok {
 			continue
@@ -588,38 +655,5 @@ func (d *driver) runAttempt(ctx context.Context, a core.Attempt) {
 	select {
 	case d.results <- attemptResult{a: a, out: out}:
 	case <-d.done:
-	}
-}
-
-// record commits the result of an attempt, unless the run moved on without it.
-func (d *driver) record(ctx context.Context, r attemptResult) error {
-	key := attemptKey{r.a.StepID, r.a.Attempt}
-	if cancel, ok := d.running[key]; ok {
-		cancel()
-		delete(d.running, key)
-	}
-	for {
-		events, err := core.StepResult(d.s, r.a.StepID, r.a.Attempt, r.out, d.e.now(d.s))
-		if errors.Is(err, core.ErrStale) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		err = d.e.commit(ctx, d.s, events)
-		if errors.Is(err, store.ErrConflict) {
-			if err := d.refreshAfter(ctx, err); err != nil {
-				return err
-			}
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("recording step %q attempt %d of run %q: %w", r.a.StepID, r.a.Attempt, d.runID, err)
-		}
-		if r.out.Err != nil {
-			d.e.logger.WarnContext(ctx, "step attempt failed", slog.String("run_id", d.runID), slog.String("step_id", r.a.StepID),
-				slog.Int("attempt", r.a.Attempt), slog.String("error", r.out.Err.Error()))
-		}
-		return nil
 	}
 }

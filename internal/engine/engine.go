@@ -15,6 +15,7 @@ package engine
 import (
 	"context"
 	"crypto/rand"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -73,7 +74,23 @@ type Task struct {
 	// task's CloudEvents traceparent extension, not in its body. "" lets the host use the span
 	// of the context it publishes with.
 	TraceParent string `json:"-"`
+	// Head, when set, is the commit that ends at Seq as its writer committed it: a new run's
+	// run.started, an input. A worker that holds the run up to the commit's first event (or,
+	// for a new run, nothing) applies it instead of reading the run.
+	Head *Head `json:"head,omitempty"`
 }
+
+// Head is one commit of a run, carried by a task, with its store position (store.Positioner).
+type Head struct {
+	// Events are the envelopes, encoded as in a commit (event.MarshalEnvelopes).
+	Events json.RawMessage `json:"events"`
+	// Position is where the commit of the last event sits in the store.
+	Position uint64 `json:"position"`
+}
+
+// maxHeadInput bounds the input of a run whose task carries its run.started: larger ones are
+// read from the store, so that tasks stay small.
+const maxHeadInput = 8 << 10
 
 // Key identifies the task for deduplication: "<run>:<seq>", or "<run>:<seq>:<nonce>".
 func (t Task) Key() string {
@@ -223,7 +240,8 @@ func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, create
 	if err := e.faults.Hit(fault.StoreAppend); err != nil {
 		return "", false, fmt.Errorf("appending run.started: %w", err)
 	}
-	_, err = e.store.Append(ctx, p.RunID, 0, event.Event{Time: e.clock.Now().UTC(), Payload: started})
+	at := e.clock.Now().UTC()
+	_, err = e.store.Append(ctx, p.RunID, 0, event.Event{Time: at, Payload: started})
 	countAppend(ctx, err)
 	if errors.Is(err, store.ErrConflict) {
 		if err := e.sameStart(ctx, p.RunID, started); err != nil {
@@ -235,8 +253,27 @@ func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, create
 		return "", false, fmt.Errorf("appending run.started: %w", err)
 	}
 	e.logger.DebugContext(ctx, "run started", slog.String("run_id", p.RunID), slog.String("definition", p.Spec.Definition))
-	e.resume(ctx, Task{RunID: p.RunID, Queue: p.Queue, Build: p.Spec.BuildID, Seq: 1, TraceParent: started.TraceParent})
+	e.resume(ctx, Task{RunID: p.RunID, Queue: p.Queue, Build: p.Spec.BuildID, Seq: 1, TraceParent: started.TraceParent,
+		Head: e.head(p.RunID, event.Envelope{RunID: p.RunID, Seq: 1, Time: at, Payload: started})})
 	return p.RunID, true, nil
+}
+
+// head returns the Head of a task for new run runID, whose first commit is the single event
+// first, or nil when the store cannot tell where that commit sits or the input is large.
+func (e *Engine) head(runID string, first event.Envelope) *Head {
+	ps, ok := e.store.(store.Positioner)
+	if !ok || len(first.Payload.(*event.RunStarted).Input) > maxHeadInput {
+		return nil
+	}
+	seq, pos, ok := ps.Position(runID)
+	if !ok || seq != 1 {
+		return nil
+	}
+	events, err := event.MarshalEnvelopes([]event.Envelope{first})
+	if err != nil {
+		return nil
+	}
+	return &Head{Events: events, Position: pos}
 }
 
 // resume publishes a resume task as a fast path: the history service derives the same task from
@@ -367,23 +404,33 @@ func (e *Engine) now(s *core.Snapshot) time.Time {
 
 // commit appends payloads after s.Seq and applies them to s. On a conflict s is unchanged.
 func (e *Engine) commit(ctx context.Context, s *core.Snapshot, payloads []event.Payload) error {
+	t := e.now(s)
+	core.Stamp(payloads, t)
+	first := s.Seq + 1
+	if err := e.append(ctx, s.RunID, s.Seq, t, payloads); err != nil {
+		return err
+	}
+	return e.applyCommitted(s, first, t, payloads)
+}
+
+// append appends payloads to run runID as sequences expected+1.., all recorded at t.
+func (e *Engine) append(ctx context.Context, runID string, expected uint64, t time.Time, payloads []event.Payload) error {
 	if err := e.faults.Hit(fault.StoreAppend); err != nil {
 		return err
 	}
-	t := e.now(s)
-	core.Stamp(payloads, t)
 	events := make([]event.Event, len(payloads))
 	for i, p := range payloads {
 		events[i] = event.Event{Time: t, Payload: p}
 	}
-	_, err := e.store.Append(ctx, s.RunID, s.Seq, events...)
+	_, err := e.store.Append(ctx, runID, expected, events...)
 	countAppend(ctx, err)
-	if err != nil {
-		return err
-	}
-	first := s.Seq
+	return err
+}
+
+// applyCommitted applies payloads, committed as sequences first.. at t, to s.
+func (e *Engine) applyCommitted(s *core.Snapshot, first uint64, t time.Time, payloads []event.Payload) error {
 	for i, p := range payloads {
-		if err := s.Apply(event.Envelope{RunID: s.RunID, Seq: first + uint64(i) + 1, Time: t, Payload: p}); err != nil {
+		if err := s.Apply(event.Envelope{RunID: s.RunID, Seq: first + uint64(i), Time: t, Payload: p}); err != nil {
 			e.cache.drop(s.RunID)
 			return fmt.Errorf("engine bug: committed events that break the history: %w", err)
 		}

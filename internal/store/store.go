@@ -123,3 +123,16 @@ func CheckAppend(runID string, events []event.Event) error {
 	}
 	return nil
 }
+
+// Positioner is implemented by stores that know where in their storage a run's last commit
+// sits (JetStream: its message's stream sequence), so that a reader given a run's history by
+// its writer (a resume task that carries it) can append after it without reading it first.
+type Positioner interface {
+	// Position returns the run sequence of the last commit of run runID this store appended or
+	// read, and that commit's position; ok is false when the store has seen none.
+	Position(runID string) (runSeq, pos uint64, ok bool)
+	// ObservePosition records that the commit of run runID ending at run sequence runSeq sits at pos, as
+	// if this store had read it. Observing a stale position is safe: an append after it
+	// conflicts if the run moved on.
+	ObservePosition(runID string, runSeq, pos uint64)
+}

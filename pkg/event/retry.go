@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -132,17 +134,61 @@ type retryJSON struct {
 
 // MarshalJSON encodes durations as strings such as "1s".
 func (p RetryPolicy) MarshalJSON() ([]byte, error) {
-	return json.Marshal(retryJSON{p.MaxAttempts, Duration(p.InitialInterval), p.BackoffCoefficient,
+	key, cacheable := p.cacheKey()
+	if cacheable {
+		if b, ok := retryEncoded.Load(key); ok {
+			return slices.Clone(b.([]byte)), nil
+		}
+	}
+	b, err := json.Marshal(retryJSON{p.MaxAttempts, Duration(p.InitialInterval), p.BackoffCoefficient,
 		Duration(p.MaxInterval), p.NonRetryable, p.OnExhaustion})
+	if err == nil && cacheable && retryEncodedN.Add(1) <= retryCacheMax {
+		retryEncoded.Store(key, slices.Clone(b))
+	}
+	return b, err
 }
 
 // UnmarshalJSON decodes the form written by MarshalJSON.
 func (p *RetryPolicy) UnmarshalJSON(b []byte) error {
+	if v, ok := retryDecoded.Load(string(b)); ok {
+		*p = v.(RetryPolicy)
+		p.NonRetryable = slices.Clone(p.NonRetryable)
+		return nil
+	}
 	var j retryJSON
 	if err := json.Unmarshal(b, &j); err != nil {
 		return err
 	}
 	*p = RetryPolicy{j.MaxAttempts, time.Duration(j.InitialInterval), j.BackoffCoefficient,
 		time.Duration(j.MaxInterval), j.NonRetryable, j.OnExhaustion}
+	if retryDecodedN.Add(1) <= retryCacheMax {
+		v := *p
+		v.NonRetryable = slices.Clone(v.NonRetryable)
+		retryDecoded.Store(string(b), v)
+	}
 	return nil
+}
+
+// A history repeats the same few retry policies in every step.scheduled event, and encoding or
+// decoding one costs nested encoding/json calls (a third of a commit's decoding time): the first
+// retryCacheMax distinct encodings are remembered, in both directions. Safe for concurrent use;
+// values handed out never share a NonRetryable slice.
+var (
+	retryDecoded, retryEncoded   sync.Map // JSON string -> RetryPolicy; retryKey -> []byte
+	retryDecodedN, retryEncodedN atomic.Int64
+)
+
+const retryCacheMax = 1024
+
+// retryKey is a RetryPolicy without its NonRetryable list: comparable.
+type retryKey struct {
+	maxAttempts          int
+	initial, maxInterval time.Duration
+	coefficient          float64
+	onExhaustion         Exhaustion
+}
+
+// cacheKey returns p's key in retryEncoded, and false when p has a NonRetryable list.
+func (p RetryPolicy) cacheKey() (retryKey, bool) {
+	return retryKey{p.MaxAttempts, p.InitialInterval, p.MaxInterval, p.BackoffCoefficient, p.OnExhaustion}, len(p.NonRetryable) == 0
 }

@@ -17,6 +17,10 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 )
 
+// noticeRetries is how many reads follow a notice, 25µs, 50µs, ... 25µs<<(noticeRetries-1)
+// (about 0.4s) apart, before the await falls back to the slow poll.
+const noticeRetries = 15
+
 // maxAwaits bounds the awaits held at once; each holds a subscription and a goroutine.
 const maxAwaits = 100_000
 
@@ -109,7 +113,7 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 	// the index shows blocked need (the slow poll projects the others).
 	entry, indexed := s.index.get(req.RunID)
 	full := indexed && entry.Status == core.StatusBlocked
-	retries := 8
+	retries := noticeRetries
 	polled := false // the last check was the slow poll's, not a notice's
 	poll := time.NewTimer(time.Hour)
 	defer poll.Stop()
@@ -127,12 +131,12 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 			}
 			return &api.AwaitResponse{Ended: true, Snapshot: end}, nil
 		}
-		// A notice comes before the stream stored its commit (by tens of microseconds), or for
-		// a publish the stream refused: look again very soon, then less and less often, then
-		// every second, projecting the whole history too.
+		// A notice comes before the stream stored its commit (by tens of microseconds, more on
+		// a busy machine), or for a publish the stream refused: look again very soon, then
+		// twice as late each time, then every second, projecting the whole history too.
 		next := time.Second
-		if retries < 8 {
-			next = 25 * time.Microsecond << (2 * retries)
+		if retries < noticeRetries {
+			next = 25 * time.Microsecond << retries
 			retries++
 		}
 		poll.Reset(next)
@@ -140,7 +144,7 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 		case <-woken:
 			retries, full, polled = 0, false, false
 		case <-poll.C:
-			full, polled = retries >= 8, retries >= 8
+			full, polled = retries >= noticeRetries, retries >= noticeRetries
 		case <-ctx.Done():
 			return &api.AwaitResponse{}, nil
 		}

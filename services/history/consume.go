@@ -332,6 +332,10 @@ func (l *lane) apply(ctx context.Context, commits []pending) error {
 		return err
 	}
 	f.derived = max(f.derived, todo[len(todo)-1].envs[len(todo[len(todo)-1].envs)-1].Seq)
+	if f.s.Terminal() {
+		// Nothing follows an end: a redelivered commit of the run reads it again.
+		l.cache.drop(runID)
+	}
 	return nil
 }
 

@@ -128,9 +128,8 @@ func (p *uiRunPage) fill(hist []event.Envelope) {
 	for _, st := range snap.Steps {
 		p.Steps = append(p.Steps, st)
 	}
-	pos := func(st *core.Step) int { return slices.Index(snap.Batch(st.BatchSeq), st.ID) }
 	slices.SortFunc(p.Steps, func(a, b *core.Step) int {
-		return cmp.Or(cmp.Compare(a.BatchSeq, b.BatchSeq), cmp.Compare(pos(a), pos(b)), cmp.Compare(a.ID, b.ID))
+		return cmp.Or(cmp.Compare(a.BatchSeq, b.BatchSeq), cmp.Compare(a.Position(), b.Position()), cmp.Compare(a.ID, b.ID))
 	})
 	for _, st := range p.Steps {
 		if !st.Status.Settled() {

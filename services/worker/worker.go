@@ -401,7 +401,8 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	}
 	ctx = tracing.WithRunID(ctx, runID)
 	stop := w.heartbeat(msg)
-	res, err := w.engine.Drive(ctx, runID, task.Seq)
+	task.RunID = runID
+	res, err := w.engine.DriveTask(ctx, task)
 	stop()
 	var wrongBuild *engine.WrongBuildError
 	var unknown *engine.UnknownDefinitionError

@@ -1,0 +1,180 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// maxResultsPerCommit bounds how many attempt results one commit records.
+const maxResultsPerCommit = 256
+
+// record commits the result of attempt r, with the results of every other attempt of the run
+// that finished meanwhile, unless the run moved on without them. The commit also holds the
+// decision the code makes on those results, where it makes one at once: the next step (or
+// batch), a wait, a child, the run's end. A run of sequential steps thus writes one commit per
+// step, and a batch's members that finish together share one.
+//
+// The results are applied to the snapshot before the code decides on them, so until the
+// append succeeds the snapshot is ahead of the store: an append that fails (a conflict with
+// another writer, an unavailable store) makes the driver read the run again from the store.
+// A decision that cannot be made at once (the code fails, or it creates a hook, whose token is
+// registered before its commit) is left to the drive loop, which decides again on the results
+// once they are committed.
+func (d *driver) record(ctx context.Context, r attemptResult) error {
+	results := d.drain(r)
+	for {
+		err := d.recordOnce(ctx, results)
+		if !errors.Is(err, store.ErrConflict) {
+			return err
+		}
+		// recordOnce read the run again: derive the results anew from what it read.
+	}
+}
+
+// drain returns r and the results of the run's other attempts that are ready now, and stops
+// tracking their attempts.
+func (d *driver) drain(r attemptResult) []attemptResult {
+	results := []attemptResult{r}
+	for len(results) < maxResultsPerCommit {
+		select {
+		case more := <-d.results:
+			results = append(results, more)
+			continue
+		default:
+		}
+		break
+	}
+	for _, r := range results {
+		key := attemptKey{r.a.StepID, r.a.Attempt}
+		if cancel, ok := d.running[key]; ok {
+			cancel()
+			delete(d.running, key)
+		}
+	}
+	return results
+}
+
+// recordOnce commits results, with the decision they allow, at the run's current sequence. On
+// an error wrapping store.ErrConflict the snapshot has been read again from the store.
+func (d *driver) recordOnce(ctx context.Context, results []attemptResult) error {
+	e := d.e
+	expected, first := d.s.Seq, d.s.Seq+1
+	t := e.now(d.s)
+	var events []event.Payload
+	var failed []attemptResult
+	for _, r := range results {
+		evs, err := core.StepResult(d.s, r.a.StepID, r.a.Attempt, r.out, t)
+		if errors.Is(err, core.ErrStale) {
+			continue
+		}
+		if err == nil {
+			err = e.applyCommitted(d.s, d.s.Seq+1, t, evs)
+		}
+		if err != nil {
+			if len(events) > 0 {
+				e.cache.drop(d.runID) // holds results never committed
+			}
+			return fmt.Errorf("recording step %q attempt %d of run %q: %w", r.a.StepID, r.a.Attempt, d.runID, err)
+		}
+		events = append(events, evs...)
+		if r.out.Err != nil {
+			failed = append(failed, r)
+		}
+	}
+	if len(events) == 0 {
+		return nil
+	}
+	// From here until the append succeeds the snapshot holds events the store may not.
+	began := time.Now()
+	decision, traces := d.decideAhead(t)
+	err := e.append(ctx, d.runID, expected, t, append(events, decision...))
+	if err != nil {
+		d.waiting = nil
+		if rerr := d.reload(ctx, err); rerr != nil {
+			return rerr
+		}
+		if errors.Is(err, store.ErrConflict) {
+			return err
+		}
+		return fmt.Errorf("recording %d step results of run %q: %w", len(results), d.runID, err)
+	}
+	for _, r := range failed {
+		e.logger.WarnContext(ctx, "step attempt failed", slog.String("run_id", d.runID), slog.String("step_id", r.a.StepID),
+			slog.Int("attempt", r.a.Attempt), slog.String("error", r.out.Err.Error()))
+	}
+	if len(decision) == 0 {
+		return nil
+	}
+	at := first + uint64(len(events))
+	if err := e.applyCommitted(d.s, at, t, decision); err != nil {
+		return err
+	}
+	ctx, span := d.decided(ctx, began, at, decision, traces, nil)
+	defer span.End()
+	d.logDecision(ctx, decision)
+	return e.startChildren(ctx, d.s, decision)
+}
+
+// decideAhead asks the code for the decision it makes on the snapshot, whose latest events
+// are not committed yet, and returns its events, stamped for a commit at t, with the traces of
+// the inputs it answers; or nil when the drive loop must decide (the code is waiting, fails,
+// or creates a hook).
+func (d *driver) decideAhead(t time.Time) ([]event.Payload, []string) {
+	if d.replayErr != nil {
+		return nil, nil
+	}
+	v, err := d.decide()
+	if err != nil {
+		return nil, nil
+	}
+	if v.Waiting() {
+		// Valid once the results are committed, at the snapshot's current sequence.
+		d.waiting = &waitingVerdict{seq: d.s.Seq, v: v}
+		return nil, nil
+	}
+	for _, p := range v.Events {
+		if _, ok := p.(*event.HookCreated); ok {
+			return nil, nil
+		}
+	}
+	core.Stamp(v.Events, t)
+	return v.Events, d.s.InputTraces()
+}
+
+// waitingVerdict is a waiting verdict of the code on the snapshot at seq.
+type waitingVerdict struct {
+	seq uint64
+	v   core.Verdict
+}
+
+// reload reads the run again from the store after an append of events already applied to the
+// snapshot failed with err: up to at least the sequence a conflict reported.
+func (d *driver) reload(ctx context.Context, err error) error {
+	d.e.cache.drop(d.runID)
+	atLeast := uint64(0)
+	var ce *store.ConflictError
+	if errors.As(err, &ce) {
+		atLeast = ce.Actual
+	}
+	hist, lerr := d.e.store.LoadAtLeast(ctx, d.runID, 0, atLeast)
+	if lerr != nil {
+		return fmt.Errorf("reading run %q again after a failed append (%v): %w", d.runID, err, lerr)
+	}
+	s, perr := core.Project(d.runID, hist)
+	if perr != nil {
+		return perr
+	}
+	if berr := behind(d.runID, s.Seq, s.Terminal(), atLeast); berr != nil {
+		return berr
+	}
+	d.s = s
+	d.e.cache.put(d.runID, s, true)
+	return nil
+}
