@@ -187,10 +187,17 @@ func (e *Engine) externalOnce(ctx context.Context, runID string, atLeast uint64,
 		return Task{}, err
 	}
 	traceInputs(ctx, events)
+	first := s.Seq + 1
 	if err := e.commit(ctx, s, events); err != nil {
 		return Task{}, err
 	}
-	return Task{RunID: runID, Queue: s.Queue, Build: s.Spec.BuildID, Seq: s.Seq, TraceParent: s.TraceParent}, nil
+	// The task carries the commit, so that the run's driver applies it instead of reading it.
+	committed := make([]event.Envelope, len(events))
+	for i, p := range events {
+		committed[i] = event.Envelope{RunID: runID, Seq: first + uint64(i), Time: s.UpdatedAt, Payload: p}
+	}
+	return Task{RunID: runID, Queue: s.Queue, Build: s.Spec.BuildID, Seq: s.Seq, TraceParent: s.TraceParent,
+		Head: e.commitHead(runID, committed)}, nil
 }
 
 // traceInputs records in the inputs among events (signals, hook deliveries, cancellation

@@ -65,7 +65,7 @@ func (e *Engine) FireOnTail(ctx context.Context, t core.Timer, tail RunTail) err
 	if !ok {
 		return e.Fire(ctx, t)
 	}
-	err := e.fireOnTail(ctx, t, tail.Last, p)
+	head, err := e.fireOnTail(ctx, t, tail.Last, p)
 	if errors.Is(err, errCached) || errors.Is(err, store.ErrConflict) {
 		return e.Fire(ctx, t)
 	}
@@ -73,7 +73,7 @@ func (e *Engine) FireOnTail(ctx context.Context, t core.Timer, tail RunTail) err
 		return err
 	}
 	e.locks.poke(t.RunID)
-	e.resume(ctx, Task{RunID: t.RunID, Queue: tail.Queue, Build: tail.Build, Seq: t.Seq + 1, TraceParent: tail.TraceParent})
+	e.resume(ctx, Task{RunID: t.RunID, Queue: tail.Queue, Build: tail.Build, Seq: t.Seq + 1, TraceParent: tail.TraceParent, Head: head})
 	return nil
 }
 
@@ -81,18 +81,18 @@ func (e *Engine) FireOnTail(ctx context.Context, t core.Timer, tail RunTail) err
 var errCached = errors.New("the run is cached or held")
 
 // fireOnTail appends p, the firing of t, right after last, unless the engine holds or caches
-// the run (errCached).
-func (e *Engine) fireOnTail(ctx context.Context, t core.Timer, last event.Envelope, p event.Payload) error {
+// the run (errCached), and returns the commit for the run's resume task to carry.
+func (e *Engine) fireOnTail(ctx context.Context, t core.Timer, last event.Envelope, p event.Payload) (*Head, error) {
 	rl, locked := e.locks.tryLock(t.RunID)
 	if !locked {
-		return errCached
+		return nil, errCached
 	}
 	defer e.locks.unlock(t.RunID, rl)
 	if s, _ := e.cache.get(t.RunID); s != nil {
-		return errCached
+		return nil, errCached
 	}
 	if err := e.faults.Hit(fault.StoreAppend); err != nil {
-		return err
+		return nil, err
 	}
 	at := e.clock.Now().UTC()
 	if at.Before(last.Time) {
@@ -100,7 +100,33 @@ func (e *Engine) fireOnTail(ctx context.Context, t core.Timer, last event.Envelo
 	}
 	_, err := e.store.Append(ctx, t.RunID, t.Seq, event.Event{Time: at, Payload: p})
 	countAppend(ctx, err)
-	return err
+	if err != nil {
+		return nil, err
+	}
+	return e.commitHead(t.RunID, []event.Envelope{{RunID: t.RunID, Seq: t.Seq + 1, Time: at, Payload: p}}), nil
+}
+
+// maxHead bounds the encoded commit a resume task carries: a driver reads a larger one.
+const maxHead = 8 << 10
+
+// commitHead returns the Head of the task that resumes run runID after committed, the events of
+// the commit this engine just appended to it, or nil when the store cannot tell where that
+// commit sits or the commit is large. The driver that holds the run up to the commit's first
+// event applies it instead of reading the run.
+func (e *Engine) commitHead(runID string, committed []event.Envelope) *Head {
+	ps, ok := e.store.(store.Positioner)
+	if !ok || len(committed) == 0 {
+		return nil
+	}
+	seq, pos, ok := ps.Position(runID)
+	if !ok || seq != committed[len(committed)-1].Seq {
+		return nil
+	}
+	b, err := event.MarshalEnvelopes(committed)
+	if err != nil || len(b) > maxHead {
+		return nil
+	}
+	return &Head{Events: b, Position: pos}
 }
 
 // firingOf returns the event that fires t, if last is the event that scheduled t: then t is

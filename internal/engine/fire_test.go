@@ -272,3 +272,49 @@ func (h *host) resumeCount() int {
 	defer h.mu.Unlock()
 	return len(h.resumed)
 }
+
+// A firing's resume task carries the firing's commit: the worker holding the run, suspended on
+// the timer, applies it and completes the run without reading it.
+func TestFiringTaskCarriesTheFiring(t *testing.T) {
+	t.Parallel()
+	for _, path := range []string{"on tail", "on cached snapshot", "on read"} {
+		t.Run(path, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, sleeper)
+			st := &positionedStore{EventStore: memstore.New(), observed: map[string][2]uint64{}}
+			h := &taskHost{host: b.host}
+			worker, err := engine.New(engine.Config{Store: st, Runtime: b.reg, Host: h, Replayer: b.reg.Replaying()})
+			require.NoError(t, err)
+			runID := b.start(t, worker, "wf")
+			res, err := worker.Drive(t.Context(), runID, 0)
+			require.NoError(t, err)
+			require.Equal(t, core.StatusSuspended, res.Status)
+			s, err := worker.Snapshot(t.Context(), runID)
+			require.NoError(t, err)
+			timer := core.Timers(s)[0]
+
+			sched, err := engine.New(engine.Config{Store: st, Host: h})
+			require.NoError(t, err)
+			switch path {
+			case "on tail":
+				require.NoError(t, sched.FireOnTail(t.Context(), timer, tailOf(t, st, runID)))
+			case "on cached snapshot":
+				require.NoError(t, sched.Preload(t.Context(), timer))
+				require.NoError(t, sched.Fire(t.Context(), timer))
+			default:
+				require.NoError(t, sched.Fire(t.Context(), timer))
+			}
+			task := h.tasks[len(h.tasks)-1]
+			require.NotNil(t, task.Head, "the task carries the firing")
+			require.EqualValues(t, timer.Seq+1, task.Seq)
+
+			reads := st.reads.Load()
+			res, err = worker.DriveTask(t.Context(), task)
+			require.NoError(t, err)
+			require.Equal(t, core.StatusCompleted, res.Status)
+			require.Equal(t, reads, st.reads.Load(), "the worker read nothing")
+			hist := load(t, st, runID)
+			require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeWaitScheduled, event.TypeWaitFired, event.TypeRunCompleted}, typesOf(hist))
+		})
+	}
+}

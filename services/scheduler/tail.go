@@ -56,7 +56,8 @@ func (s *Scheduler) readTail(ctx context.Context, runID string) (engine.RunTail,
 		tail.Last = events[len(events)-1]
 	}
 	// The append of a firing right after this commit needs no read of its position.
-	return tail, s.store.Observe(runID, last)
+	s.store.ObservePosition(runID, tail.Last.Seq, last.Sequence)
+	return tail, nil
 }
 
 // commitEvents decodes the commit in stream message m of run runID.
