@@ -233,6 +233,15 @@ func TestOrderRunIsOneTraceAndARestartDuplicatesNoSpan(t *testing.T) {
 		require.Equal(t, rs.TraceParent, m.Header.Get(tracing.HeaderTraceParent), "feed event %s", m.Subject)
 	}
 
+	// The worker ends a decision's span after its commit, which the client may have seen first.
+	require.Eventually(t, func() bool {
+		for _, s := range runSpans(started.RunID) {
+			if attr(s, engine.AttrDecisionKind).AsString() == "run.completed" {
+				return true
+			}
+		}
+		return false
+	}, testTimeout, 5*time.Millisecond, "the decision that completes the run is traced")
 	run := runSpans(started.RunID)
 	var decisions, charges []tracetest.SpanStub
 	for _, s := range run {
@@ -276,12 +285,20 @@ func TestOrderRunIsOneTraceAndARestartDuplicatesNoSpan(t *testing.T) {
 	signalled := ingressSpan(t, sender)
 	require.Equal(t, "flow.ingress signal", signalled.Name)
 
+	// The worker ends the span of the decision it committed after the commit, which the client
+	// may have seen first: wait for the span.
 	var last tracetest.SpanStub
+	require.Eventually(t, func() bool {
+		for _, s := range runSpans(approval.RunID) {
+			if attr(s, engine.AttrDecisionKind).AsString() == "run.completed" {
+				last = s
+				return true
+			}
+		}
+		return false
+	}, testTimeout, 5*time.Millisecond, "the decision that completes the run is traced")
 	for _, s := range runSpans(approval.RunID) {
 		require.Equal(t, approver.TraceID(), s.SpanContext.TraceID(), "span %q is in another trace than the run's start", s.Name)
-		if attr(s, engine.AttrDecisionKind).AsString() == "run.completed" {
-			last = s
-		}
 	}
 	require.Len(t, last.Links, 1, "the decision answering the signal links to its ingress request")
 	require.Equal(t, signalled.SpanContext.SpanID(), last.Links[0].SpanContext.SpanID())
