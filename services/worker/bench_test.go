@@ -46,6 +46,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/ingresstest"
+	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
@@ -130,7 +131,7 @@ func newBenchEnv(b *testing.B, syncPolicy string) *benchEnv {
 		var nc *nats.Conn
 		var err error
 		if external != "" {
-			nc, err = nats.Connect(external)
+			nc, err = nats.Connect(external, natsconn.SyncQueue)
 		} else if os.Getenv("FLOW_BENCH_CONN") == "url" {
 			nc, err = nats.Connect(srv.ClientURL())
 		} else {
