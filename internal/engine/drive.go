@@ -68,8 +68,9 @@ func (e *Engine) Drive(ctx context.Context, runID string, minSeq uint64) (Result
 	return e.drive(ctx, runID, minSeq, nil)
 }
 
-// DriveTask is Drive for the run and sequence task t names, starting from the history the task
-// carries (Task.Head) when the run is not cached.
+// DriveTask is Drive for the run and sequence task t names. The commit the task carries
+// (Task.Head) is applied instead of reading the run, when it is the run's next commit after the
+// cached snapshot, or, for a run not cached, its first.
 func (e *Engine) DriveTask(ctx context.Context, t Task) (Result, error) {
 	return e.drive(ctx, t.RunID, t.Seq, t.Head)
 }
@@ -115,7 +116,7 @@ type driver struct {
 	s     *core.Snapshot
 	// replayErr is the verification error of a cold load; the run stays blocked while set.
 	replayErr error
-	// head is the history the task carried, read instead of the store on a cold load.
+	// head is the commit the task carried, applied instead of reading it from the store.
 	head *Head
 	// waiting is the code's waiting verdict on the snapshot at seq, kept by record so that the
 	// drive loop does not ask the code again for the same snapshot.
