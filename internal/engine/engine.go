@@ -88,10 +88,6 @@ type Head struct {
 	Position uint64 `json:"position"`
 }
 
-// maxHeadInput bounds the input of a run whose task carries its run.started: larger ones are
-// read from the store, so that tasks stay small.
-const maxHeadInput = 8 << 10
-
 // Key identifies the task for deduplication: "<run>:<seq>", or "<run>:<seq>:<nonce>".
 func (t Task) Key() string {
 	k := t.RunID + ":" + strconv.FormatUint(t.Seq, 10)
@@ -99,6 +95,29 @@ func (t Task) Key() string {
 		k += ":" + t.Nonce
 	}
 	return k
+}
+
+// maxHead bounds the encoded commit a resume task carries: a driver reads a larger one.
+const maxHead = 8 << 10
+
+// commitHead returns the Head of the task that resumes run runID after committed, the events of
+// the commit this engine just appended to it, or nil when the store cannot tell where that
+// commit sits or the commit is large. The driver that holds the run up to the commit's first
+// event applies it instead of reading the run.
+func (e *Engine) commitHead(runID string, committed []event.Envelope) *Head {
+	ps, ok := e.store.(store.Positioner)
+	if !ok || len(committed) == 0 {
+		return nil
+	}
+	seq, pos, ok := ps.Position(runID)
+	if !ok || seq != committed[len(committed)-1].Seq {
+		return nil
+	}
+	b, err := event.MarshalEnvelopes(committed)
+	if err != nil || len(b) > maxHead {
+		return nil
+	}
+	return &Head{Events: b, Position: pos}
 }
 
 // ErrTokenTaken is wrapped by Host.RegisterHook when a token already routes to another hook.
@@ -254,26 +273,8 @@ func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, create
 	}
 	e.logger.DebugContext(ctx, "run started", slog.String("run_id", p.RunID), slog.String("definition", p.Spec.Definition))
 	e.resume(ctx, Task{RunID: p.RunID, Queue: p.Queue, Build: p.Spec.BuildID, Seq: 1, TraceParent: started.TraceParent,
-		Head: e.head(p.RunID, event.Envelope{RunID: p.RunID, Seq: 1, Time: at, Payload: started})})
+		Head: e.commitHead(p.RunID, []event.Envelope{{RunID: p.RunID, Seq: 1, Time: at, Payload: started}})})
 	return p.RunID, true, nil
-}
-
-// head returns the Head of a task for new run runID, whose first commit is the single event
-// first, or nil when the store cannot tell where that commit sits or the input is large.
-func (e *Engine) head(runID string, first event.Envelope) *Head {
-	ps, ok := e.store.(store.Positioner)
-	if !ok || len(first.Payload.(*event.RunStarted).Input) > maxHeadInput {
-		return nil
-	}
-	seq, pos, ok := ps.Position(runID)
-	if !ok || seq != 1 {
-		return nil
-	}
-	events, err := event.MarshalEnvelopes([]event.Envelope{first})
-	if err != nil {
-		return nil
-	}
-	return &Head{Events: events, Position: pos}
 }
 
 // resume publishes a resume task as a fast path: the history service derives the same task from

@@ -106,29 +106,6 @@ func (e *Engine) fireOnTail(ctx context.Context, t core.Timer, last event.Envelo
 	return e.commitHead(t.RunID, []event.Envelope{{RunID: t.RunID, Seq: t.Seq + 1, Time: at, Payload: p}}), nil
 }
 
-// maxHead bounds the encoded commit a resume task carries: a driver reads a larger one.
-const maxHead = 8 << 10
-
-// commitHead returns the Head of the task that resumes run runID after committed, the events of
-// the commit this engine just appended to it, or nil when the store cannot tell where that
-// commit sits or the commit is large. The driver that holds the run up to the commit's first
-// event applies it instead of reading the run.
-func (e *Engine) commitHead(runID string, committed []event.Envelope) *Head {
-	ps, ok := e.store.(store.Positioner)
-	if !ok || len(committed) == 0 {
-		return nil
-	}
-	seq, pos, ok := ps.Position(runID)
-	if !ok || seq != committed[len(committed)-1].Seq {
-		return nil
-	}
-	b, err := event.MarshalEnvelopes(committed)
-	if err != nil || len(b) > maxHead {
-		return nil
-	}
-	return &Head{Events: b, Position: pos}
-}
-
 // firingOf returns the event that fires t, if last is the event that scheduled t: then t is
 // pending for as long as last is the run's last event.
 func firingOf(t core.Timer, last event.Envelope) (event.Payload, bool) {
