@@ -508,10 +508,13 @@ func (f *firedSet) add(key string, t core.Timer) {
 // take reports whether timer t was fired on a hint, and forgets it.
 func (f *firedSet) take(key string, t core.Timer) bool {
 	ft, ok := f.m[key]
-	if ok {
-		delete(f.m, key) // its key stays in order until it is the oldest
-	}
+	f.forget(key)
 	return ok && sameTimer(ft, t)
+}
+
+// forget forgets the timer of key, if any.
+func (f *firedSet) forget(key string) {
+	delete(f.m, key) // its key stays in order until it is the oldest
 }
 
 // sameTimer reports whether a and b are the same timer of the same run.
@@ -739,7 +742,7 @@ func (s *Scheduler) apply(e jetstream.KeyValueEntry, ts *timers) {
 			// A firing in flight finishes; its result finds the timer gone.
 			ts.forget(cur)
 		}
-		ts.fired.take(e.Key(), core.Timer{})
+		ts.fired.forget(e.Key())
 		return
 	}
 	var t core.Timer
