@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/flowrun/flow/pkg/event"
 )
 
 // The ingress service's doors: inputs from outside (starts, signals, hook deliveries, cancels and
@@ -76,6 +78,11 @@ const (
 const (
 	ExtRunID = "flowrunid"
 	ExtQueue = "flowqueue"
+	// ExtPriority is a start's priority, an integer; ExtControlKey its flow-control key;
+	// ExtControl its flow control, as the JSON of an event.FlowControl.
+	ExtPriority   = "flowpriority"
+	ExtControlKey = "flowcontrolkey"
+	ExtControl    = "flowcontrol"
 )
 
 // StartSubject, SignalSubject, HookSubject, CancelSubject and TerminateSubject name the NATS
@@ -116,6 +123,12 @@ type StartRequest struct {
 	Queue string `json:"queue,omitempty"`
 	// Input is the workflow's input; absent means null.
 	Input json.RawMessage `json:"input,omitempty"`
+	// Priority orders the run's admission under flow control, higher first. Defaults to 0.
+	Priority int `json:"priority,omitempty"`
+	// ControlKey is the run's flow-control key, instead of the one read from the input.
+	ControlKey string `json:"control_key,omitempty"`
+	// Control is the run's flow control, instead of its definition's.
+	Control *event.FlowControl `json:"control,omitempty"`
 }
 
 // CancelRequest is the body of a cancel or terminate.

@@ -56,7 +56,7 @@ func (s *Snapshot) Apply(e event.Envelope) error {
 func IsInput(p event.Payload) bool {
 	switch p.(type) {
 	case *event.RunStarted, *event.SignalReceived, *event.HookReceived, *event.WaitFired,
-		*event.StepRetryFired, *event.ChildSettled, *event.RunCancelRequested:
+		*event.StepRetryFired, *event.ChildSettled, *event.RunCancelRequested, *event.RunAdmitted:
 		return true
 	}
 	return false
@@ -83,11 +83,11 @@ func isDecisionEvent(p event.Payload) bool {
 		*event.ChildScheduled, *event.RunCompleted, *event.RunContinuedAsNew:
 		return true
 	case *event.StepCancelled:
-		return p.Cause != event.CauseOperator
+		return p.Cause != event.CauseOperator && p.Cause != event.CauseFlowControl
 	case *event.RunFailed:
 		return p.Cause != event.CauseOperator
 	case *event.RunCancelled:
-		return p.Cause != event.CauseOperator
+		return p.Cause != event.CauseOperator && p.Cause != event.CauseFlowControl
 	}
 	return false
 }
@@ -118,6 +118,9 @@ func (s *Snapshot) check(e event.Envelope) error {
 			return s.fail(e, "first_event", "run.started may only be the first event")
 		}
 		return s.fail(e, "first_event", "the first event must be run.started, got %s", e.Type())
+	}
+	if err := s.checkAdmission(e); err != nil {
+		return err
 	}
 	if s.expectRetry != "" {
 		if r, ok := e.Payload.(*event.StepRetryScheduled); !ok || r.StepID != s.expectRetry {
@@ -325,6 +328,10 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.ContinuedFrom = d.ContinuedFrom
 		s.Generation = d.Generation
 		s.TraceParent = d.TraceParent
+		s.Priority = d.Priority
+		s.Control = d.Control
+	case *event.RunAdmitted:
+		s.Admitted, s.AdmittedSeq, s.AdmittedAt = true, e.Seq, e.Time
 	case *event.StepScheduled:
 		ids := make([]string, len(d.Steps))
 		steps := make([]Step, len(d.Steps))

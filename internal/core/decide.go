@@ -47,6 +47,9 @@ func Decide(s *Snapshot, d Decider, opts DecideOptions) (Verdict, error) {
 	if s.Terminal() {
 		return Verdict{}, fmt.Errorf("%w: run %q ended at seq %d", ErrTerminal, s.RunID, s.Outcome.Seq)
 	}
+	if s.Queued() {
+		return queuedVerdict(s)
+	}
 	if events := exhaustion(s); events != nil {
 		return Verdict{Events: events}, nil
 	}

@@ -22,6 +22,8 @@ const (
 	StatusCancelling Status = "cancelling"
 	// StatusBlocked: the latest decision failed (decision.failed) and none has succeeded since.
 	StatusBlocked Status = "blocked"
+	// StatusQueued: started under flow control and not admitted yet (no run.admitted).
+	StatusQueued Status = "queued"
 )
 
 // Terminal statuses, one per event.Outcome.
@@ -241,6 +243,15 @@ type Snapshot struct {
 	Outcome         *Outcome `json:"outcome,omitempty"`
 	Progress        Progress `json:"progress"`
 
+	// Priority is the run's priority, as run.started recorded it (higher first).
+	Priority int `json:"priority,omitempty"`
+	// Control is the flow control the run started under; nil for none.
+	Control *event.FlowControl `json:"control,omitempty"`
+	// Admitted is set once run.admitted is committed, at AdmittedSeq and AdmittedAt.
+	Admitted    bool      `json:"admitted,omitempty"`
+	AdmittedSeq uint64    `json:"admitted_seq,omitempty"`
+	AdmittedAt  time.Time `json:"admitted_at,omitzero"`
+
 	// ids maps every decision ID to its kind; IDs share one namespace.
 	ids map[string]string
 	// batches maps a step.scheduled or child.scheduled sequence to its members in order;
@@ -416,6 +427,8 @@ func (s *Snapshot) status() Status {
 		return StatusBlocked
 	case s.CancelRequested:
 		return StatusCancelling
+	case s.Queued():
+		return StatusQueued
 	case p.Decisions == 0:
 		return StatusPending
 	case p.StepsRunning > 0:
@@ -467,6 +480,8 @@ func (s *Snapshot) Summary() Summary {
 		sum.Detail = s.Outcome.Reason
 	case s.Blocked != nil:
 		sum.Detail = s.Blocked.Detail
+	case s.Queued():
+		sum.Detail = s.QueuedReason()
 	}
 	return sum
 }

@@ -58,7 +58,7 @@ func (e *Engine) ApplyCommit(ctx context.Context, s *core.Snapshot, commit []eve
 func (e *Engine) startChild(ctx context.Context, parent *core.Snapshot, c event.ChildSpec) error {
 	spec := event.Spec{Definition: c.Definition, BuildID: c.BuildID, Patches: c.Patches}
 	_, _, err := e.Start(inTrace(ctx, parent), StartParams{RunID: c.RunID, Spec: spec, Input: c.Input,
-		Queue: parent.Queue, Parent: &event.ParentRef{RunID: parent.RunID, ChildID: c.ChildID}})
+		Queue: parent.Queue, Parent: &event.ParentRef{RunID: parent.RunID, ChildID: c.ChildID}, Priority: parent.Priority})
 	var exists *RunExistsError
 	if errors.As(err, &exists) {
 		info := event.ErrorInfo{Kind: "run_exists", Message: err.Error()}
@@ -110,7 +110,7 @@ func (e *Engine) afterEnd(ctx context.Context, s *core.Snapshot) error {
 func (e *Engine) startSuccessor(ctx context.Context, s *core.Snapshot) error {
 	o := s.Outcome
 	_, _, err := e.Start(inTrace(ctx, s), StartParams{RunID: o.SuccessorRunID, Spec: s.Spec, Input: o.Input, Queue: s.Queue,
-		Parent: s.Parent, ContinuedFrom: s.RunID, Generation: s.Generation + 1})
+		Parent: s.Parent, ContinuedFrom: s.RunID, Generation: s.Generation + 1, Priority: s.Priority, Control: s.Control})
 	if err != nil {
 		return fmt.Errorf("starting the continuation of run %q: %w", s.RunID, err)
 	}

@@ -224,6 +224,12 @@ type StartParams struct {
 	Parent        *event.ParentRef
 	ContinuedFrom string
 	Generation    int
+	// Priority orders the run's admission and its step attempts (higher first); a child run
+	// inherits its parent's.
+	Priority int
+	// Control is the flow control the run starts under (limits.Resolve computes it); nil for
+	// none. The run then decides nothing until the admission controller appends run.admitted.
+	Control *event.FlowControl
 }
 
 // RunExistsError reports a start with the ID of an existing run whose spec or input differs.
@@ -320,8 +326,13 @@ func (e *Engine) prepareStart(p *StartParams) (*event.RunStarted, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: the input of run %q is not valid JSON: %w", core.ErrInvalidInput, p.RunID, err)
 	}
+	if p.Control != nil {
+		if err := p.Control.Validate(); err != nil {
+			return nil, fmt.Errorf("%w: the flow control of run %q: %w", core.ErrInvalidInput, p.RunID, err)
+		}
+	}
 	return &event.RunStarted{Spec: p.Spec, Input: input, Queue: p.Queue, Seed: rand.Text(), Parent: p.Parent,
-		ContinuedFrom: p.ContinuedFrom, Generation: p.Generation}, nil
+		ContinuedFrom: p.ContinuedFrom, Generation: p.Generation, Priority: p.Priority, Control: p.Control}, nil
 }
 
 // Existing checks a start against the run it names, appending nothing: false when run p.RunID

@@ -50,12 +50,18 @@ const (
 	// HistoryBeforeAck: every consequence of a commit is applied; the history service has not
 	// acknowledged it.
 	HistoryBeforeAck Point = "history-before-ack"
+	// AdmitAfterReserve: the admission controller took runs' slots and rate tokens in
+	// FLOW_LIMITS; their run.admitted events are not appended yet.
+	AdmitAfterReserve Point = "admit-after-reserve"
+	// HistoryBeforeRelease: a run's terminal event is committed and the history service applied
+	// its other consequences; its flow-control slot is not released yet.
+	HistoryBeforeRelease Point = "history-before-release"
 )
 
 // Points lists every point, for suites that run each scenario at each point.
 var Points = []Point{StoreAppend, AfterAppendBeforeTask, TaskPublish, AfterDecisionBeforeChildren,
 	AfterTerminalBeforeEnd, AfterFireBeforeDelete, TimerPut, IndexPut, HistoryBeforeEffects, HistoryBeforeIndex,
-	HistoryBeforeAck}
+	HistoryBeforeAck, AdmitAfterReserve, HistoryBeforeRelease}
 
 // Action is what an armed point does.
 type Action string

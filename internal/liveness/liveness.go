@@ -28,12 +28,16 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
 )
 
 // Registration is one workflow definition a worker registers, with the patches its code knows.
 type Registration struct {
 	Definition string   `json:"definition"`
 	Patches    []string `json:"patches,omitempty"`
+	// Control is the flow control the definition's runs start under (flow.WithFlowControl),
+	// with its key path, not its key; nil for none. The ingress resolves it for each start.
+	Control *event.FlowControl `json:"control,omitempty"`
 }
 
 // Worker is a worker's FLOW_WORKERS entry.

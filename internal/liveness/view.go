@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
 )
 
 // Definition is a workflow definition on a queue as a View knows it: its latest registration
@@ -33,6 +34,8 @@ type Definition struct {
 	// LastSeen is the latest heartbeat the View saw of a worker registering the definition;
 	// zero when it saw none.
 	LastSeen time.Time `json:"last_seen,omitzero"`
+	// Control is the flow control of the live worker that started last (see Registration).
+	Control *event.FlowControl `json:"control,omitempty"`
 }
 
 // View is an in-memory copy of FLOW_WORKERS and FLOW_DEFINITIONS, kept up to date by watching
@@ -293,7 +296,7 @@ func (v *View) definition(queue, definition string, live []Worker) Definition {
 	slices.SortStableFunc(d.Workers, func(a, b Worker) int { return b.StartedAt.Compare(a.StartedAt) })
 	if len(d.Workers) > 0 {
 		r, _ := d.Workers[0].registration(definition)
-		d.BuildID, d.Patches = d.Workers[0].BuildID, r.Patches
+		d.BuildID, d.Patches, d.Control = d.Workers[0].BuildID, r.Patches, r.Control
 	}
 	return d
 }

@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/pkg/event"
 )
 
 // Streams and buckets.
@@ -53,6 +55,15 @@ const (
 	// DamagedBucket lists runs whose history was found damaged: key run ID, value a JSON
 	// Damaged. The history service writes it; every store refuses to serve those runs.
 	DamagedBucket = "FLOW_DAMAGED"
+	// LimitsBucket holds the flow-control state (internal/limits): key "g.<group token>", the
+	// concurrency slots and rate log of a flow-control group; key "s.<step token>", those of a
+	// limited step name. Changed only by compare-and-set.
+	LimitsBucket = "FLOW_LIMITS"
+	// QueueBucket lists the runs waiting for admission under flow control: key run ID, value a
+	// JSON limits.Waiting. The history service writes an entry when a run under flow control
+	// starts and deletes it once the run is admitted or ended; the admission controller (in the
+	// scheduler service) watches it.
+	QueueBucket = "FLOW_QUEUE"
 	// HistoryConsumer is the history service's durable consumer of History.
 	HistoryConsumer = "history"
 )
@@ -190,6 +201,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{Bucket: LeasesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, TTL: d.LeaseTTL, Description: "Flow leader leases"},
 		{Bucket: ParkedBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs no worker can drive now"},
 		{Bucket: DamagedBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs whose history is damaged"},
+		{Bucket: LimitsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, Description: "Flow flow-control slots and rate windows"},
+		{Bucket: QueueBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs waiting for admission under flow control"},
 		// An expired entry leaves a marker, so that watchers learn at once that its worker is gone.
 		{Bucket: WorkersBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, TTL: d.WorkerTTL, LimitMarkerTTL: d.WorkerTTL,
 			Description: "Flow live workers and the definitions they register"},
@@ -319,6 +332,8 @@ type Definition struct {
 	Patches    []string  `json:"patches,omitempty"`
 	UpdatedAt  time.Time `json:"updated_at"`
 	Host       string    `json:"host,omitempty"`
+	// Control is the definition's flow control, with its key path (see liveness.Registration).
+	Control *event.FlowControl `json:"control,omitempty"`
 }
 
 // DefinitionKey is the FLOW_DEFINITIONS key of definition on queue.

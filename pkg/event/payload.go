@@ -50,6 +50,12 @@ type RunStarted struct {
 	// request, or the parent's decision), when there was one: every span of the run's decisions
 	// and step attempts is its child, so that the run is one trace.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Priority orders the run's admission under flow control and its step attempts in a
+	// worker's queue: higher first. Fixed at start; a child run inherits its parent's.
+	Priority int `json:"priority,omitempty"`
+	// Control is the flow control the run starts under: it makes no decision until
+	// run.admitted. Nil for a run without flow control.
+	Control *FlowControl `json:"control,omitempty"`
 }
 
 // StepSpec is one scheduled step.
@@ -122,11 +128,14 @@ const (
 	CauseCancelRequested Cause = "cancel_requested"
 	// CauseOperator: an operator terminated the run.
 	CauseOperator Cause = "operator"
+	// CauseFlowControl: the run's flow control cancelled it (a concurrency limit was full and
+	// its policy is cancel_newest or cancel_oldest).
+	CauseFlowControl Cause = "flow_control"
 )
 
 func (c Cause) valid() bool {
 	switch c {
-	case CauseWorkflow, CauseStepExhausted, CauseCancelRequested, CauseOperator:
+	case CauseWorkflow, CauseStepExhausted, CauseCancelRequested, CauseOperator, CauseFlowControl:
 		return true
 	}
 	return false
@@ -406,7 +415,14 @@ func attempt(field string, v int) error {
 // Validate implements Payload.
 func (p *RunStarted) Validate() error {
 	return errors.Join(required("spec.definition", p.Spec.Definition), requiredJSON("input", p.Input),
-		required("seed", p.Seed), validateParent(p.Parent))
+		required("seed", p.Seed), validateParent(p.Parent), validateControl(p.Control))
+}
+
+func validateControl(c *FlowControl) error {
+	if c == nil {
+		return nil
+	}
+	return c.Validate()
 }
 
 func validateParent(p *ParentRef) error {
@@ -473,7 +489,7 @@ func (p *StepCancelled) Validate() error {
 
 func validCause(c Cause) error {
 	if !c.valid() {
-		return fieldError("cause", fmt.Sprintf("must be one of workflow, step_exhausted, cancel_requested, operator; got %q", c))
+		return fieldError("cause", fmt.Sprintf("must be one of workflow, step_exhausted, cancel_requested, operator, flow_control; got %q", c))
 	}
 	return nil
 }

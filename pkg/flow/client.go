@@ -114,4 +114,13 @@ type StartOptions struct {
 	RunID string
 	// Queue overrides the client's queue.
 	Queue string
+	// Priority orders the run's admission under flow control and its step attempts, higher
+	// first; fixed for the run's life and inherited by its children. Defaults to 0.
+	Priority int
+	// ControlKey is the run's flow-control key, instead of the one the definition's key path
+	// reads from the input. Defaults to "" (read it).
+	ControlKey string
+	// Control puts this run under flow control, instead of the definition's (WithFlowControl).
+	// Defaults to nil (the definition's, if any).
+	Control *FlowControl
 }

@@ -46,6 +46,8 @@ type workflowEntry struct {
 	patches []string
 	run     func(ctx *Context) (Decision, error)
 	check   func(input json.RawMessage) error
+	// control is the flow control of new runs (WithFlowControl); nil for none.
+	control *event.FlowControl
 }
 
 type stepFunc func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)
@@ -115,6 +117,9 @@ func RegisterWorkflow[I any](r *Registry, name string, fn func(ctx *Context, in 
 	}
 	slices.Sort(w.patches)
 	w.patches = slices.Compact(w.patches)
+	if err := checkControl(name, w.control); err != nil {
+		panic(fmt.Sprintf("flow: RegisterWorkflow(%q): %v", name, err))
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, dup := r.workflows[name]; dup {

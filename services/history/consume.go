@@ -323,6 +323,9 @@ func (l *lane) apply(ctx context.Context, commits []pending) error {
 		if err := s.engine.ApplyCommit(ctx, f.s, d.envs); err != nil {
 			return err
 		}
+		if err := s.control.apply(ctx, f.s, d.envs); err != nil {
+			return err
+		}
 		l.feed.publish(f, d.envs, d.payloads)
 	}
 	if err := s.cfg.Faults.Hit(fault.HistoryBeforeIndex); err != nil {

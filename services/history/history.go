@@ -124,6 +124,8 @@ type Service struct {
 	parked  jetstream.KeyValue
 	damaged jetstream.KeyValue
 	defs    jetstream.KeyValue
+	// control keeps the admission queue and releases ended runs' flow-control slots.
+	control *control
 
 	index *readModel
 	park  *parking
@@ -263,6 +265,9 @@ func (s *Service) open(ctx context.Context) error {
 		if *kv, err = js.KeyValue(ctx, name); err != nil {
 			return fmt.Errorf("opening bucket %s: %w", name, err)
 		}
+	}
+	if s.control, err = openControl(ctx, js, s.cfg.Faults); err != nil {
+		return err
 	}
 	s.index = newReadModel(s.runs, s.logger)
 	s.park = newParking(s)

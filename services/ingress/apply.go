@@ -34,6 +34,11 @@ type input struct {
 	data json.RawMessage
 	// reason is a cancel's or terminate's reason.
 	reason string
+	// priority, controlKey and control are a start's priority and flow control (see
+	// api.StartRequest).
+	priority   int
+	controlKey string
+	control    *event.FlowControl
 }
 
 // check validates what can be checked without reading the run: names and JSON.
@@ -111,7 +116,12 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 			return nil, derr
 		}
 		spec := event.Spec{Definition: in.definition, BuildID: def.BuildID, Patches: def.Patches}
-		resp.RunID, resp.Created, err = s.engine.Start(ctx, engine.StartParams{RunID: in.runID, Spec: spec, Input: data, Queue: queue})
+		control, cerr := in.flowControl(def.Control, data)
+		if cerr != nil {
+			return nil, cerr
+		}
+		resp.RunID, resp.Created, err = s.engine.Start(ctx, engine.StartParams{RunID: in.runID, Spec: spec, Input: data, Queue: queue,
+			Priority: in.priority, Control: control})
 	case api.KindSignal:
 		resp.RunID, err = s.engine.Signal(ctx, in.runID, in.name, data, in.deliveryID)
 	case api.KindHook:

@@ -34,6 +34,9 @@ func fromEvent(in *input, ev *ce.Event) *api.IngressError {
 			in.runID = runIDOf(ev.Source(), ev.ID())
 		}
 		in.queue = extension(ev, api.ExtQueue)
+		if e := in.controlExtensions(ev); e != nil {
+			return e
+		}
 	case api.KindSignal, api.KindHook:
 		in.data = data
 	case api.KindCancel, api.KindTerminate:
@@ -75,6 +78,7 @@ func fromPlain(in *input, body []byte, deliveryID string) *api.IngressError {
 			return e
 		}
 		in.runID, in.queue, in.data = req.RunID, req.Queue, req.Input
+		in.priority, in.controlKey, in.control = req.Priority, req.ControlKey, req.Control
 		if in.runID == "" && deliveryID != "" {
 			in.runID = runIDOf("", deliveryID)
 		}

@@ -44,6 +44,7 @@ import (
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/health"
 	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/store/jsstore"
@@ -101,6 +102,11 @@ type Config struct {
 	Logger *slog.Logger `ignored:"true"`
 	// Faults injects failures between writes, for tests. Defaults to nil (none).
 	Faults *fault.Injector `ignored:"true"`
+	// NoAdmission stops this replica from competing for the admission lease: it fires timers
+	// only, and another replica admits runs under flow control. Defaults to false.
+	NoAdmission bool `envconfig:"SCHEDULER_NO_ADMISSION"`
+	// AdmitBatch bounds the runs one admission round admits of a group. Defaults to 256.
+	AdmitBatch int `envconfig:"SCHEDULER_ADMIT_BATCH"`
 }
 
 // DefaultHTTPAddr is where flowd's scheduler serves its probes and metrics unless
@@ -136,6 +142,15 @@ type Scheduler struct {
 	hints, unconfirmed atomic.Int64
 	// following is set while the leader follows the history stream's commits.
 	following atomic.Bool
+	// limits and queue are the flow-control state and the admission queue; admitting is set
+	// while this replica holds the admission lease; admitted and cancelledByControl count its
+	// admissions and the runs its policies cancelled. admitDone closes when admission stops.
+	limits             *limits.Store
+	queue              jetstream.KeyValue
+	admitting          atomic.Bool
+	admitted           atomic.Int64
+	cancelledByControl atomic.Int64
+	admitDone          chan struct{}
 	cancel    context.CancelFunc
 	done      chan struct{}
 	started   chan struct{}
@@ -178,6 +193,12 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.Streams.LeaseTTL == 0 {
 		cfg.Streams.LeaseTTL = 10 * time.Second
 	}
+	if cfg.AdmitBatch == 0 {
+		cfg.AdmitBatch = AdmitBatchDefault
+	}
+	if cfg.AdmitBatch < 0 {
+		return nil, fmt.Errorf("scheduler: AdmitBatch must be positive, got %d", cfg.AdmitBatch)
+	}
 	if err := health.CheckAddr(cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("scheduler: HTTPAddr (FLOW_SCHEDULER_HTTP_ADDR) %w", err)
 	}
@@ -189,7 +210,7 @@ func New(cfg Config) (*Scheduler, error) {
 		logger = slog.Default()
 	}
 	return &Scheduler{cfg: cfg, logger: logger.With(slog.String("component", "scheduler"), slog.String("replica", cfg.Name)),
-		done: make(chan struct{}), started: make(chan struct{})}, nil
+		done: make(chan struct{}), started: make(chan struct{}), admitDone: make(chan struct{})}, nil
 }
 
 // Start connects, creates Flow's streams if needed, and starts competing for the lease.
@@ -213,6 +234,11 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	go s.run(runCtx)
+	if s.cfg.NoAdmission {
+		close(s.admitDone)
+	} else {
+		go s.runAdmission(runCtx)
+	}
 	close(s.started)
 	s.readiness.Started()
 	return nil
@@ -235,6 +261,12 @@ func (s *Scheduler) open(ctx context.Context) error {
 	if s.history, err = js.Stream(ctx, streams.History); err != nil {
 		return err
 	}
+	if s.queue, err = js.KeyValue(ctx, streams.QueueBucket); err != nil {
+		return err
+	}
+	if s.limits, err = limits.Open(ctx, js); err != nil {
+		return err
+	}
 	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/scheduler"})
 	if err != nil {
 		return err
@@ -255,6 +287,12 @@ func (s *Scheduler) open(ctx context.Context) error {
 // Leader reports whether this replica holds the lease and fires timers.
 func (s *Scheduler) Leader() bool { return s.leader.Load() }
 
+// Admitting reports whether this replica holds the admission lease and admits runs.
+func (s *Scheduler) Admitting() bool { return s.admitting.Load() }
+
+// Admitted returns the number of runs this replica admitted.
+func (s *Scheduler) Admitted() int64 { return s.admitted.Load() }
+
 // Fired returns the number of timers this replica fired.
 func (s *Scheduler) Fired() int64 { return s.fired.Load() }
 
@@ -270,6 +308,7 @@ func (s *Scheduler) Stop() error {
 		s.readiness.Stopping()
 		s.cancel()
 		<-s.done
+		<-s.admitDone
 		if s.ownConn {
 			s.nc.Close()
 		}

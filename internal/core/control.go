@@ -1,0 +1,90 @@
+package core
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// Flow control in the core: a run whose run.started records a control (event.FlowControl) is
+// queued until run.admitted is committed. Before that its code is never asked for a decision,
+// and no decision event may be recorded (a history that does is invalid, rule "not_admitted");
+// it may still receive inputs (signals are buffered), be cancelled, or be terminated.
+
+// Queued reports whether the run started under flow control and is not admitted yet, and has
+// not ended.
+func (s *Snapshot) Queued() bool { return s.Control != nil && !s.Admitted && s.Outcome == nil }
+
+// QueuedReason says why a queued run waits, for `flow status`, `flow runs` and the UI.
+func (s *Snapshot) QueuedReason() string {
+	if s.Control == nil {
+		return ""
+	}
+	return "waiting for admission under flow control (" + s.Control.Describe() + ")"
+}
+
+// checkAdmission enforces the admission invariants: run.admitted only in a run with flow control,
+// once; no decision of the code (nor its completion) before it.
+func (s *Snapshot) checkAdmission(e event.Envelope) error {
+	switch e.Payload.(type) {
+	case *event.RunAdmitted:
+		if s.Control == nil {
+			return s.fail(e, "not_controlled", "run.admitted in a run whose run.started records no flow control")
+		}
+		if s.Admitted {
+			return s.fail(e, "duplicate_admission", "run.admitted again; the run was admitted at seq %d", s.AdmittedSeq)
+		}
+	case *event.StepScheduled, *event.WaitScheduled, *event.SignalAwaited, *event.HookCreated,
+		*event.ChildScheduled, *event.RunCompleted, *event.RunContinuedAsNew, *event.DecisionFailed:
+		if s.Queued() {
+			return s.fail(e, "not_admitted", "%s before run.admitted: a run under flow control decides only once admitted", e.Type())
+		}
+	}
+	return nil
+}
+
+// queuedVerdict is Decide's verdict for a queued run: the run keeps waiting for its admission,
+// unless its cancellation was requested, which ends it at once (it holds no slot and ran nothing).
+func queuedVerdict(s *Snapshot) (Verdict, error) {
+	if s.CancelRequested {
+		reason := "cancellation requested while waiting for admission"
+		if s.CancelReason != "" {
+			reason += ": " + s.CancelReason
+		}
+		return Verdict{Events: []event.Payload{&event.RunCancelled{Reason: reason, Cause: event.CauseCancelRequested}}}, nil
+	}
+	return Verdict{WaitingOn: "admission"}, nil
+}
+
+// Admit returns run.admitted for a queued run, waited since its start until at. It returns
+// ErrStale when the run is not queued (admitted already, ended, or its cancellation requested:
+// it ends without running), ErrNotFound when it has not started, and ErrInvalidInput when it
+// has no flow control.
+func Admit(s *Snapshot, at time.Time) ([]event.Payload, error) {
+	if err := live(s); err != nil {
+		if s.Terminal() {
+			return nil, fmt.Errorf("%w: %w", ErrStale, err)
+		}
+		return nil, err
+	}
+	switch {
+	case s.Control == nil:
+		return nil, fmt.Errorf("%w: run %q started without flow control; there is nothing to admit", ErrInvalidInput, s.RunID)
+	case s.Admitted:
+		return nil, fmt.Errorf("%w: run %q was admitted at seq %d", ErrStale, s.RunID, s.AdmittedSeq)
+	case s.CancelRequested:
+		return nil, fmt.Errorf("%w: run %q is being cancelled; it ends without admission", ErrStale, s.RunID)
+	}
+	return []event.Payload{&event.RunAdmitted{Group: s.Control.Group, Key: s.Control.Key,
+		Queued: event.Duration(max(at.Sub(s.StartedAt), 0))}}, nil
+}
+
+// CancelByControl returns the events that end a run because its flow control cancelled it: the
+// unsettled steps' step.cancelled, then run.cancelled, both with cause flow_control.
+func CancelByControl(s *Snapshot, reason string) ([]event.Payload, error) {
+	if err := live(s); err != nil {
+		return nil, err
+	}
+	return endEvents(s, &event.RunCancelled{Reason: reason, Cause: event.CauseFlowControl}, event.CauseFlowControl, reason), nil
+}

@@ -1,0 +1,129 @@
+package limits
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// ErrConflict is wrapped by Store.Save when the entry changed since it was read.
+var ErrConflict = errors.New("limits: the entry changed since it was read")
+
+// Store reads and writes flow-control state in the FLOW_LIMITS bucket. It is safe for concurrent
+// use.
+type Store struct{ kv jetstream.KeyValue }
+
+// Open returns the store of the FLOW_LIMITS bucket, which streams.Ensure creates.
+func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	kv, err := js.KeyValue(ctx, streams.LimitsBucket)
+	if err != nil {
+		return nil, fmt.Errorf("opening bucket %s: %w", streams.LimitsBucket, err)
+	}
+	return &Store{kv: kv}, nil
+}
+
+// KV returns the bucket, for watchers.
+func (s *Store) KV() jetstream.KeyValue { return s.kv }
+
+// GroupKey is the FLOW_LIMITS key of flow-control group group.
+func GroupKey(group string) string { return "g." + streams.BuildToken(group) }
+
+// StepKey is the FLOW_LIMITS key of the limits of step name step.
+func StepKey(step string) string { return "s." + streams.BuildToken(step) }
+
+// load reads the entry key into v; rev 0 means it does not exist (v is left as is).
+func (s *Store) load(ctx context.Context, key string, v any) (uint64, error) {
+	e, err := s.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading %s %s: %w", streams.LimitsBucket, key, err)
+	}
+	if err := json.Unmarshal(e.Value(), v); err != nil {
+		return 0, fmt.Errorf("%s %s holds malformed state: %w", streams.LimitsBucket, key, err)
+	}
+	return e.Revision(), nil
+}
+
+// save writes v as entry key if it is still at revision rev (0: if it does not exist), and
+// returns the new revision, or an error wrapping ErrConflict.
+func (s *Store) save(ctx context.Context, key string, v any, rev uint64) (uint64, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return 0, err
+	}
+	if rev == 0 {
+		rev, err = s.kv.Create(ctx, key, b)
+	} else {
+		rev, err = s.kv.Update(ctx, key, b, rev)
+	}
+	var apiErr *jetstream.APIError
+	if errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
+		return 0, fmt.Errorf("%w: %s %s", ErrConflict, streams.LimitsBucket, key)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("writing %s %s: %w", streams.LimitsBucket, key, err)
+	}
+	return rev, nil
+}
+
+// Load returns group's state and its revision (0 for a group never written).
+func (s *Store) Load(ctx context.Context, group string) (*State, uint64, error) {
+	st := &State{}
+	rev, err := s.load(ctx, GroupKey(group), st)
+	return st, rev, err
+}
+
+// Save writes group's state if it is still at revision rev, and returns the new revision, or an
+// error wrapping ErrConflict.
+func (s *Store) Save(ctx context.Context, group string, st *State, rev uint64) (uint64, error) {
+	return s.save(ctx, GroupKey(group), st, rev)
+}
+
+// Update applies change to group's current state and writes it by compare-and-set, reading and
+// applying again after a conflict, until it is written or change reports no change.
+func (s *Store) Update(ctx context.Context, group string, change func(*State) bool) error {
+	for {
+		st, rev, err := s.Load(ctx, group)
+		if err != nil {
+			return err
+		}
+		if !change(st) {
+			return nil
+		}
+		_, err = s.Save(ctx, group, st, rev)
+		if !errors.Is(err, ErrConflict) {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+	}
+}
+
+// Release frees run runID's slot in group, if it holds one: idempotent, for the history service
+// once the run's terminal event is committed.
+func (s *Store) Release(ctx context.Context, group, runID string) error {
+	return s.Update(ctx, group, func(st *State) bool { return st.Release(runID) })
+}
+
+// Waiting is a FLOW_QUEUE entry: a run under flow control that waits for admission, as its
+// run.started recorded it.
+type Waiting struct {
+	RunID      string             `json:"run_id"`
+	Definition string             `json:"definition"`
+	Queue      string             `json:"queue,omitempty"`
+	Priority   int                `json:"priority,omitempty"`
+	Control    *event.FlowControl `json:"control"`
+	// StartedAt is the time run.started is recorded at: the queue is first come, first served
+	// within a priority level by it (then by run ID).
+	StartedAt time.Time `json:"started_at"`
+}

@@ -1,0 +1,84 @@
+package history
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/limits"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// control keeps the flow-control consequences of commits, as the history service follows them:
+// the FLOW_QUEUE entry of a run waiting for admission (written when a run under flow control
+// starts, deleted once it is admitted or ended) and the release of an ended run's slot in
+// FLOW_LIMITS. Both are functions of the run's latest snapshot, idempotent, and repeated when a
+// commit is applied again; the admission controller repairs a slot whose run ended or was never
+// admitted in the meantime.
+type control struct {
+	queue  jetstream.KeyValue
+	limits *limits.Store
+	faults *fault.Injector
+}
+
+func openControl(ctx context.Context, js jetstream.JetStream, faults *fault.Injector) (*control, error) {
+	queue, err := js.KeyValue(ctx, streams.QueueBucket)
+	if err != nil {
+		return nil, fmt.Errorf("opening bucket %s: %w", streams.QueueBucket, err)
+	}
+	st, err := limits.Open(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	return &control{queue: queue, limits: st, faults: faults}, nil
+}
+
+// apply carries out the flow-control consequences of commit, one append to run s.RunID, given s,
+// the run's snapshot at or after the commit.
+func (c *control) apply(ctx context.Context, s *core.Snapshot, commit []event.Envelope) error {
+	if s.Control == nil {
+		return nil
+	}
+	var started, admitted, ended bool
+	for _, e := range commit {
+		switch e.Payload.(type) {
+		case *event.RunStarted:
+			started = true
+		case *event.RunAdmitted:
+			admitted = true
+		}
+		ended = ended || e.Type().Terminal()
+	}
+	switch {
+	case started && s.Queued():
+		w := limits.Waiting{RunID: s.RunID, Definition: s.Spec.Definition, Queue: s.Queue, Priority: s.Priority,
+			Control: s.Control, StartedAt: s.StartedAt}
+		b, err := json.Marshal(w)
+		if err != nil {
+			return err
+		}
+		if _, err := c.queue.Put(ctx, s.RunID, b); err != nil {
+			return fmt.Errorf("queueing run %q for admission: %w", s.RunID, err)
+		}
+	case started || admitted || ended:
+		if err := c.queue.Delete(ctx, s.RunID); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return fmt.Errorf("taking run %q off the admission queue: %w", s.RunID, err)
+		}
+	}
+	if !s.Terminal() || !ended {
+		return nil
+	}
+	if err := c.faults.Hit(fault.HistoryBeforeRelease); err != nil {
+		return err
+	}
+	if err := c.limits.Release(ctx, s.Control.Group, s.RunID); err != nil {
+		return fmt.Errorf("releasing the flow-control slot of run %q: %w", s.RunID, err)
+	}
+	return nil
+}

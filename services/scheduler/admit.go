@@ -1,0 +1,575 @@
+package scheduler
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/limits"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// The admission controller admits the runs that started under flow control (run.started records
+// an event.FlowControl), one flow-control group at a time, while this replica holds the
+// admission lease:
+//
+//  1. The queue of waiting runs is the FLOW_QUEUE bucket, which the history service derives from
+//     history (an entry when a controlled run starts, deleted when it is admitted or ends). The
+//     controller watches it: a new leader reads the whole queue first.
+//  2. A round reads the group's state in FLOW_LIMITS, repairs the slots it does not know to be
+//     admitted (a reservation whose run.admitted was never appended is completed, or given back
+//     if its run ended), then picks runs: the highest priority first among the keys whose head
+//     run fits every limit of its control, round-robin among keys of equal priority, first come
+//     first served within a key. It writes the slots and rate tokens it took by compare-and-set,
+//     and only then appends each run's run.admitted, stamped with the time its token was taken.
+//  3. A run that arrives while a concurrency limit is full waits (queue), is cancelled
+//     (cancel_newest), or has the oldest admitted run of the full scope cancelled for it
+//     (cancel_oldest), each cancellation a run.cancelled with cause flow_control.
+//  4. Slots are released by the history service after the run's terminal commit; the controller
+//     watches FLOW_LIMITS and runs a round of the group when a slot frees, and sleeps until a rate
+//     token comes back when that is what keeps a run waiting.
+
+// AdmitBatchDefault bounds the runs one round admits.
+const AdmitBatchDefault = 256
+
+// admitConcurrency bounds the run.admitted appends in flight at once.
+const admitConcurrency = 64
+
+// errRound reports a round that must run again at once: its state changed under it.
+var errRound = errors.New("the group's state changed; run the round again")
+
+// queued is a run waiting for admission.
+type queued struct {
+	w limits.Waiting
+	// notBefore is the earliest time to admit it at: set when its latest event was recorded
+	// after the time it was last reserved at.
+	notBefore time.Time
+}
+
+// less orders a key's queue: higher priority first, then first started, then run ID.
+func (q *queued) less(o *queued) int {
+	if c := cmp.Compare(o.w.Priority, q.w.Priority); c != 0 {
+		return c
+	}
+	if c := q.w.StartedAt.Compare(o.w.StartedAt); c != 0 {
+		return c
+	}
+	return strings.Compare(q.w.RunID, o.w.RunID)
+}
+
+// admitGroup is what the controller keeps of one flow-control group.
+type admitGroup struct {
+	name string
+	// keys holds each key's waiting runs in admission order; ring lists the keys with waiting
+	// runs in round-robin order, and cursor is where the next pick starts looking.
+	keys   map[string][]*queued
+	ring   []string
+	cursor int
+	// verified holds the slot holders known to be admitted in history (or to have ended).
+	verified map[string]bool
+	// evicting holds the holders cancelled by cancel_oldest, until their slots are released.
+	evicting map[string]bool
+	// due is when a rate token keeping a run waiting comes back; zero when none does.
+	due time.Time
+	// dirty asks for a round.
+	dirty bool
+}
+
+func newAdmitGroup(name string) *admitGroup {
+	return &admitGroup{name: name, keys: map[string][]*queued{}, verified: map[string]bool{}, evicting: map[string]bool{}}
+}
+
+func (g *admitGroup) waiting() int {
+	n := 0
+	for _, q := range g.keys {
+		n += len(q)
+	}
+	return n
+}
+
+// add queues q, unless it is queued already.
+func (g *admitGroup) add(q *queued) {
+	k := q.w.Control.Key
+	list := g.keys[k]
+	i, found := slices.BinarySearchFunc(list, q, func(a, b *queued) int { return a.less(b) })
+	if found {
+		return
+	}
+	if len(list) == 0 {
+		g.ring = append(g.ring, k)
+	}
+	g.keys[k] = slices.Insert(list, i, q)
+	g.dirty = true
+}
+
+// remove takes run runID of key off the queue, reporting whether it was there.
+func (g *admitGroup) remove(key, runID string) bool {
+	list := g.keys[key]
+	i := slices.IndexFunc(list, func(q *queued) bool { return q.w.RunID == runID })
+	if i < 0 {
+		return false
+	}
+	list = slices.Delete(list, i, i+1)
+	if len(list) > 0 {
+		g.keys[key] = list
+		return true
+	}
+	delete(g.keys, key)
+	if r := slices.Index(g.ring, key); r >= 0 {
+		g.ring = slices.Delete(g.ring, r, r+1)
+		if r < g.cursor {
+			g.cursor--
+		}
+		if g.cursor >= len(g.ring) {
+			g.cursor = 0
+		}
+	}
+	return true
+}
+
+// admitter is the state of the admission controller while it leads.
+type admitter struct {
+	s      *Scheduler
+	limits *limits.Store
+	groups map[string]*admitGroup
+	// byRun finds a queued run's group and key.
+	byRun map[string]*queued
+	// byKey maps a FLOW_LIMITS key to its group name.
+	byKey map[string]string
+}
+
+// serveAdmission watches the admission queue and the limits, and admits runs, until ctx ends
+// (it returns nil) or a watch fails (it returns why).
+func (s *Scheduler) serveAdmission(ctx context.Context) error {
+	a := &admitter{s: s, limits: s.limits, groups: map[string]*admitGroup{}, byRun: map[string]*queued{}, byKey: map[string]string{}}
+	qw, err := s.queue.WatchAll(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("cannot watch the admission queue: %w", err)
+	}
+	defer func() { _ = qw.Stop() }()
+	lw, err := s.limits.KV().Watch(ctx, "g.>", jetstream.UpdatesOnly())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("cannot watch the flow-control state: %w", err)
+	}
+	defer func() { _ = lw.Stop() }()
+	loaded := false
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
+	for {
+		next := time.Hour
+		if loaded {
+			now := time.Now()
+			for _, g := range a.groups {
+				if !g.due.IsZero() && !g.due.After(now) {
+					g.due, g.dirty = time.Time{}, true
+				}
+				if g.dirty {
+					g.dirty = false
+					if err := a.round(ctx, g); err != nil {
+						if ctx.Err() != nil {
+							return nil
+						}
+						if !errors.Is(err, errRound) {
+							s.logger.Warn("an admission round failed; retrying", slog.String("group", g.name), slog.String("error", err.Error()))
+							g.due = time.Now().Add(200 * time.Millisecond)
+						} else {
+							g.dirty = true
+						}
+					}
+				}
+				if g.dirty {
+					next = 0
+				} else if !g.due.IsZero() {
+					next = min(next, time.Until(g.due))
+				}
+			}
+			for name, g := range a.groups {
+				if g.waiting() == 0 && len(g.verified) == 0 && len(g.evicting) == 0 && g.due.IsZero() && !g.dirty {
+					delete(a.groups, name)
+				}
+			}
+		}
+		wake.Reset(max(next, 0))
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake.C:
+		case e, ok := <-qw.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("the admission queue watch ended")
+			}
+			if e == nil {
+				loaded = true
+				continue
+			}
+			a.applyQueue(e)
+		case e, ok := <-lw.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("the flow-control state watch ended")
+			}
+			if e != nil {
+				if name, known := a.byKey[e.Key()]; known {
+					if g := a.groups[name]; g != nil {
+						g.dirty = true
+					}
+				}
+			}
+		}
+	}
+}
+
+// group returns the group named name, keeping it from now on.
+func (a *admitter) group(name string) *admitGroup {
+	g := a.groups[name]
+	if g == nil {
+		g = newAdmitGroup(name)
+		a.groups[name] = g
+		a.byKey[limits.GroupKey(name)] = name
+	}
+	return g
+}
+
+// applyQueue folds one FLOW_QUEUE change into the waiting runs.
+func (a *admitter) applyQueue(e jetstream.KeyValueEntry) {
+	if e.Operation() != jetstream.KeyValuePut {
+		if q, ok := a.byRun[e.Key()]; ok {
+			a.groups[q.w.Control.Group].remove(q.w.Control.Key, q.w.RunID)
+			delete(a.byRun, e.Key())
+		}
+		return
+	}
+	var w limits.Waiting
+	if err := json.Unmarshal(e.Value(), &w); err != nil || w.RunID == "" || w.Control == nil || w.Control.Validate() != nil {
+		a.s.logger.Error("ignoring a malformed admission queue entry", slog.String("key", e.Key()))
+		return
+	}
+	if _, ok := a.byRun[w.RunID]; ok {
+		return
+	}
+	q := &queued{w: w}
+	a.byRun[w.RunID] = q
+	a.group(w.Control.Group).add(q)
+}
+
+// forget takes a run off the queue once it is admitted, cancelled or found moot.
+func (a *admitter) forget(g *admitGroup, q *queued) {
+	g.remove(q.w.Control.Key, q.w.RunID)
+	delete(a.byRun, q.w.RunID)
+}
+
+// pick is a run admitted by a round, at the time its token was taken.
+type pick struct {
+	q  *queued
+	at time.Time
+}
+
+// round admits what it can of group g.
+func (a *admitter) round(ctx context.Context, g *admitGroup) error {
+	st, rev, err := a.limits.Load(ctx, g.name)
+	if err != nil {
+		return err
+	}
+	for run := range g.verified {
+		if _, held := st.Holders[run]; !held {
+			delete(g.verified, run)
+		}
+	}
+	for run := range g.evicting {
+		if _, held := st.Holders[run]; !held {
+			delete(g.evicting, run)
+		}
+	}
+	// Slots this leader does not know to be admitted: a reservation of a controller that died
+	// before appending run.admitted is completed, one whose run ended is given back.
+	repaired := false
+	for run, h := range st.Holders {
+		if g.verified[run] {
+			continue
+		}
+		changed, err := a.repair(ctx, g, run, h)
+		if err != nil {
+			return err
+		}
+		repaired = repaired || changed
+	}
+	if repaired {
+		return errRound
+	}
+	now := time.Now().UTC()
+	trimmed := st.Trim(now)
+	picks, cancels, due := a.choose(g, st, now)
+	g.due = due
+	if len(picks) > 0 || trimmed {
+		if _, err := a.limits.Save(ctx, g.name, st, rev); err != nil {
+			if errors.Is(err, limits.ErrConflict) {
+				return errRound
+			}
+			return err
+		}
+	}
+	for _, p := range picks {
+		a.forget(g, p.q)
+	}
+	for _, c := range cancels {
+		a.cancel(ctx, g, c)
+	}
+	if len(picks) == 0 {
+		return nil
+	}
+	if err := a.s.cfg.Faults.Hit(fault.AdmitAfterReserve); err != nil {
+		g.dirty = true // the next round finds the reservations unverified and completes them
+		return nil
+	}
+	a.admit(ctx, g, picks)
+	g.dirty = true // more may fit: the round stops at its batch
+	return nil
+}
+
+// cancellation is a run the policy of a full limit cancels.
+type cancellation struct {
+	runID, reason string
+	// queued is set when the cancelled run is the one waiting (cancel_newest), nil when it
+	// holds a slot (cancel_oldest).
+	queued *queued
+}
+
+// choose picks the runs of g to admit now, taking their slots and tokens in st, and the runs to
+// cancel; due is when a rate token keeping a run waiting comes back.
+func (a *admitter) choose(g *admitGroup, st *limits.State, now time.Time) (picks []pick, cancels []cancellation, due time.Time) {
+	batch := a.s.cfg.AdmitBatch
+	// taken counts, per key, the waiting runs this round passed: the key's next candidate.
+	taken := map[string]int{}
+	// evict holds the holders this round cancels (cancel_oldest).
+	evict := map[string]bool{}
+	head := func(k string) *queued {
+		list := g.keys[k]
+		for taken[k] < len(list) {
+			q := list[taken[k]]
+			if _, held := st.Holders[q.w.RunID]; held {
+				taken[k]++ // admitted (or being admitted) already: repaired, not admitted again
+				continue
+			}
+			return q
+		}
+		return nil
+	}
+	cursor := g.cursor
+	for len(picks) < batch {
+		var best *queued
+		var bestAt time.Time
+		bestIdx := -1
+		for i := range g.ring {
+			idx := (cursor + i) % len(g.ring)
+			k := g.ring[idx]
+			q := head(k)
+			for q != nil {
+				at := maxTime(now, st.Last(), q.w.StartedAt, q.notBefore)
+				blk, ok := st.Check(q.w.RunID, q.w.Control, at)
+				if ok {
+					break
+				}
+				if !blk.Concurrency() {
+					if due.IsZero() || blk.Until.Before(due) {
+						due = blk.Until
+					}
+					q = nil
+					break
+				}
+				switch q.w.Control.Policy() {
+				case event.OnLimitCancelNewest:
+					cancels = append(cancels, cancellation{runID: q.w.RunID, queued: q,
+						reason: fmt.Sprintf("cancelled by flow control: %s (%s); policy cancel_newest", blk, q.w.Control.Describe())})
+					taken[k]++
+					q = head(k)
+					continue
+				case event.OnLimitCancelOldest:
+					if victim := oldestHolder(st, g, evict, q.w.Control.Key, blk.Keyed()); victim != "" {
+						evict[victim] = true
+						cancels = append(cancels, cancellation{runID: victim,
+							reason: fmt.Sprintf("cancelled by flow control: replaced by the newer run %q, as %s (%s); policy cancel_oldest", q.w.RunID, blk, q.w.Control.Describe())})
+					}
+				}
+				q = nil
+			}
+			if q == nil {
+				continue
+			}
+			if best == nil || q.w.Priority > best.w.Priority {
+				best, bestAt, bestIdx = q, maxTime(now, st.Last(), q.w.StartedAt, q.notBefore), idx
+			}
+		}
+		if best == nil {
+			break
+		}
+		if err := st.Take(best.w.RunID, best.w.Control, bestAt); err != nil {
+			a.s.logger.Error("taking a flow-control slot failed", slog.String("run_id", best.w.RunID), slog.String("error", err.Error()))
+			break
+		}
+		picks = append(picks, pick{q: best, at: bestAt})
+		taken[best.w.Control.Key]++
+		cursor = bestIdx + 1
+	}
+	if len(g.ring) > 0 {
+		g.cursor = cursor % len(g.ring)
+	}
+	return picks, cancels, due
+}
+
+// oldestHolder returns the holder admitted first among those of key (keyed) or of the whole
+// group, unless one of them is being cancelled already; "" when there is none to cancel.
+func oldestHolder(st *limits.State, g *admitGroup, evict map[string]bool, key string, keyed bool) string {
+	var oldest string
+	var at time.Time
+	for run, h := range st.Holders {
+		if keyed && h.Key != key {
+			continue
+		}
+		if g.evicting[run] || evict[run] {
+			return ""
+		}
+		if oldest == "" || h.At.Before(at) || h.At.Equal(at) && run < oldest {
+			oldest, at = run, h.At
+		}
+	}
+	return oldest
+}
+
+func maxTime(ts ...time.Time) time.Time {
+	var m time.Time
+	for _, t := range ts {
+		if t.After(m) {
+			m = t
+		}
+	}
+	return m.UTC()
+}
+
+// admit appends run.admitted for each pick, at the time its token was taken, a few at a time.
+func (a *admitter) admit(ctx context.Context, g *admitGroup, picks []pick) {
+	type outcome struct {
+		p   pick
+		err error
+	}
+	out := make([]outcome, len(picks))
+	sem := make(chan struct{}, admitConcurrency)
+	var wg sync.WaitGroup
+	for i, p := range picks {
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			out[i] = outcome{p: p, err: a.s.engine.Admit(ctx, p.q.w.RunID, p.at)}
+		})
+	}
+	wg.Wait()
+	for _, o := range out {
+		run := o.p.q.w.RunID
+		var late *engine.LateAdmissionError
+		switch {
+		case o.err == nil:
+			g.verified[run] = true
+			a.s.admitted.Add(1)
+		case errors.As(o.err, &late):
+			// Admitted again later, at a time no earlier than the run's latest event.
+			if err := a.limits.Update(ctx, g.name, func(st *limits.State) bool { return st.Unreserve(run) }); err != nil {
+				a.s.logger.Warn("giving back a reservation failed; the next round repairs it", slog.String("run_id", run), slog.String("error", err.Error()))
+				continue
+			}
+			q := &queued{w: o.p.q.w, notBefore: late.Latest}
+			a.byRun[run] = q
+			g.add(q)
+		case errors.Is(o.err, core.ErrStale), errors.Is(o.err, core.ErrTerminal):
+			// Ended or being cancelled before its admission: it needs no slot.
+			if err := a.limits.Update(ctx, g.name, func(st *limits.State) bool { return st.Unreserve(run) }); err != nil {
+				a.s.logger.Warn("giving back a reservation failed; the next round repairs it", slog.String("run_id", run), slog.String("error", err.Error()))
+			}
+		default:
+			if ctx.Err() == nil {
+				a.s.logger.Warn("appending run.admitted failed; the next round completes it", slog.String("run_id", run), slog.String("error", o.err.Error()))
+			}
+		}
+	}
+}
+
+// repair settles a slot held by run runID that this leader does not know to be admitted: it
+// reports whether it changed the group's state.
+func (a *admitter) repair(ctx context.Context, g *admitGroup, runID string, h limits.Holder) (bool, error) {
+	s, err := a.s.engine.Snapshot(ctx, runID)
+	if errors.Is(err, core.ErrNotFound) {
+		// A slot of a run that does not exist: nothing will ever release it.
+		return true, a.limits.Update(ctx, g.name, func(st *limits.State) bool { return st.Unreserve(runID) })
+	}
+	if err != nil {
+		return false, err
+	}
+	switch {
+	case s.Terminal():
+		// Ended: the history service releases it after the terminal commit; a release it missed
+		// is done here.
+		return true, a.limits.Release(ctx, g.name, runID)
+	case s.Admitted:
+		g.verified[runID] = true
+		return false, nil
+	}
+	err = a.s.engine.Admit(ctx, runID, h.At)
+	var late *engine.LateAdmissionError
+	switch {
+	case err == nil:
+		g.verified[runID] = true
+		a.s.admitted.Add(1)
+		if q, ok := a.byRun[runID]; ok {
+			a.forget(g, q)
+		}
+		return false, nil
+	case errors.As(err, &late), errors.Is(err, core.ErrStale), errors.Is(err, core.ErrTerminal):
+		// The reservation cannot be completed at its time: give it back; a run still waiting is
+		// admitted again from the queue.
+		if q, ok := a.byRun[runID]; ok && late != nil {
+			q.notBefore = late.Latest
+		}
+		return true, a.limits.Update(ctx, g.name, func(st *limits.State) bool { return st.Unreserve(runID) })
+	}
+	return false, err
+}
+
+// cancel carries out a cancellation a full limit's policy asks for.
+func (a *admitter) cancel(ctx context.Context, g *admitGroup, c cancellation) {
+	err := a.s.engine.CancelByControl(ctx, c.runID, c.reason)
+	switch {
+	case err == nil, errors.Is(err, core.ErrTerminal):
+		if c.queued != nil {
+			a.forget(g, c.queued)
+		} else {
+			g.evicting[c.runID] = true // until its slot is released
+		}
+		a.s.cancelledByControl.Add(1)
+	default:
+		if ctx.Err() == nil {
+			a.s.logger.Warn("cancelling a run by flow control failed; retrying", slog.String("run_id", c.runID), slog.String("error", err.Error()))
+		}
+		g.due = time.Now().Add(200 * time.Millisecond)
+	}
+}
