@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -25,6 +27,17 @@ type control struct {
 	queue  jetstream.KeyValue
 	limits *limits.Store
 	faults *fault.Injector
+	// releases batches the lanes' releases of one group into one compare-and-set.
+	mu       sync.Mutex
+	releases map[string]*releaseBatch
+}
+
+// releaseBatch is the runs whose slots one write releases; done closes once it is written, with
+// err set if it failed.
+type releaseBatch struct {
+	runs []string
+	done chan struct{}
+	err  error
 }
 
 func openControl(ctx context.Context, js jetstream.JetStream, faults *fault.Injector) (*control, error) {
@@ -36,7 +49,7 @@ func openControl(ctx context.Context, js jetstream.JetStream, faults *fault.Inje
 	if err != nil {
 		return nil, err
 	}
-	return &control{queue: queue, limits: st, faults: faults}, nil
+	return &control{queue: queue, limits: st, faults: faults, releases: map[string]*releaseBatch{}}, nil
 }
 
 // apply carries out the flow-control consequences of commit, one append to run s.RunID, given s,
@@ -77,8 +90,51 @@ func (c *control) apply(ctx context.Context, s *core.Snapshot, commit []event.En
 	if err := c.faults.Hit(fault.HistoryBeforeRelease); err != nil {
 		return err
 	}
-	if err := c.limits.Release(ctx, s.Control.Group, s.RunID); err != nil {
+	if err := c.release(ctx, s.Control.Group, s.RunID); err != nil {
 		return fmt.Errorf("releasing the flow-control slot of run %q: %w", s.RunID, err)
 	}
 	return nil
+}
+
+// release frees run runID's slot in group and returns once that is written. Releases that lanes
+// ask for while a write of the group is being prepared join it: many runs ending at once cost
+// one compare-and-set, not one each competing for the same entry.
+func (c *control) release(ctx context.Context, group, runID string) error {
+	c.mu.Lock()
+	b, joined := c.releases[group]
+	if !joined {
+		b = &releaseBatch{done: make(chan struct{})}
+		c.releases[group] = b
+	}
+	b.runs = append(b.runs, runID)
+	c.mu.Unlock()
+	if !joined {
+		go c.write(context.WithoutCancel(ctx), group, b)
+	}
+	select {
+	case <-b.done:
+		return b.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// write releases the slots of batch b of group, once no lane can join it any more.
+func (c *control) write(ctx context.Context, group string, b *releaseBatch) {
+	defer close(b.done)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	b.err = c.limits.Update(ctx, group, func(st *limits.State) bool {
+		c.mu.Lock()
+		if c.releases[group] == b {
+			delete(c.releases, group) // later releases start the next batch
+		}
+		runs := b.runs
+		c.mu.Unlock()
+		changed := false
+		for _, run := range runs {
+			changed = st.Release(run) || changed
+		}
+		return changed
+	})
 }

@@ -320,10 +320,12 @@ func (a *admitter) round(ctx context.Context, g *admitGroup) error {
 		return errRound
 	}
 	now := time.Now().UTC()
-	trimmed := st.Trim(now)
+	// Entries no window can count any more go with the next write; a write for them alone
+	// would wake every watcher of the group for nothing.
+	st.Trim(now)
 	picks, cancels, due := a.choose(g, st, now)
 	g.due = due
-	if len(picks) > 0 || trimmed {
+	if len(picks) > 0 {
 		if _, err := a.limits.Save(ctx, g.name, st, rev); err != nil {
 			if errors.Is(err, limits.ErrConflict) {
 				return errRound
