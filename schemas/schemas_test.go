@@ -103,6 +103,13 @@ func examples() []example {
 		{"step exhausted", &event.RunFailed{Error: event.ErrorInfo{Kind: "card_declined", Message: "card declined"}, Cause: event.CauseStepExhausted}},
 		{"terminated", &event.RunCancelled{Reason: "stuck on a bad deploy", Cause: event.CauseOperator}},
 		{"next generation", &event.RunContinuedAsNew{SuccessorRunID: "order-1=1", Input: json.RawMessage(`{"cursor":"c-100"}`)}},
+		{"under flow control", &event.RunStarted{
+			Spec: event.Spec{Definition: "report"}, Input: json.RawMessage(`{"customer":"c-42"}`), Seed: "9f86d081884c7d65", Priority: 5,
+			Control: &event.FlowControl{Group: "reports", Key: "c-42", KeyPath: "$.customer", Concurrency: 50, KeyConcurrency: 2,
+				Rate: 200, RatePeriod: event.Duration(time.Second), KeyRate: 10, KeyRatePeriod: event.Duration(time.Minute), OnLimit: event.OnLimitQueue},
+		}},
+		{"after a wait", &event.RunAdmitted{Group: "reports", Key: "c-42", Queued: event.Duration(1500 * time.Millisecond)}},
+		{"singleton replaced", &event.RunCancelled{Reason: `cancelled by flow control: replaced by the newer run "sync-2"`, Cause: event.CauseFlowControl}},
 	}
 }
 
@@ -130,6 +137,7 @@ func minimal() []event.Payload {
 		&event.RunFailed{Error: event.ErrorInfo{Message: "boom"}, Cause: event.CauseWorkflow},
 		&event.RunCancelled{Cause: event.CauseWorkflow},
 		&event.RunContinuedAsNew{SuccessorRunID: "r=1", Input: json.RawMessage(`null`)},
+		&event.RunAdmitted{Group: "g"},
 	}
 }
 
@@ -314,6 +322,7 @@ func TestPropertiesMatchGoTypes(t *testing.T) {
 			"step_spec":      reflect.TypeFor[event.StepSpec](),
 			"cancelled_step": reflect.TypeFor[event.CancelledStep](),
 			"child_spec":     reflect.TypeFor[event.ChildSpec](),
+			"flow_control":   reflect.TypeFor[event.FlowControl](),
 		}
 		defs := object(t, rawSchema(t, "defs.json")["$defs"], "$defs")
 		for name, def := range defs {
@@ -417,7 +426,7 @@ func TestEnumsMatchGoConstants(t *testing.T) {
 		def, goType string
 		known       []string
 	}{
-		{"cause", "Cause", []string{string(event.CauseWorkflow), string(event.CauseStepExhausted), string(event.CauseCancelRequested), string(event.CauseOperator)}},
+		{"cause", "Cause", []string{string(event.CauseWorkflow), string(event.CauseStepExhausted), string(event.CauseCancelRequested), string(event.CauseOperator), string(event.CauseFlowControl)}},
 		{"outcome", "Outcome", []string{string(event.OutcomeCompleted), string(event.OutcomeFailed), string(event.OutcomeCancelled), string(event.OutcomeContinuedAsNew)}},
 		{"cancel_policy", "CancelPolicy", []string{string(event.CancelPolicyRequest), string(event.CancelPolicyAbandon)}},
 		{"exhaustion", "Exhaustion", []string{string(event.ExhaustionFailRun), string(event.ExhaustionReturnError)}},

@@ -151,6 +151,9 @@ func (g *generator) step(allowEnd bool) error {
 			})
 		}
 	}
+	if s.Queued() {
+		actions = append(actions, func() ([]event.Payload, error) { return core.Admit(s, g.now) })
+	}
 	if !s.CancelRequested && g.rng.IntN(10) == 0 {
 		actions = append(actions, func() ([]event.Payload, error) { return core.RequestCancel(s, "please stop") })
 	}
@@ -165,7 +168,13 @@ func (g *generator) step(allowEnd bool) error {
 func generate(t testing.TB, seed uint64, n int) []event.Envelope {
 	t.Helper()
 	g := newGenerator(seed, fmt.Sprintf("prop-%d", seed))
-	require.NoError(t, g.commit([]event.Payload{&event.RunStarted{Spec: event.Spec{Definition: "prop"}, Input: json.RawMessage(`{}`), Seed: "s"}}))
+	started := &event.RunStarted{Spec: event.Spec{Definition: "prop"}, Input: json.RawMessage(`{}`), Seed: "s"}
+	if seed%3 == 0 {
+		// Under flow control: queued until run.admitted.
+		started.Priority = int(seed % 5)
+		started.Control = &event.FlowControl{Group: "prop", Key: "k", KeyConcurrency: 2, Rate: 10, RatePeriod: event.Duration(time.Second)}
+	}
+	require.NoError(t, g.commit([]event.Payload{started}))
 	for len(g.envs) < n && !g.s.Terminal() {
 		require.NoError(t, g.step(len(g.envs) > n/2), "seed %d", seed)
 	}

@@ -24,7 +24,8 @@ var allStreams = append([]string{streams.History, streams.Tasks, streams.DeadLet
 
 // allBuckets are the buckets streams.Ensure creates.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
-	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket}
+	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket,
+	streams.LimitsBucket, streams.QueueBucket}
 
 func kvStreams(buckets []string) []string {
 	out := make([]string, len(buckets))
@@ -178,6 +179,8 @@ func historyRole() Role {
 	g.kvWrite(streams.ParkedBucket)
 	g.kvWatch(streams.ParkedBucket)
 	g.kvWrite(streams.DamagedBucket)
+	g.kvWrite(streams.QueueBucket)  // it queues runs under flow control for admission
+	g.kvWrite(streams.LimitsBucket) // it releases the flow-control slots of ended runs
 	g.liveness()
 	g.publish(api.FeedPrefix + ">")
 	g.publish(api.IngressPrefix + ">")
@@ -186,7 +189,8 @@ func historyRole() Role {
 	return g.role(History, "the history service (`flowd history`)", true)
 }
 
-// schedulerRole: the scheduler holds the lease, watches the timers and fires them.
+// schedulerRole: the scheduler holds the lease, watches the timers and fires them; it holds the
+// admission lease too, and admits the runs under flow control.
 func schedulerRole() Role {
 	var g grants
 	g.replies()
@@ -196,6 +200,9 @@ func schedulerRole() Role {
 	g.kvWrite(streams.LeasesBucket)
 	g.kvWrite(streams.TimersBucket) // it deletes the timers it fired
 	g.kvWatch(streams.TimersBucket)
+	g.kvWatch(streams.QueueBucket)  // the admission controller follows the runs waiting for admission
+	g.kvWrite(streams.LimitsBucket) // and takes their slots and rate tokens
+	g.kvWatch(streams.LimitsBucket)
 	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", false)
 }
 
