@@ -16,6 +16,7 @@ import (
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
@@ -57,6 +58,8 @@ var faultRuns = []struct {
 	{"parent-1", "parent", `null`, `2`},
 	{"chain-1", "chain", `0`, `2`},
 	{"hooked-1", "hooked", `null`, `"called back"`},
+	// Under flow control: admitted by the scheduler, its slot released by the history service.
+	{"limited-1", "limited", `2`, `2`},
 }
 
 func runFaultWorkload(t *testing.T, f *fault.Injector) {
@@ -95,8 +98,11 @@ func startWorkload(t *testing.T, ctx context.Context, reg *flow.Registry, inputs
 		for _, r := range faultRuns {
 			spec, err := reg.Spec(r.definition, json.RawMessage(r.input))
 			require.NoError(t, err)
+			control, err := limits.Resolve(r.definition, reg.FlowControl(r.definition), nil, json.RawMessage(r.input))
+			require.NoError(t, err)
 			retry(t, ctx, func() error {
-				_, _, err := inputs.Start(ctx, engine.StartParams{RunID: workloadID(r.id, k), Spec: spec, Input: json.RawMessage(r.input)})
+				_, _, err := inputs.Start(ctx, engine.StartParams{RunID: workloadID(r.id, k), Spec: spec, Input: json.RawMessage(r.input),
+					Control: control})
 				return err
 			})
 		}
@@ -230,6 +236,18 @@ func registerWorkload(reg *flow.Registry) {
 		return ctx.Complete(v), nil
 	})
 	flow.RegisterStep(reg, "inc", func(_ context.Context, n int) (int, error) { return n + 1, nil })
+	flow.RegisterWorkflow(reg, "limited", func(ctx *flow.Context, n int) (flow.Decision, error) {
+		v := 0
+		for i := range n {
+			id := fmt.Sprintf("s%d", i)
+			out, ok, err := flow.Output[int](ctx, id)
+			if err != nil || !ok {
+				return ctx.ScheduleStep(id, "inc", v), err
+			}
+			v = out
+		}
+		return ctx.Complete(v), nil
+	}, flow.WithFlowControl(flow.FlowControl{Concurrency: 1, Rate: 100, RatePeriod: time.Second}))
 	flow.RegisterWorkflow(reg, "doze", func(ctx *flow.Context, _ any) (flow.Decision, error) {
 		if !ctx.Fired("nap") {
 			return ctx.Sleep("nap", 50*time.Millisecond), nil
