@@ -121,6 +121,8 @@ type driver struct {
 	// waiting is the code's waiting verdict on the snapshot at seq, kept by record so that the
 	// drive loop does not ask the code again for the same snapshot.
 	waiting *waitingVerdict
+	// limited is set when an attempt in flight found no slot of its step's limit.
+	limited *StepLimitedError
 	// definition is the run's workflow and decideName the name of its decision spans: both set
 	// once loaded (traced), before any attempt starts.
 	definition, decideName string
@@ -201,8 +203,13 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 			}
 			continue
 		}
+		d.limited = nil
 		if err := d.launch(ctx); err != nil {
 			return d.result("", nil), err
+		}
+		if d.live() == 0 && d.limited != nil {
+			// Its attempts wait for step slots: the run waits without holding this worker.
+			return d.result("step limit", nil), d.limited
 		}
 		if d.live() == 0 {
 			more, err := d.more(ctx)
@@ -614,9 +621,17 @@ func (d *driver) launch(ctx context.Context) error {
 				return nil
 			}
 		}
+		ok, release, err := d.acquire(ctx, a)
+		if err != nil || !ok {
+			<-d.e.slots
+			if err != nil {
+				return err
+			}
+			continue
+		}
 		actx, cancel := context.WithCancel(d.stepCtx)
 		d.running[key] = cancel
-		go d.runAttempt(actx, a)
+		go d.runAttempt(actx, a, release)
 	}
 	return nil
 }
@@ -647,11 +662,12 @@ func (d *driver) cancelStale() {
 	}
 }
 
-func (d *driver) runAttempt(ctx context.Context, a core.Attempt) {
+func (d *driver) runAttempt(ctx context.Context, a core.Attempt, release func()) {
 	defer func() { <-d.e.slots }()
 	ctx, span := d.stepSpan(ctx, a)
 	began := time.Now()
 	out := d.e.rt.RunStep(ctx, a)
+	release()
 	stepDone(ctx, span, a, out, time.Since(began))
 	select {
 	case d.results <- attemptResult{a: a, out: out}:

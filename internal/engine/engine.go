@@ -168,6 +168,9 @@ type Config struct {
 	CacheSize int
 	// Faults injects failures between writes, for tests. Defaults to nil (none).
 	Faults *fault.Injector
+	// StepLimits takes the slots of limited steps before their attempts run. Defaults to nil
+	// (no step is limited).
+	StepLimits StepLimiter
 }
 
 // Engine drives runs. It is safe for concurrent use; drivers of one run are serialised.
@@ -183,6 +186,8 @@ type Engine struct {
 	slots    chan struct{}
 	locks    runLocks
 	cache    *cache
+	// stepLimits is Config.StepLimits.
+	stepLimits StepLimiter
 }
 
 // New returns an engine.
@@ -208,7 +213,8 @@ func New(cfg Config) (*Engine, error) {
 		cfg.CacheSize = 10_000
 	}
 	return &Engine{faults: cfg.Faults, store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
-		logger: cfg.Logger, buildID: cfg.BuildID, slots: make(chan struct{}, cfg.StepConcurrency), cache: newCache(cfg.CacheSize)}, nil
+		logger: cfg.Logger, buildID: cfg.BuildID, slots: make(chan struct{}, cfg.StepConcurrency), cache: newCache(cfg.CacheSize),
+		stepLimits: cfg.StepLimits}, nil
 }
 
 // StartParams describe a new run.

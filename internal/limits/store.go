@@ -127,3 +127,5 @@ type Waiting struct {
 	// within a priority level by it (then by run ID).
 	StartedAt time.Time `json:"started_at"`
 }
+
+func isConflict(err error) bool { return errors.Is(err, ErrConflict) }

@@ -140,3 +140,39 @@ func controlExtensions(ext map[string]string, opts *StartOptions) error {
 	}
 	return nil
 }
+
+// StepLimit caps the attempts of one step name across every worker of the registry's steps: at
+// most Concurrency in flight at once and at most Rate started in any window of Period. A worker
+// takes a slot (in FLOW_LIMITS) before it runs an attempt; when none is free the run's task is
+// redelivered later and the attempt waits without holding a worker, listed as waiting with the
+// reason (docs/flow-control.md). Attempts of runs of higher priority take a freed slot first.
+type StepLimit = limits.StepLimit
+
+// LimitStep limits the attempts of step name, registered or to be registered in r. It panics on
+// a limit no attempt could run under, as registration does on a programming error.
+func LimitStep(r *Registry, name string, l StepLimit) {
+	if err := event.ValidateName("step", name); err != nil {
+		panic(fmt.Sprintf("flow: LimitStep: %v", err))
+	}
+	if err := l.Validate(); err != nil {
+		panic(fmt.Sprintf("flow: LimitStep(%q): %v", name, err))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.stepLimits[name] = l
+}
+
+// StepLimit returns the limit of step name, if LimitStep set one.
+func (r *Registry) StepLimit(name string) (StepLimit, bool) {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	l, ok := r.stepLimits[name]
+	return l, ok
+}
+
+// StepLimits reports whether any step of r is limited.
+func (r *Registry) StepLimits() bool {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return len(r.stepLimits) > 0
+}

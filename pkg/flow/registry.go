@@ -40,6 +40,8 @@ type Registry struct {
 	mu        *sync.RWMutex
 	workflows map[string]*workflowEntry
 	steps     map[string]stepFunc
+	// stepLimits holds the limits of step names (LimitStep).
+	stepLimits map[string]StepLimit
 }
 
 type workflowEntry struct {
@@ -62,7 +64,7 @@ func NewRegistry(opts *RegistryOptions) *Registry {
 		logger = slog.Default()
 	}
 	return &Registry{buildID: opts.BuildID, logger: logger, mu: &sync.RWMutex{},
-		workflows: map[string]*workflowEntry{}, steps: map[string]stepFunc{}}
+		workflows: map[string]*workflowEntry{}, steps: map[string]stepFunc{}, stepLimits: map[string]StepLimit{}}
 }
 
 // BuildID returns the registry's build ID.

@@ -204,6 +204,9 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	ecfg := engine.Config{Store: st, Runtime: w.reg, Host: host, BuildID: w.reg.BuildID(), Logger: w.logger,
 		StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize, Faults: w.cfg.Faults}
+	if ecfg.StepLimits, err = w.stepLimits(ctx, js); err != nil {
+		return err
+	}
 	if !w.cfg.SkipReplayCheck {
 		ecfg.Replayer = w.reg.Replaying()
 	}
@@ -406,7 +409,15 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	stop()
 	var wrongBuild *engine.WrongBuildError
 	var unknown *engine.UnknownDefinitionError
+	var limited *engine.StepLimitedError
 	switch {
+	case errors.As(err, &limited):
+		// Its attempts wait for slots of their steps' limits: the task comes back after the
+		// wait, and the run holds no worker meanwhile.
+		w.logger.InfoContext(ctx, "a step attempt waits for a slot of its step's limit", slog.String("run_id", runID),
+			slog.String("step_id", limited.StepID), slog.String("step", limited.Step), slog.String("why", limited.Why),
+			slog.Duration("retry_in", limited.Wait))
+		_ = msg.NakWithDelay(max(limited.Wait, 10*time.Millisecond))
 	case errors.As(err, &wrongBuild):
 		// Tasks of pinned runs reach only their build's workers; one that did not (published
 		// by an older version) is parked until a worker of its build registers.
