@@ -23,15 +23,17 @@ func TestStepTake(t *testing.T) {
 	require.Contains(t, st.Waiting, "r2/a/1")
 	ok, _, why = st.take(conc, "r3/a/1", 5, now)
 	require.False(t, ok, "%s", why)
-	// The holder's worker died: its lease runs out and the slot frees; the waiter of higher
-	// priority takes it first.
-	later := now.Add(stepLease + time.Second)
-	ok, _, why = st.take(conc, "r2/a/1", 0, later)
+	// The slot frees; the waiter of higher priority takes it first.
+	delete(st.Holders, "r1/a/1")
+	ok, _, why = st.take(conc, "r2/a/1", 0, now.Add(time.Second))
 	require.False(t, ok)
 	require.Contains(t, why, "higher priority (5)")
-	ok, _, _ = st.take(conc, "r3/a/1", 5, later)
+	ok, _, _ = st.take(conc, "r3/a/1", 5, now.Add(time.Second))
 	require.True(t, ok)
 	require.NotContains(t, st.Waiting, "r3/a/1")
+	// Its worker dies: the lease runs out and the slot frees for the next.
+	ok, _, _ = st.take(conc, "r2/a/1", 0, now.Add(stepLease+2*time.Second))
+	require.True(t, ok)
 
 	rate := StepLimit{Rate: 2, Period: time.Second}
 	st = &StepState{}
