@@ -115,7 +115,7 @@ the event at which the run entered its status. A page ends with the command for 
 // runStatuses are the statuses a run can have, in the order of its life.
 var runStatuses = []flow.Status{
 	flow.StatusPending, flow.StatusRunning, flow.StatusSuspended, flow.StatusCancelling, flow.StatusBlocked,
-	flow.StatusCompleted, flow.StatusFailed, flow.StatusCancelled, flow.StatusContinuedAsNew,
+	flow.StatusCompleted, flow.StatusFailed, flow.StatusCancelled, flow.StatusContinuedAsNew, flow.StatusQueued,
 }
 
 func statusNames() string {

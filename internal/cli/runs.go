@@ -292,6 +292,19 @@ func printSnapshot(w io.Writer, s *flow.Snapshot) {
 	if s.CancelRequested {
 		fmt.Fprintf(w, "Cancel      requested: %s\n", s.CancelReason)
 	}
+	if s.Priority != 0 {
+		fmt.Fprintf(w, "Priority    %d\n", s.Priority)
+	}
+	if s.Control != nil {
+		fmt.Fprintf(w, "Control     %s\n", s.Control.Describe())
+		switch {
+		case s.Queued():
+			fmt.Fprintf(w, "Queued      waiting for admission since %s (the scheduler's admission controller admits it once its limits allow)\n",
+				s.StartedAt.Format(time.RFC3339Nano))
+		case s.Admitted:
+			fmt.Fprintf(w, "Admitted    at seq %d, %s\n", s.AdmittedSeq, s.AdmittedAt.Format(time.RFC3339Nano))
+		}
+	}
 	if o := s.Outcome; o != nil {
 		switch {
 		case o.Output != nil:

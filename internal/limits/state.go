@@ -59,7 +59,9 @@ type Block struct {
 func (b Block) Keyed() bool { return b.Limit == LimitKeyConcurrency || b.Limit == LimitKeyRate }
 
 // Concurrency reports whether the limit is a concurrency limit.
-func (b Block) Concurrency() bool { return b.Limit == LimitConcurrency || b.Limit == LimitKeyConcurrency }
+func (b Block) Concurrency() bool {
+	return b.Limit == LimitConcurrency || b.Limit == LimitKeyConcurrency
+}
 
 func (b Block) String() string {
 	switch b.Limit {

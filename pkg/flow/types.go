@@ -15,7 +15,9 @@ type Status = core.Status
 // Run statuses. Active: pending, running, suspended, cancelling, blocked. Terminal: completed,
 // failed, cancelled, continued_as_new.
 const (
-	StatusPending        = core.StatusPending
+	StatusPending = core.StatusPending
+	// StatusQueued: started under flow control, waiting for admission.
+	StatusQueued         = core.StatusQueued
 	StatusRunning        = core.StatusRunning
 	StatusSuspended      = core.StatusSuspended
 	StatusCancelling     = core.StatusCancelling

@@ -327,7 +327,7 @@ func decodeCursor(c string) (*core.Summary, error) {
 }
 
 var statuses = []core.Status{core.StatusPending, core.StatusRunning, core.StatusSuspended, core.StatusCancelling,
-	core.StatusBlocked, core.StatusCompleted, core.StatusFailed, core.StatusCancelled, core.StatusContinuedAsNew}
+	core.StatusBlocked, core.StatusCompleted, core.StatusFailed, core.StatusCancelled, core.StatusContinuedAsNew, core.StatusQueued}
 
 func knownStatus(st core.Status) bool { return slices.Contains(statuses, st) }
 

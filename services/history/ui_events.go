@@ -45,7 +45,7 @@ func typeClass(t event.Type) string {
 		return "fail"
 	case event.TypeRunCompleted, event.TypeRunCancelled, event.TypeRunContinuedAsNew:
 		return "end"
-	case event.TypeRunStarted, event.TypeRunCancelRequested:
+	case event.TypeRunStarted, event.TypeRunCancelRequested, event.TypeRunAdmitted:
 		return "run"
 	}
 	kind, _, _ := strings.Cut(string(t), ".")
@@ -66,7 +66,19 @@ func summarize(p event.Payload) string {
 		if p.ContinuedFrom != "" {
 			s += fmt.Sprintf(", continues %s (generation %d)", p.ContinuedFrom, p.Generation)
 		}
+		if p.Priority != 0 {
+			s += fmt.Sprintf(", priority %d", p.Priority)
+		}
+		if p.Control != nil {
+			s += ", under flow control: " + p.Control.Describe()
+		}
 		return s
+	case *event.RunAdmitted:
+		s := "admitted by flow control, group " + p.Group
+		if p.Key != "" {
+			s += fmt.Sprintf(", key %q", p.Key)
+		}
+		return s + fmt.Sprintf(", after %s queued", time.Duration(p.Queued))
 	case *event.StepScheduled:
 		parts := make([]string, len(p.Steps))
 		for i, st := range p.Steps {

@@ -151,10 +151,10 @@ type Scheduler struct {
 	admitted           atomic.Int64
 	cancelledByControl atomic.Int64
 	admitDone          chan struct{}
-	cancel    context.CancelFunc
-	done      chan struct{}
-	started   chan struct{}
-	once      sync.Once
+	cancel             context.CancelFunc
+	done               chan struct{}
+	started            chan struct{}
+	once               sync.Once
 }
 
 // New returns a scheduler.
