@@ -609,21 +609,15 @@ func (d *driver) launch(ctx context.Context) error {
 			continue
 		}
 		if d.live() == 0 {
-			select {
-			case d.e.slots <- struct{}{}:
-			case <-ctx.Done():
-				return ctx.Err()
+			if err := d.e.slots.acquire(ctx, d.s.Priority); err != nil {
+				return err
 			}
-		} else {
-			select {
-			case d.e.slots <- struct{}{}:
-			default:
-				return nil
-			}
+		} else if !d.e.slots.tryAcquire() {
+			return nil
 		}
 		ok, release, err := d.acquire(ctx, a)
 		if err != nil || !ok {
-			<-d.e.slots
+			d.e.slots.release()
 			if err != nil {
 				return err
 			}
@@ -663,7 +657,7 @@ func (d *driver) cancelStale() {
 }
 
 func (d *driver) runAttempt(ctx context.Context, a core.Attempt, release func()) {
-	defer func() { <-d.e.slots }()
+	defer d.e.slots.release()
 	ctx, span := d.stepSpan(ctx, a)
 	began := time.Now()
 	out := d.e.rt.RunStep(ctx, a)

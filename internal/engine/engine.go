@@ -183,7 +183,7 @@ type Engine struct {
 	clock    Clock
 	logger   *slog.Logger
 	buildID  string
-	slots    chan struct{}
+	slots    *stepSlots
 	locks    runLocks
 	cache    *cache
 	// stepLimits is Config.StepLimits.
@@ -213,7 +213,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.CacheSize = 10_000
 	}
 	return &Engine{faults: cfg.Faults, store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
-		logger: cfg.Logger, buildID: cfg.BuildID, slots: make(chan struct{}, cfg.StepConcurrency), cache: newCache(cfg.CacheSize),
+		logger: cfg.Logger, buildID: cfg.BuildID, slots: newStepSlots(cfg.StepConcurrency), cache: newCache(cfg.CacheSize),
 		stepLimits: cfg.StepLimits}, nil
 }
 
