@@ -101,3 +101,15 @@ func (e *QueryError) HTTPStatus() int {
 	}
 	return http.StatusInternalServerError
 }
+
+// QueryResult is the ingress's answer to GET or POST /v1/runs/{run}/queries/{name}, and what
+// `flow query --json` prints: the answer with the run and query it answers.
+type QueryResult struct {
+	RunID  string          `json:"run_id"`
+	Query  string          `json:"query"`
+	Result json.RawMessage `json:"result"`
+	// Seq and Status are the sequence and status of the run's history the answer was computed
+	// from.
+	Seq    uint64      `json:"seq"`
+	Status core.Status `json:"status"`
+}

@@ -126,7 +126,9 @@ func TestRegistryQuery(t *testing.T) {
 		require.PanicsWithValue(t, `flow: RegisterQuery: query "status" of workflow "order" is already registered`, func() {
 			RegisterQuery(reg, "order", "status", func(*Context, struct{}) (int, error) { return 0, nil })
 		})
-		require.Panics(t, func() { RegisterQuery(reg, "order", "bad.name", func(*Context, struct{}) (int, error) { return 0, nil }) })
+		require.Panics(t, func() {
+			RegisterQuery(reg, "order", "bad.name", func(*Context, struct{}) (int, error) { return 0, nil })
+		})
 		require.Panics(t, func() { RegisterQuery[struct{}, int](reg, "order", "nil", nil) })
 		require.Equal(t, []string{"status", "unencodable"}, reg.Queries("order"))
 	})
