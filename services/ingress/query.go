@@ -73,7 +73,9 @@ func (s *Service) query(ctx context.Context, runID, name string, args []byte) (*
 	if len(args) > 0 && !json.Valid(args) {
 		return nil, &api.QueryError{Code: api.QueryInvalidArgs, Message: fmt.Sprintf("the arguments of query %q are not valid JSON; send them as ?args=<JSON> or as a JSON body", name)}
 	}
-	s.queries.once.Do(func() { s.queries.client, s.queries.err = flow.NewClient(ctx, s.nc, &flow.ClientOptions{Logger: s.logger}) })
+	s.queries.once.Do(func() {
+		s.queries.client, s.queries.err = flow.NewClient(ctx, s.nc, &flow.ClientOptions{Logger: s.logger})
+	})
 	if s.queries.err != nil {
 		return nil, &api.QueryError{Code: api.QueryInternal, Message: s.queries.err.Error()}
 	}
