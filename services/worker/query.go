@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowrun/flow/internal/api"
@@ -67,20 +68,35 @@ func (w *Worker) serveQueries() error {
 	return nil
 }
 
-// query answers one query in its own goroutine, holding a query slot.
+// query answers one query in its own goroutine, holding a query slot. The goroutine replies by
+// publishing to the request's reply subject itself: a micro.Request must not be answered after
+// its handler returned (the service reads its error for its statistics then).
 func (w *Worker) query(r micro.Request, definition, build string) {
+	subject, data, reply := r.Subject(), r.Data(), r.Reply()
+	if reply == "" {
+		return // nobody waits for an answer
+	}
 	w.querySlots <- struct{}{}
 	go func() {
 		defer func() { <-w.querySlots }()
 		ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 		defer cancel()
-		resp, qerr := w.answer(ctx, r.Subject(), r.Data(), definition, build)
+		msg := nats.NewMsg(reply)
+		resp, qerr := w.answer(ctx, subject, data, definition, build)
+		var err error
 		if qerr != nil {
-			body, _ := json.Marshal(qerr)
-			_ = r.Error(strconv.Itoa(qerr.HTTPStatus()), qerr.Message, body)
-			return
+			msg.Header.Set(micro.ErrorCodeHeader, strconv.Itoa(qerr.HTTPStatus()))
+			msg.Header.Set(micro.ErrorHeader, qerr.Message)
+			msg.Data, err = json.Marshal(qerr)
+		} else {
+			msg.Data, err = json.Marshal(resp)
 		}
-		_ = r.RespondJSON(resp)
+		if err == nil {
+			err = w.nc.PublishMsg(msg)
+		}
+		if err != nil {
+			w.logger.Warn("a query's answer was not sent", slog.String("subject", subject), slog.String("error", err.Error()))
+		}
 	}()
 }
 
