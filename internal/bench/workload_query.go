@@ -25,7 +25,9 @@ func queryWorkflow(ctx *flow.Context, _ any) (flow.Decision, error) {
 }
 
 // queryStatus answers defQuery's "status" query from the snapshot.
-func queryStatus(ctx *flow.Context, _ struct{}) (flow.Status, error) { return ctx.Snapshot().Status, nil }
+func queryStatus(ctx *flow.Context, _ struct{}) (flow.Status, error) {
+	return ctx.Snapshot().Status, nil
+}
 
 // registerQueries adds Q1's definition and query to reg.
 func registerQueries(reg *flow.Registry) {
