@@ -3,12 +3,15 @@ package engine_test
 import (
 	"context"
 	"slices"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 )
@@ -113,4 +116,39 @@ func TestReadSnapshot(t *testing.T) {
 		require.Equal(t, core.StatusCompleted, s.Status)
 		require.Zero(t, cold.CachedRuns(), "reading does not fill the cache")
 	})
+}
+
+// A worker that dies (or whose append fails) between computing a side effect's value and
+// recording it loses nothing: the next drive computes it again, and the value recorded once is
+// the one every later decision reads.
+func TestSideEffectRecordedOnceAfterAFailedAppend(t *testing.T) {
+	t.Parallel()
+	var calls atomic.Int32
+	b := setup(t, func(reg *flow.Registry) {
+		flow.RegisterWorkflow(reg, "numbered", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+			n, d, err := flow.SideEffectValue(ctx, "number", func() int32 { return calls.Add(1) })
+			if d != nil || err != nil {
+				return d, err
+			}
+			return ctx.Complete(n), nil
+		})
+	})
+	e := b.engine(t, 1)
+	runID := b.start(t, e, "numbered")
+	inj := &fault.Injector{}
+	inj.Arm(fault.StoreAppend, fault.Fail, 0, 1)
+	faulty, err := engine.New(engine.Config{Store: b.store, Runtime: b.reg, Host: b.host, Faults: inj})
+	require.NoError(t, err)
+	_, err = faulty.Drive(t.Context(), runID, 1)
+	require.ErrorIs(t, err, fault.ErrInjected)
+	require.Len(t, b.history(t, runID), 1, "nothing was recorded")
+
+	res, err := e.Drive(t.Context(), runID, 1)
+	require.NoError(t, err)
+	require.Equal(t, core.StatusCompleted, res.Status)
+	require.EqualValues(t, 2, calls.Load(), "the value is computed again")
+	hist := b.history(t, runID)
+	require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeSideEffectRecorded, event.TypeRunCompleted}, typesOf(hist))
+	require.JSONEq(t, `2`, string(hist[1].Payload.(*event.SideEffectRecorded).Value))
+	require.JSONEq(t, `2`, string(hist[2].Payload.(*event.RunCompleted).Output))
 }
