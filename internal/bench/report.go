@@ -18,7 +18,7 @@ var (
 		"total_s", "first100_ms_per_step", "last100_ms_per_step", "ratio",
 		"goroutines_idle", "goroutines_suspended", "heap_idle_mib", "heap_suspended_mib",
 		"rss_idle_mib", "rss_suspended_mib", "nats_bytes_per_run", "appends_per_s", "fraction_of_ceiling",
-		"handle_p50_ms", "handle_p99_ms",
+		"handle_p50_ms", "handle_p99_ms", "step_p50_ms", "step_p99_ms",
 	}
 )
 
