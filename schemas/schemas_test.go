@@ -103,6 +103,7 @@ func examples() []example {
 		{"step exhausted", &event.RunFailed{Error: event.ErrorInfo{Kind: "card_declined", Message: "card declined"}, Cause: event.CauseStepExhausted}},
 		{"terminated", &event.RunCancelled{Reason: "stuck on a bad deploy", Cause: event.CauseOperator}},
 		{"next generation", &event.RunContinuedAsNew{SuccessorRunID: "order-1=1", Input: json.RawMessage(`{"cursor":"c-100"}`)}},
+		{"order number", &event.SideEffectRecorded{SideEffectID: "order-number", Value: json.RawMessage(`"ord-8842"`)}},
 		{"under flow control", &event.RunStarted{
 			Spec: event.Spec{Definition: "report"}, Input: json.RawMessage(`{"customer":"c-42"}`), Seed: "9f86d081884c7d65", Priority: 5,
 			Control: &event.FlowControl{Group: "reports", Key: "c-42", KeyPath: "$.customer", Concurrency: 50, KeyConcurrency: 2,
@@ -137,6 +138,7 @@ func minimal() []event.Payload {
 		&event.RunFailed{Error: event.ErrorInfo{Message: "boom"}, Cause: event.CauseWorkflow},
 		&event.RunCancelled{Cause: event.CauseWorkflow},
 		&event.RunContinuedAsNew{SuccessorRunID: "r=1", Input: json.RawMessage(`null`)},
+		&event.SideEffectRecorded{SideEffectID: "s", Value: json.RawMessage(`null`)},
 		&event.RunAdmitted{Group: "g"},
 	}
 }
