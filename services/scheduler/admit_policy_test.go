@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/ingresstest"
@@ -307,4 +308,37 @@ func TestStartRefusesAMissingKey(t *testing.T) {
 	e.start("k", "", 1, &flow.StartOptions{ControlKey: "vip"})
 	s := e.status("k", core.StatusQueued)
 	require.Equal(t, "vip", s.Control.Key)
+}
+
+// TestPlainStartCarriesPriorityAndControl: a plain JSON start (api.StartRequest) sets the
+// priority and the key, and a bad priority extension is refused.
+func TestPlainStartCarriesPriorityAndControl(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: natstest.Logger()})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(ctx))
+	t.Cleanup(func() { _ = h.Stop() })
+	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: natstest.Logger()})
+	w := startWorker(t, natstest.Connect(t, srv), gated(flow.WithFlowControl(flow.FlowControl{KeyPath: "$.customer", KeyConcurrency: 1})))
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	nc := natstest.Connect(t, srv)
+	reply, err := nc.RequestWithContext(ctx, api.StartSubject("gated"),
+		[]byte(`{"run_id":"plain-1","priority":7,"control_key":"vip","input":{"customer":"c-1","n":1}}`))
+	require.NoError(t, err)
+	require.Empty(t, reply.Header.Get(api.HeaderErrorCode), "%s", reply.Data)
+	client, err := flow.NewClient(ctx, natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+	s, err := client.Snapshot(ctx, "plain-1")
+	require.NoError(t, err)
+	require.Equal(t, 7, s.Priority)
+	require.Equal(t, "vip", s.Control.Key)
+	require.Equal(t, core.StatusQueued, s.Status)
+
+	reply, err = nc.RequestWithContext(ctx, api.StartSubject("gated"), []byte(`{"run_id":"plain-2","input":{"n":1}}`))
+	require.NoError(t, err)
+	require.Equal(t, string(api.CodeInvalidRequest), reply.Header.Get(api.HeaderErrorCode))
+	require.Contains(t, string(reply.Data), "no field at $.customer")
 }
