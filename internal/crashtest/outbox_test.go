@@ -40,6 +40,10 @@ func TestProcessKilledBetweenWrites(t *testing.T) {
 		{name: "HistoryBeforeIndex", role: roleHistory, faults: "history-before-index:kill:30"},
 		{name: "HistoryBeforeAck", role: roleHistory, faults: "history-before-ack:kill:40"},
 		{name: "HistoryMidLoad", role: roleHistory, killAfter: 5},
+		// Flow control: the admission controller dies between taking a run's slot and appending
+		// its run.admitted; the history service between a controlled run's end and its release.
+		{name: "SchedulerAfterReserveBeforeAdmitted", role: roleScheduler, faults: "admit-after-reserve:kill"},
+		{name: "HistoryAfterTerminalBeforeRelease", role: roleHistory, faults: "history-before-release:kill"},
 	} {
 		for _, be := range backends {
 			t.Run(be.name+"/"+tt.name, func(t *testing.T) {

@@ -121,16 +121,22 @@ func (c *control) release(ctx context.Context, group, runID string) error {
 
 // write releases the slots of batch b of group, once no lane can join it any more.
 func (c *control) write(ctx context.Context, group string, b *releaseBatch) {
+	// closed takes b out of the lanes' reach, so that releases asked for later start the next
+	// batch, whether this one is written or failed.
+	closed := func() []string {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.releases[group] == b {
+			delete(c.releases, group)
+		}
+		return b.runs
+	}
 	defer close(b.done)
+	defer closed()
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	b.err = c.limits.Update(ctx, group, func(st *limits.State) bool {
-		c.mu.Lock()
-		if c.releases[group] == b {
-			delete(c.releases, group) // later releases start the next batch
-		}
-		runs := b.runs
-		c.mu.Unlock()
+		runs := closed()
 		changed := false
 		for _, run := range runs {
 			changed = st.Release(run) || changed

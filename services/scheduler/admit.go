@@ -325,6 +325,8 @@ func (a *admitter) round(ctx context.Context, g *admitGroup) error {
 	st.Trim(now)
 	picks, cancels, due := a.choose(g, st, now)
 	g.due = due
+	a.s.logger.Debug("admission round", slog.String("group", g.name), slog.Int("waiting", g.waiting()), slog.Int("holders", len(st.Holders)),
+		slog.Int("admitting", len(picks)), slog.Int("cancelling", len(cancels)), slog.Time("due", due))
 	if len(picks) > 0 {
 		if _, err := a.limits.Save(ctx, g.name, st, rev); err != nil {
 			if errors.Is(err, limits.ErrConflict) {
