@@ -57,11 +57,18 @@ func queuedVerdict(s *Snapshot) (Verdict, error) {
 	return Verdict{WaitingOn: "admission"}, nil
 }
 
-// Admit returns run.admitted for a queued run, waited since its start until at. It returns
-// ErrStale when the run is not queued (admitted already, ended, or its cancellation requested:
-// it ends without running), ErrNotFound when it has not started, and ErrInvalidInput when it
-// has no flow control.
+// ErrAdmitted is wrapped by Admit's error for a run admitted already (whether it ended since or
+// not). It wraps ErrStale.
+var ErrAdmitted = fmt.Errorf("%w: the run was admitted already", ErrStale)
+
+// Admit returns run.admitted for a queued run, waited since its start until at. It returns an
+// error wrapping ErrAdmitted when the run was admitted already, ErrStale when it needs no
+// admission (it ended, or its cancellation was requested, before one: it ends without running),
+// ErrNotFound when it has not started, and ErrInvalidInput when it has no flow control.
 func Admit(s *Snapshot, at time.Time) ([]event.Payload, error) {
+	if s.Seq > 0 && s.Admitted {
+		return nil, fmt.Errorf("%w: run %q at seq %d", ErrAdmitted, s.RunID, s.AdmittedSeq)
+	}
 	if err := live(s); err != nil {
 		if s.Terminal() {
 			return nil, fmt.Errorf("%w: %w", ErrStale, err)
@@ -71,8 +78,6 @@ func Admit(s *Snapshot, at time.Time) ([]event.Payload, error) {
 	switch {
 	case s.Control == nil:
 		return nil, fmt.Errorf("%w: run %q started without flow control; there is nothing to admit", ErrInvalidInput, s.RunID)
-	case s.Admitted:
-		return nil, fmt.Errorf("%w: run %q was admitted at seq %d", ErrStale, s.RunID, s.AdmittedSeq)
 	case s.CancelRequested:
 		return nil, fmt.Errorf("%w: run %q is being cancelled; it ends without admission", ErrStale, s.RunID)
 	}

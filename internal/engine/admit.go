@@ -27,13 +27,15 @@ func (e *LateAdmissionError) Error() string {
 
 // Admit appends run.admitted to run runID, recorded at exactly at (the time the admission
 // controller took the run's slot and rate token at), and asks for the run to be driven. It
-// returns an error wrapping core.ErrStale when the run needs no admission any more (admitted
-// already, ended, being cancelled), and a *LateAdmissionError when the run's latest event is
+// returns an error wrapping core.ErrAdmitted when the run was admitted already, core.ErrStale
+// when it needs no admission any more (it ended, or is being cancelled, unadmitted), and a
+// *LateAdmissionError when the run's latest event is
 // recorded after at.
 func (e *Engine) Admit(ctx context.Context, runID string, at time.Time) error {
 	at = at.UTC()
+	atLeast := uint64(1)
 	for {
-		s, err := e.snapshot(ctx, runID, 1)
+		s, err := e.snapshot(ctx, runID, atLeast)
 		if err != nil {
 			return err
 		}
@@ -45,8 +47,13 @@ func (e *Engine) Admit(ctx context.Context, runID string, at time.Time) error {
 			return &LateAdmissionError{RunID: runID, At: at, Latest: s.UpdatedAt}
 		}
 		if err := e.append(ctx, runID, s.Seq, at, events); err != nil {
+			var ce *store.ConflictError
+			if errors.As(err, &ce) {
+				atLeast = max(atLeast, ce.Actual) // an input came meanwhile: decide on the run as it is now
+				continue
+			}
 			if errors.Is(err, store.ErrConflict) {
-				continue // an input came meanwhile: admit on the run as it is now
+				continue
 			}
 			return err
 		}

@@ -18,6 +18,7 @@ import (
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/limits"
+	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -505,8 +506,12 @@ func (a *admitter) admit(ctx context.Context, g *admitGroup, picks []pick) {
 			q := &queued{w: o.p.q.w, notBefore: late.Latest}
 			a.byRun[run] = q
 			g.add(q)
+		case errors.Is(o.err, core.ErrAdmitted):
+			// Another leader admitted it a moment ago (two overlapped): its slot and token stand.
+			g.verified[run] = true
 		case errors.Is(o.err, core.ErrStale), errors.Is(o.err, core.ErrTerminal):
-			// Ended or being cancelled before its admission: it needs no slot.
+			// Ended or being cancelled before any admission: no run.admitted holds its token, so
+			// the slot and the token go back.
 			if err := a.limits.Update(ctx, g.name, func(st *limits.State) bool { return st.Unreserve(run) }); err != nil {
 				a.s.logger.Warn("giving back a reservation failed; the next round repairs it", slog.String("run_id", run), slog.String("error", err.Error()))
 			}
@@ -526,6 +531,12 @@ func (a *admitter) repair(ctx context.Context, g *admitGroup, runID string, h li
 		// A slot of a run that does not exist: nothing will ever release it.
 		return true, a.limits.Update(ctx, g.name, func(st *limits.State) bool { return st.Unreserve(runID) })
 	}
+	if errors.Is(err, store.ErrDamaged) {
+		// A quarantined run never ends: its slot would block the group for good.
+		a.s.logger.Error("releasing the flow-control slot of a run whose history is damaged", slog.String("run_id", runID),
+			slog.String("group", g.name), slog.String("error", err.Error()))
+		return true, a.limits.Release(ctx, g.name, runID)
+	}
 	if err != nil {
 		return false, err
 	}
@@ -541,6 +552,9 @@ func (a *admitter) repair(ctx context.Context, g *admitGroup, runID string, h li
 	err = a.s.engine.Admit(ctx, runID, h.At)
 	var late *engine.LateAdmissionError
 	switch {
+	case errors.Is(err, core.ErrAdmitted):
+		g.verified[runID] = true
+		return false, nil
 	case err == nil:
 		g.verified[runID] = true
 		a.s.admitted.Add(1)
