@@ -75,7 +75,8 @@ func startWorker(t *testing.T, nc *nats.Conn, reg *flow.Registry) *worker.Worker
 // (its connection closed) mid-test and another started. An independent projection of every
 // run's history, read straight from the history stream, must show that no key ever held more
 // than 2 active runs ([run.admitted, terminal]), that no 1 s window holds more than 200
-// admissions, that no key starves, and that every run completed.
+// admissions, that no key starves, and that every run completed. The admission leader is
+// stopped at two thirds, and a standby scheduler takes over.
 func TestFlowControlThousandRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("1,000 runs at 200 starts/s: about 10 s")
@@ -151,10 +152,17 @@ func TestFlowControlThousandRuns(t *testing.T) {
 	snap, err := client.Snapshot(ctx, ids[0])
 	require.NoError(t, err)
 	require.Equal(t, core.StatusQueued, snap.Status)
-	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
+	// Two schedulers: one leads admission, the other stands by and takes over when it stops.
+	leaseTTL := streams.Config{LeaseTTL: 3 * time.Second}
+	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Name: "first", Streams: leaseTTL, Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, s.Start(ctx))
 	t.Cleanup(func() { _ = s.Stop() })
+	require.Eventually(t, s.Admitting, 10*time.Second, 5*time.Millisecond)
+	standby, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Name: "standby", Streams: leaseTTL, Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, standby.Start(ctx))
+	t.Cleanup(func() { _ = standby.Stop() })
 
 	// Kill the first worker once a third of the runs are admitted: its connection goes, with
 	// the tasks and step attempts it held; another worker starts in its place.
@@ -165,6 +173,11 @@ func TestFlowControlThousandRuns(t *testing.T) {
 	_ = victim.Stop(stopCtx)
 	replacement := startWorker(t, natstest.Connect(t, srv), controlled(fc))
 	t.Cleanup(func() { _ = replacement.Stop(context.Background()) })
+
+	// Stop the admission leader at two thirds: the standby takes over the queue and the limits
+	// (the rate log is durable in FLOW_LIMITS) where it left them.
+	require.Eventually(t, func() bool { return s.Admitted() >= 2*runs/3 }, 2*time.Minute, 5*time.Millisecond)
+	require.NoError(t, s.Stop())
 
 	// Every run completes with its output.
 	results := make(chan string)
@@ -190,6 +203,7 @@ func TestFlowControlThousandRuns(t *testing.T) {
 		return
 	}
 
+	require.Positive(t, standby.Admitted(), "the standby admitted the rest")
 	hist := readAllHistories(t, ctx, natstest.JetStream(t, srv))
 	require.Len(t, hist, runs)
 	type span struct {
@@ -289,7 +303,8 @@ func TestFlowControlThousandRuns(t *testing.T) {
 	for k, n := range half {
 		require.InDelta(t, runs/2/keys, n, float64(runs/2/keys)/2, "key %s has %d of the first %d admissions: %v", k, n, runs/2, half)
 	}
-	t.Logf("started %d runs in %s; admitted them in %s; per-key peak %d; first half per key %v", runs, began.Sub(t0), total, peak, half)
+	t.Logf("started %d runs in %s; admitted them in %s (%d by the first leader, %d by the standby); per-key peak %d; first half per key %v",
+		runs, began.Sub(t0), total, s.Admitted(), standby.Admitted(), peak, half)
 }
 
 // readAllHistories reads every run's history from the history stream with an ordered consumer:
