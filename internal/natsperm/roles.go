@@ -238,6 +238,7 @@ func workerRole() Role {
 	g.kvWrite(streams.WorkersBucket)
 	g.kvWrite(streams.DefinitionsBucket)
 	g.kvWrite(streams.ParkedBucket)
+	g.kvWrite(streams.LimitsBucket) // it takes and releases the slots of limited steps (flow.LimitStep)
 	// It answers the queries of the runs it can run the code of (a micro service, with $SRV
 	// discovery).
 	g.subscribe(api.QueryPrefix+">", "$SRV.*", "$SRV.*.flow-worker", "$SRV.*.flow-worker.*")
