@@ -51,6 +51,18 @@ type GetResponse struct {
 	Entry *core.Summary `json:"entry,omitempty"`
 	// Last is the run's last sequence: Snapshot.Seq unless At asked for an earlier one.
 	Last uint64 `json:"last"`
+	// StepWaits lists the attempts in flight that wait for a slot of their step's limit
+	// (flow.LimitStep), with why; only for the latest snapshot.
+	StepWaits []StepWait `json:"step_waits,omitempty"`
+}
+
+// StepWait is an attempt in flight waiting for a slot of its step's limit.
+type StepWait struct {
+	StepID  string    `json:"step_id"`
+	Name    string    `json:"name"`
+	Attempt int       `json:"attempt"`
+	Why     string    `json:"why"`
+	Since   time.Time `json:"since"`
 }
 
 // HistoryRequest asks for a page of a run's events.

@@ -262,6 +262,10 @@ was right after event SEQ (see 'flow history RUN' for the sequences). --json pri
 				fmt.Fprintf(e.stdout, "As of seq %d of %d\n", at, d.Last)
 			}
 			printSnapshot(e.stdout, d.Snapshot)
+			for _, w := range d.StepWaits {
+				fmt.Fprintf(e.stdout, "Waiting     step %s (%s) attempt %d since %s: %s\n", w.StepID, w.Name, w.Attempt,
+					w.Since.Format(time.RFC3339Nano), w.Why)
+			}
 			if d.Entry != nil && at == 0 {
 				if d.Entry.Parked != "" {
 					fmt.Fprintf(e.stdout, "Parked      %s (`flow resume %s` dispatches it again)\n", d.Entry.Parked, a[0])

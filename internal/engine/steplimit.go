@@ -32,7 +32,7 @@ func (e *StepLimitedError) Error() string {
 	return fmt.Sprintf("flow: attempt %d of step %q (%s) of run %q waits for a slot: %s", e.Attempt, e.StepID, e.Step, e.RunID, e.Why)
 }
 
-// attemptKey is the key of attempt a among the holders of its step's slots.
+// limitKey is the key of attempt a among the holders of its step's slots (limits.AttemptKey).
 func limitKey(a core.Attempt) string { return fmt.Sprintf("%s/%s/%d", a.RunID, a.StepID, a.Attempt) }
 
 // acquire takes a slot for attempt a when its step is limited, and reports whether the attempt

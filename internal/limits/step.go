@@ -226,3 +226,9 @@ func (s *Store) LoadStep(ctx context.Context, step string) (*StepState, error) {
 	_, err := s.load(ctx, StepKey(step), st)
 	return st, err
 }
+
+// AttemptKey is the key of attempt attempt of step stepID of run runID among a step's holders
+// and waiters.
+func AttemptKey(runID, stepID string, attempt int) string {
+	return fmt.Sprintf("%s/%s/%d", runID, stepID, attempt)
+}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/limits"
@@ -143,4 +144,27 @@ func (c *control) write(ctx context.Context, group string, b *releaseBatch) {
 		}
 		return changed
 	})
+}
+
+// stepWaits lists the attempts of s in flight that wait for a slot of their step's limit, as
+// the workers recorded them in FLOW_LIMITS. A step without a limit has no entry; a read that
+// fails shows nothing.
+func (c *control) stepWaits(ctx context.Context, s *core.Snapshot) []api.StepWait {
+	var out []api.StepWait
+	states := map[string]*limits.StepState{}
+	for _, id := range s.InFlight() {
+		st := s.Steps[id]
+		state, read := states[st.Name]
+		if !read {
+			state, _ = c.limits.LoadStep(ctx, st.Name)
+			states[st.Name] = state
+		}
+		if state == nil {
+			continue
+		}
+		if w, ok := state.Waiting[limits.AttemptKey(s.RunID, id, st.Attempt)]; ok {
+			out = append(out, api.StepWait{StepID: id, Name: st.Name, Attempt: st.Attempt, Why: w.Why, Since: w.Since})
+		}
+	}
+	return out
 }

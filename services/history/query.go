@@ -38,6 +38,9 @@ func (s *Service) getRun(ctx context.Context, req api.GetRequest) (*api.GetRespo
 	if entry, ok := s.index.get(req.RunID); ok {
 		resp.Entry = &entry
 	}
+	if req.At == 0 {
+		resp.StepWaits = s.control.stepWaits(ctx, snap)
+	}
 	return resp, nil
 }
 

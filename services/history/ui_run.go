@@ -51,6 +51,8 @@ type uiRunPage struct {
 	// Types are the event types, for the live view's listeners.
 	Types []event.Type
 	Now   time.Time
+	// StepWaits are the attempts in flight waiting for a slot of their step's limit, now.
+	StepWaits []api.StepWait
 }
 
 // uiSignalWait is a signal wait with the signal bound to it.
@@ -113,6 +115,9 @@ func (s *Service) uiRunData(r *http.Request) (*uiRunPage, error) {
 	p.Notice, p.FlashError = clip(r.URL.Query().Get("notice"), 200), clip(r.URL.Query().Get("error"), 500)
 	if entry, ok := s.index.get(runID); ok {
 		p.Entry = &entry
+	}
+	if p.Following {
+		p.StepWaits = s.control.stepWaits(r.Context(), latest)
 	}
 	p.Diagnosis = diagnose(p.Snap.Blocked)
 	if p.At < last && latest.Blocked != nil {

@@ -90,11 +90,17 @@ func TestStepLimits(t *testing.T) {
 	// While attempts wait, the step's entry lists them, with the reason.
 	lims, err := limits.Open(ctx, natstest.JetStream(t, srv))
 	require.NoError(t, err)
-	var sawWaiting atomic.Bool
+	var sawWaiting, sawDescribed atomic.Bool
 	go func() {
-		for ctx.Err() == nil && !sawWaiting.Load() {
+		for ctx.Err() == nil && !(sawWaiting.Load() && sawDescribed.Load()) {
 			if st, err := lims.LoadStep(ctx, "charge"); err == nil && len(st.Waiting) > 0 {
 				sawWaiting.Store(true)
+			}
+			// `flow status` shows them too (the history service reads them for the snapshot).
+			for _, id := range ids {
+				if d, err := client.Describe(ctx, id, 0); err == nil && len(d.StepWaits) > 0 && d.StepWaits[0].Why != "" {
+					sawDescribed.Store(true)
+				}
 			}
 			time.Sleep(5 * time.Millisecond)
 		}
@@ -113,4 +119,5 @@ func TestStepLimits(t *testing.T) {
 		require.Greater(t, starts[i+rate].Sub(starts[i]), period-50*time.Millisecond, "attempts %d..%d started within one period (50 ms allowed between a slot and the attempt's start)", i, i+rate)
 	}
 	require.True(t, sawWaiting.Load(), "waiting attempts are listed")
+	require.True(t, sawDescribed.Load(), "a run's waiting attempts are described with why")
 }
