@@ -43,7 +43,7 @@ func (s *Snapshot) Apply(e event.Envelope) error {
 	}
 	prev := s.Status
 	s.Status = s.status()
-	if s.Status != prev || failed || e.Type().Terminal() {
+	if s.Status != prev || failed || e.Type().Terminal() || changesAttributes(e.Payload) {
 		s.summarySeq, s.summaryAt = e.Seq, e.Time
 	}
 	return nil
@@ -80,7 +80,7 @@ func inputTrace(p event.Payload) string {
 func isDecisionEvent(p event.Payload) bool {
 	switch p := p.(type) {
 	case *event.StepScheduled, *event.WaitScheduled, *event.SignalAwaited, *event.HookCreated,
-		*event.ChildScheduled, *event.RunCompleted, *event.RunContinuedAsNew:
+		*event.ChildScheduled, *event.RunCompleted, *event.RunContinuedAsNew, *event.AttributesUpserted:
 		return true
 	case *event.StepCancelled:
 		return p.Cause != event.CauseOperator
@@ -211,6 +211,8 @@ func (s *Snapshot) check(e event.Envelope) error {
 		if c.Settled {
 			return s.fail(e, "child_state", "child %q already settled at seq %d", p.ChildID, c.SettledSeq)
 		}
+	case *event.AttributesUpserted:
+		return s.checkNew(e, []string{p.UpsertID})
 	case *event.RunCancelRequested:
 		if s.CancelRequested {
 			return s.fail(e, "cancel_state", "cancellation was already requested")
@@ -325,6 +327,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.ContinuedFrom = d.ContinuedFrom
 		s.Generation = d.Generation
 		s.TraceParent = d.TraceParent
+		s.Attributes = d.Attributes.Merge(nil)
 	case *event.StepScheduled:
 		ids := make([]string, len(d.Steps))
 		steps := make([]Step, len(d.Steps))
@@ -449,6 +452,8 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		c.Settled, c.Outcome, c.EndedRunID, c.Output, c.Error, c.SettledSeq = true, d.Outcome, d.RunID, d.Output, d.Error, e.Seq
 		p.ChildrenPending--
 		p.ChildrenSettled++
+	case *event.AttributesUpserted:
+		s.upserted(e, d)
 	case *event.RunCancelRequested:
 		s.CancelRequested, s.CancelReason = true, d.Reason
 	case *event.DecisionFailed:

@@ -110,6 +110,12 @@ func compareRecorded(runID string, rec event.Envelope, got event.Payload) error 
 			return mismatch(runID, kindHook, r.HookID, "hook_id", r.HookID, g.HookID, rec.Seq)
 		}
 		return compareHook(runID, r, rec.Seq, g)
+	case *event.AttributesUpserted:
+		g := got.(*event.AttributesUpserted)
+		if r.UpsertID != g.UpsertID {
+			return mismatch(runID, kindUpsert, r.UpsertID, "upsert_id", r.UpsertID, g.UpsertID, rec.Seq)
+		}
+		return compareUpsert(runID, r, rec.Seq, g)
 	case *event.RunContinuedAsNew:
 		g := got.(*event.RunContinuedAsNew)
 		if !JSONEqual(r.Input, g.Input) {
@@ -163,6 +169,8 @@ func describeEvent(p event.Payload) plain {
 		return plain(fmt.Sprintf("%s(%s, %s)", p.EventType(), p.WaitID, p.Name))
 	case *event.HookCreated:
 		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.HookID))
+	case *event.AttributesUpserted:
+		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.UpsertID))
 	}
 	return plain(p.EventType())
 }

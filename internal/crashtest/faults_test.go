@@ -161,7 +161,7 @@ func requireConsistent(t *testing.T, ctx context.Context, js jetstream.JetStream
 		var entry core.Summary
 		require.Eventually(t, func() bool {
 			e, err := runs.Get(ctx, runID)
-			return err == nil && json.Unmarshal(e.Value(), &entry) == nil && entry == s.Summary()
+			return err == nil && json.Unmarshal(e.Value(), &entry) == nil && entry.Equal(s.Summary())
 		}, 30*time.Second, 10*time.Millisecond, "the index entry of run %s equals its projection: %+v vs %+v", runID, entry, s.Summary())
 	}
 	timers, err := js.KeyValue(ctx, streams.TimersBucket)

@@ -26,6 +26,8 @@ const (
 	TypeRunFailed          Type = "run.failed"
 	TypeRunCancelled       Type = "run.cancelled"
 	TypeRunContinuedAsNew  Type = "run.continued_as_new"
+	// TypeAttributesUpserted records a decision that sets search attributes (payload_attributes.go).
+	TypeAttributesUpserted Type = "attributes.upserted"
 )
 
 // Terminal reports whether t ends a run. At most one terminal event appears in a history, last.
@@ -51,6 +53,7 @@ func Types() []Type {
 		TypeWaitFired, TypeSignalAwaited, TypeSignalReceived, TypeHookCreated, TypeHookReceived,
 		TypeChildScheduled, TypeChildSettled, TypeRunCancelRequested, TypeDecisionFailed,
 		TypeRunCompleted, TypeRunFailed, TypeRunCancelled, TypeRunContinuedAsNew,
+		TypeAttributesUpserted,
 	}
 }
 
@@ -85,4 +88,5 @@ var factories = map[Type]func() Payload{
 	TypeRunFailed:          func() Payload { return new(RunFailed) },
 	TypeRunCancelled:       func() Payload { return new(RunCancelled) },
 	TypeRunContinuedAsNew:  func() Payload { return new(RunContinuedAsNew) },
+	TypeAttributesUpserted: func() Payload { return new(AttributesUpserted) },
 }

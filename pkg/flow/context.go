@@ -23,6 +23,8 @@ type Context struct {
 	cancelSeen bool
 	logger     *slog.Logger
 	runLogger  *slog.Logger // logger with the run's ID, made on first use
+	// attributes are the search attributes the workflow declares.
+	attributes []SearchAttribute
 }
 
 // RunID returns the ID of the run.
