@@ -16,7 +16,9 @@ import (
 type SearchAttribute = event.AttributeDecl
 
 // Keyword declares a keyword attribute: a string compared as a whole (IDs, names, codes).
-func Keyword(name string) SearchAttribute { return SearchAttribute{Name: name, Type: event.AttrKeyword} }
+func Keyword(name string) SearchAttribute {
+	return SearchAttribute{Name: name, Type: event.AttrKeyword}
+}
 
 // Text declares a text attribute: free text, compared whole or by substring.
 func Text(name string) SearchAttribute { return SearchAttribute{Name: name, Type: event.AttrText} }
