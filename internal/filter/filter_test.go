@@ -88,7 +88,7 @@ func TestMatch(t *testing.T) {
 		{`not (customer = "c-42" and vip = true)`, false},
 		{`(customer = "x" or vip = true) and tags contains "priority"`, true},
 		{`customer = "x" or vip = true and amount = 1`, false}, // and binds tighter than or
-		{`NOT (customer = "x") AND vip = TRUE`, true}, // keywords are case-insensitive; names are not, see TestCompileErrors
+		{`NOT (customer = "x") AND vip = TRUE`, true},          // keywords are case-insensitive; names are not, see TestCompileErrors
 	}
 	for _, tc := range tests {
 		t.Run(tc.src, func(t *testing.T) {
