@@ -66,6 +66,9 @@ func summarize(p event.Payload) string {
 		if p.ContinuedFrom != "" {
 			s += fmt.Sprintf(", continues %s (generation %d)", p.ContinuedFrom, p.Generation)
 		}
+		if len(p.Attributes) > 0 {
+			s += ", attributes " + attrPairs(p.Attributes)
+		}
 		return s
 	case *event.StepScheduled:
 		parts := make([]string, len(p.Steps))
@@ -139,6 +142,8 @@ func summarize(p event.Payload) string {
 		return fmt.Sprintf("cancelled: %s (%s)", orNone(p.Reason), p.Cause)
 	case *event.RunContinuedAsNew:
 		return fmt.Sprintf("continued as new as run %s, input %s", p.SuccessorRunID, inline(p.Input))
+	case *event.AttributesUpserted:
+		return fmt.Sprintf("upsert %s: %s", p.UpsertID, attrPairs(p.Attributes))
 	}
 	return ""
 }
