@@ -3,8 +3,8 @@ package history
 import (
 	"errors"
 	"fmt"
-	"maps"
 	"html/template"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
