@@ -284,7 +284,11 @@ func listRequest(r *http.Request) (api.ListRequest, error) {
 	req := api.ListRequest{Definition: q.Get("definition"), Queue: q.Get("queue"), Build: q.Get("build"), Parent: q.Get("parent"),
 		Cursor: q.Get("cursor"), Parked: q.Get("parked") == "true", Where: q.Get("where")}
 	for _, st := range q["status"] {
-		req.Status = append(req.Status, strings.Split(st, ",")...)
+		for _, one := range strings.Split(st, ",") {
+			if one != "" { // "status=" (the UI form's "any") filters nothing
+				req.Status = append(req.Status, one)
+			}
+		}
 	}
 	for name, t := range map[string]*time.Time{"since": &req.Since, "until": &req.Until} {
 		if v := q.Get(name); v != "" {
