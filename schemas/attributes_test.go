@@ -49,7 +49,9 @@ func TestInvalidAttributes(t *testing.T) {
 		{"EmptyKeyword", func(m map[string]any) { attrs(m)["customer"] = map[string]any{"type": "keyword", "value": ""} }},
 		{"BoolAsString", func(m map[string]any) { attrs(m)["vip"] = map[string]any{"type": "bool", "value": "yes"} }},
 		{"ProseTime", func(m map[string]any) { attrs(m)["due"] = map[string]any{"type": "time", "value": "christmas"} }},
-		{"ListOfNumbers", func(m map[string]any) { attrs(m)["tags"] = map[string]any{"type": "keyword_list", "value": []any{1, 2}} }},
+		{"ListOfNumbers", func(m map[string]any) {
+			attrs(m)["tags"] = map[string]any{"type": "keyword_list", "value": []any{1, 2}}
+		}},
 		{"NoValue", func(m map[string]any) { attrs(m)["vip"] = map[string]any{"type": "bool"} }},
 		{"ReservedName", func(m map[string]any) { attrs(m)["status"] = map[string]any{"type": "keyword", "value": "x"} }},
 		{"BadName", func(m map[string]any) { attrs(m)["9lives"] = map[string]any{"type": "bool", "value": true} }},
