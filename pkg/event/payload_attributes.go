@@ -252,9 +252,9 @@ func attrShape(t AttributeType) string {
 }
 
 // NewAttribute converts a Go value to a value of type t: a string for keyword and text; any Go
-// integer for int; any Go number for float; a bool; a time.Time (or a string ParseAttribute
-// reads) for time; a []string for keyword_list. A json.RawMessage is read as CoerceAttribute reads
-// JSON.
+// integer for int; any Go number for float; a bool; a time.Time for time; a []string for
+// keyword_list; or, for any type, a string that ParseAttribute reads as one ("42", "2026-12-01",
+// "a,b"), as the ingress accepts. A json.RawMessage is read as CoerceAttribute reads JSON.
 func NewAttribute(t AttributeType, v any) (AttributeValue, error) {
 	if !t.Valid() {
 		return AttributeValue{}, fmt.Errorf("%w: unknown attribute type %q; use one of %s", ErrAttribute, t, attributeTypeNames())
@@ -273,9 +273,7 @@ func NewAttribute(t AttributeType, v any) (AttributeValue, error) {
 		}
 		return timeValue(x), nil
 	case string:
-		if t == AttrKeyword || t == AttrText || t == AttrTime {
-			return ParseAttribute(t, x)
-		}
+		return ParseAttribute(t, x)
 	case []string:
 		if t == AttrKeywordList {
 			return listValue(x)

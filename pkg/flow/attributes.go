@@ -78,8 +78,9 @@ func checkAttributes(name string, decls []SearchAttribute) []SearchAttribute {
 }
 
 // Attrs are search attribute values by name, as Go values: a string for keyword and text, any
-// integer for int, any number for float, a bool, a time.Time (or an RFC 3339 string) for time, a
-// []string for keyword_list. The declaration of each name decides its type.
+// integer for int, any number for float, a bool, a time.Time for time, a []string for
+// keyword_list, or for any type a string that reads as one ("42", "2026-12-01", "a,b"). The
+// declaration of each name decides its type.
 type Attrs map[string]any
 
 // typeAttrs converts attrs to typed values by decls; what names the caller in errors.
