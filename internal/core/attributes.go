@@ -38,7 +38,9 @@ type Upsert struct {
 	Seq        uint64           `json:"seq"`
 }
 
-// upserted applies a checked attributes.upserted event.
+// upserted applies a checked attributes.upserted event. s.Attributes is replaced by a merged
+// copy, never changed in place, so that a Summary taken earlier keeps the values it was taken
+// with.
 func (s *Snapshot) upserted(e event.Envelope, d *event.AttributesUpserted) {
 	if s.Upserts == nil {
 		s.Upserts = map[string]*Upsert{}
