@@ -12,9 +12,13 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/ingress"
 )
 
 // attributesRegistry registers "order": it starts with search attributes, upserts stage=paid at
@@ -159,4 +163,38 @@ func TestSearchAttributesEndToEnd(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, code)
 	require.Contains(t, body, `class="where-error"`)
 	require.Contains(t, body, "is not an operator")
+}
+
+// The runs index's attributes are derived from history: with the index entry gone, a history
+// service that rebuilds restores them, and filters find the run again.
+func TestSearchAttributesRebuiltFromHistory(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	h1, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, h1.Start(t.Context()))
+	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+	startWorker(t, srv, attributesRegistry())
+	client, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	id, err := client.Start(ctx, "order", nil, &flow.StartOptions{Attributes: flow.Attrs{"customer": "c-9"}})
+	require.NoError(t, err)
+	where := &flow.RunsFilter{Where: `customer = "c-9" and stage = "paid"`}
+	listed := func() bool {
+		page, err := client.Runs(ctx, where)
+		return err == nil && len(page.Runs) == 1 && page.Runs[0].RunID == id
+	}
+	require.Eventually(t, listed, 20*time.Second, 10*time.Millisecond, "the run is indexed with its attributes")
+	require.NoError(t, h1.Stop())
+
+	runs, err := natstest.JetStream(t, srv).KeyValue(ctx, streams.RunsBucket)
+	require.NoError(t, err)
+	require.NoError(t, runs.Delete(ctx, id))
+	h2, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet, Rebuild: true})
+	require.NoError(t, err)
+	require.NoError(t, h2.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, h2.Stop()) })
+	require.Eventually(t, listed, 20*time.Second, 10*time.Millisecond, "the rebuilt entry holds the run's attributes")
 }
