@@ -148,8 +148,14 @@ func (v AttributeValue) String() string { return string(v.Value) }
 
 // Str returns the value of a keyword, text or time attribute as text.
 func (v AttributeValue) Str() (string, bool) {
+	if v.Type != AttrKeyword && v.Type != AttrText && v.Type != AttrTime {
+		return "", false
+	}
+	if n := len(v.Value); n >= 2 && v.Value[0] == '"' && v.Value[n-1] == '"' && bytes.IndexByte(v.Value, '\\') < 0 {
+		return string(v.Value[1 : n-1]), true // no escapes: the JSON string's bytes are its value
+	}
 	var s string
-	return s, (v.Type == AttrKeyword || v.Type == AttrText || v.Type == AttrTime) && json.Unmarshal(v.Value, &s) == nil
+	return s, json.Unmarshal(v.Value, &s) == nil
 }
 
 // Int returns the value of an int attribute.
