@@ -104,6 +104,7 @@ func examples() []example {
 		{"step exhausted", &event.RunFailed{Error: event.ErrorInfo{Kind: "card_declined", Message: "card declined"}, Cause: event.CauseStepExhausted}},
 		{"terminated", &event.RunCancelled{Reason: "stuck on a bad deploy", Cause: event.CauseOperator}},
 		{"next generation", &event.RunContinuedAsNew{SuccessorRunID: "order-1=1", Input: json.RawMessage(`{"cursor":"c-100"}`)}},
+		{"order number", &event.SideEffectRecorded{SideEffectID: "order-number", Value: json.RawMessage(`"ord-8842"`)}},
 		{"stage paid", &event.AttributesUpserted{UpsertID: "stage-paid", Attributes: exampleAttributes()}},
 	}
 }
@@ -132,6 +133,7 @@ func minimal() []event.Payload {
 		&event.RunFailed{Error: event.ErrorInfo{Message: "boom"}, Cause: event.CauseWorkflow},
 		&event.RunCancelled{Cause: event.CauseWorkflow},
 		&event.RunContinuedAsNew{SuccessorRunID: "r=1", Input: json.RawMessage(`null`)},
+		&event.SideEffectRecorded{SideEffectID: "s", Value: json.RawMessage(`null`)},
 		&event.AttributesUpserted{UpsertID: "u", Attributes: event.Attributes{"a": {Type: event.AttrBool, Value: json.RawMessage(`true`)}}},
 	}
 }

@@ -82,6 +82,8 @@ func isDecisionEvent(p event.Payload) bool {
 	case *event.StepScheduled, *event.WaitScheduled, *event.SignalAwaited, *event.HookCreated,
 		*event.ChildScheduled, *event.RunCompleted, *event.RunContinuedAsNew, *event.AttributesUpserted:
 		return true
+	case *event.SideEffectRecorded:
+		return true
 	case *event.StepCancelled:
 		return p.Cause != event.CauseOperator
 	case *event.RunFailed:
@@ -211,6 +213,8 @@ func (s *Snapshot) check(e event.Envelope) error {
 		if c.Settled {
 			return s.fail(e, "child_state", "child %q already settled at seq %d", p.ChildID, c.SettledSeq)
 		}
+	case *event.SideEffectRecorded:
+		return s.checkNew(e, []string{p.SideEffectID})
 	case *event.AttributesUpserted:
 		return s.checkNew(e, []string{p.UpsertID})
 	case *event.RunCancelRequested:
@@ -452,6 +456,9 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		c.Settled, c.Outcome, c.EndedRunID, c.Output, c.Error, c.SettledSeq = true, d.Outcome, d.RunID, d.Output, d.Error, e.Seq
 		p.ChildrenPending--
 		p.ChildrenSettled++
+	case *event.SideEffectRecorded:
+		s.ids[d.SideEffectID] = kindSideEffect
+		s.SideEffects[d.SideEffectID] = &SideEffect{ID: d.SideEffectID, Value: d.Value, Seq: e.Seq}
 	case *event.AttributesUpserted:
 		s.upserted(e, d)
 	case *event.RunCancelRequested:

@@ -26,6 +26,8 @@ const (
 	TypeRunFailed          Type = "run.failed"
 	TypeRunCancelled       Type = "run.cancelled"
 	TypeRunContinuedAsNew  Type = "run.continued_as_new"
+	// TypeSideEffectRecorded records the value of a side effect (ctx.SideEffect) once.
+	TypeSideEffectRecorded Type = "side_effect.recorded"
 	// TypeAttributesUpserted records a decision that sets search attributes (payload_attributes.go).
 	TypeAttributesUpserted Type = "attributes.upserted"
 )
@@ -53,6 +55,7 @@ func Types() []Type {
 		TypeWaitFired, TypeSignalAwaited, TypeSignalReceived, TypeHookCreated, TypeHookReceived,
 		TypeChildScheduled, TypeChildSettled, TypeRunCancelRequested, TypeDecisionFailed,
 		TypeRunCompleted, TypeRunFailed, TypeRunCancelled, TypeRunContinuedAsNew,
+		TypeSideEffectRecorded,
 		TypeAttributesUpserted,
 	}
 }
@@ -88,5 +91,6 @@ var factories = map[Type]func() Payload{
 	TypeRunFailed:          func() Payload { return new(RunFailed) },
 	TypeRunCancelled:       func() Payload { return new(RunCancelled) },
 	TypeRunContinuedAsNew:  func() Payload { return new(RunContinuedAsNew) },
+	TypeSideEffectRecorded: func() Payload { return new(SideEffectRecorded) },
 	TypeAttributesUpserted: func() Payload { return new(AttributesUpserted) },
 }
