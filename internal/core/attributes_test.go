@@ -2,7 +2,9 @@ package core_test
 
 import (
 	"errors"
+	"reflect"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -159,4 +161,37 @@ func TestTypeAttributes(t *testing.T) {
 // declared is always(dec) for code that declares attrDecls.
 func declared(dec core.Decision) script {
 	return script{id: core.Identity{Attributes: attrDecls}, fn: func(*core.Snapshot) core.Decision { return dec }}
+}
+
+// TestSummaryEqualCoversEveryField: changing any one field of a summary makes it unequal, so
+// that a field added to Summary cannot be forgotten by Equal (the runs index skips a write
+// when the entry is Equal to the summary it would write).
+func TestSummaryEqualCoversEveryField(t *testing.T) {
+	t.Parallel()
+	base := core.Summary{StartedAt: epoch, UpdatedAt: epoch}
+	require.True(t, base.Equal(base))
+	typ := reflect.TypeFor[core.Summary]()
+	for i := range typ.NumField() {
+		f := typ.Field(i)
+		changed := base
+		v := reflect.ValueOf(&changed).Elem().Field(i)
+		switch {
+		case f.Type == reflect.TypeFor[time.Time]():
+			v.Set(reflect.ValueOf(epoch.Add(time.Second)))
+		case f.Type == reflect.TypeFor[event.Attributes]():
+			v.Set(reflect.ValueOf(event.Attributes{"amount": attr(t, event.AttrInt, 1)}))
+		case v.Kind() == reflect.String:
+			v.SetString("changed")
+		case v.CanUint():
+			v.SetUint(7)
+		case v.CanInt():
+			v.SetInt(7)
+		case v.Kind() == reflect.Bool:
+			v.SetBool(true)
+		default:
+			t.Fatalf("Summary.%s has type %s, which this test cannot change: extend it, and Summary.Equal", f.Name, f.Type)
+		}
+		require.False(t, base.Equal(changed), "Summary.Equal ignores field %s", f.Name)
+		require.False(t, changed.Equal(base), "Summary.Equal ignores field %s", f.Name)
+	}
 }
