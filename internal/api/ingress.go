@@ -78,6 +78,9 @@ const (
 const (
 	ExtRunID = "flowrunid"
 	ExtQueue = "flowqueue"
+	// ExtAttributes carries a start's search attributes: a JSON object of values by name, as
+	// StartRequest.Attributes.
+	ExtAttributes = "flowattrs"
 	// ExtPriority is a start's priority, an integer; ExtControlKey its flow-control key;
 	// ExtControl its flow control, as the JSON of an event.FlowControl.
 	ExtPriority   = "flowpriority"
@@ -123,6 +126,10 @@ type StartRequest struct {
 	Queue string `json:"queue,omitempty"`
 	// Input is the workflow's input; absent means null.
 	Input json.RawMessage `json:"input,omitempty"`
+	// Attributes are the run's search attributes: JSON values by name, each of the type the
+	// definition declares (or a string that reads as one, e.g. "42" for an int, "2026-12-01"
+	// for a time, "a,b" for a keyword list). Absent for none.
+	Attributes map[string]json.RawMessage `json:"attributes,omitempty"`
 	// Priority orders the run's admission under flow control, higher first. Defaults to 0.
 	Priority int `json:"priority,omitempty"`
 	// ControlKey is the run's flow-control key, instead of the one read from the input.

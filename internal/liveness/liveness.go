@@ -35,6 +35,8 @@ import (
 type Registration struct {
 	Definition string   `json:"definition"`
 	Patches    []string `json:"patches,omitempty"`
+	// Attributes are the search attributes the worker's code declares for the definition.
+	Attributes []event.AttributeDecl `json:"attributes,omitempty"`
 	// Control is the flow control the definition's runs start under (flow.WithFlowControl),
 	// with its key path, not its key; nil for none. The ingress resolves it for each start.
 	Control *event.FlowControl `json:"control,omitempty"`

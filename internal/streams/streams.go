@@ -332,6 +332,8 @@ type Definition struct {
 	Patches    []string  `json:"patches,omitempty"`
 	UpdatedAt  time.Time `json:"updated_at"`
 	Host       string    `json:"host,omitempty"`
+	// Attributes are the search attributes the definition declares, sorted by name.
+	Attributes []event.AttributeDecl `json:"attributes,omitempty"`
 	// Control is the definition's flow control, with its key path (see liveness.Registration).
 	Control *event.FlowControl `json:"control,omitempty"`
 }

@@ -28,6 +28,8 @@ const (
 	TypeRunContinuedAsNew  Type = "run.continued_as_new"
 	// TypeSideEffectRecorded records the value of a side effect (ctx.SideEffect) once.
 	TypeSideEffectRecorded Type = "side_effect.recorded"
+	// TypeAttributesUpserted records a decision that sets search attributes (payload_attributes.go).
+	TypeAttributesUpserted Type = "attributes.upserted"
 	// TypeRunAdmitted: the admission controller admitted a run under flow control.
 	TypeRunAdmitted Type = "run.admitted"
 )
@@ -56,6 +58,7 @@ func Types() []Type {
 		TypeChildScheduled, TypeChildSettled, TypeRunCancelRequested, TypeDecisionFailed,
 		TypeRunCompleted, TypeRunFailed, TypeRunCancelled, TypeRunContinuedAsNew,
 		TypeSideEffectRecorded,
+		TypeAttributesUpserted,
 		TypeRunAdmitted,
 	}
 }
@@ -92,5 +95,6 @@ var factories = map[Type]func() Payload{
 	TypeRunCancelled:       func() Payload { return new(RunCancelled) },
 	TypeRunContinuedAsNew:  func() Payload { return new(RunContinuedAsNew) },
 	TypeSideEffectRecorded: func() Payload { return new(SideEffectRecorded) },
+	TypeAttributesUpserted: func() Payload { return new(AttributesUpserted) },
 	TypeRunAdmitted:        func() Payload { return new(RunAdmitted) },
 }

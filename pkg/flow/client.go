@@ -116,6 +116,9 @@ type StartOptions struct {
 	RunID string
 	// Queue overrides the client's queue.
 	Queue string
+	// Attributes are the search attributes the run starts with, each declared by the
+	// definition ([WithSearchAttributes]) and of its declared type. Empty for none.
+	Attributes Attrs
 	// Priority orders the run's admission under flow control and its step attempts, higher
 	// first; fixed for the run's life and inherited by its children. Defaults to 0.
 	Priority int

@@ -34,6 +34,9 @@ type input struct {
 	data json.RawMessage
 	// reason is a cancel's or terminate's reason.
 	reason string
+	// attributes are a start's search attributes, JSON values by name, typed by the
+	// definition's declarations when the start is applied.
+	attributes map[string][]byte
 	// priority, controlKey and control are a start's priority and flow control (see
 	// api.StartRequest).
 	priority   int
@@ -116,12 +119,16 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 			return nil, derr
 		}
 		spec := event.Spec{Definition: in.definition, BuildID: def.BuildID, Patches: def.Patches}
+		attrs, aerr := core.TypeAttributes(in.attributes, def.Attributes)
+		if aerr != nil {
+			return nil, &api.IngressError{Code: api.CodeInvalidRequest, Message: trimFlow(aerr)}
+		}
 		control, cerr := in.flowControl(def.Control, data)
 		if cerr != nil {
 			return nil, cerr
 		}
 		resp.RunID, resp.Created, err = s.engine.Start(ctx, engine.StartParams{RunID: in.runID, Spec: spec, Input: data, Queue: queue,
-			Priority: in.priority, Control: control})
+			Attributes: attrs, Priority: in.priority, Control: control})
 	case api.KindSignal:
 		resp.RunID, err = s.engine.Signal(ctx, in.runID, in.name, data, in.deliveryID)
 	case api.KindHook:

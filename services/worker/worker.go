@@ -281,7 +281,8 @@ func (w *Worker) publishLiveness(ctx context.Context, js jetstream.JetStream, ho
 		if err != nil {
 			return err
 		}
-		entry.Definitions = append(entry.Definitions, liveness.Registration{Definition: name, Patches: id.Patches, Control: w.reg.FlowControl(name)})
+		entry.Definitions = append(entry.Definitions, liveness.Registration{Definition: name, Patches: id.Patches, Attributes: id.Attributes,
+			Control: w.reg.FlowControl(name)})
 	}
 	var err error
 	w.pub, err = liveness.Publish(ctx, js, entry, w.logger)
@@ -300,7 +301,7 @@ func (w *Worker) publishDefinitions(ctx context.Context, js jetstream.JetStream)
 			return err
 		}
 		b, err := json.Marshal(streams.Definition{Definition: name, Queue: w.cfg.Queue, BuildID: id.BuildID, Patches: id.Patches,
-			UpdatedAt: time.Now().UTC(), Host: host, Control: w.reg.FlowControl(name)})
+			UpdatedAt: time.Now().UTC(), Host: host, Attributes: id.Attributes, Control: w.reg.FlowControl(name)})
 		if err != nil {
 			return err
 		}
