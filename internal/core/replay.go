@@ -119,6 +119,8 @@ func compareRecorded(runID string, rec event.Envelope, got event.Payload) error 
 			return mismatch(runID, "continue_as_new", "", "successor_run_id", r.SuccessorRunID, g.SuccessorRunID, rec.Seq)
 		}
 		return nil
+	case *event.UpdateRejected, *event.UpdateAccepted, *event.UpdateCompleted:
+		return compareUpdate(runID, rec, got)
 	case *event.RunCompleted:
 		g := got.(*event.RunCompleted)
 		if !JSONEqual(r.Output, g.Output) {
@@ -163,6 +165,12 @@ func describeEvent(p event.Payload) plain {
 		return plain(fmt.Sprintf("%s(%s, %s)", p.EventType(), p.WaitID, p.Name))
 	case *event.HookCreated:
 		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.HookID))
+	case *event.UpdateAccepted:
+		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.UpdateID))
+	case *event.UpdateRejected:
+		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.UpdateID))
+	case *event.UpdateCompleted:
+		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.UpdateID))
 	}
 	return plain(p.EventType())
 }

@@ -240,6 +240,8 @@ type Snapshot struct {
 	Blocked         *Blocked `json:"blocked,omitempty"`
 	Outcome         *Outcome `json:"outcome,omitempty"`
 	Progress        Progress `json:"progress"`
+	// Updates holds the run's updates by update ID (see Update); nil before the first.
+	Updates map[string]*Update `json:"updates,omitempty"`
 
 	// ids maps every decision ID to its kind; IDs share one namespace.
 	ids map[string]string
@@ -271,6 +273,9 @@ type Snapshot struct {
 	// run's Summary (its status or detail).
 	summarySeq uint64
 	summaryAt  time.Time
+	// updateOrder lists the update IDs in the order received; undecided those not yet
+	// accepted or rejected, in the same order.
+	updateOrder, undecided []string
 }
 
 var zeroTime time.Time

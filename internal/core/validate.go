@@ -86,6 +86,8 @@ func Validate(s *Snapshot, d Decision) (Verdict, error) {
 			return v.invalid("ContinueAsNew: successor run ID: %v", err)
 		}
 		return v.end(&event.RunContinuedAsNew{SuccessorRunID: next, Input: in}, event.CauseWorkflow, "the run continued as new before the step settled")
+	case CompleteUpdate:
+		return v.completeUpdate(d)
 	case Invalid:
 		return v.invalid("%s: %v", d.What, d.Err)
 	case nil:

@@ -26,6 +26,10 @@ const (
 	TypeRunFailed          Type = "run.failed"
 	TypeRunCancelled       Type = "run.cancelled"
 	TypeRunContinuedAsNew  Type = "run.continued_as_new"
+	TypeUpdateReceived     Type = "update.received"
+	TypeUpdateAccepted     Type = "update.accepted"
+	TypeUpdateRejected     Type = "update.rejected"
+	TypeUpdateCompleted    Type = "update.completed"
 )
 
 // Terminal reports whether t ends a run. At most one terminal event appears in a history, last.
@@ -51,6 +55,7 @@ func Types() []Type {
 		TypeWaitFired, TypeSignalAwaited, TypeSignalReceived, TypeHookCreated, TypeHookReceived,
 		TypeChildScheduled, TypeChildSettled, TypeRunCancelRequested, TypeDecisionFailed,
 		TypeRunCompleted, TypeRunFailed, TypeRunCancelled, TypeRunContinuedAsNew,
+		TypeUpdateReceived, TypeUpdateAccepted, TypeUpdateRejected, TypeUpdateCompleted,
 	}
 }
 
@@ -85,4 +90,8 @@ var factories = map[Type]func() Payload{
 	TypeRunFailed:          func() Payload { return new(RunFailed) },
 	TypeRunCancelled:       func() Payload { return new(RunCancelled) },
 	TypeRunContinuedAsNew:  func() Payload { return new(RunContinuedAsNew) },
+	TypeUpdateReceived:     func() Payload { return new(UpdateReceived) },
+	TypeUpdateAccepted:     func() Payload { return new(UpdateAccepted) },
+	TypeUpdateRejected:     func() Payload { return new(UpdateRejected) },
+	TypeUpdateCompleted:    func() Payload { return new(UpdateCompleted) },
 }
