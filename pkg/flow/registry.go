@@ -40,6 +40,8 @@ type Registry struct {
 	mu        *sync.RWMutex
 	workflows map[string]*workflowEntry
 	steps     map[string]stepFunc
+	// updates holds the update handlers by definition and update name (RegisterUpdate).
+	updates map[string]map[string]updateFunc
 }
 
 type workflowEntry struct {
@@ -60,7 +62,7 @@ func NewRegistry(opts *RegistryOptions) *Registry {
 		logger = slog.Default()
 	}
 	return &Registry{buildID: opts.BuildID, logger: logger, mu: &sync.RWMutex{},
-		workflows: map[string]*workflowEntry{}, steps: map[string]stepFunc{}}
+		workflows: map[string]*workflowEntry{}, steps: map[string]stepFunc{}, updates: map[string]map[string]updateFunc{}}
 }
 
 // BuildID returns the registry's build ID.

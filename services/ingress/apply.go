@@ -34,6 +34,9 @@ type input struct {
 	data json.RawMessage
 	// reason is a cancel's or terminate's reason.
 	reason string
+	// payload is the update's or signal's payload of a with-start input (whose data is the
+	// start's input): JSON, or nil for null.
+	payload json.RawMessage
 }
 
 // check validates what can be checked without reading the run: names and JSON.
@@ -83,6 +86,9 @@ func (in *input) dataName() string {
 // apply commits in to its run's history and returns what was committed. Nothing is appended
 // when it returns an error.
 func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *api.IngressError) {
+	if isWithInput(in.kind) {
+		return s.applyWithInput(ctx, in)
+	}
 	if e := in.check(); e != nil {
 		return nil, e
 	}

@@ -34,8 +34,10 @@ func fromEvent(in *input, ev *ce.Event) *api.IngressError {
 			in.runID = runIDOf(ev.Source(), ev.ID())
 		}
 		in.queue = extension(ev, api.ExtQueue)
-	case api.KindSignal, api.KindHook:
+	case api.KindSignal, api.KindHook, api.KindUpdate:
 		in.data = data
+	case api.KindUpdateWithStart, api.KindSignalWithStart:
+		return in.withStartBody(data)
 	case api.KindCancel, api.KindTerminate:
 		return in.cancelBody(data)
 	}
@@ -78,8 +80,10 @@ func fromPlain(in *input, body []byte, deliveryID string) *api.IngressError {
 		if in.runID == "" && deliveryID != "" {
 			in.runID = runIDOf("", deliveryID)
 		}
-	case api.KindSignal, api.KindHook:
+	case api.KindSignal, api.KindHook, api.KindUpdate:
 		in.data = body
+	case api.KindUpdateWithStart, api.KindSignalWithStart:
+		return in.withStartBody(body)
 	case api.KindCancel, api.KindTerminate:
 		return in.cancelBody(body)
 	}

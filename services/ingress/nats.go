@@ -123,6 +123,10 @@ func parseSubject(subject string) (*input, *api.IngressError) {
 		}
 	case api.KindHook:
 		in.token = rest
+	case api.KindUpdate, api.KindUpdateWithStart, api.KindSignalWithStart:
+		if e := in.parseUpdateSubject(subject, rest); e != nil {
+			return nil, e
+		}
 	default:
 		in.runID = rest
 	}

@@ -1,0 +1,152 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// serveUpdates adds the endpoint that tells where an update stands (api.SubjectUpdate), a long
+// poll like await: it holds no query slot, only its goroutine, up to maxAwaits at once.
+func (s *Service) serveUpdates(svc micro.Service) error {
+	held := make(chan struct{}, maxAwaits)
+	err := svc.AddEndpoint("update", micro.HandlerFunc(func(r micro.Request) {
+		select {
+		case held <- struct{}{}:
+		default:
+			_ = r.Error(string(api.CodeUnavailable), fmt.Sprintf("%d update waits are held already; retry", maxAwaits), nil)
+			return
+		}
+		go func() {
+			defer func() { <-held }()
+			ctx, cancel := context.WithTimeout(context.Background(), api.MaxAwait+5*time.Second)
+			defer cancel()
+			resp, err := handle(s.awaitUpdate)(ctx, r.Data())
+			if err != nil {
+				e := s.apiError(err)
+				_ = r.Error(string(e.Code), e.Message, nil)
+				return
+			}
+			_ = r.RespondJSON(resp)
+		}()
+	}), micro.WithEndpointSubject(api.SubjectUpdate))
+	if err != nil {
+		return fmt.Errorf("adding the %s endpoint: %w", api.SubjectUpdate, err)
+	}
+	return nil
+}
+
+// awaitUpdate answers where update req.UpdateID of run req.RunID stands: at once without
+// req.Wait, else once it settled (rejected or completed) or the run ended, or after req.Wait.
+//
+// Like await it never misses the commit it waits for: it subscribes to the run's commit notices
+// (the stream subject's and the event feed's, see await) before its first read, reads the run
+// incrementally on each notice (only the events after its snapshot), and reads again on a
+// slowing poll in case a notice came before the stream stored its commit.
+func (s *Service) awaitUpdate(ctx context.Context, req api.UpdateRequest) (*api.UpdateState, error) {
+	if err := event.ValidateDerivedRunID(req.RunID); err != nil {
+		return nil, &api.Error{Code: api.CodeInvalid, Message: err.Error()}
+	}
+	if err := event.ValidateUpdateID(req.UpdateID); err != nil {
+		return nil, &api.Error{Code: api.CodeInvalid, Message: err.Error()}
+	}
+	wait := min(max(req.Wait, 0), api.MaxAwait)
+	woken := make(chan struct{}, 1)
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+		wake := func(*nats.Msg) {
+			select {
+			case woken <- struct{}{}:
+			default:
+			}
+		}
+		for _, subject := range []string{streams.HistorySubject(req.RunID), FeedPrefix + "*." + req.RunID + ".update.*", FeedPrefix + "*." + req.RunID + ".run.*"} {
+			sub, err := s.nc.Subscribe(subject, wake)
+			if err != nil {
+				return nil, err
+			}
+			defer func() { _ = sub.Unsubscribe() }()
+		}
+	}
+	var snap *core.Snapshot
+	// check reads what was committed since the last check and returns the update's state (nil
+	// while the run has no such update).
+	check := func() (*api.UpdateState, error) {
+		if snap == nil {
+			hist, err := s.store.LoadAtLeast(ctx, req.RunID, 0, 1)
+			if err != nil {
+				return nil, err
+			}
+			if len(hist) == 0 {
+				return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q does not exist (list runs with `flow runs`)", req.RunID)}
+			}
+			if snap, err = core.Project(req.RunID, hist); err != nil {
+				return nil, err
+			}
+		} else {
+			tail, err := s.store.LoadAtLeast(ctx, req.RunID, snap.Seq, 0)
+			if err == nil {
+				err = snap.ApplyAll(tail)
+			}
+			if err != nil {
+				snap = nil
+				return nil, err
+			}
+		}
+		st, ok := api.StateOfUpdate(snap, req.UpdateID)
+		if !ok && (snap.Terminal() || wait == 0) {
+			return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q has no update %q: send it with `flow update` (POST /v1/runs/%s/updates/{name}), or check the run ID (an update to a run that continued as new goes to its latest run)", req.RunID, req.UpdateID, req.RunID)}
+		}
+		return st, nil
+	}
+	retries := noticeRetries
+	poll := time.NewTimer(time.Hour)
+	defer poll.Stop()
+	var last *api.UpdateState
+	for {
+		st, err := check()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil && last != nil {
+			return last, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		last = st
+		if wait == 0 || st != nil && st.Settled {
+			return st, nil
+		}
+		next := time.Second
+		if retries < noticeRetries {
+			next = 25 * time.Microsecond << retries
+			retries++
+		}
+		poll.Reset(next)
+		select {
+		case <-woken:
+			retries = 0
+		case <-poll.C:
+		case <-ctx.Done():
+			if last == nil {
+				return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q has no update %q yet", req.RunID, req.UpdateID)}
+			}
+			return last, nil
+		}
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+	}
+}
