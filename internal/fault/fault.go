@@ -50,12 +50,15 @@ const (
 	// HistoryBeforeAck: every consequence of a commit is applied; the history service has not
 	// acknowledged it.
 	HistoryBeforeAck Point = "history-before-ack"
+	// IngressBeforeReply: the ingress committed an input; its answer to the requester is not
+	// sent (an armed Fail drops it, as the death of the process there would).
+	IngressBeforeReply Point = "ingress-before-reply"
 )
 
 // Points lists every point, for suites that run each scenario at each point.
 var Points = []Point{StoreAppend, AfterAppendBeforeTask, TaskPublish, AfterDecisionBeforeChildren,
 	AfterTerminalBeforeEnd, AfterFireBeforeDelete, TimerPut, IndexPut, HistoryBeforeEffects, HistoryBeforeIndex,
-	HistoryBeforeAck}
+	HistoryBeforeAck, IngressBeforeReply}
 
 // Action is what an armed point does.
 type Action string
