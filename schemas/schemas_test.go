@@ -103,6 +103,12 @@ func examples() []example {
 		{"step exhausted", &event.RunFailed{Error: event.ErrorInfo{Kind: "card_declined", Message: "card declined"}, Cause: event.CauseStepExhausted}},
 		{"terminated", &event.RunCancelled{Reason: "stuck on a bad deploy", Cause: event.CauseOperator}},
 		{"next generation", &event.RunContinuedAsNew{SuccessorRunID: "order-1=1", Input: json.RawMessage(`{"cursor":"c-100"}`)}},
+		{"deposit", &event.UpdateReceived{UpdateID: "upd-7", Name: "deposit", Payload: json.RawMessage(`{"amount_cents":500}`),
+			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
+		{"deposit", &event.UpdateAccepted{UpdateID: "upd-7"}},
+		{"negative deposit", &event.UpdateRejected{UpdateID: "upd-8", Error: event.ErrorInfo{Kind: "invalid_amount", Message: "a deposit must be positive"}}},
+		{"deposited", &event.UpdateCompleted{UpdateID: "upd-7", Result: json.RawMessage(`{"balance_cents":10500}`)}},
+		{"ledger closed", &event.UpdateCompleted{UpdateID: "upd-9", Error: &event.ErrorInfo{Kind: "closed", Message: "the ledger closed before posting"}}},
 	}
 }
 
@@ -130,6 +136,10 @@ func minimal() []event.Payload {
 		&event.RunFailed{Error: event.ErrorInfo{Message: "boom"}, Cause: event.CauseWorkflow},
 		&event.RunCancelled{Cause: event.CauseWorkflow},
 		&event.RunContinuedAsNew{SuccessorRunID: "r=1", Input: json.RawMessage(`null`)},
+		&event.UpdateReceived{UpdateID: "u", Name: "n", Payload: json.RawMessage(`null`)},
+		&event.UpdateAccepted{UpdateID: "u"},
+		&event.UpdateRejected{UpdateID: "u", Error: event.ErrorInfo{Message: "no"}},
+		&event.UpdateCompleted{UpdateID: "u"},
 	}
 }
 

@@ -35,8 +35,8 @@ type UpdateRejected struct {
 	Error    ErrorInfo `json:"error"`
 }
 
-// UpdateCompleted records the outcome of an accepted update: its Result, or the Error its
-// handler returned. Nothing about the update follows.
+// UpdateCompleted records the outcome of an accepted update: its Result (absent means null), or
+// the Error its handler returned. Nothing about the update follows.
 type UpdateCompleted struct {
 	UpdateID string          `json:"update_id"`
 	Result   json.RawMessage `json:"result,omitempty"`
@@ -71,11 +71,7 @@ func (p *UpdateCompleted) Validate() error {
 	if p.Error != nil {
 		msg = required("error.message", p.Error.Message)
 	}
-	var result error
-	if p.Error == nil {
-		result = requiredJSON("result", p.Result)
-	}
-	return errors.Join(required("update_id", p.UpdateID), optionalJSON("result", p.Result), both, msg, result)
+	return errors.Join(required("update_id", p.UpdateID), optionalJSON("result", p.Result), both, msg)
 }
 
 // ValidateUpdateID checks an update ID: 1 to 128 letters, digits, '-' or '_' (an update ID
