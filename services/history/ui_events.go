@@ -139,6 +139,17 @@ func summarize(p event.Payload) string {
 		return fmt.Sprintf("cancelled: %s (%s)", orNone(p.Reason), p.Cause)
 	case *event.RunContinuedAsNew:
 		return fmt.Sprintf("continued as new as run %s, input %s", p.SuccessorRunID, inline(p.Input))
+	case *event.UpdateReceived:
+		return fmt.Sprintf("update %q (%s) received %s", p.Name, p.UpdateID, inline(p.Payload))
+	case *event.UpdateAccepted:
+		return fmt.Sprintf("update %s accepted", p.UpdateID)
+	case *event.UpdateRejected:
+		return fmt.Sprintf("update %s rejected: %s", p.UpdateID, p.Error.Error())
+	case *event.UpdateCompleted:
+		if p.Error != nil {
+			return fmt.Sprintf("update %s failed: %s", p.UpdateID, p.Error.Error())
+		}
+		return fmt.Sprintf("update %s completed → %s", p.UpdateID, inline(p.Result))
 	}
 	return ""
 }
