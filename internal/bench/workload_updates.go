@@ -15,9 +15,10 @@ import (
 // completes it at once with the payload plus one.
 const updateBump = "bump"
 
-// updateRuns is how many runs the update workload spreads its updates over, so that no run's
-// history grows long.
-const updateRuns = 16
+// updateRuns is how many runs the update workload spreads its updates over: one per client
+// goroutine, so that the concurrent phase measures the engine, not 64 writers contending for a
+// few runs' sequences, and no run's history grows long.
+const updateRuns = clients
 
 func registerUpdates(reg *flow.Registry) {
 	flow.RegisterUpdate(reg, defAwait, updateBump, flow.UpdateHandler[int]{

@@ -15,10 +15,14 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 )
 
+// updateSnapshots bounds the projections the update endpoint keeps.
+const updateSnapshots = 1024
+
 // serveUpdates adds the endpoint that tells where an update stands (api.SubjectUpdate), a long
 // poll like await: it holds no query slot, only its goroutine, up to maxAwaits at once.
 func (s *Service) serveUpdates(svc micro.Service) error {
 	held := make(chan struct{}, maxAwaits)
+	s.updateSnaps = newSnapshotCache(updateSnapshots)
 	err := svc.AddEndpoint("update", micro.HandlerFunc(func(r micro.Request) {
 		select {
 		case held <- struct{}{}:
@@ -79,36 +83,22 @@ func (s *Service) awaitUpdate(ctx context.Context, req api.UpdateRequest) (*api.
 			defer func() { _ = sub.Unsubscribe() }()
 		}
 	}
-	var snap *core.Snapshot
-	// check reads what was committed since the last check and returns the update's state (nil
-	// while the run has no such update).
+	// check reads what was committed since the last check (the cache holds the run's
+	// projection) and returns the update's state (nil while the run has no such update).
 	check := func() (*api.UpdateState, error) {
-		if snap == nil {
-			hist, err := s.store.LoadAtLeast(ctx, req.RunID, 0, 1)
-			if err != nil {
-				return nil, err
+		var st *api.UpdateState
+		err := s.updateSnaps.read(ctx, s.store, req.RunID, 1, func(snap *core.Snapshot) error {
+			if snap == nil {
+				return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q does not exist (list runs with `flow runs`)", req.RunID)}
 			}
-			if len(hist) == 0 {
-				return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q does not exist (list runs with `flow runs`)", req.RunID)}
+			var ok bool
+			st, ok = api.StateOfUpdate(snap, req.UpdateID)
+			if !ok && (snap.Terminal() || wait == 0) {
+				return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q has no update %q: send it with `flow update` (POST /v1/runs/%s/updates/{name}), or check the run ID (an update to a run that continued as new goes to its latest run)", req.RunID, req.UpdateID, req.RunID)}
 			}
-			if snap, err = core.Project(req.RunID, hist); err != nil {
-				return nil, err
-			}
-		} else {
-			tail, err := s.store.LoadAtLeast(ctx, req.RunID, snap.Seq, 0)
-			if err == nil {
-				err = snap.ApplyAll(tail)
-			}
-			if err != nil {
-				snap = nil
-				return nil, err
-			}
-		}
-		st, ok := api.StateOfUpdate(snap, req.UpdateID)
-		if !ok && (snap.Terminal() || wait == 0) {
-			return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q has no update %q: send it with `flow update` (POST /v1/runs/%s/updates/{name}), or check the run ID (an update to a run that continued as new goes to its latest run)", req.RunID, req.UpdateID, req.RunID)}
-		}
-		return st, nil
+			return nil
+		})
+		return st, err
 	}
 	retries := noticeRetries
 	poll := time.NewTimer(time.Hour)
