@@ -130,7 +130,12 @@ func (s *Service) applyWithInput(ctx context.Context, in *input) (*api.InputResp
 		}
 		def, derr := s.defs.require(ctx, queue, in.definition)
 		if derr != nil {
-			return nil, derr
+			// No live worker could start the run; one that exists (started the same way) still
+			// takes the input, as a signal or an update to it would.
+			if derr.Code != api.CodeNoWorker {
+				return nil, derr
+			}
+			return s.existingWithInput(ctx, in, queue, orNull(in.data), orNull(in.payload), derr)
 		}
 		p := engine.StartParams{RunID: in.runID, Spec: event.Spec{Definition: in.definition, BuildID: def.BuildID, Patches: def.Patches},
 			Input: orNull(in.data), Queue: queue}
@@ -139,6 +144,29 @@ func (s *Service) applyWithInput(ctx context.Context, in *input) (*api.InputResp
 		} else {
 			resp.RunID, resp.Created, err = s.engine.SignalWithStart(ctx, p, in.name, orNull(in.payload), in.deliveryID)
 		}
+	}
+	if err != nil {
+		return nil, s.refusal(in, err)
+	}
+	return resp, nil
+}
+
+// existingWithInput delivers a with-start input to run in.runID when no live worker serves its
+// definition: the run must exist, started with the same definition, input and queue; else the
+// caller gets noWorker (the run does not exist) or why the start differs.
+func (s *Service) existingWithInput(ctx context.Context, in *input, queue string, data, payload json.RawMessage, noWorker *api.IngressError) (*api.InputResponse, *api.IngressError) {
+	exists, err := s.engine.Existing(ctx, engine.StartParams{RunID: in.runID, Spec: event.Spec{Definition: in.definition}, Input: data, Queue: queue})
+	switch {
+	case err != nil:
+		return nil, s.refusal(in, err)
+	case !exists:
+		return nil, noWorker
+	}
+	resp := &api.InputResponse{RunID: in.runID, DeliveryID: in.deliveryID}
+	if in.kind == api.KindUpdateWithStart {
+		resp.RunID, err = s.engine.Update(ctx, in.runID, in.deliveryID, in.name, payload)
+	} else {
+		resp.RunID, err = s.engine.Signal(ctx, in.runID, in.name, payload, in.deliveryID)
 	}
 	if err != nil {
 		return nil, s.refusal(in, err)

@@ -3,6 +3,7 @@ package ingress_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -69,6 +70,13 @@ func registerLedger(reg *flow.Registry) {
 
 func setupLedger(t *testing.T, faults *fault.Injector) *bundle {
 	t.Helper()
+	b, _ := setupLedgerWorker(t, faults)
+	return b
+}
+
+// setupLedgerWorker is setupLedger that also returns the worker.
+func setupLedgerWorker(t *testing.T, faults *fault.Injector) (*bundle, *worker.Worker) {
+	t.Helper()
 	srv := natstest.RunJetStream(t)
 	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	require.NoError(t, err)
@@ -91,7 +99,7 @@ func setupLedger(t *testing.T, faults *fault.Injector) *bundle {
 	nc := natstest.Connect(t, srv)
 	c, err := flow.NewClient(t.Context(), nc, nil)
 	require.NoError(t, err)
-	return &bundle{nc: nc, js: natstest.JetStream(t, srv), in: in, client: c, base: "http://" + in.HTTPAddr()}
+	return &bundle{nc: nc, js: natstest.JetStream(t, srv), in: in, client: c, base: "http://" + in.HTTPAddr()}, w
 }
 
 // count returns how many events of type typ run runID's history holds, after checking its
@@ -285,4 +293,31 @@ func TestUpdateAnswerLost(t *testing.T) {
 	require.Equal(t, 1, b.count(t, runID, event.TypeUpdateCompleted, func(p event.Payload) bool {
 		return p.(*event.UpdateCompleted).UpdateID == "lost-1"
 	}))
+}
+
+// TestWithStartWithoutWorker: with no live worker to start a run, a with-start input is still
+// delivered to the run it names when that run exists (started the same way); a new run is
+// refused with ErrNoWorker, as a start is.
+func TestWithStartWithoutWorker(t *testing.T) {
+	b, w := setupLedgerWorker(t, nil)
+	ctx := t.Context()
+	_, err := b.client.Start(ctx, "ledger", 1, &flow.StartOptions{RunID: "ledger-nw"})
+	require.NoError(t, err)
+	require.NoError(t, w.Stop(ctx))
+	waitFor(t, "the ingress sees no live worker", func() bool {
+		_, err := b.client.Start(ctx, "ledger", 1, &flow.StartOptions{RunID: "probe"})
+		return errors.Is(err, flow.ErrNoWorker)
+	})
+	out, err := b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 2, flow.WithStartOptions{RunID: "ledger-nw", UpdateID: "nw-1"})
+	require.NoError(t, err)
+	require.False(t, out.Created)
+	_, created, err := b.client.SignalWithStart(ctx, "ledger", 1, "close", nil, flow.WithStartOptions{RunID: "ledger-nw"})
+	require.NoError(t, err)
+	require.False(t, created)
+	require.Equal(t, 1, b.count(t, "ledger-nw", event.TypeUpdateReceived, nil))
+	require.Equal(t, 1, b.count(t, "ledger-nw", event.TypeSignalReceived, nil))
+	_, err = b.client.UpdateWithStart(ctx, "ledger", 2, "deposit", 2, flow.WithStartOptions{RunID: "ledger-nw", UpdateID: "nw-2"})
+	require.ErrorIs(t, err, flow.ErrRunExists)
+	_, err = b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 2, flow.WithStartOptions{RunID: "ledger-new", UpdateID: "nw-3"})
+	require.ErrorIs(t, err, flow.ErrNoWorker)
 }
