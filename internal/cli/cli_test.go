@@ -212,6 +212,9 @@ func TestTour(t *testing.T) {
 		require.Contains(t, r.stderr, "was rejected")
 		r = run(t, "update", "approval-upd", "note", "--payload", `{nope`, nats)
 		require.Equal(t, 2, r.code)
+		r = run(t, "status", "approval-upd", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "Update n1 (note): completed at seq")
 	})
 
 	t.Run("BadInputIsOneLineAndNonZero", func(t *testing.T) {

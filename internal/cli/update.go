@@ -4,6 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+
+	"github.com/flowrun/flow/internal/core"
 
 	"github.com/spf13/cobra"
 
@@ -60,4 +63,22 @@ payload is applied once and has one outcome; see docs/updates.md. The same updat
 	cmd.Flags().StringVar(&id, "id", "", "update ID; a repeated ID with the same name and payload is applied once and answers the same (default: generated)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "wait for the update's result and print it")
 	return cmd
+}
+
+// printUpdates lists a run's updates for `flow status`, in the order received.
+func printUpdates(w io.Writer, s *core.Snapshot, ended bool) {
+	for _, u := range s.UpdateList() {
+		state := string(u.Status)
+		switch {
+		case u.Status == core.UpdateCompleted && u.Error != nil:
+			state = fmt.Sprintf("failed at seq %d: %s", u.SettledSeq, u.Error.Error())
+		case u.Status == core.UpdateCompleted:
+			state = fmt.Sprintf("completed at seq %d: %s", u.SettledSeq, u.Result)
+		case u.Status == core.UpdateRejected:
+			state = fmt.Sprintf("rejected at seq %d: %s", u.SettledSeq, u.Error.Error())
+		case ended:
+			state += " (never settled: the run ended)"
+		}
+		fmt.Fprintf(w, "Update %s (%s): %s\n", u.ID, u.Name, state)
+	}
 }

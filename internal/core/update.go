@@ -2,8 +2,10 @@ package core
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"fmt"
+	"slices"
 
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -88,20 +90,28 @@ func (d CompleteUpdate) Describe() string { return describe("CompleteUpdate", d.
 // received.
 func (s *Snapshot) OpenUpdates() []*Update {
 	var out []*Update
-	for _, id := range s.updateOrder {
-		if u := s.Updates[id]; u.Open() {
+	for _, u := range s.UpdateList() {
+		if u.Open() {
 			out = append(out, u)
 		}
 	}
 	return out
 }
 
-// UpdateList returns every update of the run in the order they were received.
+// UpdateList returns every update of the run in the order they were received. A snapshot
+// decoded from JSON (which does not carry the order) is ordered by Seq.
 func (s *Snapshot) UpdateList() []*Update {
-	out := make([]*Update, 0, len(s.updateOrder))
-	for _, id := range s.updateOrder {
-		out = append(out, s.Updates[id])
+	out := make([]*Update, 0, len(s.Updates))
+	if len(s.updateOrder) == len(s.Updates) {
+		for _, id := range s.updateOrder {
+			out = append(out, s.Updates[id])
+		}
+		return out
 	}
+	for _, u := range s.Updates {
+		out = append(out, u)
+	}
+	slices.SortFunc(out, func(a, b *Update) int { return cmp.Compare(a.Seq, b.Seq) })
 	return out
 }
 
