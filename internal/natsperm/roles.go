@@ -211,6 +211,7 @@ func ingressRole() Role {
 	g.liveness()
 	g.append(streams.DeadLetter, api.DeadLetterPrefix+">")
 	g.subscribe(api.IngressPrefix + ">")
+	g.publish(api.SubjectUpdate) // its HTTP doors ask the history service where an update stands
 	return g.role(Ingress, "the ingress (`flowd ingress`)", true)
 }
 
