@@ -100,7 +100,9 @@ or the context.`,
 		return usageError{fmt.Errorf("%w (see '%s --help')", err, c.CommandPath())}
 	})
 	root.AddCommand(e.devCmd(), e.startCmd(), e.statusCmd(), e.historyCmd(), e.watchCmd(), e.runsCmd(),
-		e.cancelCmd(), e.signalCmd(), e.hookCmd(), e.terminateCmd(), e.resumeCmd(), e.verifyCmd(), e.definitionsCmd(), e.versionCmd(), e.updateCmd())
+		e.cancelCmd(), e.signalCmd(), e.hookCmd(), e.terminateCmd(), e.resumeCmd(), e.verifyCmd(), e.definitionsCmd(), e.versionCmd())
+	root.AddCommand(e.queryCmd())
+	root.AddCommand(e.updateCmd())
 	return root
 }
 

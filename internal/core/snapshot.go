@@ -240,6 +240,8 @@ type Snapshot struct {
 	Blocked         *Blocked `json:"blocked,omitempty"`
 	Outcome         *Outcome `json:"outcome,omitempty"`
 	Progress        Progress `json:"progress"`
+	// SideEffects holds the values side_effect.recorded recorded, by side effect ID.
+	SideEffects map[string]*SideEffect `json:"side_effects,omitempty"`
 	// Updates holds the run's updates by update ID (see Update); nil before the first.
 	Updates map[string]*Update `json:"updates,omitempty"`
 
@@ -273,6 +275,9 @@ type Snapshot struct {
 	// run's Summary (its status or detail).
 	summarySeq uint64
 	summaryAt  time.Time
+	// ahead is, while Replay asks the code for the decision the history records next, that
+	// recorded decision's first event (see ReplayedSideEffect); nil otherwise.
+	ahead event.Payload
 	// updateOrder lists the update IDs in the order received; undecided those not yet
 	// accepted or rejected, in the same order.
 	updateOrder, undecided []string
@@ -302,6 +307,7 @@ func newSized(runID string, steps int) *Snapshot {
 		buffered:     map[string][]int{},
 		deliveries:   map[string]struct{}{},
 		tokens:       map[string]string{},
+		SideEffects:  map[string]*SideEffect{},
 	}
 }
 
@@ -340,7 +346,7 @@ func (s *Snapshot) InputTraces() []string { return s.inputTraces }
 // Batch returns the members, in order, of the step or child batch recorded at seq.
 func (s *Snapshot) Batch(seq uint64) []string { return s.batches[seq] }
 
-// KindOf returns the kind ("step", "wait", "signal_wait", "hook", "child") that uses id, or "".
+// KindOf returns the kind ("step", "wait", "signal_wait", "hook", "child", "side_effect") that uses id, or "".
 func (s *Snapshot) KindOf(id string) string { return s.ids[id] }
 
 // DeliverySeen reports whether a signal with this delivery ID has been received.

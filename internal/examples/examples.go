@@ -64,6 +64,7 @@ func RegisterWith(reg *flow.Registry, o Options) {
 	flow.RegisterStep(reg, "sendReminder", SendReminder)
 
 	flow.RegisterWorkflow(reg, "approval", Approval)
+	flow.RegisterQuery(reg, "approval", "status", ApprovalStatusQuery)
 	registerApprovalUpdates(reg)
 
 	flow.RegisterWorkflow(reg, "webhook", Webhook)

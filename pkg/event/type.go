@@ -26,6 +26,8 @@ const (
 	TypeRunFailed          Type = "run.failed"
 	TypeRunCancelled       Type = "run.cancelled"
 	TypeRunContinuedAsNew  Type = "run.continued_as_new"
+	// TypeSideEffectRecorded records the value of a side effect (ctx.SideEffect) once.
+	TypeSideEffectRecorded Type = "side_effect.recorded"
 	TypeUpdateReceived     Type = "update.received"
 	TypeUpdateAccepted     Type = "update.accepted"
 	TypeUpdateRejected     Type = "update.rejected"
@@ -55,6 +57,7 @@ func Types() []Type {
 		TypeWaitFired, TypeSignalAwaited, TypeSignalReceived, TypeHookCreated, TypeHookReceived,
 		TypeChildScheduled, TypeChildSettled, TypeRunCancelRequested, TypeDecisionFailed,
 		TypeRunCompleted, TypeRunFailed, TypeRunCancelled, TypeRunContinuedAsNew,
+		TypeSideEffectRecorded,
 		TypeUpdateReceived, TypeUpdateAccepted, TypeUpdateRejected, TypeUpdateCompleted,
 	}
 }
@@ -90,6 +93,7 @@ var factories = map[Type]func() Payload{
 	TypeRunFailed:          func() Payload { return new(RunFailed) },
 	TypeRunCancelled:       func() Payload { return new(RunCancelled) },
 	TypeRunContinuedAsNew:  func() Payload { return new(RunContinuedAsNew) },
+	TypeSideEffectRecorded: func() Payload { return new(SideEffectRecorded) },
 	TypeUpdateReceived:     func() Payload { return new(UpdateReceived) },
 	TypeUpdateAccepted:     func() Payload { return new(UpdateAccepted) },
 	TypeUpdateRejected:     func() Payload { return new(UpdateRejected) },

@@ -30,17 +30,15 @@ func (s *Service) serveUpdates(svc micro.Service) error {
 			_ = r.Error(string(api.CodeUnavailable), fmt.Sprintf("%d update waits are held already; retry", maxAwaits), nil)
 			return
 		}
+		// Answered by its goroutine on the reply subject, not through r after this handler
+		// returned (micro reads r's error then, for its statistics), as the other endpoints are.
+		reply, data := r.Reply(), r.Data()
 		go func() {
 			defer func() { <-held }()
 			ctx, cancel := context.WithTimeout(context.Background(), api.MaxAwait+5*time.Second)
 			defer cancel()
-			resp, err := handle(s.awaitUpdate)(ctx, r.Data())
-			if err != nil {
-				e := s.apiError(err)
-				_ = r.Error(string(e.Code), e.Message, nil)
-				return
-			}
-			_ = r.RespondJSON(resp)
+			resp, err := handle(s.awaitUpdate)(ctx, data)
+			s.reply(reply, resp, err)
 		}()
 	}), micro.WithEndpointSubject(api.SubjectUpdate))
 	if err != nil {
