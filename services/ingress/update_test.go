@@ -88,6 +88,7 @@ func setupLedgerWorker(t *testing.T, faults *fault.Injector) (*bundle, *worker.W
 	t.Cleanup(func() { _ = in.Stop() })
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
 	registerLedger(reg)
+	registerGated(reg)
 	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, reg)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))
@@ -320,4 +321,58 @@ func TestWithStartWithoutWorker(t *testing.T) {
 	require.ErrorIs(t, err, flow.ErrRunExists)
 	_, err = b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 2, flow.WithStartOptions{RunID: "ledger-new", UpdateID: "nw-3"})
 	require.ErrorIs(t, err, flow.ErrNoWorker)
+}
+
+// gateOpen releases the step of the "gated" workflow.
+var gateOpen = make(chan struct{})
+
+// registerGated registers workflow "gated": one step that runs until gateOpen is closed, then
+// completion with its output; update "ping" completes at once with "pong".
+func registerGated(reg *flow.Registry) {
+	flow.RegisterWorkflow(reg, "gated", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		if out := ctx.StepOutput("hold"); out != nil {
+			return ctx.Complete(out), nil
+		}
+		return ctx.ScheduleStep("hold", "hold", nil), nil
+	})
+	flow.RegisterStep(reg, "hold", func(ctx context.Context, _ any) (string, error) {
+		select {
+		case <-gateOpen:
+			return "released", nil
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	})
+	flow.RegisterUpdate(reg, "gated", "ping", flow.UpdateHandler[any]{
+		Complete: func(*flow.Context, *flow.Update, any) (any, error) { return "pong", nil },
+	})
+}
+
+// TestUpdateWhileStepRuns: on the real engine, an update that arrives while the run's step is
+// in flight is answered at once, and the step is not disturbed: it runs once, to completion.
+func TestUpdateWhileStepRuns(t *testing.T) {
+	b := setupLedger(t, nil)
+	ctx := t.Context()
+	runID, err := b.client.Start(ctx, "gated", nil, &flow.StartOptions{RunID: "gated-1"})
+	require.NoError(t, err)
+	waitFor(t, "the step is in flight", func() bool {
+		s, err := b.client.Snapshot(ctx, runID)
+		return err == nil && s.Progress.StepsRunning == 1
+	})
+	for i := range 3 {
+		out, err := b.client.Update(ctx, runID, "ping", i, &flow.UpdateOptions{Wait: true})
+		require.NoError(t, err)
+		require.JSONEq(t, `"pong"`, string(out.Result))
+	}
+	s, err := b.client.Snapshot(ctx, runID)
+	require.NoError(t, err)
+	require.Equal(t, 1, s.Progress.StepsRunning, "the step is still in flight")
+	close(gateOpen)
+	var got string
+	require.NoError(t, b.client.Result(ctx, runID, &got))
+	require.Equal(t, "released", got)
+	require.Equal(t, 0, b.count(t, runID, event.TypeStepCancelled, nil))
+	require.Equal(t, 1, b.count(t, runID, event.TypeStepScheduled, nil))
+	require.Equal(t, 1, b.count(t, runID, event.TypeStepCompleted, nil))
+	require.Equal(t, 3, b.count(t, runID, event.TypeUpdateCompleted, nil))
 }
