@@ -99,6 +99,10 @@ type UpdateState struct {
 	RunStatus core.Status `json:"run_status"`
 	// Seq is the sequence of the event that last changed the update.
 	Seq uint64 `json:"seq"`
+	// Blocked is the run's diagnosis when a decision failed after the update was received and
+	// the update has not settled: the run is blocked (a panic, a non-determinism error) and the
+	// update waits for code that can decide it, or for an operator.
+	Blocked *core.Blocked `json:"blocked,omitempty"`
 }
 
 // StateOfUpdate returns where update id of the run s projects stands, or false if s has no
@@ -110,6 +114,9 @@ func StateOfUpdate(s *core.Snapshot, id string) (*UpdateState, bool) {
 	}
 	st := &UpdateState{RunID: s.RunID, UpdateID: id, Name: u.Name, Status: u.Status, Settled: u.Settled(),
 		Result: u.Result, Error: u.Error, RunStatus: s.Status, Seq: max(u.Seq, u.DecidedSeq, u.SettledSeq)}
+	if !u.Settled() && s.Blocked != nil && s.Blocked.Seq > u.Seq {
+		st.Blocked = s.Blocked
+	}
 	if !u.Settled() && s.Terminal() {
 		st.Status, st.Settled, st.Seq = UpdateAborted, true, s.Outcome.Seq
 		st.Error = &event.ErrorInfo{Kind: "run_ended", Message: "run " + s.RunID + " ended (" + string(s.Outcome.Outcome) + ") before judging the update"}

@@ -99,8 +99,8 @@ type UpdateOptions struct {
 // run's history when Update returns; the run's next decision accepts or rejects it. With
 // opts.Wait, Update then waits (on the history service's notice of the commit, without polling)
 // until the update is completed, and returns its result, or an *UpdateError when it was
-// rejected, failed, or its run ended first. An ended run refuses updates (ErrTerminal). opts may
-// be nil.
+// rejected, failed, or its run ended first (or a *RunError when the run is blocked, see
+// AwaitUpdate). An ended run refuses updates (ErrTerminal). opts may be nil.
 func (c *Client) Update(ctx context.Context, runID, name string, payload any, opts *UpdateOptions) (*UpdateOutcome, error) {
 	if opts == nil {
 		opts = &UpdateOptions{}
@@ -144,7 +144,9 @@ func (c *Client) UpdateResult(ctx context.Context, runID, updateID string) (*Upd
 }
 
 // AwaitUpdate waits until update updateID of run runID settled and returns its result, or an
-// *UpdateError. It asks the history service, which answers as soon as the commit that settles
+// *UpdateError; or a *RunError with Status StatusBlocked when a decision of the run failed after
+// the update was received (a panic in a handler, a non-determinism error): the update waits for
+// fixed code, or for an operator. It asks the history service, which answers as soon as the commit that settles
 // the update (or ends the run) is stored.
 func (c *Client) AwaitUpdate(ctx context.Context, runID, updateID string) (*UpdateOutcome, error) {
 	for {
@@ -185,6 +187,10 @@ func (c *Client) updateState(ctx context.Context, runID, updateID string, wait t
 // or to an *UpdateError when it settled without a result.
 func UpdateOutcomeOf(st *api.UpdateState) (*UpdateOutcome, error) {
 	out := &UpdateOutcome{RunID: st.RunID, UpdateID: st.UpdateID, Name: st.Name, Status: st.Status, Result: st.Result}
+	if !st.Settled && st.Blocked != nil {
+		return nil, &RunError{RunID: st.RunID, Status: StatusBlocked, Kind: st.Blocked.Kind,
+			Message: fmt.Sprintf("update %q waits while the run is blocked: %s", st.UpdateID, st.Blocked.Detail)}
+	}
 	if st.Status == UpdateCompleted && st.Error == nil || !st.Settled {
 		return out, nil
 	}

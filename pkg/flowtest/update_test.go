@@ -242,3 +242,22 @@ func TestUpdateNonDeterminism(t *testing.T) {
 	require.Contains(t, s.Blocked.Mismatch.Recorded, "update.accepted(u1)")
 	require.Contains(t, s.Blocked.Mismatch.Produced, "update.rejected(u1)")
 }
+
+// TestUpdateHandlerPanics: a handler that panics blocks the run (decision.failed) and the
+// caller learns it, instead of waiting for an outcome that needs fixed code.
+func TestUpdateHandlerPanics(t *testing.T) {
+	b := setup(t, func(reg *flow.Registry) {
+		registerAccount(reg, false)
+		flow.RegisterUpdate(reg, "account", "boom", flow.UpdateHandler[any]{
+			Validate: func(*flow.Context, *flow.Update, any) error { panic("handler bug") },
+		})
+	})
+	runID, err := b.env.Start(b.ctx, "account", account{}, &flowtest.StartOptions{RunID: "acct-1"})
+	require.NoError(t, err)
+	_, err = b.env.Update(b.ctx, runID, "boom", nil, "b1")
+	var runErr *flow.RunError
+	require.ErrorAs(t, err, &runErr)
+	require.Equal(t, flow.StatusBlocked, runErr.Status)
+	require.Contains(t, runErr.Message, "handler bug")
+	require.Contains(t, b.types(t, runID), event.TypeDecisionFailed)
+}

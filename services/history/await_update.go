@@ -48,7 +48,8 @@ func (s *Service) serveUpdates(svc micro.Service) error {
 }
 
 // awaitUpdate answers where update req.UpdateID of run req.RunID stands: at once without
-// req.Wait, else once it settled (rejected or completed) or the run ended, or after req.Wait.
+// req.Wait, else once it settled (rejected or completed), the run ended, or a decision failed
+// after the update was received (the run is blocked), or after req.Wait.
 //
 // Like await it never misses the commit it waits for: it subscribes to the run's commit notices
 // (the stream subject's and the event feed's, see await) before its first read, reads the run
@@ -111,7 +112,7 @@ func (s *Service) awaitUpdate(ctx context.Context, req api.UpdateRequest) (*api.
 			return nil, err
 		}
 		last = st
-		if wait == 0 || st != nil && st.Settled {
+		if wait == 0 || st != nil && (st.Settled || st.Blocked != nil) {
 			return st, nil
 		}
 		next := time.Second

@@ -23,6 +23,9 @@ func TestUpdateEndpointAndPage(t *testing.T) {
 		Complete: func(_ *flow.Context, _ *flow.Update, s string) (any, error) { return s + "!", nil },
 	})
 	flow.RegisterUpdate(reg, "await", "hold", flow.UpdateHandler[any]{}) // accepted, never completed
+	flow.RegisterUpdate(reg, "await", "boom", flow.UpdateHandler[any]{
+		Validate: func(*flow.Context, *flow.Update, any) error { panic("handler bug") },
+	})
 	startWorker(t, srv, reg)
 	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
 	require.NoError(t, err)
@@ -69,4 +72,15 @@ func TestUpdateEndpointAndPage(t *testing.T) {
 	}
 	_, err = c.UpdateResult(ctx, runID, "missing")
 	require.ErrorIs(t, err, flow.ErrNotFound)
+
+	// A handler that panics blocks its run; the waiter learns it once the decision failed.
+	other, err := c.Start(ctx, "await", nil, &flow.StartOptions{RunID: "upd-boom"})
+	require.NoError(t, err)
+	began := time.Now()
+	_, err = c.Update(ctx, other, "boom", nil, &flow.UpdateOptions{Wait: true})
+	var runErr *flow.RunError
+	require.ErrorAs(t, err, &runErr)
+	require.Equal(t, flow.StatusBlocked, runErr.Status)
+	require.Contains(t, runErr.Message, "handler bug")
+	require.Less(t, time.Since(began), 10*time.Second)
 }
