@@ -211,6 +211,15 @@ func TestUpdateOverHTTP(t *testing.T) {
 	require.Equal(t, 7, balance)
 	code, st = call(http.MethodPost, "/v1/workflows/ledger/signal-with-start/close", `{"input":7}`)
 	require.Equal(t, http.StatusBadRequest, code, st)
+
+	// The OpenAPI document describes the routes.
+	code, doc := call(http.MethodGet, "/v1/openapi.json", ``)
+	require.Equal(t, http.StatusOK, code)
+	paths := doc["paths"].(map[string]any)
+	for p, method := range map[string]string{"/v1/runs/{run}/updates/{name}": "post", "/v1/runs/{run}/updates/{update_id}": "get",
+		"/v1/workflows/{definition}/update-with-start/{name}": "post", "/v1/workflows/{definition}/signal-with-start/{name}": "post"} {
+		require.Contains(t, paths[p], method, p)
+	}
 }
 
 // TestWithStartRacesStart: an update-with-start (or signal-with-start) and a plain start of the
