@@ -66,6 +66,7 @@ func examples() []example {
 			ContinuedFrom: "checkout-1=order",
 			Generation:    1,
 			TraceParent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			Attributes:    exampleAttributes(),
 		}},
 		{"batch", &event.StepScheduled{Steps: []event.StepSpec{
 			{ID: "charge", Name: "charge-card", Input: json.RawMessage(`{"amount_cents":1250,"currency":"EUR"}`), Retry: charge},
@@ -104,6 +105,7 @@ func examples() []example {
 		{"terminated", &event.RunCancelled{Reason: "stuck on a bad deploy", Cause: event.CauseOperator}},
 		{"next generation", &event.RunContinuedAsNew{SuccessorRunID: "order-1=1", Input: json.RawMessage(`{"cursor":"c-100"}`)}},
 		{"order number", &event.SideEffectRecorded{SideEffectID: "order-number", Value: json.RawMessage(`"ord-8842"`)}},
+		{"stage paid", &event.AttributesUpserted{UpsertID: "stage-paid", Attributes: exampleAttributes()}},
 		{"deposit", &event.UpdateReceived{UpdateID: "upd-7", Name: "deposit", Payload: json.RawMessage(`{"amount_cents":500}`),
 			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
 		{"deposit", &event.UpdateAccepted{UpdateID: "upd-7"}},
@@ -138,6 +140,7 @@ func minimal() []event.Payload {
 		&event.RunCancelled{Cause: event.CauseWorkflow},
 		&event.RunContinuedAsNew{SuccessorRunID: "r=1", Input: json.RawMessage(`null`)},
 		&event.SideEffectRecorded{SideEffectID: "s", Value: json.RawMessage(`null`)},
+		&event.AttributesUpserted{UpsertID: "u", Attributes: event.Attributes{"a": {Type: event.AttrBool, Value: json.RawMessage(`true`)}}},
 		&event.UpdateReceived{UpdateID: "u", Name: "n", Payload: json.RawMessage(`null`)},
 		&event.UpdateAccepted{UpdateID: "u"},
 		&event.UpdateRejected{UpdateID: "u", Error: event.ErrorInfo{Message: "no"}},
@@ -320,18 +323,19 @@ func TestPropertiesMatchGoTypes(t *testing.T) {
 	t.Run("Definitions", func(t *testing.T) {
 		t.Parallel()
 		goTypes := map[string]reflect.Type{
-			"error_info":     reflect.TypeFor[event.ErrorInfo](),
-			"spec":           reflect.TypeFor[event.Spec](),
-			"parent_ref":     reflect.TypeFor[event.ParentRef](),
-			"step_spec":      reflect.TypeFor[event.StepSpec](),
-			"cancelled_step": reflect.TypeFor[event.CancelledStep](),
-			"child_spec":     reflect.TypeFor[event.ChildSpec](),
+			"error_info":      reflect.TypeFor[event.ErrorInfo](),
+			"spec":            reflect.TypeFor[event.Spec](),
+			"parent_ref":      reflect.TypeFor[event.ParentRef](),
+			"step_spec":       reflect.TypeFor[event.StepSpec](),
+			"cancelled_step":  reflect.TypeFor[event.CancelledStep](),
+			"child_spec":      reflect.TypeFor[event.ChildSpec](),
+			"attribute_value": reflect.TypeFor[event.AttributeValue](),
 		}
 		defs := object(t, rawSchema(t, "defs.json")["$defs"], "$defs")
 		for name, def := range defs {
 			def := object(t, def, name)
-			if def["type"] != "object" {
-				continue
+			if def["type"] != "object" || def["properties"] == nil {
+				continue // a map (attributes) has no fixed properties
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -433,6 +437,12 @@ func TestEnumsMatchGoConstants(t *testing.T) {
 		{"outcome", "Outcome", []string{string(event.OutcomeCompleted), string(event.OutcomeFailed), string(event.OutcomeCancelled), string(event.OutcomeContinuedAsNew)}},
 		{"cancel_policy", "CancelPolicy", []string{string(event.CancelPolicyRequest), string(event.CancelPolicyAbandon)}},
 		{"exhaustion", "Exhaustion", []string{string(event.ExhaustionFailRun), string(event.ExhaustionReturnError)}},
+		{"attribute_type", "AttributeType", func() (out []string) {
+			for _, t := range event.AttributeTypes() {
+				out = append(out, string(t))
+			}
+			return out
+		}()},
 	} {
 		t.Run(tc.def, func(t *testing.T) {
 			t.Parallel()

@@ -76,6 +76,9 @@ const (
 const (
 	ExtRunID = "flowrunid"
 	ExtQueue = "flowqueue"
+	// ExtAttributes carries a start's search attributes: a JSON object of values by name, as
+	// StartRequest.Attributes.
+	ExtAttributes = "flowattrs"
 )
 
 // StartSubject, SignalSubject, HookSubject, CancelSubject and TerminateSubject name the NATS
@@ -117,6 +120,10 @@ type StartRequest struct {
 	Queue string `json:"queue,omitempty"`
 	// Input is the workflow's input; absent means null.
 	Input json.RawMessage `json:"input,omitempty"`
+	// Attributes are the run's search attributes: JSON values by name, each of the type the
+	// definition declares (or a string that reads as one, e.g. "42" for an int, "2026-12-01"
+	// for a time, "a,b" for a keyword list). Absent for none.
+	Attributes map[string]json.RawMessage `json:"attributes,omitempty"`
 }
 
 // CancelRequest is the body of a cancel or terminate.

@@ -24,6 +24,7 @@ import (
 
 func (e *env) startCmd() *cobra.Command {
 	var id, input string
+	var attrs []string
 	var wait bool
 	var timeout time.Duration
 	cmd := &cobra.Command{
@@ -48,7 +49,8 @@ Starting an existing run ID again with the same definition and input returns tha
 different input it is an error.`,
 		Example: `  flow start order --wait
   flow start fanout --input '{"items":20}' --id fanout-1
-  flow start reminder --input '{"who":"ann","after":"30s"}'`,
+  flow start reminder --input '{"who":"ann","after":"30s"}'
+  flow start order --attr customer=c-42 --attr amount=120 --attr tags=eu,vip`,
 		Args: args("DEFINITION"),
 		RunE: func(c *cobra.Command, a []string) error {
 			var in json.RawMessage
@@ -66,7 +68,11 @@ different input it is an error.`,
 				return err
 			}
 			defer client.Close()
-			runID, err := client.Start(ctx, a[0], in, &flow.StartOptions{RunID: id})
+			startAttrs, err := attrFlags(attrs)
+			if err != nil {
+				return err
+			}
+			runID, err := client.Start(ctx, a[0], in, &flow.StartOptions{RunID: id, Attributes: startAttrs})
 			if err != nil {
 				return err
 			}
@@ -120,6 +126,7 @@ different input it is an error.`,
 	cmd.Flags().StringVar(&input, "input", "", "input as JSON (default: null)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "print the run's events as they are committed, then its output once it ends")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --wait, give up after this long (default: no limit)")
+	cmd.Flags().StringArrayVar(&attrs, "attr", nil, "a search attribute the run starts with, NAME=VALUE (repeatable); the value is read as the type the definition declares: text, an integer, a number, true/false, an RFC 3339 time or date, or comma-separated keywords")
 	return cmd
 }
 

@@ -43,7 +43,7 @@ func (s *Snapshot) Apply(e event.Envelope) error {
 	}
 	prev := s.Status
 	s.Status = s.status()
-	if s.Status != prev || failed || e.Type().Terminal() {
+	if s.Status != prev || failed || e.Type().Terminal() || changesAttributes(e.Payload) {
 		s.summarySeq, s.summaryAt = e.Seq, e.Time
 	}
 	return nil
@@ -82,7 +82,7 @@ func inputTrace(p event.Payload) string {
 func isDecisionEvent(p event.Payload) bool {
 	switch p := p.(type) {
 	case *event.StepScheduled, *event.WaitScheduled, *event.SignalAwaited, *event.HookCreated,
-		*event.ChildScheduled, *event.RunCompleted, *event.RunContinuedAsNew,
+		*event.ChildScheduled, *event.RunCompleted, *event.RunContinuedAsNew, *event.AttributesUpserted,
 		*event.UpdateAccepted, *event.UpdateRejected, *event.UpdateCompleted:
 		return true
 	case *event.SideEffectRecorded:
@@ -218,6 +218,8 @@ func (s *Snapshot) check(e event.Envelope) error {
 		}
 	case *event.SideEffectRecorded:
 		return s.checkNew(e, []string{p.SideEffectID})
+	case *event.AttributesUpserted:
+		return s.checkNew(e, []string{p.UpsertID})
 	case *event.RunCancelRequested:
 		if s.CancelRequested {
 			return s.fail(e, "cancel_state", "cancellation was already requested")
@@ -334,6 +336,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.ContinuedFrom = d.ContinuedFrom
 		s.Generation = d.Generation
 		s.TraceParent = d.TraceParent
+		s.Attributes = d.Attributes.Merge(nil)
 	case *event.StepScheduled:
 		ids := make([]string, len(d.Steps))
 		steps := make([]Step, len(d.Steps))
@@ -461,6 +464,8 @@ func (s *Snapshot) mutate(e event.Envelope) {
 	case *event.SideEffectRecorded:
 		s.ids[d.SideEffectID] = kindSideEffect
 		s.SideEffects[d.SideEffectID] = &SideEffect{ID: d.SideEffectID, Value: d.Value, Seq: e.Seq}
+	case *event.AttributesUpserted:
+		s.upserted(e, d)
 	case *event.RunCancelRequested:
 		s.CancelRequested, s.CancelReason = true, d.Reason
 	case *event.DecisionFailed:

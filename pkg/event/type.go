@@ -28,6 +28,8 @@ const (
 	TypeRunContinuedAsNew  Type = "run.continued_as_new"
 	// TypeSideEffectRecorded records the value of a side effect (ctx.SideEffect) once.
 	TypeSideEffectRecorded Type = "side_effect.recorded"
+	// TypeAttributesUpserted records a decision that sets search attributes (payload_attributes.go).
+	TypeAttributesUpserted Type = "attributes.upserted"
 	TypeUpdateReceived     Type = "update.received"
 	TypeUpdateAccepted     Type = "update.accepted"
 	TypeUpdateRejected     Type = "update.rejected"
@@ -58,6 +60,7 @@ func Types() []Type {
 		TypeChildScheduled, TypeChildSettled, TypeRunCancelRequested, TypeDecisionFailed,
 		TypeRunCompleted, TypeRunFailed, TypeRunCancelled, TypeRunContinuedAsNew,
 		TypeSideEffectRecorded,
+		TypeAttributesUpserted,
 		TypeUpdateReceived, TypeUpdateAccepted, TypeUpdateRejected, TypeUpdateCompleted,
 	}
 }
@@ -94,6 +97,7 @@ var factories = map[Type]func() Payload{
 	TypeRunCancelled:       func() Payload { return new(RunCancelled) },
 	TypeRunContinuedAsNew:  func() Payload { return new(RunContinuedAsNew) },
 	TypeSideEffectRecorded: func() Payload { return new(SideEffectRecorded) },
+	TypeAttributesUpserted: func() Payload { return new(AttributesUpserted) },
 	TypeUpdateReceived:     func() Payload { return new(UpdateReceived) },
 	TypeUpdateAccepted:     func() Payload { return new(UpdateAccepted) },
 	TypeUpdateRejected:     func() Payload { return new(UpdateRejected) },

@@ -116,4 +116,7 @@ type StartOptions struct {
 	RunID string
 	// Queue overrides the client's queue.
 	Queue string
+	// Attributes are the search attributes the run starts with, each declared by the
+	// definition ([WithSearchAttributes]) and of its declared type. Empty for none.
+	Attributes Attrs
 }

@@ -46,7 +46,19 @@ func (c *Client) Start(ctx context.Context, definition string, input any, opts *
 	} else if err := event.ValidateRunID(runID); err != nil {
 		return "", err
 	}
-	resp, err := c.send(ctx, api.StartSubject(definition), "start", runID, in, map[string]string{api.ExtRunID: runID, api.ExtQueue: queue})
+	ext := map[string]string{api.ExtRunID: runID, api.ExtQueue: queue}
+	if len(opts.Attributes) > 0 {
+		attrs, err := encodeAttrs(opts.Attributes)
+		if err != nil {
+			return "", err
+		}
+		b, err := json.Marshal(attrs)
+		if err != nil {
+			return "", fmt.Errorf("%w: encoding the search attributes: %w", ErrInvalidInput, err)
+		}
+		ext[api.ExtAttributes] = string(b)
+	}
+	resp, err := c.send(ctx, api.StartSubject(definition), "start", runID, in, ext)
 	if err != nil {
 		return "", err
 	}

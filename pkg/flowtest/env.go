@@ -135,6 +135,8 @@ type StartOptions struct {
 	RunID string
 	// Queue is the run's task queue.
 	Queue string
+	// Attributes are the search attributes the run starts with (see flow.StartOptions).
+	Attributes flow.Attrs
 }
 
 // Start starts a run of definition with input (encoded to JSON) and drives it until it is
@@ -151,7 +153,11 @@ func (e *Env) Start(ctx context.Context, definition string, input any, opts *Sta
 	if err != nil {
 		return "", err
 	}
-	runID, _, err := e.eng().Start(ctx, engine.StartParams{RunID: opts.RunID, Spec: spec, Input: in, Queue: opts.Queue})
+	attrs, err := e.registry().StartAttributes(definition, opts.Attributes)
+	if err != nil {
+		return "", err
+	}
+	runID, _, err := e.eng().Start(ctx, engine.StartParams{RunID: opts.RunID, Spec: spec, Input: in, Queue: opts.Queue, Attributes: attrs})
 	if err != nil {
 		return runID, err
 	}

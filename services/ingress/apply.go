@@ -34,6 +34,9 @@ type input struct {
 	data json.RawMessage
 	// reason is a cancel's or terminate's reason.
 	reason string
+	// attributes are a start's search attributes, JSON values by name, typed by the
+	// definition's declarations when the start is applied.
+	attributes map[string][]byte
 	// payload is the update's or signal's payload of a with-start input (whose data is the
 	// start's input): JSON, or nil for null.
 	payload json.RawMessage
@@ -117,7 +120,11 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 			return nil, derr
 		}
 		spec := event.Spec{Definition: in.definition, BuildID: def.BuildID, Patches: def.Patches}
-		resp.RunID, resp.Created, err = s.engine.Start(ctx, engine.StartParams{RunID: in.runID, Spec: spec, Input: data, Queue: queue})
+		attrs, aerr := core.TypeAttributes(in.attributes, def.Attributes)
+		if aerr != nil {
+			return nil, &api.IngressError{Code: api.CodeInvalidRequest, Message: trimFlow(aerr)}
+		}
+		resp.RunID, resp.Created, err = s.engine.Start(ctx, engine.StartParams{RunID: in.runID, Spec: spec, Input: data, Queue: queue, Attributes: attrs})
 	case api.KindSignal:
 		resp.RunID, err = s.engine.Signal(ctx, in.runID, in.name, data, in.deliveryID)
 	case api.KindHook:
