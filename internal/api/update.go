@@ -66,6 +66,8 @@ type WithStartRequest struct {
 	// UpdateID (or DeliveryID for a signal) deduplicates the input; empty uses the request's
 	// delivery ID (CloudEvent id, Idempotency-Key), else a fresh one.
 	UpdateID string `json:"update_id,omitempty"`
+	// Attributes are the search attributes the run starts with, as StartRequest.Attributes.
+	Attributes map[string]json.RawMessage `json:"attributes,omitempty"`
 }
 
 // UpdateRequest asks where update UpdateID of run RunID stands.

@@ -213,6 +213,9 @@ type WithStartOptions struct {
 	UpdateID string
 	// Wait makes UpdateWithStart wait for the update's outcome, as UpdateOptions.Wait does.
 	Wait bool
+	// Attributes are the search attributes the run starts with, as StartOptions.Attributes.
+	// An existing run must have started with the same ones.
+	Attributes Attrs
 }
 
 // UpdateWithStart starts run opts.RunID of definition with input if it does not exist, with
@@ -279,7 +282,11 @@ func (c *Client) withStart(ctx context.Context, subject func(string, string) str
 	if queue == "" {
 		queue = c.queue
 	}
-	body, err := json.Marshal(api.WithStartRequest{RunID: opts.RunID, Queue: queue, Input: in, Payload: p})
+	attrs, err := encodeAttrs(opts.Attributes)
+	if err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(api.WithStartRequest{RunID: opts.RunID, Queue: queue, Input: in, Payload: p, Attributes: attrs})
 	if err != nil {
 		return nil, err
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -54,10 +55,11 @@ func (in *input) inputName() string {
 // withStartBody reads the WithStartRequest body of a with-start input.
 func (in *input) withStartBody(body []byte) *api.IngressError {
 	var req api.WithStartRequest
-	if e := strictJSON(body, &req, `the body of a `+string(in.kind)+` is {"run_id": "...", "queue": "...", "input": ..., "payload": ..., "update_id": "..."}, run_id required`); e != nil {
+	if e := strictJSON(body, &req, `the body of a `+string(in.kind)+` is {"run_id": "...", "queue": "...", "input": ..., "payload": ..., "update_id": "...", "attributes": {"name": value}}, run_id required`); e != nil {
 		return e
 	}
 	in.runID, in.queue, in.data, in.payload = req.RunID, req.Queue, req.Input, req.Payload
+	in.setAttributes(req.Attributes)
 	if req.UpdateID != "" {
 		in.deliveryID = req.UpdateID
 	}
@@ -137,8 +139,12 @@ func (s *Service) applyWithInput(ctx context.Context, in *input) (*api.InputResp
 			}
 			return s.existingWithInput(ctx, in, queue, orNull(in.data), orNull(in.payload), derr)
 		}
+		attrs, aerr := core.TypeAttributes(in.attributes, def.Attributes)
+		if aerr != nil {
+			return nil, &api.IngressError{Code: api.CodeInvalidRequest, Message: trimFlow(aerr)}
+		}
 		p := engine.StartParams{RunID: in.runID, Spec: event.Spec{Definition: in.definition, BuildID: def.BuildID, Patches: def.Patches},
-			Input: orNull(in.data), Queue: queue}
+			Input: orNull(in.data), Queue: queue, Attributes: attrs}
 		if in.kind == api.KindUpdateWithStart {
 			resp.RunID, resp.Created, err = s.engine.UpdateWithStart(ctx, p, in.deliveryID, in.name, orNull(in.payload))
 		} else {

@@ -53,7 +53,7 @@ func registerLedger(reg *flow.Registry) {
 			return ctx.Complete(balance), nil
 		}
 		return ctx.AwaitSignal("close", "close"), nil
-	})
+	}, flow.WithSearchAttributes(flow.Keyword("owner")))
 	flow.RegisterStep(reg, "post", func(_ context.Context, balance int) (int, error) { return balance, nil })
 	flow.RegisterUpdate(reg, "ledger", "deposit", flow.UpdateHandler[int]{
 		Validate: func(_ *flow.Context, _ *flow.Update, amount int) error {
@@ -384,4 +384,29 @@ func TestUpdateWhileStepRuns(t *testing.T) {
 	require.Equal(t, 1, b.count(t, runID, event.TypeStepScheduled, nil))
 	require.Equal(t, 1, b.count(t, runID, event.TypeStepCompleted, nil))
 	require.Equal(t, 3, b.count(t, runID, event.TypeUpdateCompleted, nil))
+}
+
+// TestWithStartAttributes: an update-with-start records the search attributes it starts the
+// run with; a later one for the same run must name the same ones.
+func TestWithStartAttributes(t *testing.T) {
+	b := setupLedger(t, nil)
+	ctx := t.Context()
+	opts := flow.WithStartOptions{RunID: "ledger-a", UpdateID: "a1", Wait: true, Attributes: flow.Attrs{"owner": "ann"}}
+	out, err := b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 1, opts)
+	require.NoError(t, err)
+	require.True(t, out.Created)
+	s, err := b.client.Snapshot(ctx, "ledger-a")
+	require.NoError(t, err)
+	require.Contains(t, fmt.Sprint(s.Attributes), "ann")
+	opts.UpdateID = "a2"
+	out, err = b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 1, opts)
+	require.NoError(t, err)
+	require.False(t, out.Created)
+	require.JSONEq(t, `3`, string(out.Result))
+	opts.UpdateID, opts.Attributes = "a3", flow.Attrs{"owner": "bob"}
+	_, err = b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 1, opts)
+	require.ErrorIs(t, err, flow.ErrRunExists)
+	opts.Attributes = flow.Attrs{"undeclared": "x"}
+	_, err = b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 1, opts)
+	require.ErrorIs(t, err, flow.ErrInvalidInput)
 }
