@@ -106,6 +106,12 @@ func examples() []example {
 		{"next generation", &event.RunContinuedAsNew{SuccessorRunID: "order-1=1", Input: json.RawMessage(`{"cursor":"c-100"}`)}},
 		{"order number", &event.SideEffectRecorded{SideEffectID: "order-number", Value: json.RawMessage(`"ord-8842"`)}},
 		{"stage paid", &event.AttributesUpserted{UpsertID: "stage-paid", Attributes: exampleAttributes()}},
+		{"deposit", &event.UpdateReceived{UpdateID: "upd-7", Name: "deposit", Payload: json.RawMessage(`{"amount_cents":500}`),
+			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
+		{"deposit", &event.UpdateAccepted{UpdateID: "upd-7"}},
+		{"negative deposit", &event.UpdateRejected{UpdateID: "upd-8", Error: event.ErrorInfo{Kind: "invalid_amount", Message: "a deposit must be positive"}}},
+		{"deposited", &event.UpdateCompleted{UpdateID: "upd-7", Result: json.RawMessage(`{"balance_cents":10500}`)}},
+		{"ledger closed", &event.UpdateCompleted{UpdateID: "upd-9", Error: &event.ErrorInfo{Kind: "closed", Message: "the ledger closed before posting"}}},
 		{"under flow control", &event.RunStarted{
 			Spec: event.Spec{Definition: "report"}, Input: json.RawMessage(`{"customer":"c-42"}`), Seed: "9f86d081884c7d65", Priority: 5,
 			Control: &event.FlowControl{Group: "reports", Key: "c-42", KeyPath: "$.customer", Concurrency: 50, KeyConcurrency: 2,
@@ -142,6 +148,10 @@ func minimal() []event.Payload {
 		&event.RunContinuedAsNew{SuccessorRunID: "r=1", Input: json.RawMessage(`null`)},
 		&event.SideEffectRecorded{SideEffectID: "s", Value: json.RawMessage(`null`)},
 		&event.AttributesUpserted{UpsertID: "u", Attributes: event.Attributes{"a": {Type: event.AttrBool, Value: json.RawMessage(`true`)}}},
+		&event.UpdateReceived{UpdateID: "u", Name: "n", Payload: json.RawMessage(`null`)},
+		&event.UpdateAccepted{UpdateID: "u"},
+		&event.UpdateRejected{UpdateID: "u", Error: event.ErrorInfo{Message: "no"}},
+		&event.UpdateCompleted{UpdateID: "u"},
 		&event.RunAdmitted{Group: "g"},
 	}
 }

@@ -216,6 +216,8 @@ func traceInputs(ctx context.Context, events []event.Payload) {
 			p.TraceParent = tp
 		case *event.RunCancelRequested:
 			p.TraceParent = tp
+		case *event.UpdateReceived:
+			p.TraceParent = tp
 		}
 	}
 }

@@ -30,6 +30,10 @@ const (
 	TypeSideEffectRecorded Type = "side_effect.recorded"
 	// TypeAttributesUpserted records a decision that sets search attributes (payload_attributes.go).
 	TypeAttributesUpserted Type = "attributes.upserted"
+	TypeUpdateReceived     Type = "update.received"
+	TypeUpdateAccepted     Type = "update.accepted"
+	TypeUpdateRejected     Type = "update.rejected"
+	TypeUpdateCompleted    Type = "update.completed"
 	// TypeRunAdmitted: the admission controller admitted a run under flow control.
 	TypeRunAdmitted Type = "run.admitted"
 )
@@ -59,6 +63,7 @@ func Types() []Type {
 		TypeRunCompleted, TypeRunFailed, TypeRunCancelled, TypeRunContinuedAsNew,
 		TypeSideEffectRecorded,
 		TypeAttributesUpserted,
+		TypeUpdateReceived, TypeUpdateAccepted, TypeUpdateRejected, TypeUpdateCompleted,
 		TypeRunAdmitted,
 	}
 }
@@ -96,5 +101,9 @@ var factories = map[Type]func() Payload{
 	TypeRunContinuedAsNew:  func() Payload { return new(RunContinuedAsNew) },
 	TypeSideEffectRecorded: func() Payload { return new(SideEffectRecorded) },
 	TypeAttributesUpserted: func() Payload { return new(AttributesUpserted) },
+	TypeUpdateReceived:     func() Payload { return new(UpdateReceived) },
+	TypeUpdateAccepted:     func() Payload { return new(UpdateAccepted) },
+	TypeUpdateRejected:     func() Payload { return new(UpdateRejected) },
+	TypeUpdateCompleted:    func() Payload { return new(UpdateCompleted) },
 	TypeRunAdmitted:        func() Payload { return new(RunAdmitted) },
 }
