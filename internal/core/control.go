@@ -35,9 +35,10 @@ func (s *Snapshot) checkAdmission(e event.Envelope) error {
 		if s.Admitted {
 			return s.fail(e, "duplicate_admission", "run.admitted again; the run was admitted at seq %d", s.AdmittedSeq)
 		}
-	case *event.StepScheduled, *event.WaitScheduled, *event.SignalAwaited, *event.HookCreated,
-		*event.ChildScheduled, *event.RunCompleted, *event.RunContinuedAsNew, *event.DecisionFailed:
-		if s.Queued() {
+	case *event.RunCancelled, *event.RunFailed, *event.StepCancelled:
+		// A queued run may be cancelled or terminated.
+	default:
+		if _, failed := e.Payload.(*event.DecisionFailed); (failed || isDecisionEvent(e.Payload)) && s.Queued() {
 			return s.fail(e, "not_admitted", "%s before run.admitted: a run under flow control decides only once admitted", e.Type())
 		}
 	}
