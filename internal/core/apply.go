@@ -56,7 +56,7 @@ func (s *Snapshot) Apply(e event.Envelope) error {
 func IsInput(p event.Payload) bool {
 	switch p.(type) {
 	case *event.RunStarted, *event.SignalReceived, *event.HookReceived, *event.WaitFired,
-		*event.StepRetryFired, *event.ChildSettled, *event.RunCancelRequested:
+		*event.StepRetryFired, *event.ChildSettled, *event.RunCancelRequested, *event.RunDelayFired:
 		return true
 	}
 	return false
@@ -123,6 +123,9 @@ func (s *Snapshot) check(e event.Envelope) error {
 		if r, ok := e.Payload.(*event.StepRetryScheduled); !ok || r.StepID != s.expectRetry {
 			return s.fail(e, "retry_order", "step %q failed with attempts left, so step.retry_scheduled must follow; got %s", s.expectRetry, e.Type())
 		}
+	}
+	if err := s.checkDelay(e); err != nil {
+		return err
 	}
 	switch p := e.Payload.(type) {
 	case *event.StepScheduled:
@@ -325,6 +328,15 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.ContinuedFrom = d.ContinuedFrom
 		s.Generation = d.Generation
 		s.TraceParent = d.TraceParent
+		s.StartPolicy = d.StartPolicy
+		if !d.NotBefore.IsZero() {
+			s.Delayed, s.NotBefore, s.NotBeforeSeq = true, d.NotBefore, e.Seq
+		}
+	case *event.RunDebounced:
+		s.Input, s.NotBefore, s.NotBeforeSeq = d.Input, d.NotBefore, e.Seq
+		s.Debounced++
+	case *event.RunDelayFired:
+		s.Delayed = false
 	case *event.StepScheduled:
 		ids := make([]string, len(d.Steps))
 		steps := make([]Step, len(d.Steps))

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -46,6 +47,10 @@ func Decide(s *Snapshot, d Decider, opts DecideOptions) (Verdict, error) {
 	}
 	if s.Terminal() {
 		return Verdict{}, fmt.Errorf("%w: run %q ended at seq %d", ErrTerminal, s.RunID, s.Outcome.Seq)
+	}
+	if s.Delayed {
+		// No decision before the start delay fires (run.delay_fired).
+		return Verdict{WaitingOn: "start delay until " + s.NotBefore.Format(time.RFC3339Nano)}, nil
 	}
 	if events := exhaustion(s); events != nil {
 		return Verdict{Events: events}, nil

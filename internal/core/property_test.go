@@ -151,6 +151,11 @@ func (g *generator) step(allowEnd bool) error {
 			})
 		}
 	}
+	if s.Delayed {
+		actions = append(actions, func() ([]event.Payload, error) {
+			return core.Debounce(s, json.RawMessage(`{"latest":true}`), s.NotBefore.Add(time.Second), "")
+		})
+	}
 	if !s.CancelRequested && g.rng.IntN(10) == 0 {
 		actions = append(actions, func() ([]event.Payload, error) { return core.RequestCancel(s, "please stop") })
 	}
@@ -165,7 +170,11 @@ func (g *generator) step(allowEnd bool) error {
 func generate(t testing.TB, seed uint64, n int) []event.Envelope {
 	t.Helper()
 	g := newGenerator(seed, fmt.Sprintf("prop-%d", seed))
-	require.NoError(t, g.commit([]event.Payload{&event.RunStarted{Spec: event.Spec{Definition: "prop"}, Input: json.RawMessage(`{}`), Seed: "s"}}))
+	started := &event.RunStarted{Spec: event.Spec{Definition: "prop"}, Input: json.RawMessage(`{}`), Seed: "s"}
+	if seed%4 == 0 {
+		started.NotBefore = epoch.Add(time.Minute) // a delayed start, debounced at random below
+	}
+	require.NoError(t, g.commit([]event.Payload{started}))
 	for len(g.envs) < n && !g.s.Terminal() {
 		require.NoError(t, g.step(len(g.envs) > n/2), "seed %d", seed)
 	}

@@ -241,6 +241,18 @@ type Snapshot struct {
 	Outcome         *Outcome `json:"outcome,omitempty"`
 	Progress        Progress `json:"progress"`
 
+	// Delayed is set while the run waits out its start delay (run.started's NotBefore, moved
+	// by run.debounced) and clear from run.delay_fired on: no decision is made meanwhile.
+	Delayed bool `json:"delayed,omitempty"`
+	// NotBefore is the end of the start delay, and NotBeforeSeq the sequence of the event that
+	// set it (run.started or the latest run.debounced): the start timer's ID.
+	NotBefore    time.Time `json:"not_before,omitzero"`
+	NotBeforeSeq uint64    `json:"not_before_seq,omitempty"`
+	// StartPolicy is run.started's record of the start policies the run started under.
+	StartPolicy *event.StartPolicy `json:"start_policy,omitempty"`
+	// Debounced counts the starts collapsed into the run (run.debounced).
+	Debounced int `json:"debounced,omitempty"`
+
 	// ids maps every decision ID to its kind; IDs share one namespace.
 	ids map[string]string
 	// batches maps a step.scheduled or child.scheduled sequence to its members in order;
@@ -416,6 +428,8 @@ func (s *Snapshot) status() Status {
 		return StatusBlocked
 	case s.CancelRequested:
 		return StatusCancelling
+	case s.Delayed:
+		return StatusSuspended
 	case p.Decisions == 0:
 		return StatusPending
 	case p.StepsRunning > 0:

@@ -168,6 +168,9 @@ type Config struct {
 	CacheSize int
 	// Faults injects failures between writes, for tests. Defaults to nil (none).
 	Faults *fault.Injector
+	// Keys is the shared index of dedup and debounce keys (docs/start-policies.md). Defaults to
+	// nil: starts with a dedup key or a debounce are refused with ErrNoStartKeys.
+	Keys StartKeys
 }
 
 // Engine drives runs. It is safe for concurrent use; drivers of one run are serialised.
@@ -183,6 +186,7 @@ type Engine struct {
 	slots    chan struct{}
 	locks    runLocks
 	cache    *cache
+	keys     StartKeys
 }
 
 // New returns an engine.
@@ -208,7 +212,8 @@ func New(cfg Config) (*Engine, error) {
 		cfg.CacheSize = 10_000
 	}
 	return &Engine{faults: cfg.Faults, store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
-		logger: cfg.Logger, buildID: cfg.BuildID, slots: make(chan struct{}, cfg.StepConcurrency), cache: newCache(cfg.CacheSize)}, nil
+		logger: cfg.Logger, buildID: cfg.BuildID, slots: make(chan struct{}, cfg.StepConcurrency), cache: newCache(cfg.CacheSize),
+		keys: cfg.Keys}, nil
 }
 
 // StartParams describe a new run.
@@ -224,6 +229,22 @@ type StartParams struct {
 	Parent        *event.ParentRef
 	ContinuedFrom string
 	Generation    int
+	// OnConflict says what to do when RunID's latest run is active; "" is event.ConflictFail.
+	// See docs/start-policies.md.
+	OnConflict event.ConflictPolicy
+	// Reuse says whether a new run may reuse RunID when its latest run ended; "" is
+	// event.ReuseRefuse.
+	Reuse event.ReusePolicy
+	// Delay delays the run's first decision: run.started records NotBefore (the start's time
+	// plus Delay) and the scheduler fires run.delay_fired then. 0 starts at once.
+	Delay time.Duration
+	// DedupKey, with DedupWindow, deduplicates starts: a start with the same key (per
+	// definition) within DedupWindow of the first returns the first's run. Needs Config.Keys.
+	DedupKey    string
+	DedupWindow time.Duration
+	// Debounce collapses the starts with the same key within a quiet period into one run,
+	// started after the period with the latest input. Needs Config.Keys.
+	Debounce *Debounce
 }
 
 // RunExistsError reports a start with the ID of an existing run whose spec or input differs.
@@ -245,7 +266,9 @@ func (e *RunExistsError) Is(target error) bool { return target == ErrRunExists }
 
 // Start appends run.started for a new run and asks for it to be driven. Starting an existing
 // run ID again with the same spec, input, queue and links returns it with created false; with
-// different ones it returns a *RunExistsError. Nothing is appended for invalid parameters. Once
+// different ones it returns a *RunExistsError, or a *ReuseRefusedError for an ID whose latest
+// run ended; p's start policies change this (docs/start-policies.md). A caller's run ID that
+// other runs reused answers for its latest run; the run ID returned is the run's own. Nothing is appended for invalid parameters. Once
 // run.started is committed Start succeeds: its resume task is a fast path that the history
 // service repeats.
 func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, created bool, err error) {
@@ -256,6 +279,12 @@ func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, create
 	// The span that starts the run (the ingress request, the parent's decision) is the parent
 	// of all the run's spans.
 	started.TraceParent = tracing.TraceParent(ctx)
+	if p.hasPolicy() || p.Parent == nil && p.ContinuedFrom == "" {
+		if err := e.checkPolicy(&p, started); err != nil {
+			return "", false, err
+		}
+		return e.startWithPolicy(ctx, p, started)
+	}
 	if err := e.faults.Hit(fault.StoreAppend); err != nil {
 		return "", false, fmt.Errorf("appending run.started: %w", err)
 	}

@@ -50,6 +50,13 @@ type RunStarted struct {
 	// request, or the parent's decision), when there was one: every span of the run's decisions
 	// and step attempts is its child, so that the run is one trace.
 	TraceParent string `json:"traceparent,omitempty"`
+	// NotBefore, when set, delays the run: no decision is made before run.delay_fired, which
+	// the scheduler appends once NotBefore has passed (a start delay, or a debounce's quiet
+	// period; run.debounced moves it). See docs/start-policies.md.
+	NotBefore time.Time `json:"not_before,omitzero"`
+	// StartPolicy records the start policies the run was started under and what they did (the
+	// run it replaced or reuses the ID of, its dedup or debounce key); nil for a plain start.
+	StartPolicy *StartPolicy `json:"start_policy,omitempty"`
 }
 
 // StepSpec is one scheduled step.
@@ -406,7 +413,7 @@ func attempt(field string, v int) error {
 // Validate implements Payload.
 func (p *RunStarted) Validate() error {
 	return errors.Join(required("spec.definition", p.Spec.Definition), requiredJSON("input", p.Input),
-		required("seed", p.Seed), validateParent(p.Parent))
+		required("seed", p.Seed), validateParent(p.Parent), p.StartPolicy.validate())
 }
 
 func validateParent(p *ParentRef) error {

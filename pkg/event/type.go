@@ -26,6 +26,12 @@ const (
 	TypeRunFailed          Type = "run.failed"
 	TypeRunCancelled       Type = "run.cancelled"
 	TypeRunContinuedAsNew  Type = "run.continued_as_new"
+	// TypeRunDelayFired ends a delayed run's start delay (run.started's NotBefore): the first
+	// decision is due.
+	TypeRunDelayFired Type = "run.delay_fired"
+	// TypeRunDebounced records a debounced start collapsed into a pending delayed run: the
+	// run's input becomes the latest start's and its NotBefore moves to the new quiet period's end.
+	TypeRunDebounced Type = "run.debounced"
 )
 
 // Terminal reports whether t ends a run. At most one terminal event appears in a history, last.
@@ -51,6 +57,7 @@ func Types() []Type {
 		TypeWaitFired, TypeSignalAwaited, TypeSignalReceived, TypeHookCreated, TypeHookReceived,
 		TypeChildScheduled, TypeChildSettled, TypeRunCancelRequested, TypeDecisionFailed,
 		TypeRunCompleted, TypeRunFailed, TypeRunCancelled, TypeRunContinuedAsNew,
+		TypeRunDelayFired, TypeRunDebounced,
 	}
 }
 
@@ -85,4 +92,6 @@ var factories = map[Type]func() Payload{
 	TypeRunFailed:          func() Payload { return new(RunFailed) },
 	TypeRunCancelled:       func() Payload { return new(RunCancelled) },
 	TypeRunContinuedAsNew:  func() Payload { return new(RunContinuedAsNew) },
+	TypeRunDelayFired:      func() Payload { return new(RunDelayFired) },
+	TypeRunDebounced:       func() Payload { return new(RunDebounced) },
 }
