@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+
+	"github.com/flowrun/flow/pkg/event"
 )
 
 // The ingress service's doors: inputs from outside (starts, signals, hook deliveries, cancels and
@@ -78,6 +80,45 @@ const (
 	ExtQueue = "flowqueue"
 )
 
+// CloudEvents extensions of a start's policies (docs/start-policies.md): the fields of
+// StartPolicies, durations as Go durations ("30s").
+const (
+	ExtOnConflict     = "flowonconflict"
+	ExtReuse          = "flowreuse"
+	ExtDelay          = "flowdelay"
+	ExtDedupKey       = "flowdedupkey"
+	ExtDedupWindow    = "flowdedupwindow"
+	ExtDebounceKey    = "flowdebouncekey"
+	ExtDebouncePeriod = "flowdebounceperiod"
+	// ExtRequestID identifies the start request (StartPolicies.RequestID); without it, a
+	// CloudEvent's id is the request ID.
+	ExtRequestID = "flowrequestid"
+)
+
+// StartPolicies are a start's policies for a taken run ID, its delay, and its deduplication or
+// debounce (docs/start-policies.md). Every field is optional.
+type StartPolicies struct {
+	// OnConflict is what to do when the run ID's latest run is active: "fail" (the default),
+	// "use_existing" or "terminate_existing".
+	OnConflict event.ConflictPolicy `json:"on_conflict,omitempty"`
+	// Reuse is whether a new run may take the ID of one that ended: "refuse" (the default),
+	// "allow" or "allow_failed_only".
+	Reuse event.ReusePolicy `json:"reuse,omitempty"`
+	// Delay delays the run's first decision, as a duration ("10m").
+	Delay event.Duration `json:"delay,omitempty"`
+	// DedupKey, with DedupWindow (a duration), returns the first run started with the key
+	// within the window to every later start, whatever run ID it asks for.
+	DedupKey    string         `json:"dedup_key,omitempty"`
+	DedupWindow event.Duration `json:"dedup_window,omitempty"`
+	// Debounce collapses the starts with its key within its quiet period into one run, started
+	// after the period with the latest input.
+	Debounce *event.Debounce `json:"debounce,omitempty"`
+	// RequestID identifies the request, so that its retry returns the run it started rather
+	// than applying OnConflict or Reuse again. Defaults to the delivery ID (Idempotency-Key,
+	// Nats-Msg-Id) of a plain request.
+	RequestID string `json:"request_id,omitempty"`
+}
+
 // StartSubject, SignalSubject, HookSubject, CancelSubject and TerminateSubject name the NATS
 // subjects of the inputs.
 func StartSubject(definition string) string   { return SubjectStartPrefix + definition }
@@ -116,6 +157,9 @@ type StartRequest struct {
 	Queue string `json:"queue,omitempty"`
 	// Input is the workflow's input; absent means null.
 	Input json.RawMessage `json:"input,omitempty"`
+	// StartPolicies are the start's policies, inline: on_conflict, reuse, delay, dedup_key,
+	// dedup_window, debounce, request_id.
+	StartPolicies
 }
 
 // CancelRequest is the body of a cancel or terminate.

@@ -245,6 +245,10 @@ type StartParams struct {
 	// Debounce collapses the starts with the same key within a quiet period into one run,
 	// started after the period with the latest input. Needs Config.Keys.
 	Debounce *Debounce
+	// RequestID identifies the start request, so that its retry is answered with the run it
+	// started instead of applying OnConflict or Reuse again (a second replacement). "" for
+	// none. Recorded in run.started's start policy.
+	RequestID string
 }
 
 // RunExistsError reports a start with the ID of an existing run whose spec or input differs.

@@ -51,8 +51,10 @@ type KeyEntry struct {
 
 // DedupIndexKey and DebounceIndexKey name a key's entry in the index: per definition, the
 // caller's key as a SHA-256 digest (keys may hold any text; index keys may not).
-func DedupIndexKey(definition, key string) string    { return "dedup." + definition + "." + digest(key) }
-func DebounceIndexKey(definition, key string) string { return "debounce." + definition + "." + digest(key) }
+func DedupIndexKey(definition, key string) string { return "dedup." + definition + "." + digest(key) }
+func DebounceIndexKey(definition, key string) string {
+	return "debounce." + definition + "." + digest(key)
+}
 
 func digest(key string) string {
 	sum := sha256.Sum256([]byte(key))

@@ -5,8 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/flowrun/flow/internal/core"
@@ -117,6 +115,7 @@ func (e *Engine) checkPolicy(p *StartParams, started *event.RunStarted) error {
 		sp.Debounce = &event.Debounce{Key: p.Debounce.Key, Period: event.Duration(p.Debounce.Period)}
 		sp.Delay = event.Duration(p.Debounce.Period)
 	}
+	sp.RequestID = p.RequestID
 	started.StartPolicy = sp
 	return nil
 }
@@ -203,6 +202,9 @@ func (e *Engine) onTaken(ctx context.Context, p StartParams, started *event.RunS
 		c, err := e.chainOf(ctx, p.RunID)
 		if err != nil {
 			return "", false, err
+		}
+		if rp := c.rootStarted.StartPolicy; p.RequestID != "" && rp != nil && rp.RequestID == p.RequestID {
+			return c.root, false, nil // a retry of the request that started it
 		}
 		var sp event.StartPolicy // this round's record, in a copy
 		if started.StartPolicy != nil {
@@ -363,37 +365,9 @@ func (e *Engine) exists(ctx context.Context, runID string) (bool, error) {
 	return len(h) > 0, err
 }
 
-// reuseFamily returns the caller ID that run runID belongs to and the number of its reuse: for
-// X, X=<gen>, X=_n and X=_n=<gen>, it returns X and 0 or n. ok is false for any other run ID
-// (children).
-func reuseFamily(runID string) (id string, n int, ok bool) {
-	i := strings.IndexByte(runID, '=')
-	if i < 0 {
-		return runID, 0, true
-	}
-	id, rest := runID[:i], runID[i+1:]
-	if strings.HasPrefix(rest, "_") {
-		num, gen, _ := strings.Cut(rest[1:], "=")
-		n, err := strconv.Atoi(num)
-		if err != nil || n < 1 || strconv.Itoa(n) != num {
-			return "", 0, false
-		}
-		if gen != "" {
-			if _, err := strconv.Atoi(gen); err != nil {
-				return "", 0, false
-			}
-		}
-		return id, n, true
-	}
-	if _, err := strconv.Atoi(rest); err == nil {
-		return id, 0, true
-	}
-	return "", 0, false
-}
-
 // laterReuse returns the run that reuses the caller ID of ended run runID after it, if any.
 func (e *Engine) laterReuse(ctx context.Context, runID string) (string, bool, error) {
-	id, n, ok := reuseFamily(runID)
+	id, n, ok := event.ReuseFamily(runID)
 	if !ok {
 		return "", false, nil
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 )
@@ -83,6 +84,9 @@ type StartPolicy struct {
 	DedupWindow Duration `json:"dedup_window,omitempty"`
 	// Debounce is the start's debounce key and quiet period.
 	Debounce *Debounce `json:"debounce,omitempty"`
+	// RequestID identifies the start request: a retry of the request that started this run
+	// (the same RequestID) returns the run instead of applying the policies again.
+	RequestID string `json:"request_id,omitempty"`
 }
 
 func (p *StartPolicy) validate() error {
@@ -146,15 +150,27 @@ func (p *RunDebounced) Validate() error {
 // numbers, so the '_' after '=' marks a reuse and cannot collide with a child or a continuation.
 func ReuseRunID(id string, n int) string { return fmt.Sprintf("%s=_%d", id, n) }
 
-// ReuseOf splits a run ID derived by ReuseRunID into the caller's ID and n; ok is false for any
-// other run ID.
-func ReuseOf(runID string) (id string, n int, ok bool) {
-	i := strings.LastIndex(runID, "=_")
-	if i <= 0 || strings.Contains(runID[:i], "=") {
-		return "", 0, false
+// ReuseFamily returns the caller run ID that run runID belongs to and the number of its reuse:
+// X, X=<gen> (a continuation), X=_n and X=_n=<gen> belong to X, with n 0 for X's own chain.
+// ok is false for any other run ID (a child's).
+func ReuseFamily(runID string) (id string, n int, ok bool) {
+	id, rest, found := strings.Cut(runID, "=")
+	if !found {
+		return runID, 0, true
 	}
-	if _, err := fmt.Sscanf(runID[i+2:], "%d", &n); err != nil || n < 1 || fmt.Sprint(n) != runID[i+2:] {
-		return "", 0, false
+	if num, isReuse := strings.CutPrefix(rest, "_"); isReuse {
+		num, gen, _ := strings.Cut(num, "=")
+		n, err := strconv.Atoi(num)
+		if err != nil || n < 1 || strconv.Itoa(n) != num {
+			return "", 0, false
+		}
+		if _, err := strconv.Atoi(gen); gen != "" && err != nil {
+			return "", 0, false
+		}
+		return id, n, true
 	}
-	return runID[:i], n, true
+	if _, err := strconv.Atoi(rest); err == nil {
+		return id, 0, true
+	}
+	return "", 0, false
 }

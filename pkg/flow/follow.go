@@ -84,7 +84,7 @@ func feedSeq(m *nats.Msg) (uint64, bool) {
 }
 
 // Result waits until run runID ends, following continuations (waiting for a successor that is
-// not started yet), and decodes its output into out (which may be nil). A run that did not
+// not started yet) and the runs that reused its ID after it ended (start policies), and decodes its output into out (which may be nil). A run that did not
 // complete returns a *RunError; so does a blocked run, at once, with its diagnosis.
 //
 // The history service answers as soon as the commit that ends (or blocks) the run is stored; it
@@ -99,6 +99,13 @@ func (c *Client) Result(ctx context.Context, runID string, out any) error {
 		c.seen.note(runID, end.Seq)
 		if end.Status == StatusContinuedAsNew {
 			runID, first = end.Outcome.SuccessorRunID, false
+			continue
+		}
+		// A run that reused the ID after this one ended (start policies) is the latest.
+		if next, ok, err := c.laterReuse(ctx, runID); err != nil {
+			return err
+		} else if ok {
+			runID, first = next, false
 			continue
 		}
 		return DecodeResult(end, out)

@@ -46,7 +46,11 @@ func (c *Client) Start(ctx context.Context, definition string, input any, opts *
 	} else if err := event.ValidateRunID(runID); err != nil {
 		return "", err
 	}
-	resp, err := c.send(ctx, api.StartSubject(definition), "start", runID, in, map[string]string{api.ExtRunID: runID, api.ExtQueue: queue})
+	ext := map[string]string{api.ExtRunID: runID, api.ExtQueue: queue}
+	if err := opts.policyExtensions(ext); err != nil {
+		return "", err
+	}
+	resp, err := c.send(ctx, api.StartSubject(definition), "start", runID, in, ext)
 	if err != nil {
 		return "", err
 	}

@@ -34,6 +34,8 @@ type input struct {
 	data json.RawMessage
 	// reason is a cancel's or terminate's reason.
 	reason string
+	// policies are a start's policies (start_policy.go).
+	policies api.StartPolicies
 }
 
 // check validates what can be checked without reading the run: names and JSON.
@@ -111,7 +113,7 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 			return nil, derr
 		}
 		spec := event.Spec{Definition: in.definition, BuildID: def.BuildID, Patches: def.Patches}
-		resp.RunID, resp.Created, err = s.engine.Start(ctx, engine.StartParams{RunID: in.runID, Spec: spec, Input: data, Queue: queue})
+		resp.RunID, resp.Created, err = s.engine.Start(ctx, in.startParams(engine.StartParams{RunID: in.runID, Spec: spec, Input: data, Queue: queue}))
 	case api.KindSignal:
 		resp.RunID, err = s.engine.Signal(ctx, in.runID, in.name, data, in.deliveryID)
 	case api.KindHook:

@@ -34,6 +34,9 @@ func fromEvent(in *input, ev *ce.Event) *api.IngressError {
 			in.runID = runIDOf(ev.Source(), ev.ID())
 		}
 		in.queue = extension(ev, api.ExtQueue)
+		if e := in.policiesOf(ev); e != nil {
+			return e
+		}
 	case api.KindSignal, api.KindHook:
 		in.data = data
 	case api.KindCancel, api.KindTerminate:
@@ -71,10 +74,13 @@ func fromPlain(in *input, body []byte, deliveryID string) *api.IngressError {
 	switch in.kind {
 	case api.KindStart:
 		var req api.StartRequest
-		if e := strictJSON(body, &req, `a start's body is {"run_id": "...", "queue": "...", "input": ...}, every field optional`); e != nil {
+		if e := strictJSON(body, &req, `a start's body is {"run_id": "...", "queue": "...", "input": ..., and the start policies (docs/start-policies.md)}, every field optional`); e != nil {
 			return e
 		}
-		in.runID, in.queue, in.data = req.RunID, req.Queue, req.Input
+		in.runID, in.queue, in.data, in.policies = req.RunID, req.Queue, req.Input, req.StartPolicies
+		if in.policies.RequestID == "" {
+			in.policies.RequestID = deliveryID
+		}
 		if in.runID == "" && deliveryID != "" {
 			in.runID = runIDOf("", deliveryID)
 		}
