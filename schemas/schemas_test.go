@@ -67,6 +67,18 @@ func examples() []example {
 			Generation:    1,
 			TraceParent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 		}},
+		{"reused and delayed", &event.RunStarted{
+			Spec: event.Spec{Definition: "order"}, Input: json.RawMessage(`{"order_id":"o-2"}`), Seed: "c4ca4238a0b92382",
+			NotBefore: at.Add(time.Minute),
+			StartPolicy: &event.StartPolicy{OnConflict: event.ConflictTerminateExisting, Reuse: event.ReuseAllowFailedOnly,
+				RunID: "order-2", Previous: "order-2", Replaces: true, Delay: event.Duration(time.Minute),
+				DedupKey: "invoice-42", DedupWindow: event.Duration(time.Hour), RequestID: "req-7"},
+		}},
+		{"debounced", &event.RunStarted{
+			Spec: event.Spec{Definition: "save"}, Input: json.RawMessage(`{"doc":"d-9"}`), Seed: "c81e728d9d4c2f63",
+			NotBefore:   at.Add(30 * time.Second),
+			StartPolicy: &event.StartPolicy{Delay: event.Duration(30 * time.Second), Debounce: &event.Debounce{Key: "doc-9", Period: event.Duration(30 * time.Second)}},
+		}},
 		{"batch", &event.StepScheduled{Steps: []event.StepSpec{
 			{ID: "charge", Name: "charge-card", Input: json.RawMessage(`{"amount_cents":1250,"currency":"EUR"}`), Retry: charge},
 			{ID: "reserve", Name: "reserve-stock", Input: json.RawMessage(`null`), Retry: event.RetryPolicy{}.Normalize()},
@@ -103,6 +115,9 @@ func examples() []example {
 		{"step exhausted", &event.RunFailed{Error: event.ErrorInfo{Kind: "card_declined", Message: "card declined"}, Cause: event.CauseStepExhausted}},
 		{"terminated", &event.RunCancelled{Reason: "stuck on a bad deploy", Cause: event.CauseOperator}},
 		{"next generation", &event.RunContinuedAsNew{SuccessorRunID: "order-1=1", Input: json.RawMessage(`{"cursor":"c-100"}`)}},
+		{"quiet period over", &event.RunDelayFired{NotBefore: at.Add(30 * time.Second)}},
+		{"a later save", &event.RunDebounced{Input: json.RawMessage(`{"doc":"d-9","rev":3}`), NotBefore: at.Add(40 * time.Second),
+			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
 	}
 }
 
@@ -130,6 +145,8 @@ func minimal() []event.Payload {
 		&event.RunFailed{Error: event.ErrorInfo{Message: "boom"}, Cause: event.CauseWorkflow},
 		&event.RunCancelled{Cause: event.CauseWorkflow},
 		&event.RunContinuedAsNew{SuccessorRunID: "r=1", Input: json.RawMessage(`null`)},
+		&event.RunDelayFired{NotBefore: at},
+		&event.RunDebounced{Input: json.RawMessage(`null`), NotBefore: at},
 	}
 }
 
@@ -314,6 +331,8 @@ func TestPropertiesMatchGoTypes(t *testing.T) {
 			"step_spec":      reflect.TypeFor[event.StepSpec](),
 			"cancelled_step": reflect.TypeFor[event.CancelledStep](),
 			"child_spec":     reflect.TypeFor[event.ChildSpec](),
+			"debounce":       reflect.TypeFor[event.Debounce](),
+			"start_policy":   reflect.TypeFor[event.StartPolicy](),
 		}
 		defs := object(t, rawSchema(t, "defs.json")["$defs"], "$defs")
 		for name, def := range defs {
@@ -421,6 +440,8 @@ func TestEnumsMatchGoConstants(t *testing.T) {
 		{"outcome", "Outcome", []string{string(event.OutcomeCompleted), string(event.OutcomeFailed), string(event.OutcomeCancelled), string(event.OutcomeContinuedAsNew)}},
 		{"cancel_policy", "CancelPolicy", []string{string(event.CancelPolicyRequest), string(event.CancelPolicyAbandon)}},
 		{"exhaustion", "Exhaustion", []string{string(event.ExhaustionFailRun), string(event.ExhaustionReturnError)}},
+		{"conflict_policy", "ConflictPolicy", []string{string(event.ConflictFail), string(event.ConflictUseExisting), string(event.ConflictTerminateExisting)}},
+		{"reuse_policy", "ReusePolicy", []string{string(event.ReuseRefuse), string(event.ReuseAllow), string(event.ReuseAllowFailedOnly)}},
 	} {
 		t.Run(tc.def, func(t *testing.T) {
 			t.Parallel()

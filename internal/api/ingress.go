@@ -157,9 +157,21 @@ type StartRequest struct {
 	Queue string `json:"queue,omitempty"`
 	// Input is the workflow's input; absent means null.
 	Input json.RawMessage `json:"input,omitempty"`
-	// StartPolicies are the start's policies, inline: on_conflict, reuse, delay, dedup_key,
-	// dedup_window, debounce, request_id.
-	StartPolicies
+	// OnConflict, Reuse, Delay, DedupKey, DedupWindow, Debounce and RequestID are the start's
+	// policies, as StartPolicies describes them (docs/start-policies.md).
+	OnConflict  event.ConflictPolicy `json:"on_conflict,omitempty"`
+	Reuse       event.ReusePolicy    `json:"reuse,omitempty"`
+	Delay       event.Duration       `json:"delay,omitempty"`
+	DedupKey    string               `json:"dedup_key,omitempty"`
+	DedupWindow event.Duration       `json:"dedup_window,omitempty"`
+	Debounce    *event.Debounce      `json:"debounce,omitempty"`
+	RequestID   string               `json:"request_id,omitempty"`
+}
+
+// Policies returns the start policies of r.
+func (r *StartRequest) Policies() StartPolicies {
+	return StartPolicies{OnConflict: r.OnConflict, Reuse: r.Reuse, Delay: r.Delay, DedupKey: r.DedupKey,
+		DedupWindow: r.DedupWindow, Debounce: r.Debounce, RequestID: r.RequestID}
 }
 
 // CancelRequest is the body of a cancel or terminate.

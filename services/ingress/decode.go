@@ -77,7 +77,7 @@ func fromPlain(in *input, body []byte, deliveryID string) *api.IngressError {
 		if e := strictJSON(body, &req, `a start's body is {"run_id": "...", "queue": "...", "input": ..., and the start policies (docs/start-policies.md)}, every field optional`); e != nil {
 			return e
 		}
-		in.runID, in.queue, in.data, in.policies = req.RunID, req.Queue, req.Input, req.StartPolicies
+		in.runID, in.queue, in.data, in.policies = req.RunID, req.Queue, req.Input, req.Policies()
 		if in.policies.RequestID == "" {
 			in.policies.RequestID = deliveryID
 		}
