@@ -26,6 +26,7 @@ func (e *env) startCmd() *cobra.Command {
 	var id, input string
 	var wait bool
 	var timeout time.Duration
+	var policies startPolicyFlags
 	cmd := &cobra.Command{
 		Use:   "start DEFINITION",
 		Short: "Start a run of a workflow definition",
@@ -45,10 +46,16 @@ out when the wait itself failed (a --timeout, a lost connection); error is set w
 run did not complete. Without --wait, --json prints {"run_id":RUN}.
 
 Starting an existing run ID again with the same definition and input returns that run; with a
-different input it is an error.`,
+different input it is an error. Start policies change that (docs/start-policies.md):
+--on-conflict for an active run of the ID, --reuse for an ended one (a new run RUN=_N, which the
+ID then addresses), --delay, --dedup-key/--dedup-window and --debounce-key/--debounce-period.
+The ID printed is the run's own.`,
 		Example: `  flow start order --wait
   flow start fanout --input '{"items":20}' --id fanout-1
-  flow start reminder --input '{"who":"ann","after":"30s"}'`,
+  flow start reminder --input '{"who":"ann","after":"30s"}'
+  flow start order --id order-7 --on-conflict terminate_existing
+  flow start order --id nightly --reuse allow --delay 10m
+  flow start order --dedup-key invoice-42 --dedup-window 1h`,
 		Args: args("DEFINITION"),
 		RunE: func(c *cobra.Command, a []string) error {
 			var in json.RawMessage
@@ -66,7 +73,11 @@ different input it is an error.`,
 				return err
 			}
 			defer client.Close()
-			runID, err := client.Start(ctx, a[0], in, &flow.StartOptions{RunID: id})
+			opts := &flow.StartOptions{RunID: id}
+			if err := policies.apply(opts); err != nil {
+				return err
+			}
+			runID, err := client.Start(ctx, a[0], in, opts)
 			if err != nil {
 				return err
 			}
@@ -120,6 +131,7 @@ different input it is an error.`,
 	cmd.Flags().StringVar(&input, "input", "", "input as JSON (default: null)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "print the run's events as they are committed, then its output once it ends")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --wait, give up after this long (default: no limit)")
+	policies.add(cmd)
 	return cmd
 }
 
@@ -262,6 +274,9 @@ was right after event SEQ (see 'flow history RUN' for the sequences). --json pri
 				fmt.Fprintf(e.stdout, "As of seq %d of %d\n", at, d.Last)
 			}
 			printSnapshot(e.stdout, d.Snapshot)
+			if at == 0 {
+				printLatest(c.Context(), e.stdout, client, d.Snapshot)
+			}
 			if d.Entry != nil && at == 0 {
 				if d.Entry.Parked != "" {
 					fmt.Fprintf(e.stdout, "Parked      %s (`flow resume %s` dispatches it again)\n", d.Entry.Parked, a[0])
@@ -292,6 +307,7 @@ func printSnapshot(w io.Writer, s *flow.Snapshot) {
 	if s.CancelRequested {
 		fmt.Fprintf(w, "Cancel      requested: %s\n", s.CancelReason)
 	}
+	printStartPolicy(w, s)
 	if o := s.Outcome; o != nil {
 		switch {
 		case o.Output != nil:

@@ -66,7 +66,7 @@ func summarize(p event.Payload) string {
 		if p.ContinuedFrom != "" {
 			s += fmt.Sprintf(", continues %s (generation %d)", p.ContinuedFrom, p.Generation)
 		}
-		return s
+		return s + startPolicySummary(p)
 	case *event.StepScheduled:
 		parts := make([]string, len(p.Steps))
 		for i, st := range p.Steps {
@@ -139,6 +139,8 @@ func summarize(p event.Payload) string {
 		return fmt.Sprintf("cancelled: %s (%s)", orNone(p.Reason), p.Cause)
 	case *event.RunContinuedAsNew:
 		return fmt.Sprintf("continued as new as run %s, input %s", p.SuccessorRunID, inline(p.Input))
+	case *event.RunDelayFired, *event.RunDebounced:
+		return summarizeDelay(p)
 	}
 	return ""
 }
