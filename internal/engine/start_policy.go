@@ -262,16 +262,30 @@ func (e *Engine) onTaken(ctx context.Context, p StartParams, started *event.RunS
 }
 
 // replace terminates run old, which run by replaced under the conflict policy
-// terminate_existing. A run that already ended is left alone. Idempotent.
+// terminate_existing, or, if old continued as new meanwhile, its latest continuation. A run
+// that already ended otherwise is left alone. Idempotent.
 func (e *Engine) replace(ctx context.Context, old, by string) error {
 	reason := fmt.Sprintf("replaced by run %q (start policy %s)", by, event.ConflictTerminateExisting)
-	err := e.external(ctx, old, func(s *core.Snapshot) ([]event.Payload, error) {
-		return core.Terminate(s, reason)
-	})
-	if errors.Is(err, core.ErrTerminal) {
-		return nil
+	for range maxGenerations {
+		err := e.external(ctx, old, func(s *core.Snapshot) ([]event.Payload, error) {
+			return core.Terminate(s, reason)
+		})
+		if !errors.Is(err, core.ErrTerminal) {
+			return err
+		}
+		s, err := e.snapshot(ctx, old, 1)
+		if err != nil {
+			return err
+		}
+		if s.Outcome.Outcome != event.OutcomeContinuedAsNew {
+			return nil
+		}
+		if err := e.startSuccessor(ctx, s); err != nil {
+			return err
+		}
+		old = s.Outcome.SuccessorRunID
 	}
-	return err
+	return fmt.Errorf("run %q continued as new more than %d times while it was being replaced", old, maxGenerations)
 }
 
 // chainOf resolves taken caller run ID id to its latest run. It returns an error wrapping

@@ -259,6 +259,29 @@ func TestLatestRunFollowsReusesAndContinuations(t *testing.T) {
 	require.ErrorIs(t, err, core.ErrTerminal)
 }
 
+// A retry of a policy start (the same request ID) is answered with the run it started, instead
+// of replacing that run or reusing the ID once more.
+func TestStartPolicyRetryIsAnsweredWithItsRun(t *testing.T) {
+	t.Parallel()
+	b := policySetup(t)
+	_, _, err := b.e.Start(t.Context(), b.params(t, "held", "sub", `1`))
+	require.NoError(t, err)
+	p := b.params(t, "held", "sub", `2`)
+	p.OnConflict, p.Reuse, p.RequestID = event.ConflictTerminateExisting, event.ReuseAllow, "req-1"
+	for i := range 3 {
+		id, created, err := b.e.Start(t.Context(), p)
+		require.NoError(t, err)
+		require.Equal(t, "sub=_1", id)
+		require.Equal(t, i == 0, created, "attempt %d", i)
+	}
+	p.RequestID = "req-2"
+	id, created, err := b.e.Start(t.Context(), p)
+	require.NoError(t, err)
+	require.Equal(t, "sub=_2", id, "another request replaces the run again")
+	require.True(t, created)
+	require.Equal(t, core.StatusFailed, b.snapshot(t, "sub=_1").Status)
+}
+
 // terminate_existing appends the new run first, then terminates the old one. A crash between
 // the two is repaired by whoever applies the new run's start (the history service): the old
 // run is terminated, once, however often the commit is applied.
