@@ -67,16 +67,16 @@ The ID printed is the run's own.`,
 				}
 				in = json.RawMessage(input)
 			}
+			opts := &flow.StartOptions{RunID: id}
+			if err := policies.apply(opts); err != nil {
+				return err
+			}
 			ctx := c.Context()
 			client, err := e.client(ctx)
 			if err != nil {
 				return err
 			}
 			defer client.Close()
-			opts := &flow.StartOptions{RunID: id}
-			if err := policies.apply(opts); err != nil {
-				return err
-			}
 			runID, err := client.Start(ctx, a[0], in, opts)
 			if err != nil {
 				return err
