@@ -31,9 +31,10 @@ type StartKeys interface {
 	// returns (e, its revision, true). If key has an entry it returns that entry, its revision
 	// and false.
 	ClaimKey(ctx context.Context, key string, e KeyEntry, ttl time.Duration) (KeyEntry, uint64, bool, error)
-	// ReplaceKey replaces key's entry at revision rev with e, expiring after ttl (0: never).
-	// It returns false, and writes nothing, if the entry changed since rev.
-	ReplaceKey(ctx context.Context, key string, rev uint64, e KeyEntry, ttl time.Duration) (bool, error)
+	// ReplaceKey replaces key's entry at revision rev with e, expiring after ttl (0: never),
+	// and returns the new entry's revision and true. It returns false, and writes nothing, if
+	// the entry changed since rev.
+	ReplaceKey(ctx context.Context, key string, rev uint64, e KeyEntry, ttl time.Duration) (uint64, bool, error)
 	// ReleaseKey deletes key's entry if it still names run runID; otherwise it does nothing.
 	ReleaseKey(ctx context.Context, key, runID string) error
 }
@@ -77,19 +78,75 @@ func (e *Engine) startDedup(ctx context.Context, p StartParams, started *event.R
 		}
 		if !claimed {
 			// The window ended; the entry had not expired yet.
-			if claimed, err = e.keys.ReplaceKey(ctx, key, rev, want, p.DedupWindow); err != nil {
+			if rev, claimed, err = e.keys.ReplaceKey(ctx, key, rev, want, p.DedupWindow); err != nil {
 				return "", false, fmt.Errorf("claiming dedup key %q: %w", p.DedupKey, err)
 			}
 			if !claimed {
 				continue
 			}
 		}
-		if err := e.faults.Hit(fault.AfterKeyBeforeStart); err != nil {
-			return "", false, fmt.Errorf("starting run %q under dedup key %q: %w", p.RunID, p.DedupKey, err)
-		}
-		return e.startOrApply(ctx, p, started)
+		return e.startKeyed(ctx, p, started, keyClaim{key: key, rev: rev, entry: want, ttl: p.DedupWindow, what: "dedup key " + strconv.Quote(p.DedupKey),
+			same: func(sp *event.StartPolicy) bool { return sp.DedupKey == p.DedupKey }})
 	}
 	return "", false, fmt.Errorf("starting under dedup key %q: other starts of the key kept winning; retry", p.DedupKey)
+}
+
+// keyClaim is a start key entry a start created (or replaced) at revision rev.
+type keyClaim struct {
+	key   string
+	rev   uint64
+	entry KeyEntry
+	ttl   time.Duration
+	what  string
+	// same reports whether a run's start policy was started under this key.
+	same func(*event.StartPolicy) bool
+	// join, when set, adds the start to the key's run that another start started (debounce).
+	join func(runID string) error
+}
+
+// startKeyed starts the run p describes, for the key it claimed. Until run.started is appended
+// another start of the key cannot tell this start from one that died, and may start p.RunID
+// itself (startClaimed): that run is then the key's, and returned. A run ID taken by another
+// run gets p's conflict or reuse policy; the key then names the run that took the start (a
+// reuse run), or, if the start was refused, is released.
+func (e *Engine) startKeyed(ctx context.Context, p StartParams, started *event.RunStarted, c keyClaim) (string, bool, error) {
+	if err := e.faults.Hit(fault.AfterKeyBeforeStart); err != nil {
+		return "", false, fmt.Errorf("starting run %q under %s: %w", p.RunID, c.what, err)
+	}
+	err := e.appendStart(ctx, p.RunID, &p, started)
+	if err == nil {
+		return p.RunID, true, nil
+	}
+	if !errors.Is(err, store.ErrConflict) {
+		return "", false, fmt.Errorf("appending run.started: %w", err)
+	}
+	got, err := e.started(ctx, p.RunID)
+	if err != nil {
+		return "", false, err
+	}
+	if got != nil && got.StartPolicy != nil && c.same(got.StartPolicy) {
+		// Started for the key by another start.
+		if c.join != nil {
+			if err := c.join(p.RunID); err != nil && !errors.Is(err, core.ErrStale) && !errors.Is(err, core.ErrTerminal) {
+				return "", false, err
+			}
+		}
+		return p.RunID, false, nil
+	}
+	id, created, err := e.onTaken(ctx, p, started)
+	switch {
+	case err != nil:
+		if rerr := e.keys.ReleaseKey(ctx, c.key, p.RunID); rerr != nil {
+			e.logger.WarnContext(ctx, "a refused start's key was not released", slog.String("key", c.key), slog.String("error", rerr.Error()))
+		}
+	case id != p.RunID:
+		c.entry.RunID = id
+		if _, _, rerr := e.keys.ReplaceKey(ctx, c.key, c.rev, c.entry, c.ttl); rerr != nil {
+			e.logger.WarnContext(ctx, "a start key does not name the run that took its start", slog.String("key", c.key),
+				slog.String("run_id", id), slog.String("error", rerr.Error()))
+		}
+	}
+	return id, created, err
 }
 
 // startClaimed returns run runID, which a key names, starting it as p describes if it has no
@@ -137,17 +194,16 @@ func (e *Engine) startDebounced(ctx context.Context, p StartParams, started *eve
 				return "", false, err
 			}
 			// The run's quiet period is over: the key names a new run.
-			if claimed, err = e.keys.ReplaceKey(ctx, key, rev, want, 0); err != nil {
+			if rev, claimed, err = e.keys.ReplaceKey(ctx, key, rev, want, 0); err != nil {
 				return "", false, fmt.Errorf("claiming debounce key %q: %w", p.Debounce.Key, err)
 			}
 			if !claimed {
 				continue
 			}
 		}
-		if err := e.faults.Hit(fault.AfterKeyBeforeStart); err != nil {
-			return "", false, fmt.Errorf("starting run %q under debounce key %q: %w", p.RunID, p.Debounce.Key, err)
-		}
-		return e.startOrApply(ctx, p, started)
+		return e.startKeyed(ctx, p, started, keyClaim{key: key, rev: rev, entry: want, what: "debounce key " + strconv.Quote(p.Debounce.Key),
+			same: func(sp *event.StartPolicy) bool { return sp.Debounce != nil && sp.Debounce.Key == p.Debounce.Key },
+			join: func(runID string) error { return e.debounceInto(ctx, runID, p.Debounce.Period, started) }})
 	}
 	return "", false, fmt.Errorf("starting under debounce key %q: other starts of the key kept winning; retry", p.Debounce.Key)
 }
@@ -256,14 +312,13 @@ func (m *MemoryKeys) ClaimKey(_ context.Context, key string, e KeyEntry, ttl tim
 }
 
 // ReplaceKey implements StartKeys.
-func (m *MemoryKeys) ReplaceKey(_ context.Context, key string, rev uint64, e KeyEntry, ttl time.Duration) (bool, error) {
+func (m *MemoryKeys) ReplaceKey(_ context.Context, key string, rev uint64, e KeyEntry, ttl time.Duration) (uint64, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if k, ok := m.live(key); !ok || k.rev != rev {
-		return false, nil
+		return 0, false, nil
 	}
-	m.put(key, e, ttl)
-	return true, nil
+	return m.put(key, e, ttl), true, nil
 }
 
 // ReleaseKey implements StartKeys.

@@ -77,24 +77,25 @@ func (k *StartKeys) ClaimKey(ctx context.Context, key string, e engine.KeyEntry,
 // ReplaceKey implements engine.StartKeys: the entry is deleted at revision rev, and e created
 // in its place (an update cannot set a TTL). A crash between the two leaves the key free, which
 // the next start claims.
-func (k *StartKeys) ReplaceKey(ctx context.Context, key string, rev uint64, e engine.KeyEntry, ttl time.Duration) (bool, error) {
+func (k *StartKeys) ReplaceKey(ctx context.Context, key string, rev uint64, e engine.KeyEntry, ttl time.Duration) (uint64, bool, error) {
 	b, err := json.Marshal(e)
 	if err != nil {
-		return false, err
+		return 0, false, err
 	}
 	if err := k.kv.Delete(ctx, key, jetstream.LastRevision(rev)); err != nil {
 		if isRevisionMismatch(err) {
-			return false, nil
+			return 0, false, nil
 		}
-		return false, fmt.Errorf("replacing start key %s: %w", key, err)
+		return 0, false, fmt.Errorf("replacing start key %s: %w", key, err)
 	}
-	if _, err := k.kv.Create(ctx, key, b, keyTTL(ttl)...); err != nil {
+	rev, err = k.kv.Create(ctx, key, b, keyTTL(ttl)...)
+	if err != nil {
 		if errors.Is(err, jetstream.ErrKeyExists) {
-			return false, nil // another start claimed the freed key
+			return 0, false, nil // another start claimed the freed key
 		}
-		return false, fmt.Errorf("replacing start key %s: %w", key, err)
+		return 0, false, fmt.Errorf("replacing start key %s: %w", key, err)
 	}
-	return true, nil
+	return rev, true, nil
 }
 
 // ReleaseKey implements engine.StartKeys.
