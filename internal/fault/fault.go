@@ -192,7 +192,7 @@ func FromEnv() (*Injector, error) {
 			return nil, fmt.Errorf("%s: %q is not point:action[:skip[:times]]", EnvVar, arm)
 		}
 		p, action := Point(parts[0]), Action(parts[1])
-		if !slices.Contains(Points, p) {
+		if !slices.Contains(Points, p) && !slices.Contains(StartPolicyPoints, p) {
 			return nil, fmt.Errorf("%s: unknown point %q", EnvVar, p)
 		}
 		if action != Fail && action != Kill {
