@@ -5,8 +5,9 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"time"
+
+	"github.com/flowrun/flow/internal/fanout"
 )
 
 // clients is how many goroutines start runs, wait for results and send signals at once.
@@ -82,42 +83,7 @@ func selectWorkloads(names []string, quick bool) ([]*workload, error) {
 // parallel calls fn(0) .. fn(n-1) from clients goroutines and returns the first error; after an
 // error or the end of ctx it calls fn no more.
 func parallel(ctx context.Context, n int, fn func(i int) error) error {
-	next := make(chan int)
-	var (
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
-		stop  = make(chan struct{})
-	)
-	fail := func(err error) {
-		once.Do(func() {
-			first = err
-			close(stop)
-		})
-	}
-	for range min(clients, n) {
-		wg.Go(func() {
-			for i := range next {
-				if err := fn(i); err != nil {
-					fail(err)
-				}
-			}
-		})
-	}
-feed:
-	for i := range n {
-		select {
-		case next <- i:
-		case <-stop:
-			break feed
-		case <-ctx.Done():
-			fail(ctx.Err())
-			break feed
-		}
-	}
-	close(next)
-	wg.Wait()
-	return first
+	return fanout.Each(ctx, clients, n, fn)
 }
 
 // latest returns the latest of ts.

@@ -46,7 +46,13 @@ func sleeper(reg *flow.Registry) {
 // returns its pending timer.
 func sleeping(t *testing.T, b *testBundle, st store.EventStore) core.Timer {
 	t.Helper()
-	worker := b.engineOn(t, st, nil)
+	return suspended(t, b, b.engineOn(t, st, nil))
+}
+
+// suspended starts a run of sleeper on worker, drives it to its sleep and returns its pending
+// timer.
+func suspended(t *testing.T, b *testBundle, worker *engine.Engine) core.Timer {
+	t.Helper()
 	runID := b.start(t, worker, "wf")
 	res, err := worker.Drive(t.Context(), runID, 0)
 	require.NoError(t, err)
@@ -285,13 +291,8 @@ func TestFiringTaskCarriesTheFiring(t *testing.T) {
 			h := &taskHost{host: b.host}
 			worker, err := engine.New(engine.Config{Store: st, Runtime: b.reg, Host: h, Replayer: b.reg.Replaying()})
 			require.NoError(t, err)
-			runID := b.start(t, worker, "wf")
-			res, err := worker.Drive(t.Context(), runID, 0)
-			require.NoError(t, err)
-			require.Equal(t, core.StatusSuspended, res.Status)
-			s, err := worker.Snapshot(t.Context(), runID)
-			require.NoError(t, err)
-			timer := core.Timers(s)[0]
+			timer := suspended(t, b, worker)
+			runID := timer.RunID
 
 			sched, err := engine.New(engine.Config{Store: st, Host: h})
 			require.NoError(t, err)
@@ -309,7 +310,7 @@ func TestFiringTaskCarriesTheFiring(t *testing.T) {
 			require.EqualValues(t, timer.Seq+1, task.Seq)
 
 			reads := st.reads.Load()
-			res, err = worker.DriveTask(t.Context(), task)
+			res, err := worker.DriveTask(t.Context(), task)
 			require.NoError(t, err)
 			require.Equal(t, core.StatusCompleted, res.Status)
 			require.Equal(t, reads, st.reads.Load(), "the worker read nothing")

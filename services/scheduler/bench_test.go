@@ -57,6 +57,7 @@ import (
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/cloudevent"
+	"github.com/flowrun/flow/internal/fanout"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsserver"
@@ -320,7 +321,7 @@ func burst(ctx context.Context, env *burstEnv, n int, nap time.Duration) ([]burs
 	c := env.client
 	ids := make([]string, n)
 	t0 := time.Now()
-	if err := burstParallel(n, func(i int) error {
+	if err := fanout.Each(ctx, burstClients, n, func(i int) error {
 		id, err := c.Start(ctx, burstWorkflow, burstInput{Nap: nap}, nil)
 		ids[i] = id
 		return err
@@ -328,11 +329,11 @@ func burst(ctx context.Context, env *burstEnv, n int, nap time.Duration) ([]burs
 		return nil, 0, err
 	}
 	started := time.Since(t0)
-	if err := burstParallel(n, func(i int) error { return c.Result(ctx, ids[i], nil) }); err != nil {
+	if err := fanout.Each(ctx, burstClients, n, func(i int) error { return c.Result(ctx, ids[i], nil) }); err != nil {
 		return nil, 0, err
 	}
 	times := make([]burstTimes, n)
-	err := burstParallel(n, func(i int) error {
+	err := fanout.Each(ctx, burstClients, n, func(i int) error {
 		var err error
 		for wait := time.Millisecond; ; wait *= 2 {
 			var ok bool
@@ -351,31 +352,6 @@ func burst(ctx context.Context, env *burstEnv, n int, nap time.Duration) ([]burs
 		times[i].registered, _ = env.feed.registeredAt(ids[i])
 	}
 	return times, started, err
-}
-
-// burstParallel calls fn(0) .. fn(n-1) from burstClients goroutines and returns the first error.
-func burstParallel(n int, fn func(i int) error) error {
-	next := make(chan int)
-	var (
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
-	)
-	for range burstClients {
-		wg.Go(func() {
-			for i := range next {
-				if err := fn(i); err != nil {
-					once.Do(func() { first = err })
-				}
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return first
 }
 
 func BenchmarkTimerBurst(b *testing.B) {

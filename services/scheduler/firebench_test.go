@@ -26,6 +26,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/fanout"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsserver"
@@ -95,7 +96,7 @@ func benchTimerFire(b *testing.B, n int) {
 	// the bucket.
 	due := time.Now().Add(2*time.Second + time.Duration(n)*400*time.Microsecond).UTC().Truncate(time.Millisecond)
 	ids := make([]string, n)
-	if err := burstParallel(n, func(i int) error {
+	if err := fanout.Each(ctx, burstClients, n, func(i int) error {
 		id := "fire-" + strconv.Itoa(i)
 		ids[i] = id
 		now := time.Now().UTC()
@@ -143,7 +144,7 @@ func benchTimerFire(b *testing.B, n int) {
 	cpu, natsUsed := processCPU(b)-cpu0, natsCPU(b)-natsCPU0
 
 	late := make([]time.Duration, n)
-	if err := burstParallel(n, func(i int) error {
+	if err := fanout.Each(ctx, burstClients, n, func(i int) error {
 		last, err := st.LastCommit(ctx, ids[i])
 		if err != nil {
 			return err

@@ -38,13 +38,13 @@ import (
 	"os"
 	"slices"
 	"strconv"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/fanout"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsserver"
@@ -320,39 +320,14 @@ func BenchmarkTenStepThroughput(b *testing.B) {
 // many goroutines.
 func (e *benchEnv) batch(ctx context.Context, n int) error {
 	ids := make([]string, n)
-	if err := benchParallel(n, func(i int) error {
+	if err := fanout.Each(ctx, benchClients, n, func(i int) error {
 		id, err := e.client.Start(ctx, benchWorkflow, i, nil)
 		ids[i] = id
 		return err
 	}); err != nil {
 		return err
 	}
-	return benchParallel(n, func(i int) error { return e.result(ctx, ids[i], i) })
-}
-
-// benchParallel calls fn(0) .. fn(n-1) from benchClients goroutines and returns the first error.
-func benchParallel(n int, fn func(i int) error) error {
-	next := make(chan int)
-	var (
-		wg    sync.WaitGroup
-		once  sync.Once
-		first error
-	)
-	for range benchClients {
-		wg.Go(func() {
-			for i := range next {
-				if err := fn(i); err != nil {
-					once.Do(func() { first = err })
-				}
-			}
-		})
-	}
-	for i := range n {
-		next <- i
-	}
-	close(next)
-	wg.Wait()
-	return first
+	return fanout.Each(ctx, benchClients, n, func(i int) error { return e.result(ctx, ids[i], i) })
 }
 
 // errAwaiting stops a watch once the run waits on its signal.
