@@ -24,7 +24,8 @@ import (
 // "specversion", or Content-Type application/cloudevents+json) or plain JSON. For a CloudEvent,
 // data is the start's input, the signal's or hook's payload, or a CancelRequest; its id is the
 // delivery ID; a start takes its run ID from the extension "flowrunid" (else the event's id,
-// when it is a valid run ID, else a digest of source and id) and its queue from "flowqueue".
+// when it is a valid run ID, else a digest of source and id), its queue from "flowqueue", and
+// its start policies from the extensions ExtOnConflict .. ExtRequestID.
 // A plain message's body is a StartRequest for a start, the payload of a signal or hook, or a
 // CancelRequest; its delivery ID is the header Idempotency-Key or Nats-Msg-Id (a message without
 // one gets a fresh ID, and so is not deduplicated), which also names the run of a start whose body
