@@ -299,33 +299,51 @@ func (e *Engine) chainOf(ctx context.Context, id string) (idChain, error) {
 	if n > 0 {
 		c.root = event.ReuseRunID(id, n)
 	}
-	if c.rootStarted, err = e.started(ctx, c.root); err != nil {
-		return idChain{}, err
+	hist, err := e.store.LoadAtLeast(ctx, c.root, 0, 1)
+	if err != nil {
+		return idChain{}, fmt.Errorf("loading run %q: %w", c.root, err)
 	}
-	if c.rootStarted == nil {
+	if len(hist) == 0 {
 		return idChain{}, fmt.Errorf("%w: run %q", core.ErrNotFound, c.root)
 	}
-	c.latest, err = e.lastGeneration(ctx, c.root)
+	var ok bool
+	if c.rootStarted, ok = hist[0].Payload.(*event.RunStarted); !ok {
+		return idChain{}, fmt.Errorf("%w: run %q does not begin with run.started", core.ErrInvalidHistory, c.root)
+	}
+	s, err := core.Project(c.root, hist)
+	if err != nil {
+		return idChain{}, err
+	}
+	c.latest, err = e.lastGenerationFrom(ctx, s)
 	return c, err
 }
 
 // lastGeneration returns the snapshot of run runID's last continuation, starting a successor
 // that is not started yet (as the end of its predecessor implies).
 func (e *Engine) lastGeneration(ctx context.Context, runID string) (*core.Snapshot, error) {
+	s, err := e.snapshot(ctx, runID, 1)
+	if err != nil {
+		return nil, err
+	}
+	return e.lastGenerationFrom(ctx, s)
+}
+
+// lastGenerationFrom is lastGeneration from s, a run's snapshot.
+func (e *Engine) lastGenerationFrom(ctx context.Context, s *core.Snapshot) (*core.Snapshot, error) {
 	for range maxGenerations {
-		s, err := e.snapshot(ctx, runID, 1)
-		if err != nil {
-			return nil, err
-		}
 		if s.Outcome == nil || s.Outcome.Outcome != event.OutcomeContinuedAsNew {
 			return s, nil
 		}
 		if err := e.startSuccessor(ctx, s); err != nil {
 			return nil, err
 		}
-		runID = s.Outcome.SuccessorRunID
+		next, err := e.snapshot(ctx, s.Outcome.SuccessorRunID, 1)
+		if err != nil {
+			return nil, err
+		}
+		s = next
 	}
-	return nil, fmt.Errorf("run %q continued as new more than %d times", runID, maxGenerations)
+	return nil, fmt.Errorf("run %q continued as new more than %d times", s.RunID, maxGenerations)
 }
 
 // lastReuse returns the number of the latest run that reuses caller ID id (0 when none does).
