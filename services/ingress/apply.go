@@ -141,6 +141,9 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 // run does not exist.
 func (s *Service) existingStart(ctx context.Context, in *input, queue string, data json.RawMessage) (*api.InputResponse, *api.IngressError, bool) {
 	exists, err := s.engine.Existing(ctx, engine.StartParams{RunID: in.runID, Spec: event.Spec{Definition: in.definition}, Input: data, Queue: queue})
+	if errors.Is(err, engine.ErrRunExists) && in.policies.OnConflict == event.ConflictUseExisting {
+		exists, err = true, nil // whatever its input (start policies)
+	}
 	switch {
 	case err != nil:
 		return nil, s.refusal(in, err), true
