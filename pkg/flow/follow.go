@@ -92,7 +92,7 @@ func feedSeq(m *nats.Msg) (uint64, bool) {
 func (c *Client) Result(ctx context.Context, runID string, out any) error {
 	first := true
 	for {
-		end, err := c.awaitEnd(ctx, runID, first)
+		end, reusedBy, err := c.awaitEnd(ctx, runID, first)
 		if err != nil {
 			return err
 		}
@@ -102,10 +102,8 @@ func (c *Client) Result(ctx context.Context, runID string, out any) error {
 			continue
 		}
 		// A run that reused the ID after this one ended (start policies) is the latest.
-		if next, ok, err := c.laterReuse(ctx, runID); err != nil {
-			return err
-		} else if ok {
-			runID, first = next, false
+		if reusedBy != "" {
+			runID, first = reusedBy, false
 			continue
 		}
 		return DecodeResult(end, out)
@@ -113,9 +111,10 @@ func (c *Client) Result(ctx context.Context, runID string, out any) error {
 }
 
 // awaitEnd asks the history service, again and again, to answer once run runID ends or blocks.
-func (c *Client) awaitEnd(ctx context.Context, runID string, mustExist bool) (*Snapshot, error) {
+// reusedBy is the run that reuses its ID after it ended, if any (api.AwaitResponse.ReusedBy).
+func (c *Client) awaitEnd(ctx context.Context, runID string, mustExist bool) (_ *Snapshot, reusedBy string, _ error) {
 	if err := event.ValidateDerivedRunID(runID); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	for {
 		wait := api.DefaultAwait
@@ -128,12 +127,12 @@ func (c *Client) awaitEnd(ctx context.Context, runID string, mustExist bool) (*S
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, "", ctx.Err()
 			}
-			return nil, err
+			return nil, "", err
 		}
 		if resp.Ended && resp.Snapshot != nil {
-			return resp.Snapshot, nil
+			return resp.Snapshot, resp.ReusedBy, nil
 		}
 		mustExist = false // the service checked it exists
 	}

@@ -1,9 +1,11 @@
 package history
 
 import (
+	"context"
 	"fmt"
 	"time"
 
+	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -42,4 +44,43 @@ func summarizeDelay(p event.Payload) string {
 		return fmt.Sprintf("start debounced: input %s, delayed until %s", inline(p.Input), p.NotBefore.Format("2006-01-02 15:04:05.000"))
 	}
 	return ""
+}
+
+// reusedBy returns the latest run that reuses the caller ID of run end after it ended (start
+// policies), or "". Runs id=_1..id=_n exist and none after, so a doubling then halving search
+// finds n; a run nothing reused costs one direct get (the runs index may lag the commit that
+// started a reuse, so the stream is asked). A failed read answers "".
+func (s *Service) reusedBy(ctx context.Context, end *core.Snapshot) string {
+	if end == nil || end.Outcome == nil || end.Outcome.Outcome == event.OutcomeContinuedAsNew {
+		return ""
+	}
+	id, n, ok := event.ReuseFamily(end.RunID)
+	if !ok {
+		return ""
+	}
+	failed := false
+	exists := func(k int) bool {
+		if _, ok := s.index.get(event.ReuseRunID(id, k)); ok {
+			return true
+		}
+		last, err := s.store.LastCommit(ctx, event.ReuseRunID(id, k))
+		failed = failed || err != nil
+		return err == nil && len(last) > 0
+	}
+	lo, hi := n, n+1
+	for exists(hi) {
+		lo, hi = hi, hi+max(1, hi-n)
+	}
+	for hi-lo > 1 {
+		mid := lo + (hi-lo)/2
+		if exists(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	if lo <= n || failed {
+		return ""
+	}
+	return event.ReuseRunID(id, lo)
 }
