@@ -270,11 +270,11 @@ func (e *RunExistsError) Is(target error) bool { return target == ErrRunExists }
 
 // Start appends run.started for a new run and asks for it to be driven. Starting an existing
 // run ID again with the same spec, input, queue and links returns it with created false; with
-// different ones it returns a *RunExistsError, or a *ReuseRefusedError for an ID whose latest
-// run ended; p's start policies change this (docs/start-policies.md). A caller's run ID that
-// other runs reused answers for its latest run; the run ID returned is the run's own. Nothing is appended for invalid parameters. Once
-// run.started is committed Start succeeds: its resume task is a fast path that the history
-// service repeats.
+// different ones it returns a *RunExistsError. p's start policies change this, and may start
+// or return another run than p.RunID (docs/start-policies.md): the run ID returned is the run's
+// own. A caller's run ID that later runs reused answers for the latest of them. Nothing is
+// appended for invalid parameters. Once run.started is committed Start succeeds: its resume
+// task is a fast path that the history service repeats.
 func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, created bool, err error) {
 	started, err := e.prepareStart(&p)
 	if err != nil {
