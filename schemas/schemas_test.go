@@ -115,6 +115,7 @@ func examples() []example {
 		{"step exhausted", &event.RunFailed{Error: event.ErrorInfo{Kind: "card_declined", Message: "card declined"}, Cause: event.CauseStepExhausted}},
 		{"terminated", &event.RunCancelled{Reason: "stuck on a bad deploy", Cause: event.CauseOperator}},
 		{"next generation", &event.RunContinuedAsNew{SuccessorRunID: "order-1=1", Input: json.RawMessage(`{"cursor":"c-100"}`)}},
+		{"order number", &event.SideEffectRecorded{SideEffectID: "order-number", Value: json.RawMessage(`"ord-8842"`)}},
 		{"quiet period over", &event.RunDelayFired{NotBefore: at.Add(30 * time.Second)}},
 		{"a later save", &event.RunDebounced{Input: json.RawMessage(`{"doc":"d-9","rev":3}`), NotBefore: at.Add(40 * time.Second),
 			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
@@ -145,6 +146,7 @@ func minimal() []event.Payload {
 		&event.RunFailed{Error: event.ErrorInfo{Message: "boom"}, Cause: event.CauseWorkflow},
 		&event.RunCancelled{Cause: event.CauseWorkflow},
 		&event.RunContinuedAsNew{SuccessorRunID: "r=1", Input: json.RawMessage(`null`)},
+		&event.SideEffectRecorded{SideEffectID: "s", Value: json.RawMessage(`null`)},
 		&event.RunDelayFired{NotBefore: at},
 		&event.RunDebounced{Input: json.RawMessage(`null`), NotBefore: at},
 	}

@@ -56,6 +56,7 @@ func registry(logger *slog.Logger) *flow.Registry {
 	flow.RegisterWorkflow(reg, defAwait, awaitWorkflow)
 	flow.RegisterStep(reg, stepInc, func(_ context.Context, n int) (int, error) { return n + 1, nil })
 	flow.RegisterStep(reg, stepIndex, func(_ context.Context, n int) (int, error) { return n, nil })
+	registerQueries(reg)
 	return reg
 }
 

@@ -49,6 +49,7 @@ var workloads = []*workload{
 	{name: "W8", full: 1000, quick: 50, warm: 20, timeout: 10 * time.Minute, run: runW8},
 	{name: "ceiling-1", full: 3000, quick: 500, warm: 500, timeout: time.Minute, run: runCeiling1},
 	{name: "ceiling-1000", full: 3000, quick: 500, warm: 500, timeout: time.Minute, run: runCeiling1000},
+	{name: "Q1", full: 2000, quick: 500, warm: 200, timeout: 2 * time.Minute, run: runQ1},
 	{name: "W7", full: 100_000, quick: 2000, once: true, timeout: 30 * time.Minute, run: runW7},
 }
 

@@ -82,6 +82,8 @@ func isDecisionEvent(p event.Payload) bool {
 	case *event.StepScheduled, *event.WaitScheduled, *event.SignalAwaited, *event.HookCreated,
 		*event.ChildScheduled, *event.RunCompleted, *event.RunContinuedAsNew:
 		return true
+	case *event.SideEffectRecorded:
+		return true
 	case *event.StepCancelled:
 		return p.Cause != event.CauseOperator
 	case *event.RunFailed:
@@ -214,6 +216,8 @@ func (s *Snapshot) check(e event.Envelope) error {
 		if c.Settled {
 			return s.fail(e, "child_state", "child %q already settled at seq %d", p.ChildID, c.SettledSeq)
 		}
+	case *event.SideEffectRecorded:
+		return s.checkNew(e, []string{p.SideEffectID})
 	case *event.RunCancelRequested:
 		if s.CancelRequested {
 			return s.fail(e, "cancel_state", "cancellation was already requested")
@@ -461,6 +465,9 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		c.Settled, c.Outcome, c.EndedRunID, c.Output, c.Error, c.SettledSeq = true, d.Outcome, d.RunID, d.Output, d.Error, e.Seq
 		p.ChildrenPending--
 		p.ChildrenSettled++
+	case *event.SideEffectRecorded:
+		s.ids[d.SideEffectID] = kindSideEffect
+		s.SideEffects[d.SideEffectID] = &SideEffect{ID: d.SideEffectID, Value: d.Value, Seq: e.Seq}
 	case *event.RunCancelRequested:
 		s.CancelRequested, s.CancelReason = true, d.Reason
 	case *event.DecisionFailed:

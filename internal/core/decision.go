@@ -86,17 +86,18 @@ type Invalid struct {
 	Err  error
 }
 
-func (ScheduleSteps) decision() {}
-func (WaitUntil) decision()     {}
-func (Sleep) decision()         {}
-func (AwaitSignal) decision()   {}
-func (CreateHook) decision()    {}
-func (StartChildren) decision() {}
-func (Complete) decision()      {}
-func (Fail) decision()          {}
-func (Cancel) decision()        {}
-func (ContinueAsNew) decision() {}
-func (Invalid) decision()       {}
+func (ScheduleSteps) decision()    {}
+func (WaitUntil) decision()        {}
+func (Sleep) decision()            {}
+func (AwaitSignal) decision()      {}
+func (CreateHook) decision()       {}
+func (StartChildren) decision()    {}
+func (Complete) decision()         {}
+func (Fail) decision()             {}
+func (Cancel) decision()           {}
+func (ContinueAsNew) decision()    {}
+func (Invalid) decision()          {}
+func (RecordSideEffect) decision() {}
 
 func (d ScheduleSteps) Describe() string {
 	ids := make([]string, len(d.Steps))
@@ -122,11 +123,12 @@ func (d StartChildren) Describe() string {
 	}
 	return describe("StartChildren", ids...)
 }
-func (Complete) Describe() string      { return "Complete" }
-func (Fail) Describe() string          { return "Fail" }
-func (Cancel) Describe() string        { return "Cancel" }
-func (ContinueAsNew) Describe() string { return "ContinueAsNew" }
-func (d Invalid) Describe() string     { return "invalid " + d.What }
+func (Complete) Describe() string           { return "Complete" }
+func (Fail) Describe() string               { return "Fail" }
+func (Cancel) Describe() string             { return "Cancel" }
+func (ContinueAsNew) Describe() string      { return "ContinueAsNew" }
+func (d Invalid) Describe() string          { return "invalid " + d.What }
+func (d RecordSideEffect) Describe() string { return describe("SideEffect", d.ID) }
 
 func describe(name string, ids ...string) string {
 	b := []byte(name + "(")

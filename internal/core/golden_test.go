@@ -212,6 +212,13 @@ func parseDecision(t *testing.T, d string) core.Decision {
 			return core.Cancel{Reason: reason}
 		case "continue_as_new":
 			return core.ContinueAsNew{Input: v}
+		case "side_effect":
+			var se struct {
+				ID    string          `json:"id"`
+				Value json.RawMessage `json:"value"`
+			}
+			decode(&se)
+			return core.RecordSideEffect{ID: se.ID, Value: se.Value}
 		}
 		t.Fatalf("unknown decision %q", k)
 	}

@@ -79,6 +79,9 @@ func (g *generator) decision(allowEnd bool) core.Decision {
 		}
 		return core.WaitUntil{ID: g.id("until"), Deadline: g.now.Add(time.Duration(g.rng.IntN(600)) * time.Second)}
 	case 3:
+		if g.rng.IntN(3) == 0 {
+			return core.RecordSideEffect{ID: g.id("effect"), Value: json.RawMessage(fmt.Sprintf(`{"v":%d}`, g.rng.IntN(100)))}
+		}
 		return core.AwaitSignal{WaitID: g.id("sig"), Name: []string{"approve", "poke"}[g.rng.IntN(2)]}
 	case 4:
 		return core.CreateHook{ID: g.id("hook"), Metadata: json.RawMessage(`{"who":"ops"}`)}

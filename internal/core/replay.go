@@ -27,7 +27,9 @@ func Replay(runID string, history []event.Envelope, d Decider, opts DecideOption
 			i++
 			continue
 		}
+		s.ahead = e.Payload
 		v, err := Decide(s, d, opts)
+		s.ahead = nil
 		if err != nil {
 			return nil, err
 		}
@@ -110,6 +112,8 @@ func compareRecorded(runID string, rec event.Envelope, got event.Payload) error 
 			return mismatch(runID, kindHook, r.HookID, "hook_id", r.HookID, g.HookID, rec.Seq)
 		}
 		return compareHook(runID, r, rec.Seq, g)
+	case *event.SideEffectRecorded:
+		return compareSideEffect(runID, r, rec.Seq, got.(*event.SideEffectRecorded))
 	case *event.RunContinuedAsNew:
 		g := got.(*event.RunContinuedAsNew)
 		if !JSONEqual(r.Input, g.Input) {
@@ -163,6 +167,8 @@ func describeEvent(p event.Payload) plain {
 		return plain(fmt.Sprintf("%s(%s, %s)", p.EventType(), p.WaitID, p.Name))
 	case *event.HookCreated:
 		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.HookID))
+	case *event.SideEffectRecorded:
+		return describeSideEffect(p)
 	}
 	return plain(p.EventType())
 }

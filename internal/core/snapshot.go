@@ -240,6 +240,8 @@ type Snapshot struct {
 	Blocked         *Blocked `json:"blocked,omitempty"`
 	Outcome         *Outcome `json:"outcome,omitempty"`
 	Progress        Progress `json:"progress"`
+	// SideEffects holds the values side_effect.recorded recorded, by side effect ID.
+	SideEffects map[string]*SideEffect `json:"side_effects,omitempty"`
 
 	// Delayed is set while the run waits out its start delay (run.started's NotBefore, moved
 	// by run.debounced) and clear from run.delay_fired on: no decision is made meanwhile.
@@ -283,6 +285,9 @@ type Snapshot struct {
 	// run's Summary (its status or detail).
 	summarySeq uint64
 	summaryAt  time.Time
+	// ahead is, while Replay asks the code for the decision the history records next, that
+	// recorded decision's first event (see ReplayedSideEffect); nil otherwise.
+	ahead event.Payload
 }
 
 var zeroTime time.Time
@@ -309,6 +314,7 @@ func newSized(runID string, steps int) *Snapshot {
 		buffered:     map[string][]int{},
 		deliveries:   map[string]struct{}{},
 		tokens:       map[string]string{},
+		SideEffects:  map[string]*SideEffect{},
 	}
 }
 
@@ -347,7 +353,7 @@ func (s *Snapshot) InputTraces() []string { return s.inputTraces }
 // Batch returns the members, in order, of the step or child batch recorded at seq.
 func (s *Snapshot) Batch(seq uint64) []string { return s.batches[seq] }
 
-// KindOf returns the kind ("step", "wait", "signal_wait", "hook", "child") that uses id, or "".
+// KindOf returns the kind ("step", "wait", "signal_wait", "hook", "child", "side_effect") that uses id, or "".
 func (s *Snapshot) KindOf(id string) string { return s.ids[id] }
 
 // DeliverySeen reports whether a signal with this delivery ID has been received.

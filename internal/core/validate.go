@@ -86,6 +86,8 @@ func Validate(s *Snapshot, d Decision) (Verdict, error) {
 			return v.invalid("ContinueAsNew: successor run ID: %v", err)
 		}
 		return v.end(&event.RunContinuedAsNew{SuccessorRunID: next, Input: in}, event.CauseWorkflow, "the run continued as new before the step settled")
+	case RecordSideEffect:
+		return v.sideEffect(d)
 	case Invalid:
 		return v.invalid("%s: %v", d.What, d.Err)
 	case nil:
@@ -132,6 +134,8 @@ func (s *Snapshot) recordedSeq(id string) uint64 {
 		return s.Hooks[id].Seq
 	case kindChild:
 		return s.Children[id].BatchSeq
+	case kindSideEffect:
+		return s.SideEffects[id].Seq
 	}
 	return 0
 }

@@ -22,6 +22,9 @@ type runLock struct {
 	// highest sequence a joined task asked it to read. Both are guarded by runLocks.mu.
 	driving bool
 	want    uint64
+	// reads takes the requests of readers (ReadSnapshot) for a copy of the run's snapshot: the
+	// active driver answers them while it waits for its steps, between two changes.
+	reads chan chan *core.Snapshot
 }
 
 // lock blocks until the caller holds run id, as its active driver.
@@ -32,7 +35,7 @@ func (l *runLocks) lock(id string) *runLock {
 	}
 	rl, ok := l.m[id]
 	if !ok {
-		rl = &runLock{poke: make(chan struct{}, 1)}
+		rl = &runLock{poke: make(chan struct{}, 1), reads: make(chan chan *core.Snapshot)}
 		l.m[id] = rl
 	}
 	rl.refs++
@@ -85,7 +88,7 @@ func (l *runLocks) tryLock(id string) (*runLock, bool) {
 	if rl, held := l.m[id]; held {
 		return rl, false
 	}
-	rl := &runLock{poke: make(chan struct{}, 1), refs: 1}
+	rl := &runLock{poke: make(chan struct{}, 1), reads: make(chan chan *core.Snapshot), refs: 1}
 	rl.mu.Lock()
 	l.m[id] = rl
 	return rl, true

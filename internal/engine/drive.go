@@ -263,6 +263,10 @@ func (d *driver) wait(ctx context.Context) error {
 			}
 		case <-d.rl.poke:
 			return d.refresh(ctx, 0)
+		case reply := <-d.rl.reads:
+			// A reader (a query) wants the run's state while its steps run: a copy, made
+			// between two changes, that it owns.
+			reply <- d.s.Clone()
 		case <-ctx.Done():
 			return ctx.Err()
 		}

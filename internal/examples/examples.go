@@ -64,6 +64,7 @@ func RegisterWith(reg *flow.Registry, o Options) {
 	flow.RegisterStep(reg, "sendReminder", SendReminder)
 
 	flow.RegisterWorkflow(reg, "approval", Approval)
+	flow.RegisterQuery(reg, "approval", "status", ApprovalStatusQuery)
 
 	flow.RegisterWorkflow(reg, "webhook", Webhook)
 	flow.RegisterStep(reg, "announceHook", Announcer{BaseURL: o.HookBaseURL, Logger: o.Logger}.AnnounceHook)

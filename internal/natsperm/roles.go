@@ -215,6 +215,9 @@ func ingressRole() Role {
 	g.liveness()
 	g.append(streams.DeadLetter, api.DeadLetterPrefix+">")
 	g.subscribe(api.IngressPrefix + ">")
+	// The HTTP query route asks the workers, after reading a run's first event from the history
+	// service to address them.
+	g.publish(api.QueryPrefix+">", api.SubjectHistory)
 	return g.role(Ingress, "the ingress (`flowd ingress`)", true)
 }
 
@@ -232,14 +235,17 @@ func workerRole() Role {
 	g.kvWrite(streams.WorkersBucket)
 	g.kvWrite(streams.DefinitionsBucket)
 	g.kvWrite(streams.ParkedBucket)
-	return g.role(Worker, "workers (`flowd worker`, programs running `worker.New`)", false)
+	// It answers the queries of the runs it can run the code of (a micro service, with $SRV
+	// discovery).
+	g.subscribe(api.QueryPrefix+">", "$SRV.*", "$SRV.*.flow-worker", "$SRV.*.flow-worker.*")
+	return g.role(Worker, "workers (`flowd worker`, programs running `worker.New`)", true)
 }
 
 // clientRole: clients start, signal, deliver to hooks, cancel and terminate through the ingress,
 // query the history service and watch the event feed. They never touch a stream.
 func clientRole() Role {
 	var g grants
-	g.publish(api.IngressPrefix+">", "flow.api.>")
+	g.publish(api.IngressPrefix+">", "flow.api.>", api.QueryPrefix+">")
 	g.replies()
 	g.subscribe(api.FeedPrefix + ">")
 	return g.role(Client, "clients: `flow.Client`, the `flow` CLI, your programs", false)

@@ -26,6 +26,8 @@ const (
 	TypeRunFailed          Type = "run.failed"
 	TypeRunCancelled       Type = "run.cancelled"
 	TypeRunContinuedAsNew  Type = "run.continued_as_new"
+	// TypeSideEffectRecorded records the value of a side effect (ctx.SideEffect) once.
+	TypeSideEffectRecorded Type = "side_effect.recorded"
 	// TypeRunDelayFired ends a delayed run's start delay (run.started's NotBefore): the first
 	// decision is due.
 	TypeRunDelayFired Type = "run.delay_fired"
@@ -57,6 +59,7 @@ func Types() []Type {
 		TypeWaitFired, TypeSignalAwaited, TypeSignalReceived, TypeHookCreated, TypeHookReceived,
 		TypeChildScheduled, TypeChildSettled, TypeRunCancelRequested, TypeDecisionFailed,
 		TypeRunCompleted, TypeRunFailed, TypeRunCancelled, TypeRunContinuedAsNew,
+		TypeSideEffectRecorded,
 		TypeRunDelayFired, TypeRunDebounced,
 	}
 }
@@ -92,6 +95,7 @@ var factories = map[Type]func() Payload{
 	TypeRunFailed:          func() Payload { return new(RunFailed) },
 	TypeRunCancelled:       func() Payload { return new(RunCancelled) },
 	TypeRunContinuedAsNew:  func() Payload { return new(RunContinuedAsNew) },
+	TypeSideEffectRecorded: func() Payload { return new(SideEffectRecorded) },
 	TypeRunDelayFired:      func() Payload { return new(RunDelayFired) },
 	TypeRunDebounced:       func() Payload { return new(RunDebounced) },
 }

@@ -65,6 +65,8 @@ type Client struct {
 	// seen remembers, per run, the last sequence this client was shown, so that its reads
 	// include it (read-your-writes) even where a lagging replica answers.
 	seen seenSeqs
+	// routes remembers, per run, where its queries go (query_client.go).
+	routes queryRoutes
 }
 
 // Dial connects to the NATS server at url ("" means nats://127.0.0.1:4222) and returns a client

@@ -23,6 +23,11 @@ type Context struct {
 	cancelSeen bool
 	logger     *slog.Logger
 	runLogger  *slog.Logger // logger with the run's ID, made on first use
+	// randoms and uuids count the calls of Random and UUID in this evaluation of the code.
+	randoms, uuids uint64
+	// query is set when the code is evaluated to answer a query (see HandleQuery): nothing it
+	// returns is recorded, and side effects are not run.
+	query *queryEval
 }
 
 // RunID returns the ID of the run.

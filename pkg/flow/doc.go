@@ -40,8 +40,11 @@
 // workflow, check:
 //
 //  1. Could this value change on replay? Clocks, randomness, the environment, network responses
-//     and mutable globals can; use [Context.Now] and read the rest in a step.
-//  2. Does every changing value come from a step output, a signal or a hook?
+//     and mutable globals can; use [Context.Now] and read the rest in a step. For randomness use
+//     [Context.Random] and [Context.UUID] (derived from the run's recorded seed and the call's
+//     position, so call them unconditionally); for any other value computed once,
+//     [Context.SideEffect] records it in history and reads it back.
+//  2. Does every changing value come from a step output, a signal, a hook or a side effect?
 //  3. Does every decision have a stable ID with one meaning?
 //  4. Can the target system deduplicate a repeated side effect?
 //  5. Does the run release the process completely while it waits?
@@ -50,6 +53,14 @@
 // Code changes that affect open runs go behind a patch marker ([WithPatches], [Context.Patched])
 // or a new build ID ([RegistryOptions]); flowtest.Replay checks new code against stored
 // histories in CI.
+//
+// # Queries
+//
+// A query asks a run a read-only question: [RegisterQuery] registers a handler that reads the
+// run's snapshot through a [Context], and [HandleQuery] declares one from inside the workflow
+// function, which a worker then evaluates on the snapshot in query mode, discarding its
+// decision. [Client.Query] asks; a worker of the run's code answers from the snapshot it holds
+// (or rebuilds from history); nothing is recorded. See docs/queries.md.
 //
 // # Errors
 //

@@ -40,6 +40,8 @@ type Registry struct {
 	mu        *sync.RWMutex
 	workflows map[string]*workflowEntry
 	steps     map[string]stepFunc
+	// queries holds the handlers RegisterQuery registered, by definition and query name.
+	queries map[string]map[string]queryFunc
 }
 
 type workflowEntry struct {

@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowrun/flow/internal/api"
@@ -38,18 +39,14 @@ func (s *Service) serve() error {
 	add := func(subject string, fn func(ctx context.Context, data []byte) (any, error)) error {
 		name := strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(subject, "flow.api."), "runs."), ".", "_")
 		return svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
+			reply, data := r.Reply(), r.Data()
 			slots <- struct{}{}
 			go func() {
 				defer func() { <-slots }()
 				ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
 				defer cancel()
-				resp, err := fn(ctx, r.Data())
-				if err != nil {
-					e := s.apiError(err)
-					_ = r.Error(string(e.Code), e.Message, nil)
-					return
-				}
-				_ = r.RespondJSON(resp)
+				resp, err := fn(ctx, data)
+				s.reply(reply, resp, err)
 			}()
 		}), micro.WithEndpointSubject(subject))
 	}
@@ -76,17 +73,13 @@ func (s *Service) serve() error {
 			_ = r.Error(string(api.CodeUnavailable), fmt.Sprintf("%d awaits are held already; retry", maxAwaits), nil)
 			return
 		}
+		reply, data := r.Reply(), r.Data()
 		go func() {
 			defer func() { <-awaits }()
 			ctx, cancel := context.WithTimeout(context.Background(), api.MaxAwait+5*time.Second)
 			defer cancel()
-			resp, err := handle(s.await)(ctx, r.Data())
-			if err != nil {
-				e := s.apiError(err)
-				_ = r.Error(string(e.Code), e.Message, nil)
-				return
-			}
-			_ = r.RespondJSON(resp)
+			resp, err := handle(s.await)(ctx, data)
+			s.reply(reply, resp, err)
 		}()
 	}), micro.WithEndpointSubject(api.SubjectAwait))
 	if err != nil {
@@ -123,6 +116,30 @@ func handle[Req, Resp any](fn func(context.Context, Req) (Resp, error)) func(con
 			}
 		}
 		return fn(ctx, req)
+	}
+}
+
+// reply answers a request of the micro service from the goroutine that computed resp (or err),
+// after the endpoint's handler returned: it publishes to the request's reply subject itself, as
+// micro.Request's Respond would (an error is an empty body with micro's error headers), because
+// the service reads the micro.Request for its statistics once the handler returned, and
+// answering through it then is a data race. A request without a reply subject is not answered.
+func (s *Service) reply(subject string, resp any, err error) {
+	if subject == "" {
+		return
+	}
+	msg := nats.NewMsg(subject)
+	if err == nil {
+		msg.Data, err = json.Marshal(resp)
+	}
+	if err != nil {
+		e := s.apiError(err)
+		msg.Data = nil
+		msg.Header.Set(micro.ErrorCodeHeader, string(e.Code))
+		msg.Header.Set(micro.ErrorHeader, e.Message)
+	}
+	if err := s.nc.PublishMsg(msg); err != nil {
+		s.logger.Warn("an answer was not sent", slog.String("subject", subject), slog.String("error", err.Error()))
 	}
 }
 

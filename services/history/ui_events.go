@@ -139,6 +139,8 @@ func summarize(p event.Payload) string {
 		return fmt.Sprintf("cancelled: %s (%s)", orNone(p.Reason), p.Cause)
 	case *event.RunContinuedAsNew:
 		return fmt.Sprintf("continued as new as run %s, input %s", p.SuccessorRunID, inline(p.Input))
+	case *event.SideEffectRecorded:
+		return fmt.Sprintf("side effect %s recorded → %s", p.SideEffectID, inline(p.Value))
 	case *event.RunDelayFired, *event.RunDebounced:
 		return summarizeDelay(p)
 	}

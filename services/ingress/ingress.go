@@ -103,6 +103,8 @@ type Service struct {
 	readiness health.State
 	cancel    context.CancelFunc
 	once      sync.Once
+	// queries asks workers the queries of the HTTP route (query.go).
+	queries queryClient
 }
 
 // New returns an ingress service, or an error naming the field of cfg that is wrong.

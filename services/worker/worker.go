@@ -25,6 +25,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flowrun/flow/internal/core"
@@ -119,6 +120,10 @@ type Worker struct {
 	stopOnce   sync.Once
 	// unobserve unregisters the worker's observable gauge, once registered.
 	unobserve func()
+	// querySvc serves the queries of the runs it can run the code of (query.go); querySlots
+	// caps the queries answered at once.
+	querySvc   micro.Service
+	querySlots chan struct{}
 }
 
 // New returns a worker for the workflows and steps of reg.
@@ -240,8 +245,12 @@ func (w *Worker) start(ctx context.Context) error {
 		}
 		w.cons = append(w.cons, cons)
 	}
+	if err := w.serveQueries(); err != nil {
+		return err
+	}
 	// The last step that can fail: nothing runs yet that Start would have to stop.
 	if w.probes, err = health.Listen(w.cfg.HTTPAddr, w.Ready, w.logger); err != nil {
+		_ = w.querySvc.Stop()
 		return fmt.Errorf("worker: listening on %s for /healthz, /readyz and /metrics: %w (set FLOW_WORKER_HTTP_ADDR to another address, or \"off\")", w.cfg.HTTPAddr, err)
 	}
 	w.runCtx, w.cancelRuns = context.WithCancel(context.WithoutCancel(ctx))
@@ -576,6 +585,10 @@ func (w *Worker) Stop(ctx context.Context) error {
 		}
 		w.readiness.Stopping()
 		w.stopping.Store(true)
+		// No more queries: another worker of the queue answers them.
+		if qerr := w.querySvc.Stop(); qerr != nil {
+			w.logger.Warn("the query endpoints did not stop cleanly", slog.String("error", qerr.Error()))
+		}
 		// Gone from the views at once: other workers park runs of its definitions instead of
 		// handing them back for it.
 		if perr := w.pub.Stop(ctx); perr != nil {

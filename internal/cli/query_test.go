@@ -1,0 +1,67 @@
+package cli_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/api"
+)
+
+// TestQueryCommand asks the approval example's "status" query with `flow query`.
+func TestQueryCommand(t *testing.T) {
+	t.Parallel()
+	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
+	dev := startDev(t, "--listen", strings.TrimPrefix(url, "nats://"), "--http", "127.0.0.1:0", "--ingress-http", "127.0.0.1:0", "--log-level", "warn")
+	nats := "--server=" + url
+
+	r := run(t, "start", "approval", "--id", "approval-q", "--input", `{"who":"ann","timeout":"1h"}`, nats)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Eventually(t, func() bool {
+		r := run(t, "query", "approval-q", "status", nats)
+		return r.code == 0 && strings.Contains(r.stdout, `"deadline"`)
+	}, 20*time.Second, 20*time.Millisecond, "the run records its deadline")
+
+	r = run(t, "query", "approval-q", "status", "--args", `{}`, nats)
+	require.Equal(t, 0, r.code, r.stderr)
+	var st struct {
+		Who     string `json:"who"`
+		Waiting bool   `json:"waiting"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &st))
+	require.Equal(t, "ann", st.Who)
+	require.True(t, st.Waiting)
+
+	r = run(t, "query", "approval-q", "status", "--json", nats)
+	require.Equal(t, 0, r.code, r.stderr)
+	var res api.QueryResult
+	require.NoError(t, json.Unmarshal([]byte(r.stdout), &res))
+	require.Equal(t, "approval-q", res.RunID)
+	require.Equal(t, "status", res.Query)
+	require.Equal(t, "suspended", string(res.Status))
+
+	for _, tt := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"UnknownQuery", []string{"query", "approval-q", "eta", nats}, 1, `has no query "eta"; it handles status`},
+		{"UnknownRun", []string{"query", "no-such-run", "status", nats}, 1, `not found`},
+		{"BadArgs", []string{"query", "approval-q", "status", "--args", `[1]`, nats}, 1, `the arguments of query "status" (run "approval-q") do not decode`},
+		{"ArgsNotJSON", []string{"query", "approval-q", "status", "--args", `{who`, nats}, 2, `--args is not valid JSON`},
+		{"MissingName", []string{"query", "approval-q", nats}, 2, `flow query takes 2 argument(s), RUN NAME; got 1`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := run(t, tt.args...)
+			require.Equal(t, tt.code, r.code, "stderr: %s", r.stderr)
+			require.Contains(t, r.stderr, tt.want)
+			require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+		})
+	}
+	dev.stopAndWait(t)
+}

@@ -1,0 +1,94 @@
+package core
+
+import (
+	"maps"
+	"slices"
+)
+
+// Clone returns a deep copy of the snapshot that shares no mutable state with s: applying
+// events to either leaves the other as it was. JSON documents and other values that Apply only
+// ever replaces (inputs, outputs, the spec, the outcome) are shared. Clone costs time linear in
+// the snapshot's size; it lets a reader (a query) hold a run's state while its driver goes on.
+// Clone must not run concurrently with Apply on s.
+func (s *Snapshot) Clone() *Snapshot {
+	c := *s
+	c.ahead = nil
+	c.Steps = make(map[string]*Step, len(s.Steps))
+	for id, st := range s.Steps {
+		cp := *st
+		cp.prev, cp.next = nil, nil
+		c.Steps[id] = &cp
+	}
+	c.unsettled = stepList{}
+	for st := s.unsettled.first; st != nil; st = st.next {
+		c.unsettled.push(c.Steps[st.ID])
+	}
+	c.stepBatches = make(map[uint64][]*Step, len(s.stepBatches))
+	for seq, members := range s.stepBatches {
+		cm := make([]*Step, len(members))
+		for i, st := range members {
+			cm[i] = c.Steps[st.ID]
+		}
+		c.stepBatches[seq] = cm
+	}
+	c.Waits = cloneValues(s.Waits)
+	c.SignalWaits = cloneValues(s.SignalWaits)
+	c.Hooks = cloneValues(s.Hooks)
+	c.Children = cloneValues(s.Children)
+	c.childBatches = make(map[uint64][]*Child, len(s.childBatches))
+	for seq, members := range s.childBatches {
+		cm := make([]*Child, len(members))
+		for i, ch := range members {
+			cm[i] = c.Children[ch.ID]
+		}
+		c.childBatches[seq] = cm
+	}
+	c.Signals = make([]*Signal, len(s.Signals))
+	for i, sig := range s.Signals {
+		cp := *sig
+		c.Signals[i] = &cp
+	}
+	c.SideEffects = cloneValues(s.SideEffects)
+	if s.Blocked != nil {
+		b := *s.Blocked
+		c.Blocked = &b
+	}
+	if s.Outcome != nil {
+		o := *s.Outcome
+		c.Outcome = &o
+	}
+	c.ids = maps.Clone(s.ids)
+	c.batches = maps.Clone(s.batches) // member lists are never changed once recorded
+	c.awaiting = cloneSlices(s.awaiting)
+	c.buffered = cloneSlices(s.buffered)
+	c.deliveries = maps.Clone(s.deliveries)
+	c.tokens = maps.Clone(s.tokens)
+	c.exhausted = slices.Clone(s.exhausted)
+	c.inputTraces = slices.Clone(s.inputTraces)
+	return &c
+}
+
+// cloneValues copies a map of pointers to structs, and the structs.
+func cloneValues[K comparable, V any](m map[K]*V) map[K]*V {
+	if m == nil {
+		return nil
+	}
+	c := make(map[K]*V, len(m))
+	for k, v := range m {
+		cp := *v
+		c[k] = &cp
+	}
+	return c
+}
+
+// cloneSlices copies a map of slices, and the slices, which Apply appends to.
+func cloneSlices[K comparable, V any](m map[K][]V) map[K][]V {
+	if m == nil {
+		return nil
+	}
+	c := make(map[K][]V, len(m))
+	for k, v := range m {
+		c[k] = slices.Clone(v)
+	}
+	return c
+}

@@ -1,0 +1,23 @@
+package event
+
+import (
+	"encoding/json"
+	"errors"
+)
+
+// SideEffectRecorded records, once, the value workflow code computed for side effect
+// SideEffectID (flow's ctx.SideEffect): later decisions and every replay read Value back instead
+// of computing it again. The ID shares the run's namespace of decision IDs (steps, waits, signal
+// waits, hooks, children).
+type SideEffectRecorded struct {
+	SideEffectID string          `json:"side_effect_id"`
+	Value        json.RawMessage `json:"value"`
+}
+
+// EventType implements Payload.
+func (*SideEffectRecorded) EventType() Type { return TypeSideEffectRecorded }
+
+// Validate implements Payload.
+func (p *SideEffectRecorded) Validate() error {
+	return errors.Join(required("side_effect_id", p.SideEffectID), requiredJSON("value", p.Value))
+}
