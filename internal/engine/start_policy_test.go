@@ -356,6 +356,22 @@ func TestStartDelay(t *testing.T) {
 	require.JSONEq(t, `"hello"`, string(b.snapshot(t, id).Outcome.Output))
 }
 
+// A delayed start whose timer registration fails (the process dies after the append) is not
+// lost: whoever applies its commit (the history service) registers the start timer.
+func TestStartDelayTimerIsRepaired(t *testing.T) {
+	t.Parallel()
+	b := policySetup(t)
+	b.host.failTimers.Store(1)
+	p := b.params(t, "echo", "later", `1`)
+	p.Delay = time.Second
+	id, created, err := b.e.Start(t.Context(), p)
+	require.NoError(t, err, "the start is committed; its timer is a fast path")
+	require.True(t, created)
+	require.Zero(t, b.host.timerCount())
+	require.NoError(t, b.e.ApplyCommit(t.Context(), b.snapshot(t, id), b.history(t, id)))
+	require.Equal(t, 1, b.host.timerCount(), "registered from the commit")
+}
+
 func types(hist []event.Envelope) []event.Type {
 	out := make([]event.Type, len(hist))
 	for i, e := range hist {
