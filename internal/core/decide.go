@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -49,8 +48,7 @@ func Decide(s *Snapshot, d Decider, opts DecideOptions) (Verdict, error) {
 		return Verdict{}, fmt.Errorf("%w: run %q ended at seq %d", ErrTerminal, s.RunID, s.Outcome.Seq)
 	}
 	if s.Delayed {
-		// No decision before the start delay fires (run.delay_fired).
-		return Verdict{WaitingOn: "start delay until " + s.NotBefore.Format(time.RFC3339Nano)}, nil
+		return delayedVerdict(s), nil
 	}
 	if events := exhaustion(s); events != nil {
 		return Verdict{Events: events}, nil

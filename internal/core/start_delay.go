@@ -52,8 +52,19 @@ func Debounce(s *Snapshot, input []byte, notBefore time.Time, traceParent string
 	return []event.Payload{&event.RunDebounced{Input: in, NotBefore: notBefore.UTC(), TraceParent: traceParent}}, nil
 }
 
+// delayedVerdict is Decide's verdict for delayed run s: no decision before its start delay
+// fires, unless cancellation was requested: a run whose code never ran ends cancelled at once
+// (an automatic transition, as a step's exhaustion is).
+func delayedVerdict(s *Snapshot) Verdict {
+	if s.CancelRequested {
+		return Verdict{Events: []event.Payload{&event.RunCancelled{Reason: s.CancelReason, Cause: event.CauseCancelRequested}}}
+	}
+	return Verdict{WaitingOn: "start delay until " + s.NotBefore.Format(time.RFC3339Nano)}
+}
+
 // checkDelay checks the start-delay rules for e: run.debounced and run.delay_fired only while
-// the run is delayed, and no decision before run.delay_fired.
+// the run is delayed, and no decision before run.delay_fired but the cancellation of a run
+// whose cancellation was requested.
 func (s *Snapshot) checkDelay(e event.Envelope) error {
 	switch e.Payload.(type) {
 	case *event.RunDebounced, *event.RunDelayFired:
@@ -61,6 +72,9 @@ func (s *Snapshot) checkDelay(e event.Envelope) error {
 			return s.fail(e, "start_delay", "%s, but the run is not delayed", e.Type())
 		}
 		return nil
+	}
+	if c, ok := e.Payload.(*event.RunCancelled); ok && c.Cause == event.CauseCancelRequested && s.CancelRequested {
+		return nil // a delayed run whose cancellation was requested ends so (delayedVerdict)
 	}
 	if s.Delayed && isDecisionEvent(e.Payload) {
 		return s.fail(e, "start_delay", "%s before run.delay_fired: a delayed run makes no decision until its delay (not before %s) fires",

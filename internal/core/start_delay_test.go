@@ -83,6 +83,25 @@ func TestDelayedRunTerminated(t *testing.T) {
 	require.ErrorIs(t, err, core.ErrTerminal)
 }
 
+// A cancellation request ends a delayed run at once, as cancelled: its code never ran.
+func TestDelayedRunCancelled(t *testing.T) {
+	t.Parallel()
+	h := delayed(t)
+	evs, err := core.RequestCancel(h.snapshot(), "not needed")
+	require.NoError(t, err)
+	h.add(evs...)
+	s := h.snapshot()
+	require.True(t, core.Derive(s, h.envs[1:]).Resume, "the request is driven")
+	v, err := core.Decide(s, always(core.Complete{Output: json.RawMessage(`1`)}), core.DecideOptions{})
+	require.NoError(t, err)
+	require.Equal(t, []event.Payload{&event.RunCancelled{Reason: "not needed", Cause: event.CauseCancelRequested}}, v.Events)
+	h.add(v.Events...)
+	s = h.snapshot()
+	require.Equal(t, core.StatusCancelled, s.Status)
+	require.Empty(t, core.Check(h.run, h.envs))
+	require.Len(t, core.Derive(s, h.envs[2:]).Moot, 1, "its start timer is moot")
+}
+
 // The invariants of a delay: no decision before run.delay_fired, and run.delay_fired and
 // run.debounced only while the run is delayed.
 func TestStartDelayInvariants(t *testing.T) {

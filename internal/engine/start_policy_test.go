@@ -372,6 +372,24 @@ func TestStartDelayTimerIsRepaired(t *testing.T) {
 	require.Equal(t, 1, b.host.timerCount(), "registered from the commit")
 }
 
+// Cancelling a delayed run ends it at once, as cancelled, and frees its debounce key.
+func TestDelayedRunCancelled(t *testing.T) {
+	t.Parallel()
+	b := policySetup(t)
+	p := b.params(t, "echo", "pending", `1`)
+	p.Debounce = &engine.Debounce{Key: "k", Period: time.Hour}
+	id, _, err := b.e.Start(t.Context(), p)
+	require.NoError(t, err)
+	_, err = b.e.Cancel(t.Context(), id, "changed my mind")
+	require.NoError(t, err)
+	require.Equal(t, core.StatusCancelled, b.drive(t, id))
+	hist := b.history(t, id)
+	require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeRunCancelRequested, event.TypeRunCancelled}, types(hist))
+	require.NoError(t, b.e.ApplyCommit(t.Context(), b.snapshot(t, id), hist[2:]))
+	require.Zero(t, b.keys.Len(), "the key is released")
+	require.Zero(t, b.host.timerCount(), "the start timer is moot")
+}
+
 func types(hist []event.Envelope) []event.Type {
 	out := make([]event.Type, len(hist))
 	for i, e := range hist {
