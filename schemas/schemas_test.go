@@ -66,6 +66,7 @@ func examples() []example {
 			ContinuedFrom: "checkout-1=order",
 			Generation:    1,
 			TraceParent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+			Attributes:    exampleAttributes(),
 		}},
 		{"reused and delayed", &event.RunStarted{
 			Spec: event.Spec{Definition: "order"}, Input: json.RawMessage(`{"order_id":"o-2"}`), Seed: "c4ca4238a0b92382",
@@ -116,6 +117,7 @@ func examples() []example {
 		{"terminated", &event.RunCancelled{Reason: "stuck on a bad deploy", Cause: event.CauseOperator}},
 		{"next generation", &event.RunContinuedAsNew{SuccessorRunID: "order-1=1", Input: json.RawMessage(`{"cursor":"c-100"}`)}},
 		{"order number", &event.SideEffectRecorded{SideEffectID: "order-number", Value: json.RawMessage(`"ord-8842"`)}},
+		{"stage paid", &event.AttributesUpserted{UpsertID: "stage-paid", Attributes: exampleAttributes()}},
 		{"quiet period over", &event.RunDelayFired{NotBefore: at.Add(30 * time.Second)}},
 		{"a later save", &event.RunDebounced{Input: json.RawMessage(`{"doc":"d-9","rev":3}`), NotBefore: at.Add(40 * time.Second),
 			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
@@ -147,6 +149,7 @@ func minimal() []event.Payload {
 		&event.RunCancelled{Cause: event.CauseWorkflow},
 		&event.RunContinuedAsNew{SuccessorRunID: "r=1", Input: json.RawMessage(`null`)},
 		&event.SideEffectRecorded{SideEffectID: "s", Value: json.RawMessage(`null`)},
+		&event.AttributesUpserted{UpsertID: "u", Attributes: event.Attributes{"a": {Type: event.AttrBool, Value: json.RawMessage(`true`)}}},
 		&event.RunDelayFired{NotBefore: at},
 		&event.RunDebounced{Input: json.RawMessage(`null`), NotBefore: at},
 	}
@@ -327,20 +330,21 @@ func TestPropertiesMatchGoTypes(t *testing.T) {
 	t.Run("Definitions", func(t *testing.T) {
 		t.Parallel()
 		goTypes := map[string]reflect.Type{
-			"error_info":     reflect.TypeFor[event.ErrorInfo](),
-			"spec":           reflect.TypeFor[event.Spec](),
-			"parent_ref":     reflect.TypeFor[event.ParentRef](),
-			"step_spec":      reflect.TypeFor[event.StepSpec](),
-			"cancelled_step": reflect.TypeFor[event.CancelledStep](),
-			"child_spec":     reflect.TypeFor[event.ChildSpec](),
-			"debounce":       reflect.TypeFor[event.Debounce](),
-			"start_policy":   reflect.TypeFor[event.StartPolicy](),
+			"error_info":      reflect.TypeFor[event.ErrorInfo](),
+			"spec":            reflect.TypeFor[event.Spec](),
+			"parent_ref":      reflect.TypeFor[event.ParentRef](),
+			"step_spec":       reflect.TypeFor[event.StepSpec](),
+			"cancelled_step":  reflect.TypeFor[event.CancelledStep](),
+			"child_spec":      reflect.TypeFor[event.ChildSpec](),
+			"attribute_value": reflect.TypeFor[event.AttributeValue](),
+			"debounce":        reflect.TypeFor[event.Debounce](),
+			"start_policy":    reflect.TypeFor[event.StartPolicy](),
 		}
 		defs := object(t, rawSchema(t, "defs.json")["$defs"], "$defs")
 		for name, def := range defs {
 			def := object(t, def, name)
-			if def["type"] != "object" {
-				continue
+			if def["type"] != "object" || def["properties"] == nil {
+				continue // a map (attributes) has no fixed properties
 			}
 			t.Run(name, func(t *testing.T) {
 				t.Parallel()
@@ -442,6 +446,12 @@ func TestEnumsMatchGoConstants(t *testing.T) {
 		{"outcome", "Outcome", []string{string(event.OutcomeCompleted), string(event.OutcomeFailed), string(event.OutcomeCancelled), string(event.OutcomeContinuedAsNew)}},
 		{"cancel_policy", "CancelPolicy", []string{string(event.CancelPolicyRequest), string(event.CancelPolicyAbandon)}},
 		{"exhaustion", "Exhaustion", []string{string(event.ExhaustionFailRun), string(event.ExhaustionReturnError)}},
+		{"attribute_type", "AttributeType", func() (out []string) {
+			for _, t := range event.AttributeTypes() {
+				out = append(out, string(t))
+			}
+			return out
+		}()},
 		{"conflict_policy", "ConflictPolicy", []string{string(event.ConflictFail), string(event.ConflictUseExisting), string(event.ConflictTerminateExisting)}},
 		{"reuse_policy", "ReusePolicy", []string{string(event.ReuseRefuse), string(event.ReuseAllow), string(event.ReuseAllowFailedOnly)}},
 	} {

@@ -97,6 +97,11 @@ type ListRequest struct {
 	Limit int `json:"limit,omitempty"`
 	// Cursor continues a listing where the previous page's Next left it.
 	Cursor string `json:"cursor,omitempty"`
+	// Where keeps the runs a filter expression selects (docs/search.md), e.g.
+	// `customer = "c-42" and status = "running" and started > "2026-12-01"`: built-in fields
+	// and the search attributes the listed definitions declare. A filter that does not parse
+	// or type-check is refused (CodeInvalid, HTTP 400) with a message saying what to write.
+	Where string `json:"where,omitempty"`
 }
 
 // Limits of a list page.

@@ -1,6 +1,10 @@
 package api
 
-import "time"
+import (
+	"time"
+
+	"github.com/flowrun/flow/pkg/event"
+)
 
 // SubjectDefinitions is the history service's NATS endpoint listing workflow definitions and
 // the live workers that serve them (DefinitionsRequest: DefinitionsResponse). Over HTTP:
@@ -31,6 +35,9 @@ type DefinitionInfo struct {
 	// is alive, of the latest registration.
 	BuildID string   `json:"build_id,omitempty"`
 	Patches []string `json:"patches,omitempty"`
+	// Attributes are the search attributes the definition declares, from the same
+	// registration as BuildID and Patches.
+	Attributes []event.AttributeDecl `json:"attributes,omitempty"`
 	// UpdatedAt is when a worker last registered the definition; zero when the service holds
 	// no registration.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`

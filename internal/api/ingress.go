@@ -79,6 +79,9 @@ const (
 const (
 	ExtRunID = "flowrunid"
 	ExtQueue = "flowqueue"
+	// ExtAttributes carries a start's search attributes: a JSON object of values by name, as
+	// StartRequest.Attributes.
+	ExtAttributes = "flowattrs"
 )
 
 // CloudEvents extensions of a start's policies (docs/start-policies.md): the fields of
@@ -158,6 +161,10 @@ type StartRequest struct {
 	Queue string `json:"queue,omitempty"`
 	// Input is the workflow's input; absent means null.
 	Input json.RawMessage `json:"input,omitempty"`
+	// Attributes are the run's search attributes: JSON values by name, each of the type the
+	// definition declares (or a string that reads as one, e.g. "42" for an int, "2026-12-01"
+	// for a time, "a,b" for a keyword list). Absent for none.
+	Attributes map[string]json.RawMessage `json:"attributes,omitempty"`
 	// OnConflict, Reuse, Delay, DedupKey, DedupWindow, Debounce and RequestID are the start's
 	// policies, as StartPolicies describes them (docs/start-policies.md).
 	OnConflict  event.ConflictPolicy `json:"on_conflict,omitempty"`

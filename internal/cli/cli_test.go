@@ -198,6 +198,29 @@ func TestTour(t *testing.T) {
 		require.Contains(t, r.stderr, "--since must be an RFC 3339 time")
 	})
 
+	t.Run("SearchAttributes", func(t *testing.T) {
+		r := run(t, "start", "order", "--id", "order-c42", "--attr", "customer=c-42", "--attr", "amount=120", "--attr", "tags=eu,vip", "--wait", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Eventually(t, func() bool {
+			r := run(t, "runs", "--where", `customer = "c-42" and amount >= 100 and tags contains "vip" and status = "completed"`, nats)
+			return r.code == 0 && strings.Contains(r.stdout, "order-c42")
+		}, 10*time.Second, 20*time.Millisecond)
+		r = run(t, "runs", "--where", `customer = "c-42"`, nats)
+		require.Contains(t, r.stdout, "ATTRIBUTES")
+		require.Contains(t, r.stdout, `amount=120 customer="c-42" tags=["eu","vip"]`)
+		require.NotContains(t, r.stdout, "order-2026-0001")
+		r = run(t, "runs", "--where", `amount = "120"`, nats)
+		require.Equal(t, 1, r.code)
+		require.Contains(t, r.stderr, "invalid filter at column 10: amount is an int, and string \"120\" is not one; use an integer literal, e.g. 42")
+		require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+		r = run(t, "start", "order", "--attr", "amount=lots", nats)
+		require.Equal(t, 1, r.code)
+		require.Contains(t, r.stderr, `search attribute "amount"`)
+		r = run(t, "start", "order", "--attr", "customer", nats)
+		require.Equal(t, 2, r.code)
+		require.Contains(t, r.stderr, `--attr "customer" is not NAME=VALUE; write e.g. --attr customer=c-42`)
+	})
+
 	t.Run("BadInputIsOneLineAndNonZero", func(t *testing.T) {
 		for _, tt := range []struct {
 			name string

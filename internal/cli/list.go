@@ -71,7 +71,7 @@ the event at which the run entered its status. A page ends with the command for 
 			}
 			if len(runs) == 0 {
 				if f.Cursor == "" && len(f.Status) == 0 && f.Definition == "" && f.Queue == "" && f.Build == "" && f.Parent == "" &&
-					f.Since.IsZero() && f.Until.IsZero() && !f.Parked {
+					f.Since.IsZero() && f.Until.IsZero() && !f.Parked && f.Where == "" {
 					fmt.Fprintln(e.stdout, "No runs yet. Start one with: flow start order --wait")
 				} else {
 					fmt.Fprintln(e.stdout, "No runs match.")
@@ -79,7 +79,12 @@ the event at which the run entered its status. A page ends with the command for 
 				return nil
 			}
 			tw := tabwriter.NewWriter(e.stdout, 0, 4, 2, ' ', 0)
-			fmt.Fprintln(tw, "RUN\tDEFINITION\tSTATUS\tSINCE\tUPDATED\tDETAIL")
+			withAttrs := slices.ContainsFunc(runs, func(r flow.RunSummary) bool { return len(r.Attributes) > 0 })
+			if withAttrs {
+				fmt.Fprintln(tw, "RUN\tDEFINITION\tSTATUS\tSINCE\tUPDATED\tATTRIBUTES\tDETAIL")
+			} else {
+				fmt.Fprintln(tw, "RUN\tDEFINITION\tSTATUS\tSINCE\tUPDATED\tDETAIL")
+			}
 			for _, r := range runs {
 				detail := r.Detail
 				switch {
@@ -87,6 +92,11 @@ the event at which the run entered its status. A page ends with the command for 
 					detail = "DAMAGED: " + r.Damaged
 				case r.Parked != "":
 					detail = "parked: " + r.Parked
+				}
+				if withAttrs {
+					fmt.Fprintf(tw, "%s\t%s\t%s\tseq %d\t%s\t%s\t%s\n", r.RunID, r.Definition, r.Status, r.Seq, r.UpdatedAt.Format(time.RFC3339),
+						truncate(attrText(r.Attributes), 60), truncate(detail, 70))
+					continue
 				}
 				fmt.Fprintf(tw, "%s\t%s\t%s\tseq %d\t%s\t%s\n", r.RunID, r.Definition, r.Status, r.Seq, r.UpdatedAt.Format(time.RFC3339), truncate(detail, 70))
 			}
@@ -108,6 +118,7 @@ the event at which the run entered its status. A page ends with the command for 
 	cmd.Flags().BoolVar(&f.Parked, "parked", false, "only runs no worker drives now (blocked, or waiting for a worker of their build or definition)")
 	cmd.Flags().IntVar(&f.Limit, "limit", 50, fmt.Sprintf("runs per page, from 1 to %d", api.MaxListLimit))
 	cmd.Flags().StringVar(&f.Cursor, "cursor", "", "continue after the page that printed this cursor")
+	cmd.Flags().StringVar(&f.Where, "where", "", `only runs a filter selects, e.g. 'customer = "c-42" and status = "running" and started > "2026-12-01"' (see docs/search.md)`)
 	cmd.Flags().BoolVar(&all, "all", false, "list every page")
 	return cmd
 }

@@ -24,6 +24,7 @@ import (
 
 func (e *env) startCmd() *cobra.Command {
 	var id, input string
+	var attrs []string
 	var wait bool
 	var timeout time.Duration
 	var policies startPolicyFlags
@@ -53,6 +54,7 @@ The ID printed is the run's own.`,
 		Example: `  flow start order --wait
   flow start fanout --input '{"items":20}' --id fanout-1
   flow start reminder --input '{"who":"ann","after":"30s"}'
+  flow start order --attr customer=c-42 --attr amount=120 --attr tags=eu,vip
   flow start order --id order-7 --on-conflict terminate_existing
   flow start order --id nightly --reuse allow --delay 10m
   flow start order --dedup-key invoice-42 --dedup-window 1h`,
@@ -77,6 +79,11 @@ The ID printed is the run's own.`,
 				return err
 			}
 			defer client.Close()
+			startAttrs, err := attrFlags(attrs)
+			if err != nil {
+				return err
+			}
+			opts.Attributes = startAttrs
 			runID, err := client.Start(ctx, a[0], in, opts)
 			if err != nil {
 				return err
@@ -131,6 +138,7 @@ The ID printed is the run's own.`,
 	cmd.Flags().StringVar(&input, "input", "", "input as JSON (default: null)")
 	cmd.Flags().BoolVar(&wait, "wait", false, "print the run's events as they are committed, then its output once it ends")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --wait, give up after this long (default: no limit)")
+	cmd.Flags().StringArrayVar(&attrs, "attr", nil, "a search attribute the run starts with, NAME=VALUE (repeatable); the value is read as the type the definition declares: text, an integer, a number, true/false, an RFC 3339 time or date, or comma-separated keywords")
 	policies.add(cmd)
 	return cmd
 }

@@ -43,7 +43,7 @@ func (s *Snapshot) Apply(e event.Envelope) error {
 	}
 	prev := s.Status
 	s.Status = s.status()
-	if s.Status != prev || failed || e.Type().Terminal() {
+	if s.Status != prev || failed || e.Type().Terminal() || changesAttributes(e.Payload) {
 		s.summarySeq, s.summaryAt = e.Seq, e.Time
 	}
 	return nil
@@ -80,7 +80,7 @@ func inputTrace(p event.Payload) string {
 func isDecisionEvent(p event.Payload) bool {
 	switch p := p.(type) {
 	case *event.StepScheduled, *event.WaitScheduled, *event.SignalAwaited, *event.HookCreated,
-		*event.ChildScheduled, *event.RunCompleted, *event.RunContinuedAsNew:
+		*event.ChildScheduled, *event.RunCompleted, *event.RunContinuedAsNew, *event.AttributesUpserted:
 		return true
 	case *event.SideEffectRecorded:
 		return true
@@ -218,6 +218,8 @@ func (s *Snapshot) check(e event.Envelope) error {
 		}
 	case *event.SideEffectRecorded:
 		return s.checkNew(e, []string{p.SideEffectID})
+	case *event.AttributesUpserted:
+		return s.checkNew(e, []string{p.UpsertID})
 	case *event.RunCancelRequested:
 		if s.CancelRequested {
 			return s.fail(e, "cancel_state", "cancellation was already requested")
@@ -332,6 +334,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.ContinuedFrom = d.ContinuedFrom
 		s.Generation = d.Generation
 		s.TraceParent = d.TraceParent
+		s.Attributes = d.Attributes.Merge(nil)
 		s.StartPolicy = d.StartPolicy
 		if !d.NotBefore.IsZero() {
 			s.Delayed, s.NotBefore, s.NotBeforeSeq = true, d.NotBefore, e.Seq
@@ -468,6 +471,8 @@ func (s *Snapshot) mutate(e event.Envelope) {
 	case *event.SideEffectRecorded:
 		s.ids[d.SideEffectID] = kindSideEffect
 		s.SideEffects[d.SideEffectID] = &SideEffect{ID: d.SideEffectID, Value: d.Value, Seq: e.Seq}
+	case *event.AttributesUpserted:
+		s.upserted(e, d)
 	case *event.RunCancelRequested:
 		s.CancelRequested, s.CancelReason = true, d.Reason
 	case *event.DecisionFailed:

@@ -49,6 +49,11 @@ func (s *Snapshot) Clone() *Snapshot {
 		c.Signals[i] = &cp
 	}
 	c.SideEffects = cloneValues(s.SideEffects)
+	c.Upserts = cloneValues(s.Upserts)
+	for _, u := range c.Upserts {
+		u.Attributes = maps.Clone(u.Attributes)
+	}
+	c.Attributes = maps.Clone(s.Attributes)
 	if s.Blocked != nil {
 		b := *s.Blocked
 		c.Blocked = &b

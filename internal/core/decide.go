@@ -16,6 +16,9 @@ type Identity struct {
 	BuildID string
 	// Patches are the patch markers the code knows. Every marker a run recorded must be known.
 	Patches []string
+	// Attributes are the search attributes the code declares: an upsert may set only these,
+	// each with a value of its declared type.
+	Attributes []event.AttributeDecl
 }
 
 // Decider is the runtime seam, the seed's FlowRuntime::run_workflow: it runs workflow code.
@@ -62,6 +65,9 @@ func Decide(s *Snapshot, d Decider, opts DecideOptions) (Verdict, error) {
 	}
 	dec, err := d.RunWorkflow(s.Spec.Definition, s.Input, s)
 	if err != nil {
+		return Verdict{}, err
+	}
+	if err := CheckDeclared(s.RunID, dec, id.Attributes); err != nil {
 		return Verdict{}, err
 	}
 	v, err := Validate(s, dec)

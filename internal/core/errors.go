@@ -50,13 +50,15 @@ const (
 type NonDeterminismError struct {
 	RunID string
 	// Kind is the kind of identity: "step", "wait", "signal_wait", "hook", "child",
-	// "continue_as_new", "run" (spec fields) or "decision" (a different decision altogether).
+	// "continue_as_new", "run" (spec fields), "decision" (a different decision altogether) or
+	// "upsert" (an UpsertAttributes decision).
 	Kind string
 	// ID is the identity compared (step ID, wait ID, ...); empty for run-level fields.
 	ID string
 	// Field is the field that differs: step_id, wait_id, hook_id, child_id, name, input, retry,
 	// deadline, duration, signal_name, token, metadata, definition, cancel_policy, members,
-	// kind, output, successor_run_id, build_id, patches, event or decision.
+	// kind, output, successor_run_id, build_id, patches, event or decision; for an upsert,
+	// upsert_id or "attributes.<name>" naming the attribute whose value differs.
 	Field string
 	// Recorded and New render the two values.
 	Recorded string
@@ -68,7 +70,7 @@ type NonDeterminismError struct {
 // Code returns the documented error code.
 func (e *NonDeterminismError) Code() string {
 	switch e.Field {
-	case "decision", "kind", "members", "step_id", "wait_id", "hook_id", "child_id", "event":
+	case "decision", "kind", "members", "step_id", "wait_id", "hook_id", "child_id", "event", "upsert_id":
 		return CodeDecisionMismatch
 	case "build_id", "patches":
 		return CodeVersionMismatch
@@ -101,7 +103,7 @@ func (e *NonDeterminismError) hint() string {
 		return "possible causes: this run is pinned to another build of the code; what to do: let a worker of the recorded build decide it, or cancel the run"
 	case "patches":
 		return "possible causes: the run started with a patch marker that this code no longer declares; what to do: keep declaring the patch until no run that recorded it is open"
-	case "decision", "kind", "members", "step_id", "wait_id", "hook_id", "child_id", "event":
+	case "decision", "kind", "members", "step_id", "wait_id", "hook_id", "child_id", "event", "upsert_id":
 		return "possible causes: the workflow code changed its sequence of decisions while this run was in flight, or a decision depends on a clock, randomness, the environment or a global; what to do: deploy code that replays this history (guard the change with ctx.Patched and a patch marker, or a new build ID), and read changing values in a step"
 	}
 	return "possible causes: a value the workflow computes changed between executions (read a clock, randomness, the environment or a global in a decision) or the workflow code changed while this run was in flight; what to do: read changing values in a step and use its output, and guard code changes with ctx.Patched and a patch marker or deploy them under a new build ID"

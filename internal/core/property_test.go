@@ -84,6 +84,10 @@ func (g *generator) decision(allowEnd bool) core.Decision {
 		}
 		return core.AwaitSignal{WaitID: g.id("sig"), Name: []string{"approve", "poke"}[g.rng.IntN(2)]}
 	case 4:
+		if g.rng.IntN(3) == 0 {
+			return core.UpsertAttributes{ID: g.id("upsert"), Attributes: event.Attributes{
+				"amount": {Type: event.AttrInt, Value: json.RawMessage(fmt.Sprint(g.rng.IntN(100)))}}}
+		}
 		return core.CreateHook{ID: g.id("hook"), Metadata: json.RawMessage(`{"who":"ops"}`)}
 	case 5:
 		kids := make([]core.ChildCall, 1+g.rng.IntN(2))
@@ -115,7 +119,8 @@ func (g *generator) step(allowEnd bool) error {
 	var actions []action
 	actions = append(actions, func() ([]event.Payload, error) {
 		dec := g.decision(allowEnd)
-		v, err := core.Decide(s, script{fn: func(*core.Snapshot) core.Decision { return dec }}, core.DecideOptions{})
+		v, err := core.Decide(s, script{id: core.Identity{Attributes: []event.AttributeDecl{{Name: "amount", Type: event.AttrInt}}},
+			fn: func(*core.Snapshot) core.Decision { return dec }}, core.DecideOptions{})
 		if err != nil {
 			return []event.Payload{core.DecisionFailure(err, "")}, nil
 		}

@@ -114,6 +114,12 @@ func compareRecorded(runID string, rec event.Envelope, got event.Payload) error 
 		return compareHook(runID, r, rec.Seq, g)
 	case *event.SideEffectRecorded:
 		return compareSideEffect(runID, r, rec.Seq, got.(*event.SideEffectRecorded))
+	case *event.AttributesUpserted:
+		g := got.(*event.AttributesUpserted)
+		if r.UpsertID != g.UpsertID {
+			return mismatch(runID, kindUpsert, r.UpsertID, "upsert_id", r.UpsertID, g.UpsertID, rec.Seq)
+		}
+		return compareUpsert(runID, r, rec.Seq, g)
 	case *event.RunContinuedAsNew:
 		g := got.(*event.RunContinuedAsNew)
 		if !JSONEqual(r.Input, g.Input) {
@@ -169,6 +175,8 @@ func describeEvent(p event.Payload) plain {
 		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.HookID))
 	case *event.SideEffectRecorded:
 		return describeSideEffect(p)
+	case *event.AttributesUpserted:
+		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.UpsertID))
 	}
 	return plain(p.EventType())
 }

@@ -242,6 +242,11 @@ type Snapshot struct {
 	Progress        Progress `json:"progress"`
 	// SideEffects holds the values side_effect.recorded recorded, by side effect ID.
 	SideEffects map[string]*SideEffect `json:"side_effects,omitempty"`
+	// Attributes are the run's search attributes now: those it started with, each replaced by
+	// the latest upsert that set it. Empty for none.
+	Attributes event.Attributes `json:"attributes,omitempty"`
+	// Upserts are the recorded attributes.upserted decisions by upsert ID.
+	Upserts map[string]*Upsert `json:"upserts,omitempty"`
 
 	// Delayed is set while the run waits out its start delay (run.started's NotBefore, moved
 	// by run.debounced) and clear from run.delay_fired on: no decision is made meanwhile.
@@ -471,12 +476,14 @@ type Summary struct {
 	Parked string `json:"parked,omitempty"`
 	// Damaged says what was found damaged in the run's history; the runs index sets it.
 	Damaged string `json:"damaged,omitempty"`
+	// Attributes are the run's search attributes as of Seq (Snapshot.Attributes).
+	Attributes event.Attributes `json:"attributes,omitempty"`
 }
 
 // Summary returns the run's summary, as of the event that last changed it.
 func (s *Snapshot) Summary() Summary {
 	sum := Summary{RunID: s.RunID, Definition: s.Spec.Definition, BuildID: s.Spec.BuildID, Queue: s.Queue,
-		Status: s.Status, Seq: s.summarySeq, StartedAt: s.StartedAt, UpdatedAt: s.summaryAt}
+		Status: s.Status, Seq: s.summarySeq, StartedAt: s.StartedAt, UpdatedAt: s.summaryAt, Attributes: s.Attributes}
 	if s.Parent != nil {
 		sum.Parent = s.Parent.RunID
 	}

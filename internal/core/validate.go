@@ -88,6 +88,8 @@ func Validate(s *Snapshot, d Decision) (Verdict, error) {
 		return v.end(&event.RunContinuedAsNew{SuccessorRunID: next, Input: in}, event.CauseWorkflow, "the run continued as new before the step settled")
 	case RecordSideEffect:
 		return v.sideEffect(d)
+	case UpsertAttributes:
+		return v.upsert(d)
 	case Invalid:
 		return v.invalid("%s: %v", d.What, d.Err)
 	case nil:
@@ -136,6 +138,8 @@ func (s *Snapshot) recordedSeq(id string) uint64 {
 		return s.Children[id].BatchSeq
 	case kindSideEffect:
 		return s.SideEffects[id].Seq
+	case kindUpsert:
+		return s.Upserts[id].Seq
 	}
 	return 0
 }

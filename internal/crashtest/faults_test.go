@@ -57,7 +57,11 @@ var faultRuns = []struct {
 	{"parent-1", "parent", `null`, `2`},
 	{"chain-1", "chain", `0`, `2`},
 	{"hooked-1", "hooked", `null`, `"called back"`},
+	{"tagged-1", "tagged", `7`, `"c-42"`},
 }
+
+// faultStartAttrs are the search attributes workload runs start with, by definition.
+var faultStartAttrs = map[string]flow.Attrs{"tagged": {"customer": "c-42"}}
 
 func runFaultWorkload(t *testing.T, f *fault.Injector) {
 	srv := natstest.RunJetStream(t)
@@ -95,8 +99,10 @@ func startWorkload(t *testing.T, ctx context.Context, reg *flow.Registry, inputs
 		for _, r := range faultRuns {
 			spec, err := reg.Spec(r.definition, json.RawMessage(r.input))
 			require.NoError(t, err)
+			attrs, err := reg.StartAttributes(r.definition, faultStartAttrs[r.definition])
+			require.NoError(t, err)
 			retry(t, ctx, func() error {
-				_, _, err := inputs.Start(ctx, engine.StartParams{RunID: workloadID(r.id, k), Spec: spec, Input: json.RawMessage(r.input)})
+				_, _, err := inputs.Start(ctx, engine.StartParams{RunID: workloadID(r.id, k), Spec: spec, Input: json.RawMessage(r.input), Attributes: attrs})
 				return err
 			})
 		}
@@ -161,7 +167,7 @@ func requireConsistent(t *testing.T, ctx context.Context, js jetstream.JetStream
 		var entry core.Summary
 		require.Eventually(t, func() bool {
 			e, err := runs.Get(ctx, runID)
-			return err == nil && json.Unmarshal(e.Value(), &entry) == nil && entry == s.Summary()
+			return err == nil && json.Unmarshal(e.Value(), &entry) == nil && entry.Equal(s.Summary())
 		}, 30*time.Second, 10*time.Millisecond, "the index entry of run %s equals its projection: %+v vs %+v", runID, entry, s.Summary())
 	}
 	timers, err := js.KeyValue(ctx, streams.TimersBucket)
@@ -230,6 +236,22 @@ func registerWorkload(reg *flow.Registry) {
 		return ctx.Complete(v), nil
 	})
 	flow.RegisterStep(reg, "inc", func(_ context.Context, n int) (int, error) { return n + 1, nil })
+	// tagged upserts search attributes twice around a step: the runs index must end holding
+	// the start's customer and the last upsert's values, whatever fault hit between writes.
+	flow.RegisterWorkflow(reg, "tagged", func(ctx *flow.Context, n int) (flow.Decision, error) {
+		if !ctx.Upserted("begun") {
+			return ctx.UpsertAttributes("begun", flow.Attrs{"stage": "begun", "n": n}), nil
+		}
+		if _, ok, err := flow.Output[int](ctx, "work"); err != nil || !ok {
+			return ctx.ScheduleStep("work", "inc", n), err
+		}
+		if !ctx.Upserted("done") {
+			return ctx.UpsertAttributes("done", flow.Attrs{"stage": "done"}), nil
+		}
+		var customer string
+		_, err := ctx.Attribute("customer", &customer)
+		return ctx.Complete(customer), err
+	}, flow.WithSearchAttributes(flow.Keyword("customer"), flow.Keyword("stage"), flow.Int("n")))
 	flow.RegisterWorkflow(reg, "doze", func(ctx *flow.Context, _ any) (flow.Decision, error) {
 		if !ctx.Fired("nap") {
 			return ctx.Sleep("nap", 50*time.Millisecond), nil

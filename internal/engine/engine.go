@@ -229,6 +229,9 @@ type StartParams struct {
 	Parent        *event.ParentRef
 	ContinuedFrom string
 	Generation    int
+	// Attributes are the run's search attributes, typed by the definition's declarations;
+	// run.started records them. Empty for none.
+	Attributes event.Attributes
 	// OnConflict says what to do when RunID's latest run is active; "" is event.ConflictFail.
 	// See docs/start-policies.md.
 	OnConflict event.ConflictPolicy
@@ -353,8 +356,11 @@ func (e *Engine) prepareStart(p *StartParams) (*event.RunStarted, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: the input of run %q is not valid JSON: %w", core.ErrInvalidInput, p.RunID, err)
 	}
+	if err := p.Attributes.Validate(); err != nil {
+		return nil, fmt.Errorf("%w: run %q: %w", core.ErrInvalidInput, p.RunID, err)
+	}
 	return &event.RunStarted{Spec: p.Spec, Input: input, Queue: p.Queue, Seed: rand.Text(), Parent: p.Parent,
-		ContinuedFrom: p.ContinuedFrom, Generation: p.Generation}, nil
+		ContinuedFrom: p.ContinuedFrom, Generation: p.Generation, Attributes: p.Attributes}, nil
 }
 
 // Existing checks a start against the run it names, appending nothing: false when run p.RunID
@@ -422,6 +428,8 @@ func compareStart(runID string, got, want *event.RunStarted, anySpec bool) error
 		return &RunExistsError{RunID: runID, Field: "parent"}
 	case got.ContinuedFrom != want.ContinuedFrom || got.Generation != want.Generation:
 		return &RunExistsError{RunID: runID, Field: "continuation"}
+	case !anySpec && !got.Attributes.Equal(want.Attributes):
+		return &RunExistsError{RunID: runID, Field: "search attributes"}
 	}
 	return nil
 }

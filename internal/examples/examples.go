@@ -52,7 +52,8 @@ func RegisterWith(reg *flow.Registry, o Options) {
 		o.Logger = slog.Default()
 	}
 	ledger := &Ledger{effects: map[string]string{}}
-	flow.RegisterWorkflow(reg, "order", Order)
+	// Search attributes a start may set (flow start order --attr customer=c-42); see docs/search.md.
+	flow.RegisterWorkflow(reg, "order", Order, flow.WithSearchAttributes(flow.Keyword("customer"), flow.Int("amount"), flow.KeywordList("tags")))
 	flow.RegisterStep(reg, "reserveStock", ledger.ReserveStock)
 	flow.RegisterStep(reg, "chargePayment", ledger.ChargePayment)
 	flow.RegisterStep(reg, "shipOrder", ledger.ShipOrder)

@@ -27,6 +27,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/pkg/event"
+
 	"github.com/flowrun/flow/internal/streams"
 )
 
@@ -34,6 +36,8 @@ import (
 type Registration struct {
 	Definition string   `json:"definition"`
 	Patches    []string `json:"patches,omitempty"`
+	// Attributes are the search attributes the worker's code declares for the definition.
+	Attributes []event.AttributeDecl `json:"attributes,omitempty"`
 }
 
 // Worker is a worker's FLOW_WORKERS entry.

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
 )
 
 // Definition is a workflow definition on a queue as a View knows it: its latest registration
@@ -25,6 +26,8 @@ type Definition struct {
 	// alive, of the definition's latest registration.
 	BuildID string   `json:"build_id,omitempty"`
 	Patches []string `json:"patches,omitempty"`
+	// Attributes are the declared search attributes, from the same registration as Patches.
+	Attributes []event.AttributeDecl `json:"attributes,omitempty"`
 	// UpdatedAt is when a worker last registered the definition in FLOW_DEFINITIONS; zero
 	// when the View holds no registration (a live worker registers it all the same).
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
@@ -283,7 +286,7 @@ func (v *View) definition(queue, definition string, live []Worker) Definition {
 	k := streams.DefinitionKey(queue, definition)
 	d := Definition{Definition: definition, Queue: queue, LastSeen: v.lastSeen[k], Workers: []Worker{}}
 	if r, ok := v.records[k]; ok {
-		d.BuildID, d.Patches, d.UpdatedAt = r.BuildID, r.Patches, r.UpdatedAt
+		d.BuildID, d.Patches, d.UpdatedAt, d.Attributes = r.BuildID, r.Patches, r.UpdatedAt, r.Attributes
 	}
 	for _, w := range live {
 		if w.Registers(definition) {
@@ -293,7 +296,7 @@ func (v *View) definition(queue, definition string, live []Worker) Definition {
 	slices.SortStableFunc(d.Workers, func(a, b Worker) int { return b.StartedAt.Compare(a.StartedAt) })
 	if len(d.Workers) > 0 {
 		r, _ := d.Workers[0].registration(definition)
-		d.BuildID, d.Patches = d.Workers[0].BuildID, r.Patches
+		d.BuildID, d.Patches, d.Attributes = d.Workers[0].BuildID, r.Patches, r.Attributes
 	}
 	return d
 }

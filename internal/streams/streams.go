@@ -13,6 +13,8 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/pkg/event"
 )
 
 // Streams and buckets.
@@ -327,6 +329,8 @@ type Definition struct {
 	Patches    []string  `json:"patches,omitempty"`
 	UpdatedAt  time.Time `json:"updated_at"`
 	Host       string    `json:"host,omitempty"`
+	// Attributes are the search attributes the definition declares, sorted by name.
+	Attributes []event.AttributeDecl `json:"attributes,omitempty"`
 }
 
 // DefinitionKey is the FLOW_DEFINITIONS key of definition on queue.

@@ -50,6 +50,9 @@ type RunStarted struct {
 	// request, or the parent's decision), when there was one: every span of the run's decisions
 	// and step attempts is its child, so that the run is one trace.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Attributes are the search attributes the run starts with, typed by the definition's
+	// declarations (see AttributeDecl); attributes.upserted changes them. Empty for none.
+	Attributes Attributes `json:"attributes,omitempty"`
 	// NotBefore, when set, delays the run: no decision is made before run.delay_fired, which
 	// the scheduler appends once NotBefore has passed (a start delay, or a debounce's quiet
 	// period; run.debounced moves it). See docs/start-policies.md.
@@ -413,7 +416,14 @@ func attempt(field string, v int) error {
 // Validate implements Payload.
 func (p *RunStarted) Validate() error {
 	return errors.Join(required("spec.definition", p.Spec.Definition), requiredJSON("input", p.Input),
-		required("seed", p.Seed), validateParent(p.Parent), p.StartPolicy.validate())
+		required("seed", p.Seed), validateParent(p.Parent), validateStartAttributes(p.Attributes), p.StartPolicy.validate())
+}
+
+func validateStartAttributes(a Attributes) error {
+	if err := a.Validate(); err != nil {
+		return fieldError("attributes", err.Error())
+	}
+	return nil
 }
 
 func validateParent(p *ParentRef) error {

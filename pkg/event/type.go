@@ -28,6 +28,8 @@ const (
 	TypeRunContinuedAsNew  Type = "run.continued_as_new"
 	// TypeSideEffectRecorded records the value of a side effect (ctx.SideEffect) once.
 	TypeSideEffectRecorded Type = "side_effect.recorded"
+	// TypeAttributesUpserted records a decision that sets search attributes (payload_attributes.go).
+	TypeAttributesUpserted Type = "attributes.upserted"
 	// TypeRunDelayFired ends a delayed run's start delay (run.started's NotBefore): the first
 	// decision is due.
 	TypeRunDelayFired Type = "run.delay_fired"
@@ -60,6 +62,7 @@ func Types() []Type {
 		TypeChildScheduled, TypeChildSettled, TypeRunCancelRequested, TypeDecisionFailed,
 		TypeRunCompleted, TypeRunFailed, TypeRunCancelled, TypeRunContinuedAsNew,
 		TypeSideEffectRecorded,
+		TypeAttributesUpserted,
 		TypeRunDelayFired, TypeRunDebounced,
 	}
 }
@@ -96,6 +99,7 @@ var factories = map[Type]func() Payload{
 	TypeRunCancelled:       func() Payload { return new(RunCancelled) },
 	TypeRunContinuedAsNew:  func() Payload { return new(RunContinuedAsNew) },
 	TypeSideEffectRecorded: func() Payload { return new(SideEffectRecorded) },
+	TypeAttributesUpserted: func() Payload { return new(AttributesUpserted) },
 	TypeRunDelayFired:      func() Payload { return new(RunDelayFired) },
 	TypeRunDebounced:       func() Payload { return new(RunDebounced) },
 }

@@ -117,6 +117,9 @@ type StartOptions struct {
 	RunID string
 	// Queue overrides the client's queue.
 	Queue string
+	// Attributes are the search attributes the run starts with, each declared by the
+	// definition ([WithSearchAttributes]) and of its declared type. Empty for none.
+	Attributes Attrs
 	// OnConflict says what to do when RunID's latest run is active: ConflictFail (the
 	// default: refused with ErrRunExists unless it repeats that run's start),
 	// ConflictUseExisting or ConflictTerminateExisting. See docs/start-policies.md.

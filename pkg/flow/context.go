@@ -28,6 +28,8 @@ type Context struct {
 	// query is set when the code is evaluated to answer a query (see HandleQuery): nothing it
 	// returns is recorded, and side effects are not run.
 	query *queryEval
+	// attributes are the search attributes the workflow declares.
+	attributes []SearchAttribute
 }
 
 // RunID returns the ID of the run.

@@ -22,7 +22,9 @@
 // pending keeps the run waiting on it; the same ID with different fields is a
 // [NonDeterminismError]. Decisions: [Context.ScheduleStep] and [Context.ScheduleSteps] (an atomic
 // batch), [Context.Sleep] and [Context.WaitUntil] (durable timers), [Context.AwaitSignal],
-// [Context.CreateHook], [Context.StartChild] and [Context.StartChildren], and the endings
+// [Context.CreateHook], [Context.StartChild] and [Context.StartChildren],
+// [Context.UpsertAttributes] (search attributes, declared with [WithSearchAttributes]; see
+// docs/search.md), and the endings
 // [Context.Complete], [Context.Fail], [Context.Cancel] and [Context.ContinueAsNew]. While a run
 // waits it holds no goroutine and no worker.
 //

@@ -47,6 +47,17 @@ func (c *Client) Start(ctx context.Context, definition string, input any, opts *
 		return "", err
 	}
 	ext := map[string]string{api.ExtRunID: runID, api.ExtQueue: queue}
+	if len(opts.Attributes) > 0 {
+		attrs, err := encodeAttrs(opts.Attributes)
+		if err != nil {
+			return "", err
+		}
+		b, err := json.Marshal(attrs)
+		if err != nil {
+			return "", fmt.Errorf("%w: encoding the search attributes: %w", ErrInvalidInput, err)
+		}
+		ext[api.ExtAttributes] = string(b)
+	}
 	if err := opts.policyExtensions(ext); err != nil {
 		return "", err
 	}

@@ -195,7 +195,7 @@ func (r *Registry) Query(s *Snapshot, name string, args json.RawMessage) (json.R
 	if err != nil {
 		return nil, err
 	}
-	ctx := &Context{s: s, replaying: true, logger: quiet, query: &queryEval{handlers: map[string]queryFunc{}}}
+	ctx := &Context{s: s, replaying: true, logger: quiet, query: &queryEval{handlers: map[string]queryFunc{}}, attributes: w.attributes}
 	r.mu.RLock()
 	fn, registered := r.queries[s.Spec.Definition][name]
 	r.mu.RUnlock()

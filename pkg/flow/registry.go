@@ -48,6 +48,8 @@ type workflowEntry struct {
 	patches []string
 	run     func(ctx *Context) (Decision, error)
 	check   func(input json.RawMessage) error
+	// attributes are the declared search attributes, sorted by name.
+	attributes []SearchAttribute
 }
 
 type stepFunc func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)
@@ -117,6 +119,7 @@ func RegisterWorkflow[I any](r *Registry, name string, fn func(ctx *Context, in 
 	}
 	slices.Sort(w.patches)
 	w.patches = slices.Compact(w.patches)
+	w.attributes = checkAttributes(name, w.attributes)
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if _, dup := r.workflows[name]; dup {
@@ -204,7 +207,7 @@ func (r *Registry) Identity(definition string) (core.Identity, error) {
 	if err != nil {
 		return core.Identity{}, err
 	}
-	return core.Identity{BuildID: r.buildID, Patches: w.patches}, nil
+	return core.Identity{BuildID: r.buildID, Patches: w.patches, Attributes: w.attributes}, nil
 }
 
 // Replaying returns a view of the registry whose workflows see [Context.IsReplaying] true and
@@ -227,7 +230,7 @@ func (r *Registry) RunWorkflow(definition string, input json.RawMessage, history
 	if err != nil {
 		return nil, err
 	}
-	ctx := &Context{s: history, replaying: r.replaying, logger: r.logger}
+	ctx := &Context{s: history, replaying: r.replaying, logger: r.logger, attributes: w.attributes}
 	defer func() {
 		if p := recover(); p != nil {
 			dec, err = nil, &core.PanicError{Value: p, Stack: debug.Stack()}

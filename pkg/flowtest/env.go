@@ -138,6 +138,8 @@ type StartOptions struct {
 	RunID string
 	// Queue is the run's task queue.
 	Queue string
+	// Attributes are the search attributes the run starts with (see flow.StartOptions).
+	Attributes flow.Attrs
 	// OnConflict, Reuse, Delay, DedupKey, DedupWindow and Debounce are the start policies, as
 	// in flow.StartOptions (docs/start-policies.md); delays and quiet periods pass with Advance.
 	OnConflict  flow.ConflictPolicy
@@ -162,8 +164,12 @@ func (e *Env) Start(ctx context.Context, definition string, input any, opts *Sta
 	if err != nil {
 		return "", err
 	}
-	p := engine.StartParams{RunID: opts.RunID, Spec: spec, Input: in, Queue: opts.Queue, OnConflict: opts.OnConflict, Reuse: opts.Reuse,
-		Delay: opts.Delay, DedupKey: opts.DedupKey, DedupWindow: opts.DedupWindow}
+	attrs, err := e.registry().StartAttributes(definition, opts.Attributes)
+	if err != nil {
+		return "", err
+	}
+	p := engine.StartParams{RunID: opts.RunID, Spec: spec, Input: in, Queue: opts.Queue, Attributes: attrs, OnConflict: opts.OnConflict,
+		Reuse: opts.Reuse, Delay: opts.Delay, DedupKey: opts.DedupKey, DedupWindow: opts.DedupWindow}
 	if d := opts.Debounce; d != nil {
 		p.Debounce = &engine.Debounce{Key: d.Key, Period: d.Period}
 	}

@@ -15,7 +15,7 @@ func (s *Service) listDefinitions(_ context.Context, req api.DefinitionsRequest)
 		if req.Queue != "" && d.Queue != req.Queue {
 			continue
 		}
-		info := api.DefinitionInfo{Definition: d.Definition, Queue: d.Queue, BuildID: d.BuildID, Patches: d.Patches,
+		info := api.DefinitionInfo{Definition: d.Definition, Queue: d.Queue, BuildID: d.BuildID, Patches: d.Patches, Attributes: d.Attributes,
 			UpdatedAt: d.UpdatedAt, LastSeen: d.LastSeen, Workers: make([]api.WorkerInfo, 0, len(d.Workers))}
 		for _, w := range d.Workers {
 			info.Workers = append(info.Workers, workerInfo(w))

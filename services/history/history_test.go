@@ -353,7 +353,7 @@ func TestReplicasShareTheWork(t *testing.T) {
 	require.Positive(t, b.Applied(), "replica b applied commits")
 	for _, id := range ids {
 		want := bundle.projected(t, id)
-		require.Eventually(t, func() bool { got, ok := bundle.entry(t, id); return ok && got == want }, 10*time.Second, 5*time.Millisecond,
+		require.Eventually(t, func() bool { got, ok := bundle.entry(t, id); return ok && got.Equal(want) }, 10*time.Second, 5*time.Millisecond,
 			"run %s is indexed as it ended", id)
 	}
 }

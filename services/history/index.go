@@ -38,7 +38,7 @@ func (s *Service) writeIndex(ctx context.Context, runID string, f *followed) err
 			}
 			f.indexed, f.indexRev, f.known = cur, rev, true
 		}
-		if f.known && f.indexRev > 0 && (f.indexed.Seq > want.Seq || f.indexed == want) {
+		if f.known && f.indexRev > 0 && (f.indexed.Seq > want.Seq || f.indexed.Equal(want)) {
 			return nil
 		}
 		rev, err := s.putEntry(ctx, want, f.indexRev)

@@ -54,7 +54,7 @@ func (s *Service) serve() error {
 		api.SubjectGet:     handle(s.getRun),
 		api.SubjectHistory: handle(s.historyPage),
 		api.SubjectList: handle(func(_ context.Context, req api.ListRequest) (*api.ListResponse, error) {
-			resp, err := s.index.list(req)
+			resp, err := s.listRuns(req, nil)
 			return &resp, err
 		}),
 		api.SubjectResume:      handle(s.resume),
@@ -169,7 +169,7 @@ func (s *Service) routes() http.Handler {
 		req, err := listRequest(r)
 		if err == nil {
 			var resp api.ListResponse
-			if resp, err = s.index.list(req); err == nil {
+			if resp, err = s.listRuns(req, nil); err == nil {
 				writeJSON(w, http.StatusOK, resp)
 				return
 			}
@@ -299,9 +299,13 @@ func (s *Service) watch(w http.ResponseWriter, r *http.Request) {
 func listRequest(r *http.Request) (api.ListRequest, error) {
 	q := r.URL.Query()
 	req := api.ListRequest{Definition: q.Get("definition"), Queue: q.Get("queue"), Build: q.Get("build"), Parent: q.Get("parent"),
-		Cursor: q.Get("cursor"), Parked: q.Get("parked") == "true"}
+		Cursor: q.Get("cursor"), Parked: q.Get("parked") == "true", Where: q.Get("where")}
 	for _, st := range q["status"] {
-		req.Status = append(req.Status, strings.Split(st, ",")...)
+		for _, one := range strings.Split(st, ",") {
+			if one != "" { // "status=" (the UI form's "any") filters nothing
+				req.Status = append(req.Status, one)
+			}
+		}
 	}
 	for name, t := range map[string]*time.Time{"since": &req.Since, "until": &req.Until} {
 		if v := q.Get(name); v != "" {

@@ -165,6 +165,23 @@ func TestUIBrowser(t *testing.T) {
 	require.NoError(t, err)
 	saveScreenshot(t, "ui-run.png", png)
 
+	// The filter box: a filter selects the approval run only; a mistyped one is shown, not run.
+	require.NoError(t, chromedp.Do(browser,
+		chromedp.Navigate(base+"/ui/"),
+		chromedp.WaitVisible(chromedp.CSS(`tr[data-run="`+order+`"]`)),
+		// Marks this page, so that the waits below see the page the filter loads, not this one.
+		chromedp.Evaluate[chromedp.Void](`document.body.dataset.before = "1"`),
+		chromedp.SendKeys(chromedp.CSS(`input[name="where"]`), `definition = "approval" and started > "2000-01-01"`+kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS(`body:not([data-before]) tr[data-run="`+approval+`"]`)),
+	))
+	require.Equal(t, 0, count(t, browser, `tr[data-run="`+order+`"]`), "the filter leaves the order run out")
+	require.NoError(t, chromedp.Do(browser,
+		chromedp.Evaluate[chromedp.Void](`document.querySelector('input[name="where"]').value = ""`),
+		chromedp.SendKeys(chromedp.CSS(`input[name="where"]`), `definition == "approval"`+kb.Enter),
+		chromedp.WaitVisible(chromedp.CSS(`body:not([data-before]) .where-error`)),
+	))
+	require.Contains(t, text(".where-error"), `"==" is not an operator; write "=" for equality`)
+
 	// The approval run: signal it from its page and watch it complete.
 	require.NoError(t, chromedp.Do(browser,
 		chromedp.Navigate(base+"/ui/?definition=approval"),
@@ -207,4 +224,12 @@ func saveScreenshot(t *testing.T, name string, png []byte) {
 		require.NoError(t, os.WriteFile(docs, png, 0o644))
 		t.Logf("screenshot: %s", docs)
 	}
+}
+
+// count returns how many elements match sel in the page.
+func count(t *testing.T, browser context.Context, sel string) int {
+	t.Helper()
+	n, err := chromedp.Run(browser, chromedp.Evaluate[int](fmt.Sprintf("document.querySelectorAll(%q).length", sel)))
+	require.NoError(t, err, sel)
+	return n
 }

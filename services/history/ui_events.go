@@ -66,6 +66,9 @@ func summarize(p event.Payload) string {
 		if p.ContinuedFrom != "" {
 			s += fmt.Sprintf(", continues %s (generation %d)", p.ContinuedFrom, p.Generation)
 		}
+		if len(p.Attributes) > 0 {
+			s += ", attributes " + attrPairs(p.Attributes)
+		}
 		return s + startPolicySummary(p)
 	case *event.StepScheduled:
 		parts := make([]string, len(p.Steps))
@@ -141,6 +144,8 @@ func summarize(p event.Payload) string {
 		return fmt.Sprintf("continued as new as run %s, input %s", p.SuccessorRunID, inline(p.Input))
 	case *event.SideEffectRecorded:
 		return fmt.Sprintf("side effect %s recorded → %s", p.SideEffectID, inline(p.Value))
+	case *event.AttributesUpserted:
+		return fmt.Sprintf("upsert %s: %s", p.UpsertID, attrPairs(p.Attributes))
 	case *event.RunDelayFired, *event.RunDebounced:
 		return summarizeDelay(p)
 	}

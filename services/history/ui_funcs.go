@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"html/template"
 	"net/url"
+	"strings"
 	"time"
 
 	"github.com/flowrun/flow/internal/core"
@@ -26,6 +27,8 @@ var uiFuncs = template.FuncMap{
 	},
 	"inline": inline,
 	"clip":   clip,
+	// join joins strings with sep.
+	"join": strings.Join,
 	// clock renders a time of day with milliseconds, UTC.
 	"clock": func(t time.Time) string {
 		if t.IsZero() {

@@ -1,8 +1,10 @@
 package history
 
 import (
+	"errors"
 	"fmt"
 	"html/template"
+	"maps"
 	"net/http"
 	"net/url"
 	"slices"
@@ -11,6 +13,7 @@ import (
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/filter"
 )
 
 // uiListPage is the data of the runs list.
@@ -28,6 +31,11 @@ type uiListPage struct {
 	// Next is the URL of the next page, "" on the last.
 	Next template.URL
 	Now  time.Time
+	// Where is the filter expression (docs/search.md); WhereError says why it was refused.
+	Where      string
+	WhereError string
+	// Fields lists what a filter may name, "name (type)", for the filter box's hint.
+	Fields []string
 }
 
 // uiRuns serves the runs list, or its rows alone with ?fragment=rows.
@@ -42,19 +50,27 @@ func (s *Service) uiRuns(w http.ResponseWriter, r *http.Request) {
 	}
 	q := r.URL.Query()
 	prefix := strings.TrimSpace(q.Get("prefix"))
-	resp, err := s.index.listPrefix(req, prefix)
+	req.Where = strings.TrimSpace(req.Where)
+	resp, err := s.listRuns(req, func(sum core.Summary) bool { return strings.HasPrefix(sum.RunID, prefix) })
+	status, whereErr := http.StatusOK, ""
 	if err != nil {
-		s.uiQueryError(w, err)
-		return
+		var ae *api.Error
+		if req.Where == "" || !errors.As(err, &ae) || ae.Code != api.CodeInvalid || !strings.Contains(ae.Message, "invalid filter") {
+			s.uiQueryError(w, err)
+			return
+		}
+		// A filter that does not compile is shown in the page, next to the box, to be fixed.
+		status, whereErr, resp = http.StatusBadRequest, ae.Message, api.ListResponse{Runs: []core.Summary{}}
 	}
 	page := uiListPage{Status: strings.Join(req.Status, ","), Definition: req.Definition, Prefix: prefix, Limit: req.Limit,
-		Runs: resp.Runs, Total: resp.Total, Now: time.Now().UTC()}
+		Runs: resp.Runs, Total: resp.Total, Now: time.Now().UTC(), Where: req.Where, WhereError: whereErr,
+		Fields: s.filterFields(req.Definition)}
 	for _, st := range statuses {
 		page.Statuses = append(page.Statuses, string(st))
 	}
 	page.Definitions = s.uiDefinitions(req.Definition)
 	filters := url.Values{}
-	for k, v := range map[string]string{"status": page.Status, "definition": page.Definition, "prefix": prefix} {
+	for k, v := range map[string]string{"status": page.Status, "definition": page.Definition, "prefix": prefix, "where": req.Where} {
 		if v != "" {
 			filters.Set(k, v)
 		}
@@ -75,7 +91,20 @@ func (s *Service) uiRuns(w http.ResponseWriter, r *http.Request) {
 	if q.Get("fragment") == "rows" {
 		name = "runs-rows"
 	}
-	s.uiRender(w, http.StatusOK, name, page)
+	s.uiRender(w, status, name, page)
+}
+
+// filterFields lists what a filter of the runs of definition may name, "name (type)".
+func (s *Service) filterFields(definition string) []string {
+	var out []string
+	for _, b := range filter.Builtins() {
+		out = append(out, b.Name+" ("+string(b.Type)+")")
+	}
+	sch := s.filterSchema(definition)
+	for _, name := range slices.Sorted(maps.Keys(sch.Attributes)) {
+		out = append(out, name+" ("+string(sch.Attributes[name])+")")
+	}
+	return out
 }
 
 // uiDefinitions returns the definitions the filter offers: those workers serve, those of

@@ -34,6 +34,9 @@ type input struct {
 	data json.RawMessage
 	// reason is a cancel's or terminate's reason.
 	reason string
+	// attributes are a start's search attributes, JSON values by name, typed by the
+	// definition's declarations when the start is applied.
+	attributes map[string][]byte
 	// policies are a start's policies (start_policy.go).
 	policies api.StartPolicies
 }
@@ -113,7 +116,11 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 			return nil, derr
 		}
 		spec := event.Spec{Definition: in.definition, BuildID: def.BuildID, Patches: def.Patches}
-		resp.RunID, resp.Created, err = s.engine.Start(ctx, in.startParams(engine.StartParams{RunID: in.runID, Spec: spec, Input: data, Queue: queue}))
+		attrs, aerr := core.TypeAttributes(in.attributes, def.Attributes)
+		if aerr != nil {
+			return nil, &api.IngressError{Code: api.CodeInvalidRequest, Message: trimFlow(aerr)}
+		}
+		resp.RunID, resp.Created, err = s.engine.Start(ctx, in.startParams(engine.StartParams{RunID: in.runID, Spec: spec, Input: data, Queue: queue, Attributes: attrs}))
 	case api.KindSignal:
 		resp.RunID, err = s.engine.Signal(ctx, in.runID, in.name, data, in.deliveryID)
 	case api.KindHook:

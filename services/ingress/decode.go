@@ -34,6 +34,13 @@ func fromEvent(in *input, ev *ce.Event) *api.IngressError {
 			in.runID = runIDOf(ev.Source(), ev.ID())
 		}
 		in.queue = extension(ev, api.ExtQueue)
+		if raw := extension(ev, api.ExtAttributes); raw != "" {
+			var attrs map[string]json.RawMessage
+			if err := json.Unmarshal([]byte(raw), &attrs); err != nil {
+				return &api.IngressError{Code: api.CodeInvalidRequest, Message: fmt.Sprintf("the CloudEvent extension %s is not a JSON object of search attributes (%v); send e.g. {\"customer\": \"c-42\"}", api.ExtAttributes, err)}
+			}
+			in.setAttributes(attrs)
+		}
 		if e := in.policiesOf(ev); e != nil {
 			return e
 		}
@@ -74,10 +81,12 @@ func fromPlain(in *input, body []byte, deliveryID string) *api.IngressError {
 	switch in.kind {
 	case api.KindStart:
 		var req api.StartRequest
-		if e := strictJSON(body, &req, `a start's body is {"run_id": "...", "queue": "...", "input": ..., and the start policies (docs/start-policies.md)}, every field optional`); e != nil {
+		if e := strictJSON(body, &req, `a start's body is {"run_id": "...", "queue": "...", "input": ..., "attributes": {"name": value}, and the start policies (docs/start-policies.md)}, every field optional`); e != nil {
 			return e
 		}
-		in.runID, in.queue, in.data, in.policies = req.RunID, req.Queue, req.Input, req.Policies()
+		in.runID, in.queue, in.data = req.RunID, req.Queue, req.Input
+		in.setAttributes(req.Attributes)
+		in.policies = req.Policies()
 		if in.policies.RequestID == "" {
 			in.policies.RequestID = deliveryID
 		}
@@ -134,3 +143,14 @@ const (
 	cloudEventsJSON  = "application/cloudevents+json"
 	cloudEventsBatch = "application/cloudevents-batch+json"
 )
+
+// setAttributes keeps a start's search attributes, JSON values by name.
+func (in *input) setAttributes(attrs map[string]json.RawMessage) {
+	if len(attrs) == 0 {
+		return
+	}
+	in.attributes = make(map[string][]byte, len(attrs))
+	for k, v := range attrs {
+		in.attributes[k] = v
+	}
+}

@@ -40,7 +40,7 @@ func (d *liveDefinitions) stop() { d.view.Stop() }
 func (d *liveDefinitions) require(ctx context.Context, queue, name string) (streams.Definition, *api.IngressError) {
 	def, err := d.view.Require(queue, name)
 	if err == nil {
-		return streams.Definition{Definition: name, Queue: queue, BuildID: def.BuildID, Patches: def.Patches}, nil
+		return streams.Definition{Definition: name, Queue: queue, BuildID: def.BuildID, Patches: def.Patches, Attributes: def.Attributes}, nil
 	}
 	if !errors.Is(err, liveness.ErrNoWorker) {
 		return streams.Definition{}, &api.IngressError{Code: api.CodeIngressInternal, Message: err.Error()}
@@ -62,7 +62,7 @@ func (d *liveDefinitions) require(ctx context.Context, queue, name string) (stre
 	out := streams.Definition{Definition: name, Queue: queue, BuildID: found.BuildID}
 	for _, r := range found.Definitions {
 		if r.Definition == name {
-			out.Patches = r.Patches
+			out.Patches, out.Attributes = r.Patches, r.Attributes
 		}
 	}
 	return out, nil

@@ -278,7 +278,7 @@ func (w *Worker) publishLiveness(ctx context.Context, js jetstream.JetStream, ho
 		if err != nil {
 			return err
 		}
-		entry.Definitions = append(entry.Definitions, liveness.Registration{Definition: name, Patches: id.Patches})
+		entry.Definitions = append(entry.Definitions, liveness.Registration{Definition: name, Patches: id.Patches, Attributes: id.Attributes})
 	}
 	var err error
 	w.pub, err = liveness.Publish(ctx, js, entry, w.logger)
@@ -297,7 +297,7 @@ func (w *Worker) publishDefinitions(ctx context.Context, js jetstream.JetStream)
 			return err
 		}
 		b, err := json.Marshal(streams.Definition{Definition: name, Queue: w.cfg.Queue, BuildID: id.BuildID, Patches: id.Patches,
-			UpdatedAt: time.Now().UTC(), Host: host})
+			UpdatedAt: time.Now().UTC(), Host: host, Attributes: id.Attributes})
 		if err != nil {
 			return err
 		}
