@@ -27,10 +27,11 @@ func compileIngress(t *testing.T, name string) *jsonschema.Schema {
 func TestIngressSchemas(t *testing.T) {
 	t.Parallel()
 	for name, goType := range map[string]reflect.Type{
-		schemas.IngressStartRequest:  reflect.TypeFor[api.StartRequest](),
-		schemas.IngressCancelRequest: reflect.TypeFor[api.CancelRequest](),
-		schemas.IngressResponse:      reflect.TypeFor[api.InputResponse](),
-		schemas.IngressError:         reflect.TypeFor[api.IngressError](),
+		schemas.IngressStartRequest:     reflect.TypeFor[api.StartRequest](),
+		schemas.IngressCancelRequest:    reflect.TypeFor[api.CancelRequest](),
+		schemas.IngressResponse:         reflect.TypeFor[api.InputResponse](),
+		schemas.IngressError:            reflect.TypeFor[api.IngressError](),
+		schemas.IngressWithStartRequest: reflect.TypeFor[api.WithStartRequest](),
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()

@@ -53,6 +53,8 @@ const (
 	IngressSignalPayload = "signal_payload"
 	IngressResponse      = "input_response"
 	IngressError         = "error"
+	// IngressWithStartRequest is the body of an update-with-start or a signal-with-start.
+	IngressWithStartRequest = "with_start_request"
 )
 
 // IngressPath returns the path in FS of the schema of ingress body name: "ingress/<name>.json".

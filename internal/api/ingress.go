@@ -140,7 +140,8 @@ type InputKind string
 // ParseInputKind returns the kind s names, and whether it names one.
 func ParseInputKind(s string) (InputKind, bool) {
 	k := InputKind(s)
-	return k, k == KindStart || k == KindSignal || k == KindHook || k == KindCancel || k == KindTerminate
+	return k, k == KindStart || k == KindSignal || k == KindHook || k == KindCancel || k == KindTerminate ||
+		k == KindUpdate || k == KindUpdateWithStart || k == KindSignalWithStart
 }
 
 // Input kinds.

@@ -54,6 +54,7 @@ func registry(logger *slog.Logger) *flow.Registry {
 	flow.RegisterWorkflow(reg, defSleep, sleepWorkflow)
 	flow.RegisterWorkflow(reg, defFanout, fanoutWorkflow)
 	flow.RegisterWorkflow(reg, defAwait, awaitWorkflow)
+	registerUpdates(reg)
 	flow.RegisterStep(reg, stepInc, func(_ context.Context, n int) (int, error) { return n + 1, nil })
 	flow.RegisterStep(reg, stepIndex, func(_ context.Context, n int) (int, error) { return n, nil })
 	registerQueries(reg)

@@ -50,6 +50,7 @@ var workloads = []*workload{
 	{name: "ceiling-1", full: 3000, quick: 500, warm: 500, timeout: time.Minute, run: runCeiling1},
 	{name: "ceiling-1000", full: 3000, quick: 500, warm: 500, timeout: time.Minute, run: runCeiling1000},
 	{name: "Q1", full: 2000, quick: 500, warm: 200, timeout: 2 * time.Minute, run: runQ1},
+	{name: "update", full: 2000, quick: 400, warm: 100, timeout: 3 * time.Minute, run: runUpdates},
 	{name: "W7", full: 100_000, quick: 2000, once: true, timeout: 30 * time.Minute, run: runW7},
 }
 

@@ -102,6 +102,7 @@ or the context.`,
 	root.AddCommand(e.devCmd(), e.startCmd(), e.statusCmd(), e.historyCmd(), e.watchCmd(), e.runsCmd(),
 		e.cancelCmd(), e.signalCmd(), e.hookCmd(), e.terminateCmd(), e.resumeCmd(), e.verifyCmd(), e.definitionsCmd(), e.versionCmd())
 	root.AddCommand(e.queryCmd())
+	root.AddCommand(e.updateCmd())
 	return root
 }
 

@@ -221,6 +221,25 @@ func TestTour(t *testing.T) {
 		require.Contains(t, r.stderr, `--attr "customer" is not NAME=VALUE; write e.g. --attr customer=c-42`)
 	})
 
+	t.Run("UpdateApproval", func(t *testing.T) {
+		r := run(t, "start", "approval", "--id", "approval-upd", "--input", `{"timeout":"10m"}`, nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		r = run(t, "update", "approval-upd", "note", "--payload", `"looks good"`, "--wait", "--id", "n1", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.JSONEq(t, `{"noted":"looks good","updates":1}`, r.stdout)
+		r = run(t, "update", "approval-upd", "note", "--payload", `"looks good"`, "--wait", "--id", "n1", "--json", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, `"status": "completed"`)
+		r = run(t, "update", "approval-upd", "note", "--payload", `""`, "--wait", nats)
+		require.Equal(t, 1, r.code)
+		require.Contains(t, r.stderr, "was rejected")
+		r = run(t, "update", "approval-upd", "note", "--payload", `{nope`, nats)
+		require.Equal(t, 2, r.code)
+		r = run(t, "status", "approval-upd", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "Update n1 (note): completed at seq")
+	})
+
 	t.Run("BadInputIsOneLineAndNonZero", func(t *testing.T) {
 		for _, tt := range []struct {
 			name string
@@ -254,7 +273,7 @@ func TestTour(t *testing.T) {
 
 func TestHelpOnEveryCommand(t *testing.T) {
 	t.Parallel()
-	for _, cmd := range []string{"", "dev", "start", "status", "history", "watch", "runs", "cancel", "signal", "hook", "terminate", "resume", "verify", "definitions", "version", "query"} {
+	for _, cmd := range []string{"", "dev", "start", "status", "history", "watch", "runs", "cancel", "signal", "hook", "terminate", "resume", "verify", "definitions", "version", "query", "update"} {
 		t.Run("Help"+cmd, func(t *testing.T) {
 			args := []string{"--help"}
 			if cmd != "" {

@@ -409,6 +409,7 @@ func printSnapshot(w io.Writer, s *flow.Snapshot) {
 		}
 		fmt.Fprintf(w, "Hook %s: token %s %s\n", h.ID, h.Token, state)
 	}
+	printUpdates(w, s, ended)
 	children := make([]*core.Child, 0, len(s.Children))
 	for _, ch := range s.Children {
 		children = append(children, ch)

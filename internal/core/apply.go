@@ -56,7 +56,8 @@ func (s *Snapshot) Apply(e event.Envelope) error {
 func IsInput(p event.Payload) bool {
 	switch p.(type) {
 	case *event.RunStarted, *event.SignalReceived, *event.HookReceived, *event.WaitFired,
-		*event.StepRetryFired, *event.ChildSettled, *event.RunCancelRequested, *event.RunDelayFired:
+		*event.StepRetryFired, *event.ChildSettled, *event.RunCancelRequested, *event.UpdateReceived,
+		*event.RunDelayFired:
 		return true
 	}
 	return false
@@ -71,6 +72,8 @@ func inputTrace(p event.Payload) string {
 		return p.TraceParent
 	case *event.RunCancelRequested:
 		return p.TraceParent
+	case *event.UpdateReceived:
+		return p.TraceParent
 	}
 	return ""
 }
@@ -80,7 +83,8 @@ func inputTrace(p event.Payload) string {
 func isDecisionEvent(p event.Payload) bool {
 	switch p := p.(type) {
 	case *event.StepScheduled, *event.WaitScheduled, *event.SignalAwaited, *event.HookCreated,
-		*event.ChildScheduled, *event.RunCompleted, *event.RunContinuedAsNew, *event.AttributesUpserted:
+		*event.ChildScheduled, *event.RunCompleted, *event.RunContinuedAsNew, *event.AttributesUpserted,
+		*event.UpdateAccepted, *event.UpdateRejected, *event.UpdateCompleted:
 		return true
 	case *event.SideEffectRecorded:
 		return true
@@ -224,6 +228,8 @@ func (s *Snapshot) check(e event.Envelope) error {
 		if s.CancelRequested {
 			return s.fail(e, "cancel_state", "cancellation was already requested")
 		}
+	case *event.UpdateReceived, *event.UpdateAccepted, *event.UpdateRejected, *event.UpdateCompleted:
+		return s.checkUpdate(e)
 	case *event.RunCompleted, *event.RunFailed, *event.RunCancelled, *event.RunContinuedAsNew:
 		if u := s.Progress.StepsRunning + s.Progress.StepsRetrying; u > 0 {
 			return s.fail(e, "unsettled_at_end", "%s while %d step(s) are unsettled: %v (step.cancelled must settle them first)", e.Type(), u, s.Unsettled())
@@ -477,6 +483,8 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.CancelRequested, s.CancelReason = true, d.Reason
 	case *event.DecisionFailed:
 		s.Blocked = blockedBy(e, d)
+	case *event.UpdateReceived, *event.UpdateAccepted, *event.UpdateRejected, *event.UpdateCompleted:
+		s.mutateUpdate(e)
 	case *event.RunCompleted, *event.RunFailed, *event.RunCancelled, *event.RunContinuedAsNew:
 		s.Outcome = outcomeOf(e)
 	}

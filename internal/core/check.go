@@ -21,7 +21,10 @@ func (v Violation) String() string { return fmt.Sprintf("seq %d: %s: %s", v.Seq,
 // run.started is first and only first; at most one terminal event, last; every step, wait,
 // hook and child event refers to an ID scheduled earlier; a step settles at most once and
 // nothing about it follows; unsettled steps are cancelled before the terminal event; no
-// decision identity or delivery is recorded twice. After a violation the offending event is
+// decision identity or delivery is recorded twice; an update ID is received once, accepted or
+// rejected once, after it was received and in the order updates were received, and completed
+// at most once, only after its acceptance (rules duplicate_delivery, unknown_id, duplicate_id,
+// update_order, update_state; see update.go). After a violation the offending event is
 // skipped and the count resynchronised, so that later violations are found too.
 func Check(runID string, history []event.Envelope) []Violation {
 	var vs []Violation

@@ -54,6 +54,9 @@ func (s *Snapshot) Clone() *Snapshot {
 		u.Attributes = maps.Clone(u.Attributes)
 	}
 	c.Attributes = maps.Clone(s.Attributes)
+	c.Updates = cloneValues(s.Updates)
+	c.updateOrder = slices.Clone(s.updateOrder)
+	c.undecided = slices.Clone(s.undecided)
 	if s.Blocked != nil {
 		b := *s.Blocked
 		c.Blocked = &b

@@ -63,6 +63,12 @@ func Decide(s *Snapshot, d Decider, opts DecideOptions) (Verdict, error) {
 	if err := CheckIdentity(s, id, opts); err != nil {
 		return Verdict{}, err
 	}
+	// Updates received since the last decision are judged first, one per decision, oldest
+	// first; the workflow's own decision (a pending step, a wait) is asked for once none is
+	// left, and re-issued unchanged.
+	if v, ok, err := decideUpdate(s, d); ok || err != nil {
+		return v, err
+	}
 	dec, err := d.RunWorkflow(s.Spec.Definition, s.Input, s)
 	if err != nil {
 		return Verdict{}, err

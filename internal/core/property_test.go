@@ -119,8 +119,20 @@ func (g *generator) step(allowEnd bool) error {
 	var actions []action
 	actions = append(actions, func() ([]event.Payload, error) {
 		dec := g.decision(allowEnd)
-		v, err := core.Decide(s, script{id: core.Identity{Attributes: []event.AttributeDecl{{Name: "amount", Type: event.AttrInt}}},
-			fn: func(*core.Snapshot) core.Decision { return dec }}, core.DecideOptions{})
+		if open := s.OpenUpdates(); len(open) > 0 && g.rng.IntN(2) == 0 {
+			dec = core.CompleteUpdate{ID: open[0].ID, Result: json.RawMessage(`{"n":1}`)}
+		}
+		judge := func(*core.Snapshot, *core.Update) core.UpdateDecision {
+			switch g.rng.IntN(3) {
+			case 0:
+				return core.UpdateDecision{Reject: &event.ErrorInfo{Kind: "invalid", Message: "no"}}
+			case 1:
+				return core.UpdateDecision{Complete: true, Result: json.RawMessage(`2`)}
+			}
+			return core.UpdateDecision{}
+		}
+		v, err := core.Decide(s, updating{script{id: core.Identity{Attributes: []event.AttributeDecl{{Name: "amount", Type: event.AttrInt}}},
+			fn: func(*core.Snapshot) core.Decision { return dec }}, judge}, core.DecideOptions{})
 		if err != nil {
 			return []event.Payload{core.DecisionFailure(err, "")}, nil
 		}
@@ -144,6 +156,11 @@ func (g *generator) step(allowEnd bool) error {
 	actions = append(actions, func() ([]event.Payload, error) {
 		return core.ReceiveSignal(s, []string{"approve", "poke"}[g.rng.IntN(2)], json.RawMessage(`{"v":1}`), g.id("delivery"))
 	})
+	if g.rng.IntN(3) == 0 {
+		actions = append(actions, func() ([]event.Payload, error) {
+			return core.ReceiveUpdate(s, g.id("update"), "add", json.RawMessage(`{"v":1}`))
+		})
+	}
 	for id, h := range s.Hooks {
 		if !h.Received {
 			actions = append(actions, func() ([]event.Payload, error) {

@@ -129,6 +129,8 @@ func compareRecorded(runID string, rec event.Envelope, got event.Payload) error 
 			return mismatch(runID, "continue_as_new", "", "successor_run_id", r.SuccessorRunID, g.SuccessorRunID, rec.Seq)
 		}
 		return nil
+	case *event.UpdateRejected, *event.UpdateAccepted, *event.UpdateCompleted:
+		return compareUpdate(runID, rec, got)
 	case *event.RunCompleted:
 		g := got.(*event.RunCompleted)
 		if !JSONEqual(r.Output, g.Output) {
@@ -177,6 +179,12 @@ func describeEvent(p event.Payload) plain {
 		return describeSideEffect(p)
 	case *event.AttributesUpserted:
 		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.UpsertID))
+	case *event.UpdateAccepted:
+		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.UpdateID))
+	case *event.UpdateRejected:
+		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.UpdateID))
+	case *event.UpdateCompleted:
+		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.UpdateID))
 	}
 	return plain(p.EventType())
 }

@@ -247,6 +247,8 @@ type Snapshot struct {
 	Attributes event.Attributes `json:"attributes,omitempty"`
 	// Upserts are the recorded attributes.upserted decisions by upsert ID.
 	Upserts map[string]*Upsert `json:"upserts,omitempty"`
+	// Updates holds the run's updates by update ID (see Update); nil before the first.
+	Updates map[string]*Update `json:"updates,omitempty"`
 
 	// Delayed is set while the run waits out its start delay (run.started's NotBefore, moved
 	// by run.debounced) and clear from run.delay_fired on: no decision is made meanwhile.
@@ -293,6 +295,9 @@ type Snapshot struct {
 	// ahead is, while Replay asks the code for the decision the history records next, that
 	// recorded decision's first event (see ReplayedSideEffect); nil otherwise.
 	ahead event.Payload
+	// updateOrder lists the update IDs in the order received; undecided those not yet
+	// accepted or rejected, in the same order.
+	updateOrder, undecided []string
 }
 
 var zeroTime time.Time

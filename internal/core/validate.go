@@ -90,6 +90,8 @@ func Validate(s *Snapshot, d Decision) (Verdict, error) {
 		return v.sideEffect(d)
 	case UpsertAttributes:
 		return v.upsert(d)
+	case CompleteUpdate:
+		return v.completeUpdate(d)
 	case Invalid:
 		return v.invalid("%s: %v", d.What, d.Err)
 	case nil:

@@ -231,6 +231,8 @@ func traceInputs(ctx context.Context, events []event.Payload) {
 			p.TraceParent = tp
 		case *event.RunCancelRequested:
 			p.TraceParent = tp
+		case *event.UpdateReceived:
+			p.TraceParent = tp
 		}
 	}
 }

@@ -66,6 +66,7 @@ func RegisterWith(reg *flow.Registry, o Options) {
 
 	flow.RegisterWorkflow(reg, "approval", Approval)
 	flow.RegisterQuery(reg, "approval", "status", ApprovalStatusQuery)
+	registerApprovalUpdates(reg)
 
 	flow.RegisterWorkflow(reg, "webhook", Webhook)
 	flow.RegisterStep(reg, "announceHook", Announcer{BaseURL: o.HookBaseURL, Logger: o.Logger}.AnnounceHook)

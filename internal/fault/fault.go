@@ -50,6 +50,9 @@ const (
 	// HistoryBeforeAck: every consequence of a commit is applied; the history service has not
 	// acknowledged it.
 	HistoryBeforeAck Point = "history-before-ack"
+	// IngressBeforeReply: the ingress committed an input; its answer to the requester is not
+	// sent (an armed Fail drops it, as the death of the process there would).
+	IngressBeforeReply Point = "ingress-before-reply"
 )
 
 // Points of start policies (docs/start-policies.md), armed by the engine's start-policy tests
@@ -70,6 +73,10 @@ var StartPolicyPoints = []Point{AfterKeyBeforeStart, AfterStartBeforeReplace}
 var Points = []Point{StoreAppend, AfterAppendBeforeTask, TaskPublish, AfterDecisionBeforeChildren,
 	AfterTerminalBeforeEnd, AfterFireBeforeDelete, TimerPut, IndexPut, HistoryBeforeEffects, HistoryBeforeIndex,
 	HistoryBeforeAck}
+
+// IngressPoints are the points only the ingress service passes, which the workload of Points
+// (inputs written through an engine) never reaches; services/ingress tests them.
+var IngressPoints = []Point{IngressBeforeReply}
 
 // Action is what an armed point does.
 type Action string
@@ -192,7 +199,8 @@ func FromEnv() (*Injector, error) {
 			return nil, fmt.Errorf("%s: %q is not point:action[:skip[:times]]", EnvVar, arm)
 		}
 		p, action := Point(parts[0]), Action(parts[1])
-		if !slices.Contains(Points, p) && !slices.Contains(StartPolicyPoints, p) {
+		if !slices.Contains(Points, p) && !slices.Contains(IngressPoints, p) &&
+			!slices.Contains(StartPolicyPoints, p) {
 			return nil, fmt.Errorf("%s: unknown point %q", EnvVar, p)
 		}
 		if action != Fail && action != Kill {

@@ -218,6 +218,7 @@ func ingressRole() Role {
 	// The HTTP query route asks the workers, after reading a run's first event from the history
 	// service to address them.
 	g.publish(api.QueryPrefix+">", api.SubjectHistory)
+	g.publish(api.SubjectUpdate) // its HTTP doors ask the history service where an update stands
 	return g.role(Ingress, "the ingress (`flowd ingress`)", true)
 }
 

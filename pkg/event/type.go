@@ -30,6 +30,10 @@ const (
 	TypeSideEffectRecorded Type = "side_effect.recorded"
 	// TypeAttributesUpserted records a decision that sets search attributes (payload_attributes.go).
 	TypeAttributesUpserted Type = "attributes.upserted"
+	TypeUpdateReceived     Type = "update.received"
+	TypeUpdateAccepted     Type = "update.accepted"
+	TypeUpdateRejected     Type = "update.rejected"
+	TypeUpdateCompleted    Type = "update.completed"
 	// TypeRunDelayFired ends a delayed run's start delay (run.started's NotBefore): the first
 	// decision is due.
 	TypeRunDelayFired Type = "run.delay_fired"
@@ -63,6 +67,7 @@ func Types() []Type {
 		TypeRunCompleted, TypeRunFailed, TypeRunCancelled, TypeRunContinuedAsNew,
 		TypeSideEffectRecorded,
 		TypeAttributesUpserted,
+		TypeUpdateReceived, TypeUpdateAccepted, TypeUpdateRejected, TypeUpdateCompleted,
 		TypeRunDelayFired, TypeRunDebounced,
 	}
 }
@@ -100,6 +105,10 @@ var factories = map[Type]func() Payload{
 	TypeRunContinuedAsNew:  func() Payload { return new(RunContinuedAsNew) },
 	TypeSideEffectRecorded: func() Payload { return new(SideEffectRecorded) },
 	TypeAttributesUpserted: func() Payload { return new(AttributesUpserted) },
+	TypeUpdateReceived:     func() Payload { return new(UpdateReceived) },
+	TypeUpdateAccepted:     func() Payload { return new(UpdateAccepted) },
+	TypeUpdateRejected:     func() Payload { return new(UpdateRejected) },
+	TypeUpdateCompleted:    func() Payload { return new(UpdateCompleted) },
 	TypeRunDelayFired:      func() Payload { return new(RunDelayFired) },
 	TypeRunDebounced:       func() Payload { return new(RunDebounced) },
 }

@@ -64,6 +64,16 @@
 // decision. [Client.Query] asks; a worker of the run's code answers from the snapshot it holds
 // (or rebuilds from history); nothing is recorded. See docs/queries.md.
 //
+// # Updates
+//
+// An update is a validated, durable request to a run that returns a result: [RegisterUpdate]
+// registers a handler whose validator may reject it and which may complete it at once; else
+// the workflow completes it later with [Context.CompleteUpdate], possibly after steps, reading
+// [Context.OpenUpdates]. Acceptance, rejection and completion are recorded as decisions and
+// compared on replay. [Client.Update] sends one and waits for its result; the same update ID is
+// applied once. [Client.UpdateWithStart] and [Client.SignalWithStart] start the run with the
+// input in one commit when it does not exist. See docs/updates.md.
+//
 // # Errors
 //
 // Errors that callers branch on are sentinels ([ErrNotFound], [ErrNonDeterminism], ...) or

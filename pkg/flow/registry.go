@@ -42,6 +42,8 @@ type Registry struct {
 	steps     map[string]stepFunc
 	// queries holds the handlers RegisterQuery registered, by definition and query name.
 	queries map[string]map[string]queryFunc
+	// updates holds the update handlers by definition and update name (RegisterUpdate).
+	updates map[string]map[string]updateFunc
 }
 
 type workflowEntry struct {
@@ -64,7 +66,7 @@ func NewRegistry(opts *RegistryOptions) *Registry {
 		logger = slog.Default()
 	}
 	return &Registry{buildID: opts.BuildID, logger: logger, mu: &sync.RWMutex{},
-		workflows: map[string]*workflowEntry{}, steps: map[string]stepFunc{}}
+		workflows: map[string]*workflowEntry{}, steps: map[string]stepFunc{}, updates: map[string]map[string]updateFunc{}}
 }
 
 // BuildID returns the registry's build ID.

@@ -149,6 +149,9 @@ type Service struct {
 	applied countingSignal
 	// unobserve unregisters the service's observable gauges, once registered.
 	unobserve func()
+	// updateSnaps holds the projections the update endpoint read, so that a later wait on the
+	// same run reads only its tail (await_update.go).
+	updateSnaps *snapshotCache
 }
 
 // New returns a history service.

@@ -85,6 +85,9 @@ func (s *Service) serve() error {
 	if err != nil {
 		return fmt.Errorf("adding the %s endpoint: %w", api.SubjectAwait, err)
 	}
+	if err := s.serveUpdates(svc); err != nil {
+		return err
+	}
 	// Answer once Start returns: the server has the endpoints' subscriptions after a round trip.
 	if err := s.nc.FlushTimeout(10 * time.Second); err != nil {
 		return fmt.Errorf("subscribing the query endpoints: %w", err)

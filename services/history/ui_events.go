@@ -146,6 +146,17 @@ func summarize(p event.Payload) string {
 		return fmt.Sprintf("side effect %s recorded → %s", p.SideEffectID, inline(p.Value))
 	case *event.AttributesUpserted:
 		return fmt.Sprintf("upsert %s: %s", p.UpsertID, attrPairs(p.Attributes))
+	case *event.UpdateReceived:
+		return fmt.Sprintf("update %q (%s) received %s", p.Name, p.UpdateID, inline(p.Payload))
+	case *event.UpdateAccepted:
+		return fmt.Sprintf("update %s accepted", p.UpdateID)
+	case *event.UpdateRejected:
+		return fmt.Sprintf("update %s rejected: %s", p.UpdateID, p.Error.Error())
+	case *event.UpdateCompleted:
+		if p.Error != nil {
+			return fmt.Sprintf("update %s failed: %s", p.UpdateID, p.Error.Error())
+		}
+		return fmt.Sprintf("update %s completed → %s", p.UpdateID, inline(p.Result))
 	case *event.RunDelayFired, *event.RunDebounced:
 		return summarizeDelay(p)
 	}

@@ -51,6 +51,8 @@ type uiRunPage struct {
 	// Types are the event types, for the live view's listeners.
 	Types []event.Type
 	Now   time.Time
+	// Updates are the run's updates, in the order received.
+	Updates []*core.Update
 }
 
 // uiSignalWait is a signal wait with the signal bound to it.
@@ -156,6 +158,7 @@ func (p *uiRunPage) fill(hist []event.Envelope) {
 	for _, c := range snap.Children {
 		p.Children = append(p.Children, c)
 	}
+	p.Updates = snap.UpdateList()
 	slices.SortFunc(p.Children, func(a, b *core.Child) int {
 		return cmp.Or(cmp.Compare(a.BatchSeq, b.BatchSeq), cmp.Compare(a.ID, b.ID))
 	})

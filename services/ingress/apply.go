@@ -37,6 +37,9 @@ type input struct {
 	// attributes are a start's search attributes, JSON values by name, typed by the
 	// definition's declarations when the start is applied.
 	attributes map[string][]byte
+	// payload is the update's or signal's payload of a with-start input (whose data is the
+	// start's input): JSON, or nil for null.
+	payload json.RawMessage
 	// policies are a start's policies (start_policy.go).
 	policies api.StartPolicies
 }
@@ -88,6 +91,9 @@ func (in *input) dataName() string {
 // apply commits in to its run's history and returns what was committed. Nothing is appended
 // when it returns an error.
 func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *api.IngressError) {
+	if isWithInput(in.kind) {
+		return s.applyWithInput(ctx, in)
+	}
 	if e := in.check(); e != nil {
 		return nil, e
 	}

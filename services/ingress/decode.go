@@ -44,8 +44,10 @@ func fromEvent(in *input, ev *ce.Event) *api.IngressError {
 		if e := in.policiesOf(ev); e != nil {
 			return e
 		}
-	case api.KindSignal, api.KindHook:
+	case api.KindSignal, api.KindHook, api.KindUpdate:
 		in.data = data
+	case api.KindUpdateWithStart, api.KindSignalWithStart:
+		return in.withStartBody(data)
 	case api.KindCancel, api.KindTerminate:
 		return in.cancelBody(data)
 	}
@@ -93,8 +95,10 @@ func fromPlain(in *input, body []byte, deliveryID string) *api.IngressError {
 		if in.runID == "" && deliveryID != "" {
 			in.runID = runIDOf("", deliveryID)
 		}
-	case api.KindSignal, api.KindHook:
+	case api.KindSignal, api.KindHook, api.KindUpdate:
 		in.data = body
+	case api.KindUpdateWithStart, api.KindSignalWithStart:
+		return in.withStartBody(body)
 	case api.KindCancel, api.KindTerminate:
 		return in.cancelBody(body)
 	}

@@ -28,6 +28,7 @@ import (
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/health"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsconn"
@@ -70,6 +71,9 @@ type Config struct {
 	Streams streams.Config `envconfig:"STREAMS"`
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger `ignored:"true"`
+	// Faults injects failures between writes, for tests (fault.IngressBeforeReply: an input is
+	// committed and its answer is lost, as when the process dies there). Defaults to nil (none).
+	Faults *fault.Injector `ignored:"true"`
 }
 
 // DefaultHTTPAddr is where the HTTP routes listen unless Config.HTTPAddr says otherwise.
@@ -190,7 +194,7 @@ func (s *Service) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.engine, err = engine.New(engine.Config{Store: st, Host: s.host, Logger: s.logger, CacheSize: -1, Keys: keys}); err != nil {
+	if s.engine, err = engine.New(engine.Config{Store: st, Host: s.host, Logger: s.logger, CacheSize: -1, Keys: keys, Faults: s.cfg.Faults}); err != nil {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -16,6 +16,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/fault"
 )
 
 // inputTimeout bounds the commit of one input.
@@ -40,6 +41,10 @@ func (s *Service) onMsg(m *nats.Msg) {
 		ctx, cancel := context.WithTimeout(context.Background(), inputTimeout)
 		defer cancel()
 		kind, resp, e := s.natsInput(ctx, m)
+		if e == nil && s.cfg.Faults.Hit(fault.IngressBeforeReply) != nil {
+			s.logger.Warn("injected fault: the answer of a committed input is lost", slog.String("subject", m.Subject))
+			return
+		}
 		s.answer(m, kind, resp, e)
 	}()
 }
@@ -123,6 +128,10 @@ func parseSubject(subject string) (*input, *api.IngressError) {
 		}
 	case api.KindHook:
 		in.token = rest
+	case api.KindUpdate, api.KindUpdateWithStart, api.KindSignalWithStart:
+		if e := in.parseUpdateSubject(subject, rest); e != nil {
+			return nil, e
+		}
 	default:
 		in.runID = rest
 	}

@@ -1,0 +1,81 @@
+package event
+
+import (
+	"encoding/json"
+	"errors"
+)
+
+// The events of updates: a durable, validated request to a running workflow that returns a
+// result to its caller. The ingress records update.received; the run's next decision records
+// update.accepted or update.rejected (the workflow's validator decides), and update.completed
+// follows, in the same commit when the handler completes the update at once, or in a later
+// decision of the workflow's (ctx.CompleteUpdate). Acceptance, rejection and completion are
+// decision events: replay derives them again and compares them with the recorded ones.
+
+// UpdateReceived records an update sent to the run. UpdateID identifies it within the run: the
+// same ID is recorded once.
+type UpdateReceived struct {
+	UpdateID string          `json:"update_id"`
+	Name     string          `json:"name"`
+	Payload  json.RawMessage `json:"payload"`
+	// TraceParent is the W3C traceparent of the span that sent the update, when there was one.
+	TraceParent string `json:"traceparent,omitempty"`
+}
+
+// UpdateAccepted records that the workflow's validator accepted update UpdateID. Its result
+// follows in update.completed.
+type UpdateAccepted struct {
+	UpdateID string `json:"update_id"`
+}
+
+// UpdateRejected records that the workflow's validator rejected update UpdateID with Error (or
+// that the workflow registers no handler for its name). Nothing about the update follows.
+type UpdateRejected struct {
+	UpdateID string    `json:"update_id"`
+	Error    ErrorInfo `json:"error"`
+}
+
+// UpdateCompleted records the outcome of an accepted update: its Result (absent means null), or
+// the Error its handler returned. Nothing about the update follows.
+type UpdateCompleted struct {
+	UpdateID string          `json:"update_id"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	Error    *ErrorInfo      `json:"error,omitempty"`
+}
+
+func (*UpdateReceived) EventType() Type  { return TypeUpdateReceived }
+func (*UpdateAccepted) EventType() Type  { return TypeUpdateAccepted }
+func (*UpdateRejected) EventType() Type  { return TypeUpdateRejected }
+func (*UpdateCompleted) EventType() Type { return TypeUpdateCompleted }
+
+// Validate implements Payload.
+func (p *UpdateReceived) Validate() error {
+	return errors.Join(required("update_id", p.UpdateID), required("name", p.Name), requiredJSON("payload", p.Payload))
+}
+
+// Validate implements Payload.
+func (p *UpdateAccepted) Validate() error { return required("update_id", p.UpdateID) }
+
+// Validate implements Payload.
+func (p *UpdateRejected) Validate() error {
+	return errors.Join(required("update_id", p.UpdateID), required("error.message", p.Error.Message))
+}
+
+// Validate implements Payload.
+func (p *UpdateCompleted) Validate() error {
+	var both error
+	if p.Error != nil && len(p.Result) > 0 {
+		both = fieldError("result", "must be absent when error is set")
+	}
+	var msg error
+	if p.Error != nil {
+		msg = required("error.message", p.Error.Message)
+	}
+	return errors.Join(required("update_id", p.UpdateID), optionalJSON("result", p.Result), both, msg)
+}
+
+// ValidateUpdateID checks an update ID: 1 to 128 letters, digits, '-' or '_' (an update ID
+// appears in URLs and NATS subjects).
+func ValidateUpdateID(id string) error {
+	return validate("update ID", id, MaxIDLength, false, "(an update ID appears in URLs and NATS subjects)")
+}

@@ -1,0 +1,141 @@
+package history
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/micro"
+
+	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// updateSnapshots bounds the projections the update endpoint keeps.
+const updateSnapshots = 1024
+
+// serveUpdates adds the endpoint that tells where an update stands (api.SubjectUpdate), a long
+// poll like await: it holds no query slot, only its goroutine, up to maxAwaits at once.
+func (s *Service) serveUpdates(svc micro.Service) error {
+	held := make(chan struct{}, maxAwaits)
+	s.updateSnaps = newSnapshotCache(updateSnapshots)
+	err := svc.AddEndpoint("update", micro.HandlerFunc(func(r micro.Request) {
+		select {
+		case held <- struct{}{}:
+		default:
+			_ = r.Error(string(api.CodeUnavailable), fmt.Sprintf("%d update waits are held already; retry", maxAwaits), nil)
+			return
+		}
+		// Answered by its goroutine on the reply subject, not through r after this handler
+		// returned (micro reads r's error then, for its statistics), as the other endpoints are.
+		reply, data := r.Reply(), r.Data()
+		go func() {
+			defer func() { <-held }()
+			ctx, cancel := context.WithTimeout(context.Background(), api.MaxAwait+5*time.Second)
+			defer cancel()
+			resp, err := handle(s.awaitUpdate)(ctx, data)
+			s.reply(reply, resp, err)
+		}()
+	}), micro.WithEndpointSubject(api.SubjectUpdate))
+	if err != nil {
+		return fmt.Errorf("adding the %s endpoint: %w", api.SubjectUpdate, err)
+	}
+	return nil
+}
+
+// awaitUpdate answers where update req.UpdateID of run req.RunID stands: at once without
+// req.Wait, else once it settled (rejected or completed), the run ended, or a decision failed
+// after the update was received (the run is blocked), or after req.Wait.
+//
+// Like await it never misses the commit it waits for: it subscribes to the run's commit notices
+// (the stream subject's and the event feed's, see await) before its first read, reads the run
+// incrementally on each notice (only the events after its snapshot), and reads again on a
+// slowing poll in case a notice came before the stream stored its commit.
+func (s *Service) awaitUpdate(ctx context.Context, req api.UpdateRequest) (*api.UpdateState, error) {
+	if err := event.ValidateDerivedRunID(req.RunID); err != nil {
+		return nil, &api.Error{Code: api.CodeInvalid, Message: err.Error()}
+	}
+	if err := event.ValidateUpdateID(req.UpdateID); err != nil {
+		return nil, &api.Error{Code: api.CodeInvalid, Message: err.Error()}
+	}
+	wait := min(max(req.Wait, 0), api.MaxAwait)
+	woken := make(chan struct{}, 1)
+	if wait > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, wait)
+		defer cancel()
+		wake := func(*nats.Msg) {
+			select {
+			case woken <- struct{}{}:
+			default:
+			}
+		}
+		for _, subject := range []string{streams.HistorySubject(req.RunID), FeedPrefix + "*." + req.RunID + ".update.*", FeedPrefix + "*." + req.RunID + ".run.*"} {
+			sub, err := s.nc.Subscribe(subject, wake)
+			if err != nil {
+				return nil, err
+			}
+			defer func() { _ = sub.Unsubscribe() }()
+		}
+	}
+	// check reads what was committed since the last check (the cache holds the run's
+	// projection) and returns the update's state (nil while the run has no such update).
+	check := func() (*api.UpdateState, error) {
+		var st *api.UpdateState
+		err := s.updateSnaps.read(ctx, s.store, req.RunID, 1, func(snap *core.Snapshot) error {
+			if snap == nil {
+				return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q does not exist (list runs with `flow runs`)", req.RunID)}
+			}
+			var ok bool
+			st, ok = api.StateOfUpdate(snap, req.UpdateID)
+			if !ok && (snap.Terminal() || wait == 0) {
+				return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q has no update %q: send it with `flow update` (POST /v1/runs/%s/updates/{name}), or check the run ID (an update to a run that continued as new goes to its latest run)", req.RunID, req.UpdateID, req.RunID)}
+			}
+			return nil
+		})
+		return st, err
+	}
+	retries := noticeRetries
+	poll := time.NewTimer(time.Hour)
+	defer poll.Stop()
+	var last *api.UpdateState
+	for {
+		st, err := check()
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil && last != nil {
+			return last, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		last = st
+		if wait == 0 || st != nil && (st.Settled || st.Blocked != nil) {
+			return st, nil
+		}
+		next := time.Second
+		if retries < noticeRetries {
+			next = 25 * time.Microsecond << retries
+			retries++
+		}
+		poll.Reset(next)
+		select {
+		case <-woken:
+			retries = 0
+		case <-poll.C:
+		case <-ctx.Done():
+			if last == nil {
+				return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q has no update %q yet", req.RunID, req.UpdateID)}
+			}
+			return last, nil
+		}
+		if !poll.Stop() {
+			select {
+			case <-poll.C:
+			default:
+			}
+		}
+	}
+}

@@ -1,0 +1,107 @@
+package ingress
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/flowrun/flow/internal/api"
+)
+
+// updateRoutes adds the HTTP doors of updates and of the starts that carry an input (see
+// internal/api/update.go).
+func (s *Service) updateRoutes(mux *http.ServeMux) {
+	post := func(pattern string, kind api.InputKind, names func(*http.Request, *input)) {
+		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
+			if !s.authorized(w, r) {
+				return
+			}
+			wait, e := waitParam(r)
+			if e != nil {
+				writeError(w, e)
+				return
+			}
+			tagHTTPSpan(r, kind)
+			in := &input{kind: kind}
+			names(r, in)
+			resp, e := s.httpInput(r, in)
+			endSpan(r.Context(), resp, e)
+			if e != nil {
+				writeError(w, e)
+				return
+			}
+			if wait > 0 && kind != api.KindSignalWithStart {
+				st, e := s.updateState(r.Context(), resp.RunID, resp.DeliveryID, wait)
+				if e != nil {
+					writeError(w, e)
+					return
+				}
+				writeJSON(w, http.StatusOK, st)
+				return
+			}
+			status := http.StatusAccepted
+			if resp.Created {
+				status = http.StatusCreated
+			}
+			writeJSON(w, status, resp)
+		})
+	}
+	post("POST /v1/runs/{run}/updates/{name}", api.KindUpdate, func(r *http.Request, in *input) {
+		in.runID, in.name = r.PathValue("run"), r.PathValue("name")
+		if id := r.URL.Query().Get("update_id"); id != "" {
+			r.Header.Set(api.HeaderIdempotencyKey, id)
+		}
+	})
+	post("POST /v1/workflows/{definition}/update-with-start/{name}", api.KindUpdateWithStart, func(r *http.Request, in *input) {
+		in.definition, in.name = r.PathValue("definition"), r.PathValue("name")
+	})
+	post("POST /v1/workflows/{definition}/signal-with-start/{name}", api.KindSignalWithStart, func(r *http.Request, in *input) {
+		in.definition, in.name = r.PathValue("definition"), r.PathValue("name")
+	})
+	mux.HandleFunc("GET /v1/runs/{run}/updates/{update_id}", func(w http.ResponseWriter, r *http.Request) {
+		if !s.authorized(w, r) {
+			return
+		}
+		wait, e := waitParam(r)
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		st, e := s.updateState(r.Context(), r.PathValue("run"), r.PathValue("update_id"), wait)
+		if e != nil {
+			writeError(w, e)
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
+}
+
+// authorized checks the request's bearer token, answering 401 when it fails.
+func (s *Service) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if why := s.auth.check(r.Header.Get("Authorization")); why != "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="flow"`)
+		writeError(w, &api.IngressError{Code: api.CodeUnauthorized, Message: why})
+		return false
+	}
+	return true
+}
+
+// waitParam reads ?wait=: "true" waits api.DefaultAwait, a duration ("30s") that long (at most
+// api.MaxAwait); absent or "false" does not wait.
+func waitParam(r *http.Request) (time.Duration, *api.IngressError) {
+	v := r.URL.Query().Get("wait")
+	if v == "" {
+		return 0, nil
+	}
+	if b, err := strconv.ParseBool(v); err == nil {
+		if b {
+			return api.DefaultAwait, nil
+		}
+		return 0, nil
+	}
+	if d, err := time.ParseDuration(v); err == nil && d >= 0 {
+		return min(d, api.MaxAwait), nil
+	}
+	return 0, &api.IngressError{Code: api.CodeInvalidRequest, Message: fmt.Sprintf("wait=%q is neither true, false nor a duration such as 30s", v)}
+}
