@@ -429,7 +429,7 @@ func compareStart(runID string, got, want *event.RunStarted, anySpec bool) error
 	case got.ContinuedFrom != want.ContinuedFrom || got.Generation != want.Generation:
 		return &RunExistsError{RunID: runID, Field: "continuation"}
 	case !anySpec && !got.Attributes.Equal(want.Attributes):
-		return &RunExistsError{RunID: runID, Field: "search attributes"}
+		return &RunExistsError{RunID: runID, Field: "set of search attributes"}
 	}
 	return nil
 }
