@@ -68,6 +68,18 @@ func examples() []example {
 			TraceParent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 			Attributes:    exampleAttributes(),
 		}},
+		{"reused and delayed", &event.RunStarted{
+			Spec: event.Spec{Definition: "order"}, Input: json.RawMessage(`{"order_id":"o-2"}`), Seed: "c4ca4238a0b92382",
+			NotBefore: at.Add(time.Minute),
+			StartPolicy: &event.StartPolicy{OnConflict: event.ConflictTerminateExisting, Reuse: event.ReuseAllowFailedOnly,
+				RunID: "order-2", Previous: "order-2", Replaces: true, Delay: event.Duration(time.Minute),
+				DedupKey: "invoice-42", DedupWindow: event.Duration(time.Hour), RequestID: "req-7"},
+		}},
+		{"debounced", &event.RunStarted{
+			Spec: event.Spec{Definition: "save"}, Input: json.RawMessage(`{"doc":"d-9"}`), Seed: "c81e728d9d4c2f63",
+			NotBefore:   at.Add(30 * time.Second),
+			StartPolicy: &event.StartPolicy{Delay: event.Duration(30 * time.Second), Debounce: &event.Debounce{Key: "doc-9", Period: event.Duration(30 * time.Second)}},
+		}},
 		{"batch", &event.StepScheduled{Steps: []event.StepSpec{
 			{ID: "charge", Name: "charge-card", Input: json.RawMessage(`{"amount_cents":1250,"currency":"EUR"}`), Retry: charge},
 			{ID: "reserve", Name: "reserve-stock", Input: json.RawMessage(`null`), Retry: event.RetryPolicy{}.Normalize()},
@@ -112,6 +124,9 @@ func examples() []example {
 		{"negative deposit", &event.UpdateRejected{UpdateID: "upd-8", Error: event.ErrorInfo{Kind: "invalid_amount", Message: "a deposit must be positive"}}},
 		{"deposited", &event.UpdateCompleted{UpdateID: "upd-7", Result: json.RawMessage(`{"balance_cents":10500}`)}},
 		{"ledger closed", &event.UpdateCompleted{UpdateID: "upd-9", Error: &event.ErrorInfo{Kind: "closed", Message: "the ledger closed before posting"}}},
+		{"quiet period over", &event.RunDelayFired{NotBefore: at.Add(30 * time.Second)}},
+		{"a later save", &event.RunDebounced{Input: json.RawMessage(`{"doc":"d-9","rev":3}`), NotBefore: at.Add(40 * time.Second),
+			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
 		{"under flow control", &event.RunStarted{
 			Spec: event.Spec{Definition: "report"}, Input: json.RawMessage(`{"customer":"c-42"}`), Seed: "9f86d081884c7d65", Priority: 5,
 			Control: &event.FlowControl{Group: "reports", Key: "c-42", KeyPath: "$.customer", Concurrency: 50, KeyConcurrency: 2,
@@ -152,6 +167,8 @@ func minimal() []event.Payload {
 		&event.UpdateAccepted{UpdateID: "u"},
 		&event.UpdateRejected{UpdateID: "u", Error: event.ErrorInfo{Message: "no"}},
 		&event.UpdateCompleted{UpdateID: "u"},
+		&event.RunDelayFired{NotBefore: at},
+		&event.RunDebounced{Input: json.RawMessage(`null`), NotBefore: at},
 		&event.RunAdmitted{Group: "g"},
 	}
 }
@@ -338,6 +355,8 @@ func TestPropertiesMatchGoTypes(t *testing.T) {
 			"cancelled_step":  reflect.TypeFor[event.CancelledStep](),
 			"child_spec":      reflect.TypeFor[event.ChildSpec](),
 			"attribute_value": reflect.TypeFor[event.AttributeValue](),
+			"debounce":        reflect.TypeFor[event.Debounce](),
+			"start_policy":    reflect.TypeFor[event.StartPolicy](),
 			"flow_control":    reflect.TypeFor[event.FlowControl](),
 		}
 		defs := object(t, rawSchema(t, "defs.json")["$defs"], "$defs")
@@ -452,6 +471,8 @@ func TestEnumsMatchGoConstants(t *testing.T) {
 			}
 			return out
 		}()},
+		{"conflict_policy", "ConflictPolicy", []string{string(event.ConflictFail), string(event.ConflictUseExisting), string(event.ConflictTerminateExisting)}},
+		{"reuse_policy", "ReusePolicy", []string{string(event.ReuseRefuse), string(event.ReuseAllow), string(event.ReuseAllowFailedOnly)}},
 	} {
 		t.Run(tc.def, func(t *testing.T) {
 			t.Parallel()

@@ -195,6 +195,9 @@ type AwaitResponse struct {
 	// Snapshot is what the run's last commit says about its end (core.Ending), or, for a blocked
 	// run, its projection.
 	Snapshot *core.Snapshot `json:"snapshot,omitempty"`
+	// ReusedBy, for a run that ended (not continued as new), is the latest run that reuses its
+	// caller run ID after it (start policies: <id>=_<n>); "" for none.
+	ReusedBy string `json:"reused_by,omitempty"`
 }
 
 // The history service's event feed: every committed event as a CloudEvent in NATS binary mode

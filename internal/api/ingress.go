@@ -24,7 +24,8 @@ import (
 // "specversion", or Content-Type application/cloudevents+json) or plain JSON. For a CloudEvent,
 // data is the start's input, the signal's or hook's payload, or a CancelRequest; its id is the
 // delivery ID; a start takes its run ID from the extension "flowrunid" (else the event's id,
-// when it is a valid run ID, else a digest of source and id) and its queue from "flowqueue".
+// when it is a valid run ID, else a digest of source and id), its queue from "flowqueue", and
+// its start policies from the extensions ExtOnConflict .. ExtRequestID.
 // A plain message's body is a StartRequest for a start, the payload of a signal or hook, or a
 // CancelRequest; its delivery ID is the header Idempotency-Key or Nats-Msg-Id (a message without
 // one gets a fresh ID, and so is not deduplicated), which also names the run of a start whose body
@@ -88,6 +89,45 @@ const (
 	ExtControl    = "flowcontrol"
 )
 
+// CloudEvents extensions of a start's policies (docs/start-policies.md): the fields of
+// StartPolicies, durations as Go durations ("30s").
+const (
+	ExtOnConflict     = "flowonconflict"
+	ExtReuse          = "flowreuse"
+	ExtDelay          = "flowdelay"
+	ExtDedupKey       = "flowdedupkey"
+	ExtDedupWindow    = "flowdedupwindow"
+	ExtDebounceKey    = "flowdebouncekey"
+	ExtDebouncePeriod = "flowdebounceperiod"
+	// ExtRequestID identifies the start request (StartPolicies.RequestID); without it, a
+	// CloudEvent's id is the request ID.
+	ExtRequestID = "flowrequestid"
+)
+
+// StartPolicies are a start's policies for a taken run ID, its delay, and its deduplication or
+// debounce (docs/start-policies.md). Every field is optional.
+type StartPolicies struct {
+	// OnConflict is what to do when the run ID's latest run is active: "fail" (the default),
+	// "use_existing" or "terminate_existing".
+	OnConflict event.ConflictPolicy `json:"on_conflict,omitempty"`
+	// Reuse is whether a new run may take the ID of one that ended: "refuse" (the default),
+	// "allow" or "allow_failed_only".
+	Reuse event.ReusePolicy `json:"reuse,omitempty"`
+	// Delay delays the run's first decision, as a duration ("10m").
+	Delay event.Duration `json:"delay,omitempty"`
+	// DedupKey, with DedupWindow (a duration), returns the first run started with the key
+	// within the window to every later start, whatever run ID it asks for.
+	DedupKey    string         `json:"dedup_key,omitempty"`
+	DedupWindow event.Duration `json:"dedup_window,omitempty"`
+	// Debounce collapses the starts with its key within its quiet period into one run, started
+	// after the period with the latest input.
+	Debounce *event.Debounce `json:"debounce,omitempty"`
+	// RequestID identifies the request, so that its retry returns the run it started rather
+	// than applying OnConflict or Reuse again. Defaults to the delivery ID (Idempotency-Key,
+	// Nats-Msg-Id) of a plain request.
+	RequestID string `json:"request_id,omitempty"`
+}
+
 // StartSubject, SignalSubject, HookSubject, CancelSubject and TerminateSubject name the NATS
 // subjects of the inputs.
 func StartSubject(definition string) string   { return SubjectStartPrefix + definition }
@@ -137,6 +177,21 @@ type StartRequest struct {
 	ControlKey string `json:"control_key,omitempty"`
 	// Control is the run's flow control, instead of its definition's.
 	Control *event.FlowControl `json:"control,omitempty"`
+	// OnConflict, Reuse, Delay, DedupKey, DedupWindow, Debounce and RequestID are the start's
+	// policies, as StartPolicies describes them (docs/start-policies.md).
+	OnConflict  event.ConflictPolicy `json:"on_conflict,omitempty"`
+	Reuse       event.ReusePolicy    `json:"reuse,omitempty"`
+	Delay       event.Duration       `json:"delay,omitempty"`
+	DedupKey    string               `json:"dedup_key,omitempty"`
+	DedupWindow event.Duration       `json:"dedup_window,omitempty"`
+	Debounce    *event.Debounce      `json:"debounce,omitempty"`
+	RequestID   string               `json:"request_id,omitempty"`
+}
+
+// Policies returns the start policies of r.
+func (r *StartRequest) Policies() StartPolicies {
+	return StartPolicies{OnConflict: r.OnConflict, Reuse: r.Reuse, Delay: r.Delay, DedupKey: r.DedupKey,
+		DedupWindow: r.DedupWindow, Debounce: r.Debounce, RequestID: r.RequestID}
 }
 
 // CancelRequest is the body of a cancel or terminate.

@@ -27,6 +27,7 @@ func (e *env) startCmd() *cobra.Command {
 	var attrs []string
 	var wait bool
 	var timeout time.Duration
+	var policies startPolicyFlags
 	cmd := &cobra.Command{
 		Use:   "start DEFINITION",
 		Short: "Start a run of a workflow definition",
@@ -46,11 +47,17 @@ out when the wait itself failed (a --timeout, a lost connection); error is set w
 run did not complete. Without --wait, --json prints {"run_id":RUN}.
 
 Starting an existing run ID again with the same definition and input returns that run; with a
-different input it is an error.`,
+different input it is an error. Start policies change that (docs/start-policies.md):
+--on-conflict for an active run of the ID, --reuse for an ended one (a new run RUN=_N, which the
+ID then addresses), --delay, --dedup-key/--dedup-window and --debounce-key/--debounce-period.
+The ID printed is the run's own.`,
 		Example: `  flow start order --wait
   flow start fanout --input '{"items":20}' --id fanout-1
   flow start reminder --input '{"who":"ann","after":"30s"}'
-  flow start order --attr customer=c-42 --attr amount=120 --attr tags=eu,vip`,
+  flow start order --attr customer=c-42 --attr amount=120 --attr tags=eu,vip
+  flow start order --id order-7 --on-conflict terminate_existing
+  flow start order --id nightly --reuse allow --delay 10m
+  flow start order --dedup-key invoice-42 --dedup-window 1h`,
 		Args: args("DEFINITION"),
 		RunE: func(c *cobra.Command, a []string) error {
 			var in json.RawMessage
@@ -62,6 +69,10 @@ different input it is an error.`,
 				}
 				in = json.RawMessage(input)
 			}
+			opts := &flow.StartOptions{RunID: id}
+			if err := policies.apply(opts); err != nil {
+				return err
+			}
 			ctx := c.Context()
 			client, err := e.client(ctx)
 			if err != nil {
@@ -72,7 +83,8 @@ different input it is an error.`,
 			if err != nil {
 				return err
 			}
-			runID, err := client.Start(ctx, a[0], in, &flow.StartOptions{RunID: id, Attributes: startAttrs})
+			opts.Attributes = startAttrs
+			runID, err := client.Start(ctx, a[0], in, opts)
 			if err != nil {
 				return err
 			}
@@ -127,6 +139,7 @@ different input it is an error.`,
 	cmd.Flags().BoolVar(&wait, "wait", false, "print the run's events as they are committed, then its output once it ends")
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --wait, give up after this long (default: no limit)")
 	cmd.Flags().StringArrayVar(&attrs, "attr", nil, "a search attribute the run starts with, NAME=VALUE (repeatable); the value is read as the type the definition declares: text, an integer, a number, true/false, an RFC 3339 time or date, or comma-separated keywords")
+	policies.add(cmd)
 	return cmd
 }
 
@@ -269,6 +282,9 @@ was right after event SEQ (see 'flow history RUN' for the sequences). --json pri
 				fmt.Fprintf(e.stdout, "As of seq %d of %d\n", at, d.Last)
 			}
 			printSnapshot(e.stdout, d.Snapshot)
+			if at == 0 {
+				printLatest(c.Context(), e.stdout, client, d.Snapshot)
+			}
 			for _, w := range d.StepWaits {
 				fmt.Fprintf(e.stdout, "Waiting     step %s (%s) attempt %d since %s: %s\n", w.StepID, w.Name, w.Attempt,
 					w.Since.Format(time.RFC3339Nano), w.Why)
@@ -303,6 +319,7 @@ func printSnapshot(w io.Writer, s *flow.Snapshot) {
 	if s.CancelRequested {
 		fmt.Fprintf(w, "Cancel      requested: %s\n", s.CancelReason)
 	}
+	printStartPolicy(w, s)
 	if s.Priority != 0 {
 		fmt.Fprintf(w, "Priority    %d\n", s.Priority)
 	}

@@ -56,7 +56,8 @@ func (s *Snapshot) Apply(e event.Envelope) error {
 func IsInput(p event.Payload) bool {
 	switch p.(type) {
 	case *event.RunStarted, *event.SignalReceived, *event.HookReceived, *event.WaitFired,
-		*event.StepRetryFired, *event.ChildSettled, *event.RunCancelRequested, *event.UpdateReceived, *event.RunAdmitted:
+		*event.StepRetryFired, *event.ChildSettled, *event.RunCancelRequested, *event.UpdateReceived,
+		*event.RunDelayFired, *event.RunAdmitted:
 		return true
 	}
 	return false
@@ -131,6 +132,9 @@ func (s *Snapshot) check(e event.Envelope) error {
 		if r, ok := e.Payload.(*event.StepRetryScheduled); !ok || r.StepID != s.expectRetry {
 			return s.fail(e, "retry_order", "step %q failed with attempts left, so step.retry_scheduled must follow; got %s", s.expectRetry, e.Type())
 		}
+	}
+	if err := s.checkDelay(e); err != nil {
+		return err
 	}
 	switch p := e.Payload.(type) {
 	case *event.StepScheduled:
@@ -340,10 +344,19 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.Generation = d.Generation
 		s.TraceParent = d.TraceParent
 		s.Attributes = d.Attributes.Merge(nil)
+		s.StartPolicy = d.StartPolicy
+		if !d.NotBefore.IsZero() {
+			s.Delayed, s.NotBefore, s.NotBeforeSeq = true, d.NotBefore, e.Seq
+		}
 		s.Priority = d.Priority
 		s.Control = d.Control
 	case *event.RunAdmitted:
 		s.Admitted, s.AdmittedSeq, s.AdmittedAt = true, e.Seq, e.Time
+	case *event.RunDebounced:
+		s.Input, s.NotBefore, s.NotBeforeSeq = d.Input, d.NotBefore, e.Seq
+		s.Debounced++
+	case *event.RunDelayFired:
+		s.Delayed = false
 	case *event.StepScheduled:
 		ids := make([]string, len(d.Steps))
 		steps := make([]Step, len(d.Steps))

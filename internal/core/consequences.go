@@ -37,7 +37,9 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 	var c Consequences
 	terminal := s.Terminal()
 	for _, e := range commit {
-		if IsInput(e.Payload) && !terminal && e.Seq > s.decidedSeq {
+		// A delayed run makes no decision: its inputs wait for run.delay_fired, itself an input,
+		// but for a cancellation request, which ends it.
+		if IsInput(e.Payload) && !terminal && (!s.Delayed || s.CancelRequested) && e.Seq > s.decidedSeq {
 			c.Resume, c.TaskSeq = true, e.Seq
 		}
 		switch p := e.Payload.(type) {
@@ -48,6 +50,12 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 		case *event.StepRetryScheduled:
 			if st, ok := s.Steps[p.StepID]; ok && st.Status == StepRetrying && st.Attempt == p.Attempt && !terminal {
 				c.Timers = append(c.Timers, Timer{RunID: s.RunID, Kind: TimerRetry, ID: st.ID, Attempt: p.Attempt, Due: p.Due, Seq: e.Seq})
+			}
+		case *event.RunStarted, *event.RunDebounced:
+			// The start timer of the event that set the run's NotBefore, while it is pending;
+			// an earlier one (moved by run.debounced) is found stale when it fires.
+			if s.Delayed && s.NotBeforeSeq == e.Seq && !terminal {
+				c.Timers = append(c.Timers, startTimer(s))
 			}
 		case *event.StepCancelled:
 			for _, cs := range p.Steps {
@@ -73,6 +81,9 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 			}
 			slices.SortFunc(waits, func(a, b Timer) int { return cmp.Compare(a.ID, b.ID) })
 			c.Moot = append(c.Moot, waits...)
+			if s.Delayed {
+				c.Moot = append(c.Moot, startTimer(s)) // ended (terminated) before its delay fired
+			}
 		}
 	}
 	return c

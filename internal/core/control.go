@@ -81,6 +81,9 @@ func Admit(s *Snapshot, at time.Time) ([]event.Payload, error) {
 		return nil, fmt.Errorf("%w: run %q started without flow control; there is nothing to admit", ErrInvalidInput, s.RunID)
 	case s.CancelRequested:
 		return nil, fmt.Errorf("%w: run %q is being cancelled; it ends without admission", ErrStale, s.RunID)
+	case s.Delayed:
+		// A delayed start is admitted once its delay fired (run.delay_fired), not before.
+		return nil, fmt.Errorf("%w: run %q waits out its start delay until %s", ErrStale, s.RunID, s.NotBefore.Format(time.RFC3339Nano))
 	}
 	return []event.Payload{&event.RunAdmitted{Group: s.Control.Group, Key: s.Control.Key,
 		Queued: event.Duration(max(at.Sub(s.StartedAt), 0))}}, nil

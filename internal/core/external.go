@@ -83,10 +83,14 @@ type Timer struct {
 	Seq uint64 `json:"seq,omitempty"`
 }
 
-// Key identifies the timer within its run: "wait.<id>" or "retry.<id>.<attempt>".
+// Key identifies the timer within its run: "wait.<id>", "retry.<id>.<attempt>" or
+// "start.<seq>".
 func (t Timer) Key() string {
-	if t.Kind == TimerRetry {
+	switch t.Kind {
+	case TimerRetry:
 		return fmt.Sprintf("retry.%s.%d", t.ID, t.Attempt)
+	case TimerStart:
+		return "start." + t.ID
 	}
 	return "wait." + t.ID
 }
@@ -108,6 +112,9 @@ func Timers(s *Snapshot) []Timer {
 			ts = append(ts, Timer{RunID: s.RunID, Kind: TimerRetry, ID: st.ID, Attempt: st.Attempt, Due: st.RetryDue, Seq: st.RetrySeq})
 		}
 	}
+	if s.Delayed {
+		ts = append(ts, startTimer(s))
+	}
 	return ts
 }
 
@@ -120,12 +127,18 @@ func NewTimers(runID string, events []event.Payload) []Timer {
 			ts = append(ts, Timer{RunID: runID, Kind: TimerWait, ID: p.WaitID, Due: p.Deadline})
 		case *event.StepRetryScheduled:
 			ts = append(ts, Timer{RunID: runID, Kind: TimerRetry, ID: p.StepID, Attempt: p.Attempt, Due: p.Due})
+		case *event.RunStarted:
+			// run.started is always sequence 1. (A run.debounced's timer is keyed by a sequence
+			// the events do not carry: Derive registers it.)
+			if !p.NotBefore.IsZero() {
+				ts = append(ts, Timer{RunID: runID, Kind: TimerStart, ID: "1", Due: p.NotBefore, Seq: 1})
+			}
 		}
 	}
 	return ts
 }
 
-// Fire returns the event that fires timer t: wait.fired or step.retry_fired. It returns ErrStale
+// Fire returns the event that fires timer t: wait.fired, step.retry_fired or run.delay_fired. It returns ErrStale
 // when the timer is no longer pending (fired already, or the run ended).
 func Fire(s *Snapshot, t Timer) ([]event.Payload, error) {
 	if s.Terminal() {
@@ -140,6 +153,8 @@ func Fire(s *Snapshot, t Timer) ([]event.Payload, error) {
 		if st, ok := s.Steps[t.ID]; ok && st.Status == StepRetrying && st.Attempt == t.Attempt && !st.RetryDue.IsZero() {
 			return []event.Payload{&event.StepRetryFired{StepID: t.ID, Attempt: t.Attempt}}, nil
 		}
+	case TimerStart:
+		return fireStart(s, t)
 	}
 	return nil, fmt.Errorf("%w: timer %s of run %q is not pending", ErrStale, t.Key(), s.RunID)
 }

@@ -176,6 +176,11 @@ func (g *generator) step(allowEnd bool) error {
 			})
 		}
 	}
+	if s.Delayed {
+		actions = append(actions, func() ([]event.Payload, error) {
+			return core.Debounce(s, json.RawMessage(`{"latest":true}`), s.NotBefore.Add(time.Second), "")
+		})
+	}
 	if s.Queued() {
 		actions = append(actions, func() ([]event.Payload, error) { return core.Admit(s, g.now) })
 	}
@@ -194,6 +199,9 @@ func generate(t testing.TB, seed uint64, n int) []event.Envelope {
 	t.Helper()
 	g := newGenerator(seed, fmt.Sprintf("prop-%d", seed))
 	started := &event.RunStarted{Spec: event.Spec{Definition: "prop"}, Input: json.RawMessage(`{}`), Seed: "s"}
+	if seed%4 == 0 {
+		started.NotBefore = epoch.Add(time.Minute) // a delayed start, debounced at random below
+	}
 	if seed%3 == 0 {
 		// Under flow control: queued until run.admitted.
 		started.Priority = int(seed % 5)

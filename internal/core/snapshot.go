@@ -252,6 +252,18 @@ type Snapshot struct {
 	// Updates holds the run's updates by update ID (see Update); nil before the first.
 	Updates map[string]*Update `json:"updates,omitempty"`
 
+	// Delayed is set while the run waits out its start delay (run.started's NotBefore, moved
+	// by run.debounced) and clear from run.delay_fired on: no decision is made meanwhile.
+	Delayed bool `json:"delayed,omitempty"`
+	// NotBefore is the end of the start delay, and NotBeforeSeq the sequence of the event that
+	// set it (run.started or the latest run.debounced): the start timer's ID.
+	NotBefore    time.Time `json:"not_before,omitzero"`
+	NotBeforeSeq uint64    `json:"not_before_seq,omitempty"`
+	// StartPolicy is run.started's record of the start policies the run started under.
+	StartPolicy *event.StartPolicy `json:"start_policy,omitempty"`
+	// Debounced counts the starts collapsed into the run (run.debounced).
+	Debounced int `json:"debounced,omitempty"`
+
 	// Priority is the run's priority, as run.started recorded it (higher first).
 	Priority int `json:"priority,omitempty"`
 	// Control is the flow control the run started under; nil for none.
@@ -443,6 +455,8 @@ func (s *Snapshot) status() Status {
 		return StatusBlocked
 	case s.CancelRequested:
 		return StatusCancelling
+	case s.Delayed:
+		return StatusSuspended
 	case s.Queued():
 		return StatusQueued
 	case p.Decisions == 0:

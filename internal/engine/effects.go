@@ -40,6 +40,9 @@ func (e *Engine) ApplyCommit(ctx context.Context, s *core.Snapshot, commit []eve
 			return err
 		}
 	}
+	if err := e.applyStartPolicy(ctx, s, commit); err != nil {
+		return err
+	}
 	if c.Ended {
 		if err := e.afterEnd(ctx, s); err != nil {
 			return err

@@ -168,6 +168,9 @@ type Config struct {
 	CacheSize int
 	// Faults injects failures between writes, for tests. Defaults to nil (none).
 	Faults *fault.Injector
+	// Keys is the shared index of dedup and debounce keys (docs/start-policies.md). Defaults to
+	// nil: starts with a dedup key or a debounce are refused with ErrNoStartKeys.
+	Keys StartKeys
 	// StepLimits takes the slots of limited steps before their attempts run. Defaults to nil
 	// (no step is limited).
 	StepLimits StepLimiter
@@ -186,6 +189,7 @@ type Engine struct {
 	slots    *stepSlots
 	locks    runLocks
 	cache    *cache
+	keys     StartKeys
 	// stepLimits is Config.StepLimits.
 	stepLimits StepLimiter
 }
@@ -214,7 +218,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	return &Engine{faults: cfg.Faults, store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
 		logger: cfg.Logger, buildID: cfg.BuildID, slots: newStepSlots(cfg.StepConcurrency), cache: newCache(cfg.CacheSize),
-		stepLimits: cfg.StepLimits}, nil
+		keys: cfg.Keys, stepLimits: cfg.StepLimits}, nil
 }
 
 // StartParams describe a new run.
@@ -233,6 +237,26 @@ type StartParams struct {
 	// Attributes are the run's search attributes, typed by the definition's declarations;
 	// run.started records them. Empty for none.
 	Attributes event.Attributes
+	// OnConflict says what to do when RunID's latest run is active; "" is event.ConflictFail.
+	// See docs/start-policies.md.
+	OnConflict event.ConflictPolicy
+	// Reuse says whether a new run may reuse RunID when its latest run ended; "" is
+	// event.ReuseRefuse.
+	Reuse event.ReusePolicy
+	// Delay delays the run's first decision: run.started records NotBefore (the start's time
+	// plus Delay) and the scheduler fires run.delay_fired then. 0 starts at once.
+	Delay time.Duration
+	// DedupKey, with DedupWindow, deduplicates starts: a start with the same key (per
+	// definition) within DedupWindow of the first returns the first's run. Needs Config.Keys.
+	DedupKey    string
+	DedupWindow time.Duration
+	// Debounce collapses the starts with the same key within a quiet period into one run,
+	// started after the period with the latest input. Needs Config.Keys.
+	Debounce *Debounce
+	// RequestID identifies the start request, so that its retry is answered with the run it
+	// started instead of applying OnConflict or Reuse again (a second replacement). "" for
+	// none. Recorded in run.started's start policy.
+	RequestID string
 	// Priority orders the run's admission and its step attempts (higher first); a child run
 	// inherits its parent's.
 	Priority int
@@ -260,9 +284,11 @@ func (e *RunExistsError) Is(target error) bool { return target == ErrRunExists }
 
 // Start appends run.started for a new run and asks for it to be driven. Starting an existing
 // run ID again with the same spec, input, queue and links returns it with created false; with
-// different ones it returns a *RunExistsError. Nothing is appended for invalid parameters. Once
-// run.started is committed Start succeeds: its resume task is a fast path that the history
-// service repeats.
+// different ones it returns a *RunExistsError. p's start policies change this, and may start
+// or return another run than p.RunID (docs/start-policies.md): the run ID returned is the run's
+// own. A caller's run ID that later runs reused answers for the latest of them. Nothing is
+// appended for invalid parameters. Once run.started is committed Start succeeds: its resume
+// task is a fast path that the history service repeats.
 func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, created bool, err error) {
 	started, err := e.prepareStart(&p)
 	if err != nil {
@@ -271,6 +297,12 @@ func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, create
 	// The span that starts the run (the ingress request, the parent's decision) is the parent
 	// of all the run's spans.
 	started.TraceParent = tracing.TraceParent(ctx)
+	if p.hasPolicy() || p.Parent == nil && p.ContinuedFrom == "" {
+		if err := e.checkPolicy(&p, started); err != nil {
+			return "", false, err
+		}
+		return e.startWithPolicy(ctx, p, started)
+	}
 	if err := e.faults.Hit(fault.StoreAppend); err != nil {
 		return "", false, fmt.Errorf("appending run.started: %w", err)
 	}
@@ -413,7 +445,7 @@ func compareStart(runID string, got, want *event.RunStarted, anySpec bool) error
 	case got.ContinuedFrom != want.ContinuedFrom || got.Generation != want.Generation:
 		return &RunExistsError{RunID: runID, Field: "continuation"}
 	case !anySpec && !got.Attributes.Equal(want.Attributes):
-		return &RunExistsError{RunID: runID, Field: "search attributes"}
+		return &RunExistsError{RunID: runID, Field: "set of search attributes"}
 	}
 	return nil
 }

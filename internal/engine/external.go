@@ -89,13 +89,14 @@ func (e *Engine) Fire(ctx context.Context, t core.Timer) error {
 
 // forward appends what compute derives from run runID, or, if the run continued as new, from
 // the latest run of its chain, starting a successor that is not started yet (as the end of its
-// predecessor implies). It returns the ID of the run it appended to.
+// predecessor implies); an ended run whose caller ID a later run reuses (start policies)
+// passes the input on to that run. It returns the ID of the run it appended to.
 func (e *Engine) forward(ctx context.Context, runID string, compute func(*core.Snapshot) ([]event.Payload, error)) (string, error) {
 	for range maxGenerations {
 		var ended *core.Snapshot
 		err := e.external(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
 			events, err := compute(s)
-			if errors.Is(err, core.ErrTerminal) && s.Outcome != nil && s.Outcome.Outcome == event.OutcomeContinuedAsNew {
+			if errors.Is(err, core.ErrTerminal) && s.Outcome != nil {
 				ended = s
 				return nil, errFollow
 			}
@@ -103,6 +104,20 @@ func (e *Engine) forward(ctx context.Context, runID string, compute func(*core.S
 		})
 		if !errors.Is(err, errFollow) {
 			return runID, err
+		}
+		if ended.Outcome.Outcome != event.OutcomeContinuedAsNew {
+			// A run that reuses the run's caller ID after it ended takes the input (start
+			// policies); else the ended run refuses it.
+			next, ok, rerr := e.laterReuse(ctx, runID)
+			if rerr != nil {
+				return runID, rerr
+			}
+			if !ok {
+				_, err := compute(ended)
+				return runID, err
+			}
+			runID = next
+			continue
 		}
 		if err := e.startSuccessor(ctx, ended); err != nil {
 			return runID, err

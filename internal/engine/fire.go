@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"strconv"
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
@@ -120,6 +121,14 @@ func firingOf(t core.Timer, last event.Envelope) (event.Payload, bool) {
 	case *event.StepRetryScheduled:
 		if t.Kind == core.TimerRetry && d.StepID == t.ID && d.Attempt == t.Attempt && d.Due.Equal(t.Due) {
 			return &event.StepRetryFired{StepID: t.ID, Attempt: t.Attempt}, true
+		}
+	case *event.RunStarted:
+		if t.Kind == core.TimerStart && t.ID == "1" && !d.NotBefore.IsZero() && d.NotBefore.Equal(t.Due) {
+			return &event.RunDelayFired{NotBefore: d.NotBefore}, true
+		}
+	case *event.RunDebounced:
+		if t.Kind == core.TimerStart && t.ID == strconv.FormatUint(last.Seq, 10) && d.NotBefore.Equal(t.Due) {
+			return &event.RunDelayFired{NotBefore: d.NotBefore}, true
 		}
 	}
 	return nil, false

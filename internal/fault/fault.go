@@ -61,7 +61,21 @@ const (
 	HistoryBeforeRelease Point = "history-before-release"
 )
 
-// Points lists every point, for suites that run each scenario at each point.
+// Points of start policies (docs/start-policies.md), armed by the engine's start-policy tests
+// (the crash workload of Points uses no start policy).
+const (
+	// AfterKeyBeforeStart: a dedup or debounce key is claimed for a run (the FLOW_START_KEYS
+	// entry); the run's run.started is not appended yet.
+	AfterKeyBeforeStart Point = "after-key-before-start"
+	// AfterStartBeforeReplace: a run that replaces an active run of its ID (terminate_existing)
+	// is started; the replaced run is not terminated yet.
+	AfterStartBeforeReplace Point = "after-start-before-replace"
+)
+
+// StartPolicyPoints lists the points of start policies.
+var StartPolicyPoints = []Point{AfterKeyBeforeStart, AfterStartBeforeReplace}
+
+// Points lists every point of the crash workload, for suites that run each scenario at each point.
 var Points = []Point{StoreAppend, AfterAppendBeforeTask, TaskPublish, AfterDecisionBeforeChildren,
 	AfterTerminalBeforeEnd, AfterFireBeforeDelete, TimerPut, IndexPut, HistoryBeforeEffects, HistoryBeforeIndex,
 	HistoryBeforeAck, AdmitAfterReserve, HistoryBeforeRelease}
@@ -191,7 +205,8 @@ func FromEnv() (*Injector, error) {
 			return nil, fmt.Errorf("%s: %q is not point:action[:skip[:times]]", EnvVar, arm)
 		}
 		p, action := Point(parts[0]), Action(parts[1])
-		if !slices.Contains(Points, p) && !slices.Contains(IngressPoints, p) {
+		if !slices.Contains(Points, p) && !slices.Contains(IngressPoints, p) &&
+			!slices.Contains(StartPolicyPoints, p) {
 			return nil, fmt.Errorf("%s: unknown point %q", EnvVar, p)
 		}
 		if action != Fail && action != Kill {

@@ -25,7 +25,7 @@ var allStreams = append([]string{streams.History, streams.Tasks, streams.DeadLet
 // allBuckets are the buckets streams.Ensure creates.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
 	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket,
-	streams.LimitsBucket, streams.QueueBucket}
+	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket}
 
 func kvStreams(buckets []string) []string {
 	out := make([]string, len(buckets))
@@ -179,6 +179,7 @@ func historyRole() Role {
 	g.kvWrite(streams.ParkedBucket)
 	g.kvWatch(streams.ParkedBucket)
 	g.kvWrite(streams.DamagedBucket)
+	g.kvWrite(streams.StartKeysBucket) // it releases the debounce keys of runs whose delay fired
 	g.kvWrite(streams.QueueBucket)  // it queues runs under flow control for admission
 	g.kvWrite(streams.LimitsBucket) // it releases the flow-control slots of ended runs
 	g.liveness()
@@ -214,7 +215,9 @@ func ingressRole() Role {
 	g.replies()
 	g.ensure()
 	g.engine()
-	g.kvRead(streams.HooksBucket) // it finds the run of a hook delivery by its token
+	g.kvRead(streams.HooksBucket)      // it finds the run of a hook delivery by its token
+	g.kvWrite(streams.StartKeysBucket) // it claims the dedup and debounce keys of starts
+	g.kvWrite(streams.TimersBucket)    // it registers a delayed start's timer (fast path)
 	g.liveness()
 	g.append(streams.DeadLetter, api.DeadLetterPrefix+">")
 	g.subscribe(api.IngressPrefix + ">")

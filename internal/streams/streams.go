@@ -55,6 +55,11 @@ const (
 	// DamagedBucket lists runs whose history was found damaged: key run ID, value a JSON
 	// Damaged. The history service writes it; every store refuses to serve those runs.
 	DamagedBucket = "FLOW_DAMAGED"
+	// StartKeysBucket maps start keys to the run started under them: key
+	// "dedup.<definition>.<digest>" or "debounce.<definition>.<digest>", value a JSON
+	// engine.KeyEntry. Created only where none is; a dedup entry expires after its window
+	// (per-key TTL). See docs/start-policies.md.
+	StartKeysBucket = "FLOW_START_KEYS"
 	// LimitsBucket holds the flow-control state (internal/limits): key "g.<group token>", the
 	// concurrency slots and rate log of a flow-control group; key "s.<step token>", those of a
 	// limited step name. Changed only by compare-and-set.
@@ -206,6 +211,9 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		// An expired entry leaves a marker, so that watchers learn at once that its worker is gone.
 		{Bucket: WorkersBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, TTL: d.WorkerTTL, LimitMarkerTTL: d.WorkerTTL,
 			Description: "Flow live workers and the definitions they register"},
+		// Per-key TTLs (dedup windows) need limit markers.
+		{Bucket: StartKeysBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, LimitMarkerTTL: time.Minute,
+			Description: "Flow start dedup and debounce keys"},
 	} {
 		if err := ensureBucket(ctx, js, kc, cfg); err != nil {
 			return err

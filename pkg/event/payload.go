@@ -53,6 +53,13 @@ type RunStarted struct {
 	// Attributes are the search attributes the run starts with, typed by the definition's
 	// declarations (see AttributeDecl); attributes.upserted changes them. Empty for none.
 	Attributes Attributes `json:"attributes,omitempty"`
+	// NotBefore, when set, delays the run: no decision is made before run.delay_fired, which
+	// the scheduler appends once NotBefore has passed (a start delay, or a debounce's quiet
+	// period; run.debounced moves it). See docs/start-policies.md.
+	NotBefore time.Time `json:"not_before,omitzero"`
+	// StartPolicy records the start policies the run was started under and what they did (the
+	// run it replaced or reuses the ID of, its dedup or debounce key); nil for a plain start.
+	StartPolicy *StartPolicy `json:"start_policy,omitempty"`
 	// Priority orders the run's admission under flow control and its step attempts in a
 	// worker's queue: higher first. Fixed at start; a child run inherits its parent's.
 	Priority int `json:"priority,omitempty"`
@@ -418,7 +425,8 @@ func attempt(field string, v int) error {
 // Validate implements Payload.
 func (p *RunStarted) Validate() error {
 	return errors.Join(required("spec.definition", p.Spec.Definition), requiredJSON("input", p.Input),
-		required("seed", p.Seed), validateParent(p.Parent), validateStartAttributes(p.Attributes), validateControl(p.Control))
+		required("seed", p.Seed), validateParent(p.Parent), validateStartAttributes(p.Attributes), p.StartPolicy.validate(),
+		validateControl(p.Control))
 }
 
 func validateStartAttributes(a Attributes) error {

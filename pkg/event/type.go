@@ -34,6 +34,12 @@ const (
 	TypeUpdateAccepted     Type = "update.accepted"
 	TypeUpdateRejected     Type = "update.rejected"
 	TypeUpdateCompleted    Type = "update.completed"
+	// TypeRunDelayFired ends a delayed run's start delay (run.started's NotBefore): the first
+	// decision is due.
+	TypeRunDelayFired Type = "run.delay_fired"
+	// TypeRunDebounced records a debounced start collapsed into a pending delayed run: the
+	// run's input becomes the latest start's and its NotBefore moves to the new quiet period's end.
+	TypeRunDebounced Type = "run.debounced"
 	// TypeRunAdmitted: the admission controller admitted a run under flow control.
 	TypeRunAdmitted Type = "run.admitted"
 )
@@ -64,6 +70,7 @@ func Types() []Type {
 		TypeSideEffectRecorded,
 		TypeAttributesUpserted,
 		TypeUpdateReceived, TypeUpdateAccepted, TypeUpdateRejected, TypeUpdateCompleted,
+		TypeRunDelayFired, TypeRunDebounced,
 		TypeRunAdmitted,
 	}
 }
@@ -105,5 +112,7 @@ var factories = map[Type]func() Payload{
 	TypeUpdateAccepted:     func() Payload { return new(UpdateAccepted) },
 	TypeUpdateRejected:     func() Payload { return new(UpdateRejected) },
 	TypeUpdateCompleted:    func() Payload { return new(UpdateCompleted) },
+	TypeRunDelayFired:      func() Payload { return new(RunDelayFired) },
+	TypeRunDebounced:       func() Payload { return new(RunDebounced) },
 	TypeRunAdmitted:        func() Payload { return new(RunAdmitted) },
 }

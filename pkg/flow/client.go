@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go"
 
@@ -119,6 +120,23 @@ type StartOptions struct {
 	// Attributes are the search attributes the run starts with, each declared by the
 	// definition ([WithSearchAttributes]) and of its declared type. Empty for none.
 	Attributes Attrs
+	// OnConflict says what to do when RunID's latest run is active: ConflictFail (the
+	// default: refused with ErrRunExists unless it repeats that run's start),
+	// ConflictUseExisting or ConflictTerminateExisting. See docs/start-policies.md.
+	OnConflict ConflictPolicy
+	// Reuse says whether a new run may take RunID when its latest run ended: ReuseRefuse (the
+	// default), ReuseAllow or ReuseAllowFailedOnly. The new run's ID is RunID=_n; the caller's
+	// ID keeps addressing the latest run.
+	Reuse ReusePolicy
+	// Delay delays the run's first decision by this long; the run holds no worker meanwhile.
+	Delay time.Duration
+	// DedupKey, with DedupWindow, makes every start with the same key (per definition) within
+	// the window of the first return the first's run, whatever RunID it asks for.
+	DedupKey    string
+	DedupWindow time.Duration
+	// Debounce collapses the starts with its key within its quiet period into one run, started
+	// once the period has passed since the latest of them, with the latest input.
+	Debounce *Debounce
 	// Priority orders the run's admission under flow control and its step attempts, higher
 	// first; fixed for the run's life and inherited by its children. Defaults to 0.
 	Priority int

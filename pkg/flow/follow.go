@@ -84,7 +84,7 @@ func feedSeq(m *nats.Msg) (uint64, bool) {
 }
 
 // Result waits until run runID ends, following continuations (waiting for a successor that is
-// not started yet), and decodes its output into out (which may be nil). A run that did not
+// not started yet) and the runs that reused its ID after it ended (start policies), and decodes its output into out (which may be nil). A run that did not
 // complete returns a *RunError; so does a blocked run, at once, with its diagnosis.
 //
 // The history service answers as soon as the commit that ends (or blocks) the run is stored; it
@@ -92,7 +92,7 @@ func feedSeq(m *nats.Msg) (uint64, bool) {
 func (c *Client) Result(ctx context.Context, runID string, out any) error {
 	first := true
 	for {
-		end, err := c.awaitEnd(ctx, runID, first)
+		end, reusedBy, err := c.awaitEnd(ctx, runID, first)
 		if err != nil {
 			return err
 		}
@@ -101,14 +101,20 @@ func (c *Client) Result(ctx context.Context, runID string, out any) error {
 			runID, first = end.Outcome.SuccessorRunID, false
 			continue
 		}
+		// A run that reused the ID after this one ended (start policies) is the latest.
+		if reusedBy != "" {
+			runID, first = reusedBy, false
+			continue
+		}
 		return DecodeResult(end, out)
 	}
 }
 
 // awaitEnd asks the history service, again and again, to answer once run runID ends or blocks.
-func (c *Client) awaitEnd(ctx context.Context, runID string, mustExist bool) (*Snapshot, error) {
+// reusedBy is the run that reuses its ID after it ended, if any (api.AwaitResponse.ReusedBy).
+func (c *Client) awaitEnd(ctx context.Context, runID string, mustExist bool) (_ *Snapshot, reusedBy string, _ error) {
 	if err := event.ValidateDerivedRunID(runID); err != nil {
-		return nil, err
+		return nil, "", err
 	}
 	for {
 		wait := api.DefaultAwait
@@ -121,12 +127,12 @@ func (c *Client) awaitEnd(ctx context.Context, runID string, mustExist bool) (*S
 		cancel()
 		if err != nil {
 			if ctx.Err() != nil {
-				return nil, ctx.Err()
+				return nil, "", ctx.Err()
 			}
-			return nil, err
+			return nil, "", err
 		}
 		if resp.Ended && resp.Snapshot != nil {
-			return resp.Snapshot, nil
+			return resp.Snapshot, resp.ReusedBy, nil
 		}
 		mustExist = false // the service checked it exists
 	}

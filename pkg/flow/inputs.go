@@ -58,6 +58,9 @@ func (c *Client) Start(ctx context.Context, definition string, input any, opts *
 		}
 		ext[api.ExtAttributes] = string(b)
 	}
+	if err := opts.policyExtensions(ext); err != nil {
+		return "", err
+	}
 	if err := controlExtensions(ext, opts); err != nil {
 		return "", err
 	}

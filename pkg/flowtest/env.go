@@ -79,6 +79,8 @@ type Env struct {
 	// followed holds the latest projection of each run they touched.
 	commits  []store.Commit
 	followed map[string]*core.Snapshot
+	// keys is the start key index of dedup and debounce keys, on the virtual clock.
+	keys *engine.MemoryKeys
 }
 
 // New returns an Env running the workflows and steps of reg. opts may be nil.
@@ -97,6 +99,7 @@ func New(reg *flow.Registry, opts *Options) (*Env, error) {
 	env := &Env{store: memstore.New(), now: start.UTC(), timers: map[string]core.Timer{}, opts: *opts, logger: logger,
 		hooks: map[string][2]string{}, released: map[string]bool{}, queued: map[string]bool{}, mocks: map[string]StepFunc{}, calls: map[string]int{},
 		followed: map[string]*core.Snapshot{}}
+	env.keys = &engine.MemoryKeys{Now: env.Now}
 	env.store.OnCommit(func(c store.Commit) {
 		env.mu.Lock()
 		defer env.mu.Unlock()
@@ -115,7 +118,7 @@ func (e *Env) Deploy(reg *flow.Registry) error {
 	e.driving.Lock()
 	defer e.driving.Unlock()
 	cfg := engine.Config{Store: e.store, Runtime: runtimeView{e, reg}, Host: hostView{e}, Clock: e, Logger: e.logger,
-		BuildID: reg.BuildID(), StepConcurrency: 1, CacheSize: e.opts.CacheSize}
+		BuildID: reg.BuildID(), StepConcurrency: 1, CacheSize: e.opts.CacheSize, Keys: e.keys}
 	if !e.opts.SkipReplayCheck {
 		cfg.Replayer = reg.Replaying()
 	}
@@ -137,6 +140,14 @@ type StartOptions struct {
 	Queue string
 	// Attributes are the search attributes the run starts with (see flow.StartOptions).
 	Attributes flow.Attrs
+	// OnConflict, Reuse, Delay, DedupKey, DedupWindow and Debounce are the start policies, as
+	// in flow.StartOptions (docs/start-policies.md); delays and quiet periods pass with Advance.
+	OnConflict  flow.ConflictPolicy
+	Reuse       flow.ReusePolicy
+	Delay       time.Duration
+	DedupKey    string
+	DedupWindow time.Duration
+	Debounce    *flow.Debounce
 }
 
 // Start starts a run of definition with input (encoded to JSON) and drives it until it is
@@ -157,7 +168,12 @@ func (e *Env) Start(ctx context.Context, definition string, input any, opts *Sta
 	if err != nil {
 		return "", err
 	}
-	runID, _, err := e.eng().Start(ctx, engine.StartParams{RunID: opts.RunID, Spec: spec, Input: in, Queue: opts.Queue, Attributes: attrs})
+	p := engine.StartParams{RunID: opts.RunID, Spec: spec, Input: in, Queue: opts.Queue, Attributes: attrs, OnConflict: opts.OnConflict,
+		Reuse: opts.Reuse, Delay: opts.Delay, DedupKey: opts.DedupKey, DedupWindow: opts.DedupWindow}
+	if d := opts.Debounce; d != nil {
+		p.Debounce = &engine.Debounce{Key: d.Key, Period: d.Period}
+	}
+	runID, _, err := e.eng().Start(ctx, p)
 	if err != nil {
 		return runID, err
 	}

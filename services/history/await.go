@@ -129,7 +129,7 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 			if polled && end.Status != core.StatusBlocked {
 				s.awaitsByPoll.Add(1) // a notice was missed
 			}
-			return &api.AwaitResponse{Ended: true, Snapshot: end}, nil
+			return &api.AwaitResponse{Ended: true, Snapshot: end, ReusedBy: s.reusedBy(ctx, end)}, nil
 		}
 		// A notice comes before the stream stored its commit (by tens of microseconds, more on
 		// a busy machine), or for a publish the stream refused: look again very soon, then

@@ -59,10 +59,12 @@ func (c *control) apply(ctx context.Context, s *core.Snapshot, commit []event.En
 	if s.Control == nil {
 		return nil
 	}
+	// started is set by the commit that makes the run wait for admission: its run.started, or,
+	// for a delayed start, its run.delay_fired.
 	var started, admitted, ended bool
 	for _, e := range commit {
 		switch e.Payload.(type) {
-		case *event.RunStarted:
+		case *event.RunStarted, *event.RunDelayFired:
 			started = true
 		case *event.RunAdmitted:
 			admitted = true
@@ -70,7 +72,7 @@ func (c *control) apply(ctx context.Context, s *core.Snapshot, commit []event.En
 		ended = ended || e.Type().Terminal()
 	}
 	switch {
-	case started && s.Queued():
+	case started && s.Queued() && !s.Delayed:
 		w := limits.Waiting{RunID: s.RunID, Definition: s.Spec.Definition, Queue: s.Queue, Priority: s.Priority,
 			Control: s.Control, StartedAt: s.StartedAt}
 		b, err := json.Marshal(w)

@@ -260,7 +260,12 @@ func (s *Service) open(ctx context.Context) error {
 		return err
 	}
 	s.host.Faults = s.cfg.Faults
-	if s.engine, err = engine.New(engine.Config{Store: s.store, Host: s.host, Logger: s.logger, CacheSize: -1, Faults: s.cfg.Faults}); err != nil {
+	// Start keys: a debounce key is released when its run's delay fires.
+	keys, err := jshost.NewStartKeys(ctx, js)
+	if err != nil {
+		return err
+	}
+	if s.engine, err = engine.New(engine.Config{Store: s.store, Host: s.host, Logger: s.logger, CacheSize: -1, Faults: s.cfg.Faults, Keys: keys}); err != nil {
 		return err
 	}
 	for name, kv := range map[string]*jetstream.KeyValue{streams.RunsBucket: &s.runs, streams.ParkedBucket: &s.parked,

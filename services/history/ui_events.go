@@ -75,7 +75,7 @@ func summarize(p event.Payload) string {
 		if p.Control != nil {
 			s += ", under flow control: " + p.Control.Describe()
 		}
-		return s
+		return s + startPolicySummary(p)
 	case *event.RunAdmitted:
 		s := "admitted by flow control, group " + p.Group
 		if p.Key != "" {
@@ -169,6 +169,8 @@ func summarize(p event.Payload) string {
 			return fmt.Sprintf("update %s failed: %s", p.UpdateID, p.Error.Error())
 		}
 		return fmt.Sprintf("update %s completed → %s", p.UpdateID, inline(p.Result))
+	case *event.RunDelayFired, *event.RunDebounced:
+		return summarizeDelay(p)
 	}
 	return ""
 }

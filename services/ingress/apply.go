@@ -40,6 +40,8 @@ type input struct {
 	// payload is the update's or signal's payload of a with-start input (whose data is the
 	// start's input): JSON, or nil for null.
 	payload json.RawMessage
+	// policies are a start's policies (start_policy.go).
+	policies api.StartPolicies
 	// priority, controlKey and control are a start's priority and flow control (see
 	// api.StartRequest).
 	priority   int
@@ -133,8 +135,8 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 		if cerr != nil {
 			return nil, cerr
 		}
-		resp.RunID, resp.Created, err = s.engine.Start(ctx, engine.StartParams{RunID: in.runID, Spec: spec, Input: data, Queue: queue,
-			Attributes: attrs, Priority: in.priority, Control: control})
+		resp.RunID, resp.Created, err = s.engine.Start(ctx, in.startParams(engine.StartParams{RunID: in.runID, Spec: spec, Input: data, Queue: queue,
+			Attributes: attrs, Priority: in.priority, Control: control}))
 	case api.KindSignal:
 		resp.RunID, err = s.engine.Signal(ctx, in.runID, in.name, data, in.deliveryID)
 	case api.KindHook:
@@ -162,6 +164,9 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 // run does not exist.
 func (s *Service) existingStart(ctx context.Context, in *input, queue string, data json.RawMessage) (*api.InputResponse, *api.IngressError, bool) {
 	exists, err := s.engine.Existing(ctx, engine.StartParams{RunID: in.runID, Spec: event.Spec{Definition: in.definition}, Input: data, Queue: queue})
+	if errors.Is(err, engine.ErrRunExists) && in.policies.OnConflict == event.ConflictUseExisting {
+		exists, err = true, nil // whatever its input (start policies)
+	}
 	switch {
 	case err != nil:
 		return nil, s.refusal(in, err), true

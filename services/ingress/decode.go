@@ -41,6 +41,9 @@ func fromEvent(in *input, ev *ce.Event) *api.IngressError {
 			}
 			in.setAttributes(attrs)
 		}
+		if e := in.policiesOf(ev); e != nil {
+			return e
+		}
 		if e := in.controlExtensions(ev); e != nil {
 			return e
 		}
@@ -83,11 +86,15 @@ func fromPlain(in *input, body []byte, deliveryID string) *api.IngressError {
 	switch in.kind {
 	case api.KindStart:
 		var req api.StartRequest
-		if e := strictJSON(body, &req, `a start's body is {"run_id": "...", "queue": "...", "input": ..., "attributes": {"name": value}}, every field optional`); e != nil {
+		if e := strictJSON(body, &req, `a start's body is {"run_id": "...", "queue": "...", "input": ..., "attributes": {"name": value}, and the start policies (docs/start-policies.md)}, every field optional`); e != nil {
 			return e
 		}
 		in.runID, in.queue, in.data = req.RunID, req.Queue, req.Input
 		in.setAttributes(req.Attributes)
+		in.policies = req.Policies()
+		if in.policies.RequestID == "" {
+			in.policies.RequestID = deliveryID
+		}
 		in.priority, in.controlKey, in.control = req.Priority, req.ControlKey, req.Control
 		if in.runID == "" && deliveryID != "" {
 			in.runID = runIDOf("", deliveryID)

@@ -190,7 +190,11 @@ func (s *Service) start(ctx context.Context) error {
 	if s.host, err = jshost.New(ctx, s.js, "flow/ingress", s.logger); err != nil {
 		return err
 	}
-	if s.engine, err = engine.New(engine.Config{Store: st, Host: s.host, Logger: s.logger, CacheSize: -1, Faults: s.cfg.Faults}); err != nil {
+	keys, err := jshost.NewStartKeys(ctx, s.js)
+	if err != nil {
+		return err
+	}
+	if s.engine, err = engine.New(engine.Config{Store: st, Host: s.host, Logger: s.logger, CacheSize: -1, Keys: keys, Faults: s.cfg.Faults}); err != nil {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
