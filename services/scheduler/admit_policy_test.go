@@ -342,3 +342,33 @@ func TestPlainStartCarriesPriorityAndControl(t *testing.T) {
 	require.Equal(t, string(api.CodeInvalidRequest), reply.Header.Get(api.HeaderErrorCode))
 	require.Contains(t, string(reply.Data), "no field at $.customer")
 }
+
+// TestDelayedStartIsAdmittedAfterItsDelay: a start delay comes first, admission second.
+func TestDelayedStartIsAdmittedAfterItsDelay(t *testing.T) {
+	t.Parallel()
+	e := newControlEnv(t, gated(flow.WithFlowControl(flow.FlowControl{Concurrency: 1})), nil)
+	e.scheduler(nil)
+	e.start("later", "x", 1, &flow.StartOptions{Delay: 300 * time.Millisecond})
+	e.status("later", core.StatusSuspended)
+	hist, err := e.client.History(e.ctx, "later", 0)
+	require.NoError(t, err)
+	var fired, admitted uint64
+	require.Eventually(t, func() bool {
+		hist, err = e.client.History(e.ctx, "later", 0)
+		if err != nil {
+			return false
+		}
+		for _, ev := range hist {
+			switch ev.Type() {
+			case event.TypeRunDelayFired:
+				fired = ev.Seq
+			case event.TypeRunAdmitted:
+				admitted = ev.Seq
+			}
+		}
+		return admitted > 0
+	}, 20*time.Second, 10*time.Millisecond, "the delayed run is admitted")
+	require.Positive(t, fired)
+	require.Greater(t, admitted, fired, "admitted after its delay fired")
+	e.done("later")
+}
