@@ -180,8 +180,8 @@ func historyRole() Role {
 	g.kvWatch(streams.ParkedBucket)
 	g.kvWrite(streams.DamagedBucket)
 	g.kvWrite(streams.StartKeysBucket) // it releases the debounce keys of runs whose delay fired
-	g.kvWrite(streams.QueueBucket)  // it queues runs under flow control for admission
-	g.kvWrite(streams.LimitsBucket) // it releases the flow-control slots of ended runs
+	g.kvWrite(streams.QueueBucket)     // it queues runs under flow control for admission
+	g.kvWrite(streams.LimitsBucket)    // it releases the flow-control slots of ended runs
 	g.liveness()
 	g.publish(api.FeedPrefix + ">")
 	g.publish(api.IngressPrefix + ">")
