@@ -1,10 +1,10 @@
 package engine
 
 import (
-	"container/list"
 	"sync"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/lru"
 )
 
 // runLocks serialises the drivers of each run within one engine. Entries exist while held.
@@ -123,33 +123,27 @@ func (l *runLocks) poke(id string) {
 // cache holds the snapshots of hot runs, least recently used first out. A snapshot taken from the
 // cache is owned by the holder of its run's lock until it is put back or dropped.
 type cache struct {
-	mu    sync.Mutex
-	max   int
-	order *list.List
-	m     map[string]*list.Element
+	mu  sync.Mutex
+	max int
+	lru *lru.Cache[string, cacheEntry]
 }
 
 type cacheEntry struct {
-	id string
-	s  *core.Snapshot
+	s *core.Snapshot
 	// driven is set once a driver loaded the snapshot: verified by replay and repaired.
 	driven bool
 }
 
 func newCache(max int) *cache {
-	return &cache{max: max, order: list.New(), m: map[string]*list.Element{}}
+	return &cache{max: max, lru: lru.New[string, cacheEntry](max)}
 }
 
 // get returns the cached snapshot of run id, if any, and whether a driver loaded it.
 func (c *cache) get(id string) (*core.Snapshot, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.m[id]; ok {
-		c.order.MoveToFront(el)
-		ce := el.Value.(*cacheEntry)
-		return ce.s, ce.driven
-	}
-	return nil, false
+	ce, _ := c.lru.Get(id)
+	return ce.s, ce.driven
 }
 
 func (c *cache) put(id string, s *core.Snapshot, driven bool) {
@@ -158,31 +152,17 @@ func (c *cache) put(id string, s *core.Snapshot, driven bool) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.m[id]; ok {
-		ce := el.Value.(*cacheEntry)
-		ce.s, ce.driven = s, driven
-		c.order.MoveToFront(el)
-		return
-	}
-	c.m[id] = c.order.PushFront(&cacheEntry{id: id, s: s, driven: driven})
-	for c.order.Len() > c.max {
-		last := c.order.Back()
-		c.order.Remove(last)
-		delete(c.m, last.Value.(*cacheEntry).id)
-	}
+	c.lru.Put(id, cacheEntry{s: s, driven: driven})
 }
 
 func (c *cache) drop(id string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if el, ok := c.m[id]; ok {
-		c.order.Remove(el)
-		delete(c.m, id)
-	}
+	c.lru.Remove(id)
 }
 
 func (c *cache) len() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.order.Len()
+	return c.lru.Len()
 }

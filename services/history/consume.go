@@ -1,7 +1,6 @@
 package history
 
 import (
-	"container/list"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,6 +16,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/lru"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
@@ -383,49 +383,18 @@ type followed struct {
 }
 
 // runCache is a lane's least recently used cache of followed runs. Not safe for concurrent use.
-type runCache struct {
-	max   int
-	order *list.List
-	m     map[string]*list.Element
-}
+type runCache struct{ c *lru.Cache[string, *followed] }
 
-type cacheItem struct {
-	id string
-	f  *followed
-}
-
-func newRunCache(max int) *runCache {
-	return &runCache{max: max, order: list.New(), m: map[string]*list.Element{}}
-}
+func newRunCache(max int) *runCache { return &runCache{c: lru.New[string, *followed](max)} }
 
 func (c *runCache) get(id string) *followed {
-	if el, ok := c.m[id]; ok {
-		c.order.MoveToFront(el)
-		return el.Value.(*cacheItem).f
-	}
-	return nil
+	f, _ := c.c.Get(id)
+	return f
 }
 
-func (c *runCache) put(id string, f *followed) {
-	if el, ok := c.m[id]; ok {
-		el.Value.(*cacheItem).f = f
-		c.order.MoveToFront(el)
-		return
-	}
-	c.m[id] = c.order.PushFront(&cacheItem{id: id, f: f})
-	for c.order.Len() > c.max {
-		last := c.order.Back()
-		c.order.Remove(last)
-		delete(c.m, last.Value.(*cacheItem).id)
-	}
-}
+func (c *runCache) put(id string, f *followed) { c.c.Put(id, f) }
 
-func (c *runCache) drop(id string) {
-	if el, ok := c.m[id]; ok {
-		c.order.Remove(el)
-		delete(c.m, id)
-	}
-}
+func (c *runCache) drop(id string) { c.c.Remove(id) }
 
 // countingSignal counts, and lets tests wait for a count.
 type countingSignal struct {

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/lru"
 	"github.com/flowrun/flow/internal/store/jsstore"
 )
 
@@ -14,10 +15,7 @@ import (
 // events, extended by reading the tail, never trusted beyond what the store returns.
 type snapshotCache struct {
 	mu      sync.Mutex
-	limit   int
-	entries map[string]*cachedSnapshot
-	// order lists the runs from least to most recently used, for eviction.
-	order []string
+	entries *lru.Cache[string, *cachedSnapshot]
 }
 
 type cachedSnapshot struct {
@@ -26,7 +24,7 @@ type cachedSnapshot struct {
 }
 
 func newSnapshotCache(limit int) *snapshotCache {
-	return &snapshotCache{limit: limit, entries: map[string]*cachedSnapshot{}}
+	return &snapshotCache{entries: lru.New[string, *cachedSnapshot](limit)}
 }
 
 // read calls fn with run runID's projection brought up to date with the store (its committed
@@ -70,34 +68,16 @@ func (c *snapshotCache) read(ctx context.Context, st *jsstore.Store, runID strin
 func (c *snapshotCache) entry(runID string) *cachedSnapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	e, ok := c.entries[runID]
-	if ok {
-		for i, id := range c.order {
-			if id == runID {
-				c.order = append(c.order[:i], c.order[i+1:]...)
-				break
-			}
-		}
-	} else {
+	e, ok := c.entries.Get(runID)
+	if !ok {
 		e = &cachedSnapshot{}
-		c.entries[runID] = e
-		if len(c.order) >= c.limit {
-			delete(c.entries, c.order[0])
-			c.order = c.order[1:]
-		}
+		c.entries.Put(runID, e)
 	}
-	c.order = append(c.order, runID)
 	return e
 }
 
 func (c *snapshotCache) forget(runID string) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	delete(c.entries, runID)
-	for i, id := range c.order {
-		if id == runID {
-			c.order = append(c.order[:i], c.order[i+1:]...)
-			break
-		}
-	}
+	c.entries.Remove(runID)
 }
