@@ -173,7 +173,13 @@ func requireConsistent(t *testing.T, ctx context.Context, js jetstream.JetStream
 		var entry core.Summary
 		require.Eventually(t, func() bool {
 			e, err := runs.Get(ctx, runID)
-			return err == nil && json.Unmarshal(e.Value(), &entry) == nil && entry.Equal(s.Summary())
+			if err != nil {
+				return false
+			}
+			// Decoded into a fresh value: decoding into the last poll's would keep its fields that
+			// the entry now leaves out (a queued run's detail, once it completed).
+			entry = core.Summary{}
+			return json.Unmarshal(e.Value(), &entry) == nil && entry.Equal(s.Summary())
 		}, 30*time.Second, 10*time.Millisecond, "the index entry of run %s equals its projection: %+v vs %+v", runID, entry, s.Summary())
 	}
 	timers, err := js.KeyValue(ctx, streams.TimersBucket)
