@@ -5,10 +5,13 @@ import (
 	"bytes"
 	"crypto/subtle"
 	"fmt"
+	"net/http"
 	"os"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/flowrun/flow/internal/api"
 )
 
 // authenticator checks bearer tokens: those configured, and those of a file read again when its
@@ -105,4 +108,14 @@ func (a *authenticator) reload(now time.Time) error {
 	}
 	a.fromFile, a.modTime, a.size = append([]string{}, tokens...), fi.ModTime(), fi.Size()
 	return nil
+}
+
+// authorized checks the request's bearer token, answering 401 when it fails.
+func (s *Service) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if why := s.auth.check(r.Header.Get("Authorization")); why != "" {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="flow"`)
+		writeError(w, &api.IngressError{Code: api.CodeUnauthorized, Message: why})
+		return false
+	}
+	return true
 }

@@ -27,12 +27,8 @@ func (s *Service) serveHTTP() error {
 	mux := http.NewServeMux()
 	route := func(pattern string, kind api.InputKind, authed bool, names func(*http.Request, *input)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
-			if authed {
-				if why := s.auth.check(r.Header.Get("Authorization")); why != "" {
-					w.Header().Set("WWW-Authenticate", `Bearer realm="flow"`)
-					writeError(w, &api.IngressError{Code: api.CodeUnauthorized, Message: why})
-					return
-				}
+			if authed && !s.authorized(w, r) {
+				return
 			}
 			tagHTTPSpan(r, kind)
 			in := &input{kind: kind}

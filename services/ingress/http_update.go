@@ -77,16 +77,6 @@ func (s *Service) updateRoutes(mux *http.ServeMux) {
 	})
 }
 
-// authorized checks the request's bearer token, answering 401 when it fails.
-func (s *Service) authorized(w http.ResponseWriter, r *http.Request) bool {
-	if why := s.auth.check(r.Header.Get("Authorization")); why != "" {
-		w.Header().Set("WWW-Authenticate", `Bearer realm="flow"`)
-		writeError(w, &api.IngressError{Code: api.CodeUnauthorized, Message: why})
-		return false
-	}
-	return true
-}
-
 // waitParam reads ?wait=: "true" waits api.DefaultAwait, a duration ("30s") that long (at most
 // api.MaxAwait); absent or "false" does not wait.
 func waitParam(r *http.Request) (time.Duration, *api.IngressError) {

@@ -32,9 +32,7 @@ type queryClient struct {
 // is the body. Nothing is appended to the run.
 func (s *Service) queryRoutes(mux *http.ServeMux) {
 	handle := func(w http.ResponseWriter, r *http.Request, args []byte) {
-		if why := s.auth.check(r.Header.Get("Authorization")); why != "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="flow"`)
-			writeError(w, &api.IngressError{Code: api.CodeUnauthorized, Message: why})
+		if !s.authorized(w, r) {
 			return
 		}
 		runID, name := r.PathValue("run"), r.PathValue("name")
