@@ -226,13 +226,8 @@ func (m *readModel) where(keep func(core.Summary) bool) []core.Summary {
 	return out
 }
 
-// list answers a listing: the entries that match, most recently updated first (then by run
-// ID), one page after the cursor.
-func (m *readModel) list(req api.ListRequest) (api.ListResponse, error) {
-	return m.listWhere(req, func(core.Summary) bool { return true })
-}
-
-// listWhere is list over the entries keep accepts.
+// listWhere answers a listing over the entries keep accepts: those that match req, most
+// recently updated first (then by run ID), one page after the cursor.
 func (m *readModel) listWhere(req api.ListRequest, keep func(core.Summary) bool) (api.ListResponse, error) {
 	limit, err := pageLimit(req.Limit, api.DefaultListLimit, api.MaxListLimit)
 	if err != nil {

@@ -53,15 +53,6 @@ type jobInput struct {
 	N        int    `json:"n"`
 }
 
-// flowSystem is Flow on an embedded NATS server: the history service, the ingress, the
-// scheduler (timers and admission) and a client; workers are started by the test.
-type flowSystem struct {
-	srv    interface{ ClientURL() string }
-	client *flow.Client
-	sched  *scheduler.Scheduler
-	js     jetstream.JetStream
-}
-
 func startWorker(t *testing.T, nc *nats.Conn, reg *flow.Registry) *worker.Worker {
 	t.Helper()
 	w, err := worker.New(worker.Config{Conn: nc, AckWait: time.Second, Logger: natstest.Logger()}, reg)
