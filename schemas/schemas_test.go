@@ -134,6 +134,12 @@ func examples() []example {
 		}},
 		{"after a wait", &event.RunAdmitted{Group: "reports", Key: "c-42", Queued: event.Duration(1500 * time.Millisecond)}},
 		{"singleton replaced", &event.RunCancelled{Reason: `cancelled by flow control: replaced by the newer run "sync-2"`, Cause: event.CauseFlowControl}},
+		{"operator", &event.RunPaused{Reason: "payment gateway maintenance", Cause: event.PauseOperator, By: "ann@example.com", DeliveryID: "req-7",
+			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
+		{"step exhausted", &event.RunPaused{Reason: `step "charge" (charge-card) exhausted 5 attempt(s): timeout: payment gateway timed out`,
+			Cause: event.PauseStepExhausted, StepID: "charge", Attempt: 5, Error: &event.ErrorInfo{Kind: "timeout", Message: "payment gateway timed out"}}},
+		{"fixed", &event.RunUnpaused{Reason: "gateway fixed", By: "ann@example.com", DeliveryID: "req-8", Paused: event.Duration(90 * time.Minute),
+			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
 	}
 }
 
@@ -170,6 +176,8 @@ func minimal() []event.Payload {
 		&event.RunDelayFired{NotBefore: at},
 		&event.RunDebounced{Input: json.RawMessage(`null`), NotBefore: at},
 		&event.RunAdmitted{Group: "g"},
+		&event.RunPaused{Cause: event.PauseOperator},
+		&event.RunUnpaused{},
 	}
 }
 
@@ -464,7 +472,8 @@ func TestEnumsMatchGoConstants(t *testing.T) {
 		{"cause", "Cause", []string{string(event.CauseWorkflow), string(event.CauseStepExhausted), string(event.CauseCancelRequested), string(event.CauseOperator), string(event.CauseFlowControl)}},
 		{"outcome", "Outcome", []string{string(event.OutcomeCompleted), string(event.OutcomeFailed), string(event.OutcomeCancelled), string(event.OutcomeContinuedAsNew)}},
 		{"cancel_policy", "CancelPolicy", []string{string(event.CancelPolicyRequest), string(event.CancelPolicyAbandon)}},
-		{"exhaustion", "Exhaustion", []string{string(event.ExhaustionFailRun), string(event.ExhaustionReturnError)}},
+		{"exhaustion", "Exhaustion", []string{string(event.ExhaustionFailRun), string(event.ExhaustionReturnError), string(event.ExhaustionPauseRun)}},
+		{"pause_cause", "PauseCause", []string{string(event.PauseOperator), string(event.PauseStepExhausted)}},
 		{"attribute_type", "AttributeType", func() (out []string) {
 			for _, t := range event.AttributeTypes() {
 				out = append(out, string(t))

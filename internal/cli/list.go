@@ -127,6 +127,7 @@ the event at which the run entered its status. A page ends with the command for 
 var runStatuses = []flow.Status{
 	flow.StatusPending, flow.StatusRunning, flow.StatusSuspended, flow.StatusCancelling, flow.StatusBlocked,
 	flow.StatusCompleted, flow.StatusFailed, flow.StatusCancelled, flow.StatusContinuedAsNew, flow.StatusQueued,
+	flow.StatusPaused,
 }
 
 func statusNames() string {

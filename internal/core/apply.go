@@ -57,7 +57,7 @@ func IsInput(p event.Payload) bool {
 	switch p.(type) {
 	case *event.RunStarted, *event.SignalReceived, *event.HookReceived, *event.WaitFired,
 		*event.StepRetryFired, *event.ChildSettled, *event.RunCancelRequested, *event.UpdateReceived,
-		*event.RunDelayFired, *event.RunAdmitted:
+		*event.RunDelayFired, *event.RunAdmitted, *event.RunUnpaused:
 		return true
 	}
 	return false
@@ -73,6 +73,8 @@ func inputTrace(p event.Payload) string {
 	case *event.RunCancelRequested:
 		return p.TraceParent
 	case *event.UpdateReceived:
+		return p.TraceParent
+	case *event.RunUnpaused:
 		return p.TraceParent
 	}
 	return ""
@@ -128,8 +130,13 @@ func (s *Snapshot) check(e event.Envelope) error {
 	if err := s.checkAdmission(e); err != nil {
 		return err
 	}
+	if err := s.checkPause(e); err != nil {
+		return err
+	}
 	if s.expectRetry != "" {
-		if r, ok := e.Payload.(*event.StepRetryScheduled); !ok || r.StepID != s.expectRetry {
+		if pp, ok := e.Payload.(*event.RunPaused); ok && pp.Cause == event.PauseStepExhausted && pp.StepID == s.expectRetry {
+			// The step exhausted its attempts and its policy pauses the run (checkPause).
+		} else if r, ok := e.Payload.(*event.StepRetryScheduled); !ok || r.StepID != s.expectRetry {
 			return s.fail(e, "retry_order", "step %q failed with attempts left, so step.retry_scheduled must follow; got %s", s.expectRetry, e.Type())
 		}
 	}
@@ -152,7 +159,9 @@ func (s *Snapshot) check(e event.Envelope) error {
 		if err != nil {
 			return err
 		}
-		if s.expectRetry != p.StepID || p.Attempt != st.Attempt+1 {
+		// A step held by its exhaustion gets its fresh attempt once the run is unpaused.
+		rearm := st.Held && s.Paused == nil && st.Status == StepRetrying
+		if s.expectRetry != p.StepID && !rearm || p.Attempt != st.Attempt+1 {
 			return s.fail(e, "retry_order", "retry of step %q attempt %d does not follow a failure of attempt %d", p.StepID, p.Attempt, p.Attempt-1)
 		}
 	case *event.StepRetryFired:
@@ -401,6 +410,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 	case *event.StepRetryScheduled:
 		st := s.Steps[d.StepID]
 		st.Attempt, st.RetryDue, st.RetrySeq = d.Attempt, d.Due, e.Seq
+		st.Held = false
 		s.expectRetry = ""
 	case *event.StepRetryFired:
 		st := s.Steps[d.StepID]
@@ -488,6 +498,8 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.upserted(e, d)
 	case *event.RunCancelRequested:
 		s.CancelRequested, s.CancelReason = true, d.Reason
+	case *event.RunPaused, *event.RunUnpaused:
+		s.mutatePause(e)
 	case *event.DecisionFailed:
 		s.Blocked = blockedBy(e, d)
 	case *event.UpdateReceived, *event.UpdateAccepted, *event.UpdateRejected, *event.UpdateCompleted:

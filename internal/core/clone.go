@@ -73,6 +73,8 @@ func (s *Snapshot) Clone() *Snapshot {
 	c.tokens = maps.Clone(s.tokens)
 	c.exhausted = slices.Clone(s.exhausted)
 	c.inputTraces = slices.Clone(s.inputTraces)
+	c.Paused = s.Paused.clone()
+	c.pauseDeliveries = maps.Clone(s.pauseDeliveries)
 	return &c
 }
 

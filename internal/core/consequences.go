@@ -39,7 +39,8 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 	for _, e := range commit {
 		// A delayed run makes no decision: its inputs wait for run.delay_fired, itself an input,
 		// but for a cancellation request, which ends it.
-		if IsInput(e.Payload) && !terminal && (!s.Delayed || s.CancelRequested) && e.Seq > s.decidedSeq {
+		// A paused run decides nothing either: its inputs wait for run.unpaused, an input.
+		if IsInput(e.Payload) && !terminal && (!s.Delayed || s.CancelRequested) && s.Paused == nil && e.Seq > s.decidedSeq {
 			c.Resume, c.TaskSeq = true, e.Seq
 		}
 		switch p := e.Payload.(type) {

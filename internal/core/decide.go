@@ -50,6 +50,9 @@ func Decide(s *Snapshot, d Decider, opts DecideOptions) (Verdict, error) {
 	if s.Terminal() {
 		return Verdict{}, fmt.Errorf("%w: run %q ended at seq %d", ErrTerminal, s.RunID, s.Outcome.Seq)
 	}
+	if s.Paused != nil {
+		return pausedVerdict(s), nil
+	}
 	if s.Delayed {
 		return delayedVerdict(s), nil
 	}

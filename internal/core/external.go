@@ -50,6 +50,11 @@ func StepResult(s *Snapshot, stepID string, attempt int, out StepOutcome, now ti
 	}
 	retryable := !out.NonRetryable && st.Retry.Retryable(e.Kind)
 	final := !retryable || attempt >= st.Retry.MaxAttempts
+	if retryable && final && st.Retry.OnExhaustion == event.ExhaustionPauseRun {
+		// The run pauses instead: the step stays unsettled, held for a fresh attempt on unpause.
+		return []event.Payload{&event.StepFailed{StepID: stepID, Attempt: attempt, Error: e, Retryable: true},
+			exhaustedPause(st, attempt, e)}, nil
+	}
 	failed := &event.StepFailed{StepID: stepID, Attempt: attempt, Error: e, Retryable: retryable, Final: final}
 	if final {
 		return []event.Payload{failed}, nil

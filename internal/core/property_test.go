@@ -50,8 +50,11 @@ func (g *generator) commit(ps []event.Payload) error {
 
 func (g *generator) policy() event.RetryPolicy {
 	p := event.RetryPolicy{MaxAttempts: 1 + g.rng.IntN(3), InitialInterval: time.Duration(1+g.rng.IntN(3)) * time.Second}
-	if g.rng.IntN(3) == 0 {
+	switch g.rng.IntN(6) {
+	case 0, 1:
 		p.OnExhaustion = event.ExhaustionReturnError
+	case 2:
+		p.OnExhaustion = event.ExhaustionPauseRun
 	}
 	if g.rng.IntN(4) == 0 {
 		p.NonRetryable = []string{"fatal"}
@@ -183,6 +186,12 @@ func (g *generator) step(allowEnd bool) error {
 	}
 	if s.Queued() {
 		actions = append(actions, func() ([]event.Payload, error) { return core.Admit(s, g.now) })
+	}
+	if s.Paused == nil && g.rng.IntN(12) == 0 {
+		actions = append(actions, func() ([]event.Payload, error) { return core.PauseRun(s, "hold", "ops", g.id("pause")) })
+	}
+	if s.Paused != nil {
+		actions = append(actions, func() ([]event.Payload, error) { return core.UnpauseRun(s, "go", "ops", g.id("unpause"), g.now) })
 	}
 	if !s.CancelRequested && g.rng.IntN(10) == 0 {
 		actions = append(actions, func() ([]event.Payload, error) { return core.RequestCancel(s, "please stop") })

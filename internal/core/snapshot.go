@@ -24,6 +24,8 @@ const (
 	StatusBlocked Status = "blocked"
 	// StatusQueued: started under flow control and not admitted yet (no run.admitted).
 	StatusQueued Status = "queued"
+	// StatusPaused: paused (run.paused) and not unpaused since; see Snapshot.Paused.
+	StatusPaused Status = "paused"
 )
 
 // Terminal statuses, one per event.Outcome.
@@ -89,6 +91,10 @@ type Step struct {
 	vetted bool
 	// prev and next link the unsettled steps in scheduling order (Snapshot.unsettled).
 	prev, next *Step
+
+	// Held is set while the step, which exhausted its attempts under ExhaustionPauseRun, waits
+	// for the run's unpause to schedule its fresh attempt (docs/pause.md).
+	Held bool `json:"held,omitempty"`
 }
 
 // Position returns the step's position in its batch, from 0: with BatchSeq, its scheduling
@@ -273,6 +279,11 @@ type Snapshot struct {
 	AdmittedSeq uint64    `json:"admitted_seq,omitempty"`
 	AdmittedAt  time.Time `json:"admitted_at,omitzero"`
 
+	// Paused is the run's current pause (run.paused, not followed by run.unpaused); nil when
+	// it is not paused. Pauses counts the run.paused events recorded.
+	Paused *Pause `json:"paused,omitempty"`
+	Pauses int    `json:"pauses,omitempty"`
+
 	// ids maps every decision ID to its kind; IDs share one namespace.
 	ids map[string]string
 	// batches maps a step.scheduled or child.scheduled sequence to its members in order;
@@ -309,6 +320,8 @@ type Snapshot struct {
 	// updateOrder lists the update IDs in the order received; undecided those not yet
 	// accepted or rejected, in the same order.
 	updateOrder, undecided []string
+	// pauseDeliveries holds the delivery IDs of the recorded pause and unpause requests.
+	pauseDeliveries map[string]struct{}
 }
 
 var zeroTime time.Time
@@ -336,6 +349,8 @@ func newSized(runID string, steps int) *Snapshot {
 		deliveries:   map[string]struct{}{},
 		tokens:       map[string]string{},
 		SideEffects:  map[string]*SideEffect{},
+
+		pauseDeliveries: map[string]struct{}{},
 	}
 }
 
@@ -451,6 +466,8 @@ func (s *Snapshot) status() Status {
 		default:
 			return StatusContinuedAsNew
 		}
+	case s.Paused != nil:
+		return StatusPaused
 	case s.Blocked != nil:
 		return StatusBlocked
 	case s.CancelRequested:
@@ -510,6 +527,8 @@ func (s *Snapshot) Summary() Summary {
 		sum.Detail = s.Outcome.Error.Error()
 	case s.Outcome != nil:
 		sum.Detail = s.Outcome.Reason
+	case s.Paused != nil:
+		sum.Detail = s.Paused.Describe(s.RunID)
 	case s.Blocked != nil:
 		sum.Detail = s.Blocked.Detail
 	case s.Queued():

@@ -20,6 +20,11 @@ const (
 	// ExhaustionReturnError settles the step as failed and hands its error to the workflow
 	// (ctx.StepError), which decides what to do.
 	ExhaustionReturnError Exhaustion = "return_error"
+	// ExhaustionPauseRun pauses the run (run.paused, cause step_exhausted) instead of failing
+	// the step, when the step exhausts its attempts with a retryable error: fix what fails and
+	// unpause the run, and the step gets a fresh attempt. A non-retryable error fails the run as
+	// under ExhaustionFailRun. See docs/pause.md.
+	ExhaustionPauseRun Exhaustion = "pause_run"
 )
 
 // Defaults applied by [RetryPolicy.Normalize] to zero fields.
@@ -90,8 +95,8 @@ func (p RetryPolicy) Validate() error {
 	if p.MaxInterval < p.InitialInterval {
 		errs = append(errs, fmt.Errorf("retry.max_interval (%s) must not be less than retry.initial_interval (%s)", p.MaxInterval, p.InitialInterval))
 	}
-	if p.OnExhaustion != ExhaustionFailRun && p.OnExhaustion != ExhaustionReturnError {
-		errs = append(errs, fmt.Errorf("retry.on_exhaustion must be fail_run or return_error, got %q", p.OnExhaustion))
+	if p.OnExhaustion != ExhaustionFailRun && p.OnExhaustion != ExhaustionReturnError && p.OnExhaustion != ExhaustionPauseRun {
+		errs = append(errs, fmt.Errorf("retry.on_exhaustion must be fail_run, return_error or pause_run, got %q", p.OnExhaustion))
 	}
 	return errors.Join(errs...)
 }

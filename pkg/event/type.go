@@ -42,6 +42,9 @@ const (
 	TypeRunDebounced Type = "run.debounced"
 	// TypeRunAdmitted: the admission controller admitted a run under flow control.
 	TypeRunAdmitted Type = "run.admitted"
+	// TypeRunPaused and TypeRunUnpaused pause a run and end its pause (payload_pause.go).
+	TypeRunPaused   Type = "run.paused"
+	TypeRunUnpaused Type = "run.unpaused"
 )
 
 // Terminal reports whether t ends a run. At most one terminal event appears in a history, last.
@@ -72,6 +75,7 @@ func Types() []Type {
 		TypeUpdateReceived, TypeUpdateAccepted, TypeUpdateRejected, TypeUpdateCompleted,
 		TypeRunDelayFired, TypeRunDebounced,
 		TypeRunAdmitted,
+		TypeRunPaused, TypeRunUnpaused,
 	}
 }
 
@@ -115,4 +119,6 @@ var factories = map[Type]func() Payload{
 	TypeRunDelayFired:      func() Payload { return new(RunDelayFired) },
 	TypeRunDebounced:       func() Payload { return new(RunDebounced) },
 	TypeRunAdmitted:        func() Payload { return new(RunAdmitted) },
+	TypeRunPaused:          func() Payload { return new(RunPaused) },
+	TypeRunUnpaused:        func() Payload { return new(RunUnpaused) },
 }

@@ -322,7 +322,8 @@ func decodeCursor(c string) (*core.Summary, error) {
 }
 
 var statuses = []core.Status{core.StatusPending, core.StatusRunning, core.StatusSuspended, core.StatusCancelling,
-	core.StatusBlocked, core.StatusCompleted, core.StatusFailed, core.StatusCancelled, core.StatusContinuedAsNew, core.StatusQueued}
+	core.StatusBlocked, core.StatusCompleted, core.StatusFailed, core.StatusCancelled, core.StatusContinuedAsNew, core.StatusQueued,
+	core.StatusPaused}
 
 func knownStatus(st core.Status) bool { return slices.Contains(statuses, st) }
 
