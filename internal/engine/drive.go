@@ -166,6 +166,17 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 		if d.s.Terminal() {
 			return d.result("", nil), nil
 		}
+		if p, ok := d.held(); ok {
+			// A definition or queue pause: no decision, no new attempt; the attempts running
+			// here finish and record their results, then the worker parks the run.
+			if d.live() == 0 {
+				return d.result("", nil), d.heldError(p)
+			}
+			if err := d.wait(ctx); err != nil {
+				return d.result("", nil), err
+			}
+			continue
+		}
 		began := time.Now()
 		verdict, err := d.verdict()
 		if err != nil {
@@ -607,6 +618,10 @@ func (e *Engine) startChildren(ctx context.Context, s *core.Snapshot, events []e
 // snapshot's attempts is running here it waits for a step slot, so that a run with attempts in
 // flight never returns as suspended.
 func (d *driver) launch(ctx context.Context) error {
+	if d.holds() {
+		// Paused: the attempts in flight start once the pause ends.
+		return nil
+	}
 	for a := range core.InFlightAttempts(d.s) {
 		key := attemptKey{a.StepID, a.Attempt}
 		if _, ok := d.running[key]; ok {

@@ -174,6 +174,9 @@ type Config struct {
 	// StepLimits takes the slots of limited steps before their attempts run. Defaults to nil
 	// (no step is limited).
 	StepLimits StepLimiter
+	// Pauses keeps the definition and queue pauses (pause.go). Defaults to nil: nothing is
+	// paused but runs, and the definition and queue pause calls return ErrNoPauses.
+	Pauses Pauses
 }
 
 // Engine drives runs. It is safe for concurrent use; drivers of one run are serialised.
@@ -192,6 +195,8 @@ type Engine struct {
 	keys     StartKeys
 	// stepLimits is Config.StepLimits.
 	stepLimits StepLimiter
+	// pauses is Config.Pauses.
+	pauses Pauses
 }
 
 // New returns an engine.
@@ -218,7 +223,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	return &Engine{faults: cfg.Faults, store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
 		logger: cfg.Logger, buildID: cfg.BuildID, slots: newStepSlots(cfg.StepConcurrency), cache: newCache(cfg.CacheSize),
-		keys: cfg.Keys, stepLimits: cfg.StepLimits}, nil
+		keys: cfg.Keys, stepLimits: cfg.StepLimits, pauses: cfg.Pauses}, nil
 }
 
 // StartParams describe a new run.

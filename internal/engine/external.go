@@ -233,6 +233,10 @@ func traceInputs(ctx context.Context, events []event.Payload) {
 			p.TraceParent = tp
 		case *event.UpdateReceived:
 			p.TraceParent = tp
+		case *event.RunPaused:
+			p.TraceParent = tp
+		case *event.RunUnpaused:
+			p.TraceParent = tp
 		}
 	}
 }

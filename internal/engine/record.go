@@ -130,6 +130,9 @@ func (d *driver) decideAhead(t time.Time) ([]event.Payload, []string) {
 	if d.replayErr != nil {
 		return nil, nil
 	}
+	if _, held := d.held(); held {
+		return nil, nil // the drive loop stops the drive
+	}
 	v, err := d.decide()
 	if err != nil {
 		return nil, nil

@@ -25,7 +25,8 @@ var allStreams = append([]string{streams.History, streams.Tasks, streams.DeadLet
 // allBuckets are the buckets streams.Ensure creates.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
 	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket,
-	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket}
+	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket,
+	streams.PausesBucket}
 
 func kvStreams(buckets []string) []string {
 	out := make([]string, len(buckets))
@@ -182,6 +183,7 @@ func historyRole() Role {
 	g.kvWrite(streams.StartKeysBucket) // it releases the debounce keys of runs whose delay fired
 	g.kvWrite(streams.QueueBucket)     // it queues runs under flow control for admission
 	g.kvWrite(streams.LimitsBucket)    // it releases the flow-control slots of ended runs
+	g.kvWatch(streams.PausesBucket)    // it dispatches runs parked by a definition or queue pause once it is gone
 	g.liveness()
 	g.publish(api.FeedPrefix + ">")
 	g.publish(api.IngressPrefix + ">")
@@ -218,6 +220,7 @@ func ingressRole() Role {
 	g.kvRead(streams.HooksBucket)      // it finds the run of a hook delivery by its token
 	g.kvWrite(streams.StartKeysBucket) // it claims the dedup and debounce keys of starts
 	g.kvWrite(streams.TimersBucket)    // it registers a delayed start's timer (fast path)
+	g.kvWrite(streams.PausesBucket)    // it pauses and unpauses definitions and queues
 	g.liveness()
 	g.append(streams.DeadLetter, api.DeadLetterPrefix+">")
 	g.subscribe(api.IngressPrefix + ">")
@@ -243,6 +246,7 @@ func workerRole() Role {
 	g.kvWrite(streams.DefinitionsBucket)
 	g.kvWrite(streams.ParkedBucket)
 	g.kvWrite(streams.LimitsBucket) // it takes and releases the slots of limited steps (flow.LimitStep)
+	g.kvWatch(streams.PausesBucket) // it starts no decision or attempt of a paused definition or queue
 	// It answers the queries of the runs it can run the code of (a micro service, with $SRV
 	// discovery).
 	g.subscribe(api.QueryPrefix+">", "$SRV.*", "$SRV.*.flow-worker", "$SRV.*.flow-worker.*")

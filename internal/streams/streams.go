@@ -69,6 +69,10 @@ const (
 	// starts and deletes it once the run is admitted or ended; the admission controller (in the
 	// scheduler service) watches it.
 	QueueBucket = "FLOW_QUEUE"
+	// PausesBucket holds the paused definitions and queues: key "definition.<name>" or
+	// "queue.<name>", value a JSON Pause (pauses.go). The ingress writes and deletes entries;
+	// workers and the history service watch it. See docs/pause.md.
+	PausesBucket = "FLOW_PAUSES"
 	// HistoryConsumer is the history service's durable consumer of History.
 	HistoryConsumer = "history"
 )
@@ -208,6 +212,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{Bucket: DamagedBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs whose history is damaged"},
 		{Bucket: LimitsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, Description: "Flow flow-control slots and rate windows"},
 		{Bucket: QueueBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs waiting for admission under flow control"},
+		{Bucket: PausesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow paused definitions and queues"},
 		// An expired entry leaves a marker, so that watchers learn at once that its worker is gone.
 		{Bucket: WorkersBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, TTL: d.WorkerTTL, LimitMarkerTTL: d.WorkerTTL,
 			Description: "Flow live workers and the definitions they register"},
@@ -370,6 +375,10 @@ type Parked struct {
 	ParkedAt time.Time `json:"parked_at"`
 	// By names the worker that parked it.
 	By string `json:"by,omitempty"`
+	// Pause is the FLOW_PAUSES key of the definition or queue pause that holds the run
+	// ("definition.<name>", "queue.<name>"); empty for other reasons. The history service
+	// dispatches the run again once that pause is gone.
+	Pause string `json:"pause,omitempty"`
 }
 
 // Damaged is a FLOW_DAMAGED entry.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/streams"
 )
 
@@ -27,6 +28,8 @@ type parking struct {
 	// latestRev its FLOW_DEFINITIONS revision.
 	latest    map[string]streams.Definition
 	latestRev map[string]uint64
+	// pauses follows FLOW_PAUSES (pause.go).
+	pauses *jshost.Pauses
 }
 
 type parkedRun struct {
@@ -67,6 +70,9 @@ func (p *parking) reason(sum core.Summary) string {
 
 // start watches FLOW_PARKED and FLOW_DEFINITIONS, and returns once the parked runs are known.
 func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
+	if err := p.startPauses(ctx, wg); err != nil {
+		return err
+	}
 	parkedW, err := p.s.parked.WatchAll(ctx)
 	if err != nil {
 		return fmt.Errorf("watching parked runs: %w", err)
@@ -95,6 +101,7 @@ func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
 						p.registered(ctx, d, 0)
 					}
 					defs = nil
+					p.released(ctx, "") // runs parked for pauses that ended while no history service ran
 				default:
 					p.apply(ctx, e, loaded)
 				}
@@ -138,6 +145,7 @@ func (p *parking) apply(ctx context.Context, e jetstream.KeyValueEntry, loaded b
 	p.mu.Lock()
 	var late *parkedRun // parked before the latest registration that can drive it
 	var lateRev uint64
+	var unheld *parkedRun // parked for a pause that is gone
 	if e.Operation() == jetstream.KeyValuePut {
 		var pr streams.Parked
 		if err := json.Unmarshal(e.Value(), &pr); err != nil {
@@ -146,13 +154,20 @@ func (p *parking) apply(ctx context.Context, e jetstream.KeyValueEntry, loaded b
 		}
 		p.parked[runID] = parkedRun{Parked: pr, rev: e.Revision()}
 		k := streams.DefinitionKey(pr.Queue, pr.Definition)
-		if d, ok := p.latest[k]; ok && loaded && (pr.Build == "" || pr.Build == d.BuildID) && pr.ParkedAt.Before(d.UpdatedAt) {
+		if loaded && p.releasable(pr) {
+			unheld = &parkedRun{Parked: pr, rev: e.Revision()}
+		} else if d, ok := p.latest[k]; ok && loaded && (pr.Build == "" || pr.Build == d.BuildID) && pr.ParkedAt.Before(d.UpdatedAt) {
 			late, lateRev = &parkedRun{Parked: pr, rev: e.Revision()}, p.latestRev[k]
 		}
 	} else {
 		delete(p.parked, runID)
 	}
 	p.mu.Unlock()
+	if unheld != nil {
+		if err := p.dispatchReleased(ctx, *unheld); err != nil {
+			p.s.logger.Warn("dispatching a run held by a pause failed", slog.String("run_id", runID), slog.String("error", err.Error()))
+		}
+	}
 	if late != nil {
 		// The nonce of the registration's own dispatch: a run it dispatched already gets no second task.
 		if err := p.dispatch(ctx, runID, late.Queue, late.Build, late.Seq, "d"+strconv.FormatUint(lateRev, 10), late.rev); err != nil {
@@ -197,7 +212,7 @@ func (p *parking) registered(ctx context.Context, d streams.Definition, rev uint
 	p.mu.RLock()
 	var parked []parkedRun
 	for _, pr := range p.parked {
-		if canDrive(pr.Queue, pr.Definition, pr.Build) && pr.ParkedAt.Before(d.UpdatedAt) {
+		if canDrive(pr.Queue, pr.Definition, pr.Build) && pr.ParkedAt.Before(d.UpdatedAt) && !p.heldByPause(pr.Parked) {
 			parked = append(parked, pr)
 		}
 	}

@@ -98,6 +98,8 @@ type Worker struct {
 	engine  *engine.Engine
 	cons    []jetstream.Consumer
 	parked  jetstream.KeyValue
+	// pauses follows FLOW_PAUSES: the paused definitions and queues (pause.go).
+	pauses *jshost.Pauses
 	// id names the worker in FLOW_WORKERS and in the runs it parks (see liveness.NewID).
 	id string
 	// live tells which other workers serve a definition this one does not; pub keeps this
@@ -177,6 +179,9 @@ func (w *Worker) Start(ctx context.Context) error {
 		if w.live != nil {
 			w.live.Stop()
 		}
+		if w.pauses != nil {
+			w.pauses.Stop()
+		}
 		if w.ownConn {
 			w.nc.Close()
 		}
@@ -207,8 +212,11 @@ func (w *Worker) start(ctx context.Context) error {
 	if w.parked, err = js.KeyValue(ctx, streams.ParkedBucket); err != nil {
 		return err
 	}
+	if w.pauses, err = jshost.NewPauses(ctx, js, jshost.PausesOptions{Watch: true, Logger: w.logger}); err != nil {
+		return err
+	}
 	ecfg := engine.Config{Store: st, Runtime: w.reg, Host: host, BuildID: w.reg.BuildID(), Logger: w.logger,
-		StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize, Faults: w.cfg.Faults}
+		StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize, Faults: w.cfg.Faults, Pauses: w.pauses}
 	if ecfg.StepLimits, err = w.stepLimits(ctx, js); err != nil {
 		return err
 	}
@@ -420,7 +428,10 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	var wrongBuild *engine.WrongBuildError
 	var unknown *engine.UnknownDefinitionError
 	var limited *engine.StepLimitedError
+	var held *engine.HeldError
 	switch {
+	case errors.As(err, &held):
+		w.parkHeld(ctx, msg, held, task.Seq)
 	case errors.As(err, &limited):
 		// Its attempts wait for slots of their steps' limits: the task comes back after the
 		// wait, and the run holds no worker meanwhile.
@@ -621,6 +632,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 			w.unobserve()
 		}
 		w.live.Stop()
+		w.pauses.Stop()
 		if w.ownConn {
 			w.nc.Close()
 		}

@@ -1,0 +1,194 @@
+package jshost
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/streams"
+)
+
+// Pauses implements engine.Pauses on the FLOW_PAUSES bucket. Opened with watch, it keeps the
+// bucket's entries in memory, from a watch, so that Held answers at once; otherwise Held
+// answers from the writes made through it only (for processes that only pause and unpause,
+// such as the ingress). It is safe for concurrent use.
+type Pauses struct {
+	kv       jetstream.KeyValue
+	logger   *slog.Logger
+	onChange func(key string, p *streams.Pause)
+
+	mu      sync.RWMutex
+	entries map[string]streams.Pause
+	watcher jetstream.KeyWatcher
+	done    chan struct{}
+}
+
+// PausesOptions configure NewPauses.
+type PausesOptions struct {
+	// Watch keeps the entries in memory from a watch of the bucket: NewPauses returns once the
+	// entries that exist are loaded.
+	Watch bool
+	// OnChange, with Watch, is called after each change the watch delivers once loaded, with
+	// the entry's key and its new value (nil once deleted), on the watch's goroutine.
+	OnChange func(key string, p *streams.Pause)
+	Logger   *slog.Logger
+}
+
+// NewPauses opens the bucket on js. Flow's streams must exist.
+func NewPauses(ctx context.Context, js jetstream.JetStream, opts PausesOptions) (*Pauses, error) {
+	kv, err := js.KeyValue(ctx, streams.PausesBucket)
+	if err != nil {
+		return nil, fmt.Errorf("opening bucket %s: %w (start `flow dev` or a worker to create Flow's streams)", streams.PausesBucket, err)
+	}
+	p := &Pauses{kv: kv, logger: opts.Logger, onChange: opts.OnChange, entries: map[string]streams.Pause{}, done: make(chan struct{})}
+	if p.logger == nil {
+		p.logger = slog.Default()
+	}
+	if !opts.Watch {
+		close(p.done)
+		return p, nil
+	}
+	if p.watcher, err = kv.WatchAll(context.WithoutCancel(ctx)); err != nil {
+		return nil, fmt.Errorf("watching bucket %s: %w", streams.PausesBucket, err)
+	}
+	loaded := make(chan struct{})
+	go p.follow(loaded)
+	select {
+	case <-loaded:
+		return p, nil
+	case <-ctx.Done():
+		_ = p.watcher.Stop()
+		return nil, ctx.Err()
+	}
+}
+
+func (p *Pauses) follow(loaded chan struct{}) {
+	defer close(p.done)
+	isLoaded := false
+	for e := range p.watcher.Updates() {
+		if e == nil {
+			if !isLoaded {
+				isLoaded = true
+				close(loaded)
+			}
+			continue
+		}
+		var v *streams.Pause
+		p.mu.Lock()
+		if e.Operation() == jetstream.KeyValuePut {
+			var pause streams.Pause
+			if err := json.Unmarshal(e.Value(), &pause); err != nil {
+				p.mu.Unlock()
+				p.logger.Warn("ignoring a malformed pause entry", slog.String("key", e.Key()), slog.String("error", err.Error()))
+				continue
+			}
+			p.entries[e.Key()] = pause
+			v = &pause
+		} else {
+			delete(p.entries, e.Key())
+		}
+		p.mu.Unlock()
+		if isLoaded && p.onChange != nil {
+			p.onChange(e.Key(), v)
+		}
+	}
+}
+
+// Stop ends the watch, if any, and waits for it.
+func (p *Pauses) Stop() {
+	if p.watcher != nil {
+		_ = p.watcher.Stop()
+	}
+	<-p.done
+}
+
+// Held implements engine.Pauses.
+func (p *Pauses) Held(definition, queue string) (streams.Pause, bool) {
+	if queue == "" {
+		queue = streams.DefaultQueue
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if len(p.entries) == 0 {
+		return streams.Pause{}, false
+	}
+	if e, ok := p.entries[streams.PauseKey(streams.PauseDefinition, definition)]; ok {
+		return e, true
+	}
+	e, ok := p.entries[streams.PauseKey(streams.PauseQueue, queue)]
+	return e, ok
+}
+
+// Active reports whether the pause of key exists, as the watch last saw it.
+func (p *Pauses) Active(key string) bool {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	_, ok := p.entries[key]
+	return ok
+}
+
+// Put implements engine.Pauses.
+func (p *Pauses) Put(ctx context.Context, pause streams.Pause) error {
+	b, err := json.Marshal(pause)
+	if err != nil {
+		return err
+	}
+	if _, err := p.kv.Put(ctx, pause.Key(), b); err != nil {
+		return fmt.Errorf("writing pause %s: %w", pause.Key(), err)
+	}
+	p.mu.Lock()
+	p.entries[pause.Key()] = pause
+	p.mu.Unlock()
+	return nil
+}
+
+// Delete implements engine.Pauses.
+func (p *Pauses) Delete(ctx context.Context, scope, name string) (bool, error) {
+	key := streams.PauseKey(scope, name)
+	_, err := p.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("reading pause %s: %w", key, err)
+	}
+	if err := p.kv.Delete(ctx, key); err != nil {
+		return false, fmt.Errorf("deleting pause %s: %w", key, err)
+	}
+	p.mu.Lock()
+	delete(p.entries, key)
+	p.mu.Unlock()
+	return true, nil
+}
+
+// List implements engine.Pauses.
+func (p *Pauses) List(ctx context.Context) ([]streams.Pause, error) {
+	keys, err := p.kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing pauses: %w", err)
+	}
+	var out []streams.Pause
+	for key := range keys.Keys() {
+		e, err := p.kv.Get(ctx, key)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading pause %s: %w", key, err)
+		}
+		var pause streams.Pause
+		if err := json.Unmarshal(e.Value(), &pause); err != nil {
+			continue
+		}
+		out = append(out, pause)
+	}
+	return out, nil
+}

@@ -1,0 +1,56 @@
+package streams
+
+import (
+	"fmt"
+	"strings"
+	"time"
+)
+
+// Pause scopes: what a FLOW_PAUSES entry pauses.
+const (
+	PauseDefinition = "definition"
+	PauseQueue      = "queue"
+)
+
+// Pause is a FLOW_PAUSES entry: a paused definition or queue. While it exists workers start no
+// decision and no step attempt of the runs it covers; they park those runs (Parked.Pause), and
+// the history service dispatches them again once the entry is deleted. See docs/pause.md.
+type Pause struct {
+	// Scope is PauseDefinition or PauseQueue; Name the definition or queue.
+	Scope string `json:"scope"`
+	Name  string `json:"name"`
+	// Note says why, By who paused it, and At when.
+	Note string    `json:"note,omitempty"`
+	By   string    `json:"by,omitempty"`
+	At   time.Time `json:"at"`
+}
+
+// Key returns the entry's key, "<scope>.<name>".
+func (p Pause) Key() string { return PauseKey(p.Scope, p.Name) }
+
+// PauseKey returns the FLOW_PAUSES key of scope and name.
+func PauseKey(scope, name string) string { return scope + "." + name }
+
+// ParsePauseKey splits a FLOW_PAUSES key into its scope and name.
+func ParsePauseKey(key string) (scope, name string, err error) {
+	scope, name, ok := strings.Cut(key, ".")
+	if !ok || name == "" || scope != PauseDefinition && scope != PauseQueue {
+		return "", "", fmt.Errorf("%q is not a pause key (definition.<name> or queue.<name>)", key)
+	}
+	return scope, name, nil
+}
+
+// Describe says what holds the runs, for `flow runs`, `flow status` and the UI.
+func (p Pause) Describe() string {
+	s := fmt.Sprintf("%s %q is paused", p.Scope, p.Name)
+	if p.By != "" {
+		s += " by " + p.By
+	}
+	if !p.At.IsZero() {
+		s += " since " + p.At.UTC().Format(time.RFC3339)
+	}
+	if p.Note != "" {
+		s += ": " + p.Note
+	}
+	return s + fmt.Sprintf("; `flow unpause --%s %s` releases its runs", p.Scope, p.Name)
+}
