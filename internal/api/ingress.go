@@ -146,7 +146,8 @@ type InputKind string
 func ParseInputKind(s string) (InputKind, bool) {
 	k := InputKind(s)
 	return k, k == KindStart || k == KindSignal || k == KindHook || k == KindCancel || k == KindTerminate ||
-		k == KindUpdate || k == KindUpdateWithStart || k == KindSignalWithStart
+		k == KindUpdate || k == KindUpdateWithStart || k == KindSignalWithStart ||
+		k == KindPause || k == KindUnpause
 }
 
 // Input kinds.

@@ -319,6 +319,7 @@ func printSnapshot(w io.Writer, s *flow.Snapshot) {
 	if s.CancelRequested {
 		fmt.Fprintf(w, "Cancel      requested: %s\n", s.CancelReason)
 	}
+	printPause(w, s)
 	printStartPolicy(w, s)
 	if s.Priority != 0 {
 		fmt.Fprintf(w, "Priority    %d\n", s.Priority)

@@ -47,6 +47,8 @@ type input struct {
 	priority   int
 	controlKey string
 	control    *event.FlowControl
+	// by names who asks for a pause or unpause.
+	by string
 }
 
 // check validates what can be checked without reading the run: names and JSON.
@@ -68,7 +70,7 @@ func (in *input) check() *api.IngressError {
 		if in.token == "" || strings.ContainsAny(in.token, " \t\r\n*>") || len(in.token) > 256 {
 			return &api.IngressError{Code: api.CodeInvalidName, Message: fmt.Sprintf("hook token %q is not a token Flow issues; use the token of ctx.HookToken, or the callback URL the workflow handed out", in.token)}
 		}
-	case api.KindCancel, api.KindTerminate:
+	case api.KindCancel, api.KindTerminate, api.KindPause, api.KindUnpause:
 		err = event.ValidateDerivedRunID(in.runID)
 	}
 	if err != nil {
@@ -106,7 +108,7 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 	if len(data) == 0 {
 		data = json.RawMessage("null")
 	}
-	if (in.kind == api.KindSignal || in.kind == api.KindHook) && in.deliveryID == "" {
+	if (in.kind == api.KindSignal || in.kind == api.KindHook || isPause(in.kind)) && in.deliveryID == "" {
 		in.deliveryID = nuid.Next()
 	}
 	resp := &api.InputResponse{RunID: in.runID, DeliveryID: in.deliveryID}
@@ -145,6 +147,8 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 		resp.RunID, err = s.engine.Cancel(ctx, in.runID, in.reason)
 	case api.KindTerminate:
 		resp.RunID, err = s.engine.Terminate(ctx, in.runID, in.reason)
+	case api.KindPause, api.KindUnpause:
+		resp.RunID, err = s.applyPause(ctx, in)
 	}
 	if err != nil {
 		if in.kind == api.KindHook && in.runID == "" {
@@ -152,7 +156,7 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 		}
 		return nil, s.refusal(in, err)
 	}
-	if in.kind != api.KindSignal && in.kind != api.KindHook {
+	if in.kind != api.KindSignal && in.kind != api.KindHook && !isPause(in.kind) {
 		resp.DeliveryID = ""
 	}
 	return resp, nil

@@ -53,6 +53,8 @@ func fromEvent(in *input, ev *ce.Event) *api.IngressError {
 		return in.withStartBody(data)
 	case api.KindCancel, api.KindTerminate:
 		return in.cancelBody(data)
+	case api.KindPause, api.KindUnpause:
+		return in.pauseBody(data)
 	}
 	return nil
 }
@@ -105,6 +107,8 @@ func fromPlain(in *input, body []byte, deliveryID string) *api.IngressError {
 		return in.withStartBody(body)
 	case api.KindCancel, api.KindTerminate:
 		return in.cancelBody(body)
+	case api.KindPause, api.KindUnpause:
+		return in.pauseBody(body)
 	}
 	return nil
 }

@@ -194,7 +194,12 @@ func (s *Service) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if s.engine, err = engine.New(engine.Config{Store: st, Host: s.host, Logger: s.logger, CacheSize: -1, Keys: keys, Faults: s.cfg.Faults}); err != nil {
+	pauses, err := jshost.NewPauses(ctx, s.js, jshost.PausesOptions{Logger: s.logger})
+	if err != nil {
+		return err
+	}
+	if s.engine, err = engine.New(engine.Config{Store: st, Host: s.host, Logger: s.logger, CacheSize: -1, Keys: keys, Faults: s.cfg.Faults,
+		Pauses: pauses}); err != nil {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
