@@ -51,7 +51,8 @@ func Builtins() []Builtin {
 }
 
 var statuses = []core.Status{core.StatusPending, core.StatusRunning, core.StatusSuspended, core.StatusCancelling,
-	core.StatusBlocked, core.StatusCompleted, core.StatusFailed, core.StatusCancelled, core.StatusContinuedAsNew}
+	core.StatusBlocked, core.StatusCompleted, core.StatusFailed, core.StatusCancelled, core.StatusContinuedAsNew,
+	core.StatusPaused}
 
 func statusNames() []string {
 	out := make([]string, len(statuses))
