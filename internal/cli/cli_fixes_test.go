@@ -310,7 +310,7 @@ func TestCLIFixes(t *testing.T) {
 func TestEnumeratedFlagsAreUsageErrors(t *testing.T) {
 	t.Parallel()
 	nowhere := "--nats-url=nats://127.0.0.1:1"
-	valid := "pending, running, suspended, cancelling, blocked, completed, failed, cancelled, continued_as_new, queued"
+	valid := "pending, running, suspended, cancelling, blocked, completed, failed, cancelled, continued_as_new, queued, paused"
 	for _, tt := range []struct {
 		name string
 		args []string
