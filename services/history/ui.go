@@ -29,6 +29,8 @@ import (
 //	POST /ui/runs/{id}/signal       {"name": ..., "payload": <JSON>} (or a form): forwarded to
 //	                                the ingress over NATS
 //	POST /ui/runs/{id}/cancel       {"reason": ...} (or a form): forwarded to the ingress
+//	POST /ui/runs/{id}/pause        {"reason": ...} (or a form): forwarded to the ingress
+//	POST /ui/runs/{id}/unpause      {"reason": ...} (or a form): forwarded to the ingress
 //	GET  /ui/static/...             the stylesheet and script
 //
 // ?fragment=rows (list) and ?fragment=view (run) return only the part the script swaps in.
@@ -67,6 +69,8 @@ func (s *Service) mountUI(mux *http.ServeMux) {
 	act := &uiActions{s: s, client: client}
 	mux.Handle("POST /ui/runs/{id}/signal", csrf.Handler(http.HandlerFunc(act.signal)))
 	mux.Handle("POST /ui/runs/{id}/cancel", csrf.Handler(http.HandlerFunc(act.cancel)))
+	mux.Handle("POST /ui/runs/{id}/pause", csrf.Handler(http.HandlerFunc(act.pause)))
+	mux.Handle("POST /ui/runs/{id}/unpause", csrf.Handler(http.HandlerFunc(act.unpause)))
 	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		s.uiError(w, http.StatusNotFound, "Page not found", fmt.Sprintf("%s %s is not a page of the web UI; start from the runs list.", r.Method, r.URL.Path))
 	})

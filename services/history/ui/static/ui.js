@@ -161,6 +161,17 @@
       await post("/cancel", { reason: $("#cancel-reason").value.trim() }, "Cancellation");
       btn.disabled = false;
     });
+    for (const op of ["pause", "unpause"]) {
+      const f = $("#" + op + "-form");
+      if (f) f.addEventListener("submit", async (ev) => {
+        ev.preventDefault();
+        const btn = $("#" + op + "-send");
+        const reason = $("#" + op + "-reason");
+        btn.disabled = true;
+        await post("/" + op, { reason: reason ? reason.value.trim() : "" }, op === "pause" ? "Pause" : "Unpause");
+        btn.disabled = false;
+      });
+    }
   }
 
   function message(ok, text) {
