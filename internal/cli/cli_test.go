@@ -247,7 +247,7 @@ func TestTour(t *testing.T) {
 			code int
 			want string
 		}{
-			{"UnknownDefinition", []string{"start", "ordr", nats}, 1, `flow: no live worker serves workflow "ordr" on queue "default" (never registered; known on this queue: approval, child, fanout, order, parent, reminder, webhook); start a worker that registers it`},
+			{"UnknownDefinition", []string{"start", "ordr", nats}, 1, `flow: no live worker serves workflow "ordr" on queue "default" (never registered; known on this queue: approval, child, fanout, invoice, order, parent, reminder, webhook); start a worker that registers it`},
 			{"MalformedInput", []string{"start", "order", "--input", "{sku:1}", nats}, 2, "flow: --input is not valid JSON"},
 			{"InvalidRunID", []string{"start", "order", "--id", "orders.1", nats}, 1, `flow: invalid ID: run ID "orders.1" has '.' at position 6`},
 			{"MissingRun", []string{"status", "no-such-run", nats}, 1, `flow: not found: run "no-such-run" does not exist (list runs with ` + "`flow runs`)"},

@@ -21,7 +21,7 @@ func TestDefinitions(t *testing.T) {
 	r := run(t, "definitions", nats)
 	require.Equal(t, 0, r.code, r.stderr)
 	lines := strings.Split(strings.TrimSpace(r.stdout), "\n")
-	examples := []string{"approval", "child", "fanout", "order", "parent", "reminder", "webhook"}
+	examples := []string{"approval", "child", "fanout", "invoice", "order", "parent", "reminder", "webhook"}
 	require.Len(t, lines, len(examples)+1, r.stdout)
 	require.Regexp(t, `^DEFINITION\s+QUEUE\s+BUILD\s+WORKERS\s+LAST HEARTBEAT$`, lines[0])
 	for i, name := range examples {

@@ -176,9 +176,9 @@ runs are listed by 'flow runs --status paused'. --json prints the list.`,
 				fmt.Fprintln(e.stdout, "no definition or queue is paused (paused runs: `flow runs --status paused`)")
 				return nil
 			}
-			fmt.Fprintf(e.stdout, "%-11s %-24s %-20s %-12s %s\n", "SCOPE", "NAME", "SINCE", "BY", "NOTE")
+			fmt.Fprintf(e.stdout, "%-11s %-24s %-21s %-12s %s\n", "SCOPE", "NAME", "SINCE", "BY", "NOTE")
 			for _, p := range ps {
-				fmt.Fprintf(e.stdout, "%-11s %-24s %-20s %-12s %s\n", p.Scope, p.Name, p.At.UTC().Format(time.RFC3339), dash(p.By), p.Note)
+				fmt.Fprintf(e.stdout, "%-11s %-24s %-21s %-12s %s\n", p.Scope, p.Name, p.At.UTC().Format(time.RFC3339), dash(p.By), p.Note)
 			}
 			return nil
 		}),

@@ -73,6 +73,9 @@ func RegisterWith(reg *flow.Registry, o Options) {
 
 	flow.RegisterWorkflow(reg, "parent", Parent)
 	flow.RegisterWorkflow(reg, "child", Child)
+
+	flow.RegisterWorkflow(reg, "invoice", Invoice) // pause on exhausted retries (docs/pause.md)
+	flow.RegisterStep(reg, "computeTax", ComputeTax)
 }
 
 // positiveDuration parses s, or def when s is empty, as a positive Go duration. Otherwise it

@@ -70,6 +70,6 @@ func TestRegister(t *testing.T) {
 	t.Parallel()
 	reg := flow.NewRegistry(nil)
 	examples.Register(reg)
-	require.Equal(t, []string{"approval", "child", "fanout", "order", "parent", "reminder", "webhook"}, reg.Workflows())
-	require.Equal(t, []string{"announceHook", "chargePayment", "processItem", "reserveStock", "sendReminder", "shipOrder"}, reg.Steps())
+	require.Equal(t, []string{"approval", "child", "fanout", "invoice", "order", "parent", "reminder", "webhook"}, reg.Workflows())
+	require.Equal(t, []string{"announceHook", "chargePayment", "computeTax", "processItem", "reserveStock", "sendReminder", "shipOrder"}, reg.Steps())
 }

@@ -100,7 +100,7 @@ func TestExamplesEndToEnd(t *testing.T) {
 	t.Run("UnknownDefinition", func(t *testing.T) {
 		_, err := b.client.Start(ctx, "ordr", nil, nil)
 		require.ErrorIs(t, err, flow.ErrNoWorker)
-		require.ErrorContains(t, err, `no live worker serves workflow "ordr" on queue "default" (never registered; known on this queue: approval, child, fanout, order, parent, reminder, webhook)`)
+		require.ErrorContains(t, err, `no live worker serves workflow "ordr" on queue "default" (never registered; known on this queue: approval, child, fanout, invoice, order, parent, reminder, webhook)`)
 	})
 
 	t.Run("RunsIndex", func(t *testing.T) {
