@@ -80,6 +80,20 @@ var Points = []Point{StoreAppend, AfterAppendBeforeTask, TaskPublish, AfterDecis
 	AfterTerminalBeforeEnd, AfterFireBeforeDelete, TimerPut, IndexPut, HistoryBeforeEffects, HistoryBeforeIndex,
 	HistoryBeforeAck, AdmitAfterReserve, HistoryBeforeRelease}
 
+// Points of definition and queue pauses (docs/pause.md), armed by services/ingress's pause
+// tests.
+const (
+	// PauseParkBeforeAck: a worker parked a run that a definition or queue pause holds (its
+	// FLOW_PARKED entry); it has not acknowledged the run's task.
+	PauseParkBeforeAck Point = "pause-park-before-ack"
+	// PauseDispatchBeforeDelete: the history service sent the task of a run parked for a pause
+	// that is gone; the run's FLOW_PARKED entry is not deleted yet.
+	PauseDispatchBeforeDelete Point = "pause-dispatch-before-delete"
+)
+
+// PausePoints lists the points of definition and queue pauses.
+var PausePoints = []Point{PauseParkBeforeAck, PauseDispatchBeforeDelete}
+
 // IngressPoints are the points only the ingress service passes, which the workload of Points
 // (inputs written through an engine) never reaches; services/ingress tests them.
 var IngressPoints = []Point{IngressBeforeReply}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 
+	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/streams"
 )
@@ -73,5 +74,11 @@ func (p *parking) released(ctx context.Context, key string) {
 // dispatchReleased dispatches a run parked for a pause that is gone, under a nonce of its
 // parked entry's revision.
 func (p *parking) dispatchReleased(ctx context.Context, pr parkedRun) error {
-	return p.dispatch(ctx, pr.RunID, pr.Queue, pr.Build, pr.Seq, "p"+strconv.FormatUint(pr.rev, 10), pr.rev)
+	nonce := "p" + strconv.FormatUint(pr.rev, 10)
+	if err := p.s.cfg.Faults.Hit(fault.PauseDispatchBeforeDelete); err != nil {
+		// As if the service died between the task and the delete: the task is sent, the
+		// entry stays (the run's next park or dispatch replaces it).
+		return p.dispatch(ctx, pr.RunID, pr.Queue, pr.Build, pr.Seq, nonce, 0)
+	}
+	return p.dispatch(ctx, pr.RunID, pr.Queue, pr.Build, pr.Seq, nonce, pr.rev)
 }

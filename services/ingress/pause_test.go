@@ -11,10 +11,13 @@ import (
 	"time"
 
 	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
@@ -23,21 +26,26 @@ import (
 	"github.com/flowrun/flow/services/worker"
 )
 
-// pauseStack is Flow on an embedded NATS server, with a worker that can be restarted.
+// pauseStack is Flow on an embedded NATS server, with a worker and a history service that
+// can be restarted, each with its fault injector.
 type pauseStack struct {
-	srv    *natsserver.Server
-	reg    *flow.Registry
-	client *flow.Client
-	w      *worker.Worker
+	srv                    *natsserver.Server
+	reg                    *flow.Registry
+	client                 *flow.Client
+	w                      *worker.Worker
+	h                      *history.Service
+	workerFaults, hsFaults *fault.Injector
 }
 
 func newPauseStack(t *testing.T, reg *flow.Registry) *pauseStack {
+	return newPauseStackWith(t, reg, nil, nil)
+}
+
+func newPauseStackWith(t *testing.T, reg *flow.Registry, workerFaults, hsFaults *fault.Injector) *pauseStack {
 	t.Helper()
 	srv := natstest.RunJetStream(t)
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { _ = h.Stop() })
+	ps := &pauseStack{srv: srv, reg: reg, workerFaults: workerFaults, hsFaults: hsFaults}
+	ps.startHistory(t)
 	in, err := ingress.New(ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet, HTTPAddr: "off"})
 	require.NoError(t, err)
 	require.NoError(t, in.Start(t.Context()))
@@ -46,20 +54,45 @@ func newPauseStack(t *testing.T, reg *flow.Registry) *pauseStack {
 	require.NoError(t, err)
 	require.NoError(t, s.Start(t.Context()))
 	t.Cleanup(func() { _ = s.Stop() })
-	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
+	ps.client, err = flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
 	require.NoError(t, err)
-	ps := &pauseStack{srv: srv, reg: reg, client: c}
 	ps.startWorker(t)
 	return ps
 }
 
+func (ps *pauseStack) startHistory(t *testing.T) {
+	t.Helper()
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, ps.srv), HTTPAddr: "off", Logger: quiet, Faults: ps.hsFaults})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(t.Context()))
+	t.Cleanup(func() { _ = h.Stop() })
+	ps.h = h
+}
+
 func (ps *pauseStack) startWorker(t *testing.T) {
 	t.Helper()
-	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, ps.srv), Logger: quiet, AckWait: 2 * time.Second}, ps.reg)
+	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, ps.srv), Logger: quiet, AckWait: 2 * time.Second, Faults: ps.workerFaults}, ps.reg)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 	ps.w = w
+}
+
+// parkedEntries counts the FLOW_PARKED entries.
+func (ps *pauseStack) parkedEntries(t *testing.T) int {
+	t.Helper()
+	kv, err := natstest.JetStream(t, ps.srv).KeyValue(t.Context(), streams.ParkedBucket)
+	require.NoError(t, err)
+	keys, err := kv.ListKeys(t.Context())
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return 0
+	}
+	require.NoError(t, err)
+	n := 0
+	for range keys.Keys() {
+		n++
+	}
+	return n
 }
 
 func (ps *pauseStack) history(t *testing.T, runID string) []event.Envelope {
@@ -326,4 +359,68 @@ func TestPauseOnExhaustedRetries(t *testing.T) {
 		"step.failed", "run.paused",
 		"run.unpaused", "step.retry_scheduled", "step.retry_fired",
 		"step.completed", "run.completed"}, types(h))
+}
+
+// TestPauseReleaseSurvivesCrashes kills the writes of a definition pause's release between
+// each pair: a worker parks a held run and dies before acknowledging its task
+// (PauseParkBeforeAck), the history service sends a released run its task and dies before
+// deleting its parked entry (PauseDispatchBeforeDelete), and the definition is unpaused while
+// no history service runs. Every run completes once, and no parked entry is left.
+func TestPauseReleaseSurvivesCrashes(t *testing.T) {
+	t.Parallel()
+	var steps atomic.Int32
+	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
+	flow.RegisterStep(reg, "once", func(context.Context, json.RawMessage) (int, error) { return int(steps.Add(1)), nil })
+	flow.RegisterWorkflow(reg, "crashy", func(ctx *flow.Context, _ json.RawMessage) (flow.Decision, error) {
+		if out := ctx.StepOutput("once"); out != nil {
+			return ctx.Complete(out), nil
+		}
+		return ctx.ScheduleStep("once", "once", nil), nil
+	})
+	wf, hf := &fault.Injector{}, &fault.Injector{}
+	wf.Arm(fault.PauseParkBeforeAck, fault.Fail, 0, 1)
+	hf.Arm(fault.PauseDispatchBeforeDelete, fault.Fail, 0, 1)
+	ps := newPauseStackWith(t, reg, wf, hf)
+	ctx := t.Context()
+	start := func(ids ...string) {
+		for _, id := range ids {
+			_, err := ps.client.Start(ctx, "crashy", nil, &flow.StartOptions{RunID: id})
+			require.NoError(t, err)
+		}
+		waitFor(t, "the runs are parked", func() bool {
+			page, err := ps.client.Runs(ctx, &flow.RunsFilter{Definition: "crashy", Parked: true})
+			return err == nil && page.Total == len(ids)
+		})
+	}
+	complete := func(ids ...string) {
+		for _, id := range ids {
+			waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+			var out int
+			require.NoError(t, ps.client.Result(waitCtx, id, &out), "run %s", id)
+			cancel()
+			require.Empty(t, core.Check(id, ps.history(t, id)))
+		}
+	}
+	_, err := ps.client.PauseDefinition(ctx, "crashy", nil)
+	require.NoError(t, err)
+	start("c-1", "c-2", "c-3")
+	waitFor(t, "the unacknowledged task comes back and is parked again", func() bool { return wf.Hits(fault.PauseParkBeforeAck) >= 4 })
+	require.Zero(t, steps.Load())
+	_, err = ps.client.UnpauseDefinition(ctx, "crashy", nil)
+	require.NoError(t, err)
+	complete("c-1", "c-2", "c-3")
+	require.Equal(t, 1, ps.parkedEntries(t), "the dispatch that died before its delete left its entry")
+
+	// Unpaused while no history service runs: the next one releases the runs when it starts.
+	_, err = ps.client.PauseDefinition(ctx, "crashy", nil)
+	require.NoError(t, err)
+	start("c-4", "c-5")
+	require.NoError(t, ps.h.Stop())
+	_, err = ps.client.UnpauseDefinition(ctx, "crashy", nil)
+	require.NoError(t, err)
+	ps.hsFaults = nil
+	ps.startHistory(t)
+	complete("c-4", "c-5")
+	waitFor(t, "no parked entry is left", func() bool { return ps.parkedEntries(t) == 0 })
+	require.Equal(t, int32(5), steps.Load(), "each run's step ran once")
 }

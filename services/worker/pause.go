@@ -2,10 +2,14 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
+	"log/slog"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/streams"
 )
 
@@ -16,8 +20,24 @@ import (
 // it arrives. The task is acknowledged only once the entry is written, so that a worker that
 // dies in between leaves the task to be redelivered (docs/pause.md).
 func (w *Worker) parkHeld(ctx context.Context, msg jetstream.Msg, held *engine.HeldError, seq uint64) {
-	w.park(ctx, msg, streams.Parked{RunID: held.RunID, Queue: queueOf(held.Queue), Definition: held.Definition, Build: held.Build,
-		Reason: held.Pause.Describe(), Seq: max(seq, held.Seq), Pause: held.Pause.Key()})
+	p := streams.Parked{RunID: held.RunID, Queue: queueOf(held.Queue), Definition: held.Definition, Build: held.Build,
+		Reason: held.Pause.Describe(), Seq: max(seq, held.Seq), Pause: held.Pause.Key(), ParkedAt: time.Now().UTC(), By: w.id}
+	b, err := json.Marshal(p)
+	if err == nil {
+		_, err = w.parked.Put(ctx, p.RunID, b)
+	}
+	if err != nil {
+		w.logger.WarnContext(ctx, "parking a held run failed; the task will be retried", slog.String("run_id", p.RunID), slog.String("error", err.Error()))
+		_ = msg.NakWithDelay(backoff(msg))
+		return
+	}
+	if err := w.cfg.Faults.Hit(fault.PauseParkBeforeAck); err != nil {
+		// As if the worker died here: the task comes back after its AckWait.
+		w.logger.WarnContext(ctx, "injected fault: a held run is parked, its task not acknowledged", slog.String("run_id", p.RunID))
+		return
+	}
+	w.logger.InfoContext(ctx, "run held by a pause; parked", slog.String("run_id", p.RunID), slog.String("pause", p.Pause))
+	_ = msg.Ack()
 }
 
 func queueOf(q string) string {
