@@ -276,7 +276,7 @@ func TestBadInputIsRefusedAndAppendsNothing(t *testing.T) {
 		{"CancelUnknownRun", api.CancelSubject("nope"), nil, ``, 404, api.CodeRunNotFound},
 		{"CancelMalformedJSON", api.CancelSubject("waiting"), nil, `{"reason"`, 400, api.CodeInvalidJSON},
 		{"TerminateEndedRun", api.TerminateSubject("ended"), nil, ``, 409, api.CodeRunEnded},
-		{"UnknownKind", api.IngressPrefix + "pause.waiting", nil, ``, 404, api.CodeRouteNotFound},
+		{"UnknownKind", api.IngressPrefix + "frobnicate.waiting", nil, ``, 404, api.CodeRouteNotFound},
 	} {
 		t.Run("NATS/"+tt.name, func(t *testing.T) {
 			lastSeq, waitingBytes := b.historyState(t, waiting)

@@ -388,8 +388,20 @@ func TestPauseReleaseSurvivesCrashes(t *testing.T) {
 			require.NoError(t, err)
 		}
 		waitFor(t, "the runs are parked", func() bool {
-			page, err := ps.client.Runs(ctx, &flow.RunsFilter{Definition: "crashy", Parked: true})
-			return err == nil && page.Total == len(ids)
+			page, err := ps.client.Runs(ctx, &flow.RunsFilter{Definition: "crashy", Parked: true, Status: []string{string(flow.StatusPending)}})
+			if err != nil {
+				return false
+			}
+			parked := map[string]bool{}
+			for _, r := range page.Runs {
+				parked[r.RunID] = true
+			}
+			for _, id := range ids {
+				if !parked[id] {
+					return false
+				}
+			}
+			return true
 		})
 	}
 	complete := func(ids ...string) {
