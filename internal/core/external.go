@@ -86,6 +86,9 @@ type Timer struct {
 // Key identifies the timer within its run: "wait.<id>", "retry.<id>.<attempt>" or
 // "start.<seq>".
 func (t Timer) Key() string {
+	if k, ok := timeoutKey(t); ok {
+		return k
+	}
 	switch t.Kind {
 	case TimerRetry:
 		return fmt.Sprintf("retry.%s.%d", t.ID, t.Attempt)
@@ -115,7 +118,7 @@ func Timers(s *Snapshot) []Timer {
 	if s.Delayed {
 		ts = append(ts, startTimer(s))
 	}
-	return ts
+	return append(ts, timeoutTimers(s)...)
 }
 
 // NewTimers returns the timers that events, about to be or just committed to run runID, create.
@@ -133,6 +136,7 @@ func NewTimers(runID string, events []event.Payload) []Timer {
 			if !p.NotBefore.IsZero() {
 				ts = append(ts, Timer{RunID: runID, Kind: TimerStart, ID: "1", Due: p.NotBefore, Seq: 1})
 			}
+			ts = append(ts, runTimeoutTimers(&Snapshot{RunID: runID, Timeouts: p.Timeouts})...)
 		}
 	}
 	return ts
@@ -155,6 +159,8 @@ func Fire(s *Snapshot, t Timer) ([]event.Payload, error) {
 		}
 	case TimerStart:
 		return fireStart(s, t)
+	case TimerRunTimeout, TimerStepStart:
+		return fireTimeout(s, t)
 	}
 	return nil, fmt.Errorf("%w: timer %s of run %q is not pending", ErrStale, t.Key(), s.RunID)
 }
