@@ -23,6 +23,9 @@ type StepOutcome struct {
 	Err *event.ErrorInfo
 	// NonRetryable is set when the error itself says it must not be retried.
 	NonRetryable bool
+	// Timeout names the step timeout that ended the attempt (event.TimeoutStartToClose when
+	// the worker's own deadline passed); empty otherwise. Err.Kind is the same name.
+	Timeout string
 }
 
 // StepResult returns the events that record the outcome of attempt of step stepID, finished at
@@ -50,7 +53,7 @@ func StepResult(s *Snapshot, stepID string, attempt int, out StepOutcome, now ti
 	}
 	retryable := !out.NonRetryable && st.Retry.Retryable(e.Kind)
 	final := !retryable || attempt >= st.Retry.MaxAttempts
-	failed := &event.StepFailed{StepID: stepID, Attempt: attempt, Error: e, Retryable: retryable, Final: final}
+	failed := &event.StepFailed{StepID: stepID, Attempt: attempt, Error: e, Retryable: retryable, Final: final, Timeout: out.Timeout}
 	if final {
 		return []event.Payload{failed}, nil
 	}
@@ -307,6 +310,8 @@ type Attempt struct {
 	Name    string
 	Attempt int
 	Input   json.RawMessage
+	// Timeouts are the step's recorded timeouts; nil for none.
+	Timeouts *event.StepTimeouts
 }
 
 // Attempts returns the attempts in flight, in scheduling order. Its cost grows with the number
@@ -329,7 +334,7 @@ func InFlightAttempts(s *Snapshot) iter.Seq[Attempt] {
 			if st.Status != StepRunning {
 				continue
 			}
-			if !yield(Attempt{RunID: s.RunID, StepID: st.ID, Name: st.Name, Attempt: st.Attempt, Input: st.Input}) {
+			if !yield(Attempt{RunID: s.RunID, StepID: st.ID, Name: st.Name, Attempt: st.Attempt, Input: st.Input, Timeouts: st.Timeouts}) {
 				return
 			}
 		}
