@@ -362,6 +362,8 @@ type Definition struct {
 	Attributes []event.AttributeDecl `json:"attributes,omitempty"`
 	// Control is the definition's flow control, with its key path (see liveness.Registration).
 	Control *event.FlowControl `json:"control,omitempty"`
+	// Timeouts are the definition's default run timeouts (see liveness.Registration).
+	Timeouts *event.RunTimeouts `json:"timeouts,omitempty"`
 }
 
 // DefinitionKey is the FLOW_DEFINITIONS key of definition on queue.
