@@ -256,6 +256,8 @@ func TestScheduleToStartTimeout(t *testing.T) {
 
 // A run's cancellation reaches a heartbeating step: its heartbeat (or the worker's refresher)
 // learns it from the run's history and cancels the step's context, with the reason as cause.
+// The workflow takes charge of its cancellation (it calls CancelRequested) and waits for the
+// step to stop, so that nothing but the heartbeat tells the step.
 func TestCancelThroughHeartbeat(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
@@ -265,7 +267,11 @@ func TestCancelThroughHeartbeat(t *testing.T) {
 	running := make(chan struct{}, 1)
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
 	flow.RegisterWorkflow(reg, "cancellable", func(ctx *flow.Context, _ any) (flow.Decision, error) {
-		return ctx.ScheduleStep("w", "w", nil, flow.WithHeartbeatTimeout(10*time.Second)), nil
+		if ctx.CancelRequested() && ctx.StepError("w") != nil {
+			return ctx.Cancel("the step stopped"), nil
+		}
+		return ctx.ScheduleStep("w", "w", nil, flow.WithHeartbeatTimeout(10*time.Second),
+			flow.WithRetry(flow.RetryPolicy{MaxAttempts: 1, OnExhaustion: flow.ExhaustionReturnError})), nil
 	})
 	flow.RegisterStep(reg, "w", func(ctx context.Context, _ any) (int, error) {
 		running <- struct{}{}
