@@ -12,11 +12,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/ingress"
+	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
 
@@ -354,4 +359,69 @@ func TestRunAndExecutionTimeouts(t *testing.T) {
 		require.True(t, deadline.Equal(last.Timeouts.ExecutionDeadline), "inherited %s, want %s", last.Timeouts.ExecutionDeadline, deadline)
 		require.Equal(t, event.Duration(time.Hour), last.Timeouts.Run, "the run timeout carries over, counted from each run's start")
 	})
+}
+
+// A step that is stuck (it never heartbeats) is timed out although its worker lives; and the
+// watcher's write pair, the step.failed append then the entry's mark, survives the watcher
+// dying between the two: here the first scheduler fails at that point every time and stops,
+// and the next one finds the attempt settled, marks the entry, and appends nothing more.
+func TestHeartbeatWatcherDiesBetweenAppendAndMark(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
+	faults := &fault.Injector{}
+	faults.Arm(fault.AfterTimeoutBeforeSettle, fault.Fail, 0, 0)
+	s1, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet, Faults: faults})
+	require.NoError(t, err)
+	require.NoError(t, s1.Start(t.Context()))
+	t.Cleanup(func() { _ = s1.Stop() })
+
+	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
+	flow.RegisterWorkflow(reg, "stuck", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		var f *flow.StepFailure
+		if errors.As(ctx.StepError("s"), &f) {
+			return ctx.Complete(f.Kind), nil
+		}
+		return ctx.ScheduleStep("s", "stuck", nil, flow.WithHeartbeatTimeout(time.Second),
+			flow.WithRetry(flow.RetryPolicy{MaxAttempts: 1, OnExhaustion: flow.ExhaustionReturnError})), nil
+	})
+	flow.RegisterStep(reg, "stuck", func(ctx context.Context, _ any) (int, error) {
+		<-ctx.Done() // never heartbeats; its context is cancelled once the timeout is recorded
+		return 0, ctx.Err()
+	})
+	startWorkerWith(t, srv, reg, worker.Config{})
+	c := newClient(t, srv)
+	runID, err := c.Start(t.Context(), "stuck", nil, &flow.StartOptions{RunID: "stuck-1"})
+	require.NoError(t, err)
+	var out string
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	require.NoError(t, c.Result(ctx, runID, &out))
+	require.Equal(t, event.TimeoutHeartbeat, out)
+
+	kv, err := natstest.JetStream(t, srv).KeyValue(t.Context(), streams.HeartbeatsBucket)
+	require.NoError(t, err)
+	entry := func() engine.HeartbeatEntry {
+		e, err := kv.Get(t.Context(), engine.HeartbeatKey(runID, "s"))
+		require.NoError(t, err)
+		var h engine.HeartbeatEntry
+		require.NoError(t, json.Unmarshal(e.Value(), &h))
+		return h
+	}
+	require.False(t, entry().Settled, "the first watcher never got to mark the entry")
+	require.NoError(t, s1.Stop())
+
+	s2, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, s2.Start(t.Context()))
+	t.Cleanup(func() { _ = s2.Stop() })
+	require.Eventually(t, func() bool { return entry().Settled }, 15*time.Second, 20*time.Millisecond)
+	hist, err := c.History(t.Context(), runID, 0)
+	require.NoError(t, err)
+	require.Len(t, timeoutsOf(hist), 1, "the timeout was appended once: %v", types(hist))
+	require.Zero(t, s2.TimedOut(), "the second watcher found the attempt settled")
 }
