@@ -149,6 +149,11 @@ func (b *beater) start(ctx context.Context, now time.Time) error {
 	if err := b.load(ctx); err != nil {
 		return err
 	}
+	if b.superseded {
+		// A later attempt started already: this one's result would be refused.
+		b.cancel(fmt.Errorf("attempt %d of step %q started before this attempt %d", b.entry.Attempt, b.a.StepID, b.a.Attempt))
+		return nil
+	}
 	to := b.a.Timeouts
 	b.entry.Attempt, b.entry.Started, b.entry.Settled, b.entry.Worker = b.a.Attempt, now.UTC(), false, b.h.worker
 	b.entry.Heartbeat, b.entry.StartToClose = to.Heartbeat, to.StartToClose
