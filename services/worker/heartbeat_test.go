@@ -323,6 +323,9 @@ func TestRunAndExecutionTimeouts(t *testing.T) {
 	flow.RegisterWorkflow(reg, "defaulted", func(ctx *flow.Context, _ any) (flow.Decision, error) {
 		return ctx.Sleep("nap", time.Hour), nil
 	}, flow.WithRunTimeouts(0, 700*time.Millisecond))
+	flow.RegisterWorkflow(reg, "guardian", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		return ctx.StartChild("kid", "sleepy", 2, flow.WithCancelPolicy(event.CancelPolicyRequest)), nil
+	})
 	startWorkerWith(t, srv, reg, worker.Config{})
 	c := newClient(t, srv)
 
@@ -346,6 +349,14 @@ func TestRunAndExecutionTimeouts(t *testing.T) {
 		_, err := c.Start(t.Context(), "defaulted", nil, &flow.StartOptions{RunID: "def-1"})
 		require.NoError(t, err)
 		failedWith(t, "def-1", event.TimeoutRun)
+	})
+	t.Run("ChildOfATimedOutParent", func(t *testing.T) {
+		t.Parallel()
+		_, err := c.Start(t.Context(), "guardian", nil, &flow.StartOptions{RunID: "guard-1", RunTimeout: 700 * time.Millisecond})
+		require.NoError(t, err)
+		failedWith(t, "guard-1", event.TimeoutRun)
+		kid := historyUntil(t, c, "guard-1=kid", 15*time.Second, "the child ends", ended)
+		require.Equal(t, event.TypeRunCancelled, kid[len(kid)-1].Type(), "a request_cancel child is cancelled as when its parent fails: %v", types(kid))
 	})
 	t.Run("ExecutionAcrossContinueAsNew", func(t *testing.T) {
 		t.Parallel()
