@@ -383,6 +383,9 @@ type Definition struct {
 	Attributes []event.AttributeDecl `json:"attributes,omitempty"`
 	// Control is the definition's flow control, with its key path (see liveness.Registration).
 	Control *event.FlowControl `json:"control,omitempty"`
+	// Retention is how long the history of an ended run of the definition is kept
+	// (flow.WithRetention); 0 for the retention sweeper's default (docs/retention.md).
+	Retention event.Duration `json:"retention,omitempty"`
 }
 
 // DefinitionKey is the FLOW_DEFINITIONS key of definition on queue.
