@@ -235,6 +235,7 @@ func ingressRole() Role {
 	g.ensure()
 	g.engine()
 	g.kvRead(streams.HooksBucket)      // it finds the run of a hook delivery by its token
+	g.kvRead(streams.RunsBucket)       // it tells an input for a run deleted after its retention period why
 	g.kvWrite(streams.StartKeysBucket) // it claims the dedup and debounce keys of starts
 	g.kvWrite(streams.TimersBucket)    // it registers a delayed start's timer (fast path)
 	g.liveness()
