@@ -185,5 +185,5 @@ func (s Summary) Equal(o Summary) bool {
 }
 
 func (d Deletion) equal(o Deletion) bool {
-	return d.At.Equal(o.At) && d.Reason == o.Reason && d.Archive == o.Archive && d.Purged == o.Purged
+	return d.At.Equal(o.At) && d.Reason == o.Reason && d.Archive == o.Archive && d.Purged == o.Purged && d.Msgs == o.Msgs
 }

@@ -515,6 +515,9 @@ type Deletion struct {
 	// Purged is set once the history and the run's derived state are gone; until then the
 	// sweeper finishes the deletion on its next pass.
 	Purged bool `json:"purged,omitempty"`
+	// Msgs is how many FLOW_HISTORY messages (commits) the run had when it was tombstoned:
+	// the history service's start check counts them as deleted, not lost.
+	Msgs uint64 `json:"msgs,omitempty"`
 }
 
 // Summary returns the run's summary, as of the event that last changed it.

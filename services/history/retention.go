@@ -270,8 +270,13 @@ func (s *Service) deleteRun(ctx context.Context, runID string, now time.Time, pe
 		if !cur.Status.Terminal() || now.Before(cur.UpdatedAt.Add(period)) || snap == nil {
 			return false, nil
 		}
+		msgs, err := s.storedMsgs(ctx, runID)
+		if err != nil {
+			return false, err
+		}
 		tomb := cur
-		tomb.Deleted = &core.Deletion{At: now, Reason: fmt.Sprintf("retention %s passed since the run ended at %s", period, cur.UpdatedAt.UTC().Format(time.RFC3339))}
+		tomb.Deleted = &core.Deletion{At: now, Reason: fmt.Sprintf("retention %s passed since the run ended at %s", period, cur.UpdatedAt.UTC().Format(time.RFC3339)),
+			Msgs: msgs}
 		if r.archive != nil {
 			if tomb.Deleted.Archive, err = r.archive.Put(ctx, runID, hist); err != nil {
 				return false, err
@@ -348,6 +353,26 @@ func (s *Service) purgeRun(ctx context.Context, snap *core.Snapshot) error {
 		return fmt.Errorf("purging the history of run %q: %w", runID, err)
 	}
 	return nil
+}
+
+// storedMsgs returns how many messages FLOW_HISTORY holds on run runID's subject.
+func (s *Service) storedMsgs(ctx context.Context, runID string) (uint64, error) {
+	subject := streams.HistorySubject(runID)
+	info, err := s.retention.history.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return 0, fmt.Errorf("counting the messages of run %q: %w", runID, err)
+	}
+	return info.State.Subjects[subject], nil
+}
+
+// purgedMsgs returns how many FLOW_HISTORY messages the tombstones in the runs index account
+// for: the start check's measure of the stream's gaps the sweeper made.
+func (s *Service) purgedMsgs() uint64 {
+	var n uint64
+	for _, sum := range s.index.where(func(sum core.Summary) bool { return sum.Deleted != nil }) {
+		n += sum.Deleted.Msgs
+	}
+	return n
 }
 
 // deleteIfNames deletes hook token's entry if it routes to run runID.
