@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"net/http"
 	"os"
 	"path/filepath"
 	"sync/atomic"
@@ -75,7 +77,7 @@ func setupRetention(t *testing.T) *retentionBundle {
 // bundle's clock, with a default retention of a day.
 func (b *retentionBundle) sweeper(t *testing.T, archiveSpec string, faults *fault.Injector) *history.Service {
 	t.Helper()
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, b.srv), HTTPAddr: "off", Logger: quiet, RetentionSweep: -1,
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, b.srv), HTTPAddr: "127.0.0.1:0", Logger: quiet, RetentionSweep: -1,
 		Retention: 24 * time.Hour, Archive: archiveSpec, Clock: b.clock.Now, Faults: faults})
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
@@ -203,6 +205,15 @@ func TestRetentionSweep(t *testing.T) {
 	require.NotNil(t, all["short-2"])
 	require.Nil(t, all["steps-1"])
 	require.Contains(t, b.listed(t, false), "steps-1")
+	// The UI's run page reads the archive too, and says so.
+	resp, err := http.Get("http://" + h.HTTPAddr() + "/ui/runs/short-1")
+	require.NoError(t, err)
+	page, err := io.ReadAll(resp.Body)
+	require.NoError(t, resp.Body.Close())
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", page)
+	require.Contains(t, string(page), "this history is read from its archive objectstore:FLOW_ARCHIVE/short-1")
+	require.Contains(t, string(page), "run.completed")
 
 	// Two days later: the default retention has passed for "steps" too. The "await" runs started
 	// two days ago by this clock, but they have not ended: they are never touched.
