@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -346,4 +347,39 @@ func TestRetentionCrash(t *testing.T) {
 	for i := range fault.RetentionPoints {
 		require.NotNil(t, all[fmt.Sprintf("crash-%d", i)])
 	}
+}
+
+// TestRetentionLease: with the sweeper on, two replicas compete for the retention lease; the
+// one that holds it deletes a run past its period without being asked.
+func TestRetentionLease(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t)
+	b.clock.advance(2 * time.Hour) // every "short" run is past its hour as soon as it ends
+	var hs []*history.Service
+	for range 2 {
+		h, err := history.New(history.Config{Conn: natstest.Connect(t, b.srv), HTTPAddr: "off", Logger: quiet,
+			RetentionSweep: 50 * time.Millisecond, Clock: b.clock.Now})
+		require.NoError(t, err)
+		require.NoError(t, h.Start(t.Context()))
+		t.Cleanup(func() { _ = h.Stop() })
+		hs = append(hs, h)
+	}
+	_, err := b.client.Start(b.ctx, "short", nil, &flow.StartOptions{RunID: "swept"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		kv, err := b.js.KeyValue(b.ctx, streams.RunsBucket)
+		require.NoError(t, err)
+		e, err := kv.Get(b.ctx, "swept")
+		if err != nil {
+			return false
+		}
+		sum, err := decodeSummary(e.Value())
+		return err == nil && sum.Deleted != nil && sum.Deleted.Purged
+	}, 20*time.Second, 10*time.Millisecond, "the lease holder sweeps")
+	require.Zero(t, b.stored(t, "swept"))
+	leases, err := b.js.KeyValue(b.ctx, streams.LeasesBucket)
+	require.NoError(t, err)
+	held, err := leases.Get(b.ctx, streams.RetentionLease)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(string(held.Value()), "history-"), "%q", held.Value())
 }
