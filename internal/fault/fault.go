@@ -224,7 +224,7 @@ func FromEnv() (*Injector, error) {
 		}
 		p, action := Point(parts[0]), Action(parts[1])
 		if !slices.Contains(Points, p) && !slices.Contains(IngressPoints, p) &&
-			!slices.Contains(StartPolicyPoints, p) {
+			!slices.Contains(StartPolicyPoints, p) && !slices.Contains(RetentionPoints, p) {
 			return nil, fmt.Errorf("%s: unknown point %q", EnvVar, p)
 		}
 		if action != Fail && action != Kill {
