@@ -43,6 +43,9 @@ func retentionRegistry() *flow.Registry {
 	flow.RegisterWorkflow(reg, "short", func(ctx *flow.Context, _ any) (flow.Decision, error) {
 		return ctx.Complete("done"), nil
 	}, flow.WithRetention(time.Hour))
+	flow.RegisterWorkflow(reg, "leaver", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		return ctx.StartChild("c", "await", nil, flow.WithCancelPolicy(flow.CancelPolicyAbandon)), nil
+	}, flow.WithRetention(time.Hour))
 	return reg
 }
 
@@ -382,4 +385,37 @@ func TestRetentionLease(t *testing.T) {
 	held, err := leases.Get(b.ctx, streams.RetentionLease)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(string(held.Value()), "history-"), "%q", held.Value())
+}
+
+// TestRetentionAbandonedChild: a parent deleted while the child it abandoned still runs; the
+// child's end, which would settle it in its parent, finds no parent and goes on (the history
+// service does not retry that commit forever).
+func TestRetentionAbandonedChild(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t)
+	h := b.sweeper(t, archive.ObjectStore, nil)
+	_, err := b.client.Start(b.ctx, "leaver", nil, &flow.StartOptions{RunID: "leaver-1"})
+	require.NoError(t, err)
+	child := event.ChildRunID("leaver-1", "c")
+	require.Eventually(t, func() bool { sum, ok := h.IndexedEntry(child); return ok && sum.Status == core.StatusSuspended },
+		20*time.Second, 5*time.Millisecond, "the child waits for its signal")
+	_, err = b.client.Cancel(b.ctx, "leaver-1", "leave the child behind")
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { sum, ok := h.IndexedEntry("leaver-1"); return ok && sum.Status == core.StatusCancelled },
+		20*time.Second, 5*time.Millisecond)
+
+	b.clock.advance(2 * time.Hour)
+	rep, err := h.Sweep(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"leaver-1"}, rep.Deleted, "the parent ended; its running child is kept")
+	require.Nil(t, b.entry(t, child).Deleted)
+
+	_, err = b.client.Signal(b.ctx, child, "go", "done", nil)
+	require.NoError(t, err)
+	var out string
+	require.NoError(t, b.client.Result(b.ctx, child, &out))
+	require.Equal(t, "done", out)
+	require.Eventually(t, func() bool { return b.entry(t, child).Status == core.StatusCompleted }, 20*time.Second, 5*time.Millisecond,
+		"the history service applied the child's end")
+	require.Zero(t, b.stored(t, "leaver-1"), "settling the child re-created no partial parent")
 }
