@@ -195,7 +195,9 @@ func (s *Service) Sweep(ctx context.Context) (SweepReport, error) {
 		if sum.Deleted != nil {
 			return !sum.Deleted.Purged
 		}
-		return sum.Status.Terminal() && !sum.UpdatedAt.IsZero() && !now.Before(sum.UpdatedAt.Add(s.retentionOf(ctx, sum, periods)))
+		// A quarantined run is kept for an operator (flow resume --accept-damage releases it).
+		return sum.Status.Terminal() && sum.Damaged == "" && !sum.UpdatedAt.IsZero() &&
+			!now.Before(sum.UpdatedAt.Add(s.retentionOf(ctx, sum, periods)))
 	})
 	slices.SortFunc(due, func(a, b core.Summary) int {
 		return cmp.Or(a.UpdatedAt.Compare(b.UpdatedAt), cmp.Compare(a.RunID, b.RunID))
