@@ -480,6 +480,7 @@ the format flowtest.Replay and 'flow verify' read.`,
 			if err != nil {
 				return err
 			}
+			e.noteArchived(c.Context(), client, a[0]) // retention.go
 			for _, ev := range hist {
 				if err := e.printEvent(ev); err != nil {
 					return err

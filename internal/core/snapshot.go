@@ -505,6 +505,28 @@ type Summary struct {
 	Damaged string `json:"damaged,omitempty"`
 	// Attributes are the run's search attributes as of Seq (Snapshot.Attributes).
 	Attributes event.Attributes `json:"attributes,omitempty"`
+	// Deleted makes the entry a tombstone: the run ended, its retention period passed, and its
+	// history was deleted (or is being deleted), after being archived if Archive says where.
+	// The other fields keep the run's last summary. Nil for a run whose history is kept; the
+	// retention sweeper sets it (docs/retention.md).
+	Deleted *Deletion `json:"deleted,omitempty"`
+}
+
+// Deletion is the tombstone of a run whose history was deleted after its retention period.
+type Deletion struct {
+	// At is when the sweeper decided to delete the run.
+	At time.Time `json:"at"`
+	// Reason says why: the retention period and the run's end.
+	Reason string `json:"reason"`
+	// Archive says where the whole history was archived before it was deleted ("objectstore:
+	// FLOW_ARCHIVE/<run>", "dir:<file>"); empty when it was not.
+	Archive string `json:"archive,omitempty"`
+	// Purged is set once the history and the run's derived state are gone; until then the
+	// sweeper finishes the deletion on its next pass.
+	Purged bool `json:"purged,omitempty"`
+	// Msgs is how many FLOW_HISTORY messages (commits) the run had when it was tombstoned:
+	// the history service's start check counts them as deleted, not lost.
+	Msgs uint64 `json:"msgs,omitempty"`
 }
 
 // Summary returns the run's summary, as of the event that last changed it.
