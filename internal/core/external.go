@@ -23,6 +23,9 @@ type StepOutcome struct {
 	Err *event.ErrorInfo
 	// NonRetryable is set when the error itself says it must not be retried.
 	NonRetryable bool
+	// Timeout names the step timeout that ended the attempt (event.TimeoutStartToClose when
+	// the worker's own deadline passed); empty otherwise. Err.Kind is the same name.
+	Timeout string
 }
 
 // StepResult returns the events that record the outcome of attempt of step stepID, finished at
@@ -52,10 +55,10 @@ func StepResult(s *Snapshot, stepID string, attempt int, out StepOutcome, now ti
 	final := !retryable || attempt >= st.Retry.MaxAttempts
 	if retryable && final && st.Retry.OnExhaustion == event.ExhaustionPauseRun {
 		// The run pauses instead: the step stays unsettled, held for a fresh attempt on unpause.
-		return []event.Payload{&event.StepFailed{StepID: stepID, Attempt: attempt, Error: e, Retryable: true},
+		return []event.Payload{&event.StepFailed{StepID: stepID, Attempt: attempt, Error: e, Retryable: true, Timeout: out.Timeout},
 			exhaustedPause(st, attempt, e)}, nil
 	}
-	failed := &event.StepFailed{StepID: stepID, Attempt: attempt, Error: e, Retryable: retryable, Final: final}
+	failed := &event.StepFailed{StepID: stepID, Attempt: attempt, Error: e, Retryable: retryable, Final: final, Timeout: out.Timeout}
 	if final {
 		return []event.Payload{failed}, nil
 	}
@@ -91,6 +94,9 @@ type Timer struct {
 // Key identifies the timer within its run: "wait.<id>", "retry.<id>.<attempt>" or
 // "start.<seq>".
 func (t Timer) Key() string {
+	if k, ok := timeoutKey(t); ok {
+		return k
+	}
 	switch t.Kind {
 	case TimerRetry:
 		return fmt.Sprintf("retry.%s.%d", t.ID, t.Attempt)
@@ -120,7 +126,7 @@ func Timers(s *Snapshot) []Timer {
 	if s.Delayed {
 		ts = append(ts, startTimer(s))
 	}
-	return ts
+	return append(ts, timeoutTimers(s)...)
 }
 
 // NewTimers returns the timers that events, about to be or just committed to run runID, create.
@@ -138,6 +144,7 @@ func NewTimers(runID string, events []event.Payload) []Timer {
 			if !p.NotBefore.IsZero() {
 				ts = append(ts, Timer{RunID: runID, Kind: TimerStart, ID: "1", Due: p.NotBefore, Seq: 1})
 			}
+			ts = append(ts, runTimeoutTimers(&Snapshot{RunID: runID, Timeouts: p.Timeouts})...)
 		}
 	}
 	return ts
@@ -160,6 +167,8 @@ func Fire(s *Snapshot, t Timer) ([]event.Payload, error) {
 		}
 	case TimerStart:
 		return fireStart(s, t)
+	case TimerRunTimeout, TimerStepStart:
+		return fireTimeout(s, t)
 	}
 	return nil, fmt.Errorf("%w: timer %s of run %q is not pending", ErrStale, t.Key(), s.RunID)
 }
@@ -306,6 +315,8 @@ type Attempt struct {
 	Name    string
 	Attempt int
 	Input   json.RawMessage
+	// Timeouts are the step's recorded timeouts; nil for none.
+	Timeouts *event.StepTimeouts
 }
 
 // Attempts returns the attempts in flight, in scheduling order. Its cost grows with the number
@@ -328,7 +339,7 @@ func InFlightAttempts(s *Snapshot) iter.Seq[Attempt] {
 			if st.Status != StepRunning {
 				continue
 			}
-			if !yield(Attempt{RunID: s.RunID, StepID: st.ID, Name: st.Name, Attempt: st.Attempt, Input: st.Input}) {
+			if !yield(Attempt{RunID: s.RunID, StepID: st.ID, Name: st.Name, Attempt: st.Attempt, Input: st.Input, Timeouts: st.Timeouts}) {
 				return
 			}
 		}
