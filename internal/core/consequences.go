@@ -71,6 +71,7 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 				}
 			}
 		}
+		deriveChildRetry(s, e, &c)
 		if e.Type().Terminal() {
 			c.Ended = true
 			var waits []Timer
