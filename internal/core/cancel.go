@@ -286,28 +286,54 @@ func CancelUnrun(s *Snapshot, stepID string, attempt int) ([]event.Payload, erro
 		Reason: reason, Cause: event.CauseWorkflow, Cancellation: event.CancelWait}}, nil
 }
 
-// ChildCancellations returns the child runs that commit asks to cancel (run.cancel_requested,
-// the consequence of a try_cancel or wait_cancelled cancellation of a child), with the reason.
-func ChildCancellations(commit []event.Envelope) (runs, reasons []string) {
-	settled := map[string]bool{}
-	for _, e := range commit {
-		if p, ok := e.Payload.(*event.ChildSettled); ok {
-			settled[p.ChildID] = true
-		}
-	}
-	for _, e := range commit {
-		switch p := e.Payload.(type) {
+// CancelRun is a run that a commit asks to cancel: the run of a child the workflow cancelled
+// with try_cancel or wait_cancelled (run.cancel_requested, with Reason).
+type CancelRun struct {
+	RunID, Reason string
+}
+
+// ChildCancellations returns the child runs that events, one commit, ask to cancel. A
+// wait_cancelled request settled in the same commit (the child waited out a retry backoff: no
+// run of it was running) asks none.
+func ChildCancellations(events []event.Payload) []CancelRun {
+	var runs []CancelRun
+	for i, p := range events {
+		switch p := p.(type) {
 		case *event.ChildCancelRequested:
-			if !settled[p.ChildID] { // else no run of it was running (a retry backoff)
-				runs, reasons = append(runs, p.RunID), append(reasons, p.Reason)
+			settled := false
+			for _, q := range events[i+1:] {
+				if cs, ok := q.(*event.ChildSettled); ok && cs.ChildID == p.ChildID {
+					settled = true
+				}
+			}
+			if !settled {
+				runs = append(runs, CancelRun{RunID: p.RunID, Reason: p.Reason})
 			}
 		case *event.ChildSettled:
 			if p.Cancellation == event.CancelTry {
-				runs, reasons = append(runs, p.RunID), append(reasons, p.Error.Message)
+				runs = append(runs, CancelRun{RunID: p.RunID, Reason: p.Error.Message})
 			}
 		}
 	}
-	return runs, reasons
+	return runs
+}
+
+// deriveChildCancel adds to c the child runs commit asks to cancel, leaving out a
+// wait_cancelled child whose run has ended since (it settled).
+func deriveChildCancel(s *Snapshot, commit []event.Envelope, c *Consequences) {
+	var events []event.Payload
+	for _, e := range commit {
+		switch p := e.Payload.(type) {
+		case *event.ChildCancelRequested:
+			if ch, ok := s.Children[p.ChildID]; ok && ch.Settled && ch.Cancellation == event.CancelWait && ch.SettledSeq > e.Seq {
+				continue // the child's run ended: nothing to cancel
+			}
+			events = append(events, p)
+		case *event.ChildSettled:
+			events = append(events, p)
+		}
+	}
+	c.CancelRuns = ChildCancellations(events)
 }
 
 // cancelIdentity returns what a cancellation decision's event records: the kind and ID of its

@@ -23,6 +23,9 @@ type Consequences struct {
 	Moot []Timer
 	// Children are the child runs the commit scheduled that have not settled: start them.
 	Children []event.ChildSpec
+	// CancelRuns are the child runs the commit asks to cancel (ctx.CancelChild with try_cancel
+	// or wait_cancelled): append run.cancel_requested to each (see ChildCancellations).
+	CancelRuns []CancelRun
 	// Ended is set when the commit holds the terminal event: the end-of-run work is due (the
 	// parent's notice or the successor's start, children cancelled per policy, hook tokens
 	// released).
@@ -87,5 +90,6 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 			}
 		}
 	}
+	deriveChildCancel(s, commit, &c)
 	return c
 }
