@@ -154,6 +154,11 @@ func (v validation) cancelChild(d CancelChild) (Verdict, error) {
 	}
 	reason := cancelReason("child", d.ID, d.Policy)
 	run := c.CurrentRunID()
+	if c.Retrying() {
+		// No run of it runs: name the last one, which ended (a request to it changes nothing).
+		run = c.EndedRunID
+		reason += ": no run was running (retry backoff)"
+	}
 	settled := &event.ChildSettled{ChildID: d.ID, RunID: run, Outcome: event.OutcomeCancelled,
 		Error: &event.ErrorInfo{Kind: "cancelled", Message: reason}, Cancellation: d.Policy}
 	if d.Policy != event.CancelWait {
@@ -163,7 +168,6 @@ func (v validation) cancelChild(d CancelChild) (Verdict, error) {
 	if !c.Retrying() {
 		return Verdict{Events: []event.Payload{requested}}, nil
 	}
-	settled.Error.Message += ": no run was running (retry backoff)"
 	return Verdict{Events: []event.Payload{requested, settled}}, nil
 }
 
@@ -214,7 +218,7 @@ func (s *Snapshot) checkCancel(e event.Envelope) error {
 			return s.fail(e, "cancel_state", "child %q was already cancelled (%s) at seq %d", p.ChildID, c.Cancellation, c.CancelSeq)
 		case p.Policy != event.CancelWait:
 			return s.fail(e, "cancel_state", "child.cancel_requested records wait_cancelled only, got %q", p.Policy)
-		case p.RunID != c.CurrentRunID():
+		case p.RunID != c.CurrentRunID() && !(c.Retrying() && p.RunID == c.EndedRunID):
 			return s.fail(e, "child_state", "cancellation of child %q names run %q, but its run is %q", p.ChildID, p.RunID, c.CurrentRunID())
 		}
 	case *event.ChildSettled:

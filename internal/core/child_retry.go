@@ -52,6 +52,7 @@ func (s *Snapshot) mutateChildRetry(e event.Envelope) {
 	case *event.ChildRetryScheduled:
 		c := s.Children[p.ChildID]
 		c.Attempt, c.AttemptRunID, c.RetryDue, c.RetrySeq = p.Attempt, p.RunID, p.Due, e.Seq
+		c.EndedRunID = p.FailedRunID // the last run that ran, until the next one ends
 	case *event.ChildRetryFired:
 		s.Children[p.ChildID].RetryDue = zeroTime
 	}
