@@ -561,7 +561,14 @@ func (d *driver) commitDecision(ctx context.Context, began time.Time, events []e
 		return err
 	}
 	// A fast path too, repeated by the history service (ApplyCommit).
-	return e.cancelChildren(ctx, d.runID, core.ChildCancellations(events))
+	runs := core.ChildCancellations(events)
+	if len(runs) == 0 {
+		return nil
+	}
+	if err := e.faults.Hit(fault.AfterDecisionBeforeChildCancel); err != nil {
+		return err
+	}
+	return e.cancelChildren(ctx, d.runID, runs)
 }
 
 // logDecision logs the events of a committed decision at debug level.

@@ -11,8 +11,14 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/ingresstest"
+	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/ingress"
+	"github.com/flowrun/flow/services/worker"
 )
 
 // attemptProbe is what a test sees of one attempt of the "slow" step: started when it runs, done
@@ -384,4 +390,45 @@ func TestChildRetry(t *testing.T) {
 	require.Equal(t, &event.ParentRef{RunID: runID, ChildID: "kid", Attempt: 2}, started.Parent)
 	require.GreaterOrEqual(t, second[0].Time.Sub(first[len(first)-1].Time), 50*time.Millisecond, "started after the backoff")
 	require.Empty(t, core.Check("retrying-parent=kid=_2", second))
+}
+
+// TestChildCancelFromHistory: the parent's worker fails right after committing a try_cancel of
+// its child, before it asks the child to cancel (fault AfterDecisionBeforeChildCancel): the
+// child's run.cancel_requested still follows from the parent's history (the history service's
+// consumer applies the commit), and the parent's redelivered task finishes the parent.
+func TestChildCancelFromHistory(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+	reg := flow.NewRegistry(nil)
+	registerCancel(&attemptProbes{})(reg)
+	inj := &fault.Injector{}
+	inj.Arm(fault.AfterDecisionBeforeChildCancel, fault.Fail, 0, 1)
+	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet, Faults: inj}, reg)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+
+	runID, err := c.Start(ctx, "cancel-child", cancelIn{Policy: flow.TryCancel}, &flow.StartOptions{RunID: "lost-fast-path"})
+	require.NoError(t, err)
+	kid := event.ChildRunID(runID, "kid")
+	waitFor(t, ctx, c, kid, has(event.TypeSignalAwaited))
+	waitFor(t, ctx, c, runID, has(event.TypeSignalAwaited))
+	_, err = c.Signal(ctx, runID, "stop", nil, &flow.SignalOptions{DeliveryID: "stop-1"})
+	require.NoError(t, err)
+	var out string
+	require.NoError(t, c.Result(ctx, runID, &out))
+	require.Equal(t, "cancelled", out)
+	kh := waitFor(t, ctx, c, kid, has(event.TypeRunCancelled))
+	require.Equal(t, 1, inj.Hits(fault.AfterDecisionBeforeChildCancel), "the fast path failed once")
+	require.Equal(t, 1, countType(kh, event.TypeRunCancelRequested))
+	require.Empty(t, core.Check(kid, kh))
 }
