@@ -72,6 +72,24 @@ func (s *Snapshot) CancelAsked(stepID string, attempt int) bool {
 	return ok && st.CancelPending() && st.Status == StepRunning && st.Attempt == attempt
 }
 
+// AttemptCancelled reports whether whoever runs attempt attempt of step stepID must cancel it
+// (cancel its context, answer its heartbeat "cancelled"): the run's history settled the attempt
+// another way (its step was cancelled with try_cancel or by the run's end, or another worker
+// recorded its result), or the workflow asked to cancel it (wait_cancelled). An attempt whose
+// step the workflow abandoned is never told: its result is ignored, and it runs to its end.
+func (s *Snapshot) AttemptCancelled(stepID string, attempt int) bool {
+	st, ok := s.Steps[stepID]
+	switch {
+	case !ok:
+		return false
+	case st.Cancellation == event.CancelAbandon:
+		return false
+	case s.Terminal() || st.Attempt != attempt || st.Status != StepRunning:
+		return true
+	}
+	return st.CancelPending()
+}
+
 func cancelReason(kind, id string, p event.Cancellation) string {
 	return fmt.Sprintf("%s %q cancelled by the workflow (%s)", kind, id, p)
 }

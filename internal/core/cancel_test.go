@@ -469,3 +469,26 @@ func TestChildAttemptRunID(t *testing.T) {
 	require.Equal(t, "p=kid=_3=2", event.SuccessorRunID("p=kid=_3=1", 2))
 	require.False(t, errors.Is(event.ValidateID("child", "_3"), nil), "no child ID looks like an attempt suffix")
 }
+
+func TestAttemptCancelled(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name string
+		add  []event.Payload
+		want bool
+	}{
+		{"in flight", nil, false},
+		{"try_cancel", []event.Payload{&event.StepCancelled{Steps: []event.CancelledStep{{StepID: "run", Attempt: 1, SideEffectUnknown: true}}, Cause: event.CauseWorkflow, Cancellation: event.CancelTry}}, true},
+		{"wait_cancelled", []event.Payload{&event.StepCancelRequested{StepID: "run", Attempt: 1, Policy: event.CancelWait}}, true},
+		{"abandon", []event.Payload{&event.StepCancelled{Steps: []event.CancelledStep{{StepID: "run", Attempt: 1, SideEffectUnknown: true}}, Cause: event.CauseWorkflow, Cancellation: event.CancelAbandon}}, false},
+		{"run ended", []event.Payload{&event.StepCancelled{Steps: []event.CancelledStep{{StepID: "run", Attempt: 1, SideEffectUnknown: true}, {StepID: "wait", Attempt: 2}}, Cause: event.CauseWorkflow},
+			&event.RunCompleted{Output: json.RawMessage(`1`)}}, true},
+		{"completed elsewhere", []event.Payload{&event.StepCompleted{StepID: "run", Attempt: 1, Output: json.RawMessage(`1`)}}, true},
+	}
+	for _, c := range cases {
+		h := cancelHistory(t)
+		h.add(c.add...)
+		require.Empty(t, core.Check("r", h.envs), c.name)
+		require.Equal(t, c.want, h.snapshot().AttemptCancelled("run", 1), c.name)
+	}
+}

@@ -694,13 +694,10 @@ func (d *driver) inFlight(k attemptKey) bool {
 func (d *driver) cancelStale() {
 	for k, cancel := range d.running {
 		switch {
-		case d.s.CancelAsked(k.step, k.attempt):
+		case d.s.AttemptCancelled(k.step, k.attempt):
 			cancel()
-		case d.inFlight(k):
 		case d.s.Detached(k.step):
 			d.detach[k].Store(true)
-		default:
-			cancel()
 		}
 	}
 }
