@@ -262,7 +262,15 @@ func (s *Snapshot) mutateCancel(e event.Envelope) {
 	case *event.StepCancelRequested:
 		st := s.Steps[p.StepID]
 		st.Cancellation, st.CancelSeq = p.Policy, e.Seq
+		s.stepCancels++
+	case *event.StepCompleted:
+		s.settledCancel(p.StepID, e.Seq)
+	case *event.StepFailed:
+		s.settledCancel(p.StepID, e.Seq)
 	case *event.StepCancelled:
+		for _, c := range p.Steps {
+			s.settledCancel(c.StepID, e.Seq)
+		}
 		if p.Cancellation == "" || p.Cancellation == event.CancelWait {
 			return // wait_cancelled was recorded by its step.cancel_requested
 		}
@@ -281,6 +289,18 @@ func (s *Snapshot) mutateCancel(e event.Envelope) {
 		}
 	}
 }
+
+// settledCancel counts out the pending wait_cancelled cancellation of step id if the event at seq
+// settled it.
+func (s *Snapshot) settledCancel(id string, seq uint64) {
+	if st := s.Steps[id]; st.CancelSeq != 0 && st.Cancellation == event.CancelWait && st.SettledSeq == seq {
+		s.stepCancels--
+	}
+}
+
+// StepCancelsPending reports whether a step has a wait_cancelled cancellation pending, in
+// constant time.
+func (s *Snapshot) StepCancelsPending() bool { return s.stepCancels > 0 }
 
 // cancelledAttempt returns the events that record the end of an attempt whose step has a
 // wait_cancelled cancellation pending: step.completed for an output, else step.cancelled

@@ -117,6 +117,7 @@ func TestCancelWaitAttemptEnd(t *testing.T) {
 			h.add(&event.StepCancelRequested{StepID: "run", Attempt: 1, Policy: event.CancelWait})
 			s := h.snapshot()
 			require.True(t, s.CancelAsked("run", 1))
+			require.True(t, s.StepCancelsPending())
 			evs, err := core.StepResult(s, "run", 1, c.out, h.now)
 			require.NoError(t, err)
 			require.Len(t, evs, 1, "never a retry")
@@ -127,6 +128,7 @@ func TestCancelWaitAttemptEnd(t *testing.T) {
 			}
 			h.add(evs...)
 			require.Empty(t, core.Check("r", h.envs))
+			require.False(t, h.snapshot().StepCancelsPending())
 			// The workflow's re-issued CancelStep is done now.
 			_, err = core.Validate(h.snapshot(), core.CancelStep{ID: "run", Policy: event.CancelWait})
 			require.ErrorIs(t, err, core.ErrInvalidDecision)

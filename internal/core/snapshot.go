@@ -325,6 +325,8 @@ type Snapshot struct {
 	// ahead is, while Replay asks the code for the decision the history records next, that
 	// recorded decision's first event (see ReplayedSideEffect); nil otherwise.
 	ahead event.Payload
+	// stepCancels counts the steps with a wait_cancelled cancellation pending (CancelPending).
+	stepCancels int
 	// updateOrder lists the update IDs in the order received; undecided those not yet
 	// accepted or rejected, in the same order.
 	updateOrder, undecided []string

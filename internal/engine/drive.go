@@ -706,6 +706,9 @@ func (d *driver) cancelStale() {
 // (wait_cancelled) that no one runs here: a driver that loads the run after the worker that ran
 // them went does not start them again (core.CancelUnrun). Nil if there are none.
 func (d *driver) unrunCancelled() []event.Payload {
+	if !d.s.StepCancelsPending() {
+		return nil
+	}
 	var events []event.Payload
 	for a := range core.InFlightAttempts(d.s) {
 		if _, here := d.running[attemptKey{a.StepID, a.Attempt}]; here || !d.s.CancelAsked(a.StepID, a.Attempt) {
