@@ -87,6 +87,11 @@ type Step struct {
 	// steps with timeouts only: the schedule-to-start timeout counts from them.
 	InFlightSince time.Time `json:"in_flight_since,omitzero"`
 	InFlightSeq   uint64    `json:"in_flight_seq,omitempty"`
+	// Cancellation is the policy of the workflow's ctx.CancelStep, recorded at CancelSeq (its
+	// step.cancelled or step.cancel_requested); empty if the workflow never cancelled the step.
+	// A wait_cancelled cancellation is pending until the step settles (CancelPending).
+	Cancellation event.Cancellation `json:"cancellation,omitempty"`
+	CancelSeq    uint64             `json:"cancel_seq,omitempty"`
 
 	// pos is the step's position in its batch.
 	pos int
@@ -164,6 +169,20 @@ type Child struct {
 	Output     json.RawMessage  `json:"output,omitempty"`
 	Error      *event.ErrorInfo `json:"error,omitempty"`
 	SettledSeq uint64           `json:"settled_seq,omitempty"`
+	// Retry is the child's retry policy, normalized; nil for none. Attempt is the attempt
+	// running or due next (0 until a retry is scheduled: the first), AttemptRunID its run
+	// (ChildAttemptRunID), and RetryDue and RetrySeq the due time and the child.retry_scheduled
+	// of an attempt waiting out its backoff.
+	Retry        *event.RetryPolicy `json:"retry,omitempty"`
+	Attempt      int                `json:"attempt,omitempty"`
+	AttemptRunID string             `json:"attempt_run_id,omitempty"`
+	RetryDue     time.Time          `json:"retry_due,omitzero"`
+	RetrySeq     uint64             `json:"retry_seq,omitempty"`
+	// Cancellation is the policy of the workflow's ctx.CancelChild, recorded at CancelSeq;
+	// empty if the workflow never cancelled the child (CancelPending while wait_cancelled
+	// waits for the child's run to end).
+	Cancellation event.Cancellation `json:"cancellation,omitempty"`
+	CancelSeq    uint64             `json:"cancel_seq,omitempty"`
 
 	// vetted is set when the recorded ID, definition, cancellation policy and derived run ID
 	// are what Validate would record for them (see Step.vetted).
@@ -315,6 +334,8 @@ type Snapshot struct {
 	// ahead is, while Replay asks the code for the decision the history records next, that
 	// recorded decision's first event (see ReplayedSideEffect); nil otherwise.
 	ahead event.Payload
+	// stepCancels counts the steps with a wait_cancelled cancellation pending (CancelPending).
+	stepCancels int
 	// updateOrder lists the update IDs in the order received; undecided those not yet
 	// accepted or rejected, in the same order.
 	updateOrder, undecided []string

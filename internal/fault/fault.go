@@ -107,6 +107,17 @@ const (
 // TimeoutPoints lists the points of timeouts and heartbeats.
 var TimeoutPoints = []Point{HeartbeatPut, AfterTimeoutBeforeSettle}
 
+// Points of a workflow's cancellation of one child (docs/cancellation.md), armed by the worker's
+// cancellation tests (the crash workload of Points cancels no child).
+const (
+	// AfterDecisionBeforeChildCancel: a child.settled (try_cancel) or child.cancel_requested is
+	// committed; the child's run.cancel_requested is not appended yet.
+	AfterDecisionBeforeChildCancel Point = "after-decision-before-child-cancel"
+)
+
+// CancelPoints lists the points of child cancellation.
+var CancelPoints = []Point{AfterDecisionBeforeChildCancel}
+
 // Points lists every point of the crash workload, for suites that run each scenario at each point.
 var Points = []Point{StoreAppend, AfterAppendBeforeTask, TaskPublish, AfterDecisionBeforeChildren,
 	AfterTerminalBeforeEnd, AfterFireBeforeDelete, TimerPut, IndexPut, HistoryBeforeEffects, HistoryBeforeIndex,
