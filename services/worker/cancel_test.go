@@ -98,7 +98,7 @@ func registerCancel(ps *attemptProbes) func(*flow.Registry) {
 	}
 }
 
-func types(hist []event.Envelope) []string {
+func typeNames(hist []event.Envelope) []string {
 	var ts []string
 	for _, e := range hist {
 		ts = append(ts, string(e.Type()))
@@ -116,7 +116,7 @@ func waitFor(t *testing.T, ctx context.Context, c *flow.Client, runID string, co
 		}
 		select {
 		case <-ctx.Done():
-			t.Fatalf("run %q: condition not met before the deadline; history %v (err %v)", runID, types(hist), err)
+			t.Fatalf("run %q: condition not met before the deadline; history %v (err %v)", runID, typeNames(hist), err)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
@@ -187,7 +187,7 @@ func TestCancelStep(t *testing.T) {
 		c := last[*event.StepCancelled](hist)
 		require.Equal(t, event.CancelTry, c.Cancellation)
 		require.True(t, c.Steps[0].SideEffectUnknown, "the attempt was in flight")
-		require.NotContains(t, types(hist), string(event.TypeStepCancelRequested))
+		require.NotContains(t, typeNames(hist), string(event.TypeStepCancelRequested))
 	})
 
 	t.Run("WaitCancelled", func(t *testing.T) {
@@ -195,7 +195,7 @@ func TestCancelStep(t *testing.T) {
 		runID, p := start(t, flow.WaitCancelled)
 		<-p.cancelled // asked to cancel: its context is done, and it has not returned yet
 		hist := waitFor(t, ctx, b.client, runID, has(event.TypeStepCancelRequested))
-		require.NotContains(t, types(hist), string(event.TypeStepCancelled), "the step settles only when the attempt ends")
+		require.NotContains(t, typeNames(hist), string(event.TypeStepCancelled), "the step settles only when the attempt ends")
 		s, err := b.client.Snapshot(ctx, runID)
 		require.NoError(t, err)
 		require.False(t, s.Terminal())
@@ -210,7 +210,7 @@ func TestCancelStep(t *testing.T) {
 		c := last[*event.StepCancelled](hist)
 		require.Equal(t, event.CancelWait, c.Cancellation)
 		require.False(t, c.Steps[0].SideEffectUnknown, "the attempt ended and said so")
-		ts := types(hist)
+		ts := typeNames(hist)
 		require.Less(t, indexOf(ts, "step.cancel_requested"), indexOf(ts, "step.cancelled"))
 	})
 
@@ -228,7 +228,7 @@ func TestCancelStep(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, core.Check(runID, hist))
 		require.Equal(t, event.CancelAbandon, last[*event.StepCancelled](hist).Cancellation)
-		require.NotContains(t, types(hist), string(event.TypeStepCompleted))
+		require.NotContains(t, typeNames(hist), string(event.TypeStepCompleted))
 	})
 }
 
@@ -275,7 +275,7 @@ func TestCancelChild(t *testing.T) {
 		require.NoError(t, b.client.Result(ctx, runID, &out))
 		require.Equal(t, "cancelled", out)
 		kh := waitFor(t, ctx, b.client, kid, has(event.TypeRunCancelled)) // asked, from the parent's history
-		require.Contains(t, types(kh), string(event.TypeRunCancelRequested))
+		require.Contains(t, typeNames(kh), string(event.TypeRunCancelRequested))
 		hist, err := b.client.History(ctx, runID, 0)
 		require.NoError(t, err)
 		settled := last[*event.ChildSettled](hist)
@@ -292,7 +292,7 @@ func TestCancelChild(t *testing.T) {
 		require.Equal(t, "cancelled", out)
 		hist, err := b.client.History(ctx, runID, 0)
 		require.NoError(t, err)
-		ts := types(hist)
+		ts := typeNames(hist)
 		require.Less(t, indexOf(ts, "child.cancel_requested"), indexOf(ts, "child.settled"))
 		settled := last[*event.ChildSettled](hist)
 		require.Empty(t, settled.Cancellation, "settled by the child's end")
@@ -311,7 +311,7 @@ func TestCancelChild(t *testing.T) {
 		require.Equal(t, "cancelled", out)
 		kh, err := b.client.History(ctx, kid, 0)
 		require.NoError(t, err)
-		require.NotContains(t, types(kh), string(event.TypeRunCancelRequested), "an abandoned child is not told, not even when its parent ends")
+		require.NotContains(t, typeNames(kh), string(event.TypeRunCancelRequested), "an abandoned child is not told, not even when its parent ends")
 		_, err = b.client.Signal(ctx, kid, "go", nil, &flow.SignalOptions{DeliveryID: "go-1"})
 		require.NoError(t, err)
 		var kout string
@@ -370,7 +370,7 @@ func TestChildRetry(t *testing.T) {
 	hist, err := b.client.History(ctx, runID, 0)
 	require.NoError(t, err)
 	require.Empty(t, core.Check(runID, hist))
-	ts := types(hist)
+	ts := typeNames(hist)
 	require.Less(t, indexOf(ts, "child.retry_scheduled"), indexOf(ts, "child.retry_fired"))
 	require.Less(t, indexOf(ts, "child.retry_fired"), indexOf(ts, "child.settled"))
 	require.Equal(t, 1, countType(hist, event.TypeChildSettled))
