@@ -273,6 +273,12 @@ type Snapshot struct {
 	AdmittedSeq uint64    `json:"admitted_seq,omitempty"`
 	AdmittedAt  time.Time `json:"admitted_at,omitzero"`
 
+	// ResetFrom is run.started's record of the reset that created the run (the old run, the
+	// point, the mode); nil for a run that is not a reset. See docs/reset.md.
+	ResetFrom *event.ResetFrom `json:"reset_from,omitempty"`
+	// Resets are the resets of this run (run.reset), oldest first: each names the new run.
+	Resets []ResetLink `json:"resets,omitempty"`
+
 	// ids maps every decision ID to its kind; IDs share one namespace.
 	ids map[string]string
 	// batches maps a step.scheduled or child.scheduled sequence to its members in order;
@@ -309,6 +315,8 @@ type Snapshot struct {
 	// updateOrder lists the update IDs in the order received; undecided those not yet
 	// accepted or rejected, in the same order.
 	updateOrder, undecided []string
+	// resetEnding is set by a run.reset that ends the run: its termination follows.
+	resetEnding bool
 }
 
 var zeroTime time.Time
@@ -496,6 +504,21 @@ type Summary struct {
 	Damaged string `json:"damaged,omitempty"`
 	// Attributes are the run's search attributes as of Seq (Snapshot.Attributes).
 	Attributes event.Attributes `json:"attributes,omitempty"`
+	// ResetFrom is the run this one is a reset of; ResetTo the run of this one's latest reset.
+	ResetFrom string `json:"reset_from,omitempty"`
+	ResetTo   string `json:"reset_to,omitempty"`
+}
+
+// ResetLink is one run.reset of a run: the new run, the point and the mode, at Seq.
+type ResetLink struct {
+	NewRunID   string          `json:"new_run_id"`
+	Point      uint64          `json:"point"`
+	Mode       event.ResetMode `json:"mode"`
+	StepID     string          `json:"step_id,omitempty"`
+	Reason     string          `json:"reason,omitempty"`
+	DropInputs bool            `json:"drop_inputs,omitempty"`
+	Terminated bool            `json:"terminated,omitempty"`
+	Seq        uint64          `json:"seq"`
 }
 
 // Summary returns the run's summary, as of the event that last changed it.
@@ -504,6 +527,12 @@ func (s *Snapshot) Summary() Summary {
 		Status: s.Status, Seq: s.summarySeq, StartedAt: s.StartedAt, UpdatedAt: s.summaryAt, Attributes: s.Attributes}
 	if s.Parent != nil {
 		sum.Parent = s.Parent.RunID
+	}
+	if s.ResetFrom != nil {
+		sum.ResetFrom = s.ResetFrom.RunID
+	}
+	if n := len(s.Resets); n > 0 {
+		sum.ResetTo = s.Resets[n-1].NewRunID
 	}
 	switch {
 	case s.Outcome != nil && s.Outcome.Error != nil:

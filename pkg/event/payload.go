@@ -66,6 +66,9 @@ type RunStarted struct {
 	// Control is the flow control the run starts under: it makes no decision until
 	// run.admitted. Nil for a run without flow control.
 	Control *FlowControl `json:"control,omitempty"`
+	// ResetFrom records the reset that created the run, with the old run and the point; nil
+	// for a run that is not a reset (docs/reset.md).
+	ResetFrom *ResetFrom `json:"reset_from,omitempty"`
 }
 
 // StepSpec is one scheduled step.
@@ -426,7 +429,7 @@ func attempt(field string, v int) error {
 func (p *RunStarted) Validate() error {
 	return errors.Join(required("spec.definition", p.Spec.Definition), requiredJSON("input", p.Input),
 		required("seed", p.Seed), validateParent(p.Parent), validateStartAttributes(p.Attributes), p.StartPolicy.validate(),
-		validateControl(p.Control))
+		validateControl(p.Control), p.ResetFrom.validate())
 }
 
 func validateStartAttributes(a Attributes) error {

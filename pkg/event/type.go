@@ -42,6 +42,8 @@ const (
 	TypeRunDebounced Type = "run.debounced"
 	// TypeRunAdmitted: the admission controller admitted a run under flow control.
 	TypeRunAdmitted Type = "run.admitted"
+	// TypeRunReset is recorded in the old run of a reset: it names the new run (payload_reset.go).
+	TypeRunReset Type = "run.reset"
 )
 
 // Terminal reports whether t ends a run. At most one terminal event appears in a history, last.
@@ -72,6 +74,7 @@ func Types() []Type {
 		TypeUpdateReceived, TypeUpdateAccepted, TypeUpdateRejected, TypeUpdateCompleted,
 		TypeRunDelayFired, TypeRunDebounced,
 		TypeRunAdmitted,
+		TypeRunReset,
 	}
 }
 
@@ -115,4 +118,5 @@ var factories = map[Type]func() Payload{
 	TypeRunDelayFired:      func() Payload { return new(RunDelayFired) },
 	TypeRunDebounced:       func() Payload { return new(RunDebounced) },
 	TypeRunAdmitted:        func() Payload { return new(RunAdmitted) },
+	TypeRunReset:           func() Payload { return new(RunReset) },
 }
