@@ -134,6 +134,13 @@ func examples() []example {
 		}},
 		{"after a wait", &event.RunAdmitted{Group: "reports", Key: "c-42", Queued: event.Duration(1500 * time.Millisecond)}},
 		{"singleton replaced", &event.RunCancelled{Reason: `cancelled by flow control: replaced by the newer run "sync-2"`, Cause: event.CauseFlowControl}},
+		{"a rerun", &event.RunStarted{
+			Spec: event.Spec{Definition: "order"}, Input: json.RawMessage(`{"order":"o-2"}`), Seed: "9f86d081884c7d65",
+			ResetFrom: &event.ResetFrom{RunID: "order-1", Seq: 7, Mode: event.ResetRerun, StepID: "charge", Reason: "fixed the card gateway",
+				RequestID: "req-1", DropInputs: true, InputReplaced: true, CopiedTo: 12, Reapplied: 0, SeedRunID: "order-1"},
+		}},
+		{"a reset of an active run", &event.RunReset{NewRunID: "order-1=_reset-0a1b2c3d4e5f6a7b", Seq: 7, Mode: event.ResetRerun, StepID: "charge",
+			Reason: "fixed the card gateway", RequestID: "req-1", DropInputs: true, Terminated: true}},
 	}
 }
 
@@ -170,6 +177,7 @@ func minimal() []event.Payload {
 		&event.RunDelayFired{NotBefore: at},
 		&event.RunDebounced{Input: json.RawMessage(`null`), NotBefore: at},
 		&event.RunAdmitted{Group: "g"},
+		&event.RunReset{NewRunID: "r=_reset-1", Seq: 1, Mode: event.ResetToSeq},
 	}
 }
 
