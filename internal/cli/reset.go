@@ -3,6 +3,7 @@ package cli
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 
 	"github.com/spf13/cobra"
 
@@ -86,4 +87,25 @@ func (e *env) printReset(r *flow.ResetResult) error {
 	}
 	fmt.Fprintf(e.stdout, "%s reset to seq %d (%s) as %s; %d input(s) reapplied\n", r.RunID, r.Point, r.Mode, r.NewRunID, r.Reapplied)
 	return nil
+}
+
+// printResets prints the links of a reset run to its old run and of a run to its resets.
+func printResets(w io.Writer, s *flow.Snapshot) {
+	if r := s.ResetFrom; r != nil {
+		how := fmt.Sprintf("%d input(s) reapplied", r.Reapplied)
+		if r.DropInputs {
+			how = "inputs dropped"
+		}
+		fmt.Fprintf(w, "Reset from  %s at seq %d (%s%s), %s\n", r.RunID, r.Seq, r.Mode, prefixed(" ", r.StepID), how)
+	}
+	for _, r := range s.Resets {
+		fmt.Fprintf(w, "Reset as    %s from seq %d (%s%s), at seq %d\n", r.NewRunID, r.Point, r.Mode, prefixed(" ", r.StepID), r.Seq)
+	}
+}
+
+func prefixed(p, s string) string {
+	if s == "" {
+		return ""
+	}
+	return p + s
 }
