@@ -262,16 +262,27 @@ func (e *Engine) applyReset(ctx context.Context, s *core.Snapshot, commit []even
 		case *event.RunStarted:
 			if p.ResetFrom != nil {
 				if err := e.linkReset(ctx, s.RunID, p.ResetFrom); err != nil {
-					return err
+					return e.resetGone(ctx, s.RunID, err)
 				}
 			}
 		case *event.RunReset:
 			if err := e.afterReset(ctx, s.RunID, p.NewRunID); err != nil {
-				return err
+				return e.resetGone(ctx, s.RunID, err)
 			}
 		}
 	}
 	return nil
+}
+
+// resetGone returns err, unless it says the other run of a reset of run runID is gone (deleted
+// or quarantined): nothing can be linked then, and applying the commit again would not help.
+func (e *Engine) resetGone(ctx context.Context, runID string, err error) error {
+	if errors.Is(err, core.ErrNotFound) || errors.Is(err, store.ErrDamaged) {
+		e.logger.WarnContext(ctx, "the other run of a reset is gone; its link is not recorded", slog.String("run_id", runID),
+			slog.String("error", err.Error()))
+		return nil
+	}
+	return err
 }
 
 // resetTarget returns the run an input addressed to ended run s follows to: the new run of its
