@@ -323,7 +323,8 @@ func TestRerunFromStep(t *testing.T) {
 // A crash between the new run's start and the old run's run.reset (fault point
 // after-reset-start-before-link) is repaired by whoever applies the new run's first commit
 // (the history service): the old run records run.reset and ends, once, however often the
-// commit is applied; a crash after run.reset is repaired by applying that commit.
+// commit is applied; applying the old run's commit that holds run.reset passes on a signal the
+// old run took meanwhile. A crash after run.reset is repaired by applying that commit.
 func TestResetCrashBetweenWritesIsRepaired(t *testing.T) {
 	t.Parallel()
 	b := resetSetup(t)
@@ -341,7 +342,12 @@ func TestResetCrashBetweenWritesIsRepaired(t *testing.T) {
 	for range 2 {
 		require.NoError(t, b.e.ApplyCommit(ctx, b.snapshot(t, newID), nw))
 	}
+	// The history service applies the old run's commit holding run.reset (and its
+	// termination) too: the late signal is passed on.
 	old := b.history(t, "o6")
+	for range 2 {
+		require.NoError(t, b.e.ApplyCommit(ctx, b.snapshot(t, "o6"), old[len(old)-2:]))
+	}
 	n := 0
 	for _, e := range old {
 		if e.Type() == event.TypeRunReset {
