@@ -373,3 +373,28 @@ func TestResetCrashBetweenWritesIsRepaired(t *testing.T) {
 	b.checkBoth(t, "o6", newID)
 	b.checkBoth(t, "o7", newID7)
 }
+
+// A hook copied while pending keeps its token, and the token's route moves to the new run once
+// the old run has ended: a delivery with the old token reaches the new run.
+func TestResetMovesCopiedHookTokens(t *testing.T) {
+	t.Parallel()
+	b := resetSetup(t)
+	ctx := t.Context()
+	_, _, err := b.e.Start(ctx, engine.StartParams{RunID: "o8", Spec: event.Spec{Definition: "order"}, Input: []byte(`{"item":"book","qty":1}`)})
+	require.NoError(t, err)
+	require.Equal(t, core.StatusSuspended, b.drive(t, "o8"), "waits on hook confirm (seq 4)")
+	b.signal(t, "o8", "s-early") // seq 5, buffered: a reset point with the hook pending
+	require.Equal(t, core.StatusSuspended, b.drive(t, "o8"))
+	tok := b.snapshot(t, "o8").Hooks["confirm"].Token
+
+	newID, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o8", Mode: event.ResetToSeq, Seq: 5})
+	require.NoError(t, err)
+	require.True(t, b.snapshot(t, "o8").Terminal(), "the reset ended the old run")
+	require.Equal(t, core.StatusSuspended, b.drive(t, newID))
+	require.Equal(t, tok, b.snapshot(t, newID).Hooks["confirm"].Token)
+	to, err := b.e.DeliverHook(ctx, tok, []byte(`{"ok":true}`), "d-8")
+	require.NoError(t, err)
+	require.Equal(t, newID, to, "the old token routes to the new run")
+	require.Equal(t, core.StatusCompleted, b.drive(t, newID))
+	b.checkBoth(t, "o8", newID)
+}
