@@ -154,6 +154,13 @@ func examples() []example {
 		{"retried child run", &event.RunStarted{Spec: event.Spec{Definition: "shipping"}, Input: json.RawMessage(`null`), Seed: "s",
 			Parent: &event.ParentRef{RunID: "order-1", ChildID: "ship", Attempt: 2}}},
 		{"singleton replaced", &event.RunCancelled{Reason: `cancelled by flow control: replaced by the newer run "sync-2"`, Cause: event.CauseFlowControl}},
+		{"a rerun", &event.RunStarted{
+			Spec: event.Spec{Definition: "order"}, Input: json.RawMessage(`{"order":"o-2"}`), Seed: "9f86d081884c7d65",
+			ResetFrom: &event.ResetFrom{RunID: "order-1", Seq: 7, Mode: event.ResetRerun, StepID: "charge", Reason: "fixed the card gateway",
+				RequestID: "req-1", DropInputs: true, InputReplaced: true, CopiedTo: 12, Reapplied: 0, SeedRunID: "order-1"},
+		}},
+		{"a reset of an active run", &event.RunReset{NewRunID: "order-1=_reset-0a1b2c3d4e5f6a7b", Seq: 7, Mode: event.ResetRerun, StepID: "charge",
+			Reason: "fixed the card gateway", RequestID: "req-1", DropInputs: true, Terminated: true}},
 	}
 }
 
@@ -194,6 +201,7 @@ func minimal() []event.Payload {
 		&event.ChildCancelRequested{ChildID: "c", RunID: "r=c", Policy: event.CancelWait},
 		&event.ChildRetryScheduled{ChildID: "c", Attempt: 2, RunID: "r=c=_2", Due: at, FailedRunID: "r=c", Error: event.ErrorInfo{Message: "boom"}},
 		&event.ChildRetryFired{ChildID: "c", Attempt: 2, RunID: "r=c=_2"},
+		&event.RunReset{NewRunID: "r=_reset-1", Seq: 1, Mode: event.ResetToSeq},
 	}
 }
 

@@ -43,7 +43,8 @@ func (s *Snapshot) Apply(e event.Envelope) error {
 	}
 	prev := s.Status
 	s.Status = s.status()
-	if s.Status != prev || failed || e.Type().Terminal() || changesAttributes(e.Payload) {
+	_, reset := e.Payload.(*event.RunReset)
+	if s.Status != prev || failed || reset || e.Type().Terminal() || changesAttributes(e.Payload) {
 		s.summarySeq, s.summaryAt = e.Seq, e.Time
 	}
 	return nil
@@ -129,6 +130,14 @@ func (s *Snapshot) check(e event.Envelope) error {
 	}
 	if e.Seq != s.Seq+1 {
 		return s.fail(e, "sequence", "expected seq %d, got %d (sequences run 1..n without gaps)", s.Seq+1, e.Seq)
+	}
+	if _, reset := e.Payload.(*event.RunReset); reset {
+		return s.checkReset(e) // the one event that may follow the terminal event
+	}
+	if s.resetEnding {
+		if err := s.checkResetEnding(e); err != nil {
+			return err
+		}
 	}
 	if s.Outcome != nil {
 		return s.fail(e, "after_terminal", "%s after the terminal event at seq %d", e.Type(), s.Outcome.Seq)
@@ -372,6 +381,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.Priority = d.Priority
 		s.Control = d.Control
 		s.Timeouts = d.Timeouts
+		s.ResetFrom = d.ResetFrom
 	case *event.RunAdmitted:
 		s.Admitted, s.AdmittedSeq, s.AdmittedAt = true, e.Seq, e.Time
 	case *event.RunDebounced:
@@ -522,6 +532,9 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.mutateUpdate(e)
 	case *event.RunCompleted, *event.RunFailed, *event.RunCancelled, *event.RunContinuedAsNew:
 		s.Outcome = outcomeOf(e)
+		s.resetEnding = false
+	case *event.RunReset:
+		s.mutateReset(e, d)
 	}
 	s.mutateCancel(e)
 	s.mutateChildRetry(e)

@@ -76,6 +76,13 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 			}
 		}
 		deriveChildRetry(s, e, &c)
+		if rs, ok := e.Payload.(*event.RunStarted); ok && rs.ResetFrom != nil && !terminal && !s.Delayed {
+			// A reset run's first commit ends where a decision is due, though its last event
+			// may be a step result, which is not an input.
+			if last := commit[len(commit)-1].Seq; last > s.decidedSeq {
+				c.Resume, c.TaskSeq = true, last
+			}
+		}
 		if e.Type().Terminal() {
 			c.Ended = true
 			var waits []Timer

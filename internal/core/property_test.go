@@ -233,6 +233,13 @@ func generate(t testing.TB, seed uint64, n int) []event.Envelope {
 	for len(g.envs) < n && !g.s.Terminal() {
 		require.NoError(t, g.step(len(g.envs) > n/2), "seed %d", seed)
 	}
+	if seed%5 == 1 {
+		// A reset of the run, ended or active (then run.reset ends it): run.reset follows.
+		from := &event.ResetFrom{RunID: g.s.RunID, Seq: 1, Mode: event.ResetToSeq, CopiedTo: g.s.Seq, SeedRunID: g.s.RunID}
+		ps, err := core.RecordReset(g.s, g.s.RunID+"=_reset-1", from)
+		require.NoError(t, err, "seed %d", seed)
+		require.NoError(t, g.commit(ps), "seed %d", seed)
+	}
 	return g.envs
 }
 

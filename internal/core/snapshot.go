@@ -301,6 +301,12 @@ type Snapshot struct {
 	// Timeouts are run.started's run timeouts and the deadlines they give; nil for none.
 	Timeouts *event.RunTimeouts `json:"timeouts,omitempty"`
 
+	// ResetFrom is run.started's record of the reset that created the run (the old run, the
+	// point, the mode); nil for a run that is not a reset. See docs/reset.md.
+	ResetFrom *event.ResetFrom `json:"reset_from,omitempty"`
+	// Resets are the resets of this run (run.reset), oldest first: each names the new run.
+	Resets []ResetLink `json:"resets,omitempty"`
+
 	// ids maps every decision ID to its kind; IDs share one namespace.
 	ids map[string]string
 	// batches maps a step.scheduled or child.scheduled sequence to its members in order;
@@ -339,6 +345,8 @@ type Snapshot struct {
 	// updateOrder lists the update IDs in the order received; undecided those not yet
 	// accepted or rejected, in the same order.
 	updateOrder, undecided []string
+	// resetEnding is set by a run.reset that ends the run: its termination follows.
+	resetEnding bool
 }
 
 var zeroTime time.Time
@@ -531,6 +539,9 @@ type Summary struct {
 	// The other fields keep the run's last summary. Nil for a run whose history is kept; the
 	// retention sweeper sets it (docs/retention.md).
 	Deleted *Deletion `json:"deleted,omitempty"`
+	// ResetFrom is the run this one is a reset of; ResetTo the run of this one's latest reset.
+	ResetFrom string `json:"reset_from,omitempty"`
+	ResetTo   string `json:"reset_to,omitempty"`
 }
 
 // Deletion is the tombstone of a run whose history was deleted after its retention period.
@@ -550,12 +561,30 @@ type Deletion struct {
 	Msgs uint64 `json:"msgs,omitempty"`
 }
 
+// ResetLink is one run.reset of a run: the new run, the point and the mode, at Seq.
+type ResetLink struct {
+	NewRunID   string          `json:"new_run_id"`
+	Point      uint64          `json:"point"`
+	Mode       event.ResetMode `json:"mode"`
+	StepID     string          `json:"step_id,omitempty"`
+	Reason     string          `json:"reason,omitempty"`
+	DropInputs bool            `json:"drop_inputs,omitempty"`
+	Terminated bool            `json:"terminated,omitempty"`
+	Seq        uint64          `json:"seq"`
+}
+
 // Summary returns the run's summary, as of the event that last changed it.
 func (s *Snapshot) Summary() Summary {
 	sum := Summary{RunID: s.RunID, Definition: s.Spec.Definition, BuildID: s.Spec.BuildID, Queue: s.Queue,
 		Status: s.Status, Seq: s.summarySeq, StartedAt: s.StartedAt, UpdatedAt: s.summaryAt, Attributes: s.Attributes}
 	if s.Parent != nil {
 		sum.Parent = s.Parent.RunID
+	}
+	if s.ResetFrom != nil {
+		sum.ResetFrom = s.ResetFrom.RunID
+	}
+	if n := len(s.Resets); n > 0 {
+		sum.ResetTo = s.Resets[n-1].NewRunID
 	}
 	switch {
 	case s.Outcome != nil && s.Outcome.Error != nil:

@@ -355,6 +355,11 @@ func (v validation) hook(d CreateHook) (Verdict, error) {
 	token := d.Token
 	if token == "" {
 		token = HookToken(s.Seed, s.RunID, d.ID)
+		if r, ok := s.ahead.(*event.HookCreated); ok && r.HookID == d.ID && s.Copied(s.Seq+1) {
+			// Replaying a reset's copy of the old run's hook: it keeps the token the old run
+			// derived (docs/reset.md).
+			token = r.Token
+		}
 	} else if err := event.ValidateRunID(token); err != nil {
 		return v.invalid("hook %q token: %v", d.ID, err)
 	}
@@ -378,6 +383,11 @@ func (v validation) hook(d CreateHook) (Verdict, error) {
 		return Verdict{Events: []event.Payload{got}}, nil
 	}
 	h := s.Hooks[d.ID]
+	if d.Token == "" && s.Copied(h.Seq) {
+		// A reset copied the hook with the token the old run derived from its own run ID: the
+		// hook keeps it (docs/reset.md), and a new hook derives one from this run's ID.
+		got.Token = h.Token
+	}
 	if err := compareHook(s.RunID, &event.HookCreated{HookID: h.ID, Token: h.Token, Metadata: h.Metadata}, h.Seq, got); err != nil {
 		return Verdict{}, err
 	}

@@ -46,6 +46,9 @@ func (e *Engine) ApplyCommit(ctx context.Context, s *core.Snapshot, commit []eve
 	if err := e.applyStartPolicy(ctx, s, commit); err != nil {
 		return err
 	}
+	if err := e.applyReset(ctx, s, commit); err != nil {
+		return err
+	}
 	if c.Ended {
 		if err := e.afterEnd(ctx, s); err != nil {
 			return err

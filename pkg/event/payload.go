@@ -72,6 +72,9 @@ type RunStarted struct {
 	// Timeouts are the run's execution and run timeouts and their deadlines (docs/timeouts.md);
 	// nil for none. A continuation inherits the execution deadline of the run it continues.
 	Timeouts *RunTimeouts `json:"timeouts,omitempty"`
+	// ResetFrom records the reset that created the run, with the old run and the point; nil
+	// for a run that is not a reset (docs/reset.md).
+	ResetFrom *ResetFrom `json:"reset_from,omitempty"`
 }
 
 // StepSpec is one scheduled step.
@@ -452,7 +455,7 @@ func attempt(field string, v int) error {
 func (p *RunStarted) Validate() error {
 	return errors.Join(required("spec.definition", p.Spec.Definition), requiredJSON("input", p.Input),
 		required("seed", p.Seed), validateParent(p.Parent), validateStartAttributes(p.Attributes), p.StartPolicy.validate(),
-		validateControl(p.Control), p.Timeouts.validate())
+		validateControl(p.Control), p.Timeouts.validate(), p.ResetFrom.validate())
 }
 
 func validateStartAttributes(a Attributes) error {

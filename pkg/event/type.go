@@ -54,6 +54,8 @@ const (
 	TypeChildRetryScheduled Type = "child.retry_scheduled"
 	// TypeChildRetryFired: a child retry's backoff has elapsed; the attempt's run starts.
 	TypeChildRetryFired Type = "child.retry_fired"
+	// TypeRunReset is recorded in the old run of a reset: it names the new run (payload_reset.go).
+	TypeRunReset Type = "run.reset"
 )
 
 // Terminal reports whether t ends a run. At most one terminal event appears in a history, last.
@@ -85,6 +87,7 @@ func Types() []Type {
 		TypeRunDelayFired, TypeRunDebounced,
 		TypeRunAdmitted,
 		TypeStepCancelRequested, TypeChildCancelRequested, TypeChildRetryScheduled, TypeChildRetryFired,
+		TypeRunReset,
 	}
 }
 
@@ -132,4 +135,5 @@ var factories = map[Type]func() Payload{
 	TypeChildCancelRequested: func() Payload { return new(ChildCancelRequested) },
 	TypeChildRetryScheduled:  func() Payload { return new(ChildRetryScheduled) },
 	TypeChildRetryFired:      func() Payload { return new(ChildRetryFired) },
+	TypeRunReset:             func() Payload { return new(RunReset) },
 }
