@@ -40,6 +40,10 @@ func (s *Service) onMsg(m *nats.Msg) {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), inputTimeout)
 		defer cancel()
+		if isReset(m) {
+			s.onReset(ctx, m)
+			return
+		}
 		if s.natsPauses(ctx, m) {
 			return
 		}
