@@ -178,10 +178,17 @@ func TestPauseRunMidFlow(t *testing.T) {
 	// The signal arrives while paused; the retry and the timer fire while paused.
 	_, err = ps.client.Signal(ctx, runID, "go", map[string]int{"n": 1}, &flow.SignalOptions{DeliveryID: "sig-1"})
 	require.NoError(t, err)
-	waitFor(t, "the failure, the retry's fire, the timer's fire and the signal are recorded while paused", func() bool {
-		h := ps.history(t, runID)
-		return has(h, event.TypeStepFailed) && has(h, event.TypeStepRetryFired) && has(h, event.TypeWaitFired) && has(h, event.TypeSignalReceived)
-	})
+	var last []event.Envelope
+	for deadline := time.Now().Add(40 * time.Second); ; {
+		last = ps.history(t, runID)
+		if has(last, event.TypeStepFailed) && has(last, event.TypeStepRetryFired) && has(last, event.TypeWaitFired) && has(last, event.TypeSignalReceived) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the failure, the retry's fire, the timer's fire and the signal are not all recorded while paused: %v (attempts %d)", types(last), attempts.Load())
+		}
+		time.Sleep(5 * time.Millisecond) // polling interval, not a wait for an outcome
+	}
 	h := ps.history(t, runID)
 	require.Equal(t, int32(1), attempts.Load(), "no attempt starts while paused, though attempt 2 is due")
 	paused := 0
