@@ -25,7 +25,7 @@ var allStreams = append([]string{streams.History, streams.Tasks, streams.DeadLet
 // allBuckets are the buckets streams.Ensure creates.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
 	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket,
-	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket}
+	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket, streams.BatchesBucket}
 
 func kvStreams(buckets []string) []string {
 	out := make([]string, len(buckets))
@@ -204,6 +204,9 @@ func schedulerRole() Role {
 	g.kvWatch(streams.QueueBucket)  // the admission controller follows the runs waiting for admission
 	g.kvWrite(streams.LimitsBucket) // and takes their slots and rate tokens
 	g.kvWatch(streams.LimitsBucket)
+	g.kvWrite(streams.BatchesBucket) // the batch executor records each job's targets and progress
+	g.kvWatch(streams.BatchesBucket)
+	g.kvWatch(streams.RunsBucket) // and reads the runs index to find a job's targets
 	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", false)
 }
 
@@ -225,6 +228,11 @@ func ingressRole() Role {
 	// service to address them.
 	g.publish(api.QueryPrefix+">", api.SubjectHistory)
 	g.publish(api.SubjectUpdate) // its HTTP doors ask the history service where an update stands
+	// It creates, reads, lists and stops batch jobs, and counts a dry run's runs in the index.
+	g.kvWrite(streams.BatchesBucket)
+	g.kvWatch(streams.BatchesBucket)
+	g.kvWatch(streams.RunsBucket)
+	g.subscribe(api.BatchPrefix + ">")
 	return g.role(Ingress, "the ingress (`flowd ingress`)", true)
 }
 

@@ -69,6 +69,10 @@ const (
 	// starts and deletes it once the run is admitted or ended; the admission controller (in the
 	// scheduler service) watches it.
 	QueueBucket = "FLOW_QUEUE"
+	// BatchesBucket holds the batch jobs (internal/batch): key "job.<id>", a job's spec, state
+	// and progress, changed only by compare-and-set; key "targets.<id>.<n>", the n-th chunk of
+	// the run IDs its filter selected, written before any of them is touched.
+	BatchesBucket = "FLOW_BATCHES"
 	// HistoryConsumer is the history service's durable consumer of History.
 	HistoryConsumer = "history"
 )
@@ -214,6 +218,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		// Per-key TTLs (dedup windows) need limit markers.
 		{Bucket: StartKeysBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, LimitMarkerTTL: time.Minute,
 			Description: "Flow start dedup and debounce keys"},
+		{Bucket: BatchesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, Description: "Flow batch jobs and their target runs"},
 	} {
 		if err := ensureBucket(ctx, js, kc, cfg); err != nil {
 			return err

@@ -1,0 +1,214 @@
+package scheduler_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/batch"
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/fanout"
+	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/filter"
+	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/store/jsstore"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
+	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/scheduler"
+)
+
+// batchEnv is a NATS server with a history service (which keeps the runs index the jobs read),
+// an engine to start runs with, and the batch store.
+type batchEnv struct {
+	t     *testing.T
+	ctx   context.Context
+	srv   *natsserver.Server
+	js    jetstream.JetStream
+	eng   *engine.Engine
+	store *batch.Store
+	runs  jetstream.KeyValue
+	// history keeps the runs index; stopHistory stops it (the index stays in FLOW_RUNS).
+	history *history.Service
+}
+
+var batchTTL = streams.Config{LeaseTTL: time.Second}
+
+func newBatchEnv(t *testing.T) *batchEnv {
+	t.Helper()
+	srv := natstest.RunJetStream(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	t.Cleanup(cancel)
+	quiet := natstest.Logger()
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet, Streams: batchTTL})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(ctx))
+	t.Cleanup(func() { _ = h.Stop() })
+	js := natstest.JetStream(t, srv)
+	st, err := jsstore.New(ctx, js, nil)
+	require.NoError(t, err)
+	host, err := jshost.New(ctx, js, "flow/test", quiet)
+	require.NoError(t, err)
+	eng, err := engine.New(engine.Config{Store: st, Host: host, Logger: quiet})
+	require.NoError(t, err)
+	store, err := batch.Open(ctx, js)
+	require.NoError(t, err)
+	runs, err := js.KeyValue(ctx, streams.RunsBucket)
+	require.NoError(t, err)
+	return &batchEnv{t: t, ctx: ctx, srv: srv, js: js, eng: eng, store: store, runs: runs, history: h}
+}
+
+// tierSchema declares the search attribute "tier" of definition "order".
+var tierSchema = filter.NewSchema(streams.DefaultQueue, filter.Declared{Definition: "order",
+	Attributes: []event.AttributeDecl{{Name: "tier", Type: event.AttrKeyword}}})
+
+func tier(v string) event.Attributes {
+	return event.Attributes{"tier": {Type: event.AttrKeyword, Value: json.RawMessage(`"` + v + `"`)}}
+}
+
+// start starts run id of definition "order" with tier t.
+func (e *batchEnv) start(id, t string) error {
+	_, _, err := e.eng.Start(e.ctx, engine.StartParams{RunID: id, Spec: event.Spec{Definition: "order"}, Input: []byte(`{}`), Attributes: tier(t)})
+	return err
+}
+
+// indexed waits until the runs index holds n entries and run id shows status st.
+func (e *batchEnv) indexed(n int, id string, st core.Status) {
+	e.t.Helper()
+	require.Eventually(e.t, func() bool {
+		s, err := e.runs.Status(e.ctx)
+		if err != nil || s.Values() < uint64(n) {
+			return false
+		}
+		ent, err := e.runs.Get(e.ctx, id)
+		var sum core.Summary
+		return err == nil && json.Unmarshal(ent.Value(), &sum) == nil && sum.Status == st
+	}, time.Minute, 10*time.Millisecond, "the runs index holds %d runs and %s is %s", n, id, st)
+}
+
+func (e *batchEnv) create(spec batch.Spec, id string) batch.Job {
+	e.t.Helper()
+	now := time.Now().UTC()
+	j, created, err := e.store.Create(e.ctx, batch.Job{ID: id, Spec: spec, Schema: tierSchema, State: batch.StatePending, CreatedAt: now, UpdatedAt: now})
+	require.NoError(e.t, err)
+	require.True(e.t, created)
+	return j
+}
+
+// executor starts a scheduler that executes batch jobs (and nothing else of interest) with
+// faults f.
+func (e *batchEnv) executor(name string, f *fault.Injector) *scheduler.Scheduler {
+	e.t.Helper()
+	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(e.t, e.srv), Name: name, Streams: batchTTL, Logger: natstest.Logger(),
+		Faults: f, NoAdmission: true, BatchOpConcurrency: 32})
+	require.NoError(e.t, err)
+	require.NoError(e.t, s.Start(e.ctx))
+	e.t.Cleanup(func() { _ = s.Stop() })
+	return s
+}
+
+func (e *batchEnv) job(id string) batch.Job {
+	e.t.Helper()
+	j, _, err := e.store.Get(e.ctx, id)
+	require.NoError(e.t, err)
+	return j
+}
+
+func (e *batchEnv) ended(id string) batch.Job {
+	e.t.Helper()
+	var j batch.Job
+	require.Eventually(e.t, func() bool {
+		j = e.job(id)
+		return j.State.Ended()
+	}, 2*time.Minute, 20*time.Millisecond, "job %s ends", id)
+	return j
+}
+
+// TestBatchCancelFiveThousandRunsKilledTwice is the bulk-cancel test of issue 11: 5,000 runs,
+// half of them (tier "gold") selected by the job's filter, ten of those ended before the job,
+// and one gold run started after it. The job's executor dies twice: mid-window, after 700
+// operations (a fault after an operation, before the cursor), then before the cursor of its
+// fifth window; each time a new scheduler takes the batch lease once the dead one's expires.
+// Read straight from the history stream, every gold run the job targets has exactly one
+// run.cancel_requested, under the job's delivery ID; no other run has one; and the report
+// counts 2,500 targets, 2,490 applied and 10 skipped "already failed".
+func TestBatchCancelFiveThousandRunsKilledTwice(t *testing.T) {
+	const runs = 5000
+	e := newBatchEnv(t)
+	t0 := time.Now()
+	require.NoError(t, fanout.Each(e.ctx, 32, runs, func(i int) error {
+		return e.start(fmt.Sprintf("order-%04d", i), map[bool]string{true: "gold", false: "silver"}[i%2 == 0])
+	}))
+	for i := 0; i < 20; i += 2 {
+		_, err := e.eng.Terminate(e.ctx, fmt.Sprintf("order-%04d", i), "ended before the job")
+		require.NoError(t, err)
+	}
+	e.indexed(runs, "order-0018", core.StatusFailed)
+	t.Logf("%d runs started and indexed in %s", runs, time.Since(t0).Round(time.Millisecond))
+
+	e.create(batch.Spec{Op: batch.OpCancel, Where: `tier = "gold"`, Reason: "bad deploy", Rate: batch.MaxRate}, "cancel-gold")
+	require.NoError(t, e.start("order-late", "gold"), "a run started after the job is never its target")
+	e.indexed(runs+1, "order-late", core.StatusPending)
+	// The job reads the runs index once, when it records its targets: the history service,
+	// which would follow the cancellations too, is stopped to spare the two cores.
+	require.NoError(t, e.history.Stop())
+
+	t1 := time.Now()
+	f1 := &fault.Injector{}
+	f1.Arm(fault.BatchAfterOp, fault.Fail, 700, 1)
+	s1 := e.executor("exec-1", f1)
+	require.Eventually(t, func() bool { return f1.Hits(fault.BatchAfterOp) > 700 && !s1.Batching() }, time.Minute, 5*time.Millisecond)
+	first := e.job("cancel-gold")
+	require.Equal(t, batch.StateRunning, first.State)
+	require.Equal(t, 2500, first.Total)
+	require.Less(t, first.Cursor, 701, "the window the executor died in is not counted")
+
+	f2 := &fault.Injector{}
+	f2.Arm(fault.BatchBeforeCursor, fault.Fail, 4, 1)
+	s2 := e.executor("exec-2", f2)
+	require.Eventually(t, func() bool { return f2.Hits(fault.BatchBeforeCursor) > 4 && !s2.Batching() }, time.Minute, 5*time.Millisecond)
+	second := e.job("cancel-gold")
+	require.Equal(t, "exec-2", second.Executor)
+	require.Equal(t, first.Cursor+4*100, second.Cursor, "four windows counted, the fifth applied but not counted")
+
+	e.executor("exec-3", nil)
+	j := e.ended("cancel-gold")
+	t.Logf("job done in %s with two executor deaths (first at cursor %d, second at %d)", time.Since(t1).Round(time.Millisecond), first.Cursor, second.Cursor)
+	require.Equal(t, batch.StateCompleted, j.State)
+	require.Equal(t, "exec-3", j.Executor)
+	require.Equal(t, 2500, j.Total)
+	require.Equal(t, 2500, j.Cursor)
+	require.Equal(t, 2490, j.Applied)
+	require.Equal(t, map[string]int{"already failed": 10}, j.Skipped)
+	require.Zero(t, j.Failed)
+	require.Len(t, j.Skips, 10)
+
+	hist := readAllHistories(t, e.ctx, e.js)
+	require.Len(t, hist, runs+1)
+	for id, envs := range hist {
+		var cancels []*event.RunCancelRequested
+		for _, env := range envs {
+			if c, ok := env.Payload.(*event.RunCancelRequested); ok {
+				cancels = append(cancels, c)
+			}
+		}
+		var i int
+		_, _ = fmt.Sscanf(id, "order-%04d", &i)
+		target := id != "order-late" && i%2 == 0 && i >= 20
+		if !target {
+			require.Empty(t, cancels, "run %s is not the job's target", id)
+			continue
+		}
+		require.Len(t, cancels, 1, "run %s is cancelled once", id)
+		require.Equal(t, batch.DeliveryID("cancel-gold", id), cancels[0].DeliveryID)
+		require.Equal(t, "bad deploy", cancels[0].Reason)
+	}
+}
