@@ -170,10 +170,10 @@ type Scheduler struct {
 	batches   *batch.Store
 	batching  atomic.Bool
 	batchDone chan struct{}
-	cancel             context.CancelFunc
-	done               chan struct{}
-	started            chan struct{}
-	once               sync.Once
+	cancel    context.CancelFunc
+	done      chan struct{}
+	started   chan struct{}
+	once      sync.Once
 }
 
 // New returns a scheduler.
