@@ -147,6 +147,7 @@ func TestBatchCancelFiveThousandRunsKilledTwice(t *testing.T) {
 	require.NoError(t, fanout.Each(e.ctx, 32, runs, func(i int) error {
 		return e.start(fmt.Sprintf("order-%04d", i), map[bool]string{true: "gold", false: "silver"}[i%2 == 0])
 	}))
+	t.Logf("%d runs started in %s", runs, time.Since(t0).Round(time.Millisecond))
 	for i := 0; i < 20; i += 2 {
 		_, err := e.eng.Terminate(e.ctx, fmt.Sprintf("order-%04d", i), "ended before the job")
 		require.NoError(t, err)
