@@ -25,8 +25,10 @@ type Executor struct {
 	Engine Engine
 	// Name is the replica's name, recorded in the job as its executor.
 	Name string
-	// Window is the number of targets whose results one write records. Defaults to 100.
-	Window int
+	// Window is the number of targets whose results one write records. Defaults to 100. A
+	// window also ends after WindowTime (default 1s), so that a slow job's progress shows.
+	Window     int
+	WindowTime time.Duration
 	// Concurrency bounds the operations in flight at once. Defaults to 16.
 	Concurrency int
 	// Faults injects failures between the writes (nil: none). An armed Fail ends Run at once
@@ -180,9 +182,9 @@ func (x *Executor) fail(ctx context.Context, j Job, rev uint64, why string) erro
 }
 
 // apply applies j's operation to the window's targets, each after taking a token of the rate
-// bucket, with up to Concurrency in flight, and returns their results in order. An injected
-// fault (the process dying mid-window) ends it with the error, after the operations in flight
-// returned.
+// bucket, with up to Concurrency in flight, and returns their results in order: of all of
+// them, or of those it started within WindowTime (at least one). An injected fault (the
+// process dying mid-window) ends it with the error, after the operations in flight returned.
 func (x *Executor) apply(ctx context.Context, j *Job, runIDs []string, bucket *Bucket) ([]Result, error) {
 	conc := x.Concurrency
 	if conc <= 0 {
@@ -206,13 +208,22 @@ func (x *Executor) apply(ctx context.Context, j *Job, runIDs []string, bucket *B
 		defer mu.Unlock()
 		return first != nil
 	}
+	span := x.WindowTime
+	if span <= 0 {
+		span = time.Second
+	}
+	began, launched := time.Now(), 0
 	for i, runID := range runIDs {
+		if i > 0 && time.Since(began) >= span {
+			break
+		}
 		if d := bucket.Take(x.now()); d > 0 {
 			wait.For(ctx, d)
 		}
 		if ctx.Err() != nil || failed() {
 			break
 		}
+		launched++
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
@@ -230,7 +241,7 @@ func (x *Executor) apply(ctx context.Context, j *Job, runIDs []string, bucket *B
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	return results, nil
+	return results[:launched], nil
 }
 
 // one applies op to t, trying a transient failure again, and says what it did.

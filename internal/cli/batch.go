@@ -308,7 +308,17 @@ func printBatch(w io.Writer, j *flow.BatchJob) {
 	}
 	slices.Sort(reasons)
 	for _, r := range reasons {
-		row("", "%d %s", j.Skipped[r], r)
+		var names []string
+		for _, n := range j.Skips {
+			if n.Reason == r && len(names) < 5 {
+				names = append(names, n.RunID)
+			}
+		}
+		more := ""
+		if j.Skipped[r] > len(names) {
+			more = ", ..."
+		}
+		row("", "%d %s (%s%s)", j.Skipped[r], r, strings.Join(names, ", "), more)
 	}
 	row("failed", "%d", j.Failed)
 	for _, n := range j.Failures {
@@ -317,7 +327,15 @@ func printBatch(w io.Writer, j *flow.BatchJob) {
 	if j.Failed > len(j.Failures) {
 		row("", "... and %d more", j.Failed-len(j.Failures))
 	}
-	row("rate", "%.1f/s (limit %g/s)", j.Rate(time.Now()), j.Spec.EffectiveRate())
+	if !j.StartedAt.IsZero() {
+		end := time.Now()
+		if !j.EndedAt.IsZero() {
+			end = j.EndedAt
+		}
+		row("rate", "%.1f/s over %s (limit %g/s)", j.Rate(end), end.Sub(j.StartedAt).Round(time.Millisecond), j.Spec.EffectiveRate())
+	} else {
+		row("rate", "limit %g/s", j.Spec.EffectiveRate())
+	}
 	row("created", "%s", j.CreatedAt.Format(time.RFC3339Nano))
 	if !j.StartedAt.IsZero() {
 		row("started", "%s", j.StartedAt.Format(time.RFC3339Nano))
