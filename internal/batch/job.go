@@ -165,7 +165,7 @@ type Job struct {
 	Spec Spec   `json:"spec"`
 	// Schema is the filter's schema as the creator compiled it: the declared attributes. The
 	// executor compiles the filter with it, so that the job selects what its creator checked.
-	Schema filter.Schema `json:"schema"`
+	Schema filter.Schema `json:"schema,omitzero"`
 	State  State         `json:"state"`
 	// CreatedAt is when the job was created: runs started after are never targets.
 	CreatedAt time.Time `json:"created_at"`

@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowrun/flow/internal/batch"
 	"github.com/flowrun/flow/pkg/flow"
 )
 
@@ -332,9 +333,10 @@ func printBatch(w io.Writer, j *flow.BatchJob) {
 		if !j.EndedAt.IsZero() {
 			end = j.EndedAt
 		}
-		row("rate", "%.1f/s over %s (limit %g/s)", j.Rate(end), end.Sub(j.StartedAt).Round(time.Millisecond), j.Spec.EffectiveRate())
+		row("rate", "%.1f/s over %s (limit %g/s, burst %d)", j.Rate(end), end.Sub(j.StartedAt).Round(time.Millisecond),
+			j.Spec.EffectiveRate(), batch.BurstFor(j.Spec.EffectiveRate()))
 	} else {
-		row("rate", "limit %g/s", j.Spec.EffectiveRate())
+		row("rate", "limit %g/s, burst %d", j.Spec.EffectiveRate(), batch.BurstFor(j.Spec.EffectiveRate()))
 	}
 	row("created", "%s", j.CreatedAt.Format(time.RFC3339Nano))
 	if !j.StartedAt.IsZero() {

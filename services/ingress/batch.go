@@ -262,7 +262,7 @@ func (s *Service) createBatch(ctx context.Context, req api.BatchCreateRequest) (
 		if err != nil {
 			return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: err.Error()}
 		}
-		return &api.BatchResponse{Job: &j, DryRun: true, Matches: total, Sample: ids}, nil
+		return &api.BatchResponse{DryRun: true, Matches: total, Sample: ids}, nil
 	}
 	st, e := s.batches(ctx)
 	if e != nil {
@@ -278,7 +278,7 @@ func (s *Service) createBatch(ctx context.Context, req api.BatchCreateRequest) (
 	if created {
 		s.logger.InfoContext(ctx, "batch job created", slog.String("job", j.ID), slog.String("op", string(j.Spec.Op)), slog.String("where", j.Spec.Where))
 	}
-	return &api.BatchResponse{Job: &got, Created: created}, nil
+	return &api.BatchResponse{Job: public(got), Created: created}, nil
 }
 
 func (s *Service) getBatch(ctx context.Context, id string) (*api.BatchResponse, *api.IngressError) {
@@ -296,7 +296,14 @@ func (s *Service) getBatch(ctx context.Context, id string) (*api.BatchResponse, 
 	if err != nil {
 		return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: err.Error()}
 	}
-	return &api.BatchResponse{Job: &j}, nil
+	return &api.BatchResponse{Job: public(j)}, nil
+}
+
+// public returns the job as the API shows it: without the filter's schema, which only the
+// executor reads.
+func public(j batch.Job) *batch.Job {
+	j.Schema = filter.Schema{}
+	return &j
 }
 
 func (s *Service) listBatches(ctx context.Context, req api.BatchListRequest) (*api.BatchListResponse, *api.IngressError) {
@@ -320,7 +327,7 @@ func (s *Service) listBatches(ctx context.Context, req api.BatchListRequest) (*a
 	}
 	resp := &api.BatchListResponse{Jobs: jobs[:min(limit, len(jobs))], Total: len(jobs)}
 	for i := range resp.Jobs {
-		resp.Jobs[i].Schema = filter.Schema{} // a listing is read by people: the schema is noise
+		resp.Jobs[i] = *public(resp.Jobs[i])
 	}
 	return resp, nil
 }
@@ -338,5 +345,5 @@ func (s *Service) stopBatch(ctx context.Context, req api.BatchStopRequest) (*api
 	if err != nil {
 		return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: err.Error()}
 	}
-	return &api.BatchResponse{Job: &j}, nil
+	return &api.BatchResponse{Job: public(j)}, nil
 }

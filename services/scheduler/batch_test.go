@@ -41,12 +41,15 @@ type batchEnv struct {
 	history *history.Service
 }
 
-var batchTTL = streams.Config{LeaseTTL: time.Second}
+// batchTTL is the lease TTL of the tests: a dead executor's lease expires after it. Long enough
+// that a live executor on a loaded machine renews it in time (a third of it), short enough that
+// the takeovers cost seconds.
+var batchTTL = streams.Config{LeaseTTL: 3 * time.Second}
 
 func newBatchEnv(t *testing.T) *batchEnv {
 	t.Helper()
 	srv := natstest.RunJetStream(t)
-	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	ctx, cancel := context.WithTimeout(t.Context(), 8*time.Minute)
 	t.Cleanup(cancel)
 	quiet := natstest.Logger()
 	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet, Streams: batchTTL})
@@ -93,7 +96,7 @@ func (e *batchEnv) indexed(n int, id string, st core.Status) {
 		ent, err := e.runs.Get(e.ctx, id)
 		var sum core.Summary
 		return err == nil && json.Unmarshal(ent.Value(), &sum) == nil && sum.Status == st
-	}, time.Minute, 10*time.Millisecond, "the runs index holds %d runs and %s is %s", n, id, st)
+	}, 5*time.Minute, 10*time.Millisecond, "the runs index holds %d runs and %s is %s", n, id, st)
 }
 
 func (e *batchEnv) create(spec batch.Spec, id string) batch.Job {
@@ -130,7 +133,7 @@ func (e *batchEnv) ended(id string) batch.Job {
 	require.Eventually(e.t, func() bool {
 		j = e.job(id)
 		return j.State.Ended()
-	}, 2*time.Minute, 20*time.Millisecond, "job %s ends", id)
+	}, 5*time.Minute, 20*time.Millisecond, "job %s ends", id)
 	return j
 }
 
