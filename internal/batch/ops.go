@@ -25,6 +25,13 @@ type Pauser interface {
 	Unpause(ctx context.Context, runID, reason, deliveryID string) (string, error)
 }
 
+// Resetter is an engine that resets runs (docs/reset.md): a new run from a point of the old
+// one's history, the same new run for a repeat of the request ID. A job of OpReset needs an
+// engine that is one.
+type Resetter interface {
+	ResetRun(ctx context.Context, runID string, r ResetSpec, reason, requestID string) (string, error)
+}
+
 // Target is one run of a job, as an operation sees it.
 type Target struct {
 	JobID string
@@ -67,11 +74,12 @@ var Operations = map[Op]Operation{
 		}
 		return p.Unpause(ctx, t.RunID, t.Spec.Reason, t.DeliveryID)
 	},
-	// OpReset is wired once engine.Reset(ctx, engine.ResetParams) is on main (docs/batch.md):
-	// ResetParams{RunID: t.RunID, Mode: t.Spec.Reset.Mode, Seq: ..., StepID: ..., Input: ...,
-	// DropInputs: ..., Reason: t.Spec.Reason, RequestID: t.DeliveryID}.
-	OpReset: func(_ context.Context, _ Engine, t Target) (string, error) {
-		return t.RunID, fmt.Errorf("%w: reset", ErrUnsupported)
+	OpReset: func(ctx context.Context, e Engine, t Target) (string, error) {
+		r, ok := e.(Resetter)
+		if !ok || t.Spec.Reset == nil {
+			return t.RunID, fmt.Errorf("%w: reset", ErrUnsupported)
+		}
+		return r.ResetRun(ctx, t.RunID, *t.Spec.Reset, t.Spec.Reason, t.DeliveryID)
 	},
 }
 
@@ -83,7 +91,7 @@ func Supported(e Engine, op Op) error {
 			return fmt.Errorf("%w: %s (this build has no run pause)", ErrUnsupported, op)
 		}
 	case OpReset:
-		if _, err := Operations[OpReset](context.Background(), e, Target{Spec: &Spec{}}); errors.Is(err, ErrUnsupported) {
+		if _, ok := e.(Resetter); !ok {
 			return fmt.Errorf("%w: reset (this build has no run reset)", ErrUnsupported)
 		}
 	}

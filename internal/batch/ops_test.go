@@ -46,24 +46,28 @@ func (p *pausingEngine) Unpause(_ context.Context, runID, reason, deliveryID str
 	return runID, nil
 }
 
+func (p *pausingEngine) ResetRun(_ context.Context, runID string, r batch.ResetSpec, reason, requestID string) (string, error) {
+	p.calls = append(p.calls, fmt.Sprintf("reset %s %s %q %s", runID, r.Mode, reason, requestID))
+	return runID + "=_reset", nil
+}
+
 // TestOperations: each entry of the dispatch table calls its engine operation with the
 // target's delivery ID; pause and unpause need an engine that pauses.
 func TestOperations(t *testing.T) {
 	ctx := context.Background()
-	spec := batch.Spec{Reason: "why", Signal: "poke", Payload: []byte(`{"a":1}`)}
+	spec := batch.Spec{Reason: "why", Signal: "poke", Payload: []byte(`{"a":1}`), Reset: &batch.ResetSpec{Mode: "last_decision"}}
 	target := batch.Target{JobID: "j", RunID: "r", DeliveryID: batch.DeliveryID("j", "r"), Spec: &spec}
 	e := &pausingEngine{}
-	for _, op := range []batch.Op{batch.OpCancel, batch.OpTerminate, batch.OpSignal, batch.OpPause, batch.OpUnpause} {
-		to, err := batch.Operations[op](ctx, e, target)
+	for _, op := range []batch.Op{batch.OpCancel, batch.OpTerminate, batch.OpSignal, batch.OpPause, batch.OpUnpause, batch.OpReset} {
+		_, err := batch.Operations[op](ctx, e, target)
 		require.NoError(t, err, op)
-		require.Equal(t, "r", to)
 		require.NoError(t, batch.Supported(e, op))
 	}
 	require.Equal(t, []string{`cancel r "why" batch:j:r`, `terminate r "why" batch:j:r`, `signal r poke {"a":1} batch:j:r`,
-		`pause r "why" batch:j:r`, `unpause r "why" batch:j:r`}, e.calls)
+		`pause r "why" batch:j:r`, `unpause r "why" batch:j:r`, `reset r last_decision "why" batch:j:r`}, e.calls)
 
 	plain := &fakeEngine{}
-	for _, op := range []batch.Op{batch.OpPause, batch.OpUnpause} {
+	for _, op := range []batch.Op{batch.OpPause, batch.OpUnpause, batch.OpReset} {
 		_, err := batch.Operations[op](ctx, plain, target)
 		require.ErrorIs(t, err, batch.ErrUnsupported)
 		require.ErrorIs(t, batch.Supported(plain, op), batch.ErrUnsupported)

@@ -242,7 +242,7 @@ func (s *Service) createBatch(ctx context.Context, req api.BatchCreateRequest) (
 	if err := req.Spec.Validate(); err != nil {
 		return nil, invalid(err)
 	}
-	if err := batch.Supported(s.engine, req.Spec.Op); err != nil {
+	if err := batch.Supported(batch.Adapt(s.engine), req.Spec.Op); err != nil {
 		return nil, &api.IngressError{Code: api.CodeInvalidRequest, Message: err.Error()}
 	}
 	now := time.Now().UTC()

@@ -100,7 +100,7 @@ func (s *Scheduler) leadBatches(ctx context.Context, rev uint64, renew time.Dura
 // BatchConcurrency at once, each in its own goroutine. It returns when ctx ends, the watch
 // fails, or a job's run hits an injected fault (the executor's death).
 func (s *Scheduler) serveBatches(ctx context.Context) error {
-	x := &batch.Executor{Store: s.batches, JS: s.js, Engine: s.engine, Name: s.cfg.Name, Window: s.cfg.BatchWindow,
+	x := &batch.Executor{Store: s.batches, JS: s.js, Engine: batch.Adapt(s.engine), Name: s.cfg.Name, Window: s.cfg.BatchWindow,
 		Concurrency: s.cfg.BatchOpConcurrency, Faults: s.cfg.Faults, Logger: s.logger}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
