@@ -73,7 +73,7 @@ It prints the job's ID; follow it with 'flow batch status JOB', or wait for it w
 --dry-run creates nothing: it checks the filter and counts (and names some of) the runs it
 selects now. --json prints the job (or the dry run's answer) as JSON.`,
 		Args: args,
-		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
+		RunE: func(c *cobra.Command, a []string) error {
 			r, err := parseRate(rate)
 			if err != nil {
 				return err
@@ -100,43 +100,10 @@ selects now. --json prints the job (or the dry run's answer) as JSON.`,
 			if strings.TrimSpace(spec.Where) == "" {
 				return usageError{fmt.Errorf("--where is required: say which runs, e.g. --where 'definition = \"order\" and status = \"running\"'")}
 			}
-			if dryRun {
-				dr, err := client.DryRunBatch(c.Context(), spec, sample)
-				if err != nil {
-					return err
-				}
-				if e.json {
-					return writeJSON(e.stdout, map[string]any{"dry_run": true, "matches": dr.Matches, "sample": dr.Sample})
-				}
-				fmt.Fprintf(e.stdout, "%d run(s) match; nothing was created\n", dr.Matches)
-				for _, id := range dr.Sample {
-					fmt.Fprintf(e.stdout, "  %s\n", id)
-				}
-				if len(dr.Sample) < dr.Matches {
-					fmt.Fprintf(e.stdout, "  ... and %d more\n", dr.Matches-len(dr.Sample))
-				}
-				return nil
-			}
-			j, err := client.StartBatch(c.Context(), spec, &flow.BatchOptions{ID: id})
-			if err != nil {
-				return err
-			}
-			if wait {
-				if j, err = client.AwaitBatch(c.Context(), j.ID, 200*time.Millisecond); err != nil {
-					return err
-				}
-			}
-			if e.json {
-				return writeJSON(e.stdout, j)
-			}
-			if !wait {
-				fmt.Fprintf(e.stdout, "batch job %s created: %s the runs where %s, at %g/s\nfollow it with: flow batch status %s\n",
-					j.ID, op, j.Spec.Where, j.Spec.EffectiveRate(), j.ID)
-				return nil
-			}
-			printBatch(e.stdout, j)
-			return nil
-		}),
+			return e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
+				return e.startBatch(c, client, spec, id, dryRun, wait, sample)
+			})(c, a)
+		},
 	}
 	f := cmd.Flags()
 	f.StringVar(&spec.Where, "where", "", "the runs: a list filter, as flow runs --where (required)")
@@ -355,4 +322,45 @@ func printBatch(w io.Writer, j *flow.BatchJob) {
 		row("executor", "%s", j.Executor)
 	}
 	_ = tw.Flush()
+}
+
+// startBatch creates the job of spec (or, dryRun, counts its runs) and prints it.
+func (e *env) startBatch(c *cobra.Command, client *flow.Client, spec flow.BatchSpec, id string, dryRun, wait bool, sample int) error {
+	op := spec.Op
+	if dryRun {
+		dr, err := client.DryRunBatch(c.Context(), spec, sample)
+		if err != nil {
+			return err
+		}
+		if e.json {
+			return writeJSON(e.stdout, map[string]any{"dry_run": true, "matches": dr.Matches, "sample": dr.Sample})
+		}
+		fmt.Fprintf(e.stdout, "%d run(s) match; nothing was created\n", dr.Matches)
+		for _, id := range dr.Sample {
+			fmt.Fprintf(e.stdout, "  %s\n", id)
+		}
+		if len(dr.Sample) < dr.Matches {
+			fmt.Fprintf(e.stdout, "  ... and %d more\n", dr.Matches-len(dr.Sample))
+		}
+		return nil
+	}
+	j, err := client.StartBatch(c.Context(), spec, &flow.BatchOptions{ID: id})
+	if err != nil {
+		return err
+	}
+	if wait {
+		if j, err = client.AwaitBatch(c.Context(), j.ID, 200*time.Millisecond); err != nil {
+			return err
+		}
+	}
+	if e.json {
+		return writeJSON(e.stdout, j)
+	}
+	if !wait {
+		fmt.Fprintf(e.stdout, "batch job %s created: %s the runs where %s, at %g/s\nfollow it with: flow batch status %s\n",
+			j.ID, op, j.Spec.Where, j.Spec.EffectiveRate(), j.ID)
+		return nil
+	}
+	printBatch(e.stdout, j)
+	return nil
 }
