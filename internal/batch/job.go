@@ -287,7 +287,10 @@ func Next(j Job, ev Event) (Job, error) {
 	refuse := func(why string) (Job, error) {
 		return j, fmt.Errorf("%w: %s on a %s job %q: %s", ErrTransition, ev.Kind, j.State, j.ID, why)
 	}
-	if j.State.Ended() && ev.Kind != EventStopRequested {
+	if j.State.Ended() {
+		if ev.Kind == EventStopRequested {
+			return j, nil // stopping an ended job changes nothing
+		}
 		return refuse("it ended")
 	}
 	j.UpdatedAt = ev.At
@@ -340,9 +343,6 @@ func Next(j Job, ev Event) (Job, error) {
 		}
 		j.State, j.EndedAt = StateCompleted, ev.At
 	case EventStopRequested:
-		if j.State.Ended() {
-			return j, nil // stopping an ended job changes nothing
-		}
 		j.StopRequested, j.StopReason = true, ev.Reason
 		if j.State == StatePending {
 			// Nothing was touched: it stops at once.

@@ -118,7 +118,10 @@ func TestNext(t *testing.T) {
 			want  batch.State
 			check func(t *testing.T, j batch.Job)
 		}{fmt.Sprintf("%s stop requested", st), job(st, 10, 10), batch.Event{Kind: batch.EventStopRequested}, st,
-			func(t *testing.T, j batch.Job) { require.False(t, j.StopRequested, "an ended job is left as it is") }})
+			func(t *testing.T, j batch.Job) {
+				require.False(t, j.StopRequested, "an ended job is left as it is")
+				require.True(t, j.UpdatedAt.IsZero())
+			}})
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

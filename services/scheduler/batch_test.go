@@ -113,7 +113,7 @@ func (e *batchEnv) create(spec batch.Spec, id string) batch.Job {
 func (e *batchEnv) executor(name string, f *fault.Injector) *scheduler.Scheduler {
 	e.t.Helper()
 	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(e.t, e.srv), Name: name, Streams: batchTTL, Logger: natstest.Logger(),
-		Faults: f, NoAdmission: true, BatchOpConcurrency: 32})
+		Faults: f, NoAdmission: true, BatchOpConcurrency: 64})
 	require.NoError(e.t, err)
 	require.NoError(e.t, s.Start(e.ctx))
 	e.t.Cleanup(func() { _ = s.Stop() })
