@@ -185,6 +185,7 @@ func historyRole() Role {
 	g.liveness()
 	g.publish(api.FeedPrefix + ">")
 	g.publish(api.IngressPrefix + ">")
+	g.publish(api.BatchPrefix + ">") // the web UI reads the batch jobs through the ingress
 	g.subscribe("flow.api.>", api.FeedPrefix+">")
 	g.subscribe("$SRV.*", "$SRV.*.flow-history", "$SRV.*.flow-history.*")
 	return g.role(History, "the history service (`flowd history`)", true)
