@@ -80,6 +80,13 @@ type Step struct {
 	// SideEffectUnknown is set when the step was cancelled while an attempt may have run.
 	SideEffectUnknown bool   `json:"side_effect_unknown,omitempty"`
 	SettledSeq        uint64 `json:"settled_seq,omitempty"`
+	// Timeouts are the step's recorded per-attempt timeouts (docs/timeouts.md); nil for none.
+	Timeouts *event.StepTimeouts `json:"timeouts,omitempty"`
+	// InFlightSince and InFlightSeq are the recorded time and the sequence of the event that put
+	// the current attempt in flight (step.scheduled or step.retry_fired). They are kept for
+	// steps with timeouts only: the schedule-to-start timeout counts from them.
+	InFlightSince time.Time `json:"in_flight_since,omitzero"`
+	InFlightSeq   uint64    `json:"in_flight_seq,omitempty"`
 
 	// pos is the step's position in its batch.
 	pos int
@@ -272,6 +279,8 @@ type Snapshot struct {
 	Admitted    bool      `json:"admitted,omitempty"`
 	AdmittedSeq uint64    `json:"admitted_seq,omitempty"`
 	AdmittedAt  time.Time `json:"admitted_at,omitzero"`
+	// Timeouts are run.started's run timeouts and the deadlines they give; nil for none.
+	Timeouts *event.RunTimeouts `json:"timeouts,omitempty"`
 
 	// ids maps every decision ID to its kind; IDs share one namespace.
 	ids map[string]string

@@ -25,7 +25,7 @@ var allStreams = append([]string{streams.History, streams.Tasks, streams.DeadLet
 // allBuckets are the buckets streams.Ensure creates.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
 	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket,
-	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket, streams.BatchesBucket}
+	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket, streams.HeartbeatsBucket, streams.BatchesBucket}
 
 func kvStreams(buckets []string) []string {
 	out := make([]string, len(buckets))
@@ -205,7 +205,9 @@ func schedulerRole() Role {
 	g.kvWatch(streams.QueueBucket)  // the admission controller follows the runs waiting for admission
 	g.kvWrite(streams.LimitsBucket) // and takes their slots and rate tokens
 	g.kvWatch(streams.LimitsBucket)
-	g.kvWrite(streams.BatchesBucket) // the batch executor records each job's targets and progress
+	g.kvWrite(streams.HeartbeatsBucket) // the heartbeat watcher marks the entries of attempts it settled
+	g.kvWatch(streams.HeartbeatsBucket) // and follows the attempts' heartbeats
+	g.kvWrite(streams.BatchesBucket)    // the batch executor records each job's targets and progress
 	g.kvWatch(streams.BatchesBucket)
 	g.kvWatch(streams.RunsBucket) // and reads the runs index to find a job's targets
 	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", false)
@@ -251,7 +253,8 @@ func workerRole() Role {
 	g.kvWrite(streams.WorkersBucket)
 	g.kvWrite(streams.DefinitionsBucket)
 	g.kvWrite(streams.ParkedBucket)
-	g.kvWrite(streams.LimitsBucket) // it takes and releases the slots of limited steps (flow.LimitStep)
+	g.kvWrite(streams.LimitsBucket)     // it takes and releases the slots of limited steps (flow.LimitStep)
+	g.kvWrite(streams.HeartbeatsBucket) // it records step attempts' starts and heartbeats, and reads the last details
 	// It answers the queries of the runs it can run the code of (a micro service, with $SRV
 	// discovery).
 	g.subscribe(api.QueryPrefix+">", "$SRV.*", "$SRV.*.flow-worker", "$SRV.*.flow-worker.*")

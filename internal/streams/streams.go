@@ -69,6 +69,12 @@ const (
 	// starts and deletes it once the run is admitted or ended; the admission controller (in the
 	// scheduler service) watches it.
 	QueueBucket = "FLOW_QUEUE"
+	// HeartbeatsBucket holds the latest heartbeat of each step that has one: key
+	// "<run>.<step>", value a JSON heartbeat entry (the attempt, its start, its details). Workers
+	// write it as attempts start and beat; the scheduler's watcher follows it and fails an
+	// attempt whose heartbeat or start-to-close deadline passed; the next attempt reads the
+	// details. Entries expire after Config.HeartbeatTTL. See docs/timeouts.md.
+	HeartbeatsBucket = "FLOW_HEARTBEATS"
 	// BatchesBucket holds the batch jobs (internal/batch): key "job.<id>", a job's spec, state
 	// and progress, changed only by compare-and-set; key "targets.<id>.<n>", the n-th chunk of
 	// the run IDs its filter selected, written before any of them is touched.
@@ -146,6 +152,10 @@ type Config struct {
 	// that dies without stopping counts as alive this long. Workers beat every WorkerTTL/3.
 	// Defaults to 15 seconds; at least 1 second.
 	WorkerTTL time.Duration `envconfig:"WORKER_TTL"`
+	// HeartbeatTTL is how long a step's FLOW_HEARTBEATS entry lives after its last write: a
+	// retry that starts later than this after the previous attempt's last heartbeat reads no
+	// details. Defaults to 7 days.
+	HeartbeatTTL time.Duration `envconfig:"HEARTBEAT_TTL"`
 }
 
 func (c Config) withDefaults() Config {
@@ -160,6 +170,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WorkerTTL == 0 {
 		c.WorkerTTL = DefaultWorkerTTL
+	}
+	if c.HeartbeatTTL == 0 {
+		c.HeartbeatTTL = 7 * 24 * time.Hour
 	}
 	return c
 }
@@ -218,6 +231,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		// Per-key TTLs (dedup windows) need limit markers.
 		{Bucket: StartKeysBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, LimitMarkerTTL: time.Minute,
 			Description: "Flow start dedup and debounce keys"},
+		{Bucket: HeartbeatsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, TTL: d.HeartbeatTTL,
+			Description: "Flow step heartbeats: the latest of each step's attempt"},
 		{Bucket: BatchesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, Description: "Flow batch jobs and their target runs"},
 	} {
 		if err := ensureBucket(ctx, js, kc, cfg); err != nil {
@@ -280,6 +295,9 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 	}
 	if want.Bucket == LeasesBucket && set.LeaseTTL != 0 {
 		update.TTL = set.LeaseTTL
+	}
+	if want.Bucket == HeartbeatsBucket && set.HeartbeatTTL != 0 {
+		update.TTL = set.HeartbeatTTL
 	}
 	if want.Bucket == WorkersBucket {
 		update.LimitMarkerTTL = cur.SubjectDeleteMarkerTTL
@@ -349,6 +367,8 @@ type Definition struct {
 	Attributes []event.AttributeDecl `json:"attributes,omitempty"`
 	// Control is the definition's flow control, with its key path (see liveness.Registration).
 	Control *event.FlowControl `json:"control,omitempty"`
+	// Timeouts are the definition's default run timeouts (see liveness.Registration).
+	Timeouts *event.RunTimeouts `json:"timeouts,omitempty"`
 }
 
 // DefinitionKey is the FLOW_DEFINITIONS key of definition on queue.

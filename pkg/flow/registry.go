@@ -56,6 +56,8 @@ type workflowEntry struct {
 	attributes []SearchAttribute
 	// control is the flow control of new runs (WithFlowControl); nil for none.
 	control *event.FlowControl
+	// timeouts are the default run timeouts of new runs (WithRunTimeouts); nil for none.
+	timeouts *event.RunTimeouts
 }
 
 type stepFunc func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)

@@ -47,6 +47,9 @@ type input struct {
 	priority   int
 	controlKey string
 	control    *event.FlowControl
+	// timeouts are a start's execution and run timeouts (docs/timeouts.md); zero for the
+	// definition's defaults.
+	timeouts api.RunTimeouts
 }
 
 // check validates what can be checked without reading the run: names and JSON.
@@ -136,7 +139,8 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 			return nil, cerr
 		}
 		resp.RunID, resp.Created, err = s.engine.Start(ctx, in.startParams(engine.StartParams{RunID: in.runID, Spec: spec, Input: data, Queue: queue,
-			Attributes: attrs, Priority: in.priority, Control: control}))
+			Attributes: attrs, Priority: in.priority, Control: control, ExecutionTimeout: in.executionTimeout(def.Timeouts),
+			RunTimeout: in.runTimeout(def.Timeouts)}))
 	case api.KindSignal:
 		resp.RunID, err = s.engine.Signal(ctx, in.runID, in.name, data, in.deliveryID)
 	case api.KindHook:

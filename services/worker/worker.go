@@ -215,6 +215,9 @@ func (w *Worker) start(ctx context.Context) error {
 	if !w.cfg.SkipReplayCheck {
 		ecfg.Replayer = w.reg.Replaying()
 	}
+	if ecfg.Heartbeats, err = w.heartbeats(ctx, js); err != nil {
+		return err
+	}
 	if w.engine, err = engine.New(ecfg); err != nil {
 		return err
 	}
@@ -282,7 +285,7 @@ func (w *Worker) publishLiveness(ctx context.Context, js jetstream.JetStream, ho
 			return err
 		}
 		entry.Definitions = append(entry.Definitions, liveness.Registration{Definition: name, Patches: id.Patches, Attributes: id.Attributes,
-			Control: w.reg.FlowControl(name)})
+			Control: w.reg.FlowControl(name), Timeouts: w.reg.RunTimeouts(name)})
 	}
 	var err error
 	w.pub, err = liveness.Publish(ctx, js, entry, w.logger)
@@ -301,7 +304,8 @@ func (w *Worker) publishDefinitions(ctx context.Context, js jetstream.JetStream)
 			return err
 		}
 		b, err := json.Marshal(streams.Definition{Definition: name, Queue: w.cfg.Queue, BuildID: id.BuildID, Patches: id.Patches,
-			UpdatedAt: time.Now().UTC(), Host: host, Attributes: id.Attributes, Control: w.reg.FlowControl(name)})
+			UpdatedAt: time.Now().UTC(), Host: host, Attributes: id.Attributes, Control: w.reg.FlowControl(name),
+			Timeouts: w.reg.RunTimeouts(name)})
 		if err != nil {
 			return err
 		}
