@@ -143,7 +143,27 @@ func examples() []example {
 				Rate: 200, RatePeriod: event.Duration(time.Second), KeyRate: 10, KeyRatePeriod: event.Duration(time.Minute), OnLimit: event.OnLimitQueue},
 		}},
 		{"after a wait", &event.RunAdmitted{Group: "reports", Key: "c-42", Queued: event.Duration(1500 * time.Millisecond)}},
+		{"workflow cancelled", &event.StepCancelled{Steps: []event.CancelledStep{{StepID: "quote", Attempt: 1, SideEffectUnknown: true}},
+			Reason: `step "quote" cancelled by the workflow (try_cancel)`, Cause: event.CauseWorkflow, Cancellation: event.CancelTry}},
+		{"wait cancelled", &event.StepCancelRequested{StepID: "export", Attempt: 2, Policy: event.CancelWait, Reason: `step "export" cancelled by the workflow (wait_cancelled)`}},
+		{"wait cancelled", &event.ChildCancelRequested{ChildID: "ship", RunID: "order-1=ship", Policy: event.CancelWait, Reason: `child "ship" cancelled by the workflow (wait_cancelled)`}},
+		{"abandoned", &event.ChildSettled{ChildID: "ship", RunID: "order-1=ship", Outcome: event.OutcomeCancelled,
+			Error: &event.ErrorInfo{Kind: "cancelled", Message: `child "ship" cancelled by the workflow (abandon)`}, Cancellation: event.CancelAbandon}},
+		{"retried child", &event.ChildScheduled{Children: []event.ChildSpec{{ChildID: "ship", RunID: "order-1=ship", Definition: "shipping",
+			Input: json.RawMessage(`null`), CancelPolicy: event.CancelPolicyRequest, Retry: &charge}}}},
+		{"child retry", &event.ChildRetryScheduled{ChildID: "ship", Attempt: 2, RunID: "order-1=ship=_2", Due: at.Add(time.Second),
+			FailedRunID: "order-1=ship", Error: event.ErrorInfo{Kind: "carrier", Message: "carrier unavailable"}}},
+		{"child retry", &event.ChildRetryFired{ChildID: "ship", Attempt: 2, RunID: "order-1=ship=_2"}},
+		{"retried child run", &event.RunStarted{Spec: event.Spec{Definition: "shipping"}, Input: json.RawMessage(`null`), Seed: "s",
+			Parent: &event.ParentRef{RunID: "order-1", ChildID: "ship", Attempt: 2}}},
 		{"singleton replaced", &event.RunCancelled{Reason: `cancelled by flow control: replaced by the newer run "sync-2"`, Cause: event.CauseFlowControl}},
+		{"a rerun", &event.RunStarted{
+			Spec: event.Spec{Definition: "order"}, Input: json.RawMessage(`{"order":"o-2"}`), Seed: "9f86d081884c7d65",
+			ResetFrom: &event.ResetFrom{RunID: "order-1", Seq: 7, Mode: event.ResetRerun, StepID: "charge", Reason: "fixed the card gateway",
+				RequestID: "req-1", DropInputs: true, InputReplaced: true, CopiedTo: 12, Reapplied: 0, SeedRunID: "order-1"},
+		}},
+		{"a reset of an active run", &event.RunReset{NewRunID: "order-1=_reset-0a1b2c3d4e5f6a7b", Seq: 7, Mode: event.ResetRerun, StepID: "charge",
+			Reason: "fixed the card gateway", RequestID: "req-1", DropInputs: true, Terminated: true}},
 	}
 }
 
@@ -180,6 +200,11 @@ func minimal() []event.Payload {
 		&event.RunDelayFired{NotBefore: at},
 		&event.RunDebounced{Input: json.RawMessage(`null`), NotBefore: at},
 		&event.RunAdmitted{Group: "g"},
+		&event.StepCancelRequested{StepID: "a", Attempt: 1, Policy: event.CancelWait},
+		&event.ChildCancelRequested{ChildID: "c", RunID: "r=c", Policy: event.CancelWait},
+		&event.ChildRetryScheduled{ChildID: "c", Attempt: 2, RunID: "r=c=_2", Due: at, FailedRunID: "r=c", Error: event.ErrorInfo{Message: "boom"}},
+		&event.ChildRetryFired{ChildID: "c", Attempt: 2, RunID: "r=c=_2"},
+		&event.RunReset{NewRunID: "r=_reset-1", Seq: 1, Mode: event.ResetToSeq},
 	}
 }
 

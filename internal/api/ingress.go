@@ -249,6 +249,7 @@ const (
 	CodeTooLarge         IngressCode = "payload_too_large"      // 413
 	CodeMediaType        IngressCode = "unsupported_media_type" // 415
 	CodeRunDamaged       IngressCode = "run_damaged"            // 423
+	CodeRunDeleted       IngressCode = "run_deleted"            // 410: deleted after its retention period
 	CodeIngressInternal  IngressCode = "internal"               // 500
 	CodeIngressBusy      IngressCode = "unavailable"            // 503
 )
@@ -285,6 +286,8 @@ func statusOf(c IngressCode) int {
 		return http.StatusUnsupportedMediaType
 	case CodeRunDamaged:
 		return http.StatusLocked
+	case CodeRunDeleted:
+		return http.StatusGone
 	case CodeIngressBusy:
 		return http.StatusServiceUnavailable
 	}
@@ -296,5 +299,5 @@ func IngressCodes() []IngressCode {
 	return []IngressCode{CodeInvalidJSON, CodeInvalidName, CodeInvalidEvent, CodeInvalidRequest, CodeUnauthorized,
 		CodeRunNotFound, CodeHookNotFound, CodeRouteNotFound, CodeMethodNotAllowed, CodeRunEnded, CodeRunExists,
 		CodeDeliveryConflict, CodeHookReceived, CodeNoWorker, CodeTooLarge, CodeMediaType, CodeRunDamaged,
-		CodeIngressInternal, CodeIngressBusy}
+		CodeIngressInternal, CodeIngressBusy, CodeRunDeleted}
 }

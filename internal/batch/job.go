@@ -146,7 +146,7 @@ func (s Spec) Validate() error {
 			return fmt.Errorf("%w: the signal's payload is not valid JSON", ErrInvalid)
 		}
 	case OpReset:
-		if s.Reset == nil || s.Reset.Mode == "" {
+		if s.Reset == nil || !slices.Contains([]string{"seq", "step", "last_decision", "rerun"}, s.Reset.Mode) {
 			return fmt.Errorf("%w: a reset job needs a mode: seq, step, last_decision or rerun", ErrInvalid)
 		}
 	}

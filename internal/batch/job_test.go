@@ -176,6 +176,7 @@ func TestSpecValidate(t *testing.T) {
 		{"signal with bad JSON", batch.Spec{Op: batch.OpSignal, Where: "x = 1", Signal: "poke", Payload: json.RawMessage(`{`)}, "not valid JSON"},
 		{"a signal on a cancel", batch.Spec{Op: batch.OpCancel, Where: "x = 1", Signal: "poke"}, "signal name or payload"},
 		{"reset without a mode", batch.Spec{Op: batch.OpReset, Where: "x = 1"}, "needs a mode"},
+		{"reset to an unknown point", batch.Spec{Op: batch.OpReset, Where: "x = 1", Reset: &batch.ResetSpec{Mode: "yesterday"}}, "needs a mode"},
 		{"reset", batch.Spec{Op: batch.OpReset, Where: "x = 1", Reset: &batch.ResetSpec{Mode: "last_decision"}}, ""},
 		{"a reset point on a pause", batch.Spec{Op: batch.OpPause, Where: "x = 1", Reset: &batch.ResetSpec{Mode: "seq"}}, "reset point"},
 	} {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/store"
 )
 
@@ -112,7 +113,7 @@ func classify(err error) (o Outcome, reason string, retry bool) {
 	case errors.Is(err, core.ErrNotFound):
 		return Skipped, "not found", false
 	case errors.Is(err, core.ErrInvalidInput), errors.Is(err, core.ErrDeliveryConflict), errors.Is(err, ErrUnsupported),
-		errors.Is(err, core.ErrInvalidHistory), errors.Is(err, store.ErrDamaged):
+		errors.Is(err, core.ErrInvalidHistory), errors.Is(err, store.ErrDamaged), errors.Is(err, engine.ErrResetConflict):
 		return Failed, err.Error(), false
 	}
 	return Failed, err.Error(), true

@@ -75,6 +75,13 @@ const (
 	// attempt whose heartbeat or start-to-close deadline passed; the next attempt reads the
 	// details. Entries expire after Config.HeartbeatTTL. See docs/timeouts.md.
 	HeartbeatsBucket = "FLOW_HEARTBEATS"
+	// ArchiveBucket is the Object Store of archived histories: object name run ID, the run's
+	// whole history as one JSON array of envelopes, written by the retention sweeper before it
+	// deletes the run from History (internal/archive, docs/retention.md).
+	ArchiveBucket = "FLOW_ARCHIVE"
+	// RetentionLease is the retention sweeper's key in LeasesBucket: the history service replica
+	// that holds it deletes the runs past their retention.
+	RetentionLease = "retention"
 	// BatchesBucket holds the batch jobs (internal/batch): key "job.<id>", a job's spec, state
 	// and progress, changed only by compare-and-set; key "targets.<id>.<n>", the n-th chunk of
 	// the run IDs its filter selected, written before any of them is touched.
@@ -239,6 +246,38 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			return err
 		}
 	}
+	for _, oc := range []jetstream.ObjectStoreConfig{
+		{Bucket: ArchiveBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Compression: true,
+			Description: "Flow archived histories of runs deleted after their retention period"},
+	} {
+		if err := ensureObjectStore(ctx, js, oc, cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureObjectStore creates an Object Store bucket that does not exist, and updates an existing
+// one's replicas to cfg's when set.
+func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstream.ObjectStoreConfig, set Config) error {
+	st, err := js.Stream(ctx, "OBJ_"+want.Bucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateObjectStore(ctx, want); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return fmt.Errorf("creating object store %s: %w", want.Bucket, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading object store %s: %w", want.Bucket, err)
+	}
+	cur := st.CachedInfo().Config
+	if set.Replicas == 0 || cur.Replicas == set.Replicas {
+		return nil
+	}
+	cur.Replicas = set.Replicas
+	if _, err := js.UpdateStream(ctx, cur); err != nil {
+		return fmt.Errorf("updating object store %s: %w", want.Bucket, err)
+	}
 	return nil
 }
 
@@ -369,6 +408,9 @@ type Definition struct {
 	Control *event.FlowControl `json:"control,omitempty"`
 	// Timeouts are the definition's default run timeouts (see liveness.Registration).
 	Timeouts *event.RunTimeouts `json:"timeouts,omitempty"`
+	// Retention is how long the history of an ended run of the definition is kept
+	// (flow.WithRetention); 0 for the retention sweeper's default (docs/retention.md).
+	Retention event.Duration `json:"retention,omitempty"`
 }
 
 // DefinitionKey is the FLOW_DEFINITIONS key of definition on queue.

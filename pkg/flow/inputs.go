@@ -269,6 +269,8 @@ func inputError(e *api.IngressError) error {
 		sentinel = ErrNoWorker
 	case api.CodeRunDamaged:
 		sentinel = ErrDamaged
+	case api.CodeRunDeleted:
+		sentinel = ErrRunDeleted
 	default:
 		return e
 	}

@@ -189,6 +189,9 @@ func (s *Service) refusal(in *input, err error) *api.IngressError {
 	case errors.Is(err, core.ErrNotFound) && in.kind == api.KindHook:
 		return e(api.CodeHookNotFound, "no hook has token %q: the run never created it, or the token is mistyped; check the callback URL", in.token)
 	case errors.Is(err, core.ErrNotFound):
+		if why := s.deleted(in.runID); why != "" { // retention.go
+			return e(api.CodeRunDeleted, "%s", why)
+		}
 		return e(api.CodeRunNotFound, "run %q does not exist; list runs with `flow runs` (or GET /v1/runs on the history service)", in.runID)
 	case errors.Is(err, core.ErrDeliveryConflict):
 		return e(api.CodeDeliveryConflict, "%s", trimFlow(err))

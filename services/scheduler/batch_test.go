@@ -338,3 +338,22 @@ func TestBatchFaultsRateAndStop(t *testing.T) {
 	}
 	require.True(t, steady.Batching())
 }
+
+// TestBatchReset: a reset job resets each run once (run.reset in the old run, the same new run
+// for a repeat of the job's delivery ID), through the engine's Reset.
+func TestBatchReset(t *testing.T) {
+	e := newBatchEnv(t)
+	for i := range 3 {
+		require.NoError(t, e.start(fmt.Sprintf("copper-%d", i), "copper"))
+	}
+	e.indexed(3, "copper-2", core.StatusPending)
+	e.executor("resetter", nil)
+	e.create(batch.Spec{Op: batch.OpReset, Where: `tier = "copper"`, Reason: "replay", Reset: &batch.ResetSpec{Mode: "seq", Seq: 1}}, "reset-copper")
+	j := e.ended("reset-copper")
+	require.Equal(t, batch.StateCompleted, j.State)
+	require.Equal(t, 3, j.Applied, "failures: %v", j.Failures)
+	for i := range 3 {
+		resets, _ := events[*event.RunReset](t, e, fmt.Sprintf("copper-%d", i))
+		require.Len(t, resets, 1)
+	}
+}

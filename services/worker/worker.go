@@ -40,6 +40,7 @@ import (
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/internal/wait"
+	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 )
 
@@ -305,7 +306,7 @@ func (w *Worker) publishDefinitions(ctx context.Context, js jetstream.JetStream)
 		}
 		b, err := json.Marshal(streams.Definition{Definition: name, Queue: w.cfg.Queue, BuildID: id.BuildID, Patches: id.Patches,
 			UpdatedAt: time.Now().UTC(), Host: host, Attributes: id.Attributes, Control: w.reg.FlowControl(name),
-			Timeouts: w.reg.RunTimeouts(name)})
+			Timeouts: w.reg.RunTimeouts(name), Retention: event.Duration(w.reg.Retention(name))})
 		if err != nil {
 			return err
 		}
