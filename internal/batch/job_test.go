@@ -9,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/batch"
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/filter"
 )
 
 var t0 = time.Date(2026, 12, 1, 9, 0, 0, 0, time.UTC)
@@ -240,4 +242,27 @@ func TestDeliveryID(t *testing.T) {
 	require.NotEqual(t, batch.DeliveryID("j1", "order-1"), batch.DeliveryID("j2", "order-1"))
 	require.NoError(t, batch.ValidateID("cleanup-2026-12-01"))
 	require.ErrorIs(t, batch.ValidateID("a.b"), batch.ErrInvalid)
+}
+
+func TestSelects(t *testing.T) {
+	j := job(batch.StatePending, 0, 0)
+	j.Spec.Definition = "order"
+	f, err := batch.Compile(j.Spec, filter.Schema{})
+	require.NoError(t, err)
+	sum := core.Summary{RunID: "r1", Definition: "order", Status: core.StatusRunning, StartedAt: t0.Add(-time.Minute)}
+	require.True(t, batch.Selects(&j, f, sum))
+	late := sum
+	late.StartedAt = t0
+	require.False(t, batch.Selects(&j, f, late), "started when the job was created")
+	other := sum
+	other.Definition = "refund"
+	require.False(t, batch.Selects(&j, f, other))
+	done := sum
+	done.Status = core.StatusCompleted
+	require.False(t, batch.Selects(&j, f, done), "the filter")
+	gone := sum
+	gone.Deleted = &core.Deletion{}
+	require.False(t, batch.Selects(&j, f, gone), "a tombstone")
+	_, err = batch.Compile(batch.Spec{Op: batch.OpCancel, Where: `nope = 1`}, filter.Schema{})
+	require.ErrorIs(t, err, batch.ErrInvalid)
 }

@@ -79,10 +79,11 @@ func Resolve(ctx context.Context, js jetstream.JetStream, j *Job, limit int) (id
 	return ids, total, nil
 }
 
-// Selects reports whether job j, with its compiled filter f, targets the run sum summarises.
+// Selects reports whether job j, with its compiled filter f, targets the run sum summarises:
+// never a deleted run's tombstone, nor a run started after the job was created.
 func Selects(j *Job, f *filter.Filter, sum core.Summary) bool {
-	if sum.RunID == "" || !sum.StartedAt.Before(j.CreatedAt) {
-		return false
+	if sum.RunID == "" || !sum.StartedAt.Before(j.CreatedAt) || sum.Deleted != nil {
+		return false // a tombstone's run is gone (docs/retention.md)
 	}
 	if j.Spec.Definition != "" && sum.Definition != j.Spec.Definition {
 		return false
