@@ -263,6 +263,9 @@ type StartParams struct {
 	// Control is the flow control the run starts under (limits.Resolve computes it); nil for
 	// none. The run then decides nothing until the admission controller appends run.admitted.
 	Control *event.FlowControl
+	// Schedule, set by the scheduler, names the schedule and slot the run is started for;
+	// run.started records it. Nil for a start no schedule made.
+	Schedule *event.ScheduleRef
 }
 
 // RunExistsError reports a start with the ID of an existing run whose spec or input differs.
@@ -376,7 +379,8 @@ func (e *Engine) prepareStart(p *StartParams) (*event.RunStarted, error) {
 		}
 	}
 	return &event.RunStarted{Spec: p.Spec, Input: input, Queue: p.Queue, Seed: rand.Text(), Parent: p.Parent,
-		ContinuedFrom: p.ContinuedFrom, Generation: p.Generation, Attributes: p.Attributes, Priority: p.Priority, Control: p.Control}, nil
+		ContinuedFrom: p.ContinuedFrom, Generation: p.Generation, Attributes: p.Attributes, Priority: p.Priority, Control: p.Control,
+		Schedule: p.Schedule}, nil
 }
 
 // Existing checks a start against the run it names, appending nothing: false when run p.RunID

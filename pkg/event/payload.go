@@ -66,6 +66,9 @@ type RunStarted struct {
 	// Control is the flow control the run starts under: it makes no decision until
 	// run.admitted. Nil for a run without flow control.
 	Control *FlowControl `json:"control,omitempty"`
+	// Schedule names the schedule that started the run, the slot it is for and what made it
+	// start (a slot, a trigger, a backfill). Nil for a run no schedule started.
+	Schedule *ScheduleRef `json:"schedule,omitempty"`
 }
 
 // StepSpec is one scheduled step.
