@@ -25,7 +25,7 @@ var allStreams = append([]string{streams.History, streams.Tasks, streams.DeadLet
 // allBuckets are the buckets streams.Ensure creates.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
 	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket,
-	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket}
+	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket, streams.SchedulesBucket}
 
 func kvStreams(buckets []string) []string {
 	out := make([]string, len(buckets))
@@ -182,6 +182,7 @@ func historyRole() Role {
 	g.kvWrite(streams.StartKeysBucket) // it releases the debounce keys of runs whose delay fired
 	g.kvWrite(streams.QueueBucket)     // it queues runs under flow control for admission
 	g.kvWrite(streams.LimitsBucket)    // it releases the flow-control slots of ended runs
+	g.kvWatch(streams.SchedulesBucket) // the web UI lists and describes schedules
 	g.liveness()
 	g.publish(api.FeedPrefix + ">")
 	g.publish(api.IngressPrefix + ">")
@@ -204,6 +205,8 @@ func schedulerRole() Role {
 	g.kvWatch(streams.QueueBucket)  // the admission controller follows the runs waiting for admission
 	g.kvWrite(streams.LimitsBucket) // and takes their slots and rate tokens
 	g.kvWatch(streams.LimitsBucket)
+	g.kvWrite(streams.SchedulesBucket) // it fires the schedules, and advances their state
+	g.kvWatch(streams.SchedulesBucket)
 	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", false)
 }
 
@@ -218,6 +221,8 @@ func ingressRole() Role {
 	g.kvRead(streams.HooksBucket)      // it finds the run of a hook delivery by its token
 	g.kvWrite(streams.StartKeysBucket) // it claims the dedup and debounce keys of starts
 	g.kvWrite(streams.TimersBucket)    // it registers a delayed start's timer (fast path)
+	g.kvWrite(streams.SchedulesBucket) // it creates, changes and deletes schedules
+	g.kvWatch(streams.SchedulesBucket) // and lists them
 	g.liveness()
 	g.append(streams.DeadLetter, api.DeadLetterPrefix+">")
 	g.subscribe(api.IngressPrefix + ">")
