@@ -207,6 +207,7 @@ func schedulerRole() Role {
 	g.kvWatch(streams.LimitsBucket)
 	g.kvWrite(streams.SchedulesBucket) // it fires the schedules, and advances their state
 	g.kvWatch(streams.SchedulesBucket)
+	g.liveness() // and starts their runs with the build and flow control of their definitions
 	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", false)
 }
 
