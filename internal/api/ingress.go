@@ -271,6 +271,10 @@ func statusOf(c IngressCode) int {
 		return http.StatusLocked
 	case CodeIngressBusy:
 		return http.StatusServiceUnavailable
+	case CodeScheduleNotFound:
+		return http.StatusNotFound
+	case CodeScheduleExists:
+		return http.StatusConflict
 	}
 	return http.StatusInternalServerError
 }
@@ -280,5 +284,5 @@ func IngressCodes() []IngressCode {
 	return []IngressCode{CodeInvalidJSON, CodeInvalidName, CodeInvalidEvent, CodeInvalidRequest, CodeUnauthorized,
 		CodeRunNotFound, CodeHookNotFound, CodeRouteNotFound, CodeMethodNotAllowed, CodeRunEnded, CodeRunExists,
 		CodeDeliveryConflict, CodeHookReceived, CodeNoWorker, CodeTooLarge, CodeMediaType, CodeRunDamaged,
-		CodeIngressInternal, CodeIngressBusy}
+		CodeIngressInternal, CodeIngressBusy, CodeScheduleNotFound, CodeScheduleExists}
 }

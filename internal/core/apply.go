@@ -350,6 +350,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		}
 		s.Priority = d.Priority
 		s.Control = d.Control
+		s.Schedule = d.Schedule
 	case *event.RunAdmitted:
 		s.Admitted, s.AdmittedSeq, s.AdmittedAt = true, e.Seq, e.Time
 	case *event.RunDebounced:

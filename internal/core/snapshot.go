@@ -272,6 +272,9 @@ type Snapshot struct {
 	Admitted    bool      `json:"admitted,omitempty"`
 	AdmittedSeq uint64    `json:"admitted_seq,omitempty"`
 	AdmittedAt  time.Time `json:"admitted_at,omitzero"`
+	// Schedule is run.started's record of the schedule that started the run (its name, the
+	// slot, the action); nil for a run no schedule started. Set once, never changed.
+	Schedule *event.ScheduleRef `json:"schedule,omitempty"`
 
 	// ids maps every decision ID to its kind; IDs share one namespace.
 	ids map[string]string
