@@ -31,7 +31,7 @@ func New(s Schedule, now time.Time) (*Schedule, *Timing, error) {
 }
 
 // Pause pauses s: its slots are recorded as paused, not started, until Unpause. Buffered
-// actions wait; triggers and backfills still act.
+// slots wait for the unpause; triggers and backfills still act.
 func (s *Schedule) Pause(note string, now time.Time) error {
 	if len(note) > MaxNoteLength {
 		return fmt.Errorf("%w: the note is %d bytes long; the limit is %d", ErrInvalid, len(note), MaxNoteLength)

@@ -221,11 +221,15 @@ func (r *round) already(p Pending) bool {
 	return true
 }
 
-// drain starts the buffered actions whose turn came: while no run is active.
+// drain starts the buffered actions whose turn came: while no run is active. A buffered slot
+// of a paused schedule waits for the unpause (and so do the actions buffered after it).
 func (r *round) drain() {
 	st := &r.s.State
 	for len(st.Running) == 0 && len(st.Buffered) > 0 {
 		p := st.Buffered[0]
+		if st.Paused && p.Kind == event.ScheduleScheduled {
+			break
+		}
 		st.Buffered = st.Buffered[1:]
 		r.changed = true
 		if !r.already(p) {

@@ -385,3 +385,28 @@ func TestStartFailed(t *testing.T) {
 		t.Fatalf("state %+v", w.s.State)
 	}
 }
+
+// TestPauseHoldsBuffered: a slot buffered before the pause waits for the unpause; a trigger
+// still acts while paused.
+func TestPauseHoldsBuffered(t *testing.T) {
+	w := newWorld(t, minutely(BufferOne), "2026-06-01T10:00:30Z")
+	w.at("2026-06-01T10:01:00Z")
+	w.at("2026-06-01T10:02:00Z") // buffered behind 10:01's run
+	if err := w.s.Pause("hold", w.now); err != nil {
+		t.Fatal(err)
+	}
+	w.end(id("10:01"))
+	w.at("2026-06-01T10:02:30Z")
+	w.wantStarted(id("10:01"))
+	if _, err := w.s.Trigger("t1", AllowAll, w.now); err != nil {
+		t.Fatal(err)
+	}
+	w.round()
+	w.wantStarted(id("10:01"), "r-t20260601T100230000Z")
+	w.end("r-t20260601T100230000Z")
+	if err := w.s.Unpause(w.tm, "", utc("2026-06-01T10:02:40Z")); err != nil {
+		t.Fatal(err)
+	}
+	w.at("2026-06-01T10:02:40Z")
+	w.wantStarted(id("10:01"), "r-t20260601T100230000Z", id("10:02"))
+}

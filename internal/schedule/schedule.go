@@ -159,8 +159,8 @@ type Action struct {
 	Slot    time.Time `json:"slot"`
 	Kind    Kind      `json:"kind"`
 	RunID   string    `json:"run_id,omitempty"`
-	Outcome Outcome   `json:"outcome"`
-	// At is when it was decided; Count the number of consecutive slots a Missed or Paused
+	Outcome Outcome   `json:"outcome,omitempty"`
+	// At is when it was decided (for a next action: when it fires); Count the number of consecutive slots a Missed or Paused
 	// record stands for (up to Until), when more than one.
 	At     time.Time `json:"at"`
 	Count  int       `json:"count,omitempty"`

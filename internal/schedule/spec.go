@@ -94,7 +94,7 @@ func (s Spec) Compile() (*Timing, error) {
 		}
 		sched, err := cronParser.Parse(s.Cron)
 		if err != nil {
-			return nil, bad("cron expression %q: %v; write five fields: minute hour day-of-month month day-of-week, such as '0 9 * * MON-FRI' or '*/15 * * * *'", s.Cron, err)
+			return nil, bad("cron expression %q: %v; write five fields: minute hour day-of-month month day-of-week (names: MON-SUN, JAN-DEC), such as '0 9 * * MON-FRI' or '*/15 * * * *'", s.Cron, err)
 		}
 		cs, ok := sched.(*cron.SpecSchedule)
 		if !ok {
