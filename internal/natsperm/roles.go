@@ -182,7 +182,6 @@ func historyRole() Role {
 	g.kvWrite(streams.StartKeysBucket) // it releases the debounce keys of runs whose delay fired
 	g.kvWrite(streams.QueueBucket)     // it queues runs under flow control for admission
 	g.kvWrite(streams.LimitsBucket)    // it releases the flow-control slots of ended runs
-	g.kvWatch(streams.SchedulesBucket) // the web UI lists and describes schedules
 	g.liveness()
 	g.publish(api.FeedPrefix + ">")
 	g.publish(api.IngressPrefix + ">")

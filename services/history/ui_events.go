@@ -75,7 +75,7 @@ func summarize(p event.Payload) string {
 		if p.Control != nil {
 			s += ", under flow control: " + p.Control.Describe()
 		}
-		return s + startPolicySummary(p)
+		return s + startPolicySummary(p) + scheduleSummary(p)
 	case *event.RunAdmitted:
 		s := "admitted by flow control, group " + p.Group
 		if p.Key != "" {
