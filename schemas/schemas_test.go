@@ -134,6 +134,10 @@ func examples() []example {
 		}},
 		{"after a wait", &event.RunAdmitted{Group: "reports", Key: "c-42", Queued: event.Duration(1500 * time.Millisecond)}},
 		{"singleton replaced", &event.RunCancelled{Reason: `cancelled by flow control: replaced by the newer run "sync-2"`, Cause: event.CauseFlowControl}},
+		{"by a schedule", &event.RunStarted{
+			Spec: event.Spec{Definition: "report"}, Input: json.RawMessage(`{"region":"eu"}`), Seed: "2c26b46b68ffc68f",
+			Schedule: &event.ScheduleRef{Name: "report", Slot: time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC), Action: event.ScheduleScheduled},
+		}},
 	}
 }
 
