@@ -124,6 +124,16 @@ func TestScheduleThroughClient(t *testing.T) {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&list))
 	require.Len(t, list.Schedules, 1)
 	require.Equal(t, "tick", list.Schedules[0].Schedule.Name)
+	doc, err := http.Get("http://" + in.HTTPAddr() + "/v1/openapi.json")
+	require.NoError(t, err)
+	defer doc.Body.Close()
+	var openapi struct {
+		Paths map[string]map[string]any `json:"paths"`
+	}
+	require.NoError(t, json.NewDecoder(doc.Body).Decode(&openapi))
+	for p, m := range map[string]string{"/v1/schedules": "post", "/v1/schedules/{name}": "get", "/v1/schedules/{name}/backfill": "post"} {
+		require.Contains(t, openapi.Paths[p], m, p)
+	}
 
 	require.NoError(t, client.UnpauseSchedule(ctx, "tick", ""))
 	require.NoError(t, client.DeleteSchedule(ctx, "tick"))
