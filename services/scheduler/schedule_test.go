@@ -3,6 +3,7 @@ package scheduler_test
 import (
 	"context"
 	"encoding/json"
+	"slices"
 	"testing"
 	"time"
 
@@ -42,6 +43,11 @@ func newScheduleEnv(t *testing.T) *scheduleEnv {
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: natstest.Logger()})
 	flow.RegisterWorkflow(reg, "tick", func(ctx *flow.Context, in json.RawMessage) (flow.Decision, error) {
 		return ctx.Complete(in), nil
+	})
+	// hold waits for a signal that never comes: its runs are active until cancelled or
+	// terminated.
+	flow.RegisterWorkflow(reg, "hold", func(ctx *flow.Context, _ json.RawMessage) (flow.Decision, error) {
+		return ctx.AwaitSignal("go", "go"), nil
 	})
 	w := startWorker(t, natstest.Connect(t, srv), reg)
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
@@ -170,4 +176,75 @@ func countType(envs []event.Envelope, typ event.Type) int {
 		}
 	}
 	return n
+}
+
+// TestScheduleOverlapOnEngine runs terminate_other and cancel_other on the real engine, with
+// runs that never end by themselves: each new slot's run of the terminate_other schedule starts
+// after the run before it was terminated (run.failed, cause operator), and each of the
+// cancel_other schedule after the run before it was cancelled (run.cancel_requested, then
+// run.cancelled). It logs how late after its slot each terminate_other run started.
+func TestScheduleOverlapOnEngine(t *testing.T) {
+	e := newScheduleEnv(t)
+	every := schedule.Spec{Every: event.Duration(time.Second)}
+	e.create(schedule.Schedule{Name: "term", Definition: "hold", Spec: every, Overlap: schedule.TerminateOther})
+	e.create(schedule.Schedule{Name: "canc", Definition: "hold", Spec: every, Overlap: schedule.CancelOther})
+	s := e.scheduler("s1", nil, 50*time.Millisecond)
+	require.Eventually(t, func() bool {
+		return e.get("term").State.Started >= 4 && e.get("canc").State.Started >= 3
+	}, 30*time.Second, 50*time.Millisecond)
+	require.NoError(t, s.Stop())
+
+	type run struct {
+		id           string
+		slot         time.Time
+		started, end time.Time
+		ended        event.Payload
+		cancelAsked  bool
+	}
+	runs := map[string][]run{}
+	for id, envs := range readAllHistories(t, e.ctx, e.js) {
+		st := envs[0].Payload.(*event.RunStarted)
+		if st.Schedule == nil {
+			continue
+		}
+		r := run{id: id, slot: st.Schedule.Slot, started: envs[0].Time}
+		for _, env := range envs[1:] {
+			switch env.Payload.(type) {
+			case *event.RunCancelRequested:
+				r.cancelAsked = true
+			case *event.RunFailed, *event.RunCancelled, *event.RunCompleted:
+				r.ended, r.end = env.Payload, env.Time
+			}
+		}
+		runs[st.Schedule.Name] = append(runs[st.Schedule.Name], r)
+	}
+	var lateness []time.Duration
+	for name, list := range runs {
+		slices.SortFunc(list, func(a, b run) int { return a.slot.Compare(b.slot) })
+		for i, r := range list[:len(list)-1] {
+			next := list[i+1]
+			require.NotNil(t, r.ended, "%s: run %s did not end before %s started", name, r.id, next.id)
+			require.False(t, next.started.Before(r.end), "%s: run %s started before %s ended", name, next.id, r.id)
+			switch name {
+			case "term":
+				f, ok := r.ended.(*event.RunFailed)
+				require.True(t, ok, "run %s ended with %T", r.id, r.ended)
+				require.Equal(t, event.CauseOperator, f.Cause)
+				require.Contains(t, f.Error.Message, "terminate_other")
+			case "canc":
+				require.True(t, r.cancelAsked, "run %s", r.id)
+				require.IsType(t, &event.RunCancelled{}, r.ended, "run %s", r.id)
+			}
+		}
+		if name == "term" {
+			for _, r := range list {
+				lateness = append(lateness, r.started.Sub(r.slot))
+			}
+		}
+	}
+	require.GreaterOrEqual(t, len(runs["term"]), 4)
+	require.GreaterOrEqual(t, len(runs["canc"]), 3)
+	slices.Sort(lateness)
+	t.Logf("terminate_other: %d runs, start after slot p50 %s, max %s; cancel_other: %d runs", len(runs["term"]),
+		lateness[len(lateness)/2], lateness[len(lateness)-1], len(runs["canc"]))
 }
