@@ -59,7 +59,8 @@ buffer_one, buffer_all, cancel_other, terminate_other, allow_all.
 --catchup-window: slots due longer ago than this when the scheduler gets to them (after downtime)
 are recorded as missed, not started (default 1h).`,
 		Args: args("NAME"),
-		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
+		// The flags are checked before connecting: a usage error needs no NATS.
+		PreRunE: func(*cobra.Command, []string) error {
 			if input != "" {
 				var v any
 				if err := json.Unmarshal([]byte(input), &v); err != nil {
@@ -74,6 +75,12 @@ are recorded as missed, not started (default 1h).`,
 			if o.Definition == "" {
 				return usageError{fmt.Errorf("--definition is required: the workflow each run starts, e.g. --definition report")}
 			}
+			if (o.Cron == "") == (o.Every == 0) {
+				return usageError{fmt.Errorf("give either --cron (e.g. --cron '0 9 * * MON-FRI' --tz Europe/Berlin) or --every (e.g. --every 15m)")}
+			}
+			return nil
+		},
+		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
 			o.Queue = e.queue
 			var d *flow.ScheduleDescription
 			var err error
@@ -310,8 +317,14 @@ func (e *env) scheduleTriggerCmd() *cobra.Command {
 		Use:   "trigger NAME",
 		Short: "Ask a schedule for an action now, under its overlap policy (or --overlap)",
 		Args:  args("NAME"),
-		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
+		PreRunE: func(*cobra.Command, []string) error {
 			o.Overlap = flow.Overlap(overlap)
+			if err := schedule.CheckOverlap(o.Overlap); err != nil {
+				return usageError{fmt.Errorf("--overlap %q is not one of skip, buffer_one, buffer_all, cancel_other, terminate_other, allow_all", overlap)}
+			}
+			return nil
+		},
+		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
 			d, err := client.TriggerSchedule(c.Context(), a[0], &o)
 			if err != nil {
 				return err
@@ -335,20 +348,26 @@ func (e *env) scheduleTriggerCmd() *cobra.Command {
 func (e *env) scheduleBackfillCmd() *cobra.Command {
 	var o flow.TriggerOptions
 	var overlap, start, end string
+	var from, to time.Time
 	cmd := &cobra.Command{
 		Use:   "backfill NAME --start TIME --end TIME",
 		Short: "Start the schedule's runs for its slots in [start, end), in order, under its overlap policy (or --overlap)",
 		Args:  args("NAME"),
-		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
-			from, err := time.Parse(time.RFC3339, start)
-			if err != nil {
+		PreRunE: func(*cobra.Command, []string) error {
+			var err error
+			if from, err = time.Parse(time.RFC3339, start); err != nil {
 				return usageError{fmt.Errorf("--start %q is not an RFC 3339 time such as 2026-01-05T00:00:00Z", start)}
 			}
-			to, err := time.Parse(time.RFC3339, end)
-			if err != nil {
+			if to, err = time.Parse(time.RFC3339, end); err != nil {
 				return usageError{fmt.Errorf("--end %q is not an RFC 3339 time such as 2026-01-10T00:00:00Z", end)}
 			}
 			o.Overlap = flow.Overlap(overlap)
+			if err := schedule.CheckOverlap(o.Overlap); err != nil {
+				return usageError{fmt.Errorf("--overlap %q is not one of skip, buffer_one, buffer_all, cancel_other, terminate_other, allow_all", overlap)}
+			}
+			return nil
+		},
+		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
 			d, err := client.BackfillSchedule(c.Context(), a[0], from, to, &o)
 			if err != nil {
 				return err
