@@ -274,6 +274,9 @@ func decodeSchedule(data []byte, rev uint64) (*trackedSchedule, error) {
 	return &trackedSchedule{sch: &sch, t: t, rev: rev}, nil
 }
 
+// errDeleted reports a schedule deleted while its round ran.
+var errDeleted = errors.New("the schedule was deleted")
+
 // roundAttempts bounds the rounds of one schedule that lose the compare-and-set in a row.
 const roundAttempts = 8
 
@@ -284,6 +287,10 @@ func (r *scheduleRunner) round(ctx context.Context, name string, ts *trackedSche
 	err := r.roundOnce(ctx, name, ts, now)
 	if err == nil {
 		ts.retryAt = time.Time{}
+		return
+	}
+	if errors.Is(err, errDeleted) {
+		ts.retryAt = time.Now().Add(r.poll) // until the watch brings the deletion
 		return
 	}
 	if ctx.Err() == nil {
@@ -343,8 +350,8 @@ func (r *scheduleRunner) roundOnce(ctx context.Context, name string, ts *tracked
 		}
 		// Changed meanwhile (paused, triggered, deleted): read it again and repeat the round.
 		e, gerr := r.kv.Get(ctx, name)
-		if errors.Is(gerr, jetstream.ErrKeyNotFound) {
-			return nil // deleted: the watch forgets it
+		if errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted) {
+			return errDeleted
 		}
 		if gerr != nil {
 			return gerr
