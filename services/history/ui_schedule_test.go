@@ -1,6 +1,7 @@
 package history_test
 
 import (
+	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -21,8 +22,13 @@ func TestUISchedules(t *testing.T) {
 	require.Equal(t, http.StatusOK, p.status)
 	require.Contains(t, p.body, "No schedules yet")
 
-	_, err := b.client.CreateSchedule(b.ctx, "ui-tick", flow.ScheduleOptions{Every: time.Second, Definition: "steps", Input: 1,
-		Overlap: flow.OverlapAllowAll})
+	var err error
+	// The worker registers "steps" a moment after it started.
+	require.Eventually(t, func() bool {
+		_, err = b.client.CreateSchedule(b.ctx, "ui-tick", flow.ScheduleOptions{Every: time.Second, Definition: "steps", Input: 1,
+			Overlap: flow.OverlapAllowAll})
+		return !errors.Is(err, flow.ErrNoWorker)
+	}, 20*time.Second, 20*time.Millisecond)
 	require.NoError(t, err)
 	var d *flow.ScheduleDescription
 	require.Eventually(t, func() bool {

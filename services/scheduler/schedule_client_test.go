@@ -48,8 +48,13 @@ func TestScheduleThroughClient(t *testing.T) {
 	require.ErrorIs(t, err, flow.ErrScheduleNotFound)
 
 	e.scheduler("s1", nil, 100*time.Millisecond)
-	d, err := client.CreateSchedule(ctx, "tick", flow.ScheduleOptions{Every: time.Second, Definition: "tick", Input: map[string]int{"n": 7},
-		Overlap: flow.OverlapAllowAll})
+	var d *flow.ScheduleDescription
+	// The worker registers "tick" a moment after it started.
+	require.Eventually(t, func() bool {
+		d, err = client.CreateSchedule(ctx, "tick", flow.ScheduleOptions{Every: time.Second, Definition: "tick", Input: map[string]int{"n": 7},
+			Overlap: flow.OverlapAllowAll})
+		return !errors.Is(err, flow.ErrNoWorker)
+	}, 20*time.Second, 20*time.Millisecond)
 	require.NoError(t, err)
 	require.Len(t, d.Next, api.DefaultScheduleNext)
 	_, err = client.CreateSchedule(ctx, "tick", flow.ScheduleOptions{Every: time.Second, Definition: "tick"})
