@@ -257,6 +257,10 @@ func (s *Service) changeSchedule(ctx context.Context, kv jetstream.KeyValue, nam
 		if err := change(sch, t); err != nil {
 			return nil, &api.IngressError{Code: api.CodeInvalidRequest, Message: trimFlow(err)}
 		}
+		if !*accepted {
+			// A repeated trigger or backfill: nothing to write.
+			return describe(sch, t, time.Now(), next), nil
+		}
 		data, err := json.Marshal(sch)
 		if err != nil {
 			return nil, &api.IngressError{Code: api.CodeIngressInternal, Message: err.Error()}
@@ -336,8 +340,8 @@ func (s *Service) putSchedule(ctx context.Context, kv jetstream.KeyValue, op str
 		}
 		return describe(created, t, now, 0), nil
 	}
-	accepted := false
-	return s.changeSchedule(ctx, kv, sch.Name, func(cur *schedule.Schedule, _ *schedule.Timing) error {
+	accepted := true // an update always writes
+	d, e := s.changeSchedule(ctx, kv, sch.Name, func(cur *schedule.Schedule, _ *schedule.Timing) error {
 		cur.Spec, cur.Definition, cur.Queue, cur.Input, cur.Overlap, cur.CatchupWindow = sch.Spec, sch.Definition, sch.Queue, sch.Input, sch.Overlap, sch.CatchupWindow
 		if req.Paused && !cur.State.Paused {
 			cur.State.Paused, cur.State.Note = true, req.Note
@@ -346,6 +350,10 @@ func (s *Service) putSchedule(ctx context.Context, kv jetstream.KeyValue, op str
 		_, err := cur.Validate()
 		return err
 	}, 0, &accepted)
+	if d != nil {
+		d.Accepted = false
+	}
+	return d, e
 }
 
 // listSchedules lists every schedule, sorted by name.
