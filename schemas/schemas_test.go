@@ -67,6 +67,8 @@ func examples() []example {
 			Generation:    1,
 			TraceParent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 			Attributes:    exampleAttributes(),
+			Timeouts: &event.RunTimeouts{Execution: event.Duration(24 * time.Hour), ExecutionDeadline: at.Add(20 * time.Hour),
+				Run: event.Duration(time.Hour), RunDeadline: at.Add(time.Hour)},
 		}},
 		{"reused and delayed", &event.RunStarted{
 			Spec: event.Spec{Definition: "order"}, Input: json.RawMessage(`{"order_id":"o-2"}`), Seed: "c4ca4238a0b92382",
@@ -82,11 +84,16 @@ func examples() []example {
 		}},
 		{"batch", &event.StepScheduled{Steps: []event.StepSpec{
 			{ID: "charge", Name: "charge-card", Input: json.RawMessage(`{"amount_cents":1250,"currency":"EUR"}`), Retry: charge},
-			{ID: "reserve", Name: "reserve-stock", Input: json.RawMessage(`null`), Retry: event.RetryPolicy{}.Normalize()},
+			{ID: "reserve", Name: "reserve-stock", Input: json.RawMessage(`null`), Retry: event.RetryPolicy{}.Normalize(),
+				Timeouts: &event.StepTimeouts{ScheduleToStart: event.Duration(time.Minute), StartToClose: event.Duration(10 * time.Minute),
+					Heartbeat: event.Duration(30 * time.Second)}},
 		}}},
 		{"retried", &event.StepCompleted{StepID: "charge", Attempt: 2, Output: json.RawMessage(`{"charge_id":"ch_1"}`)}},
 		{"exhausted", &event.StepFailed{StepID: "charge", Attempt: 5,
 			Error: event.ErrorInfo{Kind: "timeout", Message: "payment gateway timed out"}, Retryable: true, Final: true}},
+		{"heartbeat timed out", &event.StepFailed{StepID: "reserve", Attempt: 1,
+			Error:     event.ErrorInfo{Kind: event.TimeoutHeartbeat, Message: "attempt 1: the heartbeat-timeout of 30s passed"},
+			Retryable: true, Timeout: event.TimeoutHeartbeat}},
 		{"backoff", &event.StepRetryScheduled{StepID: "charge", Attempt: 2, Due: at.Add(250 * time.Millisecond)}},
 		{"backoff elapsed", &event.StepRetryFired{StepID: "charge", Attempt: 2}},
 		{"cancelled run", &event.StepCancelled{Steps: []event.CancelledStep{
@@ -465,7 +472,7 @@ func TestEnumsMatchGoConstants(t *testing.T) {
 		def, goType string
 		known       []string
 	}{
-		{"cause", "Cause", []string{string(event.CauseWorkflow), string(event.CauseStepExhausted), string(event.CauseCancelRequested), string(event.CauseOperator), string(event.CauseFlowControl)}},
+		{"cause", "Cause", []string{string(event.CauseWorkflow), string(event.CauseStepExhausted), string(event.CauseCancelRequested), string(event.CauseOperator), string(event.CauseFlowControl), string(event.CauseTimeout)}},
 		{"outcome", "Outcome", []string{string(event.OutcomeCompleted), string(event.OutcomeFailed), string(event.OutcomeCancelled), string(event.OutcomeContinuedAsNew)}},
 		{"cancel_policy", "CancelPolicy", []string{string(event.CancelPolicyRequest), string(event.CancelPolicyAbandon)}},
 		{"exhaustion", "Exhaustion", []string{string(event.ExhaustionFailRun), string(event.ExhaustionReturnError)}},
@@ -630,7 +637,7 @@ func TestInvalidPayloads(t *testing.T) {
 	}{
 		{"UnknownCause", event.TypeRunFailed, func(m map[string]any) { m["cause"] = "nobody" }},
 		{"EmptyCause", event.TypeRunCancelled, func(m map[string]any) { m["cause"] = "" }},
-		{"StepCancelledUnknownCause", event.TypeStepCancelled, func(m map[string]any) { m["cause"] = "timeout" }},
+		{"StepCancelledUnknownCause", event.TypeStepCancelled, func(m map[string]any) { m["cause"] = "gremlins" }},
 		{"ChildContinuedAsNew", event.TypeChildSettled, func(m map[string]any) { m["outcome"] = "continued_as_new" }},
 		{"UnknownOutcome", event.TypeChildSettled, func(m map[string]any) { m["outcome"] = "done" }},
 		{"EmptyCancelPolicy", event.TypeChildScheduled, func(m map[string]any) { at0(m, "children")["cancel_policy"] = "" }},

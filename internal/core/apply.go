@@ -59,6 +59,10 @@ func IsInput(p event.Payload) bool {
 		*event.StepRetryFired, *event.ChildSettled, *event.RunCancelRequested, *event.UpdateReceived,
 		*event.RunDelayFired, *event.RunAdmitted:
 		return true
+	case *event.StepFailed:
+		// A step timeout is appended by the scheduler, not by the worker that ran the attempt
+		// (which may be dead): the run needs a drive as after any input (docs/timeouts.md).
+		return p.(*event.StepFailed).Timeout != ""
 	}
 	return false
 }
@@ -89,9 +93,9 @@ func isDecisionEvent(p event.Payload) bool {
 	case *event.SideEffectRecorded:
 		return true
 	case *event.StepCancelled:
-		return p.Cause != event.CauseOperator && p.Cause != event.CauseFlowControl
+		return p.Cause != event.CauseOperator && p.Cause != event.CauseFlowControl && p.Cause != event.CauseTimeout
 	case *event.RunFailed:
-		return p.Cause != event.CauseOperator
+		return p.Cause != event.CauseOperator && p.Cause != event.CauseTimeout
 	case *event.RunCancelled:
 		return p.Cause != event.CauseOperator && p.Cause != event.CauseFlowControl
 	}
@@ -350,6 +354,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		}
 		s.Priority = d.Priority
 		s.Control = d.Control
+		s.Timeouts = d.Timeouts
 		s.Schedule = d.Schedule
 	case *event.RunAdmitted:
 		s.Admitted, s.AdmittedSeq, s.AdmittedAt = true, e.Seq, e.Time
@@ -368,6 +373,9 @@ func (s *Snapshot) mutate(e event.Envelope) {
 			step := &steps[i]
 			*step = Step{ID: st.ID, Name: st.Name, Input: st.Input, Retry: st.Retry,
 				BatchSeq: e.Seq, Status: StepRunning, Attempt: 1, pos: i, vetted: vetStep(st)}
+			if !st.Timeouts.IsZero() {
+				step.Timeouts, step.InFlightSince, step.InFlightSeq = st.Timeouts, e.Time, e.Seq
+			}
 			members[i] = step
 			s.Steps[st.ID] = step
 			s.unsettled.push(step)
@@ -406,6 +414,9 @@ func (s *Snapshot) mutate(e event.Envelope) {
 	case *event.StepRetryFired:
 		st := s.Steps[d.StepID]
 		st.Status, st.RetryDue = StepRunning, zeroTime
+		if st.Timeouts != nil {
+			st.InFlightSince, st.InFlightSeq = e.Time, e.Seq
+		}
 		p.StepsRetrying--
 		p.StepsRunning++
 	case *event.StepCancelled:

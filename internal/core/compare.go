@@ -28,6 +28,8 @@ func compareStep(runID string, rec event.StepSpec, seq uint64, got event.StepSpe
 		return mismatch(runID, kindStep, rec.ID, "input", rec.Input, got.Input, seq)
 	case !rec.Retry.Equal(got.Retry):
 		return mismatch(runID, kindStep, rec.ID, "retry", rec.Retry.Normalize(), got.Retry.Normalize(), seq)
+	case !rec.Timeouts.Equal(got.Timeouts):
+		return mismatch(runID, kindStep, rec.ID, "timeouts", timeoutsForm(rec.Timeouts), timeoutsForm(got.Timeouts), seq)
 	}
 	return nil
 }

@@ -42,6 +42,7 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 		if IsInput(e.Payload) && !terminal && (!s.Delayed || s.CancelRequested) && e.Seq > s.decidedSeq {
 			c.Resume, c.TaskSeq = true, e.Seq
 		}
+		deriveTimeouts(s, e, &c)
 		switch p := e.Payload.(type) {
 		case *event.WaitScheduled:
 			if w, ok := s.Waits[p.WaitID]; ok && !w.Fired && !terminal {
@@ -84,6 +85,7 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 			if s.Delayed {
 				c.Moot = append(c.Moot, startTimer(s)) // ended (terminated) before its delay fired
 			}
+			c.Moot = append(c.Moot, mootTimeouts(s)...)
 		}
 	}
 	return c

@@ -22,6 +22,8 @@ type StepCall struct {
 	Input json.RawMessage
 	// Retry is normalized by Validate before it is compared or recorded.
 	Retry event.RetryPolicy
+	// Timeouts are the step's per-attempt timeouts; nil (or all zero) for none.
+	Timeouts *event.StepTimeouts
 }
 
 // ScheduleSteps schedules one step or an atomic batch. The batch's whole identity (its members

@@ -23,6 +23,9 @@ type StepOutcome struct {
 	Err *event.ErrorInfo
 	// NonRetryable is set when the error itself says it must not be retried.
 	NonRetryable bool
+	// Timeout names the step timeout that ended the attempt (event.TimeoutStartToClose when
+	// the worker's own deadline passed); empty otherwise. Err.Kind is the same name.
+	Timeout string
 }
 
 // StepResult returns the events that record the outcome of attempt of step stepID, finished at
@@ -50,7 +53,7 @@ func StepResult(s *Snapshot, stepID string, attempt int, out StepOutcome, now ti
 	}
 	retryable := !out.NonRetryable && st.Retry.Retryable(e.Kind)
 	final := !retryable || attempt >= st.Retry.MaxAttempts
-	failed := &event.StepFailed{StepID: stepID, Attempt: attempt, Error: e, Retryable: retryable, Final: final}
+	failed := &event.StepFailed{StepID: stepID, Attempt: attempt, Error: e, Retryable: retryable, Final: final, Timeout: out.Timeout}
 	if final {
 		return []event.Payload{failed}, nil
 	}
@@ -86,6 +89,9 @@ type Timer struct {
 // Key identifies the timer within its run: "wait.<id>", "retry.<id>.<attempt>" or
 // "start.<seq>".
 func (t Timer) Key() string {
+	if k, ok := timeoutKey(t); ok {
+		return k
+	}
 	switch t.Kind {
 	case TimerRetry:
 		return fmt.Sprintf("retry.%s.%d", t.ID, t.Attempt)
@@ -115,7 +121,7 @@ func Timers(s *Snapshot) []Timer {
 	if s.Delayed {
 		ts = append(ts, startTimer(s))
 	}
-	return ts
+	return append(ts, timeoutTimers(s)...)
 }
 
 // NewTimers returns the timers that events, about to be or just committed to run runID, create.
@@ -133,6 +139,7 @@ func NewTimers(runID string, events []event.Payload) []Timer {
 			if !p.NotBefore.IsZero() {
 				ts = append(ts, Timer{RunID: runID, Kind: TimerStart, ID: "1", Due: p.NotBefore, Seq: 1})
 			}
+			ts = append(ts, runTimeoutTimers(&Snapshot{RunID: runID, Timeouts: p.Timeouts})...)
 		}
 	}
 	return ts
@@ -155,6 +162,8 @@ func Fire(s *Snapshot, t Timer) ([]event.Payload, error) {
 		}
 	case TimerStart:
 		return fireStart(s, t)
+	case TimerRunTimeout, TimerStepStart:
+		return fireTimeout(s, t)
 	}
 	return nil, fmt.Errorf("%w: timer %s of run %q is not pending", ErrStale, t.Key(), s.RunID)
 }
@@ -301,6 +310,8 @@ type Attempt struct {
 	Name    string
 	Attempt int
 	Input   json.RawMessage
+	// Timeouts are the step's recorded timeouts; nil for none.
+	Timeouts *event.StepTimeouts
 }
 
 // Attempts returns the attempts in flight, in scheduling order. Its cost grows with the number
@@ -323,7 +334,7 @@ func InFlightAttempts(s *Snapshot) iter.Seq[Attempt] {
 			if st.Status != StepRunning {
 				continue
 			}
-			if !yield(Attempt{RunID: s.RunID, StepID: st.ID, Name: st.Name, Attempt: st.Attempt, Input: st.Input}) {
+			if !yield(Attempt{RunID: s.RunID, StepID: st.ID, Name: st.Name, Attempt: st.Attempt, Input: st.Input, Timeouts: st.Timeouts}) {
 				return
 			}
 		}

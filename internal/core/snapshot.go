@@ -80,6 +80,13 @@ type Step struct {
 	// SideEffectUnknown is set when the step was cancelled while an attempt may have run.
 	SideEffectUnknown bool   `json:"side_effect_unknown,omitempty"`
 	SettledSeq        uint64 `json:"settled_seq,omitempty"`
+	// Timeouts are the step's recorded per-attempt timeouts (docs/timeouts.md); nil for none.
+	Timeouts *event.StepTimeouts `json:"timeouts,omitempty"`
+	// InFlightSince and InFlightSeq are the recorded time and the sequence of the event that put
+	// the current attempt in flight (step.scheduled or step.retry_fired). They are kept for
+	// steps with timeouts only: the schedule-to-start timeout counts from them.
+	InFlightSince time.Time `json:"in_flight_since,omitzero"`
+	InFlightSeq   uint64    `json:"in_flight_seq,omitempty"`
 
 	// pos is the step's position in its batch.
 	pos int
@@ -272,6 +279,8 @@ type Snapshot struct {
 	Admitted    bool      `json:"admitted,omitempty"`
 	AdmittedSeq uint64    `json:"admitted_seq,omitempty"`
 	AdmittedAt  time.Time `json:"admitted_at,omitzero"`
+	// Timeouts are run.started's run timeouts and the deadlines they give; nil for none.
+	Timeouts *event.RunTimeouts `json:"timeouts,omitempty"`
 	// Schedule is run.started's record of the schedule that started the run (its name, the
 	// slot, the action); nil for a run no schedule started. Set once, never changed.
 	Schedule *event.ScheduleRef `json:"schedule,omitempty"`
@@ -499,6 +508,28 @@ type Summary struct {
 	Damaged string `json:"damaged,omitempty"`
 	// Attributes are the run's search attributes as of Seq (Snapshot.Attributes).
 	Attributes event.Attributes `json:"attributes,omitempty"`
+	// Deleted makes the entry a tombstone: the run ended, its retention period passed, and its
+	// history was deleted (or is being deleted), after being archived if Archive says where.
+	// The other fields keep the run's last summary. Nil for a run whose history is kept; the
+	// retention sweeper sets it (docs/retention.md).
+	Deleted *Deletion `json:"deleted,omitempty"`
+}
+
+// Deletion is the tombstone of a run whose history was deleted after its retention period.
+type Deletion struct {
+	// At is when the sweeper decided to delete the run.
+	At time.Time `json:"at"`
+	// Reason says why: the retention period and the run's end.
+	Reason string `json:"reason"`
+	// Archive says where the whole history was archived before it was deleted ("objectstore:
+	// FLOW_ARCHIVE/<run>", "dir:<file>"); empty when it was not.
+	Archive string `json:"archive,omitempty"`
+	// Purged is set once the history and the run's derived state are gone; until then the
+	// sweeper finishes the deletion on its next pass.
+	Purged bool `json:"purged,omitempty"`
+	// Msgs is how many FLOW_HISTORY messages (commits) the run had when it was tombstoned:
+	// the history service's start check counts them as deleted, not lost.
+	Msgs uint64 `json:"msgs,omitempty"`
 }
 
 // Summary returns the run's summary, as of the event that last changed it.

@@ -183,8 +183,12 @@ func (v validation) stepsInFull(d ScheduleSteps) (Verdict, error) {
 		if err := retry.Validate(); err != nil {
 			return v.invalid("step %q: %v", c.ID, err)
 		}
+		timeouts, err := stepTimeouts(c.Timeouts)
+		if err != nil {
+			return v.invalid("step %q: %v", c.ID, err)
+		}
 		ids[i] = c.ID
-		specs[i] = event.StepSpec{ID: c.ID, Name: c.Name, Input: in, Retry: retry}
+		specs[i] = event.StepSpec{ID: c.ID, Name: c.Name, Input: in, Retry: retry, Timeouts: timeouts}
 	}
 	var first *Step
 	for _, id := range ids {
@@ -204,7 +208,7 @@ func (v validation) stepsInFull(d ScheduleSteps) (Verdict, error) {
 	}
 	for _, spec := range specs {
 		st := s.Steps[spec.ID]
-		rec := event.StepSpec{ID: st.ID, Name: st.Name, Input: st.Input, Retry: st.Retry}
+		rec := event.StepSpec{ID: st.ID, Name: st.Name, Input: st.Input, Retry: st.Retry, Timeouts: st.Timeouts}
 		if err := compareStep(s.RunID, rec, st.BatchSeq, spec); err != nil {
 			return Verdict{}, err
 		}
@@ -245,7 +249,7 @@ func (v validation) pendingSteps(d ScheduleSteps) (Verdict, bool) {
 		if !st.vetted || c.ID != st.ID || c.Name != st.Name || !bytes.Equal(c.Input, st.Input) {
 			return Verdict{}, false
 		}
-		if !normalizesTo(&c.Retry, &st.Retry) {
+		if !normalizesTo(&c.Retry, &st.Retry) || !c.Timeouts.Equal(st.Timeouts) {
 			return Verdict{}, false
 		}
 		if waiting == nil && !st.Status.Settled() {

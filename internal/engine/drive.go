@@ -664,7 +664,17 @@ func (d *driver) runAttempt(ctx context.Context, a core.Attempt, release func())
 	defer d.e.slots.release()
 	ctx, span := d.stepSpan(ctx, a)
 	began := time.Now()
-	out := d.e.rt.RunStep(ctx, a)
+	var out core.StepOutcome
+	if hb := d.e.heartbeats; hb != nil {
+		e := d.e
+		actx, end := hb.Begin(ctx, a, func(ctx context.Context) (core.AttemptCheck, error) {
+			return e.CheckAttempt(ctx, a.RunID, a.StepID, a.Attempt)
+		})
+		out = d.e.rt.RunStep(actx, a)
+		end(&out)
+	} else {
+		out = d.e.rt.RunStep(ctx, a)
+	}
 	release()
 	stepDone(ctx, span, a, out, time.Since(began))
 	select {

@@ -113,7 +113,8 @@ func (e *Engine) afterEnd(ctx context.Context, s *core.Snapshot) error {
 func (e *Engine) startSuccessor(ctx context.Context, s *core.Snapshot) error {
 	o := s.Outcome
 	_, _, err := e.Start(inTrace(ctx, s), StartParams{RunID: o.SuccessorRunID, Spec: s.Spec, Input: o.Input, Queue: s.Queue,
-		Parent: s.Parent, ContinuedFrom: s.RunID, Generation: s.Generation + 1, Attributes: s.Attributes, Priority: s.Priority, Control: s.Control})
+		Parent: s.Parent, ContinuedFrom: s.RunID, Generation: s.Generation + 1, Attributes: s.Attributes, Priority: s.Priority, Control: s.Control,
+		ExecutionTimeout: successorTimeout(s, true), RunTimeout: successorTimeout(s, false), InheritedTimeouts: s.Timeouts})
 	if err != nil {
 		return fmt.Errorf("starting the continuation of run %q: %w", s.RunID, err)
 	}

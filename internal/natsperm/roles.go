@@ -20,12 +20,13 @@ import (
 const jsAPI = "$JS.API."
 
 // allStreams are the streams streams.Ensure creates, buckets included (KV_<bucket>).
-var allStreams = append([]string{streams.History, streams.Tasks, streams.DeadLetter}, kvStreams(allBuckets)...)
+var allStreams = append(append([]string{streams.History, streams.Tasks, streams.DeadLetter}, kvStreams(allBuckets)...),
+	"OBJ_"+streams.ArchiveBucket)
 
 // allBuckets are the buckets streams.Ensure creates.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
 	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket,
-	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket, streams.SchedulesBucket}
+	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket, streams.HeartbeatsBucket, streams.SchedulesBucket}
 
 func kvStreams(buckets []string) []string {
 	out := make([]string, len(buckets))
@@ -129,6 +130,16 @@ func (g *grants) kvWatch(bucket string) {
 		"$JS.FC."+s+".>")
 }
 
+// objWrite opens Object Store bucket, writes objects (chunks and metadata, purging an
+// overwritten object's chunks) and reads them back with ordered consumers.
+func (g *grants) objWrite(bucket string) {
+	s := "OBJ_" + bucket
+	g.readStream(s)
+	g.can(s, "write")
+	g.publish("$O."+bucket+".>", jsAPI+"STREAM.PURGE."+s, jsAPI+"CONSUMER.CREATE."+s+".*", jsAPI+"CONSUMER.CREATE."+s+".*.>",
+		jsAPI+"CONSUMER.DELETE."+s+".*", "$JS.FC."+s+".>")
+}
+
 // engine is what every process hosting the engine (jsstore, jshost) needs: it reads run
 // histories and appends to them, dispatches resume tasks, and learns which runs are damaged.
 // Timers and hook tokens are granted to the roles that write them.
@@ -183,6 +194,14 @@ func historyRole() Role {
 	g.kvWrite(streams.QueueBucket)     // it queues runs under flow control for admission
 	g.kvWrite(streams.LimitsBucket)    // it releases the flow-control slots of ended runs
 	g.liveness()
+	// The retention sweeper: its own lease (not the scheduler's), the archive, and the purge of
+	// the histories of runs past their retention (docs/retention.md).
+	g.kvRead(streams.LeasesBucket)
+	g.can(streams.LeasesBucket, "write (key "+streams.RetentionLease+")")
+	g.publish("$KV." + streams.LeasesBucket + "." + streams.RetentionLease)
+	g.objWrite(streams.ArchiveBucket)
+	g.can(streams.History, "purge (one run's subject)")
+	g.publish(jsAPI + "STREAM.PURGE." + streams.History)
 	g.publish(api.FeedPrefix + ">")
 	g.publish(api.IngressPrefix + ">")
 	g.subscribe("flow.api.>", api.FeedPrefix+">")
@@ -204,7 +223,9 @@ func schedulerRole() Role {
 	g.kvWatch(streams.QueueBucket)  // the admission controller follows the runs waiting for admission
 	g.kvWrite(streams.LimitsBucket) // and takes their slots and rate tokens
 	g.kvWatch(streams.LimitsBucket)
-	g.kvWrite(streams.SchedulesBucket) // it fires the schedules, and advances their state
+	g.kvWrite(streams.HeartbeatsBucket) // the heartbeat watcher marks the entries of attempts it settled
+	g.kvWatch(streams.HeartbeatsBucket) // and follows the attempts' heartbeats
+	g.kvWrite(streams.SchedulesBucket)  // it fires the schedules, and advances their state
 	g.kvWatch(streams.SchedulesBucket)
 	g.liveness() // and starts their runs with the build and flow control of their definitions
 	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", false)
@@ -219,6 +240,7 @@ func ingressRole() Role {
 	g.ensure()
 	g.engine()
 	g.kvRead(streams.HooksBucket)      // it finds the run of a hook delivery by its token
+	g.kvRead(streams.RunsBucket)       // it tells an input for a run deleted after its retention period why
 	g.kvWrite(streams.StartKeysBucket) // it claims the dedup and debounce keys of starts
 	g.kvWrite(streams.TimersBucket)    // it registers a delayed start's timer (fast path)
 	g.kvWrite(streams.SchedulesBucket) // it creates, changes and deletes schedules
@@ -247,7 +269,8 @@ func workerRole() Role {
 	g.kvWrite(streams.WorkersBucket)
 	g.kvWrite(streams.DefinitionsBucket)
 	g.kvWrite(streams.ParkedBucket)
-	g.kvWrite(streams.LimitsBucket) // it takes and releases the slots of limited steps (flow.LimitStep)
+	g.kvWrite(streams.LimitsBucket)     // it takes and releases the slots of limited steps (flow.LimitStep)
+	g.kvWrite(streams.HeartbeatsBucket) // it records step attempts' starts and heartbeats, and reads the last details
 	// It answers the queries of the runs it can run the code of (a micro service, with $SRV
 	// discovery).
 	g.subscribe(api.QueryPrefix+">", "$SRV.*", "$SRV.*.flow-worker", "$SRV.*.flow-worker.*")

@@ -66,6 +66,9 @@ type RunStarted struct {
 	// Control is the flow control the run starts under: it makes no decision until
 	// run.admitted. Nil for a run without flow control.
 	Control *FlowControl `json:"control,omitempty"`
+	// Timeouts are the run's execution and run timeouts and their deadlines (docs/timeouts.md);
+	// nil for none. A continuation inherits the execution deadline of the run it continues.
+	Timeouts *RunTimeouts `json:"timeouts,omitempty"`
 	// Schedule names the schedule that started the run, the slot it is for and what made it
 	// start (a slot, a trigger, a backfill). Nil for a run no schedule started.
 	Schedule *ScheduleRef `json:"schedule,omitempty"`
@@ -77,6 +80,8 @@ type StepSpec struct {
 	Name  string          `json:"name"`
 	Input json.RawMessage `json:"input"`
 	Retry RetryPolicy     `json:"retry"`
+	// Timeouts are the step's per-attempt timeouts (docs/timeouts.md); nil for none.
+	Timeouts *StepTimeouts `json:"timeouts,omitempty"`
 }
 
 // StepScheduled records one decision scheduling one step or a batch. Its members are dispatched
@@ -114,6 +119,10 @@ type StepFailed struct {
 	Error     ErrorInfo `json:"error"`
 	Retryable bool      `json:"retryable"`
 	Final     bool      `json:"final"`
+	// Timeout names the step timeout that ended the attempt (TimeoutScheduleToStart,
+	// TimeoutStartToClose, TimeoutHeartbeat), empty when the step code failed. Error.Kind is the
+	// same name, so that a retry policy can list it as non-retryable.
+	Timeout string `json:"timeout,omitempty"`
 }
 
 // StepRetryScheduled records that Attempt will run once Due has passed.
@@ -144,11 +153,13 @@ const (
 	// CauseFlowControl: the run's flow control cancelled it (a concurrency limit was full and
 	// its policy is cancel_newest or cancel_oldest).
 	CauseFlowControl Cause = "flow_control"
+	// CauseTimeout: the run's execution or run timeout passed (docs/timeouts.md).
+	CauseTimeout Cause = "timeout"
 )
 
 func (c Cause) valid() bool {
 	switch c {
-	case CauseWorkflow, CauseStepExhausted, CauseCancelRequested, CauseOperator, CauseFlowControl:
+	case CauseWorkflow, CauseStepExhausted, CauseCancelRequested, CauseOperator, CauseFlowControl, CauseTimeout:
 		return true
 	}
 	return false
@@ -429,7 +440,7 @@ func attempt(field string, v int) error {
 func (p *RunStarted) Validate() error {
 	return errors.Join(required("spec.definition", p.Spec.Definition), requiredJSON("input", p.Input),
 		required("seed", p.Seed), validateParent(p.Parent), validateStartAttributes(p.Attributes), p.StartPolicy.validate(),
-		validateControl(p.Control))
+		validateControl(p.Control), p.Timeouts.validate())
 }
 
 func validateStartAttributes(a Attributes) error {
@@ -461,7 +472,7 @@ func (p *StepScheduled) Validate() error {
 	for i, s := range p.Steps {
 		f := fmt.Sprintf("steps[%d].", i)
 		if err := errors.Join(required(f+"id", s.ID), required(f+"name", s.Name),
-			requiredJSON(f+"input", s.Input), s.Retry.Validate()); err != nil {
+			requiredJSON(f+"input", s.Input), s.Retry.Validate(), s.Timeouts.validate(f+"timeouts.")); err != nil {
 			return err
 		}
 	}
@@ -477,7 +488,7 @@ func (p *StepCompleted) Validate() error {
 // Validate implements Payload.
 func (p *StepFailed) Validate() error {
 	return errors.Join(required("step_id", p.StepID), attempt("attempt", p.Attempt),
-		required("error.message", p.Error.Message))
+		required("error.message", p.Error.Message), validateTimeoutKind(p.Timeout))
 }
 
 // Validate implements Payload.

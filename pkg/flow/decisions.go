@@ -25,6 +25,9 @@ type Step struct {
 	Input any
 	// Retry is the step's policy; nil means the defaults of [RetryPolicy].
 	Retry *RetryPolicy
+	// ScheduleToStartTimeout, StartToCloseTimeout and HeartbeatTimeout bound each attempt
+	// (docs/timeouts.md); 0 for none. See [WithStartToCloseTimeout] and the others.
+	ScheduleToStartTimeout, StartToCloseTimeout, HeartbeatTimeout time.Duration
 }
 
 // StepOption adjusts a step scheduled with [Context.ScheduleStep].
@@ -57,6 +60,7 @@ func (c *Context) ScheduleSteps(steps ...Step) Decision {
 		if s.Retry != nil {
 			calls[i].Retry = *s.Retry
 		}
+		calls[i].Timeouts = s.timeouts()
 	}
 	return core.ScheduleSteps{Steps: calls}
 }
