@@ -318,6 +318,7 @@ func printSnapshot(w io.Writer, s *flow.Snapshot) {
 	if s.Parent != nil {
 		fmt.Fprintf(w, "Parent      %s (child %s)\n", s.Parent.RunID, s.Parent.ChildID)
 	}
+	printResets(w, s)
 	if s.Blocked != nil {
 		fmt.Fprintf(w, "Blocked     %s at seq %d: %s\n", s.Blocked.Kind, s.Blocked.Seq, s.Blocked.Detail)
 	}
@@ -667,6 +668,9 @@ func accepted(asked, to string) inputAccepted {
 func forwarded(asked, to string) string {
 	if to == "" || to == asked {
 		return ""
+	}
+	if strings.Contains(to, "=_reset-") {
+		return fmt.Sprintf(" (forwarded to %s: %s was reset or continued as new)", to, asked)
 	}
 	return fmt.Sprintf(" (forwarded to %s: %s continued as new)", to, asked)
 }

@@ -84,8 +84,18 @@ func compareChild(runID string, rec event.ChildSpec, seq uint64, got event.Child
 		return mismatch(runID, kindChild, rec.ChildID, "input", rec.Input, got.Input, seq)
 	case rec.CancelPolicy != got.CancelPolicy:
 		return mismatch(runID, kindChild, rec.ChildID, "cancel_policy", rec.CancelPolicy, got.CancelPolicy, seq)
+	case (rec.Retry == nil) != (got.Retry == nil) || rec.Retry != nil && !rec.Retry.Equal(*got.Retry):
+		return mismatch(runID, kindChild, rec.ChildID, "retry", retryForm(rec.Retry), retryForm(got.Retry), seq)
 	}
 	return nil
+}
+
+// retryForm renders a child's optional retry policy.
+func retryForm(p *event.RetryPolicy) any {
+	if p == nil {
+		return plain("none")
+	}
+	return p.Normalize()
 }
 
 // sameRetry reports whether two normalized policies are equal: RetryPolicy.Equal without

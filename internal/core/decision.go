@@ -60,6 +60,9 @@ type ChildCall struct {
 	Definition   string
 	Input        json.RawMessage
 	CancelPolicy event.CancelPolicy
+	// Retry, when set, starts a failed child run again as a new run after the policy's
+	// backoff (normalized by Validate; OnExhaustion does not apply); nil: no retry.
+	Retry *event.RetryPolicy
 }
 
 // StartChildren starts one child workflow or an atomic batch of them.

@@ -40,6 +40,10 @@ func StepResult(s *Snapshot, stepID string, attempt int, out StepOutcome, now ti
 	if s.Terminal() || st.Status != StepRunning || st.Attempt != attempt {
 		return nil, fmt.Errorf("%w: step %q attempt %d of run %q is %s at attempt %d", ErrStale, stepID, attempt, s.RunID, st.Status, st.Attempt)
 	}
+	if out.Err != nil && st.CancelPending() {
+		// The workflow asked to cancel the attempt and waits for its end (wait_cancelled).
+		return cancelledAttempt(st, out), nil
+	}
 	if out.Err == nil {
 		output, err := CanonicalJSON(out.Output)
 		if err != nil {
@@ -95,6 +99,8 @@ func (t Timer) Key() string {
 	switch t.Kind {
 	case TimerRetry:
 		return fmt.Sprintf("retry.%s.%d", t.ID, t.Attempt)
+	case TimerChildRetry:
+		return fmt.Sprintf("child_retry.%s.%d", t.ID, t.Attempt)
 	case TimerStart:
 		return "start." + t.ID
 	}
@@ -121,7 +127,8 @@ func Timers(s *Snapshot) []Timer {
 	if s.Delayed {
 		ts = append(ts, startTimer(s))
 	}
-	return append(ts, timeoutTimers(s)...)
+	ts = append(ts, timeoutTimers(s)...)
+	return append(ts, childRetryTimers(s)...)
 }
 
 // NewTimers returns the timers that events, about to be or just committed to run runID, create.
@@ -133,6 +140,8 @@ func NewTimers(runID string, events []event.Payload) []Timer {
 			ts = append(ts, Timer{RunID: runID, Kind: TimerWait, ID: p.WaitID, Due: p.Deadline})
 		case *event.StepRetryScheduled:
 			ts = append(ts, Timer{RunID: runID, Kind: TimerRetry, ID: p.StepID, Attempt: p.Attempt, Due: p.Due})
+		case *event.ChildRetryScheduled:
+			ts = append(ts, Timer{RunID: runID, Kind: TimerChildRetry, ID: p.ChildID, Attempt: p.Attempt, Due: p.Due})
 		case *event.RunStarted:
 			// run.started is always sequence 1. (A run.debounced's timer is keyed by a sequence
 			// the events do not carry: Derive registers it.)
@@ -164,6 +173,10 @@ func Fire(s *Snapshot, t Timer) ([]event.Payload, error) {
 		return fireStart(s, t)
 	case TimerRunTimeout, TimerStepStart:
 		return fireTimeout(s, t)
+	case TimerChildRetry:
+		if events := fireChildRetry(s, t); events != nil {
+			return events, nil
+		}
 	}
 	return nil, fmt.Errorf("%w: timer %s of run %q is not pending", ErrStale, t.Key(), s.RunID)
 }
@@ -247,7 +260,9 @@ func sameSignal(s *Snapshot, name string, payload json.RawMessage, deliveryID st
 }
 
 // SettleChild returns the event that records how child childID ended, given the snapshot of the
-// run that ended (the child run or its last continuation). ErrStale if already settled.
+// run that ended (the child run or its last continuation): child.settled, or
+// child.retry_scheduled when the run failed and the child's retry policy starts another attempt.
+// ErrStale if already settled, or if the run is not the child's current attempt.
 func SettleChild(s *Snapshot, childID string, ended *Snapshot) ([]event.Payload, error) {
 	c, ok := s.Children[childID]
 	if !ok {
@@ -259,6 +274,9 @@ func SettleChild(s *Snapshot, childID string, ended *Snapshot) ([]event.Payload,
 	o := ended.Outcome
 	if o == nil || o.Outcome == event.OutcomeContinuedAsNew {
 		return nil, fmt.Errorf("%w: run %q has not ended", ErrInvalidInput, ended.RunID)
+	}
+	if retry, err := childEnded(s, c, ended); retry != nil || err != nil {
+		return retry, err
 	}
 	settled := &event.ChildSettled{ChildID: childID, RunID: ended.RunID, Outcome: o.Outcome, Output: o.Output, Error: o.Error}
 	if o.Outcome == event.OutcomeCancelled {

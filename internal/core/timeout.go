@@ -257,6 +257,9 @@ func CheckAttempt(s *Snapshot, stepID string, attempt int) AttemptCheck {
 	if !ok {
 		return AttemptCheck{} // not visible yet in a lagging read; the next heartbeat checks again
 	}
+	if st.Cancellation == event.CancelAbandon {
+		return AttemptCheck{} // an abandoned attempt is never told (docs/cancellation.md)
+	}
 	if st.Status != StepRunning || st.Attempt != attempt {
 		return AttemptCheck{Cancel: true, Reason: fmt.Sprintf("step %q attempt %d is no longer in flight (%s at attempt %d)", stepID, attempt, st.Status, st.Attempt)}
 	}
@@ -267,8 +270,11 @@ func CheckAttempt(s *Snapshot, stepID string, attempt int) AttemptCheck {
 }
 
 // stepCancelRequested is the per-step cancellation check of a heartbeat: it reports whether the
-// cancellation of step st alone was requested (step.cancel_requested, the "cancel" part of
-// issue 11), with the reason. Until that event is projected into the snapshot it reports false;
-// once it is, this is the one place to read it, and every heartbeat of the step's attempt then
-// cancels the step's context (docs/timeouts.md).
-func stepCancelRequested(s *Snapshot, st *Step) (string, bool) { return "", false }
+// workflow asked to cancel step st alone and waits for the attempt to end (ctx.CancelStep with
+// wait_cancelled, step.cancel_requested), with the reason (docs/cancellation.md).
+func stepCancelRequested(s *Snapshot, st *Step) (string, bool) {
+	if !st.CancelPending() {
+		return "", false
+	}
+	return cancelReason("step", st.ID, st.Cancellation), true
+}

@@ -92,6 +92,10 @@ func Validate(s *Snapshot, d Decision) (Verdict, error) {
 		return v.upsert(d)
 	case CompleteUpdate:
 		return v.completeUpdate(d)
+	case CancelStep:
+		return v.cancelStep(d)
+	case CancelChild:
+		return v.cancelChild(d)
 	case Invalid:
 		return v.invalid("%s: %v", d.What, d.Err)
 	case nil:
@@ -281,7 +285,7 @@ func (v validation) pendingChildren(d StartChildren) (Verdict, bool) {
 			policy = event.CancelPolicyRequest
 		}
 		if !rec.vetted || c.ID != rec.ID || c.Definition != rec.Definition || !bytes.Equal(c.Input, rec.Input) ||
-			policy != rec.CancelPolicy {
+			policy != rec.CancelPolicy || (c.Retry == nil) != (rec.Retry == nil) || c.Retry != nil && !normalizesTo(c.Retry, rec.Retry) {
 			return Verdict{}, false
 		}
 		if waiting == nil && !rec.Settled {
@@ -291,7 +295,7 @@ func (v validation) pendingChildren(d StartChildren) (Verdict, bool) {
 	if waiting == nil {
 		return Verdict{}, false
 	}
-	return Verdict{WaitingOn: fmt.Sprintf("child %q (run %q)", waiting.ID, waiting.RunID)}, true
+	return Verdict{WaitingOn: fmt.Sprintf("child %q (run %q)", waiting.ID, waiting.CurrentRunID())}, true
 }
 
 func (v validation) wait(id string, got *event.WaitScheduled) (Verdict, error) {
@@ -351,6 +355,11 @@ func (v validation) hook(d CreateHook) (Verdict, error) {
 	token := d.Token
 	if token == "" {
 		token = HookToken(s.Seed, s.RunID, d.ID)
+		if r, ok := s.ahead.(*event.HookCreated); ok && r.HookID == d.ID && s.Copied(s.Seq+1) {
+			// Replaying a reset's copy of the old run's hook: it keeps the token the old run
+			// derived (docs/reset.md).
+			token = r.Token
+		}
 	} else if err := event.ValidateRunID(token); err != nil {
 		return v.invalid("hook %q token: %v", d.ID, err)
 	}
@@ -374,6 +383,11 @@ func (v validation) hook(d CreateHook) (Verdict, error) {
 		return Verdict{Events: []event.Payload{got}}, nil
 	}
 	h := s.Hooks[d.ID]
+	if d.Token == "" && s.Copied(h.Seq) {
+		// A reset copied the hook with the token the old run derived from its own run ID: the
+		// hook keeps it (docs/reset.md), and a new hook derives one from this run's ID.
+		got.Token = h.Token
+	}
 	if err := compareHook(s.RunID, &event.HookCreated{HookID: h.ID, Token: h.Token, Metadata: h.Metadata}, h.Seq, got); err != nil {
 		return Verdict{}, err
 	}
@@ -425,8 +439,21 @@ func (v validation) childrenInFull(d StartChildren) (Verdict, error) {
 		if err := event.ValidateDerivedRunID(runID); err != nil {
 			return v.invalid("child %q: its run ID: %v", c.ID, err)
 		}
+		var retry *event.RetryPolicy
+		if c.Retry != nil {
+			r := c.Retry.Normalize()
+			if err := r.Validate(); err != nil {
+				return v.invalid("child %q: %v", c.ID, err)
+			}
+			if r.MaxAttempts > 1 {
+				if err := event.ValidateDerivedRunID(event.ChildAttemptRunID(runID, r.MaxAttempts)); err != nil {
+					return v.invalid("child %q: the run ID of its last attempt: %v", c.ID, err)
+				}
+			}
+			retry = &r
+		}
 		ids[i] = c.ID
-		specs[i] = event.ChildSpec{ChildID: c.ID, RunID: runID, Definition: c.Definition, Input: in, CancelPolicy: policy}
+		specs[i] = event.ChildSpec{ChildID: c.ID, RunID: runID, Definition: c.Definition, Input: in, CancelPolicy: policy, Retry: retry}
 	}
 	var first *Child
 	for _, id := range ids {
@@ -446,14 +473,14 @@ func (v validation) childrenInFull(d StartChildren) (Verdict, error) {
 	}
 	for _, spec := range specs {
 		c := s.Children[spec.ChildID]
-		rec := event.ChildSpec{ChildID: c.ID, RunID: c.RunID, Definition: c.Definition, Input: c.Input, CancelPolicy: c.CancelPolicy}
+		rec := event.ChildSpec{ChildID: c.ID, RunID: c.RunID, Definition: c.Definition, Input: c.Input, CancelPolicy: c.CancelPolicy, Retry: c.Retry}
 		if err := compareChild(s.RunID, rec, c.BatchSeq, spec); err != nil {
 			return Verdict{}, err
 		}
 	}
 	for _, id := range ids {
 		if !s.Children[id].Settled {
-			return Verdict{WaitingOn: fmt.Sprintf("child %q (run %q)", id, s.Children[id].RunID)}, nil
+			return Verdict{WaitingOn: fmt.Sprintf("child %q (run %q)", id, s.Children[id].CurrentRunID())}, nil
 		}
 	}
 	c := s.Children[ids[0]]

@@ -107,6 +107,30 @@ const (
 // TimeoutPoints lists the points of timeouts and heartbeats.
 var TimeoutPoints = []Point{HeartbeatPut, AfterTimeoutBeforeSettle}
 
+// Points of a workflow's cancellation of one child (docs/cancellation.md), armed by the worker's
+// cancellation tests (the crash workload of Points cancels no child).
+const (
+	// AfterDecisionBeforeChildCancel: a child.settled (try_cancel) or child.cancel_requested is
+	// committed; the child's run.cancel_requested is not appended yet.
+	AfterDecisionBeforeChildCancel Point = "after-decision-before-child-cancel"
+)
+
+// CancelPoints lists the points of child cancellation.
+var CancelPoints = []Point{AfterDecisionBeforeChildCancel}
+
+// Points of reset and rerun (docs/reset.md), armed by the engine's reset tests.
+const (
+	// AfterResetStartBeforeLink: a reset's new run is appended (run.started with reset_from and
+	// the copied prefix); the old run's run.reset (and termination) is not appended yet.
+	AfterResetStartBeforeLink Point = "after-reset-start-before-link"
+	// AfterResetLinkBeforeHooks: the old run records run.reset; the inputs it took since the
+	// copy are not passed on yet, and the new run's hook tokens are not routed to it yet.
+	AfterResetLinkBeforeHooks Point = "after-reset-link-before-hooks"
+)
+
+// ResetPoints lists the points of reset.
+var ResetPoints = []Point{AfterResetStartBeforeLink, AfterResetLinkBeforeHooks}
+
 // Points lists every point of the crash workload, for suites that run each scenario at each point.
 var Points = []Point{StoreAppend, AfterAppendBeforeTask, TaskPublish, AfterDecisionBeforeChildren,
 	AfterTerminalBeforeEnd, AfterFireBeforeDelete, TimerPut, IndexPut, HistoryBeforeEffects, HistoryBeforeIndex,
@@ -238,7 +262,7 @@ func FromEnv() (*Injector, error) {
 		}
 		p, action := Point(parts[0]), Action(parts[1])
 		if !slices.Contains(Points, p) && !slices.Contains(IngressPoints, p) &&
-			!slices.Contains(StartPolicyPoints, p) && !slices.Contains(RetentionPoints, p) {
+			!slices.Contains(StartPolicyPoints, p) && !slices.Contains(RetentionPoints, p) && !slices.Contains(ResetPoints, p) {
 			return nil, fmt.Errorf("%s: unknown point %q", EnvVar, p)
 		}
 		if action != Fail && action != Kill {

@@ -31,6 +31,9 @@ type Spec struct {
 type ParentRef struct {
 	RunID   string `json:"run_id"`
 	ChildID string `json:"child_id"`
+	// Attempt is the child's attempt this run (or the run it continues) is, under the child's
+	// retry policy; 0 for the first.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // RunStarted is always the first event of a run, and only the first.
@@ -69,6 +72,9 @@ type RunStarted struct {
 	// Timeouts are the run's execution and run timeouts and their deadlines (docs/timeouts.md);
 	// nil for none. A continuation inherits the execution deadline of the run it continues.
 	Timeouts *RunTimeouts `json:"timeouts,omitempty"`
+	// ResetFrom records the reset that created the run, with the old run and the point; nil
+	// for a run that is not a reset (docs/reset.md).
+	ResetFrom *ResetFrom `json:"reset_from,omitempty"`
 	// Schedule names the schedule that started the run, the slot it is for and what made it
 	// start (a slot, a trigger, a backfill). Nil for a run no schedule started.
 	Schedule *ScheduleRef `json:"schedule,omitempty"`
@@ -181,6 +187,10 @@ type StepCancelled struct {
 	Steps  []CancelledStep `json:"steps"`
 	Reason string          `json:"reason"`
 	Cause  Cause           `json:"cause"`
+	// Cancellation is set when the workflow cancelled the steps itself (ctx.CancelStep): try_cancel
+	// or abandon in the decision's own event, wait_cancelled when the attempt the workflow asked to
+	// cancel ended (a step result, not a decision). With abandon the attempt is not told.
+	Cancellation Cancellation `json:"cancellation,omitempty"`
 }
 
 // Duration is a time.Duration encoded as a Go duration string such as "1m30s".
@@ -279,6 +289,10 @@ type ChildSpec struct {
 	// starts the same run. Empty in histories recorded before they were; not compared on replay.
 	BuildID string   `json:"build_id,omitempty"`
 	Patches []string `json:"patches,omitempty"`
+	// Retry, when set, starts a child run that failed again, as a new run
+	// (ChildAttemptRunID), after the policy's backoff, up to its MaxAttempts; recorded
+	// normalized and compared on replay. Nil: a failed child run settles the child as failed.
+	Retry *RetryPolicy `json:"retry,omitempty"`
 }
 
 // ChildScheduled records one decision starting one child or a batch of children.
@@ -314,6 +328,10 @@ type ChildSettled struct {
 	Outcome Outcome         `json:"outcome"`
 	Output  json.RawMessage `json:"output,omitempty"`
 	Error   *ErrorInfo      `json:"error,omitempty"`
+	// Cancellation is set when the workflow settled the child itself (ctx.CancelChild with
+	// try_cancel or abandon): Outcome is then cancelled and RunID the run that was running,
+	// which has not ended (with try_cancel it is asked to).
+	Cancellation Cancellation `json:"cancellation,omitempty"`
 }
 
 // RunCancelRequested asks the run to cancel. The workflow sees ctx.CancelRequested(); a workflow
@@ -440,7 +458,7 @@ func attempt(field string, v int) error {
 func (p *RunStarted) Validate() error {
 	return errors.Join(required("spec.definition", p.Spec.Definition), requiredJSON("input", p.Input),
 		required("seed", p.Seed), validateParent(p.Parent), validateStartAttributes(p.Attributes), p.StartPolicy.validate(),
-		validateControl(p.Control), p.Timeouts.validate())
+		validateControl(p.Control), p.Timeouts.validate(), p.ResetFrom.validate())
 }
 
 func validateStartAttributes(a Attributes) error {
@@ -516,7 +534,7 @@ func (p *StepCancelled) Validate() error {
 			return err
 		}
 	}
-	return validCause(p.Cause)
+	return errors.Join(validCause(p.Cause), validCancellation("cancellation", p.Cancellation, true))
 }
 
 func validCause(c Cause) error {
@@ -572,8 +590,12 @@ func (p *ChildScheduled) Validate() error {
 		if !c.CancelPolicy.Valid() {
 			policy = fieldError(f+"cancel_policy", fmt.Sprintf("must be request_cancel or abandon; got %q", c.CancelPolicy))
 		}
+		var retry error
+		if c.Retry != nil {
+			retry = c.Retry.Validate()
+		}
 		if err := errors.Join(required(f+"child_id", c.ChildID), required(f+"run_id", c.RunID),
-			required(f+"definition", c.Definition), requiredJSON(f+"input", c.Input), policy); err != nil {
+			required(f+"definition", c.Definition), requiredJSON(f+"input", c.Input), policy, retry); err != nil {
 			return err
 		}
 	}
@@ -586,8 +608,12 @@ func (p *ChildSettled) Validate() error {
 	if !p.Outcome.Valid() || p.Outcome == OutcomeContinuedAsNew {
 		outcome = fieldError("outcome", fmt.Sprintf("must be completed, failed or cancelled; got %q", p.Outcome))
 	}
+	var cancelled error
+	if p.Cancellation != "" && p.Outcome != OutcomeCancelled {
+		cancelled = fieldError("outcome", fmt.Sprintf("must be cancelled with a cancellation; got %q", p.Outcome))
+	}
 	return errors.Join(required("child_id", p.ChildID), required("run_id", p.RunID), outcome,
-		optionalJSON("output", p.Output))
+		optionalJSON("output", p.Output), validCancellation("cancellation", p.Cancellation, true), cancelled)
 }
 
 // Validate implements Payload.

@@ -40,6 +40,10 @@ func (s *Service) onMsg(m *nats.Msg) {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), inputTimeout)
 		defer cancel()
+		if isReset(m) {
+			s.onReset(ctx, m)
+			return
+		}
 		if strings.HasPrefix(m.Subject, api.SubjectSchedulePrefix) {
 			s.onScheduleMsg(ctx, m) // schedule.go
 			return
