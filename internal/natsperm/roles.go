@@ -26,7 +26,7 @@ var allStreams = append(append([]string{streams.History, streams.Tasks, streams.
 // allBuckets are the buckets streams.Ensure creates.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
 	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket,
-	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket, streams.HeartbeatsBucket, streams.BatchesBucket}
+	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket, streams.HeartbeatsBucket, streams.SchedulesBucket, streams.BatchesBucket}
 
 func kvStreams(buckets []string) []string {
 	out := make([]string, len(buckets))
@@ -226,7 +226,10 @@ func schedulerRole() Role {
 	g.kvWatch(streams.LimitsBucket)
 	g.kvWrite(streams.HeartbeatsBucket) // the heartbeat watcher marks the entries of attempts it settled
 	g.kvWatch(streams.HeartbeatsBucket) // and follows the attempts' heartbeats
-	g.kvWrite(streams.BatchesBucket)    // the batch executor records each job's targets and progress
+	g.kvWrite(streams.SchedulesBucket)  // it fires the schedules, and advances their state
+	g.kvWatch(streams.SchedulesBucket)
+	g.liveness()                     // and starts their runs with the build and flow control of their definitions
+	g.kvWrite(streams.BatchesBucket) // the batch executor records each job's targets and progress
 	g.kvWatch(streams.BatchesBucket)
 	g.kvWatch(streams.RunsBucket) // and reads the runs index to find a job's targets
 	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", false)
@@ -244,6 +247,8 @@ func ingressRole() Role {
 	g.kvRead(streams.RunsBucket)       // it tells an input for a run deleted after its retention period why
 	g.kvWrite(streams.StartKeysBucket) // it claims the dedup and debounce keys of starts
 	g.kvWrite(streams.TimersBucket)    // it registers a delayed start's timer (fast path)
+	g.kvWrite(streams.SchedulesBucket) // it creates, changes and deletes schedules
+	g.kvWatch(streams.SchedulesBucket) // and lists them
 	g.liveness()
 	g.append(streams.DeadLetter, api.DeadLetterPrefix+">")
 	g.subscribe(api.IngressPrefix + ">")
