@@ -104,6 +104,8 @@ or the context.`,
 	root.AddCommand(e.queryCmd())
 	root.AddCommand(e.updateCmd())
 	root.AddCommand(e.resetCmd(), e.rerunCmd())
+	root.AddCommand(e.scheduleCmd())
+	root.AddCommand(e.batchCmd())
 	root.AddCommand(e.pauseCmd(), e.unpauseCmd(), e.pausesCmd())
 	return root
 }

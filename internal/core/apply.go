@@ -391,6 +391,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.Control = d.Control
 		s.Timeouts = d.Timeouts
 		s.ResetFrom = d.ResetFrom
+		s.Schedule = d.Schedule
 	case *event.RunAdmitted:
 		s.Admitted, s.AdmittedSeq, s.AdmittedAt = true, e.Seq, e.Time
 	case *event.RunDebounced:
@@ -536,6 +537,9 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.upserted(e, d)
 	case *event.RunCancelRequested:
 		s.CancelRequested, s.CancelReason = true, d.Reason
+		if d.DeliveryID != "" {
+			s.deliveries[d.DeliveryID] = struct{}{}
+		}
 	case *event.RunPaused, *event.RunUnpaused:
 		s.mutatePause(e)
 	case *event.DecisionFailed:
@@ -544,6 +548,9 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.mutateUpdate(e)
 	case *event.RunCompleted, *event.RunFailed, *event.RunCancelled, *event.RunContinuedAsNew:
 		s.Outcome = outcomeOf(e)
+		if f, ok := d.(*event.RunFailed); ok && f.DeliveryID != "" {
+			s.deliveries[f.DeliveryID] = struct{}{}
+		}
 		s.resetEnding = false
 	case *event.RunReset:
 		s.mutateReset(e, d)

@@ -306,6 +306,9 @@ type Snapshot struct {
 	AdmittedAt  time.Time `json:"admitted_at,omitzero"`
 	// Timeouts are run.started's run timeouts and the deadlines they give; nil for none.
 	Timeouts *event.RunTimeouts `json:"timeouts,omitempty"`
+	// Schedule is run.started's record of the schedule that started the run (its name, the
+	// slot, the action); nil for a run no schedule started. Set once, never changed.
+	Schedule *event.ScheduleRef `json:"schedule,omitempty"`
 
 	// ResetFrom is run.started's record of the reset that created the run (the old run, the
 	// point, the mode); nil for a run that is not a reset. See docs/reset.md.
@@ -429,7 +432,8 @@ func (s *Snapshot) Batch(seq uint64) []string { return s.batches[seq] }
 // KindOf returns the kind ("step", "wait", "signal_wait", "hook", "child", "side_effect") that uses id, or "".
 func (s *Snapshot) KindOf(id string) string { return s.ids[id] }
 
-// DeliverySeen reports whether a signal with this delivery ID has been received.
+// DeliverySeen reports whether a signal with this delivery ID has been received, or a
+// cancellation request or a termination recorded under it.
 func (s *Snapshot) DeliverySeen(id string) bool {
 	_, ok := s.deliveries[id]
 	return ok

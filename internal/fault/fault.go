@@ -90,6 +90,24 @@ const (
 // them.
 var RetentionPoints = []Point{RetentionAfterArchive, RetentionAfterTombstone, RetentionAfterPurge}
 
+// Points of batch jobs (docs/batch.md), armed by the batch executor's tests.
+const (
+	// BatchAfterTargets: a batch job's target chunks are written; the job is not marked running
+	// (with its total) yet.
+	BatchAfterTargets Point = "batch-after-targets"
+	// BatchAfterOp: one target's operation is applied; the rest of its window is not, and the
+	// job's cursor is not advanced.
+	BatchAfterOp Point = "batch-after-op"
+	// BatchBeforeCursor: a window's operations are all applied; the job's cursor and counts
+	// are not advanced yet.
+	BatchBeforeCursor Point = "batch-before-cursor"
+	// BatchBeforeEnd: every target is done and counted; the job is not marked completed yet.
+	BatchBeforeEnd Point = "batch-before-end"
+)
+
+// BatchPoints lists the points of batch jobs.
+var BatchPoints = []Point{BatchAfterTargets, BatchAfterOp, BatchBeforeCursor, BatchBeforeEnd}
+
 // StartPolicyPoints lists the points of start policies.
 var StartPolicyPoints = []Point{AfterKeyBeforeStart, AfterStartBeforeReplace}
 
@@ -294,3 +312,17 @@ func FromEnv() (*Injector, error) {
 	}
 	return f, nil
 }
+
+// Points of schedules (docs/schedules.md), armed by the scheduler's schedule tests.
+const (
+	// ScheduleBeforeStart: a schedule's round decided to start a slot's run; nothing of the
+	// round is written yet (neither the run's run.started nor the schedule's state).
+	ScheduleBeforeStart Point = "schedule-before-start"
+	// ScheduleAfterStartBeforeState: a schedule's round started its runs (and cancelled or
+	// terminated the runs they replace); the schedule's state in FLOW_SCHEDULES is not updated
+	// yet.
+	ScheduleAfterStartBeforeState Point = "schedule-after-start-before-state"
+)
+
+// SchedulePoints lists the points of schedules.
+var SchedulePoints = []Point{ScheduleBeforeStart, ScheduleAfterStartBeforeState}

@@ -82,6 +82,15 @@ const (
 	// RetentionLease is the retention sweeper's key in LeasesBucket: the history service replica
 	// that holds it deletes the runs past their retention.
 	RetentionLease = "retention"
+	// SchedulesBucket holds the schedules (internal/schedule): key the schedule's name, value a
+	// JSON schedule.Schedule, its spec and its state. The ingress creates, changes and deletes
+	// them, the scheduler advances their state as it fires them; both only by compare-and-set.
+	// See docs/schedules.md.
+	SchedulesBucket = "FLOW_SCHEDULES"
+	// BatchesBucket holds the batch jobs (internal/batch): key "job.<id>", a job's spec, state
+	// and progress, changed only by compare-and-set; key "targets.<id>.<n>", the n-th chunk of
+	// the run IDs its filter selected, written before any of them is touched.
+	BatchesBucket = "FLOW_BATCHES"
 	// PausesBucket holds the paused definitions and queues: key "definition.<name>" or
 	// "queue.<name>", value a JSON Pause (pauses.go). The ingress writes and deletes entries;
 	// workers and the history service watch it. See docs/pause.md.
@@ -232,6 +241,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{Bucket: DamagedBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs whose history is damaged"},
 		{Bucket: LimitsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, Description: "Flow flow-control slots and rate windows"},
 		{Bucket: QueueBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs waiting for admission under flow control"},
+		{Bucket: SchedulesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow schedules and their state"},
 		{Bucket: PausesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow paused definitions and queues"},
 		// An expired entry leaves a marker, so that watchers learn at once that its worker is gone.
 		{Bucket: WorkersBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, TTL: d.WorkerTTL, LimitMarkerTTL: d.WorkerTTL,
@@ -241,6 +251,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			Description: "Flow start dedup and debounce keys"},
 		{Bucket: HeartbeatsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, TTL: d.HeartbeatTTL,
 			Description: "Flow step heartbeats: the latest of each step's attempt"},
+		{Bucket: BatchesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, Description: "Flow batch jobs and their target runs"},
 	} {
 		if err := ensureBucket(ctx, js, kc, cfg); err != nil {
 			return err

@@ -29,6 +29,8 @@ import (
 //	POST /ui/runs/{id}/signal       {"name": ..., "payload": <JSON>} (or a form): forwarded to
 //	                                the ingress over NATS
 //	POST /ui/runs/{id}/cancel       {"reason": ...} (or a form): forwarded to the ingress
+//	GET  /ui/schedules[/{name}]     the schedules, and one schedule (ui_schedule.go)
+//	GET  /ui/batches[/{id}]         the batch jobs and a job's report (ui_batch.go)
 //	POST /ui/runs/{id}/pause        {"reason": ...} (or a form): forwarded to the ingress
 //	POST /ui/runs/{id}/unpause      {"reason": ...} (or a form): forwarded to the ingress
 //	GET  /ui/static/...             the stylesheet and script
@@ -69,6 +71,10 @@ func (s *Service) mountUI(mux *http.ServeMux) {
 	act := &uiActions{s: s, client: client}
 	mux.Handle("POST /ui/runs/{id}/signal", csrf.Handler(http.HandlerFunc(act.signal)))
 	mux.Handle("POST /ui/runs/{id}/cancel", csrf.Handler(http.HandlerFunc(act.cancel)))
+	s.mountScheduleUI(mux, client) // ui_schedule.go
+	batches := &uiBatches{s: s, client: client}
+	mux.HandleFunc("GET /ui/batches", batches.list)
+	mux.HandleFunc("GET /ui/batches/{id}", batches.job)
 	mux.Handle("POST /ui/runs/{id}/pause", csrf.Handler(http.HandlerFunc(act.pause)))
 	mux.Handle("POST /ui/runs/{id}/unpause", csrf.Handler(http.HandlerFunc(act.unpause)))
 	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {

@@ -44,6 +44,10 @@ func (s *Service) onMsg(m *nats.Msg) {
 			s.onReset(ctx, m)
 			return
 		}
+		if strings.HasPrefix(m.Subject, api.SubjectSchedulePrefix) {
+			s.onScheduleMsg(ctx, m) // schedule.go
+			return
+		}
 		if s.natsPauses(ctx, m) {
 			return
 		}
