@@ -69,6 +69,12 @@ const (
 	// starts and deletes it once the run is admitted or ended; the admission controller (in the
 	// scheduler service) watches it.
 	QueueBucket = "FLOW_QUEUE"
+	// PayloadsBucket is the object store of offloaded payloads, each named by the hex SHA-256
+	// of its bytes (internal/payload, docs/large-payloads.md).
+	PayloadsBucket = "FLOW_PAYLOADS"
+	// CheckpointsBucket is the object store of snapshot checkpoints: one object per run, named
+	// by its run ID and replaced by the next (internal/engine/checkpoint.go).
+	CheckpointsBucket = "FLOW_CHECKPOINTS"
 	// HistoryConsumer is the history service's durable consumer of History.
 	HistoryConsumer = "history"
 )
@@ -218,6 +224,36 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		if err := ensureBucket(ctx, js, kc, cfg); err != nil {
 			return err
 		}
+	}
+	for _, oc := range []jetstream.ObjectStoreConfig{
+		{Bucket: PayloadsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow payloads offloaded from histories, by SHA-256"},
+		{Bucket: CheckpointsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow snapshot checkpoints, one per run"},
+	} {
+		if err := ensureObjectStore(ctx, js, oc, cfg); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstream.ObjectStoreConfig, set Config) error {
+	st, err := js.Stream(ctx, "OBJ_"+want.Bucket)
+	if errors.Is(err, jetstream.ErrStreamNotFound) {
+		if _, err := js.CreateObjectStore(ctx, want); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
+			return fmt.Errorf("creating object store %s: %w", want.Bucket, err)
+		}
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("reading object store %s: %w", want.Bucket, err)
+	}
+	cur := st.CachedInfo().Config
+	if set.Replicas == 0 || cur.Replicas == set.Replicas {
+		return nil
+	}
+	cur.Replicas = set.Replicas
+	if _, err := js.UpdateStream(ctx, cur); err != nil {
+		return fmt.Errorf("updating object store %s: %w", want.Bucket, err)
 	}
 	return nil
 }
