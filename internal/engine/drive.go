@@ -347,7 +347,13 @@ func (d *driver) load(ctx context.Context, minSeq uint64) error {
 	metrics.CacheMiss(ctx)
 	hist := d.fromHead(1, minSeq)
 	if hist == nil {
-		var err error
+		s, tail, err := e.fromCheckpoint(ctx, d.runID, minSeq)
+		if err == nil {
+			return d.loadCheckpointed(ctx, s, tail, minSeq)
+		}
+		if !errors.Is(err, errNoCheckpoint) {
+			return err
+		}
 		if hist, err = e.store.LoadAtLeast(ctx, d.runID, 0, minSeq); err != nil {
 			return fmt.Errorf("loading run %q: %w", d.runID, err)
 		}
@@ -390,6 +396,7 @@ func (d *driver) load(ctx context.Context, minSeq uint64) error {
 		d.s = s
 	}
 	e.cache.put(d.runID, d.s, true)
+	e.afterCommit(ctx, d.s, 0)
 	return nil
 }
 
@@ -664,7 +671,12 @@ func (d *driver) runAttempt(ctx context.Context, a core.Attempt, release func())
 	defer d.e.slots.release()
 	ctx, span := d.stepSpan(ctx, a)
 	began := time.Now()
-	out := d.e.rt.RunStep(ctx, a)
+	var out core.StepOutcome
+	if in, err := d.e.resolveInput(ctx, a); err != nil {
+		out = core.StepOutcome{Err: &event.ErrorInfo{Kind: "payload", Message: "reading the step's input: " + err.Error()}}
+	} else {
+		out = d.e.offloadOutput(ctx, d.e.rt.RunStep(ctx, in))
+	}
 	release()
 	stepDone(ctx, span, a, out, time.Since(began))
 	select {

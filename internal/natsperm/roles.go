@@ -19,8 +19,10 @@ import (
 
 const jsAPI = "$JS.API."
 
-// allStreams are the streams streams.Ensure creates, buckets included (KV_<bucket>).
-var allStreams = append([]string{streams.History, streams.Tasks, streams.DeadLetter}, kvStreams(allBuckets)...)
+// allStreams are the streams streams.Ensure creates, buckets included (KV_<bucket>), object
+// stores last (OBJ_<bucket>).
+var allStreams = append(append([]string{streams.History, streams.Tasks, streams.DeadLetter}, kvStreams(allBuckets)...),
+	"OBJ_"+streams.PayloadsBucket, "OBJ_"+streams.CheckpointsBucket)
 
 // allBuckets are the buckets streams.Ensure creates.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
@@ -129,6 +131,24 @@ func (g *grants) kvWatch(bucket string) {
 		"$JS.FC."+s+".>")
 }
 
+// objRead opens object store bucket and reads its objects: the info by a direct get of the
+// object's last meta message, the chunks through an ordered push consumer.
+func (g *grants) objRead(bucket string) {
+	s := "OBJ_" + bucket
+	g.can(bucket, "read")
+	g.publish(jsAPI+"STREAM.INFO."+s, jsAPI+"DIRECT.GET."+s, jsAPI+"DIRECT.GET."+s+".>", jsAPI+"STREAM.MSG.GET."+s,
+		jsAPI+"CONSUMER.CREATE."+s+".*", jsAPI+"CONSUMER.CREATE."+s+".*.>", jsAPI+"CONSUMER.DELETE."+s+".*",
+		"$JS.FC."+s+".>")
+}
+
+// objWrite opens object store bucket, reads its objects and writes them: chunks and meta
+// messages, and the purge of a replaced object's chunks.
+func (g *grants) objWrite(bucket string) {
+	g.objRead(bucket)
+	g.can(bucket, "write")
+	g.publish("$O."+bucket+".>", jsAPI+"STREAM.PURGE.OBJ_"+bucket)
+}
+
 // engine is what every process hosting the engine (jsstore, jshost) needs: it reads run
 // histories and appends to them, dispatches resume tasks, and learns which runs are damaged.
 // Timers and hook tokens are granted to the roles that write them.
@@ -218,6 +238,7 @@ func ingressRole() Role {
 	g.kvRead(streams.HooksBucket)      // it finds the run of a hook delivery by its token
 	g.kvWrite(streams.StartKeysBucket) // it claims the dedup and debounce keys of starts
 	g.kvWrite(streams.TimersBucket)    // it registers a delayed start's timer (fast path)
+	g.objWrite(streams.PayloadsBucket) // it offloads large inputs (docs/large-payloads.md)
 	g.liveness()
 	g.append(streams.DeadLetter, api.DeadLetterPrefix+">")
 	g.subscribe(api.IngressPrefix + ">")
@@ -242,7 +263,9 @@ func workerRole() Role {
 	g.kvWrite(streams.WorkersBucket)
 	g.kvWrite(streams.DefinitionsBucket)
 	g.kvWrite(streams.ParkedBucket)
-	g.kvWrite(streams.LimitsBucket) // it takes and releases the slots of limited steps (flow.LimitStep)
+	g.kvWrite(streams.LimitsBucket)       // it takes and releases the slots of limited steps (flow.LimitStep)
+	g.objWrite(streams.PayloadsBucket)    // it offloads large payloads and reads them (docs/large-payloads.md)
+	g.objWrite(streams.CheckpointsBucket) // it writes and reads snapshot checkpoints
 	// It answers the queries of the runs it can run the code of (a micro service, with $SRV
 	// discovery).
 	g.subscribe(api.QueryPrefix+">", "$SRV.*", "$SRV.*.flow-worker", "$SRV.*.flow-worker.*")
@@ -250,11 +273,13 @@ func workerRole() Role {
 }
 
 // clientRole: clients start, signal, deliver to hooks, cancel and terminate through the ingress,
-// query the history service and watch the event feed. They never touch a stream.
+// query the history service and watch the event feed. The only stream they touch is the
+// object store of offloaded payloads, which they read (Client.Payload, Client.Result).
 func clientRole() Role {
 	var g grants
 	g.publish(api.IngressPrefix+">", "flow.api.>", api.QueryPrefix+">")
 	g.replies()
 	g.subscribe(api.FeedPrefix + ">")
+	g.objRead(streams.PayloadsBucket)
 	return g.role(Client, "clients: `flow.Client`, the `flow` CLI, your programs", false)
 }

@@ -46,6 +46,9 @@ type Registry struct {
 	updates map[string]map[string]updateFunc
 	// stepLimits holds the limits of step names (LimitStep).
 	stepLimits map[string]StepLimit
+	// payloads is where offloaded payloads are read (UsePayloads), shared by the registry's
+	// views (Replaying).
+	payloads *payloadSource
 }
 
 type workflowEntry struct {
@@ -71,7 +74,7 @@ func NewRegistry(opts *RegistryOptions) *Registry {
 	}
 	return &Registry{buildID: opts.BuildID, logger: logger, mu: &sync.RWMutex{},
 		workflows: map[string]*workflowEntry{}, steps: map[string]stepFunc{}, updates: map[string]map[string]updateFunc{},
-		stepLimits: map[string]StepLimit{}}
+		stepLimits: map[string]StepLimit{}, payloads: &payloadSource{}}
 }
 
 // BuildID returns the registry's build ID.
@@ -108,7 +111,7 @@ func RegisterWorkflow[I any](r *Registry, name string, fn func(ctx *Context, in 
 	}
 	w := &workflowEntry{
 		run: func(ctx *Context) (Decision, error) {
-			in, err := decode(ctx.s.Input)
+			in, err := decode(ctx.resolved(ctx.s.Input))
 			if err != nil {
 				return nil, err
 			}
@@ -240,7 +243,7 @@ func (r *Registry) RunWorkflow(definition string, input json.RawMessage, history
 	if err != nil {
 		return nil, err
 	}
-	ctx := &Context{s: history, replaying: r.replaying, logger: r.logger, attributes: w.attributes}
+	ctx := &Context{s: history, replaying: r.replaying, logger: r.logger, attributes: w.attributes, payloads: r.payloads.get()}
 	defer func() {
 		if p := recover(); p != nil {
 			dec, err = nil, &core.PanicError{Value: p, Stack: debug.Stack()}

@@ -63,7 +63,8 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, threshold 
 // Threshold returns the size above which payloads are offloaded.
 func (s *Store) Threshold() int { return s.threshold }
 
-// Put implements payload.Putter: it writes data unless the bucket holds it already.
+// Put implements payload.Putter: it writes data unless the bucket holds it already. data must
+// not be changed afterwards (it may be kept in the cache).
 func (s *Store) Put(ctx context.Context, data []byte) (payload.Ref, error) {
 	r := payload.RefOf(data)
 	if s.seen(r.SHA256) {
@@ -78,7 +79,8 @@ func (s *Store) Put(ctx context.Context, data []byte) (payload.Ref, error) {
 	if _, err := s.obs.Put(ctx, meta, bytes.NewReader(data)); err != nil {
 		return payload.Ref{}, fmt.Errorf("writing payload %s: %w", r, err)
 	}
-	s.remember(r.SHA256, nil)
+	// Kept: the writer (a worker that ran the step) is usually the next to read it.
+	s.remember(r.SHA256, data)
 	return r, nil
 }
 
