@@ -235,10 +235,11 @@ func ingressRole() Role {
 	g.replies()
 	g.ensure()
 	g.engine()
-	g.kvRead(streams.HooksBucket)      // it finds the run of a hook delivery by its token
-	g.kvWrite(streams.StartKeysBucket) // it claims the dedup and debounce keys of starts
-	g.kvWrite(streams.TimersBucket)    // it registers a delayed start's timer (fast path)
-	g.objWrite(streams.PayloadsBucket) // it offloads large inputs (docs/large-payloads.md)
+	g.kvRead(streams.HooksBucket)         // it finds the run of a hook delivery by its token
+	g.kvWrite(streams.StartKeysBucket)    // it claims the dedup and debounce keys of starts
+	g.kvWrite(streams.TimersBucket)       // it registers a delayed start's timer (fast path)
+	g.objWrite(streams.PayloadsBucket)    // it offloads large inputs (docs/large-payloads.md)
+	g.objWrite(streams.CheckpointsBucket) // it reads a run's checkpoint before an input, and writes them
 	g.liveness()
 	g.append(streams.DeadLetter, api.DeadLetterPrefix+">")
 	g.subscribe(api.IngressPrefix + ">")

@@ -203,8 +203,13 @@ func (s *Service) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Each input reads its run's latest checkpoint and the history after it, not the whole run.
+	checkpoints, err := objstore.OpenCheckpoints(ctx, s.js, streams.CheckpointsBucket)
+	if err != nil {
+		return err
+	}
 	if s.engine, err = engine.New(engine.Config{Store: st, Host: s.host, Logger: s.logger, CacheSize: -1, Keys: keys, Faults: s.cfg.Faults,
-		Payloads: payloads}); err != nil {
+		Payloads: payloads, Checkpoints: checkpoints}); err != nil {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
