@@ -76,17 +76,19 @@ func (r Ref) Matches(data []byte) bool {
 // Marked reports whether raw begins like a reference: an object whose first key is Key. Such a
 // value is either a reference or user data that must be offloaded to stay unambiguous.
 func Marked(raw []byte) bool {
-	raw = bytes.TrimLeft(raw, " \t\r\n")
-	if len(raw) < len(prefix) || raw[0] != '{' {
+	if bytes.HasPrefix(raw, prefix) {
+		return true // the form Flow writes
+	}
+	rest, ok := bytes.CutPrefix(bytes.TrimLeft(raw, wsp), []byte("{"))
+	if !ok {
 		return false
 	}
-	// Cheap check first; then allow whitespace inside, as hand-written JSON may have it.
-	if bytes.HasPrefix(raw, prefix) {
-		return true
-	}
-	rest := bytes.TrimLeft(raw[1:], " \t\r\n")
-	return bytes.HasPrefix(rest, prefix[1:])
+	rest, ok = bytes.CutPrefix(bytes.TrimLeft(rest, wsp), []byte(`"`+Key+`"`))
+	return ok && bytes.HasPrefix(bytes.TrimLeft(rest, wsp), []byte(":"))
 }
+
+// wsp is JSON's whitespace.
+const wsp = " \t\r\n"
 
 // Parse returns the reference raw encodes, and whether it is one.
 func Parse(raw []byte) (Ref, bool) {
