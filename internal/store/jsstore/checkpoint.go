@@ -66,16 +66,31 @@ func (s *Store) LoadAfter(ctx context.Context, runID string, after, pos, atLeast
 func (s *Store) MessagesRead() uint64 { return s.read.Load() }
 
 // BulkAppend appends events to run runID after sequence expected, perCommit events to a
-// commit (at least one), publishing the commits asynchronously without the per-run sequence
-// check of Append: only for a run no one else writes, to build a long history quickly
-// (benchmarks of million-event runs). It returns the last sequence once every commit is stored.
+// commit (at least one), publishing the commits asynchronously, bulkWindow at a time, without
+// the per-run sequence check of Append: only for a run no one else writes, to build a long
+// history quickly (benchmarks of million-event runs). It returns the last sequence once every
+// commit is stored.
 func (s *Store) BulkAppend(ctx context.Context, runID string, expected uint64, events []event.Event, perCommit int) (uint64, error) {
 	if err := store.CheckAppend(runID, events); err != nil {
 		return 0, err
 	}
 	perCommit = max(perCommit, 1)
-	var acks []jetstream.PubAckFuture
-	seq := expected
+	acks := make([]jetstream.PubAckFuture, 0, bulkWindow)
+	seq, last := expected, uint64(0)
+	settle := func() error {
+		for _, a := range acks {
+			select {
+			case ack := <-a.Ok():
+				last = max(last, ack.Sequence)
+			case err := <-a.Err():
+				return fmt.Errorf("appending to run %q: %w", runID, err)
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		}
+		acks = acks[:0]
+		return nil
+	}
 	for len(events) > 0 {
 		n := min(perCommit, len(events))
 		envs := make([]event.Envelope, n)
@@ -94,21 +109,18 @@ func (s *Store) BulkAppend(ctx context.Context, runID string, expected uint64, e
 		acks = append(acks, ack)
 		seq += uint64(n)
 		events = events[n:]
-	}
-	select {
-	case <-s.js.PublishAsyncComplete():
-	case <-ctx.Done():
-		return 0, ctx.Err()
-	}
-	var last uint64
-	for _, a := range acks {
-		select {
-		case ack := <-a.Ok():
-			last = max(last, ack.Sequence)
-		case err := <-a.Err():
-			return 0, fmt.Errorf("appending to run %q: %w", runID, err)
+		if len(acks) == bulkWindow {
+			if err := settle(); err != nil {
+				return 0, err
+			}
 		}
+	}
+	if err := settle(); err != nil {
+		return 0, err
 	}
 	s.remember(runID, seq, last)
 	return seq, nil
 }
+
+// bulkWindow is the number of commits BulkAppend has in flight at most.
+const bulkWindow = 1000
