@@ -162,7 +162,7 @@ func RegisterStep[I, O any](r *Registry, name string, fn func(ctx context.Contex
 		if err != nil {
 			return nil, err
 		}
-		b, err := json.Marshal(out)
+		b, err := encode(out) // a json.RawMessage as it is, checked, not copied
 		if err != nil {
 			return nil, &Error{Kind: KindInvalidOutput, Message: fmt.Sprintf("the output of step %q does not encode to JSON: %v", name, err), NonRetryable: true}
 		}
