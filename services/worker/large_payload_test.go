@@ -24,7 +24,7 @@ import (
 )
 
 // largeSizes: inputs that cross NATS (run input, signal, update) are over the default offload
-// threshold of 256 KiB and under max_payload; the step's output, made in the worker, is 8 MiB,
+// threshold of 256 KiB and under max_payload; the step's output, made in the worker, is 2 MiB,
 // twice max_payload.
 const (
 	largeIn  = 300 << 10
