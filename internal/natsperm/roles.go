@@ -224,6 +224,7 @@ func schedulerRole() Role {
 	g.kvWatch(streams.QueueBucket)  // the admission controller follows the runs waiting for admission
 	g.kvWrite(streams.LimitsBucket) // and takes their slots and rate tokens
 	g.kvWatch(streams.LimitsBucket)
+	g.objWrite(streams.CheckpointsBucket) // it reads a run's checkpoint before a timer's fire, and writes them
 	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", false)
 }
 
