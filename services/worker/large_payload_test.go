@@ -80,7 +80,7 @@ func (c *countingGetter) Get(ctx context.Context, r payload.Ref) ([]byte, error)
 // TestLargePayloads: on a real server, a run's large input, its step's large input and 8 MiB
 // output, a large update and a large signal are each offloaded to FLOW_PAYLOADS, the history
 // holding references; workflow and step code see the bytes, the client's Result resolves the
-// run's output, and the history replays deterministically, comparing the large step input by
+// run's output and ResolvePayloads a snapshot's references, and the history replays deterministically, comparing the large step input by
 // hash without reading it. Code that schedules the step with a changed large input is a
 // non-determinism error that names the input and shows both hashes.
 func TestLargePayloads(t *testing.T) {
@@ -103,7 +103,18 @@ func TestLargePayloads(t *testing.T) {
 	require.NoError(t, b.client.Result(ctx, runID, &out))
 	require.Equal(t, in+"!"+strings.Repeat("y", largeOut), out)
 
-	// The history holds references, each to an object of the bucket.
+	// A snapshot shows references; ResolvePayloads puts the bytes in their place.
+	snap, err := b.client.Snapshot(ctx, runID)
+	require.NoError(t, err)
+	require.True(t, payload.IsRef(snap.Steps["grow"].Output))
+	require.NoError(t, b.client.ResolvePayloads(ctx, snap))
+	require.JSONEq(t, `"`+in+`"`, string(snap.Input))
+	require.Equal(t, `"`+in+"!"+strings.Repeat("y", largeOut)+`"`, string(snap.Steps["grow"].Output))
+	require.Equal(t, snap.Steps["grow"].Output, snap.Outcome.Output)
+	require.Len(t, snap.Signals, 1)
+	require.Len(t, snap.Signals[0].Payload, largeIn+2)
+
+		// The history holds references, each to an object of the bucket.
 	js, err := jetstream.New(natstest.Connect(t, srv))
 	require.NoError(t, err)
 	st, err := jsstore.New(ctx, js, nil)
