@@ -114,7 +114,7 @@ func TestLargePayloads(t *testing.T) {
 	require.Len(t, snap.Signals, 1)
 	require.Len(t, snap.Signals[0].Payload, largeIn+2)
 
-		// The history holds references, each to an object of the bucket.
+	// The history holds references, each to an object of the bucket.
 	js, err := jetstream.New(natstest.Connect(t, srv))
 	require.NoError(t, err)
 	st, err := jsstore.New(ctx, js, nil)
