@@ -3,8 +3,10 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"slices"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/payload"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -26,7 +28,14 @@ func (e *Engine) offload(ctx context.Context, ps []event.Payload) error {
 	if e.payloads == nil {
 		return nil
 	}
-	return payload.Offload(ctx, e.payloads, e.payloads.Threshold(), ps)
+	before := slices.Clone(ps)
+	if err := payload.Offload(ctx, e.payloads, e.payloads.Threshold(), ps); err != nil {
+		return err
+	}
+	if !slices.Equal(before, ps) {
+		return e.faults.Hit(fault.AfterPayloadBeforeAppend)
+	}
+	return nil
 }
 
 // offloadStarted offloads the input of run.started.
@@ -52,6 +61,8 @@ func (e *Engine) offloadOutput(ctx context.Context, out core.StepOutcome) core.S
 	}
 	ps := []event.Payload{&event.StepCompleted{Output: canon}}
 	if err := e.offload(ctx, ps); err != nil {
+		// The attempt fails and is retried: it stores the same bytes under the same name again,
+		// which the store finds there.
 		return core.StepOutcome{Err: &event.ErrorInfo{Kind: "payload", Message: "storing the step's output: " + err.Error()}}
 	}
 	out.Output = ps[0].(*event.StepCompleted).Output

@@ -224,3 +224,14 @@ func FromEnv() (*Injector, error) {
 	}
 	return f, nil
 }
+
+// Points of offloaded payloads (docs/large-payloads.md), armed by the engine's payload tests (the
+// crash workload of Points offloads nothing).
+const (
+	// AfterPayloadBeforeAppend: a payload is stored in FLOW_PAYLOADS; the event that refers to
+	// it is not appended yet.
+	AfterPayloadBeforeAppend Point = "after-payload-before-append"
+)
+
+// PayloadPoints lists the points of offloaded payloads.
+var PayloadPoints = []Point{AfterPayloadBeforeAppend}
