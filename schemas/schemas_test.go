@@ -67,6 +67,8 @@ func examples() []example {
 			Generation:    1,
 			TraceParent:   "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
 			Attributes:    exampleAttributes(),
+			Timeouts: &event.RunTimeouts{Execution: event.Duration(24 * time.Hour), ExecutionDeadline: at.Add(20 * time.Hour),
+				Run: event.Duration(time.Hour), RunDeadline: at.Add(time.Hour)},
 		}},
 		{"reused and delayed", &event.RunStarted{
 			Spec: event.Spec{Definition: "order"}, Input: json.RawMessage(`{"order_id":"o-2"}`), Seed: "c4ca4238a0b92382",
@@ -82,11 +84,16 @@ func examples() []example {
 		}},
 		{"batch", &event.StepScheduled{Steps: []event.StepSpec{
 			{ID: "charge", Name: "charge-card", Input: json.RawMessage(`{"amount_cents":1250,"currency":"EUR"}`), Retry: charge},
-			{ID: "reserve", Name: "reserve-stock", Input: json.RawMessage(`null`), Retry: event.RetryPolicy{}.Normalize()},
+			{ID: "reserve", Name: "reserve-stock", Input: json.RawMessage(`null`), Retry: event.RetryPolicy{}.Normalize(),
+				Timeouts: &event.StepTimeouts{ScheduleToStart: event.Duration(time.Minute), StartToClose: event.Duration(10 * time.Minute),
+					Heartbeat: event.Duration(30 * time.Second)}},
 		}}},
 		{"retried", &event.StepCompleted{StepID: "charge", Attempt: 2, Output: json.RawMessage(`{"charge_id":"ch_1"}`)}},
 		{"exhausted", &event.StepFailed{StepID: "charge", Attempt: 5,
 			Error: event.ErrorInfo{Kind: "timeout", Message: "payment gateway timed out"}, Retryable: true, Final: true}},
+		{"heartbeat timed out", &event.StepFailed{StepID: "reserve", Attempt: 1,
+			Error:     event.ErrorInfo{Kind: event.TimeoutHeartbeat, Message: "attempt 1: the heartbeat-timeout of 30s passed"},
+			Retryable: true, Timeout: event.TimeoutHeartbeat}},
 		{"backoff", &event.StepRetryScheduled{StepID: "charge", Attempt: 2, Due: at.Add(250 * time.Millisecond)}},
 		{"backoff elapsed", &event.StepRetryFired{StepID: "charge", Attempt: 2}},
 		{"cancelled run", &event.StepCancelled{Steps: []event.CancelledStep{
@@ -133,7 +140,27 @@ func examples() []example {
 				Rate: 200, RatePeriod: event.Duration(time.Second), KeyRate: 10, KeyRatePeriod: event.Duration(time.Minute), OnLimit: event.OnLimitQueue},
 		}},
 		{"after a wait", &event.RunAdmitted{Group: "reports", Key: "c-42", Queued: event.Duration(1500 * time.Millisecond)}},
+		{"workflow cancelled", &event.StepCancelled{Steps: []event.CancelledStep{{StepID: "quote", Attempt: 1, SideEffectUnknown: true}},
+			Reason: `step "quote" cancelled by the workflow (try_cancel)`, Cause: event.CauseWorkflow, Cancellation: event.CancelTry}},
+		{"wait cancelled", &event.StepCancelRequested{StepID: "export", Attempt: 2, Policy: event.CancelWait, Reason: `step "export" cancelled by the workflow (wait_cancelled)`}},
+		{"wait cancelled", &event.ChildCancelRequested{ChildID: "ship", RunID: "order-1=ship", Policy: event.CancelWait, Reason: `child "ship" cancelled by the workflow (wait_cancelled)`}},
+		{"abandoned", &event.ChildSettled{ChildID: "ship", RunID: "order-1=ship", Outcome: event.OutcomeCancelled,
+			Error: &event.ErrorInfo{Kind: "cancelled", Message: `child "ship" cancelled by the workflow (abandon)`}, Cancellation: event.CancelAbandon}},
+		{"retried child", &event.ChildScheduled{Children: []event.ChildSpec{{ChildID: "ship", RunID: "order-1=ship", Definition: "shipping",
+			Input: json.RawMessage(`null`), CancelPolicy: event.CancelPolicyRequest, Retry: &charge}}}},
+		{"child retry", &event.ChildRetryScheduled{ChildID: "ship", Attempt: 2, RunID: "order-1=ship=_2", Due: at.Add(time.Second),
+			FailedRunID: "order-1=ship", Error: event.ErrorInfo{Kind: "carrier", Message: "carrier unavailable"}}},
+		{"child retry", &event.ChildRetryFired{ChildID: "ship", Attempt: 2, RunID: "order-1=ship=_2"}},
+		{"retried child run", &event.RunStarted{Spec: event.Spec{Definition: "shipping"}, Input: json.RawMessage(`null`), Seed: "s",
+			Parent: &event.ParentRef{RunID: "order-1", ChildID: "ship", Attempt: 2}}},
 		{"singleton replaced", &event.RunCancelled{Reason: `cancelled by flow control: replaced by the newer run "sync-2"`, Cause: event.CauseFlowControl}},
+		{"a rerun", &event.RunStarted{
+			Spec: event.Spec{Definition: "order"}, Input: json.RawMessage(`{"order":"o-2"}`), Seed: "9f86d081884c7d65",
+			ResetFrom: &event.ResetFrom{RunID: "order-1", Seq: 7, Mode: event.ResetRerun, StepID: "charge", Reason: "fixed the card gateway",
+				RequestID: "req-1", DropInputs: true, InputReplaced: true, CopiedTo: 12, Reapplied: 0, SeedRunID: "order-1"},
+		}},
+		{"a reset of an active run", &event.RunReset{NewRunID: "order-1=_reset-0a1b2c3d4e5f6a7b", Seq: 7, Mode: event.ResetRerun, StepID: "charge",
+			Reason: "fixed the card gateway", RequestID: "req-1", DropInputs: true, Terminated: true}},
 	}
 }
 
@@ -170,6 +197,11 @@ func minimal() []event.Payload {
 		&event.RunDelayFired{NotBefore: at},
 		&event.RunDebounced{Input: json.RawMessage(`null`), NotBefore: at},
 		&event.RunAdmitted{Group: "g"},
+		&event.StepCancelRequested{StepID: "a", Attempt: 1, Policy: event.CancelWait},
+		&event.ChildCancelRequested{ChildID: "c", RunID: "r=c", Policy: event.CancelWait},
+		&event.ChildRetryScheduled{ChildID: "c", Attempt: 2, RunID: "r=c=_2", Due: at, FailedRunID: "r=c", Error: event.ErrorInfo{Message: "boom"}},
+		&event.ChildRetryFired{ChildID: "c", Attempt: 2, RunID: "r=c=_2"},
+		&event.RunReset{NewRunID: "r=_reset-1", Seq: 1, Mode: event.ResetToSeq},
 	}
 }
 
@@ -461,7 +493,7 @@ func TestEnumsMatchGoConstants(t *testing.T) {
 		def, goType string
 		known       []string
 	}{
-		{"cause", "Cause", []string{string(event.CauseWorkflow), string(event.CauseStepExhausted), string(event.CauseCancelRequested), string(event.CauseOperator), string(event.CauseFlowControl)}},
+		{"cause", "Cause", []string{string(event.CauseWorkflow), string(event.CauseStepExhausted), string(event.CauseCancelRequested), string(event.CauseOperator), string(event.CauseFlowControl), string(event.CauseTimeout)}},
 		{"outcome", "Outcome", []string{string(event.OutcomeCompleted), string(event.OutcomeFailed), string(event.OutcomeCancelled), string(event.OutcomeContinuedAsNew)}},
 		{"cancel_policy", "CancelPolicy", []string{string(event.CancelPolicyRequest), string(event.CancelPolicyAbandon)}},
 		{"exhaustion", "Exhaustion", []string{string(event.ExhaustionFailRun), string(event.ExhaustionReturnError)}},
@@ -626,7 +658,7 @@ func TestInvalidPayloads(t *testing.T) {
 	}{
 		{"UnknownCause", event.TypeRunFailed, func(m map[string]any) { m["cause"] = "nobody" }},
 		{"EmptyCause", event.TypeRunCancelled, func(m map[string]any) { m["cause"] = "" }},
-		{"StepCancelledUnknownCause", event.TypeStepCancelled, func(m map[string]any) { m["cause"] = "timeout" }},
+		{"StepCancelledUnknownCause", event.TypeStepCancelled, func(m map[string]any) { m["cause"] = "gremlins" }},
 		{"ChildContinuedAsNew", event.TypeChildSettled, func(m map[string]any) { m["outcome"] = "continued_as_new" }},
 		{"UnknownOutcome", event.TypeChildSettled, func(m map[string]any) { m["outcome"] = "done" }},
 		{"EmptyCancelPolicy", event.TypeChildScheduled, func(m map[string]any) { at0(m, "children")["cancel_policy"] = "" }},

@@ -16,7 +16,7 @@
 //	GET  /v1/runs/{id}/watch        server-sent events, one per event: "id: <seq>", "event: <type>", "data: <envelope>"
 //	POST /v1/runs/{id}/resume       ResumeRequest as JSON body (run_id from the path): ResumeResponse
 //
-// Errors are a status code (400, 404, 409, 423, 500, 503) with the body {"error": Error}.
+// Errors are a status code (400, 404, 409, 410, 423, 500, 503) with the body {"error": Error}.
 package api
 
 import (
@@ -87,6 +87,9 @@ type HistoryResponse struct {
 	Events []event.Envelope `json:"events"`
 	// More is set when events after the page exist: ask again after the last one.
 	More bool `json:"more"`
+	// Deleted is the run's tombstone when its history was deleted after its retention period:
+	// the events were read from the archive Deleted.Archive names (docs/retention.md).
+	Deleted *core.Deletion `json:"deleted,omitempty"`
 }
 
 // ListRequest filters and pages the runs index. The zero value lists the most recently updated
@@ -114,6 +117,9 @@ type ListRequest struct {
 	// and the search attributes the listed definitions declare. A filter that does not parse
 	// or type-check is refused (CodeInvalid, HTTP 400) with a message saying what to write.
 	Where string `json:"where,omitempty"`
+	// IncludeDeleted lists the tombstones of runs deleted after their retention period too
+	// (their entries have Deleted set); by default they are left out.
+	IncludeDeleted bool `json:"include_deleted,omitempty"`
 }
 
 // Limits of a list page.
@@ -157,6 +163,7 @@ const (
 	CodeNotFound    Code = "404" // no such run
 	CodeConflict    Code = "409" // the run's state refuses the request (it ended)
 	CodeDamaged     Code = "423" // the run is quarantined: its history was found damaged
+	CodeDeleted     Code = "410" // the run's history was deleted after its retention period, unarchived
 	CodeInternal    Code = "500"
 	CodeUnavailable Code = "503" // the service cannot reach NATS or is starting
 )

@@ -104,6 +104,18 @@ const (
 	ExtRequestID = "flowrequestid"
 )
 
+// CloudEvents extensions of a start's timeouts (docs/timeouts.md), as Go durations ("1h").
+const (
+	ExtExecutionTimeout = "flowexecutiontimeout"
+	ExtRunTimeout       = "flowruntimeout"
+)
+
+// RunTimeouts are a start's execution and run timeouts; zero for the definition's defaults.
+type RunTimeouts struct {
+	Execution event.Duration `json:"execution,omitempty"`
+	Run       event.Duration `json:"run,omitempty"`
+}
+
 // StartPolicies are a start's policies for a taken run ID, its delay, and its deduplication or
 // debounce (docs/start-policies.md). Every field is optional.
 type StartPolicies struct {
@@ -186,6 +198,10 @@ type StartRequest struct {
 	DedupWindow event.Duration       `json:"dedup_window,omitempty"`
 	Debounce    *event.Debounce      `json:"debounce,omitempty"`
 	RequestID   string               `json:"request_id,omitempty"`
+	// ExecutionTimeout bounds the run and the runs it continues as; RunTimeout this run
+	// alone (docs/timeouts.md). Durations ("1h"); absent for the definition's defaults.
+	ExecutionTimeout event.Duration `json:"execution_timeout,omitempty"`
+	RunTimeout       event.Duration `json:"run_timeout,omitempty"`
 }
 
 // Policies returns the start policies of r.
@@ -233,6 +249,7 @@ const (
 	CodeTooLarge         IngressCode = "payload_too_large"      // 413
 	CodeMediaType        IngressCode = "unsupported_media_type" // 415
 	CodeRunDamaged       IngressCode = "run_damaged"            // 423
+	CodeRunDeleted       IngressCode = "run_deleted"            // 410: deleted after its retention period
 	CodeIngressInternal  IngressCode = "internal"               // 500
 	CodeIngressBusy      IngressCode = "unavailable"            // 503
 )
@@ -269,6 +286,8 @@ func statusOf(c IngressCode) int {
 		return http.StatusUnsupportedMediaType
 	case CodeRunDamaged:
 		return http.StatusLocked
+	case CodeRunDeleted:
+		return http.StatusGone
 	case CodeIngressBusy:
 		return http.StatusServiceUnavailable
 	}
@@ -280,5 +299,5 @@ func IngressCodes() []IngressCode {
 	return []IngressCode{CodeInvalidJSON, CodeInvalidName, CodeInvalidEvent, CodeInvalidRequest, CodeUnauthorized,
 		CodeRunNotFound, CodeHookNotFound, CodeRouteNotFound, CodeMethodNotAllowed, CodeRunEnded, CodeRunExists,
 		CodeDeliveryConflict, CodeHookReceived, CodeNoWorker, CodeTooLarge, CodeMediaType, CodeRunDamaged,
-		CodeIngressInternal, CodeIngressBusy}
+		CodeIngressInternal, CodeIngressBusy, CodeRunDeleted}
 }

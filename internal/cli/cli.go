@@ -103,6 +103,7 @@ or the context.`,
 		e.cancelCmd(), e.signalCmd(), e.hookCmd(), e.terminateCmd(), e.resumeCmd(), e.verifyCmd(), e.definitionsCmd(), e.versionCmd())
 	root.AddCommand(e.queryCmd())
 	root.AddCommand(e.updateCmd())
+	root.AddCommand(e.resetCmd(), e.rerunCmd())
 	root.AddCommand(e.payloadCmd())
 	return root
 }

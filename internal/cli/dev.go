@@ -112,7 +112,11 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 
 	// The history service starts first: it checks the streams for damage before anything
 	// drives a run, and every consequence of a commit follows from it.
-	h, err := history.New(history.Config{Conn: nc, HTTPAddr: httpAddr, Logger: logger})
+	hcfg := history.Config{Conn: nc, HTTPAddr: httpAddr, Logger: logger}
+	if err := devRetention(&hcfg); err != nil { // retention.go
+		return err
+	}
+	h, err := history.New(hcfg)
 	if err != nil {
 		return err
 	}

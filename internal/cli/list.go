@@ -92,6 +92,8 @@ the event at which the run entered its status. A page ends with the command for 
 					detail = "DAMAGED: " + r.Damaged
 				case r.Parked != "":
 					detail = "parked: " + r.Parked
+				case r.Deleted != nil:
+					detail = deletedText(r.Deleted) // retention.go
 				}
 				if withAttrs {
 					fmt.Fprintf(tw, "%s\t%s\t%s\tseq %d\t%s\t%s\t%s\n", r.RunID, r.Definition, r.Status, r.Seq, r.UpdatedAt.Format(time.RFC3339),
@@ -120,6 +122,7 @@ the event at which the run entered its status. A page ends with the command for 
 	cmd.Flags().StringVar(&f.Cursor, "cursor", "", "continue after the page that printed this cursor")
 	cmd.Flags().StringVar(&f.Where, "where", "", `only runs a filter selects, e.g. 'customer = "c-42" and status = "running" and started > "2026-12-01"' (see docs/search.md)`)
 	cmd.Flags().BoolVar(&all, "all", false, "list every page")
+	cmd.Flags().BoolVar(&f.IncludeDeleted, "include-deleted", false, "list the tombstones of runs deleted after their retention period too (docs/retention.md)")
 	return cmd
 }
 

@@ -28,6 +28,7 @@ func (e *env) startCmd() *cobra.Command {
 	var wait bool
 	var timeout time.Duration
 	var policies startPolicyFlags
+	var timeouts timeoutFlags
 	cmd := &cobra.Command{
 		Use:   "start DEFINITION",
 		Short: "Start a run of a workflow definition",
@@ -71,6 +72,9 @@ The ID printed is the run's own.`,
 			}
 			opts := &flow.StartOptions{RunID: id}
 			if err := policies.apply(opts); err != nil {
+				return err
+			}
+			if err := timeouts.apply(opts); err != nil {
 				return err
 			}
 			ctx := c.Context()
@@ -140,6 +144,7 @@ The ID printed is the run's own.`,
 	cmd.Flags().DurationVar(&timeout, "timeout", 0, "with --wait, give up after this long (default: no limit)")
 	cmd.Flags().StringArrayVar(&attrs, "attr", nil, "a search attribute the run starts with, NAME=VALUE (repeatable); the value is read as the type the definition declares: text, an integer, a number, true/false, an RFC 3339 time or date, or comma-separated keywords")
 	policies.add(cmd)
+	timeouts.add(cmd)
 	return cmd
 }
 
@@ -313,6 +318,7 @@ func printSnapshot(w io.Writer, s *flow.Snapshot) {
 	if s.Parent != nil {
 		fmt.Fprintf(w, "Parent      %s (child %s)\n", s.Parent.RunID, s.Parent.ChildID)
 	}
+	printResets(w, s)
 	if s.Blocked != nil {
 		fmt.Fprintf(w, "Blocked     %s at seq %d: %s\n", s.Blocked.Kind, s.Blocked.Seq, s.Blocked.Detail)
 	}
@@ -320,6 +326,7 @@ func printSnapshot(w io.Writer, s *flow.Snapshot) {
 		fmt.Fprintf(w, "Cancel      requested: %s\n", s.CancelReason)
 	}
 	printStartPolicy(w, s)
+	printTimeouts(w, s)
 	if s.Priority != 0 {
 		fmt.Fprintf(w, "Priority    %d\n", s.Priority)
 	}
@@ -474,6 +481,7 @@ the format flowtest.Replay and 'flow verify' read.`,
 			if err != nil {
 				return err
 			}
+			e.noteArchived(c.Context(), client, a[0]) // retention.go
 			for _, ev := range hist {
 				if err := e.printEvent(ev); err != nil {
 					return err
@@ -660,6 +668,9 @@ func accepted(asked, to string) inputAccepted {
 func forwarded(asked, to string) string {
 	if to == "" || to == asked {
 		return ""
+	}
+	if strings.Contains(to, "=_reset-") {
+		return fmt.Sprintf(" (forwarded to %s: %s was reset or continued as new)", to, asked)
 	}
 	return fmt.Sprintf(" (forwarded to %s: %s continued as new)", to, asked)
 }

@@ -43,7 +43,8 @@ func (s *Snapshot) Apply(e event.Envelope) error {
 	}
 	prev := s.Status
 	s.Status = s.status()
-	if s.Status != prev || failed || e.Type().Terminal() || changesAttributes(e.Payload) {
+	_, reset := e.Payload.(*event.RunReset)
+	if s.Status != prev || failed || reset || e.Type().Terminal() || changesAttributes(e.Payload) {
 		s.summarySeq, s.summaryAt = e.Seq, e.Time
 	}
 	return nil
@@ -56,9 +57,16 @@ func (s *Snapshot) Apply(e event.Envelope) error {
 func IsInput(p event.Payload) bool {
 	switch p.(type) {
 	case *event.RunStarted, *event.SignalReceived, *event.HookReceived, *event.WaitFired,
-		*event.StepRetryFired, *event.ChildSettled, *event.RunCancelRequested, *event.UpdateReceived,
+		*event.StepRetryFired, *event.RunCancelRequested, *event.UpdateReceived,
 		*event.RunDelayFired, *event.RunAdmitted:
 		return true
+	case *event.StepFailed:
+		// A step timeout is appended by the scheduler, not by the worker that ran the attempt
+		// (which may be dead): the run needs a drive as after any input (docs/timeouts.md).
+		return p.(*event.StepFailed).Timeout != ""
+	case *event.ChildSettled:
+		// A child the workflow cancelled settles in the workflow's own decision.
+		return p.(*event.ChildSettled).Cancellation == ""
 	}
 	return false
 }
@@ -86,12 +94,19 @@ func isDecisionEvent(p event.Payload) bool {
 		*event.ChildScheduled, *event.RunCompleted, *event.RunContinuedAsNew, *event.AttributesUpserted,
 		*event.UpdateAccepted, *event.UpdateRejected, *event.UpdateCompleted:
 		return true
-	case *event.SideEffectRecorded:
+	case *event.SideEffectRecorded, *event.StepCancelRequested, *event.ChildCancelRequested:
 		return true
+	case *event.ChildSettled:
+		// ctx.CancelChild with try_cancel or abandon; wait_cancelled settles by its request's commit.
+		return p.Cancellation == event.CancelTry || p.Cancellation == event.CancelAbandon
 	case *event.StepCancelled:
-		return p.Cause != event.CauseOperator && p.Cause != event.CauseFlowControl
+		// A wait_cancelled cancellation settles when the attempt ends: a step result.
+		if p.Cancellation == event.CancelWait {
+			return false
+		}
+		return p.Cause != event.CauseOperator && p.Cause != event.CauseFlowControl && p.Cause != event.CauseTimeout
 	case *event.RunFailed:
-		return p.Cause != event.CauseOperator
+		return p.Cause != event.CauseOperator && p.Cause != event.CauseTimeout
 	case *event.RunCancelled:
 		return p.Cause != event.CauseOperator && p.Cause != event.CauseFlowControl
 	}
@@ -116,6 +131,14 @@ func (s *Snapshot) check(e event.Envelope) error {
 	if e.Seq != s.Seq+1 {
 		return s.fail(e, "sequence", "expected seq %d, got %d (sequences run 1..n without gaps)", s.Seq+1, e.Seq)
 	}
+	if _, reset := e.Payload.(*event.RunReset); reset {
+		return s.checkReset(e) // the one event that may follow the terminal event
+	}
+	if s.resetEnding {
+		if err := s.checkResetEnding(e); err != nil {
+			return err
+		}
+	}
 	if s.Outcome != nil {
 		return s.fail(e, "after_terminal", "%s after the terminal event at seq %d", e.Type(), s.Outcome.Seq)
 	}
@@ -134,6 +157,12 @@ func (s *Snapshot) check(e event.Envelope) error {
 		}
 	}
 	if err := s.checkDelay(e); err != nil {
+		return err
+	}
+	if err := s.checkCancel(e); err != nil {
+		return err
+	}
+	if err := s.checkChildRetry(e); err != nil {
 		return err
 	}
 	switch p := e.Payload.(type) {
@@ -304,7 +333,8 @@ func normalized(p *event.RetryPolicy) bool {
 // the policy explicit, and its derived run ID valid, as Validate records them for run runID.
 func vetChild(runID string, c event.ChildSpec) bool {
 	return event.ValidateID("child", c.ChildID) == nil && event.ValidateName("definition", c.Definition) == nil &&
-		c.CancelPolicy != "" && c.CancelPolicy.Valid() && event.ValidateDerivedRunID(event.ChildRunID(runID, c.ChildID)) == nil
+		c.CancelPolicy != "" && c.CancelPolicy.Valid() && event.ValidateDerivedRunID(event.ChildRunID(runID, c.ChildID)) == nil &&
+		(c.Retry == nil || normalized(c.Retry) && c.Retry.Validate() == nil)
 }
 
 func (s *Snapshot) step(e event.Envelope, id string) (*Step, error) {
@@ -350,6 +380,8 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		}
 		s.Priority = d.Priority
 		s.Control = d.Control
+		s.Timeouts = d.Timeouts
+		s.ResetFrom = d.ResetFrom
 	case *event.RunAdmitted:
 		s.Admitted, s.AdmittedSeq, s.AdmittedAt = true, e.Seq, e.Time
 	case *event.RunDebounced:
@@ -367,6 +399,9 @@ func (s *Snapshot) mutate(e event.Envelope) {
 			step := &steps[i]
 			*step = Step{ID: st.ID, Name: st.Name, Input: st.Input, Retry: st.Retry,
 				BatchSeq: e.Seq, Status: StepRunning, Attempt: 1, pos: i, vetted: vetStep(st)}
+			if !st.Timeouts.IsZero() {
+				step.Timeouts, step.InFlightSince, step.InFlightSeq = st.Timeouts, e.Time, e.Seq
+			}
 			members[i] = step
 			s.Steps[st.ID] = step
 			s.unsettled.push(step)
@@ -405,6 +440,9 @@ func (s *Snapshot) mutate(e event.Envelope) {
 	case *event.StepRetryFired:
 		st := s.Steps[d.StepID]
 		st.Status, st.RetryDue = StepRunning, zeroTime
+		if st.Timeouts != nil {
+			st.InFlightSince, st.InFlightSeq = e.Time, e.Seq
+		}
 		p.StepsRetrying--
 		p.StepsRunning++
 	case *event.StepCancelled:
@@ -469,7 +507,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 			ids[i] = c.ChildID
 			s.ids[c.ChildID] = kindChild
 			members[i] = &Child{ID: c.ChildID, RunID: c.RunID, Definition: c.Definition,
-				Input: c.Input, CancelPolicy: c.CancelPolicy, BuildID: c.BuildID, Patches: c.Patches, BatchSeq: e.Seq,
+				Input: c.Input, CancelPolicy: c.CancelPolicy, BuildID: c.BuildID, Patches: c.Patches, BatchSeq: e.Seq, Retry: c.Retry,
 				vetted: vetChild(s.RunID, c)}
 			s.Children[c.ChildID] = members[i]
 		}
@@ -494,7 +532,12 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.mutateUpdate(e)
 	case *event.RunCompleted, *event.RunFailed, *event.RunCancelled, *event.RunContinuedAsNew:
 		s.Outcome = outcomeOf(e)
+		s.resetEnding = false
+	case *event.RunReset:
+		s.mutateReset(e, d)
 	}
+	s.mutateCancel(e)
+	s.mutateChildRetry(e)
 }
 
 func blockedBy(e event.Envelope, d *event.DecisionFailed) *Blocked {

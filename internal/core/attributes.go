@@ -181,5 +181,9 @@ func (s Summary) Equal(o Summary) bool {
 		s.Status == o.Status && s.Seq == o.Seq && s.StartedAt.Equal(o.StartedAt) && s.UpdatedAt.Equal(o.UpdatedAt) &&
 		s.StartedAt.Location() == o.StartedAt.Location() && s.UpdatedAt.Location() == o.UpdatedAt.Location() &&
 		s.Parent == o.Parent && s.Detail == o.Detail && s.Parked == o.Parked && s.Damaged == o.Damaged &&
-		s.Attributes.Equal(o.Attributes)
+		s.Attributes.Equal(o.Attributes) && s.ResetFrom == o.ResetFrom && s.ResetTo == o.ResetTo && (s.Deleted == nil) == (o.Deleted == nil) && (s.Deleted == nil || s.Deleted.equal(*o.Deleted))
+}
+
+func (d Deletion) equal(o Deletion) bool {
+	return d.At.Equal(o.At) && d.Reason == o.Reason && d.Archive == o.Archive && d.Purged == o.Purged && d.Msgs == o.Msgs
 }

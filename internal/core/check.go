@@ -48,6 +48,10 @@ func Check(runID string, history []event.Envelope) []Violation {
 			s.Seq = e.Seq
 		}
 	}
+	if s.resetEnding {
+		vs = append(vs, Violation{Seq: s.Seq, Rule: "reset_order",
+			Detail: "history ends after a run.reset that ends the run, without its termination"})
+	}
 	if s.expectRetry != "" {
 		vs = append(vs, Violation{Seq: s.Seq, Rule: "retry_order",
 			Detail: fmt.Sprintf("history ends after a non-final failure of step %q without its step.retry_scheduled", s.expectRetry)})

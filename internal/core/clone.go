@@ -73,6 +73,7 @@ func (s *Snapshot) Clone() *Snapshot {
 	c.tokens = maps.Clone(s.tokens)
 	c.exhausted = slices.Clone(s.exhausted)
 	c.inputTraces = slices.Clone(s.inputTraces)
+	c.Resets = slices.Clone(s.Resets)
 	return &c
 }
 

@@ -41,6 +41,8 @@ func compareStep(runID string, rec event.StepSpec, seq uint64, got event.StepSpe
 		return mismatch(runID, kindStep, rec.ID, "input", rec.Input, got.Input, seq)
 	case !rec.Retry.Equal(got.Retry):
 		return mismatch(runID, kindStep, rec.ID, "retry", rec.Retry.Normalize(), got.Retry.Normalize(), seq)
+	case !rec.Timeouts.Equal(got.Timeouts):
+		return mismatch(runID, kindStep, rec.ID, "timeouts", timeoutsForm(rec.Timeouts), timeoutsForm(got.Timeouts), seq)
 	}
 	return nil
 }
@@ -95,8 +97,18 @@ func compareChild(runID string, rec event.ChildSpec, seq uint64, got event.Child
 		return mismatch(runID, kindChild, rec.ChildID, "input", rec.Input, got.Input, seq)
 	case rec.CancelPolicy != got.CancelPolicy:
 		return mismatch(runID, kindChild, rec.ChildID, "cancel_policy", rec.CancelPolicy, got.CancelPolicy, seq)
+	case (rec.Retry == nil) != (got.Retry == nil) || rec.Retry != nil && !rec.Retry.Equal(*got.Retry):
+		return mismatch(runID, kindChild, rec.ChildID, "retry", retryForm(rec.Retry), retryForm(got.Retry), seq)
 	}
 	return nil
+}
+
+// retryForm renders a child's optional retry policy.
+func retryForm(p *event.RetryPolicy) any {
+	if p == nil {
+		return plain("none")
+	}
+	return p.Normalize()
 }
 
 // sameRetry reports whether two normalized policies are equal: RetryPolicy.Equal without

@@ -23,6 +23,9 @@ type Consequences struct {
 	Moot []Timer
 	// Children are the child runs the commit scheduled that have not settled: start them.
 	Children []event.ChildSpec
+	// CancelRuns are the child runs the commit asks to cancel (ctx.CancelChild with try_cancel
+	// or wait_cancelled): append run.cancel_requested to each (see ChildCancellations).
+	CancelRuns []CancelRun
 	// Ended is set when the commit holds the terminal event: the end-of-run work is due (the
 	// parent's notice or the successor's start, children cancelled per policy, hook tokens
 	// released).
@@ -42,6 +45,7 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 		if IsInput(e.Payload) && !terminal && (!s.Delayed || s.CancelRequested) && e.Seq > s.decidedSeq {
 			c.Resume, c.TaskSeq = true, e.Seq
 		}
+		deriveTimeouts(s, e, &c)
 		switch p := e.Payload.(type) {
 		case *event.WaitScheduled:
 			if w, ok := s.Waits[p.WaitID]; ok && !w.Fired && !terminal {
@@ -71,6 +75,14 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 				}
 			}
 		}
+		deriveChildRetry(s, e, &c)
+		if rs, ok := e.Payload.(*event.RunStarted); ok && rs.ResetFrom != nil && !terminal && !s.Delayed {
+			// A reset run's first commit ends where a decision is due, though its last event
+			// may be a step result, which is not an input.
+			if last := commit[len(commit)-1].Seq; last > s.decidedSeq {
+				c.Resume, c.TaskSeq = true, last
+			}
+		}
 		if e.Type().Terminal() {
 			c.Ended = true
 			var waits []Timer
@@ -84,7 +96,9 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 			if s.Delayed {
 				c.Moot = append(c.Moot, startTimer(s)) // ended (terminated) before its delay fired
 			}
+			c.Moot = append(c.Moot, mootTimeouts(s)...)
 		}
 	}
+	deriveChildCancel(s, commit, &c)
 	return c
 }

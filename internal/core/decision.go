@@ -22,6 +22,8 @@ type StepCall struct {
 	Input json.RawMessage
 	// Retry is normalized by Validate before it is compared or recorded.
 	Retry event.RetryPolicy
+	// Timeouts are the step's per-attempt timeouts; nil (or all zero) for none.
+	Timeouts *event.StepTimeouts
 }
 
 // ScheduleSteps schedules one step or an atomic batch. The batch's whole identity (its members
@@ -58,6 +60,9 @@ type ChildCall struct {
 	Definition   string
 	Input        json.RawMessage
 	CancelPolicy event.CancelPolicy
+	// Retry, when set, starts a failed child run again as a new run after the policy's
+	// backoff (normalized by Validate; OnExhaustion does not apply); nil: no retry.
+	Retry *event.RetryPolicy
 }
 
 // StartChildren starts one child workflow or an atomic batch of them.

@@ -23,6 +23,9 @@ type StepOutcome struct {
 	Err *event.ErrorInfo
 	// NonRetryable is set when the error itself says it must not be retried.
 	NonRetryable bool
+	// Timeout names the step timeout that ended the attempt (event.TimeoutStartToClose when
+	// the worker's own deadline passed); empty otherwise. Err.Kind is the same name.
+	Timeout string
 }
 
 // StepResult returns the events that record the outcome of attempt of step stepID, finished at
@@ -37,6 +40,10 @@ func StepResult(s *Snapshot, stepID string, attempt int, out StepOutcome, now ti
 	if s.Terminal() || st.Status != StepRunning || st.Attempt != attempt {
 		return nil, fmt.Errorf("%w: step %q attempt %d of run %q is %s at attempt %d", ErrStale, stepID, attempt, s.RunID, st.Status, st.Attempt)
 	}
+	if out.Err != nil && st.CancelPending() {
+		// The workflow asked to cancel the attempt and waits for its end (wait_cancelled).
+		return cancelledAttempt(st, out), nil
+	}
 	if out.Err == nil {
 		output, err := CanonicalJSON(out.Output)
 		if err != nil {
@@ -50,7 +57,7 @@ func StepResult(s *Snapshot, stepID string, attempt int, out StepOutcome, now ti
 	}
 	retryable := !out.NonRetryable && st.Retry.Retryable(e.Kind)
 	final := !retryable || attempt >= st.Retry.MaxAttempts
-	failed := &event.StepFailed{StepID: stepID, Attempt: attempt, Error: e, Retryable: retryable, Final: final}
+	failed := &event.StepFailed{StepID: stepID, Attempt: attempt, Error: e, Retryable: retryable, Final: final, Timeout: out.Timeout}
 	if final {
 		return []event.Payload{failed}, nil
 	}
@@ -86,9 +93,14 @@ type Timer struct {
 // Key identifies the timer within its run: "wait.<id>", "retry.<id>.<attempt>" or
 // "start.<seq>".
 func (t Timer) Key() string {
+	if k, ok := timeoutKey(t); ok {
+		return k
+	}
 	switch t.Kind {
 	case TimerRetry:
 		return fmt.Sprintf("retry.%s.%d", t.ID, t.Attempt)
+	case TimerChildRetry:
+		return fmt.Sprintf("child_retry.%s.%d", t.ID, t.Attempt)
 	case TimerStart:
 		return "start." + t.ID
 	}
@@ -115,7 +127,8 @@ func Timers(s *Snapshot) []Timer {
 	if s.Delayed {
 		ts = append(ts, startTimer(s))
 	}
-	return ts
+	ts = append(ts, timeoutTimers(s)...)
+	return append(ts, childRetryTimers(s)...)
 }
 
 // NewTimers returns the timers that events, about to be or just committed to run runID, create.
@@ -127,12 +140,15 @@ func NewTimers(runID string, events []event.Payload) []Timer {
 			ts = append(ts, Timer{RunID: runID, Kind: TimerWait, ID: p.WaitID, Due: p.Deadline})
 		case *event.StepRetryScheduled:
 			ts = append(ts, Timer{RunID: runID, Kind: TimerRetry, ID: p.StepID, Attempt: p.Attempt, Due: p.Due})
+		case *event.ChildRetryScheduled:
+			ts = append(ts, Timer{RunID: runID, Kind: TimerChildRetry, ID: p.ChildID, Attempt: p.Attempt, Due: p.Due})
 		case *event.RunStarted:
 			// run.started is always sequence 1. (A run.debounced's timer is keyed by a sequence
 			// the events do not carry: Derive registers it.)
 			if !p.NotBefore.IsZero() {
 				ts = append(ts, Timer{RunID: runID, Kind: TimerStart, ID: "1", Due: p.NotBefore, Seq: 1})
 			}
+			ts = append(ts, runTimeoutTimers(&Snapshot{RunID: runID, Timeouts: p.Timeouts})...)
 		}
 	}
 	return ts
@@ -155,6 +171,12 @@ func Fire(s *Snapshot, t Timer) ([]event.Payload, error) {
 		}
 	case TimerStart:
 		return fireStart(s, t)
+	case TimerRunTimeout, TimerStepStart:
+		return fireTimeout(s, t)
+	case TimerChildRetry:
+		if events := fireChildRetry(s, t); events != nil {
+			return events, nil
+		}
 	}
 	return nil, fmt.Errorf("%w: timer %s of run %q is not pending", ErrStale, t.Key(), s.RunID)
 }
@@ -238,7 +260,9 @@ func sameSignal(s *Snapshot, name string, payload json.RawMessage, deliveryID st
 }
 
 // SettleChild returns the event that records how child childID ended, given the snapshot of the
-// run that ended (the child run or its last continuation). ErrStale if already settled.
+// run that ended (the child run or its last continuation): child.settled, or
+// child.retry_scheduled when the run failed and the child's retry policy starts another attempt.
+// ErrStale if already settled, or if the run is not the child's current attempt.
 func SettleChild(s *Snapshot, childID string, ended *Snapshot) ([]event.Payload, error) {
 	c, ok := s.Children[childID]
 	if !ok {
@@ -250,6 +274,9 @@ func SettleChild(s *Snapshot, childID string, ended *Snapshot) ([]event.Payload,
 	o := ended.Outcome
 	if o == nil || o.Outcome == event.OutcomeContinuedAsNew {
 		return nil, fmt.Errorf("%w: run %q has not ended", ErrInvalidInput, ended.RunID)
+	}
+	if retry, err := childEnded(s, c, ended); retry != nil || err != nil {
+		return retry, err
 	}
 	settled := &event.ChildSettled{ChildID: childID, RunID: ended.RunID, Outcome: o.Outcome, Output: o.Output, Error: o.Error}
 	if o.Outcome == event.OutcomeCancelled {
@@ -301,6 +328,8 @@ type Attempt struct {
 	Name    string
 	Attempt int
 	Input   json.RawMessage
+	// Timeouts are the step's recorded timeouts; nil for none.
+	Timeouts *event.StepTimeouts
 }
 
 // Attempts returns the attempts in flight, in scheduling order. Its cost grows with the number
@@ -323,7 +352,7 @@ func InFlightAttempts(s *Snapshot) iter.Seq[Attempt] {
 			if st.Status != StepRunning {
 				continue
 			}
-			if !yield(Attempt{RunID: s.RunID, StepID: st.ID, Name: st.Name, Attempt: st.Attempt, Input: st.Input}) {
+			if !yield(Attempt{RunID: s.RunID, StepID: st.ID, Name: st.Name, Attempt: st.Attempt, Input: st.Input, Timeouts: st.Timeouts}) {
 				return
 			}
 		}

@@ -193,13 +193,24 @@ func parseDecision(t *testing.T, d string) core.Decision {
 				Definition   string             `json:"definition"`
 				Input        json.RawMessage    `json:"input"`
 				CancelPolicy event.CancelPolicy `json:"cancel_policy"`
+				Retry        *event.RetryPolicy `json:"retry"`
 			}
 			decode(&cs)
 			var calls []core.ChildCall
 			for _, c := range cs {
-				calls = append(calls, core.ChildCall{ID: c.ID, Definition: c.Definition, Input: c.Input, CancelPolicy: c.CancelPolicy})
+				calls = append(calls, core.ChildCall{ID: c.ID, Definition: c.Definition, Input: c.Input, CancelPolicy: c.CancelPolicy, Retry: c.Retry})
 			}
 			return core.StartChildren{Children: calls}
+		case "cancel_step", "cancel_child":
+			var c struct {
+				ID     string             `json:"id"`
+				Policy event.Cancellation `json:"policy"`
+			}
+			decode(&c)
+			if k == "cancel_child" {
+				return core.CancelChild{ID: c.ID, Policy: c.Policy}
+			}
+			return core.CancelStep{ID: c.ID, Policy: c.Policy}
 		case "complete":
 			return core.Complete{Output: v}
 		case "fail":

@@ -93,10 +93,25 @@ func (g *generator) decision(allowEnd bool) core.Decision {
 		kids := make([]core.ChildCall, 1+g.rng.IntN(2))
 		for i := range kids {
 			kids[i] = core.ChildCall{ID: g.id("child"), Definition: "sub", Input: json.RawMessage(`{}`)}
+			if g.rng.IntN(2) == 0 {
+				kids[i].Retry = &event.RetryPolicy{MaxAttempts: 1 + g.rng.IntN(3), NonRetryable: []string{"fatal"}}
+			}
 		}
 		return core.StartChildren{Children: kids}
 	case 6:
-		// Re-issue something already recorded: a pending one waits, a settled one is refused.
+		// Cancel a step or a child (a settled one is refused), or re-issue something already
+		// recorded: a pending one waits, a settled one is refused.
+		policy := []event.Cancellation{event.CancelTry, event.CancelWait, event.CancelAbandon}[g.rng.IntN(3)]
+		switch g.rng.IntN(3) {
+		case 0:
+			for id := range s.Steps {
+				return core.CancelStep{ID: id, Policy: policy}
+			}
+		case 1:
+			for id := range s.Children {
+				return core.CancelChild{ID: id, Policy: policy}
+			}
+		}
 		for id, st := range s.Steps {
 			return core.ScheduleSteps{Steps: []core.StepCall{{ID: id, Name: st.Name, Input: st.Input, Retry: st.Retry}}}
 		}
@@ -169,9 +184,16 @@ func (g *generator) step(allowEnd bool) error {
 		}
 	}
 	for id, c := range s.Children {
-		if !c.Settled {
+		if !c.Settled && !c.Retrying() {
 			actions = append(actions, func() ([]event.Payload, error) {
-				ended := &core.Snapshot{RunID: c.RunID, Outcome: &core.Outcome{Outcome: event.OutcomeCompleted, Output: json.RawMessage(`7`)}}
+				o := &core.Outcome{Outcome: event.OutcomeCompleted, Output: json.RawMessage(`7`), Time: g.now}
+				switch g.rng.IntN(3) {
+				case 0:
+					o = &core.Outcome{Outcome: event.OutcomeFailed, Error: &event.ErrorInfo{Kind: "flaky", Message: "child failed"}, Time: g.now}
+				case 1:
+					o = &core.Outcome{Outcome: event.OutcomeFailed, Error: &event.ErrorInfo{Kind: "fatal", Message: "child broke"}, Time: g.now}
+				}
+				ended := &core.Snapshot{RunID: c.CurrentRunID(), Parent: &event.ParentRef{RunID: s.RunID, ChildID: id, Attempt: c.Attempt}, Outcome: o}
 				return core.SettleChild(s, id, ended)
 			})
 		}
@@ -210,6 +232,13 @@ func generate(t testing.TB, seed uint64, n int) []event.Envelope {
 	require.NoError(t, g.commit([]event.Payload{started}))
 	for len(g.envs) < n && !g.s.Terminal() {
 		require.NoError(t, g.step(len(g.envs) > n/2), "seed %d", seed)
+	}
+	if seed%5 == 1 {
+		// A reset of the run, ended or active (then run.reset ends it): run.reset follows.
+		from := &event.ResetFrom{RunID: g.s.RunID, Seq: 1, Mode: event.ResetToSeq, CopiedTo: g.s.Seq, SeedRunID: g.s.RunID}
+		ps, err := core.RecordReset(g.s, g.s.RunID+"=_reset-1", from)
+		require.NoError(t, err, "seed %d", seed)
+		require.NoError(t, g.commit(ps), "seed %d", seed)
 	}
 	return g.envs
 }

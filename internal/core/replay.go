@@ -72,6 +72,17 @@ func compareRecorded(runID string, rec event.Envelope, got event.Payload) error 
 		return &NonDeterminismError{RunID: runID, Kind: "decision", Field: "decision",
 			Recorded: string(describeEvent(rec.Payload)), New: string(describeEvent(got)), Seq: rec.Seq}
 	}
+	if rk, rid, rp, ok := cancelIdentity(rec.Payload); ok {
+		if gk, gid, gp, ok := cancelIdentity(got); ok && gk == rk {
+			switch {
+			case rid != gid:
+				return mismatch(runID, rk, rid, rk+"_id", rid, gid, rec.Seq)
+			case rp != gp:
+				return mismatch(runID, rk, rid, "cancel_policy", rp, gp, rec.Seq)
+			}
+			return nil
+		}
+	}
 	if rec.Type() != got.EventType() {
 		return decisionMismatch()
 	}
@@ -195,6 +206,9 @@ func describeEvent(p event.Payload) plain {
 		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.UpdateID))
 	case *event.UpdateCompleted:
 		return plain(fmt.Sprintf("%s(%s)", p.EventType(), p.UpdateID))
+	}
+	if _, id, policy, ok := cancelIdentity(p); ok {
+		return plain(fmt.Sprintf("%s(%s, %s)", p.EventType(), id, policy))
 	}
 	return plain(p.EventType())
 }

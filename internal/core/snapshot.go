@@ -80,6 +80,18 @@ type Step struct {
 	// SideEffectUnknown is set when the step was cancelled while an attempt may have run.
 	SideEffectUnknown bool   `json:"side_effect_unknown,omitempty"`
 	SettledSeq        uint64 `json:"settled_seq,omitempty"`
+	// Timeouts are the step's recorded per-attempt timeouts (docs/timeouts.md); nil for none.
+	Timeouts *event.StepTimeouts `json:"timeouts,omitempty"`
+	// InFlightSince and InFlightSeq are the recorded time and the sequence of the event that put
+	// the current attempt in flight (step.scheduled or step.retry_fired). They are kept for
+	// steps with timeouts only: the schedule-to-start timeout counts from them.
+	InFlightSince time.Time `json:"in_flight_since,omitzero"`
+	InFlightSeq   uint64    `json:"in_flight_seq,omitempty"`
+	// Cancellation is the policy of the workflow's ctx.CancelStep, recorded at CancelSeq (its
+	// step.cancelled or step.cancel_requested); empty if the workflow never cancelled the step.
+	// A wait_cancelled cancellation is pending until the step settles (CancelPending).
+	Cancellation event.Cancellation `json:"cancellation,omitempty"`
+	CancelSeq    uint64             `json:"cancel_seq,omitempty"`
 
 	// pos is the step's position in its batch.
 	pos int
@@ -157,6 +169,20 @@ type Child struct {
 	Output     json.RawMessage  `json:"output,omitempty"`
 	Error      *event.ErrorInfo `json:"error,omitempty"`
 	SettledSeq uint64           `json:"settled_seq,omitempty"`
+	// Retry is the child's retry policy, normalized; nil for none. Attempt is the attempt
+	// running or due next (0 until a retry is scheduled: the first), AttemptRunID its run
+	// (ChildAttemptRunID), and RetryDue and RetrySeq the due time and the child.retry_scheduled
+	// of an attempt waiting out its backoff.
+	Retry        *event.RetryPolicy `json:"retry,omitempty"`
+	Attempt      int                `json:"attempt,omitempty"`
+	AttemptRunID string             `json:"attempt_run_id,omitempty"`
+	RetryDue     time.Time          `json:"retry_due,omitzero"`
+	RetrySeq     uint64             `json:"retry_seq,omitempty"`
+	// Cancellation is the policy of the workflow's ctx.CancelChild, recorded at CancelSeq;
+	// empty if the workflow never cancelled the child (CancelPending while wait_cancelled
+	// waits for the child's run to end).
+	Cancellation event.Cancellation `json:"cancellation,omitempty"`
+	CancelSeq    uint64             `json:"cancel_seq,omitempty"`
 
 	// vetted is set when the recorded ID, definition, cancellation policy and derived run ID
 	// are what Validate would record for them (see Step.vetted).
@@ -272,6 +298,14 @@ type Snapshot struct {
 	Admitted    bool      `json:"admitted,omitempty"`
 	AdmittedSeq uint64    `json:"admitted_seq,omitempty"`
 	AdmittedAt  time.Time `json:"admitted_at,omitzero"`
+	// Timeouts are run.started's run timeouts and the deadlines they give; nil for none.
+	Timeouts *event.RunTimeouts `json:"timeouts,omitempty"`
+
+	// ResetFrom is run.started's record of the reset that created the run (the old run, the
+	// point, the mode); nil for a run that is not a reset. See docs/reset.md.
+	ResetFrom *event.ResetFrom `json:"reset_from,omitempty"`
+	// Resets are the resets of this run (run.reset), oldest first: each names the new run.
+	Resets []ResetLink `json:"resets,omitempty"`
 
 	// ids maps every decision ID to its kind; IDs share one namespace.
 	ids map[string]string
@@ -306,9 +340,13 @@ type Snapshot struct {
 	// ahead is, while Replay asks the code for the decision the history records next, that
 	// recorded decision's first event (see ReplayedSideEffect); nil otherwise.
 	ahead event.Payload
+	// stepCancels counts the steps with a wait_cancelled cancellation pending (CancelPending).
+	stepCancels int
 	// updateOrder lists the update IDs in the order received; undecided those not yet
 	// accepted or rejected, in the same order.
 	updateOrder, undecided []string
+	// resetEnding is set by a run.reset that ends the run: its termination follows.
+	resetEnding bool
 }
 
 var zeroTime time.Time
@@ -496,6 +534,43 @@ type Summary struct {
 	Damaged string `json:"damaged,omitempty"`
 	// Attributes are the run's search attributes as of Seq (Snapshot.Attributes).
 	Attributes event.Attributes `json:"attributes,omitempty"`
+	// Deleted makes the entry a tombstone: the run ended, its retention period passed, and its
+	// history was deleted (or is being deleted), after being archived if Archive says where.
+	// The other fields keep the run's last summary. Nil for a run whose history is kept; the
+	// retention sweeper sets it (docs/retention.md).
+	Deleted *Deletion `json:"deleted,omitempty"`
+	// ResetFrom is the run this one is a reset of; ResetTo the run of this one's latest reset.
+	ResetFrom string `json:"reset_from,omitempty"`
+	ResetTo   string `json:"reset_to,omitempty"`
+}
+
+// Deletion is the tombstone of a run whose history was deleted after its retention period.
+type Deletion struct {
+	// At is when the sweeper decided to delete the run.
+	At time.Time `json:"at"`
+	// Reason says why: the retention period and the run's end.
+	Reason string `json:"reason"`
+	// Archive says where the whole history was archived before it was deleted ("objectstore:
+	// FLOW_ARCHIVE/<run>", "dir:<file>"); empty when it was not.
+	Archive string `json:"archive,omitempty"`
+	// Purged is set once the history and the run's derived state are gone; until then the
+	// sweeper finishes the deletion on its next pass.
+	Purged bool `json:"purged,omitempty"`
+	// Msgs is how many FLOW_HISTORY messages (commits) the run had when it was tombstoned:
+	// the history service's start check counts them as deleted, not lost.
+	Msgs uint64 `json:"msgs,omitempty"`
+}
+
+// ResetLink is one run.reset of a run: the new run, the point and the mode, at Seq.
+type ResetLink struct {
+	NewRunID   string          `json:"new_run_id"`
+	Point      uint64          `json:"point"`
+	Mode       event.ResetMode `json:"mode"`
+	StepID     string          `json:"step_id,omitempty"`
+	Reason     string          `json:"reason,omitempty"`
+	DropInputs bool            `json:"drop_inputs,omitempty"`
+	Terminated bool            `json:"terminated,omitempty"`
+	Seq        uint64          `json:"seq"`
 }
 
 // Summary returns the run's summary, as of the event that last changed it.
@@ -504,6 +579,12 @@ func (s *Snapshot) Summary() Summary {
 		Status: s.Status, Seq: s.summarySeq, StartedAt: s.StartedAt, UpdatedAt: s.summaryAt, Attributes: s.Attributes}
 	if s.Parent != nil {
 		sum.Parent = s.Parent.RunID
+	}
+	if s.ResetFrom != nil {
+		sum.ResetFrom = s.ResetFrom.RunID
+	}
+	if n := len(s.Resets); n > 0 {
+		sum.ResetTo = s.Resets[n-1].NewRunID
 	}
 	switch {
 	case s.Outcome != nil && s.Outcome.Error != nil:

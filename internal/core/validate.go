@@ -92,6 +92,10 @@ func Validate(s *Snapshot, d Decision) (Verdict, error) {
 		return v.upsert(d)
 	case CompleteUpdate:
 		return v.completeUpdate(d)
+	case CancelStep:
+		return v.cancelStep(d)
+	case CancelChild:
+		return v.cancelChild(d)
 	case Invalid:
 		return v.invalid("%s: %v", d.What, d.Err)
 	case nil:
@@ -183,8 +187,12 @@ func (v validation) stepsInFull(d ScheduleSteps) (Verdict, error) {
 		if err := retry.Validate(); err != nil {
 			return v.invalid("step %q: %v", c.ID, err)
 		}
+		timeouts, err := stepTimeouts(c.Timeouts)
+		if err != nil {
+			return v.invalid("step %q: %v", c.ID, err)
+		}
 		ids[i] = c.ID
-		specs[i] = event.StepSpec{ID: c.ID, Name: c.Name, Input: in, Retry: retry}
+		specs[i] = event.StepSpec{ID: c.ID, Name: c.Name, Input: in, Retry: retry, Timeouts: timeouts}
 	}
 	var first *Step
 	for _, id := range ids {
@@ -204,7 +212,7 @@ func (v validation) stepsInFull(d ScheduleSteps) (Verdict, error) {
 	}
 	for _, spec := range specs {
 		st := s.Steps[spec.ID]
-		rec := event.StepSpec{ID: st.ID, Name: st.Name, Input: st.Input, Retry: st.Retry}
+		rec := event.StepSpec{ID: st.ID, Name: st.Name, Input: st.Input, Retry: st.Retry, Timeouts: st.Timeouts}
 		if err := compareStep(s.RunID, rec, st.BatchSeq, spec); err != nil {
 			return Verdict{}, err
 		}
@@ -245,7 +253,7 @@ func (v validation) pendingSteps(d ScheduleSteps) (Verdict, bool) {
 		if !st.vetted || c.ID != st.ID || c.Name != st.Name || !bytes.Equal(c.Input, st.Input) {
 			return Verdict{}, false
 		}
-		if !normalizesTo(&c.Retry, &st.Retry) {
+		if !normalizesTo(&c.Retry, &st.Retry) || !c.Timeouts.Equal(st.Timeouts) {
 			return Verdict{}, false
 		}
 		if waiting == nil && !st.Status.Settled() {
@@ -277,7 +285,7 @@ func (v validation) pendingChildren(d StartChildren) (Verdict, bool) {
 			policy = event.CancelPolicyRequest
 		}
 		if !rec.vetted || c.ID != rec.ID || c.Definition != rec.Definition || !bytes.Equal(c.Input, rec.Input) ||
-			policy != rec.CancelPolicy {
+			policy != rec.CancelPolicy || (c.Retry == nil) != (rec.Retry == nil) || c.Retry != nil && !normalizesTo(c.Retry, rec.Retry) {
 			return Verdict{}, false
 		}
 		if waiting == nil && !rec.Settled {
@@ -287,7 +295,7 @@ func (v validation) pendingChildren(d StartChildren) (Verdict, bool) {
 	if waiting == nil {
 		return Verdict{}, false
 	}
-	return Verdict{WaitingOn: fmt.Sprintf("child %q (run %q)", waiting.ID, waiting.RunID)}, true
+	return Verdict{WaitingOn: fmt.Sprintf("child %q (run %q)", waiting.ID, waiting.CurrentRunID())}, true
 }
 
 func (v validation) wait(id string, got *event.WaitScheduled) (Verdict, error) {
@@ -347,6 +355,11 @@ func (v validation) hook(d CreateHook) (Verdict, error) {
 	token := d.Token
 	if token == "" {
 		token = HookToken(s.Seed, s.RunID, d.ID)
+		if r, ok := s.ahead.(*event.HookCreated); ok && r.HookID == d.ID && s.Copied(s.Seq+1) {
+			// Replaying a reset's copy of the old run's hook: it keeps the token the old run
+			// derived (docs/reset.md).
+			token = r.Token
+		}
 	} else if err := event.ValidateRunID(token); err != nil {
 		return v.invalid("hook %q token: %v", d.ID, err)
 	}
@@ -370,6 +383,11 @@ func (v validation) hook(d CreateHook) (Verdict, error) {
 		return Verdict{Events: []event.Payload{got}}, nil
 	}
 	h := s.Hooks[d.ID]
+	if d.Token == "" && s.Copied(h.Seq) {
+		// A reset copied the hook with the token the old run derived from its own run ID: the
+		// hook keeps it (docs/reset.md), and a new hook derives one from this run's ID.
+		got.Token = h.Token
+	}
 	if err := compareHook(s.RunID, &event.HookCreated{HookID: h.ID, Token: h.Token, Metadata: h.Metadata}, h.Seq, got); err != nil {
 		return Verdict{}, err
 	}
@@ -421,8 +439,21 @@ func (v validation) childrenInFull(d StartChildren) (Verdict, error) {
 		if err := event.ValidateDerivedRunID(runID); err != nil {
 			return v.invalid("child %q: its run ID: %v", c.ID, err)
 		}
+		var retry *event.RetryPolicy
+		if c.Retry != nil {
+			r := c.Retry.Normalize()
+			if err := r.Validate(); err != nil {
+				return v.invalid("child %q: %v", c.ID, err)
+			}
+			if r.MaxAttempts > 1 {
+				if err := event.ValidateDerivedRunID(event.ChildAttemptRunID(runID, r.MaxAttempts)); err != nil {
+					return v.invalid("child %q: the run ID of its last attempt: %v", c.ID, err)
+				}
+			}
+			retry = &r
+		}
 		ids[i] = c.ID
-		specs[i] = event.ChildSpec{ChildID: c.ID, RunID: runID, Definition: c.Definition, Input: in, CancelPolicy: policy}
+		specs[i] = event.ChildSpec{ChildID: c.ID, RunID: runID, Definition: c.Definition, Input: in, CancelPolicy: policy, Retry: retry}
 	}
 	var first *Child
 	for _, id := range ids {
@@ -442,14 +473,14 @@ func (v validation) childrenInFull(d StartChildren) (Verdict, error) {
 	}
 	for _, spec := range specs {
 		c := s.Children[spec.ChildID]
-		rec := event.ChildSpec{ChildID: c.ID, RunID: c.RunID, Definition: c.Definition, Input: c.Input, CancelPolicy: c.CancelPolicy}
+		rec := event.ChildSpec{ChildID: c.ID, RunID: c.RunID, Definition: c.Definition, Input: c.Input, CancelPolicy: c.CancelPolicy, Retry: c.Retry}
 		if err := compareChild(s.RunID, rec, c.BatchSeq, spec); err != nil {
 			return Verdict{}, err
 		}
 	}
 	for _, id := range ids {
 		if !s.Children[id].Settled {
-			return Verdict{WaitingOn: fmt.Sprintf("child %q (run %q)", id, s.Children[id].RunID)}, nil
+			return Verdict{WaitingOn: fmt.Sprintf("child %q (run %q)", id, s.Children[id].CurrentRunID())}, nil
 		}
 	}
 	c := s.Children[ids[0]]

@@ -121,7 +121,7 @@ func runChild(role string) error {
 			return err
 		}
 	case roleIngress:
-		in, err := ingress.New(ingress.Config{NATS: natsconn.Config{URL: os.Getenv(envNATSURL)}, HTTPAddr: os.Getenv(envHTTP), Streams: streamsCfg, Logger: logger})
+		in, err := ingress.New(ingress.Config{NATS: natsconn.Config{URL: os.Getenv(envNATSURL)}, HTTPAddr: os.Getenv(envHTTP), Streams: streamsCfg, Logger: logger, Faults: faults})
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flowrun/flow/internal/core"
@@ -80,7 +81,7 @@ func (e *Engine) drive(ctx context.Context, runID string, minSeq uint64, head *H
 		return Result{RunID: runID}, errors.New("engine: Drive needs Config.Runtime")
 	}
 	rl := e.locks.lock(runID)
-	d := &driver{e: e, runID: runID, rl: rl, running: map[attemptKey]context.CancelFunc{},
+	d := &driver{e: e, runID: runID, rl: rl, running: map[attemptKey]context.CancelFunc{}, detach: map[attemptKey]*atomic.Bool{},
 		results: make(chan attemptResult), done: make(chan struct{}), heard: make(chan struct{}, 1)}
 	d.stepCtx, d.cancelSteps = context.WithCancel(ctx)
 	d.head = head
@@ -127,7 +128,11 @@ type driver struct {
 	// once loaded (traced), before any attempt starts.
 	definition, decideName string
 	// running holds the attempts this driver runs, with the cancellation of each one's context.
-	running     map[attemptKey]context.CancelFunc
+	running map[attemptKey]context.CancelFunc
+	// detach holds, for each attempt running here, whether the workflow abandoned its step
+	// (ctx.CancelStep with abandon): its context then outlives the drive (see launch).
+	detach      map[attemptKey]*atomic.Bool
+	baseCtx     context.Context
 	results     chan attemptResult
 	done        chan struct{}
 	stepCtx     context.Context
@@ -161,6 +166,7 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 	// and their spans' parent once per drive.
 	d.cancelSteps()
 	d.stepCtx, d.cancelSteps = context.WithCancel(ctx)
+	d.baseCtx = ctx
 	for {
 		d.cancelStale()
 		if d.s.Terminal() {
@@ -297,6 +303,9 @@ func (d *driver) more(ctx context.Context) (bool, error) {
 // verdict returns the verdict of the code on the run's current snapshot: the one record
 // obtained while committing the results that led to it, if any, else a new decision.
 func (d *driver) verdict() (core.Verdict, error) {
+	if events := d.unrunCancelled(); events != nil {
+		return core.Verdict{Events: events}, nil
+	}
 	if w := d.waiting; w != nil && w.seq == d.s.Seq {
 		d.waiting = nil
 		return w.v, nil
@@ -555,7 +564,18 @@ func (d *driver) commitDecision(ctx context.Context, began time.Time, events []e
 	ctx, span := d.decided(ctx, began, first, events, traces, nil)
 	defer span.End()
 	d.logDecision(ctx, events)
-	return e.startChildren(ctx, d.s, events)
+	if err := e.startChildren(ctx, d.s, events); err != nil {
+		return err
+	}
+	// A fast path too, repeated by the history service (ApplyCommit).
+	runs := core.ChildCancellations(events)
+	if len(runs) == 0 {
+		return nil
+	}
+	if err := e.faults.Hit(fault.AfterDecisionBeforeChildCancel); err != nil {
+		return err
+	}
+	return e.cancelChildren(ctx, d.runID, runs)
 }
 
 // logDecision logs the events of a committed decision at debug level.
@@ -634,9 +654,22 @@ func (d *driver) launch(ctx context.Context) error {
 			}
 			continue
 		}
-		actx, cancel := context.WithCancel(d.stepCtx)
-		d.running[key] = cancel
-		go d.runAttempt(actx, a, release)
+		// The attempt's context ends with the drive, unless the workflow abandoned its step
+		// meanwhile (detached), and always when the worker stops (baseCtx).
+		actx, cancel := context.WithCancel(context.WithoutCancel(d.stepCtx))
+		detached := new(atomic.Bool)
+		stopDrive := context.AfterFunc(d.stepCtx, func() {
+			if !detached.Load() {
+				cancel()
+			}
+		})
+		stopBase := context.AfterFunc(d.baseCtx, cancel)
+		d.running[key], d.detach[key] = cancel, detached
+		go d.runAttempt(actx, a, func() {
+			release()
+			stopDrive()
+			stopBase()
+		})
 	}
 	return nil
 }
@@ -658,13 +691,41 @@ func (d *driver) inFlight(k attemptKey) bool {
 }
 
 // cancelStale cancels the context of every attempt running here that the history settled
-// another way (its step was cancelled, or another worker recorded its result).
+// another way (its step was cancelled, or another worker recorded its result), or that the
+// workflow asked to cancel (ctx.CancelStep with wait_cancelled). An attempt whose step the
+// workflow abandoned is left alone: it is detached from the drive, and its result is ignored.
+// This is how a step's cancellation reaches its code: the driver that runs the attempt follows
+// the run's history (it committed the cancellation itself, or reads it from the commits of
+// other writers), so the cancellation is delivered from the history, not from a message that
+// could be lost.
 func (d *driver) cancelStale() {
 	for k, cancel := range d.running {
-		if !d.inFlight(k) {
+		switch {
+		case d.s.AttemptCancelled(k.step, k.attempt):
 			cancel()
+		case d.s.Detached(k.step):
+			d.detach[k].Store(true)
 		}
 	}
+}
+
+// unrunCancelled returns the events that settle the attempts the workflow asked to cancel
+// (wait_cancelled) that no one runs here: a driver that loads the run after the worker that ran
+// them went does not start them again (core.CancelUnrun). Nil if there are none.
+func (d *driver) unrunCancelled() []event.Payload {
+	if !d.s.StepCancelsPending() {
+		return nil
+	}
+	var events []event.Payload
+	for a := range core.InFlightAttempts(d.s) {
+		if _, here := d.running[attemptKey{a.StepID, a.Attempt}]; here || !d.s.CancelAsked(a.StepID, a.Attempt) {
+			continue
+		}
+		if evs, err := core.CancelUnrun(d.s, a.StepID, a.Attempt); err == nil {
+			events = append(events, evs...)
+		}
+	}
+	return events
 }
 
 func (d *driver) runAttempt(ctx context.Context, a core.Attempt, release func()) {
@@ -674,9 +735,17 @@ func (d *driver) runAttempt(ctx context.Context, a core.Attempt, release func())
 	var out core.StepOutcome
 	if in, err := d.e.resolveInput(ctx, a); err != nil {
 		out = core.StepOutcome{Err: &event.ErrorInfo{Kind: "payload", Message: "reading the step's input: " + err.Error()}}
+	} else if hb := d.e.heartbeats; hb != nil {
+		e := d.e
+		actx, end := hb.Begin(ctx, a, func(ctx context.Context) (core.AttemptCheck, error) {
+			return e.CheckAttempt(ctx, a.RunID, a.StepID, a.Attempt)
+		})
+		out = d.e.rt.RunStep(actx, in)
+		end(&out)
 	} else {
-		out = d.e.offloadOutput(ctx, d.e.rt.RunStep(ctx, in))
+		out = d.e.rt.RunStep(ctx, in)
 	}
+	out = d.e.offloadOutput(ctx, out)
 	release()
 	stepDone(ctx, span, a, out, time.Since(began))
 	select {

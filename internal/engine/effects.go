@@ -35,12 +35,18 @@ func (e *Engine) ApplyCommit(ctx context.Context, s *core.Snapshot, commit []eve
 			return err
 		}
 	}
+	if err := e.cancelChildren(ctx, s.RunID, c.CancelRuns); err != nil {
+		return err
+	}
 	if c.Resume {
 		if err := e.host.Resume(ctx, Task{RunID: s.RunID, Queue: s.Queue, Build: s.Spec.BuildID, Seq: c.TaskSeq, TraceParent: s.TraceParent}); err != nil {
 			return err
 		}
 	}
 	if err := e.applyStartPolicy(ctx, s, commit); err != nil {
+		return err
+	}
+	if err := e.applyReset(ctx, s, commit); err != nil {
 		return err
 	}
 	if c.Ended {
@@ -61,7 +67,8 @@ func (e *Engine) ApplyCommit(ctx context.Context, s *core.Snapshot, commit []eve
 func (e *Engine) startChild(ctx context.Context, parent *core.Snapshot, c event.ChildSpec) error {
 	spec := event.Spec{Definition: c.Definition, BuildID: c.BuildID, Patches: c.Patches}
 	_, _, err := e.Start(inTrace(ctx, parent), StartParams{RunID: c.RunID, Spec: spec, Input: c.Input,
-		Queue: parent.Queue, Parent: &event.ParentRef{RunID: parent.RunID, ChildID: c.ChildID}, Priority: parent.Priority})
+		Queue: parent.Queue, Parent: &event.ParentRef{RunID: parent.RunID, ChildID: c.ChildID, Attempt: core.ChildAttempt(parent, c.ChildID, c.RunID)},
+		Priority: parent.Priority})
 	var exists *RunExistsError
 	if errors.As(err, &exists) {
 		info := event.ErrorInfo{Kind: "run_exists", Message: err.Error()}
@@ -101,7 +108,7 @@ func (e *Engine) afterEnd(ctx context.Context, s *core.Snapshot) error {
 		if c.Settled || c.CancelPolicy != event.CancelPolicyRequest {
 			continue
 		}
-		_, err := e.Cancel(ctx, c.RunID, fmt.Sprintf("parent run %q ended (%s)", s.RunID, o.Outcome))
+		_, err := e.Cancel(ctx, c.CurrentRunID(), fmt.Sprintf("parent run %q ended (%s)", s.RunID, o.Outcome))
 		if err != nil && !errors.Is(err, core.ErrTerminal) && !errors.Is(err, core.ErrNotFound) {
 			return fmt.Errorf("requesting cancellation of child %q of run %q: %w", c.ID, s.RunID, err)
 		}
@@ -113,9 +120,23 @@ func (e *Engine) afterEnd(ctx context.Context, s *core.Snapshot) error {
 func (e *Engine) startSuccessor(ctx context.Context, s *core.Snapshot) error {
 	o := s.Outcome
 	_, _, err := e.Start(inTrace(ctx, s), StartParams{RunID: o.SuccessorRunID, Spec: s.Spec, Input: o.Input, Queue: s.Queue,
-		Parent: s.Parent, ContinuedFrom: s.RunID, Generation: s.Generation + 1, Attributes: s.Attributes, Priority: s.Priority, Control: s.Control})
+		Parent: s.Parent, ContinuedFrom: s.RunID, Generation: s.Generation + 1, Attributes: s.Attributes, Priority: s.Priority, Control: s.Control,
+		ExecutionTimeout: successorTimeout(s, true), RunTimeout: successorTimeout(s, false), InheritedTimeouts: s.Timeouts})
 	if err != nil {
 		return fmt.Errorf("starting the continuation of run %q: %w", s.RunID, err)
+	}
+	return nil
+}
+
+// cancelChildren asks the child runs of run runID that a commit cancels (ctx.CancelChild with
+// try_cancel or wait_cancelled) to cancel: run.cancel_requested in each, idempotently. A run that
+// ended already, or that never started (a child waiting out a retry backoff), needs nothing.
+func (e *Engine) cancelChildren(ctx context.Context, runID string, runs []core.CancelRun) error {
+	for _, r := range runs {
+		_, err := e.Cancel(ctx, r.RunID, r.Reason)
+		if err != nil && !errors.Is(err, core.ErrTerminal) && !errors.Is(err, core.ErrNotFound) {
+			return fmt.Errorf("requesting cancellation of child run %q of run %q: %w", r.RunID, runID, err)
+		}
 	}
 	return nil
 }

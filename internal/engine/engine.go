@@ -174,6 +174,10 @@ type Config struct {
 	// StepLimits takes the slots of limited steps before their attempts run. Defaults to nil
 	// (no step is limited).
 	StepLimits StepLimiter
+	// Heartbeats records the starts and heartbeats of step attempts (FLOW_HEARTBEATS, see
+	// docs/timeouts.md). Defaults to nil: flow.Heartbeat records nothing, and step timeouts
+	// other than the schedule-to-start timeout are not watched.
+	Heartbeats Heartbeats
 	// Payloads, when set, is where payloads over its threshold are offloaded, the history
 	// holding a reference (docs/large-payloads.md). Defaults to nil: payloads stay inline.
 	Payloads Payloads
@@ -202,6 +206,8 @@ type Engine struct {
 	keys     StartKeys
 	// stepLimits is Config.StepLimits.
 	stepLimits StepLimiter
+	// heartbeats is Config.Heartbeats.
+	heartbeats Heartbeats
 	// payloads, checkpoints and checkpointEvery are Config's.
 	payloads        Payloads
 	checkpoints     Checkpoints
@@ -235,7 +241,7 @@ func New(cfg Config) (*Engine, error) {
 	}
 	return &Engine{faults: cfg.Faults, store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
 		logger: cfg.Logger, buildID: cfg.BuildID, slots: newStepSlots(cfg.StepConcurrency), cache: newCache(cfg.CacheSize),
-		keys: cfg.Keys, stepLimits: cfg.StepLimits, payloads: cfg.Payloads, checkpoints: cfg.Checkpoints,
+		keys: cfg.Keys, stepLimits: cfg.StepLimits, heartbeats: cfg.Heartbeats, payloads: cfg.Payloads, checkpoints: cfg.Checkpoints,
 		checkpointEvery: uint64(cfg.CheckpointEvery)}, nil
 }
 
@@ -281,6 +287,13 @@ type StartParams struct {
 	// Control is the flow control the run starts under (limits.Resolve computes it); nil for
 	// none. The run then decides nothing until the admission controller appends run.admitted.
 	Control *event.FlowControl
+	// ExecutionTimeout bounds the run and the runs it continues as, from this start;
+	// RunTimeout bounds this run alone (docs/timeouts.md). 0 for none. run.started records
+	// them with their deadlines; the scheduler ends the run with run.failed when one passes.
+	ExecutionTimeout, RunTimeout time.Duration
+	// InheritedTimeouts is, for a continuation, its predecessor's recorded timeouts: the
+	// execution deadline carries over. Nil otherwise.
+	InheritedTimeouts *event.RunTimeouts
 }
 
 // RunExistsError reports a start with the ID of an existing run whose spec or input differs.
@@ -396,8 +409,13 @@ func (e *Engine) prepareStart(p *StartParams) (*event.RunStarted, error) {
 			return nil, fmt.Errorf("%w: the flow control of run %q: %w", core.ErrInvalidInput, p.RunID, err)
 		}
 	}
+	timeouts, err := core.RunTimeouts(p.ExecutionTimeout, p.RunTimeout, e.clock.Now(), p.InheritedTimeouts)
+	if err != nil {
+		return nil, fmt.Errorf("run %q: %w", p.RunID, err)
+	}
 	return &event.RunStarted{Spec: p.Spec, Input: input, Queue: p.Queue, Seed: rand.Text(), Parent: p.Parent,
-		ContinuedFrom: p.ContinuedFrom, Generation: p.Generation, Attributes: p.Attributes, Priority: p.Priority, Control: p.Control}, nil
+		ContinuedFrom: p.ContinuedFrom, Generation: p.Generation, Attributes: p.Attributes, Priority: p.Priority, Control: p.Control,
+		Timeouts: timeouts}, nil
 }
 
 // Existing checks a start against the run it names, appending nothing: false when run p.RunID

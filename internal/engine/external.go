@@ -105,6 +105,10 @@ func (e *Engine) forward(ctx context.Context, runID string, compute func(*core.S
 		if !errors.Is(err, errFollow) {
 			return runID, err
 		}
+		if next, ok := resetTarget(ended); ok {
+			runID = next // a run that was reset passes inputs on to the run that replaced it
+			continue
+		}
 		if ended.Outcome.Outcome != event.OutcomeContinuedAsNew {
 			// A run that reuses the run's caller ID after it ended takes the input (start
 			// policies); else the ended run refuses it.

@@ -56,6 +56,7 @@ func (d *driver) drain(r attemptResult) []attemptResult {
 		if cancel, ok := d.running[key]; ok {
 			cancel()
 			delete(d.running, key)
+			delete(d.detach, key)
 		}
 	}
 	return results

@@ -72,8 +72,64 @@ const (
 	AfterStartBeforeReplace Point = "after-start-before-replace"
 )
 
+// Points of the retention sweeper (docs/retention.md), armed by services/history's retention
+// tests (the crash workload of Points deletes no run).
+const (
+	// RetentionAfterArchive: an ended run's whole history is archived; its tombstone is not in
+	// the runs index yet.
+	RetentionAfterArchive Point = "retention-after-archive"
+	// RetentionAfterTombstone: the run's tombstone is in the runs index (naming its archive);
+	// its derived state and history are not purged yet.
+	RetentionAfterTombstone Point = "retention-after-tombstone"
+	// RetentionAfterPurge: the run's derived state and its FLOW_HISTORY subject are purged; its
+	// tombstone does not say so yet.
+	RetentionAfterPurge Point = "retention-after-purge"
+)
+
+// RetentionPoints lists the points of the retention sweeper, in the order a deletion passes
+// them.
+var RetentionPoints = []Point{RetentionAfterArchive, RetentionAfterTombstone, RetentionAfterPurge}
+
 // StartPolicyPoints lists the points of start policies.
 var StartPolicyPoints = []Point{AfterKeyBeforeStart, AfterStartBeforeReplace}
+
+// Points of timeouts and heartbeats (docs/timeouts.md), armed by the worker's and the
+// scheduler's heartbeat tests.
+const (
+	// HeartbeatPut: a worker is about to write a step attempt's FLOW_HEARTBEATS entry (its
+	// start or a heartbeat); failing it leaves the entry as it was.
+	HeartbeatPut Point = "heartbeat-put"
+	// AfterTimeoutBeforeSettle: the scheduler's heartbeat watcher appended a step timeout's
+	// step.failed; it has not marked the step's FLOW_HEARTBEATS entry settled yet.
+	AfterTimeoutBeforeSettle Point = "after-timeout-before-settle"
+)
+
+// TimeoutPoints lists the points of timeouts and heartbeats.
+var TimeoutPoints = []Point{HeartbeatPut, AfterTimeoutBeforeSettle}
+
+// Points of a workflow's cancellation of one child (docs/cancellation.md), armed by the worker's
+// cancellation tests (the crash workload of Points cancels no child).
+const (
+	// AfterDecisionBeforeChildCancel: a child.settled (try_cancel) or child.cancel_requested is
+	// committed; the child's run.cancel_requested is not appended yet.
+	AfterDecisionBeforeChildCancel Point = "after-decision-before-child-cancel"
+)
+
+// CancelPoints lists the points of child cancellation.
+var CancelPoints = []Point{AfterDecisionBeforeChildCancel}
+
+// Points of reset and rerun (docs/reset.md), armed by the engine's reset tests.
+const (
+	// AfterResetStartBeforeLink: a reset's new run is appended (run.started with reset_from and
+	// the copied prefix); the old run's run.reset (and termination) is not appended yet.
+	AfterResetStartBeforeLink Point = "after-reset-start-before-link"
+	// AfterResetLinkBeforeHooks: the old run records run.reset; the inputs it took since the
+	// copy are not passed on yet, and the new run's hook tokens are not routed to it yet.
+	AfterResetLinkBeforeHooks Point = "after-reset-link-before-hooks"
+)
+
+// ResetPoints lists the points of reset.
+var ResetPoints = []Point{AfterResetStartBeforeLink, AfterResetLinkBeforeHooks}
 
 // Points lists every point of the crash workload, for suites that run each scenario at each point.
 var Points = []Point{StoreAppend, AfterAppendBeforeTask, TaskPublish, AfterDecisionBeforeChildren,
@@ -206,7 +262,7 @@ func FromEnv() (*Injector, error) {
 		}
 		p, action := Point(parts[0]), Action(parts[1])
 		if !slices.Contains(Points, p) && !slices.Contains(IngressPoints, p) &&
-			!slices.Contains(StartPolicyPoints, p) {
+			!slices.Contains(StartPolicyPoints, p) && !slices.Contains(RetentionPoints, p) && !slices.Contains(ResetPoints, p) {
 			return nil, fmt.Errorf("%s: unknown point %q", EnvVar, p)
 		}
 		if action != Fail && action != Kill {

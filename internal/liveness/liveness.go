@@ -40,6 +40,9 @@ type Registration struct {
 	// Control is the flow control the definition's runs start under (flow.WithFlowControl),
 	// with its key path, not its key; nil for none. The ingress resolves it for each start.
 	Control *event.FlowControl `json:"control,omitempty"`
+	// Timeouts are the definition's default run timeouts (flow.WithRunTimeouts), durations
+	// only; nil for none. The ingress applies them to a start that sets none.
+	Timeouts *event.RunTimeouts `json:"timeouts,omitempty"`
 }
 
 // Worker is a worker's FLOW_WORKERS entry.

@@ -38,6 +38,8 @@ type Definition struct {
 	LastSeen time.Time `json:"last_seen,omitzero"`
 	// Control is the flow control of the live worker that started last (see Registration).
 	Control *event.FlowControl `json:"control,omitempty"`
+	// Timeouts are the default run timeouts of the live worker that started last.
+	Timeouts *event.RunTimeouts `json:"timeouts,omitempty"`
 }
 
 // View is an in-memory copy of FLOW_WORKERS and FLOW_DEFINITIONS, kept up to date by watching
@@ -299,6 +301,7 @@ func (v *View) definition(queue, definition string, live []Worker) Definition {
 	if len(d.Workers) > 0 {
 		r, _ := d.Workers[0].registration(definition)
 		d.BuildID, d.Patches, d.Attributes, d.Control = d.Workers[0].BuildID, r.Patches, r.Attributes, r.Control
+		d.Timeouts = r.Timeouts
 	}
 	return d
 }

@@ -28,8 +28,9 @@ func TestRolesAreRefusedWhatTheyDoNotNeed(t *testing.T) {
 			"$JS.API.STREAM.CREATE.FLOW_HISTORY", "$JS.API.STREAM.DELETE.KV_FLOW_TIMERS"},
 		natsperm.Ingress: {"flow.events.order.r1.run.completed", "$KV.FLOW_RUNS.r1", "$KV.FLOW_LEASES.scheduler",
 			"$JS.API.STREAM.UPDATE.FLOW_HISTORY", "_INBOX.someone.else"},
-		// Even the provisioner cannot delete or purge a stream.
-		natsperm.History: {"$JS.API.STREAM.DELETE.FLOW_HISTORY", "$JS.API.STREAM.PURGE.FLOW_HISTORY",
+		// Even the provisioner cannot delete a stream, nor purge one but FLOW_HISTORY (the
+		// retention sweeper purges one run's subject at a time, docs/retention.md).
+		natsperm.History: {"$JS.API.STREAM.DELETE.FLOW_HISTORY", "$JS.API.STREAM.PURGE.FLOW_TASKS",
 			"$JS.API.STREAM.DELETE.KV_FLOW_RUNS", "$KV.FLOW_LEASES.scheduler", "_INBOX.someone.else"},
 	}
 	// A connection with every right watches the subjects: a refused publish must not reach it.

@@ -22,12 +22,12 @@ const jsAPI = "$JS.API."
 // allStreams are the streams streams.Ensure creates, buckets included (KV_<bucket>), object
 // stores last (OBJ_<bucket>).
 var allStreams = append(append([]string{streams.History, streams.Tasks, streams.DeadLetter}, kvStreams(allBuckets)...),
-	"OBJ_"+streams.PayloadsBucket, "OBJ_"+streams.CheckpointsBucket)
+	"OBJ_"+streams.ArchiveBucket, "OBJ_"+streams.PayloadsBucket, "OBJ_"+streams.CheckpointsBucket)
 
 // allBuckets are the buckets streams.Ensure creates.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
 	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket,
-	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket}
+	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket, streams.HeartbeatsBucket}
 
 func kvStreams(buckets []string) []string {
 	out := make([]string, len(buckets))
@@ -131,22 +131,23 @@ func (g *grants) kvWatch(bucket string) {
 		"$JS.FC."+s+".>")
 }
 
-// objRead opens object store bucket and reads its objects: the info by a direct get of the
-// object's last meta message, the chunks through an ordered push consumer.
+// objRead opens Object Store bucket and reads its objects: the info by a direct get of the
+// object's last meta message, the chunks with ordered consumers.
 func (g *grants) objRead(bucket string) {
 	s := "OBJ_" + bucket
-	g.can(bucket, "read")
-	g.publish(jsAPI+"STREAM.INFO."+s, jsAPI+"DIRECT.GET."+s, jsAPI+"DIRECT.GET."+s+".>", jsAPI+"STREAM.MSG.GET."+s,
-		jsAPI+"CONSUMER.CREATE."+s+".*", jsAPI+"CONSUMER.CREATE."+s+".*.>", jsAPI+"CONSUMER.DELETE."+s+".*",
+	g.readStream(s)
+	g.publish(jsAPI+"CONSUMER.CREATE."+s+".*", jsAPI+"CONSUMER.CREATE."+s+".*.>", jsAPI+"CONSUMER.DELETE."+s+".*",
 		"$JS.FC."+s+".>")
 }
 
-// objWrite opens object store bucket, reads its objects and writes them: chunks and meta
-// messages, and the purge of a replaced object's chunks.
+// objWrite opens Object Store bucket, writes objects (chunks and metadata, purging an
+// overwritten object's chunks) and reads them back with ordered consumers.
 func (g *grants) objWrite(bucket string) {
-	g.objRead(bucket)
-	g.can(bucket, "write")
-	g.publish("$O."+bucket+".>", jsAPI+"STREAM.PURGE.OBJ_"+bucket)
+	s := "OBJ_" + bucket
+	g.readStream(s)
+	g.can(s, "write")
+	g.publish("$O."+bucket+".>", jsAPI+"STREAM.PURGE."+s, jsAPI+"CONSUMER.CREATE."+s+".*", jsAPI+"CONSUMER.CREATE."+s+".*.>",
+		jsAPI+"CONSUMER.DELETE."+s+".*", "$JS.FC."+s+".>")
 }
 
 // engine is what every process hosting the engine (jsstore, jshost) needs: it reads run
@@ -203,6 +204,14 @@ func historyRole() Role {
 	g.kvWrite(streams.QueueBucket)     // it queues runs under flow control for admission
 	g.kvWrite(streams.LimitsBucket)    // it releases the flow-control slots of ended runs
 	g.liveness()
+	// The retention sweeper: its own lease (not the scheduler's), the archive, and the purge of
+	// the histories of runs past their retention (docs/retention.md).
+	g.kvRead(streams.LeasesBucket)
+	g.can(streams.LeasesBucket, "write (key "+streams.RetentionLease+")")
+	g.publish("$KV." + streams.LeasesBucket + "." + streams.RetentionLease)
+	g.objWrite(streams.ArchiveBucket)
+	g.can(streams.History, "purge (one run's subject)")
+	g.publish(jsAPI + "STREAM.PURGE." + streams.History)
 	g.publish(api.FeedPrefix + ">")
 	g.publish(api.IngressPrefix + ">")
 	g.subscribe("flow.api.>", api.FeedPrefix+">")
@@ -224,6 +233,8 @@ func schedulerRole() Role {
 	g.kvWatch(streams.QueueBucket)  // the admission controller follows the runs waiting for admission
 	g.kvWrite(streams.LimitsBucket) // and takes their slots and rate tokens
 	g.kvWatch(streams.LimitsBucket)
+	g.kvWrite(streams.HeartbeatsBucket)   // the heartbeat watcher marks the entries of attempts it settled
+	g.kvWatch(streams.HeartbeatsBucket)   // and follows the attempts' heartbeats
 	g.objWrite(streams.CheckpointsBucket) // it reads a run's checkpoint before a timer's fire, and writes them
 	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", false)
 }
@@ -237,6 +248,7 @@ func ingressRole() Role {
 	g.ensure()
 	g.engine()
 	g.kvRead(streams.HooksBucket)         // it finds the run of a hook delivery by its token
+	g.kvRead(streams.RunsBucket)          // it tells an input for a run deleted after its retention period why
 	g.kvWrite(streams.StartKeysBucket)    // it claims the dedup and debounce keys of starts
 	g.kvWrite(streams.TimersBucket)       // it registers a delayed start's timer (fast path)
 	g.objWrite(streams.PayloadsBucket)    // it offloads large inputs (docs/large-payloads.md)
@@ -266,6 +278,7 @@ func workerRole() Role {
 	g.kvWrite(streams.DefinitionsBucket)
 	g.kvWrite(streams.ParkedBucket)
 	g.kvWrite(streams.LimitsBucket)       // it takes and releases the slots of limited steps (flow.LimitStep)
+	g.kvWrite(streams.HeartbeatsBucket)   // it records step attempts' starts and heartbeats, and reads the last details
 	g.objWrite(streams.PayloadsBucket)    // it offloads large payloads and reads them (docs/large-payloads.md)
 	g.objWrite(streams.CheckpointsBucket) // it writes and reads snapshot checkpoints
 	// It answers the queries of the runs it can run the code of (a micro service, with $SRV

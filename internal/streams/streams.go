@@ -69,6 +69,19 @@ const (
 	// starts and deletes it once the run is admitted or ended; the admission controller (in the
 	// scheduler service) watches it.
 	QueueBucket = "FLOW_QUEUE"
+	// HeartbeatsBucket holds the latest heartbeat of each step that has one: key
+	// "<run>.<step>", value a JSON heartbeat entry (the attempt, its start, its details). Workers
+	// write it as attempts start and beat; the scheduler's watcher follows it and fails an
+	// attempt whose heartbeat or start-to-close deadline passed; the next attempt reads the
+	// details. Entries expire after Config.HeartbeatTTL. See docs/timeouts.md.
+	HeartbeatsBucket = "FLOW_HEARTBEATS"
+	// ArchiveBucket is the Object Store of archived histories: object name run ID, the run's
+	// whole history as one JSON array of envelopes, written by the retention sweeper before it
+	// deletes the run from History (internal/archive, docs/retention.md).
+	ArchiveBucket = "FLOW_ARCHIVE"
+	// RetentionLease is the retention sweeper's key in LeasesBucket: the history service replica
+	// that holds it deletes the runs past their retention.
+	RetentionLease = "retention"
 	// PayloadsBucket is the object store of offloaded payloads, each named by the hex SHA-256
 	// of its bytes (internal/payload, docs/large-payloads.md).
 	PayloadsBucket = "FLOW_PAYLOADS"
@@ -148,6 +161,10 @@ type Config struct {
 	// that dies without stopping counts as alive this long. Workers beat every WorkerTTL/3.
 	// Defaults to 15 seconds; at least 1 second.
 	WorkerTTL time.Duration `envconfig:"WORKER_TTL"`
+	// HeartbeatTTL is how long a step's FLOW_HEARTBEATS entry lives after its last write: a
+	// retry that starts later than this after the previous attempt's last heartbeat reads no
+	// details. Defaults to 7 days.
+	HeartbeatTTL time.Duration `envconfig:"HEARTBEAT_TTL"`
 }
 
 func (c Config) withDefaults() Config {
@@ -162,6 +179,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WorkerTTL == 0 {
 		c.WorkerTTL = DefaultWorkerTTL
+	}
+	if c.HeartbeatTTL == 0 {
+		c.HeartbeatTTL = 7 * 24 * time.Hour
 	}
 	return c
 }
@@ -220,12 +240,16 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		// Per-key TTLs (dedup windows) need limit markers.
 		{Bucket: StartKeysBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, LimitMarkerTTL: time.Minute,
 			Description: "Flow start dedup and debounce keys"},
+		{Bucket: HeartbeatsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, TTL: d.HeartbeatTTL,
+			Description: "Flow step heartbeats: the latest of each step's attempt"},
 	} {
 		if err := ensureBucket(ctx, js, kc, cfg); err != nil {
 			return err
 		}
 	}
 	for _, oc := range []jetstream.ObjectStoreConfig{
+		{Bucket: ArchiveBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Compression: true,
+			Description: "Flow archived histories of runs deleted after their retention period"},
 		{Bucket: PayloadsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow payloads offloaded from histories, by SHA-256"},
 		{Bucket: CheckpointsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow snapshot checkpoints, one per run"},
 	} {
@@ -236,6 +260,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	return nil
 }
 
+// ensureObjectStore creates an Object Store bucket that does not exist, and updates an existing
+// one's replicas to cfg's when set.
 func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstream.ObjectStoreConfig, set Config) error {
 	st, err := js.Stream(ctx, "OBJ_"+want.Bucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -312,6 +338,9 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 	if want.Bucket == LeasesBucket && set.LeaseTTL != 0 {
 		update.TTL = set.LeaseTTL
 	}
+	if want.Bucket == HeartbeatsBucket && set.HeartbeatTTL != 0 {
+		update.TTL = set.HeartbeatTTL
+	}
 	if want.Bucket == WorkersBucket {
 		update.LimitMarkerTTL = cur.SubjectDeleteMarkerTTL
 		if set.WorkerTTL != 0 {
@@ -380,6 +409,11 @@ type Definition struct {
 	Attributes []event.AttributeDecl `json:"attributes,omitempty"`
 	// Control is the definition's flow control, with its key path (see liveness.Registration).
 	Control *event.FlowControl `json:"control,omitempty"`
+	// Timeouts are the definition's default run timeouts (see liveness.Registration).
+	Timeouts *event.RunTimeouts `json:"timeouts,omitempty"`
+	// Retention is how long the history of an ended run of the definition is kept
+	// (flow.WithRetention); 0 for the retention sweeper's default (docs/retention.md).
+	Retention event.Duration `json:"retention,omitempty"`
 }
 
 // DefinitionKey is the FLOW_DEFINITIONS key of definition on queue.

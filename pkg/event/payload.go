@@ -31,6 +31,9 @@ type Spec struct {
 type ParentRef struct {
 	RunID   string `json:"run_id"`
 	ChildID string `json:"child_id"`
+	// Attempt is the child's attempt this run (or the run it continues) is, under the child's
+	// retry policy; 0 for the first.
+	Attempt int `json:"attempt,omitempty"`
 }
 
 // RunStarted is always the first event of a run, and only the first.
@@ -66,6 +69,12 @@ type RunStarted struct {
 	// Control is the flow control the run starts under: it makes no decision until
 	// run.admitted. Nil for a run without flow control.
 	Control *FlowControl `json:"control,omitempty"`
+	// Timeouts are the run's execution and run timeouts and their deadlines (docs/timeouts.md);
+	// nil for none. A continuation inherits the execution deadline of the run it continues.
+	Timeouts *RunTimeouts `json:"timeouts,omitempty"`
+	// ResetFrom records the reset that created the run, with the old run and the point; nil
+	// for a run that is not a reset (docs/reset.md).
+	ResetFrom *ResetFrom `json:"reset_from,omitempty"`
 }
 
 // StepSpec is one scheduled step.
@@ -74,6 +83,8 @@ type StepSpec struct {
 	Name  string          `json:"name"`
 	Input json.RawMessage `json:"input"`
 	Retry RetryPolicy     `json:"retry"`
+	// Timeouts are the step's per-attempt timeouts (docs/timeouts.md); nil for none.
+	Timeouts *StepTimeouts `json:"timeouts,omitempty"`
 }
 
 // StepScheduled records one decision scheduling one step or a batch. Its members are dispatched
@@ -111,6 +122,10 @@ type StepFailed struct {
 	Error     ErrorInfo `json:"error"`
 	Retryable bool      `json:"retryable"`
 	Final     bool      `json:"final"`
+	// Timeout names the step timeout that ended the attempt (TimeoutScheduleToStart,
+	// TimeoutStartToClose, TimeoutHeartbeat), empty when the step code failed. Error.Kind is the
+	// same name, so that a retry policy can list it as non-retryable.
+	Timeout string `json:"timeout,omitempty"`
 }
 
 // StepRetryScheduled records that Attempt will run once Due has passed.
@@ -141,11 +156,13 @@ const (
 	// CauseFlowControl: the run's flow control cancelled it (a concurrency limit was full and
 	// its policy is cancel_newest or cancel_oldest).
 	CauseFlowControl Cause = "flow_control"
+	// CauseTimeout: the run's execution or run timeout passed (docs/timeouts.md).
+	CauseTimeout Cause = "timeout"
 )
 
 func (c Cause) valid() bool {
 	switch c {
-	case CauseWorkflow, CauseStepExhausted, CauseCancelRequested, CauseOperator, CauseFlowControl:
+	case CauseWorkflow, CauseStepExhausted, CauseCancelRequested, CauseOperator, CauseFlowControl, CauseTimeout:
 		return true
 	}
 	return false
@@ -167,6 +184,10 @@ type StepCancelled struct {
 	Steps  []CancelledStep `json:"steps"`
 	Reason string          `json:"reason"`
 	Cause  Cause           `json:"cause"`
+	// Cancellation is set when the workflow cancelled the steps itself (ctx.CancelStep): try_cancel
+	// or abandon in the decision's own event, wait_cancelled when the attempt the workflow asked to
+	// cancel ended (a step result, not a decision). With abandon the attempt is not told.
+	Cancellation Cancellation `json:"cancellation,omitempty"`
 }
 
 // Duration is a time.Duration encoded as a Go duration string such as "1m30s".
@@ -265,6 +286,10 @@ type ChildSpec struct {
 	// starts the same run. Empty in histories recorded before they were; not compared on replay.
 	BuildID string   `json:"build_id,omitempty"`
 	Patches []string `json:"patches,omitempty"`
+	// Retry, when set, starts a child run that failed again, as a new run
+	// (ChildAttemptRunID), after the policy's backoff, up to its MaxAttempts; recorded
+	// normalized and compared on replay. Nil: a failed child run settles the child as failed.
+	Retry *RetryPolicy `json:"retry,omitempty"`
 }
 
 // ChildScheduled records one decision starting one child or a batch of children.
@@ -300,6 +325,10 @@ type ChildSettled struct {
 	Outcome Outcome         `json:"outcome"`
 	Output  json.RawMessage `json:"output,omitempty"`
 	Error   *ErrorInfo      `json:"error,omitempty"`
+	// Cancellation is set when the workflow settled the child itself (ctx.CancelChild with
+	// try_cancel or abandon): Outcome is then cancelled and RunID the run that was running,
+	// which has not ended (with try_cancel it is asked to).
+	Cancellation Cancellation `json:"cancellation,omitempty"`
 }
 
 // RunCancelRequested asks the run to cancel. The workflow sees ctx.CancelRequested(); a workflow
@@ -426,7 +455,7 @@ func attempt(field string, v int) error {
 func (p *RunStarted) Validate() error {
 	return errors.Join(required("spec.definition", p.Spec.Definition), requiredJSON("input", p.Input),
 		required("seed", p.Seed), validateParent(p.Parent), validateStartAttributes(p.Attributes), p.StartPolicy.validate(),
-		validateControl(p.Control))
+		validateControl(p.Control), p.Timeouts.validate(), p.ResetFrom.validate())
 }
 
 func validateStartAttributes(a Attributes) error {
@@ -458,7 +487,7 @@ func (p *StepScheduled) Validate() error {
 	for i, s := range p.Steps {
 		f := fmt.Sprintf("steps[%d].", i)
 		if err := errors.Join(required(f+"id", s.ID), required(f+"name", s.Name),
-			requiredJSON(f+"input", s.Input), s.Retry.Validate()); err != nil {
+			requiredJSON(f+"input", s.Input), s.Retry.Validate(), s.Timeouts.validate(f+"timeouts.")); err != nil {
 			return err
 		}
 	}
@@ -474,7 +503,7 @@ func (p *StepCompleted) Validate() error {
 // Validate implements Payload.
 func (p *StepFailed) Validate() error {
 	return errors.Join(required("step_id", p.StepID), attempt("attempt", p.Attempt),
-		required("error.message", p.Error.Message))
+		required("error.message", p.Error.Message), validateTimeoutKind(p.Timeout))
 }
 
 // Validate implements Payload.
@@ -502,7 +531,7 @@ func (p *StepCancelled) Validate() error {
 			return err
 		}
 	}
-	return validCause(p.Cause)
+	return errors.Join(validCause(p.Cause), validCancellation("cancellation", p.Cancellation, true))
 }
 
 func validCause(c Cause) error {
@@ -558,8 +587,12 @@ func (p *ChildScheduled) Validate() error {
 		if !c.CancelPolicy.Valid() {
 			policy = fieldError(f+"cancel_policy", fmt.Sprintf("must be request_cancel or abandon; got %q", c.CancelPolicy))
 		}
+		var retry error
+		if c.Retry != nil {
+			retry = c.Retry.Validate()
+		}
 		if err := errors.Join(required(f+"child_id", c.ChildID), required(f+"run_id", c.RunID),
-			required(f+"definition", c.Definition), requiredJSON(f+"input", c.Input), policy); err != nil {
+			required(f+"definition", c.Definition), requiredJSON(f+"input", c.Input), policy, retry); err != nil {
 			return err
 		}
 	}
@@ -572,8 +605,12 @@ func (p *ChildSettled) Validate() error {
 	if !p.Outcome.Valid() || p.Outcome == OutcomeContinuedAsNew {
 		outcome = fieldError("outcome", fmt.Sprintf("must be completed, failed or cancelled; got %q", p.Outcome))
 	}
+	var cancelled error
+	if p.Cancellation != "" && p.Outcome != OutcomeCancelled {
+		cancelled = fieldError("outcome", fmt.Sprintf("must be cancelled with a cancellation; got %q", p.Outcome))
+	}
 	return errors.Join(required("child_id", p.ChildID), required("run_id", p.RunID), outcome,
-		optionalJSON("output", p.Output))
+		optionalJSON("output", p.Output), validCancellation("cancellation", p.Cancellation, true), cancelled)
 }
 
 // Validate implements Payload.

@@ -42,6 +42,20 @@ const (
 	TypeRunDebounced Type = "run.debounced"
 	// TypeRunAdmitted: the admission controller admitted a run under flow control.
 	TypeRunAdmitted Type = "run.admitted"
+	// Cancellation of one step or child, and child retries (payload_cancel.go).
+	// TypeStepCancelRequested: the workflow asked, with wait_cancelled, to cancel a step whose
+	// attempt is in flight; the step settles when the attempt ends.
+	TypeStepCancelRequested Type = "step.cancel_requested"
+	// TypeChildCancelRequested: the workflow asked, with wait_cancelled, to cancel a child; the
+	// child settles when its run ends.
+	TypeChildCancelRequested Type = "child.cancel_requested"
+	// TypeChildRetryScheduled: a child run failed and its retry policy starts it again as a new
+	// run once Due has passed.
+	TypeChildRetryScheduled Type = "child.retry_scheduled"
+	// TypeChildRetryFired: a child retry's backoff has elapsed; the attempt's run starts.
+	TypeChildRetryFired Type = "child.retry_fired"
+	// TypeRunReset is recorded in the old run of a reset: it names the new run (payload_reset.go).
+	TypeRunReset Type = "run.reset"
 )
 
 // Terminal reports whether t ends a run. At most one terminal event appears in a history, last.
@@ -72,6 +86,8 @@ func Types() []Type {
 		TypeUpdateReceived, TypeUpdateAccepted, TypeUpdateRejected, TypeUpdateCompleted,
 		TypeRunDelayFired, TypeRunDebounced,
 		TypeRunAdmitted,
+		TypeStepCancelRequested, TypeChildCancelRequested, TypeChildRetryScheduled, TypeChildRetryFired,
+		TypeRunReset,
 	}
 }
 
@@ -85,34 +101,39 @@ func New(t Type) Payload {
 }
 
 var factories = map[Type]func() Payload{
-	TypeRunStarted:         func() Payload { return new(RunStarted) },
-	TypeStepScheduled:      func() Payload { return new(StepScheduled) },
-	TypeStepCompleted:      func() Payload { return new(StepCompleted) },
-	TypeStepFailed:         func() Payload { return new(StepFailed) },
-	TypeStepRetryScheduled: func() Payload { return new(StepRetryScheduled) },
-	TypeStepRetryFired:     func() Payload { return new(StepRetryFired) },
-	TypeStepCancelled:      func() Payload { return new(StepCancelled) },
-	TypeWaitScheduled:      func() Payload { return new(WaitScheduled) },
-	TypeWaitFired:          func() Payload { return new(WaitFired) },
-	TypeSignalAwaited:      func() Payload { return new(SignalAwaited) },
-	TypeSignalReceived:     func() Payload { return new(SignalReceived) },
-	TypeHookCreated:        func() Payload { return new(HookCreated) },
-	TypeHookReceived:       func() Payload { return new(HookReceived) },
-	TypeChildScheduled:     func() Payload { return new(ChildScheduled) },
-	TypeChildSettled:       func() Payload { return new(ChildSettled) },
-	TypeRunCancelRequested: func() Payload { return new(RunCancelRequested) },
-	TypeDecisionFailed:     func() Payload { return new(DecisionFailed) },
-	TypeRunCompleted:       func() Payload { return new(RunCompleted) },
-	TypeRunFailed:          func() Payload { return new(RunFailed) },
-	TypeRunCancelled:       func() Payload { return new(RunCancelled) },
-	TypeRunContinuedAsNew:  func() Payload { return new(RunContinuedAsNew) },
-	TypeSideEffectRecorded: func() Payload { return new(SideEffectRecorded) },
-	TypeAttributesUpserted: func() Payload { return new(AttributesUpserted) },
-	TypeUpdateReceived:     func() Payload { return new(UpdateReceived) },
-	TypeUpdateAccepted:     func() Payload { return new(UpdateAccepted) },
-	TypeUpdateRejected:     func() Payload { return new(UpdateRejected) },
-	TypeUpdateCompleted:    func() Payload { return new(UpdateCompleted) },
-	TypeRunDelayFired:      func() Payload { return new(RunDelayFired) },
-	TypeRunDebounced:       func() Payload { return new(RunDebounced) },
-	TypeRunAdmitted:        func() Payload { return new(RunAdmitted) },
+	TypeRunStarted:           func() Payload { return new(RunStarted) },
+	TypeStepScheduled:        func() Payload { return new(StepScheduled) },
+	TypeStepCompleted:        func() Payload { return new(StepCompleted) },
+	TypeStepFailed:           func() Payload { return new(StepFailed) },
+	TypeStepRetryScheduled:   func() Payload { return new(StepRetryScheduled) },
+	TypeStepRetryFired:       func() Payload { return new(StepRetryFired) },
+	TypeStepCancelled:        func() Payload { return new(StepCancelled) },
+	TypeWaitScheduled:        func() Payload { return new(WaitScheduled) },
+	TypeWaitFired:            func() Payload { return new(WaitFired) },
+	TypeSignalAwaited:        func() Payload { return new(SignalAwaited) },
+	TypeSignalReceived:       func() Payload { return new(SignalReceived) },
+	TypeHookCreated:          func() Payload { return new(HookCreated) },
+	TypeHookReceived:         func() Payload { return new(HookReceived) },
+	TypeChildScheduled:       func() Payload { return new(ChildScheduled) },
+	TypeChildSettled:         func() Payload { return new(ChildSettled) },
+	TypeRunCancelRequested:   func() Payload { return new(RunCancelRequested) },
+	TypeDecisionFailed:       func() Payload { return new(DecisionFailed) },
+	TypeRunCompleted:         func() Payload { return new(RunCompleted) },
+	TypeRunFailed:            func() Payload { return new(RunFailed) },
+	TypeRunCancelled:         func() Payload { return new(RunCancelled) },
+	TypeRunContinuedAsNew:    func() Payload { return new(RunContinuedAsNew) },
+	TypeSideEffectRecorded:   func() Payload { return new(SideEffectRecorded) },
+	TypeAttributesUpserted:   func() Payload { return new(AttributesUpserted) },
+	TypeUpdateReceived:       func() Payload { return new(UpdateReceived) },
+	TypeUpdateAccepted:       func() Payload { return new(UpdateAccepted) },
+	TypeUpdateRejected:       func() Payload { return new(UpdateRejected) },
+	TypeUpdateCompleted:      func() Payload { return new(UpdateCompleted) },
+	TypeRunDelayFired:        func() Payload { return new(RunDelayFired) },
+	TypeRunDebounced:         func() Payload { return new(RunDebounced) },
+	TypeRunAdmitted:          func() Payload { return new(RunAdmitted) },
+	TypeStepCancelRequested:  func() Payload { return new(StepCancelRequested) },
+	TypeChildCancelRequested: func() Payload { return new(ChildCancelRequested) },
+	TypeChildRetryScheduled:  func() Payload { return new(ChildRetryScheduled) },
+	TypeChildRetryFired:      func() Payload { return new(ChildRetryFired) },
+	TypeRunReset:             func() Payload { return new(RunReset) },
 }

@@ -148,4 +148,8 @@ type StartOptions struct {
 	// Control puts this run under flow control, instead of the definition's (WithFlowControl).
 	// Defaults to nil (the definition's, if any).
 	Control *FlowControl
+	// ExecutionTimeout bounds the run and the runs it continues as; RunTimeout bounds this
+	// run alone (docs/timeouts.md). A run that exceeds one fails with KindExecutionTimeout or
+	// KindRunTimeout. Defaults to 0 (the definition's, WithRunTimeouts, if any; else none).
+	ExecutionTimeout, RunTimeout time.Duration
 }

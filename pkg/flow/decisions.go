@@ -25,6 +25,9 @@ type Step struct {
 	Input any
 	// Retry is the step's policy; nil means the defaults of [RetryPolicy].
 	Retry *RetryPolicy
+	// ScheduleToStartTimeout, StartToCloseTimeout and HeartbeatTimeout bound each attempt
+	// (docs/timeouts.md); 0 for none. See [WithStartToCloseTimeout] and the others.
+	ScheduleToStartTimeout, StartToCloseTimeout, HeartbeatTimeout time.Duration
 }
 
 // StepOption adjusts a step scheduled with [Context.ScheduleStep].
@@ -57,6 +60,7 @@ func (c *Context) ScheduleSteps(steps ...Step) Decision {
 		if s.Retry != nil {
 			calls[i].Retry = *s.Retry
 		}
+		calls[i].Timeouts = s.timeouts()
 	}
 	return core.ScheduleSteps{Steps: calls}
 }
@@ -115,6 +119,9 @@ type Child struct {
 	// CancelPolicy says what happens to the child if this run ends first. Defaults to
 	// event.CancelPolicyRequest.
 	CancelPolicy event.CancelPolicy
+	// Retry, when set, starts a child run that failed again as a new run after the policy's
+	// backoff, up to its MaxAttempts (see [WithChildRetry]); nil: no retry.
+	Retry *RetryPolicy
 }
 
 // ChildOption adjusts a child started with [Context.StartChild].
@@ -141,7 +148,7 @@ func (c *Context) StartChildren(children ...Child) Decision {
 		if err != nil {
 			return core.Invalid{What: fmt.Sprintf("input of child %q", ch.ID), Err: err}
 		}
-		calls[i] = core.ChildCall{ID: ch.ID, Definition: ch.Definition, Input: in, CancelPolicy: ch.CancelPolicy}
+		calls[i] = core.ChildCall{ID: ch.ID, Definition: ch.Definition, Input: in, CancelPolicy: ch.CancelPolicy, Retry: ch.Retry}
 	}
 	return core.StartChildren{Children: calls}
 }

@@ -26,7 +26,7 @@ import (
 func (c *Context) Random() *rand.Rand {
 	n := c.randoms
 	c.randoms++
-	return rand.New(rand.NewChaCha8(core.DeterministicSeed(c.s.Seed, c.s.RunID, "random", n)))
+	return rand.New(rand.NewChaCha8(core.DeterministicSeed(c.s.Seed, c.s.SeedRunID(), "random", n)))
 }
 
 // UUID returns a version 4 (random) UUID, in its canonical 36-character form, derived like
@@ -36,7 +36,7 @@ func (c *Context) Random() *rand.Rand {
 func (c *Context) UUID() string {
 	n := c.uuids
 	c.uuids++
-	b := core.DeterministicSeed(c.s.Seed, c.s.RunID, "uuid", n)
+	b := core.DeterministicSeed(c.s.Seed, c.s.SeedRunID(), "uuid", n)
 	b[6] = b[6]&0x0f | 0x40 // version 4
 	b[8] = b[8]&0x3f | 0x80 // RFC 9562 variant
 	var out [36]byte

@@ -64,6 +64,9 @@ func (c *Client) Start(ctx context.Context, definition string, input any, opts *
 	if err := controlExtensions(ext, opts); err != nil {
 		return "", err
 	}
+	if err := timeoutExtensions(ext, opts); err != nil {
+		return "", err
+	}
 	resp, err := c.send(ctx, api.StartSubject(definition), "start", runID, in, ext)
 	if err != nil {
 		return "", err
@@ -266,6 +269,8 @@ func inputError(e *api.IngressError) error {
 		sentinel = ErrNoWorker
 	case api.CodeRunDamaged:
 		sentinel = ErrDamaged
+	case api.CodeRunDeleted:
+		sentinel = ErrRunDeleted
 	default:
 		return e
 	}

@@ -177,6 +177,8 @@ func replyError(code api.Code, message string) error {
 		return fmt.Errorf("%w: %s", ErrInvalidInput, message)
 	case api.CodeDamaged:
 		return fmt.Errorf("%w: %s", ErrDamaged, message)
+	case api.CodeDeleted:
+		return fmt.Errorf("%w: %s", ErrRunDeleted, message)
 	}
 	return &api.Error{Code: code, Message: message}
 }

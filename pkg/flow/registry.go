@@ -10,6 +10,7 @@ import (
 	"runtime/debug"
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/pkg/event"
@@ -59,6 +60,11 @@ type workflowEntry struct {
 	attributes []SearchAttribute
 	// control is the flow control of new runs (WithFlowControl); nil for none.
 	control *event.FlowControl
+	// timeouts are the default run timeouts of new runs (WithRunTimeouts); nil for none.
+	timeouts *event.RunTimeouts
+	// retention is how long ended runs' histories are kept (WithRetention); 0 for the
+	// sweeper's default.
+	retention time.Duration
 }
 
 type stepFunc func(ctx context.Context, input json.RawMessage) (json.RawMessage, error)

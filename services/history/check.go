@@ -55,6 +55,16 @@ func (s *Service) check(ctx context.Context) error {
 	}
 	// Interior gaps only: an empty stream reports odd deleted details.
 	deleted := slices.DeleteFunc(slices.Clone(state.Deleted), func(seq uint64) bool { return seq <= state.FirstSeq || seq >= state.LastSeq })
+	// The retention sweeper deletes the histories of runs past their retention, leaving a
+	// tombstone that counts their messages: gaps it accounts for are not loss (retention.go).
+	gaps := uint64(len(deleted))
+	if state.Msgs > 0 && state.FirstSeq > 1 {
+		gaps += state.FirstSeq - 1
+	}
+	if gaps > 0 && gaps <= s.purgedMsgs() {
+		deleted = nil
+		state.FirstSeq = 1
+	}
 	if len(deleted) > 0 && state.Msgs > 0 {
 		lost = append(lost, fmt.Sprintf("%d message(s) missing between stream sequences %d and %d", len(deleted), slices.Min(deleted), slices.Max(deleted)))
 		lostUpTo = max(lostUpTo, slices.Max(deleted))
@@ -146,7 +156,7 @@ func (s *Service) sweep(ctx context.Context, lostUpTo uint64, damaged bool) erro
 	for _, id := range runs {
 		have[id] = true
 	}
-	for _, sum := range s.index.where(func(sum core.Summary) bool { return !have[sum.RunID] && sum.Damaged == "" }) {
+	for _, sum := range s.index.where(func(sum core.Summary) bool { return !have[sum.RunID] && sum.Damaged == "" && sum.Deleted == nil }) {
 		reason := fmt.Sprintf("stream %s holds none of its events, but the runs index recorded it %s at seq %d", streams.History, sum.Status, sum.Seq)
 		if err := s.quarantine(ctx, sum.RunID, reason); err != nil {
 			return err

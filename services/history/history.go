@@ -104,6 +104,19 @@ type Config struct {
 	Logger *slog.Logger `ignored:"true"`
 	// Faults injects failures between writes, for tests. Defaults to nil (none).
 	Faults *fault.Injector `ignored:"true"`
+	// Retention is how long the history of an ended run is kept after its end when its
+	// definition does not say (flow.WithRetention); then the retention sweeper archives and
+	// deletes it (docs/retention.md). Defaults to DefaultRetention, 30 days.
+	Retention time.Duration `envconfig:"RETENTION"`
+	// RetentionSweep is how often the replica holding the retention lease looks for ended runs
+	// past their retention. Defaults to 1 minute; negative disables the sweeper.
+	RetentionSweep time.Duration `envconfig:"RETENTION_SWEEP"`
+	// Archive says where a history is kept before it is deleted: "objectstore" (the FLOW_ARCHIVE
+	// Object Store bucket), "dir:/absolute/path" (one file per run), or "off" (deleted without
+	// an archive). Defaults to "objectstore".
+	Archive string `envconfig:"ARCHIVE"`
+	// Clock is the retention sweeper's clock, for tests. Defaults to time.Now.
+	Clock func() time.Time `ignored:"true"`
 }
 
 // DefaultHTTPAddr is where the HTTP API listens unless Config.HTTPAddr says otherwise.
@@ -154,6 +167,8 @@ type Service struct {
 	// updateSnaps holds the projections the update endpoint read, so that a later wait on the
 	// same run reads only its tail (await_update.go).
 	updateSnaps *snapshotCache
+	// retention is the retention sweeper's state (retention.go).
+	retention *retention
 }
 
 // New returns a history service.
@@ -172,6 +187,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Linger == 0 {
 		cfg.Linger = 5 * time.Millisecond
+	}
+	if err := retentionDefaults(&cfg); err != nil {
+		return nil, err
 	}
 	switch {
 	case cfg.Lanes < 1:
@@ -237,6 +255,7 @@ func (s *Service) start(ctx context.Context) error {
 		return err
 	}
 	s.workers.Go(func() { s.park.showParked(runCtx) })
+	s.startRetention(runCtx)
 	if err := s.serve(); err != nil {
 		return err
 	}
@@ -275,6 +294,9 @@ func (s *Service) open(ctx context.Context) error {
 		}
 	}
 	if s.control, err = openControl(ctx, js, s.cfg.Faults); err != nil {
+		return err
+	}
+	if s.retention, err = openRetention(ctx, js, s.cfg); err != nil {
 		return err
 	}
 	s.index = newReadModel(s.runs, s.logger)

@@ -41,6 +41,9 @@ func (s *Service) writeIndex(ctx context.Context, runID string, f *followed) err
 		if f.known && f.indexRev > 0 && (f.indexed.Seq > want.Seq || f.indexed.Equal(want)) {
 			return nil
 		}
+		if f.known && f.indexed.Deleted != nil && !want.StartedAt.After(f.indexed.Deleted.At) {
+			return nil // a tombstone is replaced only by a run of its ID started after the deletion
+		}
 		rev, err := s.putEntry(ctx, want, f.indexRev)
 		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			f.known, f.fresh = false, false // someone else wrote it: read it and decide again
@@ -285,6 +288,7 @@ func matches(req api.ListRequest, sum core.Summary) bool {
 	case !req.Since.IsZero() && sum.StartedAt.Before(req.Since):
 	case !req.Until.IsZero() && !sum.StartedAt.Before(req.Until):
 	case req.Parked && sum.Parked == "" && sum.Status != core.StatusBlocked:
+	case sum.Deleted != nil && !req.IncludeDeleted:
 	default:
 		return true
 	}

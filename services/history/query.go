@@ -55,6 +55,9 @@ func (s *Service) historyPage(ctx context.Context, req api.HistoryRequest) (*api
 		return nil, err
 	}
 	resp := &api.HistoryResponse{Events: hist, More: len(hist) > limit}
+	if sum, ok := s.index.get(req.RunID); ok && sum.Deleted != nil {
+		resp.Deleted = sum.Deleted // read from its archive
+	}
 	if resp.More {
 		resp.Events = hist[:limit]
 	}
@@ -70,7 +73,16 @@ func (s *Service) history(ctx context.Context, runID string, after, atLeast uint
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, &api.Error{Code: api.CodeInvalid, Message: err.Error()}
 	}
+	if sum, ok := s.index.get(runID); ok && sum.Deleted != nil {
+		return s.readArchived(ctx, sum, after) // retention.go
+	}
 	hist, err := s.store.LoadAtLeast(ctx, runID, after, max(atLeast, after+1))
+	if err == nil && len(hist) == 0 {
+		// Deleted since this replica's copy of the index last heard of the run?
+		if sum, rev, rerr := s.readEntry(ctx, runID); rerr == nil && rev > 0 && sum.Deleted != nil {
+			return s.readArchived(ctx, sum, after)
+		}
+	}
 	var damaged *store.DamagedError
 	switch {
 	case errors.As(err, &damaged):

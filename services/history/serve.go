@@ -154,6 +154,8 @@ func (s *Service) apiError(err error) *api.Error {
 		return e
 	case errors.Is(err, event.ErrInvalidID):
 		return &api.Error{Code: api.CodeInvalid, Message: err.Error()}
+	case errors.As(err, new(*deletedErr)):
+		return &api.Error{Code: api.CodeDeleted, Message: err.Error()}
 	case errors.Is(err, context.DeadlineExceeded):
 		return &api.Error{Code: api.CodeUnavailable, Message: "the query took too long: " + err.Error()}
 	}
@@ -302,7 +304,7 @@ func (s *Service) watch(w http.ResponseWriter, r *http.Request) {
 func listRequest(r *http.Request) (api.ListRequest, error) {
 	q := r.URL.Query()
 	req := api.ListRequest{Definition: q.Get("definition"), Queue: q.Get("queue"), Build: q.Get("build"), Parent: q.Get("parent"),
-		Cursor: q.Get("cursor"), Parked: q.Get("parked") == "true", Where: q.Get("where")}
+		Cursor: q.Get("cursor"), Parked: q.Get("parked") == "true", Where: q.Get("where"), IncludeDeleted: q.Get("include_deleted") == "true"}
 	for _, st := range q["status"] {
 		for _, one := range strings.Split(st, ",") {
 			if one != "" { // "status=" (the UI form's "any") filters nothing

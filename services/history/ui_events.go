@@ -45,7 +45,7 @@ func typeClass(t event.Type) string {
 		return "fail"
 	case event.TypeRunCompleted, event.TypeRunCancelled, event.TypeRunContinuedAsNew:
 		return "end"
-	case event.TypeRunStarted, event.TypeRunCancelRequested, event.TypeRunAdmitted:
+	case event.TypeRunStarted, event.TypeRunCancelRequested, event.TypeRunAdmitted, event.TypeRunReset:
 		return "run"
 	}
 	kind, _, _ := strings.Cut(string(t), ".")
@@ -74,6 +74,9 @@ func summarize(p event.Payload) string {
 		}
 		if p.Control != nil {
 			s += ", under flow control: " + p.Control.Describe()
+		}
+		if r := p.ResetFrom; r != nil {
+			s += fmt.Sprintf(", reset from %s at seq %d (%s)", r.RunID, r.Seq, r.Mode)
 		}
 		return s + startPolicySummary(p)
 	case *event.RunAdmitted:
@@ -154,6 +157,12 @@ func summarize(p event.Payload) string {
 		return fmt.Sprintf("cancelled: %s (%s)", orNone(p.Reason), p.Cause)
 	case *event.RunContinuedAsNew:
 		return fmt.Sprintf("continued as new as run %s, input %s", p.SuccessorRunID, inline(p.Input))
+	case *event.RunReset:
+		s := fmt.Sprintf("reset as run %s from seq %d (%s)", p.NewRunID, p.Seq, p.Mode)
+		if p.Terminated {
+			s += ", ending this run"
+		}
+		return s
 	case *event.SideEffectRecorded:
 		return fmt.Sprintf("side effect %s recorded → %s", p.SideEffectID, inline(p.Value))
 	case *event.AttributesUpserted:

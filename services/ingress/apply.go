@@ -47,6 +47,9 @@ type input struct {
 	priority   int
 	controlKey string
 	control    *event.FlowControl
+	// timeouts are a start's execution and run timeouts (docs/timeouts.md); zero for the
+	// definition's defaults.
+	timeouts api.RunTimeouts
 }
 
 // check validates what can be checked without reading the run: names and JSON.
@@ -136,7 +139,8 @@ func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *ap
 			return nil, cerr
 		}
 		resp.RunID, resp.Created, err = s.engine.Start(ctx, in.startParams(engine.StartParams{RunID: in.runID, Spec: spec, Input: data, Queue: queue,
-			Attributes: attrs, Priority: in.priority, Control: control}))
+			Attributes: attrs, Priority: in.priority, Control: control, ExecutionTimeout: in.executionTimeout(def.Timeouts),
+			RunTimeout: in.runTimeout(def.Timeouts)}))
 	case api.KindSignal:
 		resp.RunID, err = s.engine.Signal(ctx, in.runID, in.name, data, in.deliveryID)
 	case api.KindHook:
@@ -185,6 +189,9 @@ func (s *Service) refusal(in *input, err error) *api.IngressError {
 	case errors.Is(err, core.ErrNotFound) && in.kind == api.KindHook:
 		return e(api.CodeHookNotFound, "no hook has token %q: the run never created it, or the token is mistyped; check the callback URL", in.token)
 	case errors.Is(err, core.ErrNotFound):
+		if why := s.deleted(in.runID); why != "" { // retention.go
+			return e(api.CodeRunDeleted, "%s", why)
+		}
 		return e(api.CodeRunNotFound, "run %q does not exist; list runs with `flow runs` (or GET /v1/runs on the history service)", in.runID)
 	case errors.Is(err, core.ErrDeliveryConflict):
 		return e(api.CodeDeliveryConflict, "%s", trimFlow(err))

@@ -149,7 +149,8 @@ func (s *Service) applyWithInput(ctx context.Context, in *input) (*api.InputResp
 			return nil, cerr
 		}
 		p := engine.StartParams{RunID: in.runID, Spec: event.Spec{Definition: in.definition, BuildID: def.BuildID, Patches: def.Patches},
-			Input: orNull(in.data), Queue: queue, Attributes: attrs, Priority: in.priority, Control: control}
+			Input: orNull(in.data), Queue: queue, Attributes: attrs, Priority: in.priority, Control: control,
+			ExecutionTimeout: in.executionTimeout(def.Timeouts), RunTimeout: in.runTimeout(def.Timeouts)}
 		if in.kind == api.KindUpdateWithStart {
 			resp.RunID, resp.Created, err = s.engine.UpdateWithStart(ctx, p, in.deliveryID, in.name, orNull(in.payload))
 		} else {

@@ -47,6 +47,9 @@ func fromEvent(in *input, ev *ce.Event) *api.IngressError {
 		if e := in.controlExtensions(ev); e != nil {
 			return e
 		}
+		if e := in.timeoutExtensions(ev); e != nil {
+			return e
+		}
 	case api.KindSignal, api.KindHook, api.KindUpdate:
 		in.data = data
 	case api.KindUpdateWithStart, api.KindSignalWithStart:
@@ -96,6 +99,7 @@ func fromPlain(in *input, body []byte, deliveryID string) *api.IngressError {
 			in.policies.RequestID = deliveryID
 		}
 		in.priority, in.controlKey, in.control = req.Priority, req.ControlKey, req.Control
+		in.timeouts = api.RunTimeouts{Execution: req.ExecutionTimeout, Run: req.RunTimeout}
 		if in.runID == "" && deliveryID != "" {
 			in.runID = runIDOf("", deliveryID)
 		}

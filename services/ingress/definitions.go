@@ -41,7 +41,7 @@ func (d *liveDefinitions) require(ctx context.Context, queue, name string) (stre
 	def, err := d.view.Require(queue, name)
 	if err == nil {
 		return streams.Definition{Definition: name, Queue: queue, BuildID: def.BuildID, Patches: def.Patches, Attributes: def.Attributes,
-			Control: def.Control}, nil
+			Control: def.Control, Timeouts: def.Timeouts}, nil
 	}
 	if !errors.Is(err, liveness.ErrNoWorker) {
 		return streams.Definition{}, &api.IngressError{Code: api.CodeIngressInternal, Message: err.Error()}
@@ -63,7 +63,7 @@ func (d *liveDefinitions) require(ctx context.Context, queue, name string) (stre
 	out := streams.Definition{Definition: name, Queue: queue, BuildID: found.BuildID}
 	for _, r := range found.Definitions {
 		if r.Definition == name {
-			out.Patches, out.Attributes, out.Control = r.Patches, r.Attributes, r.Control
+			out.Patches, out.Attributes, out.Control, out.Timeouts = r.Patches, r.Attributes, r.Control, r.Timeouts
 		}
 	}
 	return out, nil

@@ -58,6 +58,7 @@ func (s *Service) serveHTTP() error {
 	route("POST /v1/runs/{run}/terminate", api.KindTerminate, true, func(r *http.Request, in *input) { in.runID = r.PathValue("run") })
 	s.queryRoutes(mux)
 	s.updateRoutes(mux)
+	s.resetRoutes(mux)
 	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)

@@ -40,6 +40,10 @@ func (s *Service) onMsg(m *nats.Msg) {
 		}()
 		ctx, cancel := context.WithTimeout(context.Background(), inputTimeout)
 		defer cancel()
+		if isReset(m) {
+			s.onReset(ctx, m)
+			return
+		}
 		kind, resp, e := s.natsInput(ctx, m)
 		if e == nil && s.cfg.Faults.Hit(fault.IngressBeforeReply) != nil {
 			s.logger.Warn("injected fault: the answer of a committed input is lost", slog.String("subject", m.Subject))

@@ -152,10 +152,14 @@ type Scheduler struct {
 	admitted           atomic.Int64
 	cancelledByControl atomic.Int64
 	admitDone          chan struct{}
-	cancel             context.CancelFunc
-	done               chan struct{}
-	started            chan struct{}
-	once               sync.Once
+	// heartbeats is FLOW_HEARTBEATS, which the heartbeat watcher follows while this replica
+	// leads (heartbeat.go); timedOut counts the attempts it timed out.
+	heartbeats jetstream.KeyValue
+	timedOut   atomic.Int64
+	cancel     context.CancelFunc
+	done       chan struct{}
+	started    chan struct{}
+	once       sync.Once
 }
 
 // New returns a scheduler.
@@ -266,6 +270,9 @@ func (s *Scheduler) open(ctx context.Context) error {
 		return err
 	}
 	if s.limits, err = limits.Open(ctx, js); err != nil {
+		return err
+	}
+	if s.heartbeats, err = js.KeyValue(ctx, streams.HeartbeatsBucket); err != nil {
 		return err
 	}
 	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/scheduler"})
@@ -385,6 +392,9 @@ func (s *Scheduler) lead(ctx context.Context, rev uint64, renew time.Duration) (
 	defer cancel()
 	served := make(chan error, 1)
 	go func() { served <- s.serve(leadCtx) }()
+	beats := make(chan struct{})
+	go func() { defer close(beats); s.watchHeartbeats(leadCtx) }()
+	defer func() { cancel(); <-beats }()
 	t := time.NewTicker(renew)
 	defer t.Stop()
 	for {
@@ -842,6 +852,19 @@ func (s *Scheduler) fire(ctx context.Context, key string, t core.Timer, f firing
 	firing := time.Now()
 	tail := f.tail
 	var err error
+	if t.Kind == core.TimerStepStart && !f.done {
+		// A schedule-to-start timer is moot once a worker recorded the attempt's start.
+		started, serr := s.attemptStarted(ctx, t)
+		if serr != nil {
+			return serr
+		}
+		if started {
+			if f.rev == 0 {
+				return nil
+			}
+			return s.deleteEntry(ctx, key, f.rev)
+		}
+	}
 	switch {
 	case f.done:
 		if err := s.cfg.Faults.Hit(fault.AfterFireBeforeDelete); err != nil {

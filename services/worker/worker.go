@@ -41,6 +41,7 @@ import (
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/internal/wait"
+	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 )
 
@@ -235,6 +236,9 @@ func (w *Worker) start(ctx context.Context) error {
 	if !w.cfg.SkipReplayCheck {
 		ecfg.Replayer = w.reg.Replaying()
 	}
+	if ecfg.Heartbeats, err = w.heartbeats(ctx, js); err != nil {
+		return err
+	}
 	if w.engine, err = engine.New(ecfg); err != nil {
 		return err
 	}
@@ -302,7 +306,7 @@ func (w *Worker) publishLiveness(ctx context.Context, js jetstream.JetStream, ho
 			return err
 		}
 		entry.Definitions = append(entry.Definitions, liveness.Registration{Definition: name, Patches: id.Patches, Attributes: id.Attributes,
-			Control: w.reg.FlowControl(name)})
+			Control: w.reg.FlowControl(name), Timeouts: w.reg.RunTimeouts(name)})
 	}
 	var err error
 	w.pub, err = liveness.Publish(ctx, js, entry, w.logger)
@@ -321,7 +325,8 @@ func (w *Worker) publishDefinitions(ctx context.Context, js jetstream.JetStream)
 			return err
 		}
 		b, err := json.Marshal(streams.Definition{Definition: name, Queue: w.cfg.Queue, BuildID: id.BuildID, Patches: id.Patches,
-			UpdatedAt: time.Now().UTC(), Host: host, Attributes: id.Attributes, Control: w.reg.FlowControl(name)})
+			UpdatedAt: time.Now().UTC(), Host: host, Attributes: id.Attributes, Control: w.reg.FlowControl(name),
+			Timeouts: w.reg.RunTimeouts(name), Retention: event.Duration(w.reg.Retention(name))})
 		if err != nil {
 			return err
 		}

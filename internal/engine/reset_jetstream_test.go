@@ -1,0 +1,400 @@
+package engine_test
+
+import (
+	"context"
+	"encoding/json"
+	"strconv"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/store/jsstore"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
+	"github.com/flowrun/flow/pkg/flow"
+)
+
+// The reset workload, "order": reserve (step) -> hook "confirm" -> signal "go" -> charge (step)
+// -> complete. Its history, once done:
+//
+//	1 run.started  2 step.scheduled reserve  3 step.completed  4 hook.created confirm
+//	5 hook.received  6 signal.awaited go  7 signal.received  8 step.scheduled charge
+//	9 step.completed  10 run.completed
+//
+// Reset points: 1, 3, 5, 7, 9.
+type orderIn struct {
+	Item string `json:"item"`
+	Qty  int    `json:"qty"`
+}
+
+type resetBed struct {
+	e     *engine.Engine
+	st    *jsstore.Store
+	f     *fault.Injector
+	mu    sync.Mutex
+	calls map[string]int // step name -> attempts run
+}
+
+func resetSetup(t *testing.T) *resetBed {
+	t.Helper()
+	ctx := t.Context()
+	js := natstest.JetStream(t, natstest.RunJetStream(t))
+	require.NoError(t, streams.Ensure(ctx, js, streams.Config{}))
+	st, err := jsstore.New(ctx, js, nil)
+	require.NoError(t, err)
+	host, err := jshost.New(ctx, js, "flow/test", natstest.Logger())
+	require.NoError(t, err)
+	b := &resetBed{st: st, f: &fault.Injector{}, calls: map[string]int{}}
+	reg := flow.NewRegistry(nil)
+	flow.RegisterWorkflow(reg, "order", func(ctx *flow.Context, in orderIn) (flow.Decision, error) {
+		key := ctx.UUID() // drawn from the seed: a reset run must draw the same
+		if ctx.StepOutput("reserve") == nil {
+			return ctx.ScheduleStep("reserve", "reserve", map[string]any{"item": in.Item, "qty": in.Qty, "key": key}), nil
+		}
+		if ctx.Hook("confirm") == nil {
+			return ctx.CreateHook("confirm", map[string]string{"item": in.Item}), nil
+		}
+		sig := ctx.Signal("go")
+		if sig == nil {
+			return ctx.AwaitSignal("go", "go"), nil
+		}
+		if ctx.StepOutput("charge") == nil {
+			return ctx.ScheduleStep("charge", "charge", map[string]any{"qty": in.Qty, "go": sig}), nil
+		}
+		return ctx.Complete(map[string]any{"charged": ctx.StepOutput("charge")}), nil
+	})
+	count := func(name string) int {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		b.calls[name]++
+		return b.calls[name]
+	}
+	flow.RegisterStep(reg, "reserve", func(_ context.Context, in map[string]any) (string, error) {
+		return "reserved-" + strconv.Itoa(count("reserve")), nil
+	})
+	flow.RegisterStep(reg, "charge", func(_ context.Context, in map[string]any) (string, error) {
+		return "charged-" + strconv.Itoa(count("charge")), nil
+	})
+	b.e, err = engine.New(engine.Config{Store: st, Host: host, Runtime: reg, Replayer: reg.Replaying(), Logger: natstest.Logger(),
+		CacheSize: -1, Faults: b.f})
+	require.NoError(t, err)
+	return b
+}
+
+func (b *resetBed) history(t *testing.T, runID string) []event.Envelope {
+	t.Helper()
+	h, err := b.st.Load(t.Context(), runID, 0)
+	require.NoError(t, err)
+	return h
+}
+
+func (b *resetBed) snapshot(t *testing.T, runID string) *core.Snapshot {
+	t.Helper()
+	s, err := b.e.Snapshot(t.Context(), runID)
+	require.NoError(t, err)
+	return s
+}
+
+func (b *resetBed) drive(t *testing.T, runID string) core.Status {
+	t.Helper()
+	res, err := b.e.Drive(t.Context(), runID, 0)
+	require.NoError(t, err)
+	if res.Err != nil {
+		t.Logf("run %s blocked: %v", runID, res.Err)
+	}
+	return res.Status
+}
+
+// start starts an order and drives it to its signal wait (seq 6), or, with finish, to its end.
+func (b *resetBed) start(t *testing.T, runID string, finish bool) {
+	t.Helper()
+	ctx := t.Context()
+	_, _, err := b.e.Start(ctx, engine.StartParams{RunID: runID, Spec: event.Spec{Definition: "order"}, Input: []byte(`{"item":"book","qty":1}`)})
+	require.NoError(t, err)
+	require.Equal(t, core.StatusSuspended, b.drive(t, runID))
+	b.deliverHook(t, runID, "d-"+runID)
+	require.Equal(t, core.StatusSuspended, b.drive(t, runID))
+	if finish {
+		b.signal(t, runID, "s-"+runID)
+		require.Equal(t, core.StatusCompleted, b.drive(t, runID))
+		require.Len(t, b.history(t, runID), 10)
+	}
+}
+
+func (b *resetBed) deliverHook(t *testing.T, runID, delivery string) {
+	t.Helper()
+	tok := b.snapshot(t, runID).Hooks["confirm"].Token
+	_, err := b.e.DeliverHook(t.Context(), tok, []byte(`{"ok":true}`), delivery)
+	require.NoError(t, err)
+}
+
+func (b *resetBed) signal(t *testing.T, runID, delivery string) string {
+	t.Helper()
+	to, err := b.e.Signal(t.Context(), runID, "go", []byte(`"now"`), delivery)
+	require.NoError(t, err)
+	return to
+}
+
+// checkBoth runs the invariants checker on both runs and the reset's link check.
+func (b *resetBed) checkBoth(t *testing.T, oldID, newID string) {
+	t.Helper()
+	old, nw := b.history(t, oldID), b.history(t, newID)
+	require.Empty(t, core.Check(oldID, old), "old run %s", oldID)
+	require.Empty(t, core.Check(newID, nw), "new run %s", newID)
+	require.Empty(t, core.CheckReset(oldID, old, newID, nw))
+}
+
+func resetTypes(h []event.Envelope) []event.Type {
+	out := make([]event.Type, len(h))
+	for i, e := range h {
+		out[i] = e.Type()
+	}
+	return out
+}
+
+// --to SEQ on a completed run: the prefix 1..3 is copied, the signal recorded after it is
+// reapplied, the hook delivery is not (its hook was created after the point); the new run
+// creates the hook again with a token of its own, and completes.
+func TestResetToSeq(t *testing.T) {
+	t.Parallel()
+	b := resetSetup(t)
+	ctx := t.Context()
+	b.start(t, "o1", true)
+	oldTok := b.snapshot(t, "o1").Hooks["confirm"].Token
+
+	newID, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o1", Mode: event.ResetToSeq, Seq: 3, Reason: "test"})
+	require.NoError(t, err)
+	require.Contains(t, newID, "o1=_reset-")
+	again, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o1", Mode: event.ResetToSeq, Seq: 3, Reason: "test"})
+	require.NoError(t, err)
+	require.Equal(t, newID, again, "a repeat returns the same run")
+
+	nw := b.history(t, newID)
+	require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeStepScheduled, event.TypeStepCompleted, event.TypeSignalReceived}, resetTypes(nw))
+	rf := nw[0].Payload.(*event.RunStarted).ResetFrom
+	require.Equal(t, &event.ResetFrom{RunID: "o1", Seq: 3, Mode: event.ResetToSeq, Reason: "test", CopiedTo: 10, Reapplied: 1, SeedRunID: "o1"}, rf)
+	require.Equal(t, "s-o1", nw[3].Payload.(*event.SignalReceived).DeliveryID, "the reapplied signal keeps its delivery ID")
+	old := b.history(t, "o1")
+	require.Len(t, old, 11, "one run.reset, after the terminal event")
+	r := old[10].Payload.(*event.RunReset)
+	require.Equal(t, newID, r.NewRunID)
+	require.False(t, r.Terminated, "the old run had ended")
+
+	require.Equal(t, core.StatusSuspended, b.drive(t, newID), "the copied decisions replay; the hook is created again")
+	s := b.snapshot(t, newID)
+	require.NotEqual(t, oldTok, s.Hooks["confirm"].Token, "a hook created after the point gets a token of the new run")
+	b.deliverHook(t, newID, "d-new")
+	require.Equal(t, core.StatusCompleted, b.drive(t, newID), "the reapplied signal was waiting")
+	require.Equal(t, map[string]int{"reserve": 1, "charge": 2}, b.calls, "reserve is copied, charge ran again")
+	b.checkBoth(t, "o1", newID)
+	require.Equal(t, newID, b.snapshot(t, "o1").Summary().ResetTo)
+	require.Equal(t, "o1", b.snapshot(t, newID).Summary().ResetFrom)
+
+	// --drop-inputs: the signal is not reapplied; the new run waits for one.
+	dropID, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o1", Mode: event.ResetToSeq, Seq: 5, DropInputs: true})
+	require.NoError(t, err)
+	require.NotEqual(t, newID, dropID)
+	require.Len(t, b.history(t, dropID), 5, "the copy only: the hook delivery at 5 is copied, the signal dropped")
+	require.Equal(t, core.StatusSuspended, b.drive(t, dropID))
+	require.Equal(t, oldTok, b.snapshot(t, dropID).Hooks["confirm"].Token, "a copied hook keeps its token")
+	b.signal(t, dropID, "s-drop")
+	require.Equal(t, core.StatusCompleted, b.drive(t, dropID))
+	b.checkBoth(t, "o1", dropID)
+}
+
+// A point that is not a decision boundary is refused, with the nearest points; nothing is
+// appended.
+func TestResetBadPoints(t *testing.T) {
+	t.Parallel()
+	b := resetSetup(t)
+	ctx := t.Context()
+	b.start(t, "o2", true)
+	_, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o2", Mode: event.ResetToSeq, Seq: 4})
+	var pe *core.ResetPointError
+	require.ErrorAs(t, err, &pe)
+	require.ErrorIs(t, err, core.ErrInvalidInput)
+	require.Equal(t, uint64(3), pe.Before)
+	require.Equal(t, uint64(5), pe.After)
+	require.Equal(t, []uint64{1, 3, 5, 7, 9}, pe.Points)
+	require.ErrorContains(t, err, "seq 4 is not a reset point: it is an event of a decision (hook.created)")
+	require.ErrorContains(t, err, "nearest reset points: 3 (before), 5 (after)")
+	_, err = b.e.Reset(ctx, engine.ResetParams{RunID: "o2", Mode: event.ResetToSeq, Seq: 10})
+	require.ErrorContains(t, err, "terminal event")
+	_, err = b.e.Reset(ctx, engine.ResetParams{RunID: "o2", Mode: event.ResetToSeq, Seq: 99})
+	require.ErrorContains(t, err, "the run has 10 events")
+	_, err = b.e.Reset(ctx, engine.ResetParams{RunID: "o2", Mode: event.ResetToStep, StepID: "nope"})
+	require.ErrorContains(t, err, `no step "nope" was scheduled`)
+	_, err = b.e.Reset(ctx, engine.ResetParams{RunID: "o2", Mode: event.ResetToSeq, Seq: 3, Input: []byte(`1`)})
+	require.ErrorContains(t, err, "only a rerun replaces the input")
+	_, err = b.e.Reset(ctx, engine.ResetParams{RunID: "missing", Mode: event.ResetToLastDecision})
+	require.ErrorIs(t, err, core.ErrNotFound)
+	require.Len(t, b.history(t, "o2"), 10, "nothing appended")
+
+	// One request ID, two different resets.
+	_, err = b.e.Reset(ctx, engine.ResetParams{RunID: "o2", Mode: event.ResetToSeq, Seq: 3, RequestID: "r-1"})
+	require.NoError(t, err)
+	_, err = b.e.Reset(ctx, engine.ResetParams{RunID: "o2", Mode: event.ResetToSeq, Seq: 5, RequestID: "r-1"})
+	require.ErrorIs(t, err, engine.ErrResetConflict)
+}
+
+// --to-step charge: the new run copies up to the signal (7) and schedules charge again.
+func TestResetToStep(t *testing.T) {
+	t.Parallel()
+	b := resetSetup(t)
+	b.start(t, "o3", true)
+	newID, err := b.e.Reset(t.Context(), engine.ResetParams{RunID: "o3", Mode: event.ResetToStep, StepID: "charge"})
+	require.NoError(t, err)
+	require.Len(t, b.history(t, newID), 7)
+	require.Equal(t, core.StatusCompleted, b.drive(t, newID))
+	require.Equal(t, map[string]int{"reserve": 1, "charge": 2}, b.calls)
+	out := b.snapshot(t, newID).Outcome.Output
+	require.JSONEq(t, `{"charged":"charged-2"}`, string(out))
+	b.checkBoth(t, "o3", newID)
+}
+
+// --to-last-decision of an active run (waiting on its signal at 6): the point is 5, the old
+// run records run.reset and is terminated in the same commit, and a signal sent to the old
+// run's ID afterwards goes to the new run.
+func TestResetToLastDecisionOfActiveRun(t *testing.T) {
+	t.Parallel()
+	b := resetSetup(t)
+	b.start(t, "o4", false)
+	newID, err := b.e.Reset(t.Context(), engine.ResetParams{RunID: "o4", Mode: event.ResetToLastDecision, Reason: "fixed code"})
+	require.NoError(t, err)
+	old := b.history(t, "o4")
+	require.Equal(t, []event.Type{event.TypeRunReset, event.TypeRunFailed}, resetTypes(old[6:]), "run.reset, then the termination")
+	require.True(t, old[6].Payload.(*event.RunReset).Terminated)
+	require.Equal(t, event.CauseOperator, old[7].Payload.(*event.RunFailed).Cause)
+	require.Equal(t, uint64(5), b.history(t, newID)[0].Payload.(*event.RunStarted).ResetFrom.Seq)
+	require.Equal(t, core.StatusSuspended, b.drive(t, newID))
+	require.Equal(t, newID, b.signal(t, "o4", "s-late"), "the old run passes the signal on")
+	require.Equal(t, core.StatusCompleted, b.drive(t, newID))
+	b.checkBoth(t, "o4", newID)
+}
+
+// rerun --from-step: without --input, from reserve (point 1), every step runs again and the
+// signal is reapplied; with --input from reserve, the new input is used; with --input from
+// charge, the copied step.scheduled of reserve recorded the old input, so the replay of the
+// copy is a non-determinism error naming the field, and the run is blocked.
+func TestRerunFromStep(t *testing.T) {
+	t.Parallel()
+	b := resetSetup(t)
+	ctx := t.Context()
+	b.start(t, "o5", true)
+
+	plain, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o5", Mode: event.ResetRerun, StepID: "reserve"})
+	require.NoError(t, err)
+	require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeSignalReceived}, resetTypes(b.history(t, plain)))
+	require.Equal(t, core.StatusSuspended, b.drive(t, plain))
+	b.deliverHook(t, plain, "d-plain")
+	require.Equal(t, core.StatusCompleted, b.drive(t, plain))
+	b.checkBoth(t, "o5", plain)
+	reserve := b.snapshot(t, plain).Steps["reserve"]
+	require.Equal(t, b.snapshot(t, "o5").Steps["reserve"].Input, reserve.Input, "the same input, and the same ctx.UUID() drawn from the seed")
+
+	withInput, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o5", Mode: event.ResetRerun, StepID: "reserve", Input: []byte(`{"item":"pen","qty":3}`), DropInputs: true})
+	require.NoError(t, err)
+	require.Equal(t, core.StatusSuspended, b.drive(t, withInput))
+	s := b.snapshot(t, withInput)
+	require.True(t, s.ResetFrom.InputReplaced)
+	var in map[string]any
+	require.NoError(t, json.Unmarshal(s.Steps["reserve"].Input, &in))
+	require.Equal(t, "pen", in["item"])
+	b.checkBoth(t, "o5", withInput)
+
+	blocked, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o5", Mode: event.ResetRerun, StepID: "charge", Input: []byte(`{"item":"pen","qty":3}`)})
+	require.NoError(t, err)
+	res, err := b.e.Drive(ctx, blocked, 0)
+	require.NoError(t, err)
+	require.Equal(t, core.StatusBlocked, res.Status)
+	var nd *core.NonDeterminismError
+	require.ErrorAs(t, res.Err, &nd)
+	require.Equal(t, "reserve", nd.ID)
+	require.Equal(t, "input", nd.Field)
+	b.checkBoth(t, "o5", blocked)
+}
+
+// A crash between the new run's start and the old run's run.reset (fault point
+// after-reset-start-before-link) is repaired by whoever applies the new run's first commit
+// (the history service): the old run records run.reset and ends, once, however often the
+// commit is applied; applying the old run's commit that holds run.reset passes on a signal the
+// old run took meanwhile. A crash after run.reset is repaired by applying that commit.
+func TestResetCrashBetweenWritesIsRepaired(t *testing.T) {
+	t.Parallel()
+	b := resetSetup(t)
+	ctx := t.Context()
+	b.start(t, "o6", false)
+	b.f.Arm(fault.AfterResetStartBeforeLink, fault.Fail, 0, 1)
+	newID, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o6", Mode: event.ResetToSeq, Seq: 5})
+	require.NoError(t, err, "the new run is committed")
+	require.Equal(t, 1, b.f.Hits(fault.AfterResetStartBeforeLink))
+	require.False(t, b.snapshot(t, "o6").Terminal(), "the crash left the old run active, unlinked")
+
+	// A signal reaches the old run meanwhile: the repair passes it on to the new run.
+	b.signal(t, "o6", "s-meanwhile")
+	nw := b.history(t, newID)
+	for range 2 {
+		require.NoError(t, b.e.ApplyCommit(ctx, b.snapshot(t, newID), nw))
+	}
+	// The history service applies the old run's commit holding run.reset (and its
+	// termination) too: the late signal is passed on.
+	old := b.history(t, "o6")
+	for range 2 {
+		require.NoError(t, b.e.ApplyCommit(ctx, b.snapshot(t, "o6"), old[len(old)-2:]))
+	}
+	n := 0
+	for _, e := range old {
+		if e.Type() == event.TypeRunReset {
+			n++
+		}
+	}
+	require.Equal(t, 1, n)
+	require.True(t, b.snapshot(t, "o6").Terminal())
+	require.Equal(t, event.TypeSignalReceived, b.history(t, newID)[5].Type(), "the late signal was passed on")
+	require.Equal(t, core.StatusCompleted, b.drive(t, newID))
+
+	// The second fault point: run.reset recorded, the rest not done; the old run's commit
+	// holding run.reset does it.
+	b.start(t, "o7", false)
+	hits := b.f.Hits(fault.AfterResetLinkBeforeHooks)
+	b.f.Arm(fault.AfterResetLinkBeforeHooks, fault.Fail, 0, 1)
+	newID7, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o7", Mode: event.ResetToSeq, Seq: 3})
+	require.NoError(t, err)
+	require.Equal(t, hits+1, b.f.Hits(fault.AfterResetLinkBeforeHooks))
+	old7 := b.history(t, "o7")
+	require.NoError(t, b.e.ApplyCommit(ctx, b.snapshot(t, "o7"), old7[len(old7)-2:]))
+	require.Equal(t, core.StatusSuspended, b.drive(t, newID7))
+	b.checkBoth(t, "o6", newID)
+	b.checkBoth(t, "o7", newID7)
+}
+
+// A hook copied while pending keeps its token, and the token's route moves to the new run once
+// the old run has ended: a delivery with the old token reaches the new run.
+func TestResetMovesCopiedHookTokens(t *testing.T) {
+	t.Parallel()
+	b := resetSetup(t)
+	ctx := t.Context()
+	_, _, err := b.e.Start(ctx, engine.StartParams{RunID: "o8", Spec: event.Spec{Definition: "order"}, Input: []byte(`{"item":"book","qty":1}`)})
+	require.NoError(t, err)
+	require.Equal(t, core.StatusSuspended, b.drive(t, "o8"), "waits on hook confirm (seq 4)")
+	b.signal(t, "o8", "s-early") // seq 5, buffered: a reset point with the hook pending
+	require.Equal(t, core.StatusSuspended, b.drive(t, "o8"))
+	tok := b.snapshot(t, "o8").Hooks["confirm"].Token
+
+	newID, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o8", Mode: event.ResetToSeq, Seq: 5})
+	require.NoError(t, err)
+	require.True(t, b.snapshot(t, "o8").Terminal(), "the reset ended the old run")
+	require.Equal(t, core.StatusSuspended, b.drive(t, newID))
+	require.Equal(t, tok, b.snapshot(t, newID).Hooks["confirm"].Token)
+	to, err := b.e.DeliverHook(ctx, tok, []byte(`{"ok":true}`), "d-8")
+	require.NoError(t, err)
+	require.Equal(t, newID, to, "the old token routes to the new run")
+	require.Equal(t, core.StatusCompleted, b.drive(t, newID))
+	b.checkBoth(t, "o8", newID)
+}

@@ -1,0 +1,106 @@
+package event
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ResetMode says how the point of a reset was chosen (docs/reset.md).
+type ResetMode string
+
+const (
+	// ResetToSeq: the caller gave the point, a sequence of the old run.
+	ResetToSeq ResetMode = "seq"
+	// ResetToStep: the point is the last reset point before the decision that scheduled a step,
+	// so that the step runs again.
+	ResetToStep ResetMode = "step"
+	// ResetToLastDecision: the point is the last reset point before the old run's last decision.
+	ResetToLastDecision ResetMode = "last_decision"
+	// ResetRerun: a rerun from a step (ResetToStep), optionally with a new input.
+	ResetRerun ResetMode = "rerun"
+)
+
+// Valid reports whether m is a known mode.
+func (m ResetMode) Valid() bool {
+	switch m {
+	case ResetToSeq, ResetToStep, ResetToLastDecision, ResetRerun:
+		return true
+	}
+	return false
+}
+
+// ResetFrom is run.started's record of the reset that created the run: the new run's events 2
+// to Seq are copies of the old run's events 2 to Seq, byte for byte in their payloads and
+// times, and its events Seq+1 to Seq+Reapplied are the inputs the old run recorded after Seq
+// (up to CopiedTo) that the reset reapplied, with their delivery and update IDs.
+type ResetFrom struct {
+	// RunID is the old run, Seq the reset point: the old run's last event that was copied.
+	RunID string    `json:"run_id"`
+	Seq   uint64    `json:"seq"`
+	Mode  ResetMode `json:"mode"`
+	// StepID is the step a step reset or a rerun runs again.
+	StepID string `json:"step_id,omitempty"`
+	Reason string `json:"reason,omitempty"`
+	// RequestID identifies the reset request; a repeat with it returns this run.
+	RequestID string `json:"request_id,omitempty"`
+	// DropInputs is set when the inputs after the point were dropped instead of reapplied.
+	DropInputs bool `json:"drop_inputs,omitempty"`
+	// InputReplaced is set when a rerun replaced the run's input (RunStarted.Input).
+	InputReplaced bool `json:"input_replaced,omitempty"`
+	// CopiedTo is the old run's last sequence when the reset read it; Reapplied counts the
+	// inputs reapplied from the old run's events Seq+1..CopiedTo.
+	CopiedTo  uint64 `json:"copied_to"`
+	Reapplied int    `json:"reapplied,omitempty"`
+	// SeedRunID is the run identity that ctx.Random and ctx.UUID derive their values from (with
+	// the seed, which the reset copies): the old run's own SeedRunID, or the old run. The
+	// copied decisions replay with the values they were made with.
+	SeedRunID string `json:"seed_run_id"`
+}
+
+func (r *ResetFrom) validate() error {
+	if r == nil {
+		return nil
+	}
+	var mode error
+	if !r.Mode.Valid() {
+		mode = fieldError("reset_from.mode", fmt.Sprintf("%q is not one of seq, step, last_decision, rerun", r.Mode))
+	}
+	var seq error
+	if r.Seq == 0 || r.CopiedTo < r.Seq {
+		seq = fieldError("reset_from.seq", fmt.Sprintf("point %d must be at least 1 and at most copied_to %d", r.Seq, r.CopiedTo))
+	}
+	return errors.Join(required("reset_from.run_id", r.RunID), required("reset_from.seed_run_id", r.SeedRunID), mode, seq)
+}
+
+// RunReset is recorded in the old run of a reset: it names the new run, the point and the
+// mode. It is the one event that may follow a run's terminal event (a reset of an ended run);
+// a reset of an active run records it and ends the run (step.cancelled and run.failed with
+// cause operator) in the same commit.
+type RunReset struct {
+	NewRunID string    `json:"new_run_id"`
+	Seq      uint64    `json:"seq"`
+	Mode     ResetMode `json:"mode"`
+	StepID   string    `json:"step_id,omitempty"`
+	Reason   string    `json:"reason,omitempty"`
+	// RequestID identifies the reset request, as the new run's reset_from records it.
+	RequestID  string `json:"request_id,omitempty"`
+	DropInputs bool   `json:"drop_inputs,omitempty"`
+	// Terminated is set when the reset ended this run (it was active).
+	Terminated bool `json:"terminated,omitempty"`
+}
+
+// EventType implements Payload.
+func (*RunReset) EventType() Type { return TypeRunReset }
+
+// Validate implements Payload.
+func (p *RunReset) Validate() error {
+	var mode error
+	if !p.Mode.Valid() {
+		mode = fieldError("mode", fmt.Sprintf("%q is not one of seq, step, last_decision, rerun", p.Mode))
+	}
+	var seq error
+	if p.Seq == 0 {
+		seq = fieldError("seq", "is required")
+	}
+	return errors.Join(required("new_run_id", p.NewRunID), mode, seq)
+}
