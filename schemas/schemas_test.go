@@ -161,6 +161,10 @@ func examples() []example {
 		}},
 		{"a reset of an active run", &event.RunReset{NewRunID: "order-1=_reset-0a1b2c3d4e5f6a7b", Seq: 7, Mode: event.ResetRerun, StepID: "charge",
 			Reason: "fixed the card gateway", RequestID: "req-1", DropInputs: true, Terminated: true}},
+		{"by a schedule", &event.RunStarted{
+			Spec: event.Spec{Definition: "report"}, Input: json.RawMessage(`{"region":"eu"}`), Seed: "2c26b46b68ffc68f",
+			Schedule: &event.ScheduleRef{Name: "report", Slot: time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC), Action: event.ScheduleScheduled},
+		}},
 	}
 }
 

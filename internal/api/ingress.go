@@ -290,6 +290,10 @@ func statusOf(c IngressCode) int {
 		return http.StatusGone
 	case CodeIngressBusy:
 		return http.StatusServiceUnavailable
+	case CodeScheduleNotFound:
+		return http.StatusNotFound
+	case CodeScheduleExists:
+		return http.StatusConflict
 	}
 	return http.StatusInternalServerError
 }
@@ -299,5 +303,5 @@ func IngressCodes() []IngressCode {
 	return []IngressCode{CodeInvalidJSON, CodeInvalidName, CodeInvalidEvent, CodeInvalidRequest, CodeUnauthorized,
 		CodeRunNotFound, CodeHookNotFound, CodeRouteNotFound, CodeMethodNotAllowed, CodeRunEnded, CodeRunExists,
 		CodeDeliveryConflict, CodeHookReceived, CodeNoWorker, CodeTooLarge, CodeMediaType, CodeRunDamaged,
-		CodeIngressInternal, CodeIngressBusy, CodeRunDeleted}
+		CodeIngressInternal, CodeIngressBusy, CodeRunDeleted, CodeScheduleNotFound, CodeScheduleExists}
 }

@@ -104,6 +104,7 @@ or the context.`,
 	root.AddCommand(e.queryCmd())
 	root.AddCommand(e.updateCmd())
 	root.AddCommand(e.resetCmd(), e.rerunCmd())
+	root.AddCommand(e.scheduleCmd())
 	root.AddCommand(e.payloadCmd())
 	return root
 }

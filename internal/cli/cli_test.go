@@ -273,7 +273,7 @@ func TestTour(t *testing.T) {
 
 func TestHelpOnEveryCommand(t *testing.T) {
 	t.Parallel()
-	for _, cmd := range []string{"", "dev", "start", "status", "history", "watch", "runs", "cancel", "signal", "hook", "terminate", "resume", "verify", "definitions", "version", "query", "update"} {
+	for _, cmd := range []string{"", "dev", "start", "status", "history", "watch", "runs", "cancel", "signal", "hook", "terminate", "resume", "verify", "definitions", "version", "query", "update", "schedule"} {
 		t.Run("Help"+cmd, func(t *testing.T) {
 			args := []string{"--help"}
 			if cmd != "" {

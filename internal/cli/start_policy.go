@@ -53,6 +53,9 @@ func printStartPolicy(w io.Writer, s *flow.Snapshot) {
 	if s.Delayed {
 		fmt.Fprintf(w, "Delayed     until %s (no decision before then)\n", s.NotBefore.Format(time.RFC3339Nano))
 	}
+	if sc := s.Schedule; sc != nil {
+		fmt.Fprintf(w, "Schedule    %s, slot %s (%s; `flow schedule describe %s`)\n", sc.Name, sc.Slot.Format(time.RFC3339Nano), sc.Action, sc.Name)
+	}
 	sp := s.StartPolicy
 	if sp == nil {
 		return

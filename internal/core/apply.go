@@ -382,6 +382,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.Control = d.Control
 		s.Timeouts = d.Timeouts
 		s.ResetFrom = d.ResetFrom
+		s.Schedule = d.Schedule
 	case *event.RunAdmitted:
 		s.Admitted, s.AdmittedSeq, s.AdmittedAt = true, e.Seq, e.Time
 	case *event.RunDebounced:

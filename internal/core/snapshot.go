@@ -300,6 +300,9 @@ type Snapshot struct {
 	AdmittedAt  time.Time `json:"admitted_at,omitzero"`
 	// Timeouts are run.started's run timeouts and the deadlines they give; nil for none.
 	Timeouts *event.RunTimeouts `json:"timeouts,omitempty"`
+	// Schedule is run.started's record of the schedule that started the run (its name, the
+	// slot, the action); nil for a run no schedule started. Set once, never changed.
+	Schedule *event.ScheduleRef `json:"schedule,omitempty"`
 
 	// ResetFrom is run.started's record of the reset that created the run (the old run, the
 	// point, the mode); nil for a run that is not a reset. See docs/reset.md.

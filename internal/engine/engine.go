@@ -294,6 +294,9 @@ type StartParams struct {
 	// InheritedTimeouts is, for a continuation, its predecessor's recorded timeouts: the
 	// execution deadline carries over. Nil otherwise.
 	InheritedTimeouts *event.RunTimeouts
+	// Schedule, set by the scheduler, names the schedule and slot the run is started for;
+	// run.started records it. Nil for a start no schedule made.
+	Schedule *event.ScheduleRef
 }
 
 // RunExistsError reports a start with the ID of an existing run whose spec or input differs.
@@ -415,7 +418,7 @@ func (e *Engine) prepareStart(p *StartParams) (*event.RunStarted, error) {
 	}
 	return &event.RunStarted{Spec: p.Spec, Input: input, Queue: p.Queue, Seed: rand.Text(), Parent: p.Parent,
 		ContinuedFrom: p.ContinuedFrom, Generation: p.Generation, Attributes: p.Attributes, Priority: p.Priority, Control: p.Control,
-		Timeouts: timeouts}, nil
+		Timeouts: timeouts, Schedule: p.Schedule}, nil
 }
 
 // Existing checks a start against the run it names, appending nothing: false when run p.RunID

@@ -281,6 +281,20 @@ func FromEnv() (*Injector, error) {
 	return f, nil
 }
 
+// Points of schedules (docs/schedules.md), armed by the scheduler's schedule tests.
+const (
+	// ScheduleBeforeStart: a schedule's round decided to start a slot's run; nothing of the
+	// round is written yet (neither the run's run.started nor the schedule's state).
+	ScheduleBeforeStart Point = "schedule-before-start"
+	// ScheduleAfterStartBeforeState: a schedule's round started its runs (and cancelled or
+	// terminated the runs they replace); the schedule's state in FLOW_SCHEDULES is not updated
+	// yet.
+	ScheduleAfterStartBeforeState Point = "schedule-after-start-before-state"
+)
+
+// SchedulePoints lists the points of schedules.
+var SchedulePoints = []Point{ScheduleBeforeStart, ScheduleAfterStartBeforeState}
+
 // Points of offloaded payloads (docs/large-payloads.md), armed by the engine's payload tests (the
 // crash workload of Points offloads nothing).
 const (

@@ -27,7 +27,7 @@ var allStreams = append(append([]string{streams.History, streams.Tasks, streams.
 // allBuckets are the buckets streams.Ensure creates.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
 	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket,
-	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket, streams.HeartbeatsBucket}
+	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket, streams.HeartbeatsBucket, streams.SchedulesBucket}
 
 func kvStreams(buckets []string) []string {
 	out := make([]string, len(buckets))
@@ -233,8 +233,11 @@ func schedulerRole() Role {
 	g.kvWatch(streams.QueueBucket)  // the admission controller follows the runs waiting for admission
 	g.kvWrite(streams.LimitsBucket) // and takes their slots and rate tokens
 	g.kvWatch(streams.LimitsBucket)
-	g.kvWrite(streams.HeartbeatsBucket)   // the heartbeat watcher marks the entries of attempts it settled
-	g.kvWatch(streams.HeartbeatsBucket)   // and follows the attempts' heartbeats
+	g.kvWrite(streams.HeartbeatsBucket) // the heartbeat watcher marks the entries of attempts it settled
+	g.kvWatch(streams.HeartbeatsBucket) // and follows the attempts' heartbeats
+	g.kvWrite(streams.SchedulesBucket)  // it fires the schedules, and advances their state
+	g.kvWatch(streams.SchedulesBucket)
+	g.liveness()                          // and starts their runs with the build and flow control of their definitions
 	g.objWrite(streams.CheckpointsBucket) // it reads a run's checkpoint before a timer's fire, and writes them
 	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", false)
 }
@@ -251,6 +254,8 @@ func ingressRole() Role {
 	g.kvRead(streams.RunsBucket)          // it tells an input for a run deleted after its retention period why
 	g.kvWrite(streams.StartKeysBucket)    // it claims the dedup and debounce keys of starts
 	g.kvWrite(streams.TimersBucket)       // it registers a delayed start's timer (fast path)
+	g.kvWrite(streams.SchedulesBucket)    // it creates, changes and deletes schedules
+	g.kvWatch(streams.SchedulesBucket)    // and lists them
 	g.objWrite(streams.PayloadsBucket)    // it offloads large inputs (docs/large-payloads.md)
 	g.objWrite(streams.CheckpointsBucket) // it reads a run's checkpoint before an input, and writes them
 	g.liveness()

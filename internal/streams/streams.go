@@ -82,6 +82,11 @@ const (
 	// RetentionLease is the retention sweeper's key in LeasesBucket: the history service replica
 	// that holds it deletes the runs past their retention.
 	RetentionLease = "retention"
+	// SchedulesBucket holds the schedules (internal/schedule): key the schedule's name, value a
+	// JSON schedule.Schedule, its spec and its state. The ingress creates, changes and deletes
+	// them, the scheduler advances their state as it fires them; both only by compare-and-set.
+	// See docs/schedules.md.
+	SchedulesBucket = "FLOW_SCHEDULES"
 	// PayloadsBucket is the object store of offloaded payloads, each named by the hex SHA-256
 	// of its bytes (internal/payload, docs/large-payloads.md).
 	PayloadsBucket = "FLOW_PAYLOADS"
@@ -234,6 +239,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{Bucket: DamagedBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs whose history is damaged"},
 		{Bucket: LimitsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, Description: "Flow flow-control slots and rate windows"},
 		{Bucket: QueueBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs waiting for admission under flow control"},
+		{Bucket: SchedulesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow schedules and their state"},
 		// An expired entry leaves a marker, so that watchers learn at once that its worker is gone.
 		{Bucket: WorkersBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, TTL: d.WorkerTTL, LimitMarkerTTL: d.WorkerTTL,
 			Description: "Flow live workers and the definitions they register"},

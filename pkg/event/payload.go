@@ -75,6 +75,9 @@ type RunStarted struct {
 	// ResetFrom records the reset that created the run, with the old run and the point; nil
 	// for a run that is not a reset (docs/reset.md).
 	ResetFrom *ResetFrom `json:"reset_from,omitempty"`
+	// Schedule names the schedule that started the run, the slot it is for and what made it
+	// start (a slot, a trigger, a backfill). Nil for a run no schedule started.
+	Schedule *ScheduleRef `json:"schedule,omitempty"`
 }
 
 // StepSpec is one scheduled step.

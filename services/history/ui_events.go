@@ -78,7 +78,7 @@ func summarize(p event.Payload) string {
 		if r := p.ResetFrom; r != nil {
 			s += fmt.Sprintf(", reset from %s at seq %d (%s)", r.RunID, r.Seq, r.Mode)
 		}
-		return s + startPolicySummary(p)
+		return s + startPolicySummary(p) + scheduleSummary(p)
 	case *event.RunAdmitted:
 		s := "admitted by flow control, group " + p.Group
 		if p.Key != "" {

@@ -59,6 +59,7 @@ func (s *Service) serveHTTP() error {
 	s.queryRoutes(mux)
 	s.updateRoutes(mux)
 	s.resetRoutes(mux)
+	s.scheduleRoutes(mux)
 	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)

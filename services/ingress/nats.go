@@ -44,6 +44,10 @@ func (s *Service) onMsg(m *nats.Msg) {
 			s.onReset(ctx, m)
 			return
 		}
+		if strings.HasPrefix(m.Subject, api.SubjectSchedulePrefix) {
+			s.onScheduleMsg(ctx, m) // schedule.go
+			return
+		}
 		kind, resp, e := s.natsInput(ctx, m)
 		if e == nil && s.cfg.Faults.Hit(fault.IngressBeforeReply) != nil {
 			s.logger.Warn("injected fault: the answer of a committed input is lost", slog.String("subject", m.Subject))

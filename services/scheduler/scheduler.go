@@ -108,6 +108,12 @@ type Config struct {
 	NoAdmission bool `envconfig:"SCHEDULER_NO_ADMISSION"`
 	// AdmitBatch bounds the runs one admission round admits of a group. Defaults to 256.
 	AdmitBatch int `envconfig:"SCHEDULER_ADMIT_BATCH"`
+	// NoSchedules stops this replica from competing for the schedules lease: another replica
+	// fires the schedules of FLOW_SCHEDULES (docs/schedules.md). Defaults to false.
+	NoSchedules bool `envconfig:"SCHEDULER_NO_SCHEDULES"`
+	// SchedulePoll is how often a schedule whose actions wait for its runs to end (buffered by
+	// its overlap policy), or whose last round failed, is looked at again. Defaults to 1s.
+	SchedulePoll time.Duration `envconfig:"SCHEDULER_SCHEDULE_POLL"`
 }
 
 // DefaultHTTPAddr is where flowd's scheduler serves its probes and metrics unless
@@ -157,9 +163,14 @@ type Scheduler struct {
 	heartbeats jetstream.KeyValue
 	timedOut   atomic.Int64
 	cancel     context.CancelFunc
-	done       chan struct{}
-	started    chan struct{}
-	once       sync.Once
+	// schedules fires the schedules while firingSchedules (schedule.go); scheduleActions
+	// counts the effects its rounds stored.
+	schedules       *scheduleRunner
+	firingSchedules atomic.Bool
+	scheduleActions atomic.Int64
+	done            chan struct{}
+	started         chan struct{}
+	once            sync.Once
 }
 
 // New returns a scheduler.
@@ -244,6 +255,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	} else {
 		go s.runAdmission(runCtx)
 	}
+	s.schedules = s.startSchedules(runCtx)
 	close(s.started)
 	s.readiness.Started()
 	return nil
@@ -323,6 +335,7 @@ func (s *Scheduler) Stop() error {
 		s.cancel()
 		<-s.done
 		<-s.admitDone
+		s.schedules.wait()
 		if s.ownConn {
 			s.nc.Close()
 		}

@@ -1,0 +1,327 @@
+package schedule
+
+import (
+	"slices"
+	"time"
+
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// RunState is what a round needs to know of a run: whether it exists and is active.
+type RunState int
+
+const (
+	// RunMissing: the run was never started.
+	RunMissing RunState = iota
+	// RunActive: the run is started and has not ended (a continued run counts as active until
+	// its last continuation ends).
+	RunActive
+	// RunEnded: the run ended.
+	RunEnded
+)
+
+// Runs tells the state of a run by ID. The scheduler reads it from the run's history; tests
+// give a map.
+type Runs func(runID string) RunState
+
+// EffectKind is what an Effect does.
+type EffectKind string
+
+const (
+	// StartRun starts run RunID for Ref at expected sequence 0: if it exists (a repeat after a
+	// crash), the existing run is the slot's run.
+	StartRun EffectKind = "start"
+	// CancelRun requests the cancellation of run RunID (CancelOther).
+	CancelRun EffectKind = "cancel"
+	// TerminateRun terminates run RunID (TerminateOther).
+	TerminateRun EffectKind = "terminate"
+)
+
+// Effect is one write a round asks for. Every effect is idempotent: executing it again after a
+// crash changes nothing.
+type Effect struct {
+	Kind   EffectKind
+	RunID  string
+	Ref    event.ScheduleRef
+	Reason string
+}
+
+// MaxSlotsPerRound bounds the slots (scheduled or backfilled) one round deals with, so that a
+// round after a long downtime, or of a long backfill, stays short; the next round goes on at
+// once (Wake says so).
+const MaxSlotsPerRound = 256
+
+// Round advances s to time now: it deals with the buffered actions whose turn came, every slot
+// whose fire time has passed, and the pending triggers and backfills, applying the pause, the
+// catch-up window and the overlap policy. It returns the effects to execute, in order, before
+// s is stored, and whether s changed. A crash after some effects and before the store is
+// harmless: the next round, from the stored state, finds the started runs (runs reports them
+// existing), records them as started, and executes the cancellations and terminations again,
+// which change nothing the second time.
+func (s *Schedule) Round(t *Timing, now time.Time, runs Runs) (effects []Effect, changed bool) {
+	r := &round{s: s, t: t, now: now.UTC(), runs: runs}
+	st := &s.State
+	if st.Cursor.IsZero() {
+		st.Cursor = s.CreatedAt
+		r.changed = true
+	}
+	// The runs that ended are no longer running.
+	running := st.Running[:0:0]
+	for _, id := range st.Running {
+		if runs(id) == RunActive {
+			running = append(running, id)
+		}
+	}
+	if len(running) != len(st.Running) {
+		st.Running = running
+		st.Cancelling = slices.DeleteFunc(st.Cancelling, func(id string) bool { return !slices.Contains(running, id) })
+		r.changed = true
+	}
+	r.drain()
+	budget := MaxSlotsPerRound
+	for budget > 0 {
+		slot := t.Next(st.Cursor)
+		if slot.IsZero() || t.FireAt(s.Name, slot).After(r.now) {
+			break
+		}
+		budget--
+		st.Cursor = slot
+		r.changed = true
+		p := Pending{Slot: slot, Kind: event.ScheduleScheduled, RunID: RunID(s.Name, event.ScheduleScheduled, slot, "")}
+		switch {
+		case r.already(p):
+		case st.Paused:
+			r.recordRun(p, Paused, "")
+		case r.now.Sub(t.FireAt(s.Name, slot)) > s.catchup():
+			r.recordRun(p, Missed, "")
+		default:
+			r.act(p)
+		}
+	}
+	for len(st.Requests) > 0 && budget > 0 {
+		req := &st.Requests[0]
+		r.changed = true
+		if req.Kind == event.ScheduleTrigger {
+			budget--
+			p := Pending{Slot: req.At, Kind: event.ScheduleTrigger, RunID: RunID(s.Name, event.ScheduleTrigger, req.At, req.ID), Overlap: req.Overlap}
+			if !r.already(p) {
+				r.act(p)
+			}
+			st.Requests = st.Requests[1:]
+			continue
+		}
+		from := req.Done
+		if from.IsZero() {
+			from = req.Start.Add(-time.Nanosecond)
+		}
+		for budget > 0 {
+			slot := t.Next(from)
+			if slot.IsZero() || !slot.Before(req.End) {
+				st.Requests = st.Requests[1:]
+				break
+			}
+			budget--
+			req.Done, from = slot, slot
+			p := Pending{Slot: slot, Kind: event.ScheduleBackfill, RunID: RunID(s.Name, event.ScheduleBackfill, slot, req.ID), Overlap: req.Overlap}
+			if !r.already(p) {
+				r.act(p)
+			}
+		}
+	}
+	if len(st.Requests) == 0 {
+		st.Requests = nil
+	}
+	if r.changed {
+		st.UpdatedAt = r.now
+	}
+	return r.effects, r.changed
+}
+
+// Wake returns when s needs its next round: the fire time of its next slot (zero if none),
+// and now or poll when it must look earlier. now is set when triggers or backfills wait, or a
+// round stopped at MaxSlotsPerRound; poll when buffered actions wait for runs to end (the
+// scheduler then looks again every poll interval).
+func (s *Schedule) Wake(t *Timing, now time.Time) (at time.Time, immediately, poll bool) {
+	st := &s.State
+	cursor := st.Cursor
+	if cursor.IsZero() {
+		cursor = s.CreatedAt
+	}
+	if slot := t.Next(cursor); !slot.IsZero() {
+		at = t.FireAt(s.Name, slot)
+	}
+	immediately = len(st.Requests) > 0 || !at.IsZero() && !at.After(now)
+	poll = len(st.Buffered) > 0
+	return at, immediately, poll
+}
+
+// StartFailed records that the start of run runID, which the last round asked for, was
+// refused for good (why says why): the schedule goes on without it.
+func (s *Schedule) StartFailed(runID, why string, now time.Time) {
+	st := &s.State
+	st.Running = slices.DeleteFunc(st.Running, func(id string) bool { return id == runID })
+	for i := len(st.Recent) - 1; i >= 0; i-- {
+		if a := &st.Recent[i]; a.RunID == runID && a.Outcome == Started {
+			a.Outcome, a.Detail = Failed, why
+			st.Started--
+			st.Failed++
+			break
+		}
+	}
+	st.UpdatedAt = now.UTC()
+}
+
+// NextActions returns the fire times of s's next n scheduled slots after now (none while
+// paused), with the slots they are for.
+func (s *Schedule) NextActions(t *Timing, now time.Time, n int) []Action {
+	if s.State.Paused {
+		return nil
+	}
+	from := s.State.Cursor
+	if from.IsZero() {
+		from = s.CreatedAt
+	}
+	var out []Action
+	for len(out) < n {
+		slot := t.Next(from)
+		if slot.IsZero() {
+			break
+		}
+		from = slot
+		if fire := t.FireAt(s.Name, slot); !fire.Before(now) || len(out) > 0 {
+			out = append(out, Action{Slot: slot, Kind: event.ScheduleScheduled, At: fire,
+				RunID: RunID(s.Name, event.ScheduleScheduled, slot, "")})
+		}
+	}
+	return out
+}
+
+type round struct {
+	s       *Schedule
+	t       *Timing
+	now     time.Time
+	runs    Runs
+	effects []Effect
+	changed bool
+}
+
+// already reports whether p's run exists (a round that started it died before storing the
+// state): it is then recorded as started, and counted as running if it is active.
+func (r *round) already(p Pending) bool {
+	switch r.runs(p.RunID) {
+	case RunMissing:
+		return false
+	case RunActive:
+		if !slices.Contains(r.s.State.Running, p.RunID) {
+			r.s.State.Running = append(r.s.State.Running, p.RunID)
+		}
+	}
+	r.s.State.Started++
+	r.recordRun(p, Started, "")
+	return true
+}
+
+// drain starts the buffered actions whose turn came: while no run is active. A buffered slot
+// of a paused schedule waits for the unpause (and so do the actions buffered after it).
+func (r *round) drain() {
+	st := &r.s.State
+	for len(st.Running) == 0 && len(st.Buffered) > 0 {
+		p := st.Buffered[0]
+		if st.Paused && p.Kind == event.ScheduleScheduled {
+			break
+		}
+		st.Buffered = st.Buffered[1:]
+		r.changed = true
+		if !r.already(p) {
+			r.start(p)
+		}
+	}
+	if len(st.Buffered) == 0 {
+		st.Buffered = nil
+	}
+}
+
+// act applies the overlap policy to action p.
+func (r *round) act(p Pending) {
+	st := &r.s.State
+	policy := p.Overlap.Or(r.s.Overlap).Or(Skip)
+	if len(st.Running) == 0 || policy == AllowAll {
+		r.start(p)
+		return
+	}
+	switch policy {
+	case Skip:
+		r.skip(p, "a run of the schedule is active (overlap policy skip)")
+	case BufferOne:
+		if len(st.Buffered) > 0 {
+			r.skip(p, "a run of the schedule is active and another action is buffered (overlap policy buffer_one)")
+			return
+		}
+		r.buffer(p)
+	case BufferAll:
+		r.buffer(p)
+	case CancelOther:
+		for _, id := range st.Running {
+			if !slices.Contains(st.Cancelling, id) {
+				st.Cancelling = append(st.Cancelling, id)
+				r.effects = append(r.effects, Effect{Kind: CancelRun, RunID: id,
+					Reason: "schedule " + r.s.Name + ": a newer action replaces it (overlap policy cancel_other)"})
+			}
+		}
+		// Only the newest action waits for the cancelled runs to end.
+		for _, old := range st.Buffered {
+			r.skip(old, "a newer action replaced it while the active run was being cancelled (overlap policy cancel_other)")
+		}
+		st.Buffered = nil
+		r.buffer(p)
+	case TerminateOther:
+		for _, id := range st.Running {
+			r.effects = append(r.effects, Effect{Kind: TerminateRun, RunID: id,
+				Reason: "schedule " + r.s.Name + ": a newer action replaces it (overlap policy terminate_other)"})
+		}
+		st.Running, st.Cancelling = nil, nil
+		r.start(p)
+	}
+}
+
+func (r *round) start(p Pending) {
+	st := &r.s.State
+	r.effects = append(r.effects, Effect{Kind: StartRun, RunID: p.RunID,
+		Ref: event.ScheduleRef{Name: r.s.Name, Slot: p.Slot.UTC(), Action: p.Kind}})
+	st.Running = append(st.Running, p.RunID)
+	st.Started++
+	r.recordRun(p, Started, "")
+}
+
+func (r *round) skip(p Pending, why string) {
+	r.s.State.Skipped++
+	r.recordRun(p, Skipped, why)
+}
+
+func (r *round) buffer(p Pending) {
+	r.s.State.Buffered = append(r.s.State.Buffered, p)
+	r.recordRun(p, Buffered, "")
+}
+
+// recordRun records what became of p. Consecutive missed or paused slots are one record.
+func (r *round) recordRun(p Pending, o Outcome, detail string) {
+	st := &r.s.State
+	r.changed = true
+	a := Action{Slot: p.Slot.UTC(), Kind: p.Kind, RunID: p.RunID, Outcome: o, At: r.now, Detail: detail}
+	if o == Missed || o == Paused {
+		if o == Missed {
+			st.Missed++
+		}
+		a.RunID = ""
+		if n := len(st.Recent); n > 0 && st.Recent[n-1].Outcome == o {
+			last := &st.Recent[n-1]
+			last.Count = max(last.Count, 1) + 1
+			last.Until, last.At = a.Slot, r.now
+			return
+		}
+	}
+	st.Recent = append(st.Recent, a)
+	if len(st.Recent) > RecentMax {
+		st.Recent = slices.Delete(st.Recent, 0, len(st.Recent)-RecentMax)
+	}
+}

@@ -1,0 +1,237 @@
+package flow
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/schedule"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// Schedules start runs of a definition at the slots of a cron expression in a time zone, or of
+// a fixed interval (docs/schedules.md). They live in the FLOW_SCHEDULES bucket, are changed
+// through the ingress and fired by the scheduler, exactly once per slot: each run's ID is
+// derived from the schedule's name and the slot, and its run.started records both
+// (RunStarted.Schedule).
+
+// ErrScheduleNotFound is wrapped by the errors of operations on a schedule that does not exist.
+var ErrScheduleNotFound = errors.New("flow: schedule not found")
+
+// ErrScheduleExists is wrapped by the error of CreateSchedule when the name is taken.
+var ErrScheduleExists = errors.New("flow: schedule exists")
+
+// ScheduleSpec says when a schedule's slots are: a cron expression in a time zone, or an
+// interval with an offset, plus jitter.
+type ScheduleSpec = schedule.Spec
+
+// Schedule is a schedule as stored: its spec, its start, its policies and its state (paused,
+// buffered actions, recent actions, counts).
+type Schedule = schedule.Schedule
+
+// ScheduleAction is one action of a schedule: its slot, its kind, its run ID and its outcome.
+type ScheduleAction = schedule.Action
+
+// ScheduleDescription is a schedule with its next actions.
+type ScheduleDescription = api.ScheduleDescription
+
+// ScheduleRef is what run.started records of the schedule that started the run.
+type ScheduleRef = event.ScheduleRef
+
+// Overlap is what a schedule does with an action that comes while a run it started is active.
+type Overlap = schedule.Overlap
+
+// The overlap policies, with Temporal's meanings.
+const (
+	OverlapSkip           = schedule.Skip
+	OverlapBufferOne      = schedule.BufferOne
+	OverlapBufferAll      = schedule.BufferAll
+	OverlapCancelOther    = schedule.CancelOther
+	OverlapTerminateOther = schedule.TerminateOther
+	OverlapAllowAll       = schedule.AllowAll
+)
+
+// ScheduleOptions describe a schedule for CreateSchedule and UpdateSchedule: either Cron (with
+// TZ, default UTC) or Every (with Offset), and the start of its runs.
+type ScheduleOptions struct {
+	Cron   string
+	TZ     string
+	Every  time.Duration
+	Offset time.Duration
+	Jitter time.Duration
+	// Definition, Queue ("" for the ingress's) and Input (encoded to JSON) start each run.
+	Definition string
+	Queue      string
+	Input      any
+	// Overlap defaults to OverlapSkip; CatchupWindow (how late a slot may start after
+	// downtime) to one hour.
+	Overlap       Overlap
+	CatchupWindow time.Duration
+	// Paused creates the schedule paused, with Note.
+	Paused bool
+	Note   string
+}
+
+func (o *ScheduleOptions) request(name string) (*api.ScheduleCreateRequest, error) {
+	req := &api.ScheduleCreateRequest{Name: name, Definition: o.Definition, Queue: o.Queue, Overlap: o.Overlap,
+		Paused: o.Paused, Note: o.Note,
+		Spec: schedule.Spec{Cron: o.Cron, TZ: o.TZ, Every: event.Duration(o.Every), Offset: event.Duration(o.Offset), Jitter: event.Duration(o.Jitter)}}
+	if o.CatchupWindow != 0 {
+		req.CatchupWindow = o.CatchupWindow.String()
+	}
+	if o.Input != nil {
+		in, err := json.Marshal(o.Input)
+		if err != nil {
+			return nil, fmt.Errorf("%w: encoding the schedule's input: %w", ErrInvalidInput, err)
+		}
+		req.Input = in
+	}
+	return req, nil
+}
+
+// CreateSchedule creates schedule name. Its first slot is the first after now. A bad spec (a
+// cron expression, a time zone, an overlap policy) is an error wrapping ErrInvalidInput, a
+// definition no live worker serves one wrapping ErrNoWorker, a name taken one wrapping
+// ErrScheduleExists.
+func (c *Client) CreateSchedule(ctx context.Context, name string, opts ScheduleOptions) (*ScheduleDescription, error) {
+	req, err := opts.request(name)
+	if err != nil {
+		return nil, err
+	}
+	var out ScheduleDescription
+	return &out, c.schedule(ctx, api.ScheduleOpCreate, req, &out)
+}
+
+// UpdateSchedule replaces the spec, start and policies of schedule name, keeping its state
+// (its recent actions, buffered actions and pause; opts.Paused pauses it, it never unpauses).
+// The next slot is the first of the new spec after the last slot dealt with.
+func (c *Client) UpdateSchedule(ctx context.Context, name string, opts ScheduleOptions) (*ScheduleDescription, error) {
+	req, err := opts.request(name)
+	if err != nil {
+		return nil, err
+	}
+	var out ScheduleDescription
+	return &out, c.schedule(ctx, api.ScheduleOpUpdate, req, &out)
+}
+
+// DescribeSchedule returns schedule name with its next n action times (0: 5).
+func (c *Client) DescribeSchedule(ctx context.Context, name string, next int) (*ScheduleDescription, error) {
+	var out ScheduleDescription
+	return &out, c.schedule(ctx, api.ScheduleOpDescribe, api.ScheduleRequest{Name: name, Next: next}, &out)
+}
+
+// ListSchedules returns every schedule, sorted by name, each with its next action.
+func (c *Client) ListSchedules(ctx context.Context) ([]ScheduleDescription, error) {
+	var out api.ScheduleList
+	if err := c.schedule(ctx, api.ScheduleOpList, api.ScheduleRequest{}, &out); err != nil {
+		return nil, err
+	}
+	return out.Schedules, nil
+}
+
+// PauseSchedule pauses schedule name with a note: its slots are recorded as paused, not
+// started, until UnpauseSchedule. Triggers and backfills still act.
+func (c *Client) PauseSchedule(ctx context.Context, name, note string) error {
+	return c.schedule(ctx, api.ScheduleOpPause, api.ScheduleRequest{Name: name, Note: note}, nil)
+}
+
+// UnpauseSchedule resumes schedule name, with a note; the slots missed while paused are not
+// caught up.
+func (c *Client) UnpauseSchedule(ctx context.Context, name, note string) error {
+	return c.schedule(ctx, api.ScheduleOpUnpause, api.ScheduleRequest{Name: name, Note: note}, nil)
+}
+
+// TriggerOptions adjust TriggerSchedule and BackfillSchedule. The zero value works.
+type TriggerOptions struct {
+	// Overlap overrides the schedule's overlap policy for these actions.
+	Overlap Overlap
+	// RequestID makes the request idempotent: a repeat is taken once (the description's
+	// Accepted is false). Empty generates one.
+	RequestID string
+}
+
+// TriggerSchedule asks schedule name to act now (its slot: now, to the millisecond), under its
+// overlap policy; the scheduler starts the run within moments.
+func (c *Client) TriggerSchedule(ctx context.Context, name string, opts *TriggerOptions) (*ScheduleDescription, error) {
+	req := api.ScheduleRequest{Name: name}
+	if opts != nil {
+		req.Overlap, req.RequestID = opts.Overlap, opts.RequestID
+	}
+	var out ScheduleDescription
+	return &out, c.schedule(ctx, api.ScheduleOpTrigger, req, &out)
+}
+
+// BackfillSchedule asks schedule name to act for each of its slots in [start, end), in order,
+// under its overlap policy (or opts.Overlap), whatever the catch-up window. The range must be
+// in the past. Runs of a backfill have IDs of their own: a range that ran already runs again.
+func (c *Client) BackfillSchedule(ctx context.Context, name string, start, end time.Time, opts *TriggerOptions) (*ScheduleDescription, error) {
+	req := api.ScheduleRequest{Name: name, Start: start, End: end}
+	if opts != nil {
+		req.Overlap, req.RequestID = opts.Overlap, opts.RequestID
+	}
+	var out ScheduleDescription
+	return &out, c.schedule(ctx, api.ScheduleOpBackfill, req, &out)
+}
+
+// DeleteSchedule deletes schedule name. The runs it started are left alone.
+func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
+	return c.schedule(ctx, api.ScheduleOpDelete, api.ScheduleRequest{Name: name}, nil)
+}
+
+// schedule asks the ingress for schedule operation op.
+func (c *Client) schedule(ctx context.Context, op string, req, out any) error {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return err
+	}
+	subject := api.ScheduleSubject(op)
+	started := time.Now()
+	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
+		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
+		reply, err := c.nc.RequestWithContext(actx, subject, body)
+		cancel()
+		if err == nil {
+			return decodeScheduleReply(subject, reply, out)
+		}
+		noIngress := errors.Is(err, nats.ErrNoResponders)
+		if ctx.Err() != nil || noIngress && time.Since(started) > noIngressFor ||
+			!noIngress && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
+			if noIngress {
+				return fmt.Errorf("%w on %s: start `flow dev`, or `flowd ingress` beside your NATS server", ErrIngressUnavailable, subject)
+			}
+			return fmt.Errorf("asking the ingress (%s): %w", subject, errors.Join(err, ctx.Err()))
+		}
+		select {
+		case <-time.After(backoff):
+		case <-ctx.Done():
+		}
+	}
+}
+
+func decodeScheduleReply(subject string, m *nats.Msg, out any) error {
+	if code := m.Header.Get(api.HeaderErrorCode); code != "" {
+		var e api.IngressError
+		if err := json.Unmarshal(m.Data, &e); err != nil || e.Code == "" {
+			e = api.IngressError{Code: api.IngressCode(code), Message: string(m.Data)}
+		}
+		switch e.Code {
+		case api.CodeScheduleNotFound:
+			return &inputErr{sentinel: ErrScheduleNotFound, msg: e.Message}
+		case api.CodeScheduleExists:
+			return &inputErr{sentinel: ErrScheduleExists, msg: e.Message}
+		}
+		return inputError(&e)
+	}
+	if out == nil {
+		return nil
+	}
+	if err := json.Unmarshal(m.Data, out); err != nil {
+		return fmt.Errorf("decoding the ingress's reply on %s: %w", subject, err)
+	}
+	return nil
+}

@@ -1,0 +1,456 @@
+package scheduler
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/limits"
+	"github.com/flowrun/flow/internal/liveness"
+	"github.com/flowrun/flow/internal/schedule"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/wait"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// Schedules (docs/schedules.md) are fired by the replica that holds the schedules lease, from
+// the FLOW_SCHEDULES bucket:
+//
+//  1. The replica watches the bucket and keeps every schedule in memory with its revision; it
+//     sleeps until the earliest fire time of a slot (schedule.Schedule.Wake), a change of an
+//     entry (a new schedule, a trigger, a pause), or the poll interval while actions wait for
+//     runs to end.
+//  2. A round of a schedule (schedule.Schedule.Round) reads the states of the runs it started
+//     from their histories, and returns the effects to execute: runs to start, each with a run
+//     ID derived from the schedule's name and the slot, and runs to cancel or terminate.
+//  3. The replica executes them in order, starting each run at expected sequence 0, and only
+//     then stores the schedule's new state by compare-and-set at the revision it read.
+//
+// A crash anywhere repeats the round from the stored state: a run already started is found
+// (run.started exists at sequence 1) and recorded as the slot's run, never started twice;
+// cancellations and terminations change nothing the second time. A write that lost the
+// compare-and-set (a client paused the schedule meanwhile) reads the entry again and repeats
+// the round the same way.
+
+// schedulesLease is the schedule runner's key in FLOW_LEASES: a lease of its own, so that
+// schedules, timers and admission may lead in different replicas.
+const schedulesLease = "schedules"
+
+// SchedulePollDefault is how often a schedule whose actions wait for runs to end looks at them.
+const SchedulePollDefault = time.Second
+
+// scheduleRunner fires schedules while its replica holds the schedules lease.
+type scheduleRunner struct {
+	s       *Scheduler
+	kv      jetstream.KeyValue
+	defs    *liveness.View
+	poll    time.Duration
+	leading bool
+	done    chan struct{}
+}
+
+// trackedSchedule is what the runner keeps of one schedule.
+type trackedSchedule struct {
+	sch *schedule.Schedule
+	t   *schedule.Timing
+	rev uint64
+	// retryAt holds back a schedule whose last round failed.
+	retryAt time.Time
+}
+
+// startSchedules starts the schedule runner (nil when disabled); its done channel closes once it
+// stopped.
+func (s *Scheduler) startSchedules(ctx context.Context) *scheduleRunner {
+	r := &scheduleRunner{s: s, poll: s.cfg.SchedulePoll, done: make(chan struct{})}
+	if r.poll <= 0 {
+		r.poll = SchedulePollDefault
+	}
+	if s.cfg.NoSchedules {
+		close(r.done)
+		return r
+	}
+	go r.run(ctx)
+	return r
+}
+
+// wait returns once the runner stopped.
+func (r *scheduleRunner) wait() {
+	if r != nil {
+		<-r.done
+	}
+}
+
+// FiringSchedules reports whether this replica holds the schedules lease and fires schedules.
+func (s *Scheduler) FiringSchedules() bool { return s.firingSchedules.Load() }
+
+func (r *scheduleRunner) run(ctx context.Context) {
+	defer close(r.done)
+	s := r.s
+	for ctx.Err() == nil {
+		renew := s.renewInterval(ctx)
+		rev, err := s.acquireLease(ctx, schedulesLease)
+		if err != nil {
+			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
+				s.logger.Warn("cannot reach the lease bucket", slog.String("error", err.Error()))
+			}
+			wait.For(ctx, renew)
+			continue
+		}
+		if r.lead(ctx, rev, renew) {
+			wait.For(ctx, restartBackoff)
+		}
+	}
+}
+
+// lead fires schedules while renewing the lease, as lead does for timers.
+func (r *scheduleRunner) lead(ctx context.Context, rev uint64, renew time.Duration) (servingEnded bool) {
+	s := r.s
+	s.logger.Info("schedule runner leads")
+	s.firingSchedules.Store(true)
+	defer s.firingSchedules.Store(false)
+	leadCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	served := make(chan error, 1)
+	go func() { served <- r.serve(leadCtx) }()
+	t := time.NewTicker(renew)
+	defer t.Stop()
+	release := func() {
+		rctx, stop := context.WithTimeout(context.Background(), time.Second)
+		defer stop()
+		_ = s.leases.Delete(rctx, schedulesLease, jetstream.LastRevision(rev))
+	}
+	for {
+		select {
+		case <-t.C:
+			n, err := s.leases.Update(leadCtx, schedulesLease, []byte(s.cfg.Name), rev)
+			if err != nil {
+				s.logger.Warn("lost the schedules lease", slog.String("error", err.Error()))
+				cancel()
+				<-served
+				return false
+			}
+			rev = n
+		case err := <-served:
+			release()
+			if ctx.Err() != nil {
+				return false
+			}
+			s.logger.Warn("stopped firing schedules; released the schedules lease to compete again",
+				slog.String("error", err.Error()), slog.Duration("backoff", restartBackoff))
+			return true
+		case <-ctx.Done():
+			cancel()
+			<-served
+			release()
+			return false
+		}
+	}
+}
+
+// serve watches FLOW_SCHEDULES and runs each schedule's rounds when due, until ctx ends (nil) or
+// the watch fails (why).
+func (r *scheduleRunner) serve(ctx context.Context) error {
+	s := r.s
+	js, err := jetstream.New(s.nc)
+	if err != nil {
+		return err
+	}
+	if r.kv == nil {
+		if r.kv, err = js.KeyValue(ctx, streams.SchedulesBucket); err != nil {
+			return fmt.Errorf("cannot open %s: %w", streams.SchedulesBucket, err)
+		}
+	}
+	defs, err := liveness.Watch(ctx, js, s.logger)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("cannot watch the workers and definitions: %w", err)
+	}
+	defer defs.Stop()
+	r.defs = defs
+	w, err := r.kv.WatchAll(ctx)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("cannot watch schedules: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	tracked := map[string]*trackedSchedule{}
+	loaded := false
+	wake := time.NewTimer(time.Hour)
+	defer wake.Stop()
+	for {
+		if loaded {
+			now := time.Now()
+			next := now.Add(time.Hour)
+			for name, ts := range tracked {
+				at, immediately, poll := ts.sch.Wake(ts.t, now)
+				due := immediately && !ts.retryAt.After(now)
+				if due {
+					r.round(ctx, name, ts, now)
+					if ctx.Err() != nil {
+						return nil
+					}
+					at, immediately, poll = ts.sch.Wake(ts.t, time.Now())
+				}
+				switch {
+				case immediately && ts.retryAt.After(now):
+					next = minTime(next, ts.retryAt)
+				case immediately:
+					next = now // a bounded round left more to do
+				case !at.IsZero():
+					next = minTime(next, at)
+				}
+				if poll {
+					next = minTime(next, now.Add(r.poll))
+				}
+			}
+			wake.Reset(max(time.Until(next), 0))
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-wake.C:
+		case e, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("the schedules watch ended")
+			}
+			if e == nil {
+				loaded = true
+				continue
+			}
+			r.apply(e, tracked)
+		}
+	}
+}
+
+func minTime(a, b time.Time) time.Time {
+	if b.Before(a) {
+		return b
+	}
+	return a
+}
+
+// apply folds one bucket change into the tracked schedules.
+func (r *scheduleRunner) apply(e jetstream.KeyValueEntry, tracked map[string]*trackedSchedule) {
+	if e.Operation() != jetstream.KeyValuePut {
+		delete(tracked, e.Key())
+		return
+	}
+	if cur, ok := tracked[e.Key()]; ok && cur.rev >= e.Revision() {
+		return // our own write, applied already
+	}
+	ts, err := decodeSchedule(e.Value(), e.Revision())
+	if err != nil {
+		r.s.logger.Error("ignoring a malformed schedule entry", slog.String("schedule", e.Key()), slog.String("error", err.Error()))
+		delete(tracked, e.Key())
+		return
+	}
+	tracked[e.Key()] = ts
+}
+
+func decodeSchedule(data []byte, rev uint64) (*trackedSchedule, error) {
+	var sch schedule.Schedule
+	if err := json.Unmarshal(data, &sch); err != nil {
+		return nil, err
+	}
+	t, err := sch.Validate()
+	if err != nil {
+		return nil, err
+	}
+	return &trackedSchedule{sch: &sch, t: t, rev: rev}, nil
+}
+
+// errDeleted reports a schedule deleted while its round ran.
+var errDeleted = errors.New("the schedule was deleted")
+
+// roundAttempts bounds the rounds of one schedule that lose the compare-and-set in a row.
+const roundAttempts = 8
+
+// round runs one round of schedule name: it executes the round's effects, then stores the
+// state at the revision it was computed from. A round that fails leaves the stored state as it
+// was, and is tried again a poll interval later.
+func (r *scheduleRunner) round(ctx context.Context, name string, ts *trackedSchedule, now time.Time) {
+	err := r.roundOnce(ctx, name, ts, now)
+	if err == nil {
+		ts.retryAt = time.Time{}
+		return
+	}
+	if errors.Is(err, errDeleted) {
+		ts.retryAt = time.Now().Add(r.poll) // until the watch brings the deletion
+		return
+	}
+	if ctx.Err() == nil {
+		r.s.logger.Warn("a schedule's round failed; retrying", slog.String("schedule", name), slog.String("error", err.Error()),
+			slog.Duration("in", r.poll))
+	}
+	ts.retryAt = time.Now().Add(r.poll)
+}
+
+func (r *scheduleRunner) roundOnce(ctx context.Context, name string, ts *trackedSchedule, now time.Time) error {
+	for range roundAttempts {
+		// Work on a copy: what is tracked stays the stored state until the write succeeds.
+		data, err := json.Marshal(ts.sch)
+		if err != nil {
+			return err
+		}
+		var sch schedule.Schedule
+		if err := json.Unmarshal(data, &sch); err != nil {
+			return err
+		}
+		var readErr error
+		effects, changed := sch.Round(ts.t, now, func(id string) schedule.RunState {
+			st, err := r.runState(ctx, id)
+			if err != nil && readErr == nil {
+				readErr = err
+			}
+			return st
+		})
+		if readErr != nil {
+			return readErr
+		}
+		for _, eff := range effects {
+			if err := r.execute(ctx, &sch, eff, now); err != nil {
+				return err
+			}
+		}
+		if len(effects) > 0 {
+			if err := r.s.cfg.Faults.Hit(fault.ScheduleAfterStartBeforeState); err != nil {
+				return err
+			}
+		}
+		if !changed {
+			return nil
+		}
+		out, err := json.Marshal(&sch)
+		if err != nil {
+			return err
+		}
+		rev, err := r.kv.Update(ctx, name, out, ts.rev)
+		if err == nil {
+			ts.sch, ts.rev = &sch, rev
+			r.s.scheduleActions.Add(int64(len(effects)))
+			return nil
+		}
+		if !isWrongRevision(err) {
+			return fmt.Errorf("storing the state of schedule %q: %w", name, err)
+		}
+		// Changed meanwhile (paused, triggered, deleted): read it again and repeat the round.
+		e, gerr := r.kv.Get(ctx, name)
+		if errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted) {
+			return errDeleted
+		}
+		if gerr != nil {
+			return gerr
+		}
+		fresh, derr := decodeSchedule(e.Value(), e.Revision())
+		if derr != nil {
+			return derr
+		}
+		*ts = *fresh
+	}
+	return fmt.Errorf("schedule %q changed under %d rounds in a row", name, roundAttempts)
+}
+
+// isWrongRevision reports a compare-and-set that lost.
+func isWrongRevision(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// execute carries out one effect of sch's round. A start refused for good (the run ID taken by
+// a run with another input, a definition never registered) is recorded in sch as failed; an
+// error that may pass (NATS unreachable) is returned, and the round is tried again.
+func (r *scheduleRunner) execute(ctx context.Context, sch *schedule.Schedule, eff schedule.Effect, now time.Time) error {
+	e := r.s.engine
+	switch eff.Kind {
+	case schedule.CancelRun:
+		_, err := e.Cancel(ctx, eff.RunID, eff.Reason)
+		if err != nil && !errors.Is(err, core.ErrTerminal) && !errors.Is(err, core.ErrNotFound) {
+			return fmt.Errorf("cancelling run %q: %w", eff.RunID, err)
+		}
+		return nil
+	case schedule.TerminateRun:
+		_, err := e.Terminate(ctx, eff.RunID, eff.Reason)
+		if err != nil && !errors.Is(err, core.ErrTerminal) && !errors.Is(err, core.ErrNotFound) {
+			return fmt.Errorf("terminating run %q: %w", eff.RunID, err)
+		}
+		return nil
+	}
+	if err := r.s.cfg.Faults.Hit(fault.ScheduleBeforeStart); err != nil {
+		return err
+	}
+	def, derr := r.defs.Require(sch.Queue, sch.Definition)
+	if derr != nil && !errors.Is(derr, liveness.ErrNoWorker) {
+		return derr
+	}
+	if derr != nil && def.UpdatedAt.IsZero() {
+		// No worker ever registered it on this queue (a definition of a queue that is gone):
+		// its runs would wait for code that does not exist.
+		sch.StartFailed(eff.RunID, fmt.Sprintf("no worker has registered definition %q on queue %q", sch.Definition, queueName(sch.Queue)), now)
+		return nil
+	}
+	ref := eff.Ref
+	control, cerr := limits.Resolve(sch.Definition, def.Control, nil, sch.Input)
+	if cerr != nil {
+		sch.StartFailed(eff.RunID, cerr.Error(), now)
+		return nil
+	}
+	_, created, err := e.Start(ctx, engine.StartParams{RunID: eff.RunID, Spec: event.Spec{Definition: sch.Definition, BuildID: def.BuildID, Patches: def.Patches},
+		Input: sch.Input, Queue: sch.Queue, Control: control, Schedule: &ref})
+	switch {
+	case errors.Is(err, engine.ErrRunExists), errors.Is(err, core.ErrInvalidInput), errors.Is(err, event.ErrInvalidID):
+		sch.StartFailed(eff.RunID, err.Error(), now)
+		return nil
+	case err != nil:
+		return fmt.Errorf("starting run %q of schedule %q: %w", eff.RunID, sch.Name, err)
+	}
+	r.s.logger.Debug("schedule started a run", slog.String("schedule", sch.Name), slog.String("run_id", eff.RunID),
+		slog.Time("slot", ref.Slot), slog.String("action", string(ref.Action)), slog.Bool("created", created))
+	return nil
+}
+
+func queueName(q string) string {
+	if q == "" {
+		return streams.DefaultQueue
+	}
+	return q
+}
+
+// runState reads what a round needs to know of run id from its history, following its
+// continuations.
+func (r *scheduleRunner) runState(ctx context.Context, id string) (schedule.RunState, error) {
+	for i := range 1000 {
+		snap, err := r.s.engine.ReadSnapshot(ctx, id)
+		if errors.Is(err, core.ErrNotFound) {
+			if i > 0 {
+				return schedule.RunActive, nil // a continuation the history service has yet to start
+			}
+			return schedule.RunMissing, nil
+		}
+		if err != nil {
+			return schedule.RunMissing, fmt.Errorf("reading run %q: %w", id, err)
+		}
+		if !snap.Terminal() {
+			return schedule.RunActive, nil
+		}
+		if snap.Outcome.Outcome != event.OutcomeContinuedAsNew || snap.Outcome.SuccessorRunID == "" {
+			return schedule.RunEnded, nil
+		}
+		id = snap.Outcome.SuccessorRunID
+	}
+	return schedule.RunActive, nil
+}
