@@ -105,6 +105,7 @@ or the context.`,
 	root.AddCommand(e.updateCmd())
 	root.AddCommand(e.resetCmd(), e.rerunCmd())
 	root.AddCommand(e.scheduleCmd())
+	root.AddCommand(e.batchCmd())
 	root.AddCommand(e.payloadCmd())
 	return root
 }

@@ -527,12 +527,18 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.upserted(e, d)
 	case *event.RunCancelRequested:
 		s.CancelRequested, s.CancelReason = true, d.Reason
+		if d.DeliveryID != "" {
+			s.deliveries[d.DeliveryID] = struct{}{}
+		}
 	case *event.DecisionFailed:
 		s.Blocked = blockedBy(e, d)
 	case *event.UpdateReceived, *event.UpdateAccepted, *event.UpdateRejected, *event.UpdateCompleted:
 		s.mutateUpdate(e)
 	case *event.RunCompleted, *event.RunFailed, *event.RunCancelled, *event.RunContinuedAsNew:
 		s.Outcome = outcomeOf(e)
+		if f, ok := d.(*event.RunFailed); ok && f.DeliveryID != "" {
+			s.deliveries[f.DeliveryID] = struct{}{}
+		}
 		s.resetEnding = false
 	case *event.RunReset:
 		s.mutateReset(e, d)

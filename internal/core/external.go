@@ -3,6 +3,7 @@ package core
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"time"
@@ -288,25 +289,53 @@ func SettleChild(s *Snapshot, childID string, ended *Snapshot) ([]event.Payload,
 // RequestCancel returns the event that asks the run to cancel. ErrDuplicate if cancellation was
 // already requested; ErrTerminal if the run ended.
 func RequestCancel(s *Snapshot, reason string) ([]event.Payload, error) {
+	return RequestCancelDelivery(s, reason, "")
+}
+
+// ErrCancelRequested is returned by RequestCancelDelivery when another request (another
+// delivery ID, or none) asked for the run's cancellation first.
+var ErrCancelRequested = errors.New("flow: cancellation was already requested")
+
+// RequestCancelDelivery is RequestCancel under deliveryID, recorded in the event: ErrDuplicate
+// if the run recorded this delivery, even if it ended since; ErrCancelRequested if another
+// request asked for the cancellation first; ErrTerminal if the run ended. An empty deliveryID
+// is RequestCancel.
+func RequestCancelDelivery(s *Snapshot, reason, deliveryID string) ([]event.Payload, error) {
+	if s.Seq > 0 && deliveryID != "" && s.DeliverySeen(deliveryID) {
+		return nil, fmt.Errorf("%w: cancellation %q of run %q", ErrDuplicate, deliveryID, s.RunID)
+	}
 	if err := live(s); err != nil {
 		return nil, err
 	}
 	if s.CancelRequested {
+		if deliveryID != "" {
+			return nil, fmt.Errorf("%w: run %q (%s)", ErrCancelRequested, s.RunID, s.CancelReason)
+		}
 		return nil, fmt.Errorf("%w: cancellation of run %q was already requested", ErrDuplicate, s.RunID)
 	}
-	return []event.Payload{&event.RunCancelRequested{Reason: reason}}, nil
+	return []event.Payload{&event.RunCancelRequested{Reason: reason, DeliveryID: deliveryID}}, nil
 }
 
 // Terminate returns the events that end the run as failed at an operator's request, cancelling
 // every unsettled step first. ErrTerminal if the run ended.
 func Terminate(s *Snapshot, reason string) ([]event.Payload, error) {
+	return TerminateDelivery(s, reason, "")
+}
+
+// TerminateDelivery is Terminate under deliveryID, recorded in run.failed: ErrDuplicate if the
+// run was terminated by this delivery; ErrTerminal if it ended otherwise. An empty deliveryID
+// is Terminate.
+func TerminateDelivery(s *Snapshot, reason, deliveryID string) ([]event.Payload, error) {
+	if s.Seq > 0 && deliveryID != "" && s.DeliverySeen(deliveryID) {
+		return nil, fmt.Errorf("%w: termination %q of run %q", ErrDuplicate, deliveryID, s.RunID)
+	}
 	if err := live(s); err != nil {
 		return nil, err
 	}
 	if reason == "" {
 		reason = "terminated by an operator"
 	}
-	failed := &event.RunFailed{Error: event.ErrorInfo{Kind: "terminated", Message: reason}, Cause: event.CauseOperator}
+	failed := &event.RunFailed{Error: event.ErrorInfo{Kind: "terminated", Message: reason}, Cause: event.CauseOperator, DeliveryID: deliveryID}
 	return endEvents(s, failed, event.CauseOperator, reason), nil
 }
 

@@ -418,7 +418,8 @@ func (s *Snapshot) Batch(seq uint64) []string { return s.batches[seq] }
 // KindOf returns the kind ("step", "wait", "signal_wait", "hook", "child", "side_effect") that uses id, or "".
 func (s *Snapshot) KindOf(id string) string { return s.ids[id] }
 
-// DeliverySeen reports whether a signal with this delivery ID has been received.
+// DeliverySeen reports whether a signal with this delivery ID has been received, or a
+// cancellation request or a termination recorded under it.
 func (s *Snapshot) DeliverySeen(id string) bool {
 	_, ok := s.deliveries[id]
 	return ok

@@ -66,6 +66,34 @@ func (e *Engine) Terminate(ctx context.Context, runID, reason string) (string, e
 	})
 }
 
+// CancelDelivery is Cancel under deliveryID, which the run's run.cancel_requested records: a
+// repeat of the delivery is accepted without effect (nil), even after the run ended, so that a
+// caller that cannot tell whether its request was committed (a batch job after a crash) asks
+// again. A run whose cancellation another request asked for first returns an error wrapping
+// core.ErrCancelRequested; an ended run one wrapping core.ErrTerminal.
+func (e *Engine) CancelDelivery(ctx context.Context, runID, reason, deliveryID string) (string, error) {
+	to, err := e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
+		return core.RequestCancelDelivery(s, reason, deliveryID)
+	})
+	if errors.Is(err, core.ErrDuplicate) {
+		return to, nil
+	}
+	return to, err
+}
+
+// TerminateDelivery is Terminate under deliveryID, which the run's run.failed records: a repeat
+// of the delivery is accepted without effect (nil). A run that ended otherwise returns an error
+// wrapping core.ErrTerminal.
+func (e *Engine) TerminateDelivery(ctx context.Context, runID, reason, deliveryID string) (string, error) {
+	to, err := e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
+		return core.TerminateDelivery(s, reason, deliveryID)
+	})
+	if errors.Is(err, core.ErrDuplicate) {
+		return to, nil
+	}
+	return to, err
+}
+
 // Fire fires timer t: it appends wait.fired or step.retry_fired and asks for the run to be
 // driven. A timer that is no longer pending is dropped without error.
 //

@@ -90,6 +90,24 @@ const (
 // them.
 var RetentionPoints = []Point{RetentionAfterArchive, RetentionAfterTombstone, RetentionAfterPurge}
 
+// Points of batch jobs (docs/batch.md), armed by the batch executor's tests.
+const (
+	// BatchAfterTargets: a batch job's target chunks are written; the job is not marked running
+	// (with its total) yet.
+	BatchAfterTargets Point = "batch-after-targets"
+	// BatchAfterOp: one target's operation is applied; the rest of its window is not, and the
+	// job's cursor is not advanced.
+	BatchAfterOp Point = "batch-after-op"
+	// BatchBeforeCursor: a window's operations are all applied; the job's cursor and counts
+	// are not advanced yet.
+	BatchBeforeCursor Point = "batch-before-cursor"
+	// BatchBeforeEnd: every target is done and counted; the job is not marked completed yet.
+	BatchBeforeEnd Point = "batch-before-end"
+)
+
+// BatchPoints lists the points of batch jobs.
+var BatchPoints = []Point{BatchAfterTargets, BatchAfterOp, BatchBeforeCursor, BatchBeforeEnd}
+
 // StartPolicyPoints lists the points of start policies.
 var StartPolicyPoints = []Point{AfterKeyBeforeStart, AfterStartBeforeReplace}
 

@@ -27,7 +27,7 @@ var allStreams = append(append([]string{streams.History, streams.Tasks, streams.
 // allBuckets are the buckets streams.Ensure creates.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
 	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket,
-	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket, streams.HeartbeatsBucket, streams.SchedulesBucket}
+	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket, streams.HeartbeatsBucket, streams.SchedulesBucket, streams.BatchesBucket}
 
 func kvStreams(buckets []string) []string {
 	out := make([]string, len(buckets))
@@ -214,6 +214,7 @@ func historyRole() Role {
 	g.publish(jsAPI + "STREAM.PURGE." + streams.History)
 	g.publish(api.FeedPrefix + ">")
 	g.publish(api.IngressPrefix + ">")
+	g.publish(api.BatchPrefix + ">") // the web UI reads the batch jobs through the ingress
 	g.subscribe("flow.api.>", api.FeedPrefix+">")
 	g.subscribe("$SRV.*", "$SRV.*.flow-history", "$SRV.*.flow-history.*")
 	return g.role(History, "the history service (`flowd history`)", true)
@@ -237,7 +238,10 @@ func schedulerRole() Role {
 	g.kvWatch(streams.HeartbeatsBucket) // and follows the attempts' heartbeats
 	g.kvWrite(streams.SchedulesBucket)  // it fires the schedules, and advances their state
 	g.kvWatch(streams.SchedulesBucket)
-	g.liveness()                          // and starts their runs with the build and flow control of their definitions
+	g.liveness()                     // and starts their runs with the build and flow control of their definitions
+	g.kvWrite(streams.BatchesBucket) // the batch executor records each job's targets and progress
+	g.kvWatch(streams.BatchesBucket)
+	g.kvWatch(streams.RunsBucket)         // and reads the runs index to find a job's targets
 	g.objWrite(streams.CheckpointsBucket) // it reads a run's checkpoint before a timer's fire, and writes them
 	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", false)
 }
@@ -265,6 +269,11 @@ func ingressRole() Role {
 	// service to address them.
 	g.publish(api.QueryPrefix+">", api.SubjectHistory)
 	g.publish(api.SubjectUpdate) // its HTTP doors ask the history service where an update stands
+	// It creates, reads, lists and stops batch jobs, and counts a dry run's runs in the index.
+	g.kvWrite(streams.BatchesBucket)
+	g.kvWatch(streams.BatchesBucket)
+	g.kvWatch(streams.RunsBucket)
+	g.subscribe(api.BatchPrefix + ">")
 	return g.role(Ingress, "the ingress (`flowd ingress`)", true)
 }
 

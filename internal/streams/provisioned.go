@@ -16,6 +16,7 @@ var Names = []string{History, Tasks, DeadLetter,
 	"KV_" + LeasesBucket, "KV_" + ParkedBucket, "KV_" + DamagedBucket, "KV_" + WorkersBucket,
 	"KV_" + StartKeysBucket, "KV_" + LimitsBucket, "KV_" + QueueBucket,
 	"KV_" + HeartbeatsBucket, "OBJ_" + ArchiveBucket, "KV_" + SchedulesBucket,
+	"KV_" + BatchesBucket,
 	"OBJ_" + PayloadsBucket, "OBJ_" + CheckpointsBucket}
 
 // Missing returns the streams of Names that do not exist, in that order.

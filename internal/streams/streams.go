@@ -87,6 +87,10 @@ const (
 	// them, the scheduler advances their state as it fires them; both only by compare-and-set.
 	// See docs/schedules.md.
 	SchedulesBucket = "FLOW_SCHEDULES"
+	// BatchesBucket holds the batch jobs (internal/batch): key "job.<id>", a job's spec, state
+	// and progress, changed only by compare-and-set; key "targets.<id>.<n>", the n-th chunk of
+	// the run IDs its filter selected, written before any of them is touched.
+	BatchesBucket = "FLOW_BATCHES"
 	// PayloadsBucket is the object store of offloaded payloads, each named by the hex SHA-256
 	// of its bytes (internal/payload, docs/large-payloads.md).
 	PayloadsBucket = "FLOW_PAYLOADS"
@@ -248,6 +252,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 			Description: "Flow start dedup and debounce keys"},
 		{Bucket: HeartbeatsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, TTL: d.HeartbeatTTL,
 			Description: "Flow step heartbeats: the latest of each step's attempt"},
+		{Bucket: BatchesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, Description: "Flow batch jobs and their target runs"},
 	} {
 		if err := ensureBucket(ctx, js, kc, cfg); err != nil {
 			return err

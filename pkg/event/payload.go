@@ -341,6 +341,9 @@ type RunCancelRequested struct {
 	// TraceParent is the W3C traceparent of the span that requested the cancellation, when there was one:
 	// the span of the decision that consumes this input links to it.
 	TraceParent string `json:"traceparent,omitempty"`
+	// DeliveryID identifies the request, when it named one (a batch job's cancellation of this
+	// run): a repeat of it is accepted without effect, even after the run ended.
+	DeliveryID string `json:"delivery_id,omitempty"`
 }
 
 // DecisionFailed records that the workflow code could not make a valid decision (a
@@ -381,6 +384,9 @@ type RunCompleted struct {
 type RunFailed struct {
 	Error ErrorInfo `json:"error"`
 	Cause Cause     `json:"cause"`
+	// DeliveryID identifies an operator's termination request, when it named one (a batch
+	// job's termination of this run): a repeat of it is accepted without effect.
+	DeliveryID string `json:"delivery_id,omitempty"`
 }
 
 // RunCancelled ends the run as cancelled.

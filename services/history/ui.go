@@ -30,6 +30,7 @@ import (
 //	                                the ingress over NATS
 //	POST /ui/runs/{id}/cancel       {"reason": ...} (or a form): forwarded to the ingress
 //	GET  /ui/schedules[/{name}]     the schedules, and one schedule (ui_schedule.go)
+//	GET  /ui/batches[/{id}]         the batch jobs and a job's report (ui_batch.go)
 //	GET  /ui/static/...             the stylesheet and script
 //
 // ?fragment=rows (list) and ?fragment=view (run) return only the part the script swaps in.
@@ -69,6 +70,9 @@ func (s *Service) mountUI(mux *http.ServeMux) {
 	mux.Handle("POST /ui/runs/{id}/signal", csrf.Handler(http.HandlerFunc(act.signal)))
 	mux.Handle("POST /ui/runs/{id}/cancel", csrf.Handler(http.HandlerFunc(act.cancel)))
 	s.mountScheduleUI(mux, client) // ui_schedule.go
+	batches := &uiBatches{s: s, client: client}
+	mux.HandleFunc("GET /ui/batches", batches.list)
+	mux.HandleFunc("GET /ui/batches/{id}", batches.job)
 	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		s.uiError(w, http.StatusNotFound, "Page not found", fmt.Sprintf("%s %s is not a page of the web UI; start from the runs list.", r.Method, r.URL.Path))
 	})

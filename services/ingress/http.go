@@ -60,6 +60,7 @@ func (s *Service) serveHTTP() error {
 	s.updateRoutes(mux)
 	s.resetRoutes(mux)
 	s.scheduleRoutes(mux)
+	s.batchRoutes(mux)
 	mux.HandleFunc("GET /v1/openapi.json", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = w.Write(openAPI)

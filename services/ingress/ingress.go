@@ -114,6 +114,8 @@ type Service struct {
 	once      sync.Once
 	// queries asks workers the queries of the HTTP route (query.go).
 	queries queryClient
+	// batch answers the batch API (batch.go).
+	batch batchDoor
 }
 
 // New returns an ingress service, or an error naming the field of cfg that is wrong.
@@ -220,6 +222,9 @@ func (s *Service) start(ctx context.Context) error {
 	if s.sub, err = s.nc.QueueSubscribe(api.IngressPrefix+">", api.IngressQueueGroup, s.onMsg); err != nil {
 		return fmt.Errorf("subscribing to %s>: %w", api.IngressPrefix, err)
 	}
+	if err := s.subscribeBatches(); err != nil {
+		return err
+	}
 	if err := s.nc.Flush(); err != nil {
 		return err
 	}
@@ -266,6 +271,9 @@ func (s *Service) Stop() error {
 		s.stopMu.Unlock()
 		if s.sub != nil {
 			err = s.sub.Unsubscribe()
+		}
+		if s.batch.sub != nil {
+			err = errors.Join(err, s.batch.sub.Unsubscribe())
 		}
 		if s.httpSrv != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

@@ -39,6 +39,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/flowrun/flow/internal/batch"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
@@ -114,6 +115,18 @@ type Config struct {
 	// SchedulePoll is how often a schedule whose actions wait for its runs to end (buffered by
 	// its overlap policy), or whose last round failed, is looked at again. Defaults to 1s.
 	SchedulePoll time.Duration `envconfig:"SCHEDULER_SCHEDULE_POLL"`
+	// NoBatches stops this replica from competing for the batch lease: another replica
+	// executes the batch jobs (docs/batch.md). Defaults to false.
+	NoBatches bool `envconfig:"SCHEDULER_NO_BATCHES"`
+	// BatchConcurrency bounds the batch jobs executed at once; the others wait. Defaults to 4.
+	BatchConcurrency int `envconfig:"SCHEDULER_BATCH_CONCURRENCY"`
+	// BatchWindow is the number of a job's targets whose results one write of its progress
+	// records: a crash repeats at most that many operations (each a no-op the second time).
+	// Defaults to 100.
+	BatchWindow int `envconfig:"SCHEDULER_BATCH_WINDOW"`
+	// BatchOpConcurrency bounds a job's operations in flight at once, under its rate. Defaults
+	// to 16.
+	BatchOpConcurrency int `envconfig:"SCHEDULER_BATCH_OP_CONCURRENCY"`
 }
 
 // DefaultHTTPAddr is where flowd's scheduler serves its probes and metrics unless
@@ -162,7 +175,13 @@ type Scheduler struct {
 	// leads (heartbeat.go); timedOut counts the attempts it timed out.
 	heartbeats jetstream.KeyValue
 	timedOut   atomic.Int64
-	cancel     context.CancelFunc
+	// js and batches are JetStream and FLOW_BATCHES; batching is set while this replica holds
+	// the batch lease; batchDone closes when the batch executor stops.
+	js        jetstream.JetStream
+	batches   *batch.Store
+	batching  atomic.Bool
+	batchDone chan struct{}
+	cancel    context.CancelFunc
 	// schedules fires the schedules while firingSchedules (schedule.go); scheduleActions
 	// counts the effects its rounds stored.
 	schedules       *scheduleRunner
@@ -215,6 +234,13 @@ func New(cfg Config) (*Scheduler, error) {
 	if cfg.AdmitBatch < 0 {
 		return nil, fmt.Errorf("scheduler: AdmitBatch must be positive, got %d", cfg.AdmitBatch)
 	}
+	if cfg.BatchConcurrency == 0 {
+		cfg.BatchConcurrency = 4
+	}
+	if cfg.BatchConcurrency < 0 || cfg.BatchWindow < 0 || cfg.BatchOpConcurrency < 0 {
+		return nil, fmt.Errorf("scheduler: BatchConcurrency, BatchWindow and BatchOpConcurrency must be positive, got %d, %d and %d",
+			cfg.BatchConcurrency, cfg.BatchWindow, cfg.BatchOpConcurrency)
+	}
 	if err := health.CheckAddr(cfg.HTTPAddr); err != nil {
 		return nil, fmt.Errorf("scheduler: HTTPAddr (FLOW_SCHEDULER_HTTP_ADDR) %w", err)
 	}
@@ -226,7 +252,7 @@ func New(cfg Config) (*Scheduler, error) {
 		logger = slog.Default()
 	}
 	return &Scheduler{cfg: cfg, logger: logger.With(slog.String("component", "scheduler"), slog.String("replica", cfg.Name)),
-		done: make(chan struct{}), started: make(chan struct{}), admitDone: make(chan struct{})}, nil
+		done: make(chan struct{}), started: make(chan struct{}), admitDone: make(chan struct{}), batchDone: make(chan struct{})}, nil
 }
 
 // Start connects, creates Flow's streams if needed, and starts competing for the lease.
@@ -256,6 +282,11 @@ func (s *Scheduler) Start(ctx context.Context) error {
 		go s.runAdmission(runCtx)
 	}
 	s.schedules = s.startSchedules(runCtx)
+	if s.cfg.NoBatches {
+		close(s.batchDone)
+	} else {
+		go s.runBatches(runCtx)
+	}
 	close(s.started)
 	s.readiness.Started()
 	return nil
@@ -285,6 +316,10 @@ func (s *Scheduler) open(ctx context.Context) error {
 		return err
 	}
 	if s.heartbeats, err = js.KeyValue(ctx, streams.HeartbeatsBucket); err != nil {
+		return err
+	}
+	s.js = js
+	if s.batches, err = batch.Open(ctx, js); err != nil {
 		return err
 	}
 	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/scheduler"})
@@ -336,6 +371,7 @@ func (s *Scheduler) Stop() error {
 		<-s.done
 		<-s.admitDone
 		s.schedules.wait()
+		<-s.batchDone
 		if s.ownConn {
 			s.nc.Close()
 		}
