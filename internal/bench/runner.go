@@ -135,6 +135,9 @@ func runSync(ctx context.Context, opts Options, sync string, sel []*workload) (_
 		if ctx.Err() != nil {
 			return results, ctx.Err()
 		}
+		if w.firstSyncOnly && sync != opts.Syncs[0] {
+			continue
+		}
 		log.Info("workload", slog.String("workload", w.name))
 		t0 := time.Now()
 		r := runWorkload(ctx, opts, st, w, variant, procs)

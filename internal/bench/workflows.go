@@ -58,6 +58,7 @@ func registry(logger *slog.Logger) *flow.Registry {
 	flow.RegisterStep(reg, stepInc, func(_ context.Context, n int) (int, error) { return n + 1, nil })
 	flow.RegisterStep(reg, stepIndex, func(_ context.Context, n int) (int, error) { return n, nil })
 	registerQueries(reg)
+	registerLarge(reg)
 	return reg
 }
 

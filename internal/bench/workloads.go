@@ -23,6 +23,9 @@ type workload struct {
 	once bool
 	// fullOnly skips the workload with Options.Quick.
 	fullOnly bool
+	// firstSyncOnly runs the workload under the first sync setting only: it brings its own
+	// NATS server (long-run).
+	firstSyncOnly bool
 	// timeout bounds one repetition: past it the workload fails instead of hanging.
 	timeout time.Duration
 	run     func(r *rep) (map[string]float64, error)
@@ -51,6 +54,8 @@ var workloads = []*workload{
 	{name: "ceiling-1000", full: 3000, quick: 500, warm: 500, timeout: time.Minute, run: runCeiling1000},
 	{name: "Q1", full: 2000, quick: 500, warm: 200, timeout: 2 * time.Minute, run: runQ1},
 	{name: "update", full: 2000, quick: 400, warm: 100, timeout: 3 * time.Minute, run: runUpdates},
+	{name: "large-payload", full: 100, quick: 8, once: true, timeout: 10 * time.Minute, run: runLargePayload},
+	{name: "long-run", full: 1_000_000, quick: 20_000, once: true, firstSyncOnly: true, timeout: 45 * time.Minute, run: runLongRun},
 	{name: "W7", full: 100_000, quick: 2000, once: true, timeout: 30 * time.Minute, run: runW7},
 }
 

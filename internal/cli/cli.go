@@ -107,6 +107,7 @@ or the context.`,
 	root.AddCommand(e.scheduleCmd())
 	root.AddCommand(e.batchCmd())
 	root.AddCommand(e.pauseCmd(), e.unpauseCmd(), e.pausesCmd())
+	root.AddCommand(e.payloadCmd())
 	return root
 }
 

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flowrun/flow/internal/payload"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -16,6 +17,18 @@ import (
 // returns nil or the *NonDeterminismError for the first differing field, in the seed's order.
 
 func mismatch(runID, kind, id, field string, recorded, got any, seq uint64) *NonDeterminismError {
+	// A payload recorded by reference is compared by hash: show the new value's reference too
+	// (and the other way round), not its first bytes.
+	r, rok := recorded.(json.RawMessage)
+	g, gok := got.(json.RawMessage)
+	if rok && gok {
+		switch {
+		case payload.IsRef(r) && len(g) > 0 && !payload.IsRef(g):
+			got = payload.RefOf(g).JSON()
+		case payload.IsRef(g) && len(r) > 0 && !payload.IsRef(r):
+			recorded = payload.RefOf(r).JSON()
+		}
+	}
 	return &NonDeterminismError{RunID: runID, Kind: kind, ID: id, Field: field,
 		Recorded: render(recorded), New: render(got), Seq: seq}
 }
@@ -135,9 +148,15 @@ func compareMembers(runID, kind string, rec []string, seq uint64, got []string) 
 // JSONEqual compares two JSON documents: byte-equal after compaction, or equal as values.
 // Numbers compare exactly, by their decimal value: 1, 1.0 and 10e-1 are equal, while two
 // integers beyond float64's 53-bit precision that differ are not.
+//
+// Either may be a payload reference (internal/payload): a reference equals another with the
+// same hash, and inline bytes whose hash it is.
 func JSONEqual(a, b json.RawMessage) bool {
 	if bytes.Equal(a, b) {
 		return true
+	}
+	if eq, ok := payload.Equal(a, b); ok {
+		return eq
 	}
 	if len(a) == 0 || len(b) == 0 {
 		return isNullJSON(a) && isNullJSON(b)

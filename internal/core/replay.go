@@ -17,7 +17,17 @@ import (
 // differently blocks the run instead of extending a history it cannot explain. Replay tests
 // (flowtest.Replay) run it over stored histories against new code.
 func Replay(runID string, history []event.Envelope, d Decider, opts DecideOptions) (*Snapshot, error) {
-	s := newSized(runID, len(history)/2)
+	return replayFrom(newSized(runID, len(history)/2), runID, history, d, opts)
+}
+
+// ReplayFrom is Replay from snapshot s (a checkpoint) on: it verifies the decisions recorded in
+// history, the events after s, and applies them to s. The decisions s covers are not verified
+// again. On an error s is left partly applied.
+func ReplayFrom(s *Snapshot, history []event.Envelope, d Decider, opts DecideOptions) (*Snapshot, error) {
+	return replayFrom(s, s.RunID, history, d, opts)
+}
+
+func replayFrom(s *Snapshot, runID string, history []event.Envelope, d Decider, opts DecideOptions) (*Snapshot, error) {
 	for i := 0; i < len(history); {
 		e := history[i]
 		if s.Seq == 0 || s.Terminal() || !isDecisionEvent(e.Payload) {

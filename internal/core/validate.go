@@ -520,13 +520,47 @@ func Stamp(events []event.Payload, t time.Time) {
 }
 
 // CanonicalJSON returns raw compacted, with empty input meaning null, or the syntax error.
+// Valid JSON that is compact already is returned as it is, not copied: a payload of 100 MiB is
+// checked, never copied, on its way into a decision (docs/large-payloads.md).
 func CanonicalJSON(raw json.RawMessage) (json.RawMessage, error) {
 	if len(bytes.TrimSpace(raw)) == 0 {
 		return json.RawMessage("null"), nil
 	}
+	if len(raw) >= compactCheckMin && isCompact(raw) && json.Valid(raw) {
+		return raw, nil
+	}
 	var b bytes.Buffer
+	b.Grow(len(raw))
 	if err := json.Compact(&b, raw); err != nil {
 		return nil, err
 	}
 	return b.Bytes(), nil
+}
+
+// compactCheckMin is the size from which CanonicalJSON checks whether a document is compact
+// already before compacting it: below it a copy costs less than the extra pass.
+const compactCheckMin = 4 << 10
+
+// isCompact reports whether raw has no whitespace outside its strings (it may still be
+// invalid JSON).
+func isCompact(raw []byte) bool {
+	inString, escaped := false, false
+	for _, c := range raw {
+		switch {
+		case escaped:
+			escaped = false
+		case inString:
+			switch c {
+			case '\\':
+				escaped = true
+			case '"':
+				inString = false
+			}
+		case c == '"':
+			inString = true
+		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
+			return false
+		}
+	}
+	return true
 }

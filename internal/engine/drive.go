@@ -367,7 +367,13 @@ func (d *driver) load(ctx context.Context, minSeq uint64) error {
 	metrics.CacheMiss(ctx)
 	hist := d.fromHead(1, minSeq)
 	if hist == nil {
-		var err error
+		s, tail, err := e.fromCheckpoint(ctx, d.runID, minSeq)
+		if err == nil {
+			return d.loadCheckpointed(ctx, s, tail, minSeq)
+		}
+		if !errors.Is(err, errNoCheckpoint) {
+			return err
+		}
 		if hist, err = e.store.LoadAtLeast(ctx, d.runID, 0, minSeq); err != nil {
 			return fmt.Errorf("loading run %q: %w", d.runID, err)
 		}
@@ -410,6 +416,7 @@ func (d *driver) load(ctx context.Context, minSeq uint64) error {
 		d.s = s
 	}
 	e.cache.put(d.runID, d.s, true)
+	e.afterCommit(ctx, d.s, 0)
 	return nil
 }
 
@@ -741,16 +748,19 @@ func (d *driver) runAttempt(ctx context.Context, a core.Attempt, release func())
 	ctx, span := d.stepSpan(ctx, a)
 	began := time.Now()
 	var out core.StepOutcome
-	if hb := d.e.heartbeats; hb != nil {
+	if in, err := d.e.resolveInput(ctx, a); err != nil {
+		out = core.StepOutcome{Err: &event.ErrorInfo{Kind: "payload", Message: "reading the step's input: " + err.Error()}}
+	} else if hb := d.e.heartbeats; hb != nil {
 		e := d.e
 		actx, end := hb.Begin(ctx, a, func(ctx context.Context) (core.AttemptCheck, error) {
 			return e.CheckAttempt(ctx, a.RunID, a.StepID, a.Attempt)
 		})
-		out = d.e.rt.RunStep(actx, a)
+		out = d.e.rt.RunStep(actx, in)
 		end(&out)
 	} else {
-		out = d.e.rt.RunStep(ctx, a)
+		out = d.e.rt.RunStep(ctx, in)
 	}
+	out = d.e.offloadOutput(ctx, out)
 	release()
 	stepDone(ctx, span, a, out, time.Since(began))
 	select {

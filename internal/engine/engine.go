@@ -181,6 +181,16 @@ type Config struct {
 	// Pauses keeps the definition and queue pauses (pause.go). Defaults to nil: nothing is
 	// paused but runs, and the definition and queue pause calls return ErrNoPauses.
 	Pauses Pauses
+	// Payloads, when set, is where payloads over its threshold are offloaded, the history
+	// holding a reference (docs/large-payloads.md). Defaults to nil: payloads stay inline.
+	Payloads Payloads
+	// Checkpoints, when set, is where the engine writes snapshot checkpoints, and where a cold
+	// load reads the latest one and then only the history after it (docs/large-payloads.md).
+	// Defaults to nil: no checkpoints.
+	Checkpoints Checkpoints
+	// CheckpointEvery is the number of events between two checkpoints of a run, at least:
+	// see checkpointDue. Defaults to DefaultCheckpointEvery.
+	CheckpointEvery int
 }
 
 // Engine drives runs. It is safe for concurrent use; drivers of one run are serialised.
@@ -203,6 +213,10 @@ type Engine struct {
 	heartbeats Heartbeats
 	// pauses is Config.Pauses.
 	pauses Pauses
+	// payloads, checkpoints and checkpointEvery are Config's.
+	payloads        Payloads
+	checkpoints     Checkpoints
+	checkpointEvery uint64
 }
 
 // New returns an engine.
@@ -227,9 +241,13 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.CacheSize == 0 {
 		cfg.CacheSize = 10_000
 	}
+	if cfg.CheckpointEvery <= 0 {
+		cfg.CheckpointEvery = DefaultCheckpointEvery
+	}
 	return &Engine{faults: cfg.Faults, store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
 		logger: cfg.Logger, buildID: cfg.BuildID, slots: newStepSlots(cfg.StepConcurrency), cache: newCache(cfg.CacheSize),
-		keys: cfg.Keys, stepLimits: cfg.StepLimits, heartbeats: cfg.Heartbeats, pauses: cfg.Pauses}, nil
+		keys: cfg.Keys, stepLimits: cfg.StepLimits, heartbeats: cfg.Heartbeats, pauses: cfg.Pauses, payloads: cfg.Payloads, checkpoints: cfg.Checkpoints,
+		checkpointEvery: uint64(cfg.CheckpointEvery)}, nil
 }
 
 // StartParams describe a new run.
@@ -314,6 +332,9 @@ func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, create
 	started, err := e.prepareStart(&p)
 	if err != nil {
 		return "", false, err
+	}
+	if started, err = e.offloadStarted(ctx, started); err != nil {
+		return "", false, fmt.Errorf("starting run %q: %w", p.RunID, err)
 	}
 	// The span that starts the run (the ingress request, the parent's decision) is the parent
 	// of all the run's spans.
@@ -490,16 +511,24 @@ func (e *Engine) now(s *core.Snapshot) time.Time {
 func (e *Engine) commit(ctx context.Context, s *core.Snapshot, payloads []event.Payload) error {
 	t := e.now(s)
 	core.Stamp(payloads, t)
-	first := s.Seq + 1
+	prev, first := s.Seq, s.Seq+1
 	if err := e.append(ctx, s.RunID, s.Seq, t, payloads); err != nil {
 		return err
 	}
-	return e.applyCommitted(s, first, t, payloads)
+	if err := e.applyCommitted(s, first, t, payloads); err != nil {
+		return err
+	}
+	e.afterCommit(ctx, s, prev)
+	return nil
 }
 
 // append appends payloads to run runID as sequences expected+1.., all recorded at t.
 func (e *Engine) append(ctx context.Context, runID string, expected uint64, t time.Time, payloads []event.Payload) error {
 	if err := e.faults.Hit(fault.StoreAppend); err != nil {
+		return err
+	}
+	// Replaced in place: the caller applies what was appended, references included.
+	if err := e.offload(ctx, payloads); err != nil {
 		return err
 	}
 	events := make([]event.Event, len(payloads))
@@ -540,6 +569,14 @@ func (e *Engine) Snapshot(ctx context.Context, runID string) (*core.Snapshot, er
 
 // snapshot projects run runID's history, read up to at least atLeast.
 func (e *Engine) snapshot(ctx context.Context, runID string, atLeast uint64) (*core.Snapshot, error) {
+	if s, tail, err := e.fromCheckpoint(ctx, runID, atLeast); err == nil {
+		if err := s.ApplyAll(tail); err != nil {
+			return nil, err
+		}
+		return s, nil
+	} else if !errors.Is(err, errNoCheckpoint) {
+		return nil, err
+	}
 	hist, err := e.store.LoadAtLeast(ctx, runID, 0, atLeast)
 	if err != nil {
 		return nil, err

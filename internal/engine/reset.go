@@ -113,6 +113,9 @@ func (e *Engine) Reset(ctx context.Context, p ResetParams) (string, error) {
 		return "", fmt.Errorf("appending the reset run: %w", err)
 	}
 	events := plan.Events(hist[0].Time, e.clock.Now().UTC())
+	if err := e.offloadEvents(ctx, events); err != nil { // a rerun's new large input
+		return "", fmt.Errorf("appending the reset run: %w", err)
+	}
 	last, err := e.store.Append(ctx, newID, 0, events...)
 	countAppend(ctx, err)
 	from := plan.Started.ResetFrom

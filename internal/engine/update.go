@@ -78,6 +78,10 @@ func (e *Engine) startWith(ctx context.Context, p StartParams, compute func(*cor
 	}
 	traceInputs(ctx, inputs)
 	payloads := append([]event.Payload{started}, inputs...)
+	if err := e.offload(ctx, payloads); err != nil {
+		return "", false, fmt.Errorf("appending run.started with its input: %w", err)
+	}
+	started = payloads[0].(*event.RunStarted)
 	if err := e.faults.Hit(fault.StoreAppend); err != nil {
 		return "", false, fmt.Errorf("appending run.started with its input: %w", err)
 	}

@@ -326,3 +326,14 @@ const (
 
 // SchedulePoints lists the points of schedules.
 var SchedulePoints = []Point{ScheduleBeforeStart, ScheduleAfterStartBeforeState}
+
+// Points of offloaded payloads (docs/large-payloads.md), armed by the engine's payload tests (the
+// crash workload of Points offloads nothing).
+const (
+	// AfterPayloadBeforeAppend: a payload is stored in FLOW_PAYLOADS; the event that refers to
+	// it is not appended yet.
+	AfterPayloadBeforeAppend Point = "after-payload-before-append"
+)
+
+// PayloadPoints lists the points of offloaded payloads.
+var PayloadPoints = []Point{AfterPayloadBeforeAppend}

@@ -19,9 +19,10 @@ import (
 
 const jsAPI = "$JS.API."
 
-// allStreams are the streams streams.Ensure creates, buckets included (KV_<bucket>).
+// allStreams are the streams streams.Ensure creates, buckets included (KV_<bucket>), object
+// stores last (OBJ_<bucket>).
 var allStreams = append(append([]string{streams.History, streams.Tasks, streams.DeadLetter}, kvStreams(allBuckets)...),
-	"OBJ_"+streams.ArchiveBucket)
+	"OBJ_"+streams.ArchiveBucket, "OBJ_"+streams.PayloadsBucket, "OBJ_"+streams.CheckpointsBucket)
 
 // allBuckets are the buckets streams.Ensure creates.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
@@ -131,6 +132,15 @@ func (g *grants) kvWatch(bucket string) {
 		"$JS.FC."+s+".>")
 }
 
+// objRead opens Object Store bucket and reads its objects: the info by a direct get of the
+// object's last meta message, the chunks with ordered consumers.
+func (g *grants) objRead(bucket string) {
+	s := "OBJ_" + bucket
+	g.readStream(s)
+	g.publish(jsAPI+"CONSUMER.CREATE."+s+".*", jsAPI+"CONSUMER.CREATE."+s+".*.>", jsAPI+"CONSUMER.DELETE."+s+".*",
+		"$JS.FC."+s+".>")
+}
+
 // objWrite opens Object Store bucket, writes objects (chunks and metadata, purging an
 // overwritten object's chunks) and reads them back with ordered consumers.
 func (g *grants) objWrite(bucket string) {
@@ -233,7 +243,8 @@ func schedulerRole() Role {
 	g.liveness()                     // and starts their runs with the build and flow control of their definitions
 	g.kvWrite(streams.BatchesBucket) // the batch executor records each job's targets and progress
 	g.kvWatch(streams.BatchesBucket)
-	g.kvWatch(streams.RunsBucket) // and reads the runs index to find a job's targets
+	g.kvWatch(streams.RunsBucket)         // and reads the runs index to find a job's targets
+	g.objWrite(streams.CheckpointsBucket) // it reads a run's checkpoint before a timer's fire, and writes them
 	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", false)
 }
 
@@ -245,13 +256,15 @@ func ingressRole() Role {
 	g.replies()
 	g.ensure()
 	g.engine()
-	g.kvRead(streams.HooksBucket)      // it finds the run of a hook delivery by its token
-	g.kvRead(streams.RunsBucket)       // it tells an input for a run deleted after its retention period why
-	g.kvWrite(streams.StartKeysBucket) // it claims the dedup and debounce keys of starts
-	g.kvWrite(streams.TimersBucket)    // it registers a delayed start's timer (fast path)
-	g.kvWrite(streams.SchedulesBucket) // it creates, changes and deletes schedules
-	g.kvWatch(streams.SchedulesBucket) // and lists them
-	g.kvWrite(streams.PausesBucket)    // it pauses and unpauses definitions and queues
+	g.kvRead(streams.HooksBucket)         // it finds the run of a hook delivery by its token
+	g.kvRead(streams.RunsBucket)          // it tells an input for a run deleted after its retention period why
+	g.kvWrite(streams.StartKeysBucket)    // it claims the dedup and debounce keys of starts
+	g.kvWrite(streams.TimersBucket)       // it registers a delayed start's timer (fast path)
+	g.kvWrite(streams.SchedulesBucket)    // it creates, changes and deletes schedules
+	g.kvWatch(streams.SchedulesBucket)    // and lists them
+	g.kvWrite(streams.PausesBucket)       // it pauses and unpauses definitions and queues
+	g.objWrite(streams.PayloadsBucket)    // it offloads large inputs (docs/large-payloads.md)
+	g.objWrite(streams.CheckpointsBucket) // it reads a run's checkpoint before an input, and writes them
 	g.liveness()
 	g.append(streams.DeadLetter, api.DeadLetterPrefix+">")
 	g.subscribe(api.IngressPrefix + ">")
@@ -281,9 +294,11 @@ func workerRole() Role {
 	g.kvWrite(streams.WorkersBucket)
 	g.kvWrite(streams.DefinitionsBucket)
 	g.kvWrite(streams.ParkedBucket)
-	g.kvWrite(streams.LimitsBucket)     // it takes and releases the slots of limited steps (flow.LimitStep)
-	g.kvWrite(streams.HeartbeatsBucket) // it records step attempts' starts and heartbeats, and reads the last details
-	g.kvWatch(streams.PausesBucket)     // it starts no decision or attempt of a paused definition or queue
+	g.kvWrite(streams.LimitsBucket)       // it takes and releases the slots of limited steps (flow.LimitStep)
+	g.kvWrite(streams.HeartbeatsBucket)   // it records step attempts' starts and heartbeats, and reads the last details
+	g.kvWatch(streams.PausesBucket)       // it starts no decision or attempt of a paused definition or queue
+	g.objWrite(streams.PayloadsBucket)    // it offloads large payloads and reads them (docs/large-payloads.md)
+	g.objWrite(streams.CheckpointsBucket) // it writes and reads snapshot checkpoints
 	// It answers the queries of the runs it can run the code of (a micro service, with $SRV
 	// discovery).
 	g.subscribe(api.QueryPrefix+">", "$SRV.*", "$SRV.*.flow-worker", "$SRV.*.flow-worker.*")
@@ -291,11 +306,13 @@ func workerRole() Role {
 }
 
 // clientRole: clients start, signal, deliver to hooks, cancel and terminate through the ingress,
-// query the history service and watch the event feed. They never touch a stream.
+// query the history service and watch the event feed. The only stream they touch is the
+// object store of offloaded payloads, which they read (Client.Payload, Client.Result).
 func clientRole() Role {
 	var g grants
 	g.publish(api.IngressPrefix+">", "flow.api.>", api.QueryPrefix+">")
 	g.replies()
 	g.subscribe(api.FeedPrefix + ">")
+	g.objRead(streams.PayloadsBucket)
 	return g.role(Client, "clients: `flow.Client`, the `flow` CLI, your programs", false)
 }

@@ -10,14 +10,14 @@ import (
 )
 
 // Names are the JetStream streams Ensure creates: Flow's streams, then one KV_<bucket> stream
-// per bucket.
+// per bucket, then one OBJ_<bucket> stream per object store.
 var Names = []string{History, Tasks, DeadLetter,
 	"KV_" + TimersBucket, "KV_" + HooksBucket, "KV_" + RunsBucket, "KV_" + DefinitionsBucket,
 	"KV_" + LeasesBucket, "KV_" + ParkedBucket, "KV_" + DamagedBucket, "KV_" + WorkersBucket,
 	"KV_" + StartKeysBucket, "KV_" + LimitsBucket, "KV_" + QueueBucket,
 	"KV_" + HeartbeatsBucket, "OBJ_" + ArchiveBucket, "KV_" + SchedulesBucket,
 	"KV_" + BatchesBucket,
-	"KV_" + PausesBucket}
+	"KV_" + PausesBucket, "OBJ_" + PayloadsBucket, "OBJ_" + CheckpointsBucket}
 
 // Missing returns the streams of Names that do not exist, in that order.
 func Missing(ctx context.Context, js jetstream.JetStream) ([]string, error) {

@@ -95,6 +95,12 @@ const (
 	// "queue.<name>", value a JSON Pause (pauses.go). The ingress writes and deletes entries;
 	// workers and the history service watch it. See docs/pause.md.
 	PausesBucket = "FLOW_PAUSES"
+	// PayloadsBucket is the object store of offloaded payloads, each named by the hex SHA-256
+	// of its bytes (internal/payload, docs/large-payloads.md).
+	PayloadsBucket = "FLOW_PAYLOADS"
+	// CheckpointsBucket is the object store of snapshot checkpoints: one object per run, named
+	// by its run ID and replaced by the next (internal/engine/checkpoint.go).
+	CheckpointsBucket = "FLOW_CHECKPOINTS"
 	// HistoryConsumer is the history service's durable consumer of History.
 	HistoryConsumer = "history"
 )
@@ -260,6 +266,8 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	for _, oc := range []jetstream.ObjectStoreConfig{
 		{Bucket: ArchiveBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Compression: true,
 			Description: "Flow archived histories of runs deleted after their retention period"},
+		{Bucket: PayloadsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow payloads offloaded from histories, by SHA-256"},
+		{Bucket: CheckpointsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow snapshot checkpoints, one per run"},
 	} {
 		if err := ensureObjectStore(ctx, js, oc, cfg); err != nil {
 			return err

@@ -67,6 +67,8 @@ type Client struct {
 	seen seenSeqs
 	// routes remembers, per run, where its queries go (query_client.go).
 	routes queryRoutes
+	// payloads reads offloaded payloads (payloads.go).
+	payloads clientPayloads
 }
 
 // Dial connects to the NATS server at url ("" means nats://127.0.0.1:4222) and returns a client

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/payload"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -30,6 +31,8 @@ type Context struct {
 	query *queryEval
 	// attributes are the search attributes the workflow declares.
 	attributes []SearchAttribute
+	// payloads reads the payloads the history holds by reference; nil reads none.
+	payloads payload.Getter
 }
 
 // RunID returns the ID of the run.
@@ -39,11 +42,11 @@ func (c *Context) RunID() string { return c.s.RunID }
 func (c *Context) Definition() string { return c.s.Spec.Definition }
 
 // RawInput returns the run's input as recorded.
-func (c *Context) RawInput() json.RawMessage { return c.s.Input }
+func (c *Context) RawInput() json.RawMessage { return c.resolved(c.s.Input) }
 
 // Input decodes the run's input into v.
 func (c *Context) Input(v any) error {
-	if err := json.Unmarshal(c.s.Input, v); err != nil {
+	if err := json.Unmarshal(c.resolved(c.s.Input), v); err != nil {
 		return fmt.Errorf("decoding the input of run %q: %w", c.s.RunID, err)
 	}
 	return nil
@@ -56,7 +59,7 @@ func (c *Context) Now() time.Time { return c.s.UpdatedAt }
 // StepOutput returns the output of step id once it completed, else nil.
 func (c *Context) StepOutput(id string) json.RawMessage {
 	if st, ok := c.s.Steps[id]; ok && st.Status == core.StepCompleted {
-		return st.Output
+		return c.resolved(st.Output)
 	}
 	return nil
 }
@@ -81,7 +84,7 @@ func (c *Context) StepError(id string) error {
 // Signal returns the payload of the signal bound to signal wait waitID, else nil.
 func (c *Context) Signal(waitID string) json.RawMessage {
 	if w, ok := c.s.SignalWaits[waitID]; ok && w.Received() {
-		return c.s.Signals[w.Signal].Payload
+		return c.resolved(c.s.Signals[w.Signal].Payload)
 	}
 	return nil
 }
@@ -89,7 +92,7 @@ func (c *Context) Signal(waitID string) json.RawMessage {
 // Hook returns the payload delivered to hook id, else nil.
 func (c *Context) Hook(id string) json.RawMessage {
 	if h, ok := c.s.Hooks[id]; ok && h.Received {
-		return h.Payload
+		return c.resolved(h.Payload)
 	}
 	return nil
 }
@@ -110,7 +113,7 @@ func (c *Context) Child(id string) *ChildResult {
 	if !ok || !ch.Settled {
 		return nil
 	}
-	r := &ChildResult{RunID: ch.EndedRunID, Outcome: ch.Outcome, Output: ch.Output}
+	r := &ChildResult{RunID: ch.EndedRunID, Outcome: ch.Outcome, Output: c.resolved(ch.Output)}
 	if ch.Error != nil {
 		r.Err = &ChildFailure{ChildID: id, RunID: ch.EndedRunID, Outcome: ch.Outcome, Kind: ch.Error.Kind, Message: ch.Error.Message}
 	}

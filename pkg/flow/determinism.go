@@ -72,7 +72,7 @@ func (c *Context) UUID() string {
 // returned is discarded. See [SideEffectValue] for a typed form.
 func (c *Context) SideEffect(id string, fn func() any) (json.RawMessage, Decision) {
 	if se, ok := c.s.SideEffects[id]; ok {
-		return se.Value, nil
+		return c.resolved(se.Value), nil
 	}
 	if v, ok := c.s.ReplayedSideEffect(id); ok {
 		// Replay checks the history's own decision: read the value it recorded, do not run fn.

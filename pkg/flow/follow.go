@@ -1,6 +1,8 @@
 package flow
 
 import (
+	"github.com/flowrun/flow/internal/payload"
+
 	"context"
 	"errors"
 	"fmt"
@@ -105,6 +107,15 @@ func (c *Client) Result(ctx context.Context, runID string, out any) error {
 		if reusedBy != "" {
 			runID, first = reusedBy, false
 			continue
+		}
+		if end.Status == StatusCompleted && end.Outcome != nil && payload.IsRef(end.Outcome.Output) && out != nil {
+			o := *end.Outcome
+			if o.Output, err = c.Payload(ctx, o.Output); err != nil {
+				return err
+			}
+			e := *end
+			e.Outcome = &o
+			end = &e
 		}
 		return DecodeResult(end, out)
 	}

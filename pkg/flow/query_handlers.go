@@ -195,7 +195,8 @@ func (r *Registry) Query(s *Snapshot, name string, args json.RawMessage) (json.R
 	if err != nil {
 		return nil, err
 	}
-	ctx := &Context{s: s, replaying: true, logger: quiet, query: &queryEval{handlers: map[string]queryFunc{}}, attributes: w.attributes}
+	ctx := &Context{s: s, replaying: true, logger: quiet, query: &queryEval{handlers: map[string]queryFunc{}}, attributes: w.attributes,
+		payloads: r.payloads.get()}
 	r.mu.RLock()
 	fn, registered := r.queries[s.Spec.Definition][name]
 	r.mu.RUnlock()

@@ -47,6 +47,9 @@ type Registry struct {
 	updates map[string]map[string]updateFunc
 	// stepLimits holds the limits of step names (LimitStep).
 	stepLimits map[string]StepLimit
+	// payloads is where offloaded payloads are read (UsePayloads), shared by the registry's
+	// views (Replaying).
+	payloads *payloadSource
 }
 
 type workflowEntry struct {
@@ -77,7 +80,7 @@ func NewRegistry(opts *RegistryOptions) *Registry {
 	}
 	return &Registry{buildID: opts.BuildID, logger: logger, mu: &sync.RWMutex{},
 		workflows: map[string]*workflowEntry{}, steps: map[string]stepFunc{}, updates: map[string]map[string]updateFunc{},
-		stepLimits: map[string]StepLimit{}}
+		stepLimits: map[string]StepLimit{}, payloads: &payloadSource{}}
 }
 
 // BuildID returns the registry's build ID.
@@ -114,7 +117,7 @@ func RegisterWorkflow[I any](r *Registry, name string, fn func(ctx *Context, in 
 	}
 	w := &workflowEntry{
 		run: func(ctx *Context) (Decision, error) {
-			in, err := decode(ctx.s.Input)
+			in, err := decode(ctx.resolved(ctx.s.Input))
 			if err != nil {
 				return nil, err
 			}
@@ -165,7 +168,7 @@ func RegisterStep[I, O any](r *Registry, name string, fn func(ctx context.Contex
 		if err != nil {
 			return nil, err
 		}
-		b, err := json.Marshal(out)
+		b, err := encode(out) // a json.RawMessage as it is, checked, not copied
 		if err != nil {
 			return nil, &Error{Kind: KindInvalidOutput, Message: fmt.Sprintf("the output of step %q does not encode to JSON: %v", name, err), NonRetryable: true}
 		}
@@ -246,7 +249,7 @@ func (r *Registry) RunWorkflow(definition string, input json.RawMessage, history
 	if err != nil {
 		return nil, err
 	}
-	ctx := &Context{s: history, replaying: r.replaying, logger: r.logger, attributes: w.attributes}
+	ctx := &Context{s: history, replaying: r.replaying, logger: r.logger, attributes: w.attributes, payloads: r.payloads.get()}
 	defer func() {
 		if p := recover(); p != nil {
 			dec, err = nil, &core.PanicError{Value: p, Stack: debug.Stack()}

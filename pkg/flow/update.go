@@ -1,6 +1,8 @@
 package flow
 
 import (
+	"github.com/flowrun/flow/internal/payload"
+
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
@@ -105,12 +107,17 @@ func (r *Registry) DecideUpdate(definition string, _ json.RawMessage, history *S
 		return core.UpdateDecision{Reject: &event.ErrorInfo{Kind: core.UpdateNoHandler,
 			Message: fmt.Sprintf("workflow %q registers no update handler for %q", definition, u.Name)}}, nil
 	}
-	ctx := &Context{s: history, replaying: r.replaying, logger: r.logger}
+	ctx := &Context{s: history, replaying: r.replaying, logger: r.logger, payloads: r.payloads.get()}
 	defer func() {
 		if p := recover(); p != nil {
 			dec, err = core.UpdateDecision{}, &core.PanicError{Value: p, Stack: debug.Stack()}
 		}
 	}()
+	if payload.Marked(u.Payload) {
+		resolved := *u
+		resolved.Payload = ctx.resolved(u.Payload)
+		u = &resolved
+	}
 	return fn(ctx, u), nil
 }
 

@@ -32,6 +32,7 @@ import (
 	"github.com/flowrun/flow/internal/health"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsconn"
+	"github.com/flowrun/flow/internal/payload/objstore"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 )
@@ -74,6 +75,10 @@ type Config struct {
 	// Faults injects failures between writes, for tests (fault.IngressBeforeReply: an input is
 	// committed and its answer is lost, as when the process dies there). Defaults to nil (none).
 	Faults *fault.Injector `ignored:"true"`
+	// PayloadThreshold is the size in bytes above which an input's payload (a start's input,
+	// a signal's, a hook delivery's, an update's) is offloaded to the FLOW_PAYLOADS object
+	// store, the history holding a reference (docs/large-payloads.md). Defaults to 256 KiB.
+	PayloadThreshold int `envconfig:"PAYLOAD_THRESHOLD"`
 }
 
 // DefaultHTTPAddr is where the HTTP routes listen unless Config.HTTPAddr says otherwise.
@@ -200,8 +205,17 @@ func (s *Service) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	payloads, err := objstore.Open(ctx, s.js, streams.PayloadsBucket, s.cfg.PayloadThreshold)
+	if err != nil {
+		return err
+	}
+	// Each input reads its run's latest checkpoint and the history after it, not the whole run.
+	checkpoints, err := objstore.OpenCheckpoints(ctx, s.js, streams.CheckpointsBucket)
+	if err != nil {
+		return err
+	}
 	if s.engine, err = engine.New(engine.Config{Store: st, Host: s.host, Logger: s.logger, CacheSize: -1, Keys: keys, Faults: s.cfg.Faults,
-		Pauses: pauses}); err != nil {
+		Pauses: pauses, Payloads: payloads, Checkpoints: checkpoints}); err != nil {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

@@ -48,6 +48,7 @@ import (
 	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/natsconn"
+	"github.com/flowrun/flow/internal/payload/objstore"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/wait"
@@ -334,7 +335,13 @@ func (s *Scheduler) open(ctx context.Context) error {
 	// The history service derives every resume task the scheduler sends; the scheduler's copy
 	// is a fast path, sent as soon as the firing is committed, and no firing waits for its ack.
 	host.AsyncTasks = true
-	s.engine, err = engine.New(engine.Config{Store: st, Host: host, Logger: s.logger, Faults: s.cfg.Faults, CacheSize: s.cfg.CacheSize})
+	// A timer of a run this scheduler does not hold reads its checkpoint and the tail only.
+	checkpoints, err := objstore.OpenCheckpoints(ctx, js, streams.CheckpointsBucket)
+	if err != nil {
+		return err
+	}
+	s.engine, err = engine.New(engine.Config{Store: st, Host: host, Logger: s.logger, Faults: s.cfg.Faults, CacheSize: s.cfg.CacheSize,
+		Checkpoints: checkpoints})
 	return err
 }
 

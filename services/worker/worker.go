@@ -35,6 +35,7 @@ import (
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
+	"github.com/flowrun/flow/internal/payload/objstore"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
@@ -82,6 +83,15 @@ type Config struct {
 	Logger *slog.Logger `ignored:"true"`
 	// Faults injects failures between writes, for tests. Defaults to nil (none).
 	Faults *fault.Injector `ignored:"true"`
+	// PayloadThreshold is the size in bytes above which a payload (a step's input or output,
+	// a child's input, a run's output, a continue-as-new input...) is offloaded to the
+	// FLOW_PAYLOADS object store, the history holding a reference (docs/large-payloads.md).
+	// Keep it well below the server's max_payload (1 MiB by default). Defaults to 256 KiB.
+	PayloadThreshold int `envconfig:"PAYLOAD_THRESHOLD"`
+	// CheckpointEvery is the number of events between two snapshot checkpoints of a run (at
+	// least; every eighth of a long history), so that a cold load reads the latest checkpoint
+	// and the history after it only. Defaults to 1,000; negative turns checkpoints off.
+	CheckpointEvery int `envconfig:"CHECKPOINT_EVERY"`
 }
 
 // DefaultHTTPAddr is where flowd's worker serves its probes and metrics unless
@@ -220,6 +230,16 @@ func (w *Worker) start(ctx context.Context) error {
 		StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize, Faults: w.cfg.Faults, Pauses: w.pauses}
 	if ecfg.StepLimits, err = w.stepLimits(ctx, js); err != nil {
 		return err
+	}
+	if ecfg.Payloads, err = objstore.Open(ctx, js, streams.PayloadsBucket, w.cfg.PayloadThreshold); err != nil {
+		return err
+	}
+	w.reg.UsePayloads(ecfg.Payloads)
+	if w.cfg.CheckpointEvery >= 0 {
+		ecfg.CheckpointEvery = w.cfg.CheckpointEvery
+		if ecfg.Checkpoints, err = objstore.OpenCheckpoints(ctx, js, streams.CheckpointsBucket); err != nil {
+			return err
+		}
 	}
 	if !w.cfg.SkipReplayCheck {
 		ecfg.Replayer = w.reg.Replaying()

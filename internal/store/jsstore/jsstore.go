@@ -37,6 +37,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/nats-io/nats.go"
@@ -103,6 +104,9 @@ type Store struct {
 
 	mu  sync.Mutex
 	pos map[string]position
+
+	// read counts the history messages loads read (MessagesRead).
+	read atomic.Uint64
 }
 
 // position is the last commit of a run this store saw: its last event's sequence and its
@@ -304,6 +308,11 @@ func (s *Store) LoadAtLeast(ctx context.Context, runID string, after, atLeast ui
 		atLeast = max(atLeast, p.runSeq)
 	}
 	s.mu.Unlock()
+	return s.loadFrom(ctx, runID, after, atLeast, start)
+}
+
+// loadFrom reads run runID's events after sequence after from stream sequence start on.
+func (s *Store) loadFrom(ctx context.Context, runID string, after, atLeast, start uint64) ([]event.Envelope, error) {
 	r := reader{s: s, runID: runID, next: after + 1}
 	for {
 		msgs, err := jetstreamext.GetBatch(ctx, s.js, streams.History, loadBatch,
@@ -389,6 +398,7 @@ type reader struct {
 }
 
 func (r *reader) add(m *jetstream.RawStreamMsg) error {
+	r.s.read.Add(1)
 	envs, err := event.DecodeEnvelopes(m.Data)
 	if err != nil {
 		if !errors.Is(err, event.ErrMalformed) {

@@ -1,0 +1,155 @@
+package flow
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/payload"
+	"github.com/flowrun/flow/internal/payload/objstore"
+	"github.com/flowrun/flow/internal/streams"
+)
+
+// Large payloads (docs/large-payloads.md): a payload over the offload threshold is kept in the
+// FLOW_PAYLOADS object store and the history holds a reference to it. Workflow code never sees
+// the reference: the Context's readers (RawInput, Input, StepOutput, Signal, Hook, Child,
+// SideEffect, update payloads) return the bytes, read once and then cached by the store.
+
+// payloadSource is the store a registry's workflow code reads offloaded payloads from.
+type payloadSource struct {
+	mu sync.RWMutex
+	g  payload.Getter
+}
+
+func (p *payloadSource) get() payload.Getter {
+	if p == nil {
+		return nil
+	}
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	return p.g
+}
+
+// UsePayloads makes the registry's workflow code read the payloads a history holds by reference
+// from g (the worker sets the FLOW_PAYLOADS store). Without it, code reads the references
+// themselves.
+func (r *Registry) UsePayloads(g payload.Getter) {
+	r.payloads.mu.Lock()
+	defer r.payloads.mu.Unlock()
+	r.payloads.g = g
+}
+
+// PayloadError is what a Context reader panics with when an offloaded payload cannot be read:
+// the decision fails (the run shows blocked with this error) and is tried again.
+type PayloadError struct {
+	Ref payload.Ref
+	Err error
+}
+
+func (e *PayloadError) Error() string {
+	return fmt.Sprintf("flow: reading offloaded payload %s: %v", e.Ref, e.Err)
+}
+
+func (e *PayloadError) Unwrap() error { return e.Err }
+
+// payloadTimeout bounds one read of an offloaded payload by workflow code.
+const payloadTimeout = time.Minute
+
+// resolved returns raw, or the payload it refers to when it is a reference.
+func (c *Context) resolved(raw json.RawMessage) json.RawMessage {
+	if c.payloads == nil || !payload.Marked(raw) {
+		return raw
+	}
+	r, ok := payload.Parse(raw)
+	if !ok {
+		return raw
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), payloadTimeout)
+	defer cancel()
+	b, err := c.payloads.Get(ctx, r)
+	if err != nil {
+		panic(&PayloadError{Ref: r, Err: err})
+	}
+	return b
+}
+
+// clientPayloads is the client's handle on the payload store, opened on first use.
+type clientPayloads struct {
+	once  sync.Once
+	store *objstore.Store
+	err   error
+}
+
+// Payload returns the bytes raw holds: raw itself, or, when it is a reference to an offloaded
+// payload (a snapshot's or an event's field), the payload read from the FLOW_PAYLOADS object
+// store and checked against its hash. Client.Result resolves the run's output this way itself.
+func (c *Client) Payload(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
+	r, ok := payload.Parse(raw)
+	if !ok {
+		return raw, nil
+	}
+	cp := &c.payloads
+	cp.once.Do(func() {
+		js, err := jetstream.New(c.nc)
+		if err != nil {
+			cp.err = err
+			return
+		}
+		cp.store, cp.err = objstore.Open(ctx, js, streams.PayloadsBucket, 0)
+	})
+	if cp.err != nil {
+		return nil, fmt.Errorf("flow: opening the payload store: %w", cp.err)
+	}
+	return cp.store.Get(ctx, r)
+}
+
+// ResolvePayloads replaces every reference to an offloaded payload in s (a snapshot from
+// Client.Snapshot or Client.Describe, which shows references, as history holds them) by the
+// payload's bytes: the run's input and output, steps' inputs and outputs, signals, hooks,
+// children, updates and side effects. It reads each payload once, and changes s in place.
+func (c *Client) ResolvePayloads(ctx context.Context, s *Snapshot) error {
+	var err error
+	fix := func(raw *json.RawMessage) {
+		if err != nil || !payload.Marked(*raw) {
+			return
+		}
+		var b json.RawMessage
+		if b, err = c.Payload(ctx, *raw); err == nil {
+			*raw = b
+		}
+	}
+	fix(&s.Input)
+	if s.Outcome != nil {
+		o := *s.Outcome
+		fix(&o.Output)
+		fix(&o.Input)
+		s.Outcome = &o
+	}
+	for _, st := range s.Steps {
+		fix(&st.Input)
+		fix(&st.Output)
+	}
+	for _, sig := range s.Signals {
+		fix(&sig.Payload)
+	}
+	for _, h := range s.Hooks {
+		fix(&h.Metadata)
+		fix(&h.Payload)
+	}
+	for _, ch := range s.Children {
+		fix(&ch.Input)
+		fix(&ch.Output)
+	}
+	for _, u := range s.Updates {
+		fix(&u.Payload)
+		fix(&u.Result)
+	}
+	for _, se := range s.SideEffects {
+		fix(&se.Value)
+	}
+	return err
+}
