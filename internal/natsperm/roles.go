@@ -212,6 +212,7 @@ func historyRole() Role {
 	g.can(streams.LeasesBucket, "write (key "+streams.RetentionLease+")")
 	g.publish("$KV." + streams.LeasesBucket + "." + streams.RetentionLease)
 	g.objWrite(streams.ArchiveBucket)
+	g.objWrite(streams.CheckpointsBucket) // it deletes a deleted run's checkpoint
 	g.can(streams.History, "purge (one run's subject)")
 	g.publish(jsAPI + "STREAM.PURGE." + streams.History)
 	g.publish(api.FeedPrefix + ">")

@@ -19,6 +19,7 @@ import (
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/payload/objstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/wait"
 	"github.com/flowrun/flow/pkg/event"
@@ -81,6 +82,8 @@ type retention struct {
 	leases  jetstream.KeyValue
 	history jetstream.Stream
 	keys    *jshost.StartKeys
+	// checkpoints holds the runs' snapshot checkpoints, deleted with their histories.
+	checkpoints *objstore.Checkpoints
 	// name is this replica's name in the lease.
 	name string
 }
@@ -101,6 +104,9 @@ func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config) (*re
 		return nil, fmt.Errorf("opening stream %s: %w", streams.History, err)
 	}
 	if r.keys, err = jshost.NewStartKeys(ctx, js); err != nil {
+		return nil, err
+	}
+	if r.checkpoints, err = objstore.OpenCheckpoints(ctx, js, streams.CheckpointsBucket); err != nil {
 		return nil, err
 	}
 	b := make([]byte, 8)
@@ -350,6 +356,9 @@ func (s *Service) purgeRun(ctx context.Context, snap *core.Snapshot) error {
 				return err
 			}
 		}
+	}
+	if err := r.checkpoints.Delete(ctx, runID); err != nil {
+		return err
 	}
 	if err := r.history.Purge(ctx, jetstream.WithPurgeSubject(streams.HistorySubject(runID))); err != nil {
 		return fmt.Errorf("purging the history of run %q: %w", runID, err)
