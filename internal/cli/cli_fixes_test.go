@@ -72,8 +72,9 @@ func startDev(t *testing.T) string {
 	ctx, stop := context.WithCancel(context.Background())
 	var out, errOut lockedBuffer
 	done := make(chan int, 1)
+	dir := t.TempDir() // before the goroutine: removed only after the cleanup below stops flow dev
 	go func() {
-		done <- Main(ctx, []string{"dev", "--dir", t.TempDir(), "--listen", strings.TrimPrefix(url, "nats://"),
+		done <- Main(ctx, []string{"dev", "--dir", dir, "--listen", strings.TrimPrefix(url, "nats://"),
 			"--http", "off", "--ingress-http", "127.0.0.1:0", "--log-level", "warn"}, &out, &errOut)
 	}()
 	t.Cleanup(func() {

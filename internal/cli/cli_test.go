@@ -49,8 +49,11 @@ func startDev(t *testing.T, args ...string) *devRun {
 	t.Helper()
 	ctx, stop := context.WithCancel(t.Context())
 	d := &devRun{out: &syncBuffer{}, err: &syncBuffer{}, stop: stop, done: make(chan int, 1)}
+	// The directory is made before the goroutine, so that its removal is registered before any
+	// cleanup that stops the run, and runs after it.
+	dir := t.TempDir()
 	go func() {
-		d.done <- cli.Main(ctx, append([]string{"dev", "--dir", t.TempDir()}, args...), d.out, d.err)
+		d.done <- cli.Main(ctx, append([]string{"dev", "--dir", dir}, args...), d.out, d.err)
 	}()
 	require.Eventually(t, func() bool { return strings.Contains(d.out.String(), "Flow is running.") }, 20*time.Second, 10*time.Millisecond,
 		"flow dev did not start: %s", d.err.String())
