@@ -251,6 +251,7 @@ func TestPauseDefinitionHoldsNewRuns(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, "bad deploy", list[0].Note)
+	waitFor(t, "the worker holds the definition", func() bool { return ps.w.Holds("held") })
 
 	const n = 5
 	var runs []string
@@ -420,19 +421,22 @@ func TestPauseReleaseSurvivesCrashes(t *testing.T) {
 			require.Empty(t, core.Check(id, ps.history(t, id)))
 		}
 	}
-	_, err := ps.client.PauseDefinition(ctx, "crashy", nil)
-	require.NoError(t, err)
+	pause := func() {
+		_, err := ps.client.PauseDefinition(ctx, "crashy", nil)
+		require.NoError(t, err)
+		waitFor(t, "the worker holds the definition", func() bool { return ps.w.Holds("crashy") })
+	}
+	pause()
 	start("c-1", "c-2", "c-3")
 	waitFor(t, "the unacknowledged task comes back and is parked again", func() bool { return wf.Hits(fault.PauseParkBeforeAck) >= 4 })
 	require.Zero(t, steps.Load())
-	_, err = ps.client.UnpauseDefinition(ctx, "crashy", nil)
+	_, err := ps.client.UnpauseDefinition(ctx, "crashy", nil)
 	require.NoError(t, err)
 	complete("c-1", "c-2", "c-3")
 	require.Equal(t, 1, ps.parkedEntries(t), "the dispatch that died before its delete left its entry")
 
 	// Unpaused while no history service runs: the next one releases the runs when it starts.
-	_, err = ps.client.PauseDefinition(ctx, "crashy", nil)
-	require.NoError(t, err)
+	pause()
 	start("c-4", "c-5")
 	require.NoError(t, ps.h.Stop())
 	_, err = ps.client.UnpauseDefinition(ctx, "crashy", nil)

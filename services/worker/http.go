@@ -27,3 +27,15 @@ func (w *Worker) Ready(ctx context.Context) error {
 	}
 	return nil
 }
+
+// Holds reports whether this worker holds the work of definition's runs on its queue because a
+// definition or queue pause is in force, as its watch of FLOW_PAUSES last saw it. A pause reaches
+// each worker through that watch, so for a moment after a pause call returns a worker may still
+// start a decision; Holds tells when it no longer will.
+func (w *Worker) Holds(definition string) bool {
+	if w.pauses == nil {
+		return false
+	}
+	_, held := w.pauses.Held(definition, w.cfg.Queue)
+	return held
+}
