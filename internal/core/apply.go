@@ -55,7 +55,7 @@ func (s *Snapshot) Apply(e event.Envelope) error {
 // ended, or a cancellation request. Step results are not inputs: the worker that runs a step
 // decides on its result itself, and the task it holds is redelivered if it dies.
 func IsInput(p event.Payload) bool {
-	switch p.(type) {
+	switch p := p.(type) {
 	case *event.RunStarted, *event.SignalReceived, *event.HookReceived, *event.WaitFired,
 		*event.StepRetryFired, *event.RunCancelRequested, *event.UpdateReceived,
 		*event.RunDelayFired, *event.RunAdmitted, *event.RunUnpaused:
@@ -63,10 +63,10 @@ func IsInput(p event.Payload) bool {
 	case *event.StepFailed:
 		// A step timeout is appended by the scheduler, not by the worker that ran the attempt
 		// (which may be dead): the run needs a drive as after any input (docs/timeouts.md).
-		return p.(*event.StepFailed).Timeout != ""
+		return p.Timeout != ""
 	case *event.ChildSettled:
 		// A child the workflow cancelled settles in the workflow's own decision.
-		return p.(*event.ChildSettled).Cancellation == ""
+		return p.Cancellation == ""
 	}
 	return false
 }

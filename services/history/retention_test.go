@@ -358,14 +358,12 @@ func TestRetentionLease(t *testing.T) {
 	t.Parallel()
 	b := setupRetention(t)
 	b.clock.advance(2 * time.Hour) // every "short" run is past its hour as soon as it ends
-	var hs []*history.Service
 	for range 2 {
 		h, err := history.New(history.Config{Conn: natstest.Connect(t, b.srv), HTTPAddr: "off", Logger: quiet,
 			RetentionSweep: 50 * time.Millisecond, Clock: b.clock.Now})
 		require.NoError(t, err)
 		require.NoError(t, h.Start(t.Context()))
 		t.Cleanup(func() { _ = h.Stop() })
-		hs = append(hs, h)
 	}
 	_, err := b.client.Start(b.ctx, "short", nil, &flow.StartOptions{RunID: "swept"})
 	require.NoError(t, err)

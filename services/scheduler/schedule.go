@@ -49,12 +49,11 @@ const SchedulePollDefault = time.Second
 
 // scheduleRunner fires schedules while its replica holds the schedules lease.
 type scheduleRunner struct {
-	s       *Scheduler
-	kv      jetstream.KeyValue
-	defs    *liveness.View
-	poll    time.Duration
-	leading bool
-	done    chan struct{}
+	s    *Scheduler
+	kv   jetstream.KeyValue
+	defs *liveness.View
+	poll time.Duration
+	done chan struct{}
 }
 
 // trackedSchedule is what the runner keeps of one schedule.
