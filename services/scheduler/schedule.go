@@ -17,7 +17,6 @@ import (
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/schedule"
 	"github.com/flowrun/flow/internal/streams"
-	"github.com/flowrun/flow/internal/wait"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -92,66 +91,8 @@ func (s *Scheduler) FiringSchedules() bool { return s.firingSchedules.Load() }
 
 func (r *scheduleRunner) run(ctx context.Context) {
 	defer close(r.done)
-	s := r.s
-	for ctx.Err() == nil {
-		renew := s.renewInterval(ctx)
-		rev, err := s.acquireLease(ctx, schedulesLease)
-		if err != nil {
-			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
-				s.logger.Warn("cannot reach the lease bucket", slog.String("error", err.Error()))
-			}
-			wait.For(ctx, renew)
-			continue
-		}
-		if r.lead(ctx, rev, renew) {
-			wait.For(ctx, restartBackoff)
-		}
-	}
-}
-
-// lead fires schedules while renewing the lease, as lead does for timers.
-func (r *scheduleRunner) lead(ctx context.Context, rev uint64, renew time.Duration) (servingEnded bool) {
-	s := r.s
-	s.logger.Info("schedule runner leads")
-	s.firingSchedules.Store(true)
-	defer s.firingSchedules.Store(false)
-	leadCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- r.serve(leadCtx) }()
-	t := time.NewTicker(renew)
-	defer t.Stop()
-	release := func() {
-		rctx, stop := context.WithTimeout(context.Background(), time.Second)
-		defer stop()
-		_ = s.leases.Delete(rctx, schedulesLease, jetstream.LastRevision(rev))
-	}
-	for {
-		select {
-		case <-t.C:
-			n, err := s.leases.Update(leadCtx, schedulesLease, []byte(s.cfg.Name), rev)
-			if err != nil {
-				s.logger.Warn("lost the schedules lease", slog.String("error", err.Error()))
-				cancel()
-				<-served
-				return false
-			}
-			rev = n
-		case err := <-served:
-			release()
-			if ctx.Err() != nil {
-				return false
-			}
-			s.logger.Warn("stopped firing schedules; released the schedules lease to compete again",
-				slog.String("error", err.Error()), slog.Duration("backoff", restartBackoff))
-			return true
-		case <-ctx.Done():
-			cancel()
-			<-served
-			release()
-			return false
-		}
-	}
+	r.s.runLeased(ctx, leased{key: schedulesLease, role: "schedule runner", doing: "firing schedules",
+		leading: &r.s.firingSchedules, serve: r.serve})
 }
 
 // serve watches FLOW_SCHEDULES and runs each schedule's rounds when due, until ctx ends (nil) or
