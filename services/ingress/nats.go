@@ -157,6 +157,12 @@ func (s *Service) answer(m *nats.Msg, kind api.InputKind, resp *api.InputRespons
 		}
 		return
 	}
+	s.reply(m, "an input", resp, e)
+}
+
+// reply answers request m with resp, or with e when it failed (its code and HTTP status in the
+// headers); what names the request in the log line of a reply that could not be sent.
+func (s *Service) reply(m *nats.Msg, what string, resp any, e *api.IngressError) {
 	reply := &nats.Msg{Subject: m.Reply, Header: nats.Header{}}
 	var err error
 	if e != nil {
@@ -171,7 +177,7 @@ func (s *Service) answer(m *nats.Msg, kind api.InputKind, resp *api.InputRespons
 		err = s.nc.PublishMsg(reply)
 	}
 	if err != nil {
-		s.logger.Warn("answering an input failed", slog.String("subject", m.Subject), slog.String("error", err.Error()))
+		s.logger.Warn("answering "+what+" failed", slog.String("subject", m.Subject), slog.String("error", err.Error()))
 	}
 }
 

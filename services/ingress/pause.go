@@ -2,13 +2,11 @@ package ingress
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -98,22 +96,7 @@ func (s *Service) natsPauses(ctx context.Context, m *nats.Msg) bool {
 		}
 		return true
 	}
-	reply := &nats.Msg{Subject: m.Reply, Header: nats.Header{}}
-	var err error
-	if e != nil {
-		reply.Header.Set(api.HeaderErrorCode, string(e.Code))
-		reply.Header.Set(api.HeaderStatus, strconv.Itoa(e.HTTPStatus()))
-		reply.Data, err = json.Marshal(e)
-	} else {
-		reply.Header.Set(api.HeaderStatus, "200")
-		reply.Data, err = json.Marshal(resp)
-	}
-	if err == nil {
-		err = s.nc.PublishMsg(reply)
-	}
-	if err != nil {
-		s.logger.Warn("answering a pause request failed", slog.String("subject", m.Subject), slog.String("error", err.Error()))
-	}
+	s.reply(m, "a pause request", resp, e)
 	return true
 }
 

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strconv"
 	"strings"
 
 	"github.com/nats-io/nats.go"
@@ -69,22 +68,7 @@ func (s *Service) onReset(ctx context.Context, m *nats.Msg) {
 	if m.Reply == "" {
 		return // a reset's answer is its new run: without a reply subject nobody learns it
 	}
-	reply := &nats.Msg{Subject: m.Reply, Header: nats.Header{}}
-	var err error
-	if e != nil {
-		reply.Header.Set(api.HeaderErrorCode, string(e.Code))
-		reply.Header.Set(api.HeaderStatus, strconv.Itoa(e.HTTPStatus()))
-		reply.Data, err = json.Marshal(e)
-	} else {
-		reply.Header.Set(api.HeaderStatus, "200")
-		reply.Data, err = json.Marshal(resp)
-	}
-	if err == nil {
-		err = s.nc.PublishMsg(reply)
-	}
-	if err != nil {
-		s.logger.Warn("answering a reset failed", "subject", m.Subject, "error", err)
-	}
+	s.reply(m, "a reset", resp, e)
 }
 
 // reset applies a reset request of run runID with body, a JSON api.ResetRequest.

@@ -111,22 +111,7 @@ func (s *Service) onScheduleMsg(ctx context.Context, m *nats.Msg) {
 		}
 		return
 	}
-	reply := &nats.Msg{Subject: m.Reply, Header: nats.Header{}}
-	var err error
-	if e != nil {
-		reply.Header.Set(api.HeaderErrorCode, string(e.Code))
-		reply.Header.Set(api.HeaderStatus, strconv.Itoa(e.HTTPStatus()))
-		reply.Data, err = json.Marshal(e)
-	} else {
-		reply.Header.Set(api.HeaderStatus, "200")
-		reply.Data, err = json.Marshal(resp)
-	}
-	if err == nil {
-		err = s.nc.PublishMsg(reply)
-	}
-	if err != nil {
-		s.logger.Warn("answering a schedule operation failed", slog.String("subject", m.Subject), slog.String("error", err.Error()))
-	}
+	s.reply(m, "a schedule operation", resp, e)
 }
 
 func decodeStrict(data []byte, v any) *api.IngressError {
