@@ -26,10 +26,11 @@ test: test-deps ## Run every test with the race detector (what CI runs)
 	FLOW_REQUIRE_BROWSER=1 $(GO) test -race -count=1 $$($(GO) list $(PKGS) | grep -v -x -F $(SERIAL_LIST))
 	for p in $$($(GO) list $(PKGS) | grep -x -F $(SERIAL_LIST)); do $(GO) test -race -count=1 $$p || exit 1; done
 
-# The suites that kill processes and clusters (crashtest) and build and run images (composetest)
+# The suites that kill processes and clusters (crashtest), build and run images (composetest) and
+# start whole stacks per test (services/worker)
 # run after the others, one at a time: on 2 cores the other packages' load stretches their
 # children's timings past the tests' deadlines.
-SERIAL_PKGS = ./internal/crashtest ./internal/composetest
+SERIAL_PKGS = ./internal/crashtest ./internal/composetest ./services/worker
 SERIAL_LIST = $(foreach p,$(SERIAL_PKGS),-e github.com/flowrun/flow/$(patsubst ./%,%,$(p)))
 
 .PHONY: test-deps
