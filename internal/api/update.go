@@ -79,17 +79,24 @@ type UpdateRequest struct {
 	Wait time.Duration `json:"wait,omitempty"`
 }
 
-// Update states beyond core.UpdateStatus: an update whose run ended before it settled.
-const UpdateAborted core.UpdateStatus = "aborted"
+// Update states beyond the ones history records: an update whose run ended before it settled
+// (aborted), and one whose run a reset ended, which the reset carried on to its new run (moved).
+const (
+	UpdateAborted = core.UpdateAborted
+	UpdateMoved   core.UpdateStatus = "moved"
+)
 
 // UpdateState is where one update stands.
 type UpdateState struct {
 	RunID    string `json:"run_id"`
 	UpdateID string `json:"update_id"`
 	Name     string `json:"name"`
-	// Status is received, accepted, rejected, completed, or aborted (the run ended before the
-	// update settled).
+	// Status is received, accepted, rejected, completed, aborted (the run ended before the
+	// update settled), or moved (a reset ended the run and carried the update on to MovedTo,
+	// which answers it: the history service follows it there when asked to wait).
 	Status core.UpdateStatus `json:"status"`
+	// MovedTo is the run a reset carried the unsettled update on to (Status moved).
+	MovedTo string `json:"moved_to,omitempty"`
 	// Settled is set once Status will not change: rejected, completed or aborted.
 	Settled bool `json:"settled"`
 	// Result is a completed update's result.
@@ -119,6 +126,14 @@ func StateOfUpdate(s *core.Snapshot, id string) (*UpdateState, bool) {
 	if !u.Settled() && s.Blocked != nil && s.Blocked.Seq > u.Seq {
 		st.Blocked = s.Blocked
 	}
+	if link, ok := endingReset(s); ok && !u.Settled() && (u.Seq <= link.Point || !link.DropInputs) {
+		st.Status, st.MovedTo, st.Seq = UpdateMoved, link.NewRunID, link.Seq
+		return st, true
+	}
+	if u.Status == core.UpdateAborted {
+		st.Error = &event.ErrorInfo{Kind: "run_ended", Message: "run " + s.RunID + " is a reset of run " + s.ResetFrom.RunID +
+			", which ended before it settled the update: a reset does not carry on an update answered aborted"}
+	}
 	if !u.Settled() && s.Terminal() {
 		st.Status, st.Settled, st.Seq = UpdateAborted, true, s.Outcome.Seq
 		st.Error = &event.ErrorInfo{Kind: "run_ended", Message: "run " + s.RunID + " ended (" + string(s.Outcome.Outcome) + ") before judging the update"}
@@ -130,4 +145,15 @@ func StateOfUpdate(s *core.Snapshot, id string) (*UpdateState, bool) {
 		}
 	}
 	return st, true
+}
+
+// endingReset returns the reset that ended run s (run.reset recorded while it was active), if
+// one did.
+func endingReset(s *core.Snapshot) (core.ResetLink, bool) {
+	for _, r := range s.Resets {
+		if r.Terminated {
+			return r, true
+		}
+	}
+	return core.ResetLink{}, false
 }

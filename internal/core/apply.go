@@ -133,8 +133,20 @@ func (s *Snapshot) check(e event.Envelope) error {
 	if e.Seq != s.Seq+1 {
 		return s.fail(e, "sequence", "expected seq %d, got %d (sequences run 1..n without gaps)", s.Seq+1, e.Seq)
 	}
+	if s.DeletedSeq > 0 {
+		return s.fail(e, "after_deleted", "%s after run.deleted at seq %d: nothing follows a deletion", e.Type(), s.DeletedSeq)
+	}
+	if _, deleted := e.Payload.(*event.RunDeleted); deleted {
+		switch {
+		case s.Outcome == nil:
+			return s.fail(e, "deleted_active", "run.deleted of a run that has not ended")
+		case s.resetEnding:
+			return s.fail(e, "reset_order", "run.deleted while the termination of a run.reset is due")
+		}
+		return nil
+	}
 	if _, reset := e.Payload.(*event.RunReset); reset {
-		return s.checkReset(e) // the one event that may follow the terminal event
+		return s.checkReset(e) // an event that may follow the terminal event
 	}
 	if s.resetEnding {
 		if err := s.checkResetEnding(e); err != nil {
@@ -393,6 +405,9 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.ResetFrom = d.ResetFrom
 		s.Schedule = d.Schedule
 	case *event.RunAdmitted:
+		if s.readmits(e.Seq) {
+			break // the old run's admission, copied by a reset: the new run is admitted anew
+		}
 		s.Admitted, s.AdmittedSeq, s.AdmittedAt = true, e.Seq, e.Time
 	case *event.RunDebounced:
 		s.Input, s.NotBefore, s.NotBeforeSeq = d.Input, d.NotBefore, e.Seq
@@ -554,6 +569,8 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.resetEnding = false
 	case *event.RunReset:
 		s.mutateReset(e, d)
+	case *event.RunDeleted:
+		s.DeletedSeq = e.Seq
 	}
 	s.mutateCancel(e)
 	s.mutateChildRetry(e)

@@ -12,6 +12,17 @@ import (
 // and no decision event may be recorded (a history that does is invalid, rule "not_admitted");
 // it may still receive inputs (signals are buffered), be cancelled, or be terminated.
 
+// A reset run under flow control (reset_from.readmit) is admitted anew: the old run's
+// run.admitted, copied with the prefix, does not admit it, so that a reset takes a slot and a
+// rate token like any start and never runs beside its limit. Until its own run.admitted it is
+// queued like a new run, with the copied decisions replayed but nothing new decided and no
+// copied attempt run. Resets recorded before readmit existed kept the copied admission.
+
+// readmits reports whether the run.admitted at seq is a copy that does not admit the run.
+func (s *Snapshot) readmits(seq uint64) bool {
+	return s.ResetFrom != nil && s.ResetFrom.Readmit && s.Copied(seq)
+}
+
 // Queued reports whether the run started under flow control and is not admitted yet, and has
 // not ended.
 func (s *Snapshot) Queued() bool { return s.Control != nil && !s.Admitted && s.Outcome == nil }
@@ -38,7 +49,7 @@ func (s *Snapshot) checkAdmission(e event.Envelope) error {
 	case *event.RunCancelled, *event.RunFailed, *event.StepCancelled:
 		// A queued run may be cancelled or terminated.
 	default:
-		if _, failed := e.Payload.(*event.DecisionFailed); (failed || isDecisionEvent(e.Payload)) && s.Queued() {
+		if _, failed := e.Payload.(*event.DecisionFailed); (failed || isDecisionEvent(e.Payload)) && s.Queued() && !s.Copied(e.Seq) {
 			return s.fail(e, "not_admitted", "%s before run.admitted: a run under flow control decides only once admitted", e.Type())
 		}
 	}

@@ -56,7 +56,8 @@ func Decide(s *Snapshot, d Decider, opts DecideOptions) (Verdict, error) {
 	if s.Delayed {
 		return delayedVerdict(s), nil
 	}
-	if s.Queued() {
+	if s.Queued() && !s.Copied(s.Seq+1) {
+		// A reset run replaying its copied decisions decided them admitted, in the old run.
 		return queuedVerdict(s)
 	}
 	if events := exhaustion(s); events != nil {

@@ -244,10 +244,15 @@ func generate(t testing.TB, seed uint64, n int) []event.Envelope {
 	}
 	if seed%5 == 1 {
 		// A reset of the run, ended or active (then run.reset ends it): run.reset follows.
-		from := &event.ResetFrom{RunID: g.s.RunID, Seq: 1, Mode: event.ResetToSeq, CopiedTo: g.s.Seq, SeedRunID: g.s.RunID}
-		ps, err := core.RecordReset(g.s, g.s.RunID+"=_reset-1", from)
+		plan := &core.ResetPlan{Point: 1, Record: &event.RunReset{Seq: 1, Mode: event.ResetToSeq},
+			Started: &event.RunStarted{ResetFrom: &event.ResetFrom{RunID: g.s.RunID, Seq: 1, Mode: event.ResetToSeq, CopiedTo: g.s.Seq, SeedRunID: g.s.RunID}}}
+		ps, err := core.RecordReset(g.s, g.s.RunID+"=_reset-1", plan)
 		require.NoError(t, err, "seed %d", seed)
 		require.NoError(t, g.commit(ps), "seed %d", seed)
+	}
+	if seed%7 == 3 && g.s.Terminal() {
+		// Retention deleted the ended run: run.deleted follows, last.
+		require.NoError(t, g.commit([]event.Payload{&event.RunDeleted{Reason: "retention 1h passed", Msgs: uint64(len(g.envs))}}), "seed %d", seed)
 	}
 	return g.envs
 }

@@ -40,14 +40,20 @@ type ResetRequest struct {
 	RequestID  string
 }
 
-// ResetPlan is what PlanReset derives: the new run's first commit.
+// ResetPlan is what PlanReset derives: the old run's record of the reset and the new run's first
+// commit.
 type ResetPlan struct {
 	// Point is the reset point, the old run's last copied event.
 	Point uint64
+	// Record is the old run's run.reset, but for the new run's ID (NewRunID) and whether it
+	// ends the old run (Terminated), which RecordReset sets.
+	Record *event.RunReset
 	// Started is the new run's run.started, with ResetFrom set (At is left to the writer).
 	Started *event.RunStarted
 	// Copied are the old run's events 2..Point; Reapplied the inputs after it, as recorded.
 	Copied, Reapplied []event.Envelope
+	// Old is the old run's snapshot the plan was made on (PlanReset only).
+	Old *Snapshot
 }
 
 // Events returns the plan's commit: run.started at started, the copies with their recorded
@@ -288,27 +294,57 @@ func PlanReset(runID string, history []event.Envelope, req ResetRequest) (*Reset
 		req.StepID = ""
 	}
 
+	if req.Mode != event.ResetToStep && req.Mode != event.ResetRerun {
+		req.StepID = ""
+	}
+	var input json.RawMessage
+	if len(req.Input) > 0 {
+		if input, err = CanonicalJSON(req.Input); err != nil {
+			return nil, bad("the rerun's input is not valid JSON: %v", err)
+		}
+	}
+	rr := &event.RunReset{Seq: point, Mode: req.Mode, StepID: req.StepID, Reason: req.Reason, RequestID: req.RequestID,
+		DropInputs: req.DropInputs, Input: input}
+	plan := planAt(runID, history, s.Seq, rr)
+	plan.Old = s
+	return plan, nil
+}
+
+// PlanRecorded derives the first commit of the new run that the old run's run.reset rr, at seq
+// recordedAt, created: the old run's history up to the event before rr is what the reset copied.
+// history is the old run's, from seq 1 to at least recordedAt-1. It is what the writers of the
+// new run (the resetter, the history service, a forwarded input) compute, each the same.
+func PlanRecorded(runID string, history []event.Envelope, rr *event.RunReset, recordedAt uint64) (*ResetPlan, error) {
+	if recordedAt < 2 || uint64(len(history)) < recordedAt-1 || rr.Seq >= recordedAt {
+		return nil, fmt.Errorf("%w: run %q records run.reset at seq %d naming point %d, with %d events read", ErrInvalidHistory, runID, recordedAt, rr.Seq, len(history))
+	}
+	if _, ok := history[0].Payload.(*event.RunStarted); !ok {
+		return nil, fmt.Errorf("%w: run %q does not begin with run.started", ErrInvalidHistory, runID)
+	}
+	return planAt(runID, history[:recordedAt-1], recordedAt-1, rr), nil
+}
+
+// planAt builds the plan of reset rr of the old run, whose history up to copiedTo is history.
+func planAt(runID string, history []event.Envelope, copiedTo uint64, rr *event.RunReset) *ResetPlan {
+	started := history[0].Payload.(*event.RunStarted)
 	ns := *started
 	seedRun := runID
 	if started.ResetFrom != nil {
 		seedRun = started.ResetFrom.SeedRunID
 	}
 	ns.StartPolicy = nil // the new run was started by a reset, not by a start policy
-	ns.ResetFrom = &event.ResetFrom{RunID: runID, Seq: point, Mode: req.Mode, StepID: req.StepID, Reason: req.Reason,
-		RequestID: req.RequestID, DropInputs: req.DropInputs, CopiedTo: s.Seq, SeedRunID: seedRun}
-	if len(req.Input) > 0 {
-		in, err := CanonicalJSON(req.Input)
-		if err != nil {
-			return nil, bad("the rerun's input is not valid JSON: %v", err)
-		}
-		ns.Input, ns.ResetFrom.InputReplaced = in, true
+	ns.ResetFrom = &event.ResetFrom{RunID: runID, Seq: rr.Seq, Mode: rr.Mode, StepID: rr.StepID, Reason: rr.Reason,
+		RequestID: rr.RequestID, DropInputs: rr.DropInputs, CopiedTo: copiedTo, SeedRunID: seedRun, Readmit: true}
+	if len(rr.Input) > 0 {
+		ns.Input, ns.ResetFrom.InputReplaced = rr.Input, true
 	}
-	plan := &ResetPlan{Point: point, Started: &ns, Copied: history[1:point]}
-	if !req.DropInputs {
-		plan.Reapplied = ReapplicableInputs(history, point, s.Seq)
+	ns.ResetFrom.AbortedUpdates = abortedUpdates(history[:copiedTo])
+	plan := &ResetPlan{Point: rr.Seq, Started: &ns, Copied: history[1:rr.Seq], Record: rr}
+	if !rr.DropInputs {
+		plan.Reapplied = ReapplicableInputs(history, rr.Seq, copiedTo)
 	}
 	ns.ResetFrom.Reapplied = len(plan.Reapplied)
-	return plan, nil
+	return plan
 }
 
 // ReapplicableInputs returns the inputs of history (a run's, from seq 1) after point up to and
@@ -318,6 +354,7 @@ func PlanReset(runID string, history []event.Envelope, req ResetRequest) (*Reset
 // of its own: that delivery is not reapplied).
 func ReapplicableInputs(history []event.Envelope, point, to uint64) []event.Envelope {
 	hooks := map[string]bool{}
+	aborted := abortedUpdates(history[:min(to, uint64(len(history)))])
 	var out []event.Envelope
 	for _, e := range history {
 		if e.Seq > to {
@@ -330,12 +367,47 @@ func ReapplicableInputs(history []event.Envelope, point, to uint64) []event.Enve
 			continue
 		}
 		switch p := e.Payload.(type) {
-		case *event.SignalReceived, *event.UpdateReceived:
+		case *event.SignalReceived:
 			out = append(out, e)
+		case *event.UpdateReceived:
+			if !slices.Contains(aborted, p.UpdateID) {
+				out = append(out, e)
+			}
 		case *event.HookReceived:
 			if hooks[p.HookID] {
 				out = append(out, e)
 			}
+		}
+	}
+	return out
+}
+
+// abortedUpdates returns the updates of history, a run's events from seq 1, that were unsettled
+// when the run ended, if it ended: their callers were answered "aborted", so a reset of the run
+// carries none of them on. In the order received; nil for a run that has not ended.
+func abortedUpdates(history []event.Envelope) []string {
+	var received []string
+	settled := map[string]bool{}
+	ended := false
+	for _, e := range history {
+		switch p := e.Payload.(type) {
+		case *event.UpdateReceived:
+			received = append(received, p.UpdateID)
+		case *event.UpdateRejected:
+			settled[p.UpdateID] = true
+		case *event.UpdateCompleted:
+			settled[p.UpdateID] = true
+		default:
+			ended = ended || e.Type().Terminal()
+		}
+	}
+	if !ended {
+		return nil
+	}
+	var out []string
+	for _, id := range received {
+		if !settled[id] {
+			out = append(out, id)
 		}
 	}
 	return out
@@ -367,31 +439,36 @@ func (s *Snapshot) ResetOf(newRunID string) (ResetLink, bool) {
 	return ResetLink{}, false
 }
 
-// RecordReset returns the events that record, in run s (the old run), the reset that created
-// the run whose run.started recorded from: run.reset, and, if s is active, its termination
-// (step.cancelled for unsettled steps, then run.failed with cause operator) in the same commit.
-// It returns an error wrapping ErrDuplicate if s already records that reset.
-func RecordReset(s *Snapshot, newRunID string, from *event.ResetFrom) ([]event.Payload, error) {
+// RecordReset returns the events that record plan's reset in run s, the old run, as the reset
+// creating run newRunID: run.reset, and, if s is active, its termination (step.cancelled for
+// unsettled steps, then run.failed with cause operator) in the same commit. The record is the
+// reset's commit point: the new run follows from it (PlanRecorded). It returns an error
+// wrapping ErrDuplicate if s already records that reset, and a *ConflictError-like
+// ErrStale if s moved on since the plan was made (plan again on the later snapshot).
+func RecordReset(s *Snapshot, newRunID string, plan *ResetPlan) ([]event.Payload, error) {
 	if s.Seq == 0 {
 		return nil, fmt.Errorf("%w: run %q has not started", ErrNotFound, s.RunID)
 	}
 	if _, ok := s.ResetOf(newRunID); ok {
 		return nil, ErrDuplicate
 	}
-	r := &event.RunReset{NewRunID: newRunID, Seq: from.Seq, Mode: from.Mode, StepID: from.StepID, Reason: from.Reason,
-		RequestID: from.RequestID, DropInputs: from.DropInputs, Terminated: !s.Terminal()}
-	if s.Terminal() {
-		return []event.Payload{r}, nil
+	if plan.Started.ResetFrom.CopiedTo != s.Seq {
+		return nil, fmt.Errorf("%w: run %q is at seq %d, the reset was planned at seq %d", ErrStale, s.RunID, s.Seq, plan.Started.ResetFrom.CopiedTo)
 	}
-	reason := fmt.Sprintf("reset: run %q continues from seq %d (%s)", newRunID, from.Seq, from.Mode)
-	if from.Reason != "" {
-		reason += ": " + from.Reason
+	r := *plan.Record
+	r.NewRunID, r.Terminated = newRunID, !s.Terminal()
+	if s.Terminal() {
+		return []event.Payload{&r}, nil
+	}
+	reason := fmt.Sprintf("reset: run %q continues from seq %d (%s)", newRunID, r.Seq, r.Mode)
+	if r.Reason != "" {
+		reason += ": " + r.Reason
 	}
 	end, err := Terminate(s, reason)
 	if err != nil {
 		return nil, err
 	}
-	return append([]event.Payload{r}, end...), nil
+	return append([]event.Payload{&r}, end...), nil
 }
 
 // checkReset validates a run.reset, the one event that may follow the terminal event.
@@ -434,7 +511,7 @@ func (s *Snapshot) checkResetEnding(e event.Envelope) error {
 
 func (s *Snapshot) mutateReset(e event.Envelope, r *event.RunReset) {
 	s.Resets = append(s.Resets, ResetLink{NewRunID: r.NewRunID, Point: r.Seq, Mode: r.Mode, StepID: r.StepID, Reason: r.Reason,
-		DropInputs: r.DropInputs, Terminated: r.Terminated, Seq: e.Seq})
+		DropInputs: r.DropInputs, Terminated: r.Terminated, InputReplaced: len(r.Input) > 0, Seq: e.Seq})
 	s.resetEnding = r.Terminated
 }
 

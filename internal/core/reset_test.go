@@ -103,13 +103,20 @@ func TestPlanReset(t *testing.T) {
 			}
 			require.Empty(t, core.Check("r=_reset-1", nw.envs))
 			old := &history{t: t, run: "r", now: h.now, envs: append([]event.Envelope(nil), h.envs...)}
-			ps, err := core.RecordReset(old.snapshot(), "r=_reset-1", rf)
+			ps, err := core.RecordReset(old.snapshot(), "r=_reset-1", plan)
 			require.NoError(t, err)
+			recordedAt := uint64(len(old.envs) + 1)
 			old.add(ps...)
 			require.Empty(t, core.Check("r", old.envs))
 			require.Empty(t, core.CheckReset("r", old.envs, "r=_reset-1", nw.envs))
-			_, err = core.RecordReset(old.snapshot(), "r=_reset-1", rf)
+			_, err = core.RecordReset(old.snapshot(), "r=_reset-1", plan)
 			require.ErrorIs(t, err, core.ErrDuplicate)
+
+			// The record alone derives the same new run, for every writer that starts it.
+			rr := old.envs[recordedAt-1].Payload.(*event.RunReset)
+			again, err := core.PlanRecorded("r", old.envs, rr, recordedAt)
+			require.NoError(t, err)
+			require.Equal(t, plan.Events(epoch, epoch.Add(time.Hour)), again.Events(epoch, epoch.Add(time.Hour)))
 
 			// A copy that differs, or a missing run.reset, is found.
 			bad := append([]event.Envelope(nil), nw.envs...)

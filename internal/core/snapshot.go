@@ -315,6 +315,9 @@ type Snapshot struct {
 	ResetFrom *event.ResetFrom `json:"reset_from,omitempty"`
 	// Resets are the resets of this run (run.reset), oldest first: each names the new run.
 	Resets []ResetLink `json:"resets,omitempty"`
+	// DeletedSeq is the sequence of the run's run.deleted, 0 while it is not deleted: a history
+	// read whole again (from its archive and the stream) ends with it.
+	DeletedSeq uint64 `json:"deleted_seq,omitempty"`
 	// Paused is the run's current pause (run.paused, not followed by run.unpaused); nil when
 	// it is not paused. Pauses counts the run.paused events recorded.
 	Paused *Pause `json:"paused,omitempty"`
@@ -590,7 +593,9 @@ type ResetLink struct {
 	Reason     string          `json:"reason,omitempty"`
 	DropInputs bool            `json:"drop_inputs,omitempty"`
 	Terminated bool            `json:"terminated,omitempty"`
-	Seq        uint64          `json:"seq"`
+	// InputReplaced is set for a rerun with a new input.
+	InputReplaced bool   `json:"input_replaced,omitempty"`
+	Seq           uint64 `json:"seq"`
 }
 
 // Summary returns the run's summary, as of the event that last changed it.

@@ -31,6 +31,9 @@ const (
 	UpdateRejected UpdateStatus = "rejected"
 	// UpdateCompleted: completed with Result, or failed with Error. Settled.
 	UpdateCompleted UpdateStatus = "completed"
+	// UpdateAborted: its run ended before it settled, and a reset that copied it does not carry
+	// it on (ResetFrom.AbortedUpdates). Settled.
+	UpdateAborted UpdateStatus = "aborted"
 )
 
 // Update is the projection of one update.
@@ -50,7 +53,9 @@ type Update struct {
 }
 
 // Settled reports whether the update's outcome is recorded: rejected or completed.
-func (u *Update) Settled() bool { return u.Status == UpdateRejected || u.Status == UpdateCompleted }
+func (u *Update) Settled() bool {
+	return u.Status == UpdateRejected || u.Status == UpdateCompleted || u.Status == UpdateAborted
+}
 
 // Open reports whether the update was accepted and waits for its result.
 func (u *Update) Open() bool { return u.Status == UpdateAccepted }
@@ -250,6 +255,8 @@ func (s *Snapshot) checkUpdate(e event.Envelope) error {
 func (s *Snapshot) checkJudged(e event.Envelope, id string) error {
 	u, ok := s.Updates[id]
 	switch {
+	case ok && u.Status == UpdateAborted && s.Copied(e.Seq):
+		return nil // the old run judged it; it stays aborted in this reset run
 	case !ok:
 		return s.fail(e, "unknown_id", "update %q was never received", id)
 	case u.Status != UpdateReceived:
@@ -267,11 +274,19 @@ func (s *Snapshot) mutateUpdate(e event.Envelope) {
 		if s.Updates == nil {
 			s.Updates = map[string]*Update{}
 		}
-		s.Updates[p.UpdateID] = &Update{ID: p.UpdateID, Name: p.Name, Payload: p.Payload, Seq: e.Seq, Status: UpdateReceived}
+		u := &Update{ID: p.UpdateID, Name: p.Name, Payload: p.Payload, Seq: e.Seq, Status: UpdateReceived}
+		s.Updates[p.UpdateID] = u
 		s.updateOrder = append(s.updateOrder, p.UpdateID)
+		if s.ResetFrom != nil && slices.Contains(s.ResetFrom.AbortedUpdates, p.UpdateID) {
+			u.Status, u.SettledSeq = UpdateAborted, e.Seq
+			break
+		}
 		s.undecided = append(s.undecided, p.UpdateID)
 	case *event.UpdateAccepted:
 		u := s.Updates[p.UpdateID]
+		if u.Status == UpdateAborted {
+			break
+		}
 		u.Status, u.DecidedSeq = UpdateAccepted, e.Seq
 		s.undecided = s.undecided[1:]
 	case *event.UpdateRejected:

@@ -22,12 +22,11 @@ import (
 )
 
 // TestIngressKilledBetweenResetWrites kills, with SIGKILL, the ingress process that applies a
-// reset, between the reset's two writes (fault point after-reset-start-before-link): the new run
-// is committed, the old run does not record run.reset yet and is still active. The history
-// service, applying the new run's start, records run.reset in the old run and ends it; the new
-// run is driven to its signal wait; a signal sent to the old run's ID reaches the new run; a
-// repeat of the reset returns the same new run. Both histories pass the invariants checker and
-// the reset's link check (core.CheckReset).
+// reset, between the reset's two writes (fault point after-reset-record-before-start): the old
+// run records run.reset and ends, the new run it names is not written yet. The history service,
+// applying the old run's commit, writes the new run; it is driven to its signal wait; a signal
+// sent to the old run's ID reaches the new run; a repeat of the reset returns the same new run.
+// Both histories pass the invariants checker and the reset's link check (core.CheckReset).
 func TestIngressKilledBetweenResetWrites(t *testing.T) {
 	t.Parallel()
 	be := singleServer(t)
@@ -47,7 +46,7 @@ func TestIngressKilledBetweenResetWrites(t *testing.T) {
 
 	// The only ingress is the victim, armed to die between the reset's writes.
 	victim := childConfig{Role: roleIngress, Name: "ingress-1", NATSURL: be.url, Dir: scratchDir(t), HTTP: "off",
-		Faults: "after-reset-start-before-link:kill"}
+		Faults: "after-reset-record-before-start:kill"}
 	first := startChild(t, victim)
 	client, err := flow.NewClient(ctx, be.connect(t), nil)
 	require.NoError(t, err)
@@ -66,11 +65,11 @@ func TestIngressKilledBetweenResetWrites(t *testing.T) {
 	select {
 	case <-first.exited:
 	case <-ctx.Done():
-		t.Fatal("the ingress never reached after-reset-start-before-link")
+		t.Fatal("the ingress never reached after-reset-record-before-start")
 	}
 	require.ErrorContains(t, first.exitErr(), "killed")
 
-	// The history service repairs: the old run records run.reset and ends.
+	// The old run recorded run.reset and ended; the history service writes the new run.
 	var newID string
 	require.Eventually(t, func() bool {
 		snap, err := client.Snapshot(ctx, "w-1")

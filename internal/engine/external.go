@@ -120,21 +120,34 @@ func (e *Engine) Fire(ctx context.Context, t core.Timer) error {
 // predecessor implies); an ended run whose caller ID a later run reuses (start policies)
 // passes the input on to that run. It returns the ID of the run it appended to.
 func (e *Engine) forward(ctx context.Context, runID string, compute func(*core.Snapshot) ([]event.Payload, error)) (string, error) {
+	// resetOf is the run whose reset named runID, while runID is followed to from it.
+	resetOf := ""
+	var ended *core.Snapshot
+	follow := func(s *core.Snapshot) ([]event.Payload, error) {
+		events, err := compute(s)
+		if errors.Is(err, core.ErrTerminal) && s.Outcome != nil {
+			ended = s
+			return nil, errFollow
+		}
+		return events, err
+	}
 	for range maxGenerations {
-		var ended *core.Snapshot
-		err := e.external(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
-			events, err := compute(s)
-			if errors.Is(err, core.ErrTerminal) && s.Outcome != nil {
-				ended = s
-				return nil, errFollow
+		ended = nil
+		err := e.external(ctx, runID, follow)
+		if resetOf != "" && errors.Is(err, core.ErrNotFound) {
+			// The reset is recorded and its new run not written yet: write it (as the history
+			// service would), then deliver.
+			if err := e.startReset(ctx, resetOf, runID); err != nil {
+				return runID, err
 			}
-			return events, err
-		})
+			err = e.external(ctx, runID, follow)
+		}
 		if !errors.Is(err, errFollow) {
 			return runID, err
 		}
+		resetOf = ""
 		if next, ok := resetTarget(ended); ok {
-			runID = next // a run that was reset passes inputs on to the run that replaced it
+			resetOf, runID = runID, next // a run that was reset passes inputs on to the run that replaced it
 			continue
 		}
 		if ended.Outcome.Outcome != event.OutcomeContinuedAsNew {

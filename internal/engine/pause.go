@@ -160,9 +160,10 @@ func (d *driver) held() (streams.Pause, bool) {
 }
 
 // holds reports whether the run may start no attempt now: it is paused, or its definition or
-// queue is.
+// queue is, or it waits for admission under flow control (a reset run's copied attempts run
+// once it is admitted anew).
 func (d *driver) holds() bool {
-	if d.s.IsPaused() {
+	if d.s.IsPaused() || d.s.Queued() {
 		return true
 	}
 	_, ok := d.held()

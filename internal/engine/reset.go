@@ -19,20 +19,22 @@ import (
 // Reset and rerun (docs/reset.md) start a new run from a prefix of an old run's history. The
 // writes, in order:
 //
-//  1. the new run, appended create-only at sequence 0 under a deterministic run ID (ResetRunID):
-//     run.started with reset_from, the old run's events 2..point and the reapplied inputs, in
-//     one commit. It is the reset's decision: a repeat finds it and returns the same run.
-//  2. run.reset in the old run, naming the new run, with the old run's termination in the same
-//     commit if it was active. It follows from 1 (ApplyCommit of the new run's run.started,
-//     which the history service applies to every commit), so a crash between them delays it
-//     and never loses it.
-//  3. the inputs the old run recorded after the copy and before run.reset, passed on to the new
-//     run with their delivery and update IDs (deduplicated there), and the routes of the hook
-//     tokens the new run copied, taken over from the old run, which has ended by then. Both
-//     follow from 2 (ApplyCommit of the old run's run.reset) and are idempotent.
+//  1. run.reset in the old run, appended at the sequence the reset was planned on (optimistic
+//     concurrency), naming the new run (a run ID derived from the request, ResetRunID), the
+//     point and the mode, with a rerun's new input, and the old run's termination in the same
+//     commit if it was active. It is the reset's commit point: two resets of one run, or a reset
+//     and a deletion (retention), are ordered by it, and a repeat of the request finds it.
+//  2. the new run, appended create-only at sequence 0: run.started with reset_from, the old
+//     run's events 2..point and the reapplied inputs, in one commit. It follows from 1
+//     (core.PlanRecorded of the old run's history before run.reset): the history service
+//     creates it when it applies the old run's commit (ApplyCommit), an input forwarded to the
+//     new run creates it first, and the resetter creates it at once as a fast path. Whoever
+//     comes first writes it; the others find it.
+//  3. the routes of the hook tokens the new run copied, taken over from the old run, which has
+//     ended by then. They follow from 2 (ApplyCommit of the new run's first commit) and are
+//     idempotent.
 //
-// Reset does all three at once as a fast path; the last needs write access to the hook routes,
-// which the ingress does not have under natsperm, so there the history service does it.
+// A crash between any two writes delays the next and never loses it.
 
 // ResetParams asks for a reset or a rerun of run RunID.
 type ResetParams struct {
@@ -56,6 +58,23 @@ type ResetParams struct {
 // ErrResetConflict is wrapped by the error of a reset whose request ID was used for another
 // reset of the run.
 var ErrResetConflict = errors.New("flow: reset request ID already used")
+
+// ActiveResetError refuses a reset of a run that an earlier reset ended while the run that
+// carries on from it (the earlier reset's new run, followed through its own resets and
+// continuations) is still active: a reset never leaves two live runs of one chain. It matches
+// ErrRunExists.
+type ActiveResetError struct {
+	// RunID is the run asked to be reset; Head the active run of its chain.
+	RunID, Head string
+}
+
+func (e *ActiveResetError) Error() string {
+	return fmt.Sprintf("flow: run %q was reset before and its chain goes on in run %q, which is still active: reset %q instead "+
+		"(its history begins with a copy of this one's), or end it first (`flow terminate %s`)", e.RunID, e.Head, e.Head, e.Head)
+}
+
+// Is matches ErrRunExists.
+func (e *ActiveResetError) Is(target error) bool { return target == ErrRunExists }
 
 // ResetRunID derives the run ID of a reset of run oldRun identified by key: the old run's ID
 // without the suffix of an earlier reset, then "=_reset-" and 16 hex digits of SHA-256 over the
@@ -87,136 +106,190 @@ func resetKey(p ResetParams, point uint64) string {
 	return fmt.Sprintf("point\x00%d\x00%s\x00%s\x00%t\x00%s", point, p.Mode, p.StepID, p.DropInputs, in)
 }
 
-// Reset starts a new run from a prefix of run p.RunID's history, as p asks (see ResetParams),
-// records run.reset in the old run, ending it if it is active, and returns the new run's ID. A
-// repeat of the same reset (the same RequestID, or without one the same point, mode and
-// options) returns the same run. Errors wrap core.ErrNotFound, core.ErrInvalidInput (a
-// *core.ResetPointError for a point that is not a reset point) or ErrResetConflict.
+// maxResetRounds bounds the rounds of a reset that keeps losing the race to other writers of
+// the old run.
+const maxResetRounds = 16
+
+// Reset records in run p.RunID a reset as p asks (see ResetParams), ending the run if it is
+// active, starts the new run it names, and returns the new run's ID. A repeat of the same reset
+// (the same RequestID, or without one the same point, mode and options) returns the same run.
+// Errors wrap core.ErrNotFound, core.ErrInvalidInput (a *core.ResetPointError for a point that
+// is not a reset point), ErrResetConflict, or ErrRunExists (an *ActiveResetError).
 func (e *Engine) Reset(ctx context.Context, p ResetParams) (string, error) {
 	if err := event.ValidateDerivedRunID(p.RunID); err != nil {
 		return "", fmt.Errorf("%w: %w", core.ErrInvalidInput, err)
 	}
-	hist, err := e.store.LoadAtLeast(ctx, p.RunID, 0, 1)
-	if err != nil {
-		return "", fmt.Errorf("loading run %q: %w", p.RunID, err)
-	}
-	plan, err := core.PlanReset(p.RunID, hist, core.ResetRequest{Mode: p.Mode, Seq: p.Seq, StepID: p.StepID, Input: p.Input,
-		DropInputs: p.DropInputs, Reason: p.Reason, RequestID: p.RequestID})
-	if err != nil {
-		return "", err
-	}
-	newID := ResetRunID(p.RunID, resetKey(p, plan.Point))
-	if err := event.ValidateDerivedRunID(newID); err != nil {
-		return "", fmt.Errorf("%w: the reset's run ID: %w", core.ErrInvalidInput, err)
-	}
-	if err := e.faults.Hit(fault.StoreAppend); err != nil {
-		return "", fmt.Errorf("appending the reset run: %w", err)
-	}
-	events := plan.Events(hist[0].Time, e.clock.Now().UTC())
-	if err := e.offloadEvents(ctx, events); err != nil { // a rerun's new large input
-		return "", fmt.Errorf("appending the reset run: %w", err)
-	}
-	last, err := e.store.Append(ctx, newID, 0, events...)
-	countAppend(ctx, err)
-	from := plan.Started.ResetFrom
-	switch {
-	case errors.Is(err, store.ErrConflict):
-		if from, err = e.sameReset(ctx, newID, from); err != nil {
+	atLeast := uint64(1)
+	for range maxResetRounds {
+		hist, err := e.store.LoadAtLeast(ctx, p.RunID, 0, atLeast)
+		if err != nil {
+			return "", fmt.Errorf("loading run %q: %w", p.RunID, err)
+		}
+		plan, err := core.PlanReset(p.RunID, hist, core.ResetRequest{Mode: p.Mode, Seq: p.Seq, StepID: p.StepID, Input: p.Input,
+			DropInputs: p.DropInputs, Reason: p.Reason, RequestID: p.RequestID})
+		if err != nil {
 			return "", err
 		}
-	case err != nil:
-		return "", fmt.Errorf("appending the reset run %q: %w", newID, err)
-	default:
+		newID := ResetRunID(p.RunID, resetKey(p, plan.Point))
+		if err := event.ValidateDerivedRunID(newID); err != nil {
+			return "", fmt.Errorf("%w: the reset's run ID: %w", core.ErrInvalidInput, err)
+		}
+		old := plan.Old
+		if link, ok := old.ResetOf(newID); ok {
+			// A repeat: the reset is recorded; make sure its run exists.
+			if err := sameReset(p, plan, link, newID); err != nil {
+				return "", err
+			}
+			if err := e.startReset(ctx, p.RunID, newID); err != nil {
+				return "", err
+			}
+			return newID, nil
+		}
+		if head, live, err := e.chainHead(ctx, old); err != nil {
+			return "", err
+		} else if live {
+			return "", &ActiveResetError{RunID: p.RunID, Head: head}
+		}
+		events, err := core.RecordReset(old, newID, plan)
+		if err != nil {
+			return "", err
+		}
+		if err := e.offload(ctx, events); err != nil { // a rerun's large input
+			return "", fmt.Errorf("recording the reset in run %q: %w", p.RunID, err)
+		}
+		err = e.commit(ctx, old, events)
+		var ce *store.ConflictError
+		if errors.As(err, &ce) {
+			atLeast = max(atLeast, ce.Actual) // another writer came first: plan again on what it wrote
+			continue
+		}
+		if err != nil {
+			return "", fmt.Errorf("recording the reset in run %q: %w", p.RunID, err)
+		}
 		e.logger.InfoContext(ctx, "run reset", slog.String("run_id", p.RunID), slog.String("new_run_id", newID),
 			slog.Uint64("point", plan.Point), slog.String("mode", string(p.Mode)))
-	}
-	if err := e.faults.Hit(fault.AfterResetStartBeforeLink); err != nil {
-		return newID, nil // the history service links the runs when it applies the new run's start
-	}
-	if err := e.linkReset(ctx, newID, from); err != nil {
-		e.logger.WarnContext(ctx, "the old run does not record its reset yet; the history service records it", slog.String("run_id", p.RunID),
-			slog.String("new_run_id", newID), slog.String("error", err.Error()))
-	} else if err := e.faults.Hit(fault.AfterResetLinkBeforeHooks); err == nil {
-		if err := e.afterReset(ctx, p.RunID, newID); err != nil {
-			// An ingress may not write hook routes: the history service does it.
-			e.logger.DebugContext(ctx, "the reset's late inputs and hook routes are left to the history service", slog.String("run_id", p.RunID),
+		if err := e.faults.Hit(fault.AfterResetRecordBeforeStart); err != nil {
+			return newID, nil // the history service starts the new run when it applies the record
+		}
+		if err := e.startReset(ctx, p.RunID, newID); err != nil {
+			e.logger.WarnContext(ctx, "the reset's new run is not started yet; the history service starts it", slog.String("run_id", p.RunID),
 				slog.String("new_run_id", newID), slog.String("error", err.Error()))
 		}
+		return newID, nil
 	}
-	if last > 0 {
-		e.resume(ctx, Task{RunID: newID, Queue: plan.Started.Queue, Build: plan.Started.Spec.BuildID, Seq: last, TraceParent: plan.Started.TraceParent})
-	}
-	return newID, nil
+	return "", fmt.Errorf("run %q changed %d times while a reset was recorded in it; retry", p.RunID, maxResetRounds)
 }
 
-// sameReset checks that run newID, which exists, is the reset want describes (a repeat), and
-// returns its record.
-func (e *Engine) sameReset(ctx context.Context, newID string, want *event.ResetFrom) (*event.ResetFrom, error) {
-	hist, err := e.store.LoadAtLeast(ctx, newID, 0, 1)
-	if err != nil {
-		return nil, fmt.Errorf("loading run %q: %w", newID, err)
+// sameReset checks that the reset link of the old run records is the one p asks for (a repeat).
+func sameReset(p ResetParams, plan *core.ResetPlan, link core.ResetLink, newID string) error {
+	if p.RequestID == "" {
+		return nil // the new run's ID is derived from the point, mode and options: they agree
 	}
-	if len(hist) == 0 {
-		return nil, fmt.Errorf("run %q is taken but holds no event; retry", newID)
-	}
-	st, ok := hist[0].Payload.(*event.RunStarted)
-	if !ok || st.ResetFrom == nil || st.ResetFrom.RunID != want.RunID {
-		return nil, fmt.Errorf("%w: run %q exists and is not a reset of run %q", ErrRunExists, newID, want.RunID)
-	}
-	got := st.ResetFrom
-	if want.RequestID != "" && (got.Seq != want.Seq || got.Mode != want.Mode || got.StepID != want.StepID ||
-		got.DropInputs != want.DropInputs || got.InputReplaced != want.InputReplaced) {
-		return nil, fmt.Errorf("%w: request %q reset run %q to seq %d (%s) as run %q; this request asks for seq %d (%s): use a new request ID",
-			ErrResetConflict, want.RequestID, want.RunID, got.Seq, got.Mode, newID, want.Seq, want.Mode)
-	}
-	return got, nil
-}
-
-// linkReset records in the old run of from the reset that created run newID: run.reset, and
-// the old run's termination if it is active. Idempotent. What run.reset implies in turn
-// (afterReset) follows from that commit.
-func (e *Engine) linkReset(ctx context.Context, newID string, from *event.ResetFrom) error {
-	err := e.external(ctx, from.RunID, func(s *core.Snapshot) ([]event.Payload, error) {
-		return core.RecordReset(s, newID, from)
-	})
-	if err != nil && !errors.Is(err, core.ErrDuplicate) {
-		return fmt.Errorf("recording the reset in run %q: %w", from.RunID, err)
+	want := plan.Record
+	if link.Point != want.Seq || link.Mode != want.Mode || link.StepID != want.StepID || link.DropInputs != want.DropInputs ||
+		link.InputReplaced != (len(want.Input) > 0) {
+		return fmt.Errorf("%w: request %q reset run %q to seq %d (%s) as run %q; this request asks for seq %d (%s): use a new request ID",
+			ErrResetConflict, p.RequestID, p.RunID, link.Point, link.Mode, newID, want.Seq, want.Mode)
 	}
 	return nil
 }
 
-// afterReset carries out what old run oldID's run.reset naming run newID implies: the inputs
-// the old run recorded after the reset copied it and before run.reset are passed on to the new
-// run (unless the reset drops inputs), and the hook tokens the new run copied and still waits
-// on are routed to it. Idempotent: deliveries are deduplicated by their IDs, and a token is
-// taken over only from a run that ended.
-func (e *Engine) afterReset(ctx context.Context, oldID, newID string) error {
-	ns, err := e.snapshot(ctx, newID, 1)
-	if err != nil {
-		return fmt.Errorf("loading the reset run %q: %w", newID, err)
+// chainHead returns the run that carries on ended run s's chain of resets, and whether it is
+// still active: s's latest reset's new run, followed through its own latest resets and its
+// continuations. A new run that a record names and that is not written yet counts as active;
+// one that is deleted or ended does not. An active s has no such chain: live is false.
+func (e *Engine) chainHead(ctx context.Context, s *core.Snapshot) (head string, live bool, err error) {
+	next, ok := resetTarget(s)
+	if !ok || !s.Terminal() {
+		return "", false, nil
 	}
-	from := ns.ResetFrom
-	if from == nil || from.RunID != oldID {
-		return fmt.Errorf("%w: run %q is not a reset of run %q", core.ErrInvalidHistory, newID, oldID)
+	for range maxGenerations {
+		head = next
+		ns, err := e.snapshot(ctx, head, 1)
+		switch {
+		case errors.Is(err, core.ErrNotFound):
+			return head, true, nil // recorded, not yet written: it is about to start
+		case errors.Is(err, store.ErrDeleted):
+			return head, false, nil
+		case errors.Is(err, store.ErrDamaged):
+			return head, true, nil // quarantined: an operator releases or terminates it first
+		case err != nil:
+			return "", false, fmt.Errorf("reading run %q, the reset of run %q: %w", head, s.RunID, err)
+		}
+		if !ns.Terminal() {
+			return head, true, nil
+		}
+		if next, ok = resetTarget(ns); ok {
+			continue
+		}
+		if ns.Outcome.Outcome != event.OutcomeContinuedAsNew {
+			return head, false, nil
+		}
+		next = ns.Outcome.SuccessorRunID
 	}
-	oldHist, err := e.store.LoadAtLeast(ctx, oldID, 0, from.CopiedTo)
+	return head, true, fmt.Errorf("the reset chain of run %q is longer than %d runs", s.RunID, maxGenerations)
+}
+
+// startReset writes the new run newID that old run oldID's run.reset names, unless it exists,
+// and routes to it the hook tokens it copied. It is step 2 of a reset, done by whoever comes
+// first: idempotent.
+func (e *Engine) startReset(ctx context.Context, oldID, newID string) error {
+	hist, err := e.store.LoadAtLeast(ctx, oldID, 0, 1)
 	if err != nil {
 		return fmt.Errorf("loading run %q: %w", oldID, err)
 	}
-	os, err := core.Project(oldID, oldHist)
+	var rr *event.RunReset
+	var at uint64
+	for _, ev := range hist {
+		if r, ok := ev.Payload.(*event.RunReset); ok && r.NewRunID == newID {
+			rr, at = r, ev.Seq
+		}
+	}
+	if rr == nil {
+		return fmt.Errorf("%w: run %q records no run.reset naming run %q", core.ErrNotFound, oldID, newID)
+	}
+	plan, err := core.PlanRecorded(oldID, hist, rr, at)
 	if err != nil {
 		return err
 	}
-	link, ok := os.ResetOf(newID)
-	if !ok {
-		return fmt.Errorf("run %q records no run.reset naming run %q yet", oldID, newID)
-	}
-	if !from.DropInputs && link.Seq > from.CopiedTo+1 {
-		for _, in := range core.ReapplicableInputs(oldHist, from.CopiedTo, link.Seq-1) {
-			if err := e.passOn(ctx, newID, in); err != nil {
-				return err
-			}
+	events := plan.Events(hist[0].Time, hist[at-1].Time)
+	last, err := e.store.Append(ctx, newID, 0, events...)
+	countAppend(ctx, err)
+	switch {
+	case errors.Is(err, store.ErrConflict):
+		if err := e.isResetOf(ctx, newID, oldID); err != nil {
+			return err
 		}
+	case err != nil:
+		return fmt.Errorf("appending the reset run %q: %w", newID, err)
+	default:
+		e.resume(ctx, Task{RunID: newID, Queue: plan.Started.Queue, Build: plan.Started.Spec.BuildID, Seq: last, TraceParent: plan.Started.TraceParent})
+	}
+	return e.routeResetHooks(ctx, newID)
+}
+
+// isResetOf checks that run newID, which exists, is a reset of run oldID.
+func (e *Engine) isResetOf(ctx context.Context, newID, oldID string) error {
+	hist, err := e.store.LoadAtLeast(ctx, newID, 0, 1)
+	if err != nil {
+		return fmt.Errorf("loading run %q: %w", newID, err)
+	}
+	if len(hist) == 0 {
+		return fmt.Errorf("run %q is taken but holds no event; retry", newID)
+	}
+	if st, ok := hist[0].Payload.(*event.RunStarted); !ok || st.ResetFrom == nil || st.ResetFrom.RunID != oldID {
+		return fmt.Errorf("%w: run %q exists and is not a reset of run %q", ErrRunExists, newID, oldID)
+	}
+	return nil
+}
+
+// routeResetHooks routes to reset run newID the tokens of the hooks it copied and still waits
+// on, taken over from the old run, which has ended. Idempotent: a token is taken over only from
+// a run that ended.
+func (e *Engine) routeResetHooks(ctx context.Context, newID string) error {
+	ns, err := e.snapshot(ctx, newID, 1)
+	if err != nil {
+		return fmt.Errorf("loading the reset run %q: %w", newID, err)
 	}
 	if ns.Terminal() {
 		return nil
@@ -232,47 +305,20 @@ func (e *Engine) afterReset(ctx context.Context, oldID, newID string) error {
 	return nil
 }
 
-// passOn records input in, recorded by a reset's old run after the copy, in the new run newID
-// with its delivery or update ID. One the new run already has, cannot take (its hook is not
-// created there, it ended) or took another delivery for is skipped.
-func (e *Engine) passOn(ctx context.Context, newID string, in event.Envelope) error {
-	err := e.external(ctx, newID, func(s *core.Snapshot) ([]event.Payload, error) {
-		switch p := in.Payload.(type) {
-		case *event.SignalReceived:
-			return core.ReceiveSignal(s, p.Name, p.Payload, p.DeliveryID)
-		case *event.HookReceived:
-			return core.ReceiveHook(s, p.HookID, p.Payload, p.DeliveryID)
-		case *event.UpdateReceived:
-			return core.ReceiveUpdate(s, p.UpdateID, p.Name, p.Payload)
-		}
-		return nil, core.ErrDuplicate
-	})
-	switch {
-	case err == nil, errors.Is(err, core.ErrDuplicate):
-		return nil
-	case errors.Is(err, core.ErrTerminal), errors.Is(err, core.ErrNotFound), errors.Is(err, core.ErrAlreadyReceived),
-		errors.Is(err, core.ErrDeliveryConflict):
-		e.logger.InfoContext(ctx, "an input of the old run is not passed on to its reset", slog.String("run_id", in.RunID),
-			slog.Uint64("seq", in.Seq), slog.String("new_run_id", newID), slog.String("error", err.Error()))
-		return nil
-	}
-	return fmt.Errorf("passing %s (seq %d) of run %q on to its reset %q: %w", in.Type(), in.Seq, in.RunID, newID, err)
-}
-
 // applyReset carries out what a commit of run s.RunID implies for resets (called by
-// ApplyCommit): a reset run's run.started links the old run (linkReset), and an old run's
-// run.reset passes on its late inputs and the new run's hook tokens (afterReset).
+// ApplyCommit): an old run's run.reset starts the new run it names (startReset), and a reset
+// run's first commit routes its copied hooks.
 func (e *Engine) applyReset(ctx context.Context, s *core.Snapshot, commit []event.Envelope) error {
 	for _, ev := range commit {
 		switch p := ev.Payload.(type) {
 		case *event.RunStarted:
-			if p.ResetFrom != nil {
-				if err := e.linkReset(ctx, s.RunID, p.ResetFrom); err != nil {
-					return e.resetGone(ctx, s.RunID, err)
+			if p.ResetFrom != nil && !s.Terminal() {
+				if err := e.routeResetHooks(ctx, s.RunID); err != nil && !errors.Is(err, core.ErrNotFound) {
+					return err
 				}
 			}
 		case *event.RunReset:
-			if err := e.afterReset(ctx, s.RunID, p.NewRunID); err != nil {
+			if err := e.startReset(ctx, s.RunID, p.NewRunID); err != nil {
 				return e.resetGone(ctx, s.RunID, err)
 			}
 		}
@@ -283,8 +329,8 @@ func (e *Engine) applyReset(ctx context.Context, s *core.Snapshot, commit []even
 // resetGone returns err, unless it says the other run of a reset of run runID is gone (deleted
 // or quarantined): nothing can be linked then, and applying the commit again would not help.
 func (e *Engine) resetGone(ctx context.Context, runID string, err error) error {
-	if errors.Is(err, core.ErrNotFound) || errors.Is(err, store.ErrDamaged) {
-		e.logger.WarnContext(ctx, "the other run of a reset is gone; its link is not recorded", slog.String("run_id", runID),
+	if errors.Is(err, store.ErrDeleted) || errors.Is(err, store.ErrDamaged) {
+		e.logger.WarnContext(ctx, "the other run of a reset is gone; the reset is not carried on", slog.String("run_id", runID),
 			slog.String("error", err.Error()))
 		return nil
 	}

@@ -178,7 +178,7 @@ func TestResetToSeq(t *testing.T) {
 	nw := b.history(t, newID)
 	require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeStepScheduled, event.TypeStepCompleted, event.TypeSignalReceived}, resetTypes(nw))
 	rf := nw[0].Payload.(*event.RunStarted).ResetFrom
-	require.Equal(t, &event.ResetFrom{RunID: "o1", Seq: 3, Mode: event.ResetToSeq, Reason: "test", CopiedTo: 10, Reapplied: 1, SeedRunID: "o1"}, rf)
+	require.Equal(t, &event.ResetFrom{RunID: "o1", Seq: 3, Mode: event.ResetToSeq, Reason: "test", CopiedTo: 10, Reapplied: 1, SeedRunID: "o1", Readmit: true}, rf)
 	require.Equal(t, "s-o1", nw[3].Payload.(*event.SignalReceived).DeliveryID, "the reapplied signal keeps its delivery ID")
 	old := b.history(t, "o1")
 	require.Len(t, old, 11, "one run.reset, after the terminal event")
@@ -307,6 +307,8 @@ func TestRerunFromStep(t *testing.T) {
 	require.NoError(t, json.Unmarshal(s.Steps["reserve"].Input, &in))
 	require.Equal(t, "pen", in["item"])
 	b.checkBoth(t, "o5", withInput)
+	_, err = b.e.Terminate(ctx, withInput, "done with it") // a reset never leaves two live runs of a chain
+	require.NoError(t, err)
 
 	blocked, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o5", Mode: event.ResetRerun, StepID: "charge", Input: []byte(`{"item":"pen","qty":3}`)})
 	require.NoError(t, err)
@@ -320,58 +322,111 @@ func TestRerunFromStep(t *testing.T) {
 	b.checkBoth(t, "o5", blocked)
 }
 
-// A crash between the new run's start and the old run's run.reset (fault point
-// after-reset-start-before-link) is repaired by whoever applies the new run's first commit
-// (the history service): the old run records run.reset and ends, once, however often the
-// commit is applied; applying the old run's commit that holds run.reset passes on a signal the
-// old run took meanwhile. A crash after run.reset is repaired by applying that commit.
+// A crash between the old run's run.reset and the new run's start (fault point
+// after-reset-record-before-start) is repaired by whoever comes next: an input sent to the old
+// run, which follows the reset, writes the new run first; the history service, applying the
+// old run's commit that holds run.reset, writes it too. Either way the new run is written once,
+// however often the commit is applied.
 func TestResetCrashBetweenWritesIsRepaired(t *testing.T) {
 	t.Parallel()
 	b := resetSetup(t)
 	ctx := t.Context()
 	b.start(t, "o6", false)
-	b.f.Arm(fault.AfterResetStartBeforeLink, fault.Fail, 0, 1)
+	b.f.Arm(fault.AfterResetRecordBeforeStart, fault.Fail, 0, 1)
 	newID, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o6", Mode: event.ResetToSeq, Seq: 5})
-	require.NoError(t, err, "the new run is committed")
-	require.Equal(t, 1, b.f.Hits(fault.AfterResetStartBeforeLink))
-	require.False(t, b.snapshot(t, "o6").Terminal(), "the crash left the old run active, unlinked")
+	require.NoError(t, err, "the reset is recorded")
+	require.Equal(t, 1, b.f.Hits(fault.AfterResetRecordBeforeStart))
+	require.True(t, b.snapshot(t, "o6").Terminal(), "the record ended the old run")
+	require.Empty(t, b.history(t, newID), "the crash left the new run unwritten")
 
-	// A signal reaches the old run meanwhile: the repair passes it on to the new run.
-	b.signal(t, "o6", "s-meanwhile")
-	nw := b.history(t, newID)
-	for range 2 {
-		require.NoError(t, b.e.ApplyCommit(ctx, b.snapshot(t, newID), nw))
-	}
-	// The history service applies the old run's commit holding run.reset (and its
-	// termination) too: the late signal is passed on.
+	// A signal sent to the old run follows the reset: it writes the new run, then delivers.
+	require.Equal(t, newID, b.signal(t, "o6", "s-meanwhile"))
+	require.Equal(t, event.TypeSignalReceived, b.history(t, newID)[5].Type(), "the signal reached the new run")
 	old := b.history(t, "o6")
 	for range 2 {
 		require.NoError(t, b.e.ApplyCommit(ctx, b.snapshot(t, "o6"), old[len(old)-2:]))
 	}
-	n := 0
-	for _, e := range old {
-		if e.Type() == event.TypeRunReset {
-			n++
-		}
-	}
-	require.Equal(t, 1, n)
-	require.True(t, b.snapshot(t, "o6").Terminal())
-	require.Equal(t, event.TypeSignalReceived, b.history(t, newID)[5].Type(), "the late signal was passed on")
+	require.Len(t, b.history(t, newID), 6, "applying the record again writes nothing")
 	require.Equal(t, core.StatusCompleted, b.drive(t, newID))
 
-	// The second fault point: run.reset recorded, the rest not done; the old run's commit
-	// holding run.reset does it.
+	// Nothing but the history service: applying the old run's commit writes the new run.
 	b.start(t, "o7", false)
-	hits := b.f.Hits(fault.AfterResetLinkBeforeHooks)
-	b.f.Arm(fault.AfterResetLinkBeforeHooks, fault.Fail, 0, 1)
+	b.f.Arm(fault.AfterResetRecordBeforeStart, fault.Fail, 0, 1)
 	newID7, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o7", Mode: event.ResetToSeq, Seq: 3})
 	require.NoError(t, err)
-	require.Equal(t, hits+1, b.f.Hits(fault.AfterResetLinkBeforeHooks))
+	require.Empty(t, b.history(t, newID7))
 	old7 := b.history(t, "o7")
 	require.NoError(t, b.e.ApplyCommit(ctx, b.snapshot(t, "o7"), old7[len(old7)-2:]))
 	require.Equal(t, core.StatusSuspended, b.drive(t, newID7))
 	b.checkBoth(t, "o6", newID)
 	b.checkBoth(t, "o7", newID7)
+}
+
+// A reset never leaves two live runs of one chain (issue 19, finding 13). Once a reset ended
+// run o9 and its new run is active, a second reset of o9 is refused, naming the run to reset
+// instead, and a signal sent twice under one delivery ID lands once; after the first reset's
+// run ends, o9 may be reset again. Two resets of one active run racing each other: one is
+// recorded, the other is refused.
+func TestResetNeverLeavesTwoLiveRuns(t *testing.T) {
+	t.Parallel()
+	b := resetSetup(t)
+	ctx := t.Context()
+	b.start(t, "o9", true)
+	first, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o9", Mode: event.ResetToSeq, Seq: 3})
+	require.NoError(t, err)
+	require.Equal(t, core.StatusSuspended, b.drive(t, first), "the first reset's run waits on its hook")
+	require.Equal(t, first, b.signal(t, "o9", "s-twice"))
+
+	_, err = b.e.Reset(ctx, engine.ResetParams{RunID: "o9", Mode: event.ResetToSeq, Seq: 5})
+	var active *engine.ActiveResetError
+	require.ErrorAs(t, err, &active)
+	require.ErrorIs(t, err, engine.ErrRunExists)
+	require.Equal(t, first, active.Head)
+	require.ErrorContains(t, err, "reset \""+first+"\" instead")
+	require.Equal(t, first, b.signal(t, "o9", "s-twice"), "the sender's retry reaches the same run")
+	n := 0
+	for _, e := range b.history(t, first) {
+		if r, ok := e.Payload.(*event.SignalReceived); ok && r.DeliveryID == "s-twice" {
+			n++
+		}
+	}
+	require.Equal(t, 1, n, "applied once")
+	require.Len(t, b.history(t, "o9"), 11, "the refused reset recorded nothing")
+
+	// Once the first reset's run has ended, o9 may be reset again.
+	_, err = b.e.Terminate(ctx, first, "done with it")
+	require.NoError(t, err)
+	second, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o9", Mode: event.ResetToSeq, Seq: 5})
+	require.NoError(t, err)
+	require.NotEqual(t, first, second)
+
+	// Two resets of an active run at once: exactly one is recorded.
+	b.start(t, "o10", false)
+	errs := make([]error, 2)
+	ids := make([]string, 2)
+	var wg sync.WaitGroup
+	for i, seq := range []uint64{3, 5} {
+		wg.Go(func() {
+			ids[i], errs[i] = b.e.Reset(ctx, engine.ResetParams{RunID: "o10", Mode: event.ResetToSeq, Seq: seq})
+		})
+	}
+	wg.Wait()
+	won := 0
+	for i := range errs {
+		if errs[i] == nil {
+			won++
+			continue
+		}
+		require.ErrorAs(t, errs[i], &active)
+	}
+	require.Equal(t, 1, won, "one reset recorded, the other refused: %v", errs)
+	resets := 0
+	for _, e := range b.history(t, "o10") {
+		if e.Type() == event.TypeRunReset {
+			resets++
+		}
+	}
+	require.Equal(t, 1, resets)
 }
 
 // A hook copied while pending keeps its token, and the token's route moves to the new run once

@@ -138,16 +138,13 @@ var CancelPoints = []Point{AfterDecisionBeforeChildCancel}
 
 // Points of reset and rerun (docs/reset.md), armed by the engine's reset tests.
 const (
-	// AfterResetStartBeforeLink: a reset's new run is appended (run.started with reset_from and
-	// the copied prefix); the old run's run.reset (and termination) is not appended yet.
-	AfterResetStartBeforeLink Point = "after-reset-start-before-link"
-	// AfterResetLinkBeforeHooks: the old run records run.reset; the inputs it took since the
-	// copy are not passed on yet, and the new run's hook tokens are not routed to it yet.
-	AfterResetLinkBeforeHooks Point = "after-reset-link-before-hooks"
+	// AfterResetRecordBeforeStart: the old run records run.reset (and its termination); the new
+	// run it names is not written yet, nor its hook tokens routed to it.
+	AfterResetRecordBeforeStart Point = "after-reset-record-before-start"
 )
 
 // ResetPoints lists the points of reset.
-var ResetPoints = []Point{AfterResetStartBeforeLink, AfterResetLinkBeforeHooks}
+var ResetPoints = []Point{AfterResetRecordBeforeStart}
 
 // Points lists every point of the crash workload, for suites that run each scenario at each point.
 var Points = []Point{StoreAppend, AfterAppendBeforeTask, TaskPublish, AfterDecisionBeforeChildren,

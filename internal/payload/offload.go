@@ -120,6 +120,8 @@ func (o *offloader) any(p event.Payload) bool {
 		return n(p.Input)
 	case *event.RunDebounced:
 		return n(p.Input)
+	case *event.RunReset:
+		return n(p.Input)
 	case *event.UpdateReceived:
 		return n(p.Payload)
 	case *event.UpdateCompleted:
@@ -180,6 +182,10 @@ func (o *offloader) payload(p event.Payload) event.Payload {
 		o.field(&c.Input)
 		return &c
 	case *event.RunDebounced:
+		c := *p
+		o.field(&c.Input)
+		return &c
+	case *event.RunReset:
 		c := *p
 		o.field(&c.Input)
 		return &c

@@ -81,6 +81,34 @@ type Follower interface {
 // hold, as a busy server can be. Nothing is wrong with the run; read again later.
 var ErrBehind = errors.New("flow: the run's history was read short of a sequence known to exist")
 
+// ErrDeleted is wrapped by the errors a store returns for a run whose history was deleted after
+// its retention period: its events are archived (or gone), and the stream keeps only the
+// record of the deletion (event.RunDeleted). See DeletedError.
+var ErrDeleted = errors.New("flow: run deleted")
+
+// DeletedError reports a run whose history was deleted. It matches ErrDeleted.
+type DeletedError struct {
+	RunID string
+	// Deletion is the record the retention sweeper appended before purging the run.
+	Deletion *event.RunDeleted
+}
+
+func (e *DeletedError) Error() string {
+	msg := fmt.Sprintf("flow: run %q was deleted", e.RunID)
+	if d := e.Deletion; d != nil {
+		msg += " (" + d.Reason + ")"
+		if d.Archive != "" {
+			msg += "; its history is archived as " + d.Archive + ": read it with `flow history " + e.RunID + "`"
+		} else {
+			msg += " and not archived"
+		}
+	}
+	return msg
+}
+
+// Is matches ErrDeleted.
+func (e *DeletedError) Is(target error) bool { return target == ErrDeleted }
+
 // ErrDamaged is wrapped by the errors a store returns for a run whose stored history was found
 // damaged (lost or truncated by a disk or a server crash): serving it as if nothing happened
 // would run its lost steps again. See DamagedError.

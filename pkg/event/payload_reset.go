@@ -1,6 +1,7 @@
 package event
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 )
@@ -55,6 +56,14 @@ type ResetFrom struct {
 	// the seed, which the reset copies): the old run's own SeedRunID, or the old run. The
 	// copied decisions replay with the values they were made with.
 	SeedRunID string `json:"seed_run_id"`
+	// Readmit is set when the new run must be admitted anew by its flow control: a copied
+	// run.admitted does not admit it (docs/flow-control.md). Set by every reset since it
+	// existed; a reset recorded before kept the old run's admission.
+	Readmit bool `json:"readmit,omitempty"`
+	// AbortedUpdates are the updates the old run left unsettled when it ended before the reset
+	// (their callers were answered "aborted"): copied, they stay aborted in the new run, and
+	// they are not reapplied (docs/updates.md).
+	AbortedUpdates []string `json:"aborted_updates,omitempty"`
 }
 
 func (r *ResetFrom) validate() error {
@@ -75,7 +84,8 @@ func (r *ResetFrom) validate() error {
 // RunReset is recorded in the old run of a reset: it names the new run, the point and the
 // mode. It is the one event that may follow a run's terminal event (a reset of an ended run);
 // a reset of an active run records it and ends the run (step.cancelled and run.failed with
-// cause operator) in the same commit.
+// cause operator) in the same commit. It is the reset's commit point: the new run's first
+// commit is derived from it and the old run's events before it (docs/reset.md).
 type RunReset struct {
 	NewRunID string    `json:"new_run_id"`
 	Seq      uint64    `json:"seq"`
@@ -87,6 +97,8 @@ type RunReset struct {
 	DropInputs bool   `json:"drop_inputs,omitempty"`
 	// Terminated is set when the reset ended this run (it was active).
 	Terminated bool `json:"terminated,omitempty"`
+	// Input is a rerun's new input, which replaces the run's in the new run.started.
+	Input json.RawMessage `json:"input,omitempty"`
 }
 
 // EventType implements Payload.

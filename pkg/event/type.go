@@ -59,6 +59,8 @@ const (
 	// TypeRunPaused and TypeRunUnpaused pause a run and end its pause (payload_pause.go).
 	TypeRunPaused   Type = "run.paused"
 	TypeRunUnpaused Type = "run.unpaused"
+	// TypeRunDeleted records the deletion of an ended run's history (payload_deleted.go).
+	TypeRunDeleted Type = "run.deleted"
 )
 
 // Terminal reports whether t ends a run. At most one terminal event appears in a history, last.
@@ -92,6 +94,7 @@ func Types() []Type {
 		TypeStepCancelRequested, TypeChildCancelRequested, TypeChildRetryScheduled, TypeChildRetryFired,
 		TypeRunReset,
 		TypeRunPaused, TypeRunUnpaused,
+		TypeRunDeleted,
 	}
 }
 
@@ -142,4 +145,5 @@ var factories = map[Type]func() Payload{
 	TypeRunReset:             func() Payload { return new(RunReset) },
 	TypeRunPaused:            func() Payload { return new(RunPaused) },
 	TypeRunUnpaused:          func() Payload { return new(RunUnpaused) },
+	TypeRunDeleted:           func() Payload { return new(RunDeleted) },
 }

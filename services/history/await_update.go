@@ -48,8 +48,9 @@ func (s *Service) serveUpdates(svc micro.Service) error {
 }
 
 // awaitUpdate answers where update req.UpdateID of run req.RunID stands: at once without
-// req.Wait, else once it settled (rejected or completed), the run ended, or a decision failed
-// after the update was received (the run is blocked), or after req.Wait.
+// req.Wait, else once it settled (rejected, completed or aborted), or a decision failed after
+// the update was received (the run is blocked), or after req.Wait. An update a reset carried on
+// to its new run (moved) is followed there: the answer is the new run's.
 //
 // Like await it never misses the commit it waits for: it subscribes to the run's commit notices
 // (the stream subject's and the event feed's, see await) before its first read, reads the run
@@ -63,18 +64,41 @@ func (s *Service) awaitUpdate(ctx context.Context, req api.UpdateRequest) (*api.
 		return nil, &api.Error{Code: api.CodeInvalid, Message: err.Error()}
 	}
 	wait := min(max(req.Wait, 0), api.MaxAwait)
-	woken := make(chan struct{}, 1)
 	if wait > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, wait)
 		defer cancel()
+	}
+	var moved *api.UpdateState
+	for range maxUpdateMoves {
+		st, err := s.awaitUpdateIn(ctx, req.RunID, req.UpdateID, wait > 0, moved != nil)
+		if err != nil || st == nil || st.MovedTo == "" {
+			if err != nil && moved != nil {
+				return moved, nil // the run it moved to cannot answer yet (not written): ask again
+			}
+			return st, err
+		}
+		moved, req.RunID = st, st.MovedTo
+	}
+	return moved, nil
+}
+
+// maxUpdateMoves bounds how many resets an update is followed through.
+const maxUpdateMoves = 100
+
+// awaitUpdateIn is awaitUpdate in one run: it returns the update's state in run runID once it
+// settled, the run is blocked on it, or it moved (or at once without wait). With movedHere,
+// the run may not exist yet (a reset carried the update to it): it is waited for.
+func (s *Service) awaitUpdateIn(ctx context.Context, runID, updateID string, wait, movedHere bool) (*api.UpdateState, error) {
+	woken := make(chan struct{}, 1)
+	if wait {
 		wake := func(*nats.Msg) {
 			select {
 			case woken <- struct{}{}:
 			default:
 			}
 		}
-		for _, subject := range []string{streams.HistorySubject(req.RunID), FeedPrefix + "*." + req.RunID + ".update.*", FeedPrefix + "*." + req.RunID + ".run.*"} {
+		for _, subject := range []string{streams.HistorySubject(runID), FeedPrefix + "*." + runID + ".update.*", FeedPrefix + "*." + runID + ".run.*"} {
 			sub, err := s.nc.Subscribe(subject, wake)
 			if err != nil {
 				return nil, err
@@ -86,14 +110,17 @@ func (s *Service) awaitUpdate(ctx context.Context, req api.UpdateRequest) (*api.
 	// projection) and returns the update's state (nil while the run has no such update).
 	check := func() (*api.UpdateState, error) {
 		var st *api.UpdateState
-		err := s.updateSnaps.read(ctx, s.store, req.RunID, 1, func(snap *core.Snapshot) error {
+		err := s.updateSnaps.read(ctx, s.store, runID, 1, func(snap *core.Snapshot) error {
 			if snap == nil {
-				return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q does not exist (list runs with `flow runs`)", req.RunID)}
+				if movedHere && wait {
+					return nil // the reset's new run is about to be written
+				}
+				return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q does not exist (list runs with `flow runs`)", runID)}
 			}
 			var ok bool
-			st, ok = api.StateOfUpdate(snap, req.UpdateID)
-			if !ok && (snap.Terminal() || wait == 0) {
-				return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q has no update %q: send it with `flow update` (POST /v1/runs/%s/updates/{name}), or check the run ID (an update to a run that continued as new goes to its latest run)", req.RunID, req.UpdateID, req.RunID)}
+			st, ok = api.StateOfUpdate(snap, updateID)
+			if !ok && (snap.Terminal() || !wait) {
+				return &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q has no update %q: send it with `flow update` (POST /v1/runs/%s/updates/{name}), or check the run ID (an update to a run that continued as new goes to its latest run)", runID, updateID, runID)}
 			}
 			return nil
 		})
@@ -112,7 +139,7 @@ func (s *Service) awaitUpdate(ctx context.Context, req api.UpdateRequest) (*api.
 			return nil, err
 		}
 		last = st
-		if wait == 0 || st != nil && (st.Settled || st.Blocked != nil) {
+		if !wait || st != nil && (st.Settled || st.Blocked != nil || st.MovedTo != "") {
 			return st, nil
 		}
 		next := time.Second
@@ -127,7 +154,7 @@ func (s *Service) awaitUpdate(ctx context.Context, req api.UpdateRequest) (*api.
 		case <-poll.C:
 		case <-ctx.Done():
 			if last == nil {
-				return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q has no update %q yet", req.RunID, req.UpdateID)}
+				return nil, &api.Error{Code: api.CodeNotFound, Message: fmt.Sprintf("run %q has no update %q yet", runID, updateID)}
 			}
 			return last, nil
 		}

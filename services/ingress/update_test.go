@@ -89,6 +89,7 @@ func setupLedgerWorker(t *testing.T, faults *fault.Injector) (*bundle, *worker.W
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
 	registerLedger(reg)
 	registerGated(reg)
+	registerVault(reg)
 	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, reg)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))

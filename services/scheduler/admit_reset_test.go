@@ -1,0 +1,65 @@
+package scheduler_test
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/pkg/flow"
+)
+
+// A reset never escapes flow control (issue 19, finding 1): the reset run is admitted anew,
+// taking a slot like any start, although its copy holds the old run's run.admitted. With a key
+// limit of 1, resetting the active run a-1 ends it; the reset run keeps a-1's place in the queue
+// (its run.started is a-1's) and takes the freed slot, while a-2, started later, waits until it
+// ends. Resetting an ended run brings back no run that holds no slot either.
+func TestResetIsAdmittedAnew(t *testing.T) {
+	t.Parallel()
+	fc := flow.FlowControl{KeyPath: "$.customer", KeyConcurrency: 1}
+	e := newControlEnv(t, gated(flow.WithFlowControl(fc)), nil)
+	e.scheduler(nil)
+	e.start("a-1", "a", 1, nil)
+	e.status("a-1", core.StatusSuspended)
+	e.start("a-2", "a", 2, nil)
+	e.status("a-2", core.StatusQueued)
+
+	r, err := e.client.Reset(e.ctx, "a-1", flow.ResetOptions{LastDecision: true})
+	require.NoError(t, err)
+	s := e.status(r.NewRunID, core.StatusSuspended)
+	require.Greater(t, s.AdmittedSeq, s.ResetFrom.Seq, "admitted by an admission of its own, after the copy")
+	require.Equal(t, core.StatusQueued, e.status("a-2", core.StatusQueued).Status)
+	e.done(r.NewRunID)
+	e.status("a-2", core.StatusSuspended)
+	e.done("a-2")
+
+	// A reset of an ended run queues too, and runs only once the key's slot is free.
+	e.start("a-3", "a", 3, nil)
+	e.status("a-3", core.StatusSuspended)
+	r2, err := e.client.Reset(e.ctx, "a-2", flow.ResetOptions{Seq: 2, DropInputs: true}) // right after its admission
+	require.NoError(t, err)
+	e.status(r2.NewRunID, core.StatusQueued)
+	e.done("a-3")
+	e.status(r2.NewRunID, core.StatusSuspended)
+	e.done(r2.NewRunID)
+
+	// At no instant did key a hold two admitted runs.
+	var spans [][2]string
+	type span struct{ from, to int64 }
+	var all []span
+	for _, id := range []string{"a-1", "a-2", "a-3", r.NewRunID, r2.NewRunID} {
+		admitted, ended := e.admittedAt(id)
+		if id == "a-1" {
+			require.False(t, ended.IsZero())
+		}
+		all = append(all, span{admitted.UnixNano(), ended.UnixNano()})
+		spans = append(spans, [2]string{id, admitted.String() + " .. " + ended.String()})
+	}
+	for i := range all {
+		for j := range all {
+			if i != j && all[i].from < all[j].to && all[j].from < all[i].to {
+				t.Fatalf("runs overlap under a key limit of 1: %v", spans)
+			}
+		}
+	}
+}
