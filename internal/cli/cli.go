@@ -11,8 +11,10 @@ import (
 	"os"
 	"os/signal"
 	"strings"
+	"sync"
 	"syscall"
 
+	"github.com/nats-io/nats.go"
 	"github.com/spf13/cobra"
 	"github.com/spf13/pflag"
 
@@ -35,6 +37,7 @@ type env struct {
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	ctx, stop := signal.NotifyContext(ctx, os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	stderr = &lockedWriter{w: stderr} // the NATS connection's error handler writes to it too
 	e := &env{stdout: stdout, stderr: stderr}
 	root := e.root()
 	root.SetArgs(args)
@@ -54,6 +57,18 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	return 1
+}
+
+// lockedWriter serialises the writes of several goroutines to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // usageError is an error in the command line itself.
@@ -153,7 +168,7 @@ func (e *env) origin(field string) string {
 
 // client connects to NATS as the connection flags say and returns a client on that connection.
 func (e *env) client(ctx context.Context) (*flow.Client, error) {
-	nc, err := e.nats.Dial("flow-client")
+	nc, err := e.nats.Dial("flow-client", nats.ErrorHandler(e.asyncError))
 	if err != nil {
 		return nil, err
 	}
@@ -163,6 +178,16 @@ func (e *env) client(ctx context.Context) (*flow.Client, error) {
 		return nil, err
 	}
 	return c, nil
+}
+
+// asyncError prints an error the NATS server reported on the connection outside of any call,
+// once, on stderr. A permissions violation is left to the call it refused: the client returns it
+// as a *flow.PermissionError that says what to do, which the command prints.
+func (e *env) asyncError(_ *nats.Conn, _ *nats.Subscription, err error) {
+	if errors.Is(err, nats.ErrPermissionViolation) {
+		return
+	}
+	fmt.Fprintf(e.stderr, "flow: NATS: %v\n", err)
 }
 
 // args checks the number of positional arguments with a message that names them.

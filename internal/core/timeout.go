@@ -235,14 +235,22 @@ func timeoutsForm(t *event.StepTimeouts) plain {
 type AttemptCheck struct {
 	// Cancel is set when the attempt should stop: the run ended or its cancellation was
 	// requested, the attempt is no longer in flight (it timed out, or was cancelled), or the
-	// step's cancellation was requested.
+	// step's cancellation was requested. It is never set for an attempt whose step the
+	// workflow abandoned.
 	Cancel bool
 	// Reason says why, for the step's context cause.
 	Reason string
 }
 
 // CheckAttempt returns what a heartbeat of attempt of step stepID answers, from snapshot s.
+// An attempt whose step the workflow abandoned is never told, whatever happened to the run
+// since (it ended, its cancellation was requested): the abandonment is checked first, as in
+// Snapshot.AttemptCancelled (docs/cancellation.md).
 func CheckAttempt(s *Snapshot, stepID string, attempt int) AttemptCheck {
+	st, ok := s.Steps[stepID]
+	if ok && st.Cancellation == event.CancelAbandon {
+		return AttemptCheck{}
+	}
 	if s.Terminal() {
 		return AttemptCheck{Cancel: true, Reason: fmt.Sprintf("run %q ended (%s)", s.RunID, s.Outcome.Outcome)}
 	}
@@ -253,12 +261,8 @@ func CheckAttempt(s *Snapshot, stepID string, attempt int) AttemptCheck {
 		}
 		return AttemptCheck{Cancel: true, Reason: r}
 	}
-	st, ok := s.Steps[stepID]
 	if !ok {
 		return AttemptCheck{} // not visible yet in a lagging read; the next heartbeat checks again
-	}
-	if st.Cancellation == event.CancelAbandon {
-		return AttemptCheck{} // an abandoned attempt is never told (docs/cancellation.md)
 	}
 	if st.Status != StepRunning || st.Attempt != attempt {
 		return AttemptCheck{Cancel: true, Reason: fmt.Sprintf("step %q attempt %d is no longer in flight (%s at attempt %d)", stepID, attempt, st.Status, st.Attempt)}

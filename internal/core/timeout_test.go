@@ -260,6 +260,32 @@ func TestCheckAttempt(t *testing.T) {
 	require.False(t, core.CheckAttempt(base().snapshot(), "unknown", 1).Cancel, "a step a lagging read does not show yet")
 }
 
+// An attempt whose step the workflow abandoned is never told it is cancelled by its heartbeat,
+// whatever happened to its run afterwards (docs/cancellation.md): the abandonment is checked
+// before the run's end and its cancellation request.
+func TestCheckAttemptAbandoned(t *testing.T) {
+	t.Parallel()
+	abandoned := func() *history {
+		return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("a", "charge", `1`)),
+			&event.StepCancelled{Steps: []event.CancelledStep{{StepID: "a", Attempt: 1, SideEffectUnknown: true}},
+				Reason: "step \"a\" cancelled by the workflow (abandon)", Cause: event.CauseWorkflow, Cancellation: event.CancelAbandon})
+	}
+	for _, tc := range []struct {
+		name string
+		then []event.Payload
+	}{
+		{"run goes on", nil},
+		{"run completed", []event.Payload{&event.RunCompleted{Output: json.RawMessage(`"done"`)}}},
+		{"run cancel requested", []event.Payload{&event.RunCancelRequested{Reason: "no longer needed"}}},
+		{"run cancelled", []event.Payload{&event.RunCancelRequested{Reason: "no longer needed"}, &event.RunCancelled{Reason: "no longer needed", Cause: event.CauseOperator}}},
+	} {
+		s := abandoned().add(tc.then...).snapshot()
+		c := core.CheckAttempt(s, "a", 1)
+		require.False(t, c.Cancel, "%s: an abandoned attempt was told %q", tc.name, c.Reason)
+		require.False(t, s.AttemptCancelled("a", 1), "%s: the driver's check agrees", tc.name)
+	}
+}
+
 // The new fields' validation in the events themselves.
 func TestTimeoutFieldsValidate(t *testing.T) {
 	t.Parallel()

@@ -148,10 +148,13 @@ func (c *Client) batchCall(ctx context.Context, subject string, req, resp any) e
 	started := time.Now()
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		reply, err := c.nc.RequestWithContext(actx, subject, data)
+		reply, err := c.request(actx, &nats.Msg{Subject: subject, Data: data})
 		cancel()
 		if err == nil {
 			return decodeBatchReply(subject, reply, resp)
+		}
+		if errors.Is(err, ErrPermissionDenied) {
+			return err
 		}
 		noIngress := errors.Is(err, nats.ErrNoResponders)
 		if ctx.Err() != nil || noIngress && time.Since(started) > noIngressFor ||

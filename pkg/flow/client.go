@@ -3,6 +3,7 @@ package flow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"time"
@@ -69,6 +70,8 @@ type Client struct {
 	routes queryRoutes
 	// payloads reads offloaded payloads (payloads.go).
 	payloads clientPayloads
+	// perms ends the requests the server refuses for lack of permission (permissions.go).
+	perms *permWatch
 }
 
 // Dial connects to the NATS server at url ("" means nats://127.0.0.1:4222) and returns a client
@@ -90,8 +93,13 @@ func Dial(ctx context.Context, url string, opts *ClientOptions) (*Client, error)
 }
 
 // NewClient returns a client on an existing connection, which it closes only with
-// opts.CloseConn. opts may be nil.
+// opts.CloseConn. opts may be nil. The first client on a connection puts a handler of
+// permission violations in front of the connection's error handler (which it still calls), so
+// that a call the server refuses for lack of permission fails at once with ErrPermissionDenied.
 func NewClient(_ context.Context, nc *nats.Conn, opts *ClientOptions) (*Client, error) {
+	if nc == nil {
+		return nil, fmt.Errorf("%w: NewClient needs a NATS connection; connect with Dial, or give it one", ErrInvalidInput)
+	}
 	if opts == nil {
 		opts = &ClientOptions{}
 	}
@@ -99,7 +107,7 @@ func NewClient(_ context.Context, nc *nats.Conn, opts *ClientOptions) (*Client, 
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	c := &Client{nc: nc, queue: opts.Queue, logger: logger, ownConn: opts.CloseConn}
+	c := &Client{nc: nc, queue: opts.Queue, logger: logger, ownConn: opts.CloseConn, perms: watchPermissions(nc)}
 	if c.queue == "" {
 		c.queue = streams.DefaultQueue
 	}

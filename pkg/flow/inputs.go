@@ -210,10 +210,13 @@ func (c *Client) send(ctx context.Context, subject, kind, id string, data []byte
 	started := time.Now()
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		reply, err := c.nc.RequestMsgWithContext(actx, msg)
+		reply, err := c.request(actx, msg)
 		cancel()
 		if err == nil {
 			return decodeInputReply(subject, reply)
+		}
+		if errors.Is(err, ErrPermissionDenied) {
+			return nil, err
 		}
 		noIngress := errors.Is(err, nats.ErrNoResponders)
 		if ctx.Err() != nil || noIngress && time.Since(started) > noIngressFor ||

@@ -137,7 +137,7 @@ func (c *Client) scopeRequest(ctx context.Context, subject string, opts *PauseOp
 	msg := &nats.Msg{Subject: subject, Header: nats.Header{"Content-Type": []string{"application/json"}}, Data: body}
 	for attempt := 0; ; attempt++ {
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		reply, err := c.nc.RequestMsgWithContext(actx, msg)
+		reply, err := c.request(actx, msg)
 		cancel()
 		if err == nil {
 			if code := reply.Header.Get(api.HeaderErrorCode); code != "" {
@@ -155,6 +155,9 @@ func (c *Client) scopeRequest(ctx context.Context, subject string, opts *PauseOp
 		}
 		if errors.Is(err, nats.ErrNoResponders) {
 			return nil, fmt.Errorf("%w on %s: start `flow dev`, or `flowd ingress` beside your NATS server", ErrIngressUnavailable, subject)
+		}
+		if errors.Is(err, ErrPermissionDenied) {
+			return nil, err
 		}
 		if ctx.Err() != nil || attempt >= 3 {
 			return nil, fmt.Errorf("asking the ingress (%s): %w", subject, errors.Join(err, ctx.Err()))

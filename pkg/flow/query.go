@@ -152,7 +152,10 @@ func (c *Client) query(ctx context.Context, subject string, req, resp any) error
 		ctx, cancel = context.WithTimeout(ctx, queryTimeout)
 		defer cancel()
 	}
-	msg, err := c.nc.RequestWithContext(ctx, subject, body)
+	msg, err := c.request(ctx, &nats.Msg{Subject: subject, Data: body})
+	if errors.Is(err, ErrPermissionDenied) {
+		return err
+	}
 	if errors.Is(err, nats.ErrNoResponders) {
 		return fmt.Errorf("%w on %s: start `flow dev`, or `flowd history` beside your NATS server", ErrHistoryUnavailable, subject)
 	}

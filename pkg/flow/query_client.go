@@ -86,7 +86,10 @@ func (c *Client) QueryRaw(ctx context.Context, runID, name string, args json.Raw
 // ask sends a query to the workers that run the code of the run rt routes to.
 func (c *Client) ask(ctx context.Context, runID, name string, rt queryRoute, body []byte) (*QueryAnswer, error) {
 	subject := api.QuerySubject(rt.queue, rt.build, rt.definition, runID)
-	msg, err := c.nc.RequestWithContext(ctx, subject, body)
+	msg, err := c.request(ctx, &nats.Msg{Subject: subject, Data: body})
+	if errors.Is(err, ErrPermissionDenied) {
+		return nil, err
+	}
 	if errors.Is(err, nats.ErrNoResponders) {
 		return nil, fmt.Errorf("%w: no live worker runs workflow %q on queue %q%s to answer query %q of run %q; start one",
 			ErrNoWorker, rt.definition, rt.queue, buildNote(rt.build), name, runID)

@@ -109,7 +109,10 @@ func (c *Client) reset(ctx context.Context, runID string, req api.ResetRequest) 
 		ctx, cancel = context.WithTimeout(ctx, resetTimeout)
 		defer cancel()
 	}
-	reply, err := c.nc.RequestWithContext(ctx, api.ResetSubject(runID), body)
+	reply, err := c.request(ctx, &nats.Msg{Subject: api.ResetSubject(runID), Data: body})
+	if errors.Is(err, ErrPermissionDenied) {
+		return nil, err
+	}
 	if errors.Is(err, nats.ErrNoResponders) {
 		return nil, fmt.Errorf("%w on %s: start `flow dev`, or `flowd ingress` beside your NATS server", ErrIngressUnavailable, api.ResetSubject(runID))
 	}

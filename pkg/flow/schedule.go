@@ -193,10 +193,13 @@ func (c *Client) schedule(ctx context.Context, op string, req, out any) error {
 	started := time.Now()
 	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
 		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		reply, err := c.nc.RequestWithContext(actx, subject, body)
+		reply, err := c.request(actx, &nats.Msg{Subject: subject, Data: body})
 		cancel()
 		if err == nil {
 			return decodeScheduleReply(subject, reply, out)
+		}
+		if errors.Is(err, ErrPermissionDenied) {
+			return err
 		}
 		noIngress := errors.Is(err, nats.ErrNoResponders)
 		if ctx.Err() != nil || noIngress && time.Since(started) > noIngressFor ||
