@@ -140,7 +140,7 @@ func (g *generator) step(allowEnd bool) error {
 		if open := s.OpenUpdates(); len(open) > 0 && g.rng.IntN(2) == 0 {
 			dec = core.CompleteUpdate{ID: open[0].ID, Result: json.RawMessage(`{"n":1}`)}
 		}
-		judge := func(*core.Snapshot, *core.Update) core.UpdateDecision {
+		judge := func(*core.Snapshot, *core.Update, bool) core.UpdateDecision {
 			switch g.rng.IntN(3) {
 			case 0:
 				return core.UpdateDecision{Reject: &event.ErrorInfo{Kind: "invalid", Message: "no"}}

@@ -354,7 +354,7 @@ type Snapshot struct {
 	summarySeq uint64
 	summaryAt  time.Time
 	// ahead is, while Replay asks the code for the decision the history records next, that
-	// recorded decision's first event (see ReplayedSideEffect); nil otherwise.
+	// recorded decision's first event (see ReplayedSideEffect, decideUpdate); nil otherwise.
 	ahead event.Payload
 	// stepCancels counts the steps with a wait_cancelled cancellation pending (CancelPending).
 	stepCancels int

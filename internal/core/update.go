@@ -17,7 +17,8 @@ import (
 // UpdateDecider) and, when its handler completes it at once, update.completed in the same
 // commit; a later decision of the workflow's completes an accepted update (CompleteUpdate). The
 // run's pending decision (a step in flight, a wait) is untouched: once no update is undecided,
-// the workflow is asked again and re-issues it.
+// the workflow is asked again and re-issues it. The validator judges an update once: replay
+// takes the verdict history recorded (decideUpdate).
 
 // UpdateStatus is the state of one update.
 type UpdateStatus string
@@ -71,13 +72,20 @@ type UpdateDecision struct {
 }
 
 // UpdateDecider is implemented by runtimes (a Decider) whose workflows handle updates. A Decider
-// that does not implement it rejects every update.
+// that does not implement it rejects every update that history has not judged yet.
 type UpdateDecider interface {
-	// DecideUpdate runs the handler registered for update u of a run of definition: its
-	// validator, and its at-once completion when accepted. It must be a pure function of the
-	// snapshot (which it must not modify), the run's input and u, as RunWorkflow is. A panic is
-	// returned as a *PanicError.
-	DecideUpdate(definition string, input json.RawMessage, history *Snapshot, u *Update) (UpdateDecision, error)
+	// DecideUpdate runs the handler registered for update u of a run of definition, given the
+	// snapshot (which it must not modify) and the run's input. A panic is returned as a
+	// *PanicError.
+	//
+	// With accepted false, no verdict on u is recorded: it runs the validator and, when that
+	// accepts, the at-once completion. With accepted true, Replay is re-deriving a commit that
+	// recorded u's acceptance: the validator must not run (the recorded verdict stands, whatever
+	// the validator would say now) and only the at-once completion is decided; a Reject
+	// returned then is ignored. The completion must be a pure function of the snapshot, the
+	// input and u, as RunWorkflow is: replay compares it with the recorded update.completed.
+	// Replay never calls DecideUpdate for an update whose rejection is recorded.
+	DecideUpdate(definition string, input json.RawMessage, history *Snapshot, u *Update, accepted bool) (UpdateDecision, error)
 }
 
 // CompleteUpdate is the decision that records the outcome of an accepted update: Result (JSON),
@@ -153,30 +161,48 @@ func ReceiveUpdate(s *Snapshot, updateID, name string, payload json.RawMessage) 
 }
 
 // decideUpdate returns the events that judge the oldest undecided update, and true; or false
-// when every received update is decided.
+// when every received update is decided. While Replay re-derives a commit that recorded the
+// update's verdict (s.ahead), that verdict is used and the validator does not run: a rejection
+// is returned as recorded, an acceptance only asks the handler for its at-once completion. An
+// update judged in history is thus never judged again, so a changed validator leaves the runs it
+// judged before replayable; only updates without a recorded verdict meet the new validator.
 func decideUpdate(s *Snapshot, d Decider) (Verdict, bool, error) {
 	if len(s.undecided) == 0 {
 		return Verdict{}, false, nil
 	}
 	u := s.Updates[s.undecided[0]]
+	accepted := false
+	switch r := s.ahead.(type) {
+	case *event.UpdateRejected:
+		if r.UpdateID == u.ID {
+			rec := *r
+			return Verdict{Events: []event.Payload{&rec}}, true, nil
+		}
+	case *event.UpdateAccepted:
+		accepted = r.UpdateID == u.ID
+	}
+	accept := &event.UpdateAccepted{UpdateID: u.ID}
 	ud, ok := d.(UpdateDecider)
 	if !ok {
+		if accepted {
+			return Verdict{Events: []event.Payload{accept}}, true, nil
+		}
 		reject := &event.UpdateRejected{UpdateID: u.ID, Error: event.ErrorInfo{Kind: UpdateNoHandler,
 			Message: fmt.Sprintf("workflow %q registers no update handler for %q", s.Spec.Definition, u.Name)}}
 		return Verdict{Events: []event.Payload{reject}}, true, nil
 	}
-	dec, err := ud.DecideUpdate(s.Spec.Definition, s.Input, s, u)
+	dec, err := ud.DecideUpdate(s.Spec.Definition, s.Input, s, u, accepted)
 	if err != nil {
 		return Verdict{}, true, err
 	}
-	if dec.Reject != nil {
+	if dec.Reject != nil && !accepted {
 		e := *dec.Reject
 		if e.Message == "" {
 			e.Message = "update rejected"
 		}
 		return Verdict{Events: []event.Payload{&event.UpdateRejected{UpdateID: u.ID, Error: e}}}, true, nil
 	}
-	events := []event.Payload{&event.UpdateAccepted{UpdateID: u.ID}}
+	events := []event.Payload{accept}
 	if dec.Complete {
 		c, err := updateCompletion(s, u.ID, dec.Result, dec.Error)
 		if err != nil {
@@ -302,7 +328,8 @@ func (s *Snapshot) mutateUpdate(e event.Envelope) {
 
 // compareUpdate compares a recorded update.accepted, update.rejected or update.completed with
 // the one replay produced (of the same type): a different update, rejection error or result is a
-// non-determinism error of kind "update".
+// non-determinism error of kind "update". A verdict replay re-derives is the recorded one
+// (decideUpdate), so only the update ID and an at-once completion can differ there.
 func compareUpdate(runID string, rec event.Envelope, got event.Payload) error {
 	switch r := rec.Payload.(type) {
 	case *event.UpdateAccepted:

@@ -2,6 +2,7 @@ package core_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -10,23 +11,26 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// updating is a script whose workflow also handles updates with fn.
+// updating is a script whose workflow also handles updates with fn (accepted: see
+// core.UpdateDecider).
 type updating struct {
 	script
-	fn func(s *core.Snapshot, u *core.Update) core.UpdateDecision
+	fn func(s *core.Snapshot, u *core.Update, accepted bool) core.UpdateDecision
 }
 
-func (d updating) DecideUpdate(_ string, _ json.RawMessage, s *core.Snapshot, u *core.Update) (core.UpdateDecision, error) {
-	return d.fn(s, u), nil
+var _ core.UpdateDecider = updating{}
+
+func (d updating) DecideUpdate(_ string, _ json.RawMessage, s *core.Snapshot, u *core.Update, accepted bool) (core.UpdateDecision, error) {
+	return d.fn(s, u, accepted), nil
 }
 
 // rejectNegative accepts an update whose payload is a non-negative number and leaves it open;
 // complete adds completing it at once with the payload doubled.
-func rejectNegative(complete bool) func(*core.Snapshot, *core.Update) core.UpdateDecision {
-	return func(_ *core.Snapshot, u *core.Update) core.UpdateDecision {
+func rejectNegative(complete bool) func(*core.Snapshot, *core.Update, bool) core.UpdateDecision {
+	return func(_ *core.Snapshot, u *core.Update, accepted bool) core.UpdateDecision {
 		var n int
 		_ = json.Unmarshal(u.Payload, &n)
-		if n < 0 {
+		if n < 0 && !accepted {
 			return core.UpdateDecision{Reject: &event.ErrorInfo{Kind: "invalid", Message: "amount must not be negative"}}
 		}
 		if complete {
@@ -221,18 +225,10 @@ func TestUpdateReplay(t *testing.T) {
 	_, err := core.Replay("run-1", h.envs, accepts, core.DecideOptions{})
 	require.NoError(t, err)
 
-	// A validator that rejects on replay what history accepted is a non-determinism error.
-	rejects := updating{script{fn: stepThenComplete}, func(*core.Snapshot, *core.Update) core.UpdateDecision {
-		return core.UpdateDecision{Reject: &event.ErrorInfo{Message: "closed"}}
-	}}
-	_, err = core.Replay("run-1", h.envs, rejects, core.DecideOptions{})
-	var nd *core.NonDeterminismError
-	require.ErrorAs(t, err, &nd)
-	require.Equal(t, uint64(4), nd.Seq)
-	require.Contains(t, nd.Recorded, "update.accepted(u1)")
-	require.Contains(t, nd.New, "update.rejected(u1)")
+	// A validator that would now judge otherwise is not asked: TestUpdateReplayUsesRecordedVerdict.
 
-	// A handler that completes at once on replay what history left open differs too.
+	// A handler that completes at once on replay what history left open differs.
+	var nd *core.NonDeterminismError
 	atOnce := updating{script{fn: stepThenComplete}, rejectNegative(true)}
 	_, err = core.Replay("run-1", h.envs, atOnce, core.DecideOptions{})
 	require.ErrorAs(t, err, &nd)
@@ -249,6 +245,134 @@ func TestUpdateReplay(t *testing.T) {
 	require.ErrorAs(t, err, &nd)
 	require.Equal(t, "update", nd.Kind)
 	require.Equal(t, "result", nd.Field)
+}
+
+// verdicts is an update handler for replay tests: validate judges the updates it is asked to
+// validate (nil accepts), complete, when set, completes accepted ones at once; validated lists
+// the IDs of the updates it validated.
+type verdicts struct {
+	validate  func(amount int) *event.ErrorInfo
+	complete  func(amount int) json.RawMessage
+	validated *[]string
+}
+
+func (v verdicts) decide(_ *core.Snapshot, u *core.Update, accepted bool) core.UpdateDecision {
+	var n int
+	_ = json.Unmarshal(u.Payload, &n)
+	if !accepted {
+		*v.validated = append(*v.validated, u.ID)
+		if v.validate != nil {
+			if e := v.validate(n); e != nil {
+				return core.UpdateDecision{Reject: e}
+			}
+		}
+	}
+	if v.complete != nil {
+		return core.UpdateDecision{Complete: true, Result: v.complete(n)}
+	}
+	return core.UpdateDecision{}
+}
+
+// TestUpdateReplayUsesRecordedVerdict: replay takes an update's acceptance or rejection from
+// history and never runs the validator for it, so code whose validator changed (it would reject
+// what history accepted, or accept what it rejected) replays the runs judged before; only an
+// update without a recorded verdict meets the validator deployed now. The handler's at-once
+// completion is still re-derived and compared.
+func TestUpdateReplayUsesRecordedVerdict(t *testing.T) {
+	received := func(id string, amount int) *event.UpdateReceived {
+		return &event.UpdateReceived{UpdateID: id, Name: "add", Payload: json.RawMessage(fmt.Sprint(amount))}
+	}
+	negative := event.ErrorInfo{Kind: "invalid", Message: "amount must not be negative"}
+	positiveOnly := func(n int) *event.ErrorInfo { // the validator that judged the histories
+		if n < 0 {
+			return &negative
+		}
+		return nil
+	}
+	inverted := func(n int) *event.ErrorInfo { // a redeploy's: it rejects what was accepted, and vice versa
+		if n >= 0 {
+			return &event.ErrorInfo{Kind: "closed", Message: "deposits are closed"}
+		}
+		return nil
+	}
+	rejectAll := func(int) *event.ErrorInfo { return &event.ErrorInfo{Kind: "closed", Message: "closed"} }
+	double := func(n int) json.RawMessage { return json.RawMessage(fmt.Sprint(2 * n)) }
+	triple := func(n int) json.RawMessage { return json.RawMessage(fmt.Sprint(3 * n)) }
+
+	// judged: u1 accepted and completed after step "charge", u2 rejected; the run completed.
+	judged := []event.Payload{scheduled(stepSpec("charge", "charge", `1`)),
+		received("u1", 5), &event.UpdateAccepted{UpdateID: "u1"},
+		received("u2", -3), &event.UpdateRejected{UpdateID: "u2", Error: negative},
+		&event.StepCompleted{StepID: "charge", Attempt: 1, Output: json.RawMessage(`7`)},
+		&event.UpdateCompleted{UpdateID: "u1", Result: json.RawMessage(`7`)},
+		&event.RunCompleted{Output: json.RawMessage(`"done"`)}}
+	// atOnce: u1 accepted and completed at once (its payload doubled) in one commit.
+	atOnce := []event.Payload{scheduled(stepSpec("charge", "charge", `1`)),
+		received("u1", 5), &event.UpdateAccepted{UpdateID: "u1"}, &event.UpdateCompleted{UpdateID: "u1", Result: json.RawMessage(`10`)},
+		&event.StepCompleted{StepID: "charge", Attempt: 1, Output: json.RawMessage(`7`)},
+		&event.RunCompleted{Output: json.RawMessage(`"done"`)}}
+	// noHandler: u1 rejected by code that registered no handler for it.
+	noHandler := []event.Payload{scheduled(stepSpec("charge", "charge", `1`)), received("u1", 5),
+		&event.UpdateRejected{UpdateID: "u1", Error: event.ErrorInfo{Kind: core.UpdateNoHandler, Message: `workflow "order" registers no update handler for "add"`}}}
+
+	cases := []struct {
+		name     string
+		history  []event.Payload
+		validate func(int) *event.ErrorInfo
+		complete func(int) json.RawMessage
+		// noHandlers replays with code that registers no update handler at all.
+		noHandlers bool
+		// field, when set, is the field of the non-determinism error replay must return.
+		field string
+	}{
+		{name: "the validator that judged the history", history: judged, validate: positiveOnly},
+		{name: "a validator that rejects what history accepted and accepts what it rejected", history: judged, validate: inverted},
+		{name: "a validator that rejects everything", history: judged, validate: rejectAll},
+		{name: "code that no longer handles the update: the recorded acceptance stands", history: judged, noHandlers: true},
+		{name: "a handler registered since a rejection for want of one", history: noHandler},
+		{name: "an at-once completion after a validator that now rejects", history: atOnce, validate: rejectAll, complete: double},
+		{name: "an at-once completion with another result is still non-deterministic", history: atOnce, validate: rejectAll, complete: triple, field: "result"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHistory(t, "run-1", event.Spec{}).add(tc.history...)
+			require.Empty(t, core.Check("run-1", h.envs))
+			var validated []string
+			var d core.Decider = updating{script{fn: stepThenComplete}, verdicts{tc.validate, tc.complete, &validated}.decide}
+			if tc.noHandlers {
+				d = script{fn: stepThenComplete}
+			}
+			s, err := core.Replay("run-1", h.envs, d, core.DecideOptions{})
+			if tc.field != "" {
+				var nd *core.NonDeterminismError
+				require.ErrorAs(t, err, &nd)
+				require.Equal(t, "update", nd.Kind)
+				require.Equal(t, tc.field, nd.Field, nd.Error())
+				require.Empty(t, validated, "replay validated updates whose verdict history records")
+				return
+			}
+			require.NoError(t, err)
+			require.Empty(t, validated, "replay validated updates whose verdict history records")
+			want := h.snapshot()
+			for id, u := range want.Updates {
+				require.Equal(t, u.Status, s.Updates[id].Status, id)
+				require.Equal(t, u.Error, s.Updates[id].Error, id)
+			}
+		})
+	}
+
+	t.Run("an update without a recorded verdict meets the validator deployed now", func(t *testing.T) {
+		h := newHistory(t, "run-1", event.Spec{}).add(judged[:5]...).add(received("u3", 4))
+		var validated []string
+		d := updating{script{fn: stepThenComplete}, verdicts{validate: inverted, validated: &validated}.decide}
+		s, err := core.Replay("run-1", h.envs, d, core.DecideOptions{})
+		require.NoError(t, err)
+		require.Empty(t, validated)
+		v, err := core.Decide(s, d, core.DecideOptions{})
+		require.NoError(t, err)
+		require.Equal(t, []string{"u3"}, validated)
+		require.Equal(t, []event.Payload{&event.UpdateRejected{UpdateID: "u3", Error: event.ErrorInfo{Kind: "closed", Message: "deposits are closed"}}}, v.Events)
+	})
 }
 
 func TestCheckUpdateIdentity(t *testing.T) {

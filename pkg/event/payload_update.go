@@ -10,7 +10,9 @@ import (
 // update.accepted or update.rejected (the workflow's validator decides), and update.completed
 // follows, in the same commit when the handler completes the update at once, or in a later
 // decision of the workflow's (ctx.CompleteUpdate). Acceptance, rejection and completion are
-// decision events: replay derives them again and compares them with the recorded ones.
+// decision events. Replay takes a recorded acceptance or rejection as it is (the validator
+// judges an update once) and derives the completions again, comparing them with the recorded
+// ones.
 
 // UpdateReceived records an update sent to the run. UpdateID identifies it within the run: the
 // same ID is recorded once.

@@ -69,10 +69,11 @@
 // An update is a validated, durable request to a run that returns a result: [RegisterUpdate]
 // registers a handler whose validator may reject it and which may complete it at once; else
 // the workflow completes it later with [Context.CompleteUpdate], possibly after steps, reading
-// [Context.OpenUpdates]. Acceptance, rejection and completion are recorded as decisions and
-// compared on replay. [Client.Update] sends one and waits for its result; the same update ID is
-// applied once. [Client.UpdateWithStart] and [Client.SignalWithStart] start the run with the
-// input in one commit when it does not exist. See docs/updates.md.
+// [Context.OpenUpdates]. Acceptance, rejection and completion are recorded as decisions; replay
+// takes a recorded acceptance or rejection as it is (the validator judges an update once) and
+// compares the completions. [Client.Update] sends one and waits for its result; the same update
+// ID is applied once. [Client.UpdateWithStart] and [Client.SignalWithStart] start the run with
+// the input in one commit when it does not exist. See docs/updates.md.
 //
 // # Errors
 //

@@ -30,22 +30,29 @@ const (
 )
 
 // UpdateHandler handles the updates called by one name of one workflow, with payloads decoded
-// into I. Both functions are part of the workflow's decisions: they must be pure functions of
-// the context (the run's history) and the update, like the workflow function, because replay
-// compares what they decide with what the history recorded.
+// into I.
 type UpdateHandler[I any] struct {
 	// Validate accepts the update by returning nil, or rejects it with the error it returns
 	// (recorded as update.rejected; the caller gets it). Nil accepts every update whose
-	// payload decodes into I.
+	// payload decodes into I. It judges each update once, at the decision that records the
+	// verdict: replay uses the recorded update.accepted or update.rejected and never calls
+	// Validate again, so a changed validator applies to updates judged after its deploy and
+	// leaves older runs replayable. Like the workflow function it reads only the context and
+	// the update (no clock, I/O or randomness): a decision whose commit was lost is taken again.
 	Validate func(ctx *Context, u *Update, payload I) error
 	// Complete, when set, completes an accepted update at once with its result (encoded to
 	// JSON), or fails it with the error it returns, in the same commit as the acceptance. Nil
 	// leaves the accepted update open: the workflow completes it later with
-	// [Context.CompleteUpdate] or [Context.FailUpdate], after steps if it wants.
+	// [Context.CompleteUpdate] or [Context.FailUpdate], after steps if it wants. It is part of
+	// the workflow's decisions: a pure function of the context (the run's history) and the
+	// update, because replay runs it again and compares its outcome with the recorded
+	// update.completed.
 	Complete func(ctx *Context, u *Update, payload I) (any, error)
 }
 
-type updateFunc func(ctx *Context, u *Update) core.UpdateDecision
+// updateFunc decides update u; with accepted set (replay of a recorded acceptance) it decides
+// only the at-once completion and never validates.
+type updateFunc func(ctx *Context, u *Update, accepted bool) core.UpdateDecision
 
 // RegisterUpdate registers h as the handler of updates called name to runs of workflow
 // definition. An update is judged at the run's next decision, before the workflow is asked for
@@ -60,13 +67,20 @@ func RegisterUpdate[I any](r *Registry, definition, name string, h UpdateHandler
 	if err := event.ValidateName("update", name); err != nil {
 		panic(fmt.Sprintf("flow: RegisterUpdate(%q): %v", definition, err))
 	}
-	fn := func(ctx *Context, u *Update) core.UpdateDecision {
+	fn := func(ctx *Context, u *Update, accepted bool) core.UpdateDecision {
+		if accepted && h.Complete == nil {
+			return core.UpdateDecision{}
+		}
 		var in I
 		if err := json.Unmarshal(u.Payload, &in); err != nil {
-			return core.UpdateDecision{Reject: &event.ErrorInfo{Kind: KindInvalidInput,
-				Message: fmt.Sprintf("the payload of update %q does not decode into %T: %v", name, in, err)}}
+			e := &event.ErrorInfo{Kind: KindInvalidInput,
+				Message: fmt.Sprintf("the payload of update %q does not decode into %T: %v", name, in, err)}
+			if accepted {
+				return core.UpdateDecision{Complete: true, Error: e}
+			}
+			return core.UpdateDecision{Reject: e}
 		}
-		if h.Validate != nil {
+		if h.Validate != nil && !accepted {
 			if err := h.Validate(ctx, u, in); err != nil {
 				return core.UpdateDecision{Reject: &event.ErrorInfo{Kind: KindOf(err), Message: err.Error()}}
 			}
@@ -96,14 +110,21 @@ func RegisterUpdate[I any](r *Registry, definition, name string, h UpdateHandler
 	r.updates[definition][name] = fn
 }
 
+var _ core.UpdateDecider = (*Registry)(nil)
+
 // DecideUpdate implements core.UpdateDecider: it runs the handler registered for update u of a
-// run of definition. A panic is recovered into a *core.PanicError, which blocks the run as a
-// panic of the workflow does.
-func (r *Registry) DecideUpdate(definition string, _ json.RawMessage, history *Snapshot, u *Update) (dec core.UpdateDecision, err error) {
+// run of definition. With accepted set (replay of a commit that recorded u's acceptance) the
+// validator does not run and only the handler's at-once completion is decided; with no handler
+// registered the recorded acceptance stands alone. A panic is recovered into a
+// *core.PanicError, which blocks the run as a panic of the workflow does.
+func (r *Registry) DecideUpdate(definition string, _ json.RawMessage, history *Snapshot, u *Update, accepted bool) (dec core.UpdateDecision, err error) {
 	r.mu.RLock()
 	fn := r.updates[definition][u.Name]
 	r.mu.RUnlock()
 	if fn == nil {
+		if accepted {
+			return core.UpdateDecision{}, nil
+		}
 		return core.UpdateDecision{Reject: &event.ErrorInfo{Kind: core.UpdateNoHandler,
 			Message: fmt.Sprintf("workflow %q registers no update handler for %q", definition, u.Name)}}, nil
 	}
@@ -118,7 +139,7 @@ func (r *Registry) DecideUpdate(definition string, _ json.RawMessage, history *S
 		resolved.Payload = ctx.resolved(u.Payload)
 		u = &resolved
 	}
-	return fn(ctx, u), nil
+	return fn(ctx, u, accepted), nil
 }
 
 // Updates returns the run's updates in the order they were received.

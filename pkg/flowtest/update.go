@@ -11,9 +11,11 @@ import (
 	"github.com/flowrun/flow/pkg/flow"
 )
 
+var _ core.UpdateDecider = runtimeView{}
+
 // DecideUpdate implements core.UpdateDecider: the deployed registry's update handlers.
-func (r runtimeView) DecideUpdate(definition string, input json.RawMessage, history *core.Snapshot, u *core.Update) (core.UpdateDecision, error) {
-	return r.reg.DecideUpdate(definition, input, history, u)
+func (r runtimeView) DecideUpdate(definition string, input json.RawMessage, history *core.Snapshot, u *core.Update, accepted bool) (core.UpdateDecision, error) {
+	return r.reg.DecideUpdate(definition, input, history, u, accepted)
 }
 
 // Update sends update name with payload to run runID under updateID, drives the run, and returns

@@ -20,9 +20,16 @@ type account struct {
 
 // registerAccount registers workflow "account": it runs step "warmup" first, then, for each
 // open deposit, step "post-<update ID>" and completes the deposit with the step's output; it
-// completes on signal "close". Update "deposit" rejects amounts that are not positive (or, with
-// strict, every amount); update "peek" completes at once with the number of updates so far.
-func registerAccount(reg *flow.Registry, strict bool) {
+// completes on signal "close". Update "deposit" is validated by deposit (nil: positiveDeposit);
+// update "peek" completes at once with peek of the number of updates so far (nil: that
+// number).
+func registerAccount(reg *flow.Registry, deposit func(amount int) error, peek func(updates int) any) {
+	if deposit == nil {
+		deposit = positiveDeposit
+	}
+	if peek == nil {
+		peek = func(n int) any { return n }
+	}
 	flow.RegisterWorkflow(reg, "account", func(ctx *flow.Context, in account) (flow.Decision, error) {
 		if ctx.StepOutput("warmup") == nil {
 			return ctx.ScheduleStep("warmup", "warmup", nil, flow.WithRetry(flow.RetryPolicy{MaxAttempts: 3, InitialInterval: time.Minute})), nil
@@ -55,21 +62,24 @@ func registerAccount(reg *flow.Registry, strict bool) {
 	flow.RegisterStep(reg, "warmup", func(context.Context, any) (string, error) { return "warm", nil })
 	flow.RegisterStep(reg, "post", func(_ context.Context, balance int) (int, error) { return balance, nil })
 	flow.RegisterUpdate(reg, "account", "deposit", flow.UpdateHandler[int]{
-		Validate: func(_ *flow.Context, _ *flow.Update, amount int) error {
-			if strict || amount <= 0 {
-				return flow.NewError("invalid_amount", "a deposit must be positive")
-			}
-			return nil
-		},
+		Validate: func(_ *flow.Context, _ *flow.Update, amount int) error { return deposit(amount) },
 	})
 	flow.RegisterUpdate(reg, "account", "peek", flow.UpdateHandler[any]{
-		Complete: func(ctx *flow.Context, _ *flow.Update, _ any) (any, error) { return len(ctx.Updates()), nil },
+		Complete: func(ctx *flow.Context, _ *flow.Update, _ any) (any, error) { return peek(len(ctx.Updates())), nil },
 	})
+}
+
+// positiveDeposit is the validator of deposits: it rejects amounts that are not positive.
+func positiveDeposit(amount int) error {
+	if amount <= 0 {
+		return flow.NewError("invalid_amount", "a deposit must be positive")
+	}
+	return nil
 }
 
 func accountEnv(t *testing.T) (*testBundle, string) {
 	t.Helper()
-	b := setup(t, func(reg *flow.Registry) { registerAccount(reg, false) })
+	b := setup(t, func(reg *flow.Registry) { registerAccount(reg, nil, nil) })
 	runID, err := b.env.Start(b.ctx, "account", account{Balance: 100}, &flowtest.StartOptions{RunID: "acct-1"})
 	require.NoError(t, err)
 	return b, runID
@@ -158,7 +168,7 @@ func TestUpdateCases(t *testing.T) {
 // TestUpdateWhileStepRetrying: an update that arrives while the run waits on a step is accepted
 // at the next decision, the step is left alone, and the update completes after it.
 func TestUpdateWhileStepRetrying(t *testing.T) {
-	b := setup(t, func(reg *flow.Registry) { registerAccount(reg, false) })
+	b := setup(t, func(reg *flow.Registry) { registerAccount(reg, nil, nil) })
 	calls := 0
 	b.env.OnStep("warmup", func(context.Context, json.RawMessage) (any, error) {
 		if calls++; calls == 1 {
@@ -187,7 +197,7 @@ func TestUpdateWhileStepRetrying(t *testing.T) {
 // TestUpdateAbortedByRunEnd: an accepted update of a run that ends before completing it answers
 // with ErrUpdateAborted.
 func TestUpdateAbortedByRunEnd(t *testing.T) {
-	b := setup(t, func(reg *flow.Registry) { registerAccount(reg, false) })
+	b := setup(t, func(reg *flow.Registry) { registerAccount(reg, nil, nil) })
 	b.env.OnStep("warmup", func(context.Context, json.RawMessage) (any, error) { return nil, errors.New("cold") })
 	runID, err := b.env.Start(b.ctx, "account", account{}, &flowtest.StartOptions{RunID: "acct-1"})
 	require.NoError(t, err)
@@ -201,7 +211,7 @@ func TestUpdateAbortedByRunEnd(t *testing.T) {
 }
 
 func TestUpdateWithStart(t *testing.T) {
-	b := setup(t, func(reg *flow.Registry) { registerAccount(reg, false) })
+	b := setup(t, func(reg *flow.Registry) { registerAccount(reg, nil, nil) })
 	opts := &flowtest.StartOptions{RunID: "acct-1"}
 	out, err := b.env.UpdateWithStart(b.ctx, "account", account{Balance: 1}, opts, "deposit", 2, "u1")
 	require.NoError(t, err)
@@ -226,28 +236,11 @@ func TestUpdateWithStart(t *testing.T) {
 	require.ErrorIs(t, err, flow.ErrRunExists)
 }
 
-// TestUpdateNonDeterminism: code whose validator rejects on replay what history accepted blocks
-// the run with a non-determinism error naming the update.
-func TestUpdateNonDeterminism(t *testing.T) {
-	b, runID := accountEnv(t)
-	_, err := b.env.Update(b.ctx, runID, "deposit", 10, "u1")
-	require.NoError(t, err)
-	strict := flow.NewRegistry(nil)
-	registerAccount(strict, true)
-	require.NoError(t, b.env.Deploy(strict))
-	require.NoError(t, b.env.Signal(b.ctx, runID, "close", nil))
-	s := b.snapshot(t, runID)
-	require.Equal(t, flow.StatusBlocked, s.Status)
-	require.NotNil(t, s.Blocked.Mismatch)
-	require.Contains(t, s.Blocked.Mismatch.Recorded, "update.accepted(u1)")
-	require.Contains(t, s.Blocked.Mismatch.Produced, "update.rejected(u1)")
-}
-
 // TestUpdateHandlerPanics: a handler that panics blocks the run (decision.failed) and the
 // caller learns it, instead of waiting for an outcome that needs fixed code.
 func TestUpdateHandlerPanics(t *testing.T) {
 	b := setup(t, func(reg *flow.Registry) {
-		registerAccount(reg, false)
+		registerAccount(reg, nil, nil)
 		flow.RegisterUpdate(reg, "account", "boom", flow.UpdateHandler[any]{
 			Validate: func(*flow.Context, *flow.Update, any) error { panic("handler bug") },
 		})

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
@@ -51,6 +52,7 @@ func gate(ctx *flow.Context, _ json.RawMessage) (flow.Decision, error) {
 }
 
 type bundle struct {
+	srv    *natsserver.Server
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	in     *ingress.Service
@@ -86,7 +88,7 @@ func setup(t *testing.T, cfg ingress.Config) *bundle {
 	nc := natstest.Connect(t, srv)
 	c, err := flow.NewClient(t.Context(), nc, nil)
 	require.NoError(t, err)
-	return &bundle{nc: nc, js: natstest.JetStream(t, srv), in: in, client: c, base: "http://" + in.HTTPAddr()}
+	return &bundle{srv: srv, nc: nc, js: natstest.JetStream(t, srv), in: in, client: c, base: "http://" + in.HTTPAddr()}
 }
 
 // waitFor polls cond until it holds or the deadline passes.

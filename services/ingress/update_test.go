@@ -28,7 +28,18 @@ import (
 // and is completed with the new balance; signal "close" completes the run with the balance.
 // Update "deposit" rejects amounts that are not positive; "peek" completes at once with the
 // number of updates so far.
-func registerLedger(reg *flow.Registry) {
+func registerLedger(reg *flow.Registry) { registerLedgerWith(reg, positiveDeposit) }
+
+// positiveDeposit is the ledger's deposit validator: it rejects amounts that are not positive.
+func positiveDeposit(amount int) error {
+	if amount <= 0 {
+		return flow.NewError("invalid_amount", "a deposit must be positive")
+	}
+	return nil
+}
+
+// registerLedgerWith registers the ledger with deposit as the validator of update "deposit".
+func registerLedgerWith(reg *flow.Registry, deposit func(amount int) error) {
 	flow.RegisterWorkflow(reg, "ledger", func(ctx *flow.Context, balance int) (flow.Decision, error) {
 		for _, u := range ctx.Updates() {
 			if u.Name != "deposit" || u.Status != flow.UpdateAccepted && u.Status != flow.UpdateCompleted {
@@ -56,12 +67,7 @@ func registerLedger(reg *flow.Registry) {
 	}, flow.WithSearchAttributes(flow.Keyword("owner")))
 	flow.RegisterStep(reg, "post", func(_ context.Context, balance int) (int, error) { return balance, nil })
 	flow.RegisterUpdate(reg, "ledger", "deposit", flow.UpdateHandler[int]{
-		Validate: func(_ *flow.Context, _ *flow.Update, amount int) error {
-			if amount <= 0 {
-				return flow.NewError("invalid_amount", "a deposit must be positive")
-			}
-			return nil
-		},
+		Validate: func(_ *flow.Context, _ *flow.Update, amount int) error { return deposit(amount) },
 	})
 	flow.RegisterUpdate(reg, "ledger", "peek", flow.UpdateHandler[any]{
 		Complete: func(ctx *flow.Context, _ *flow.Update, _ any) (any, error) { return len(ctx.Updates()), nil },
@@ -101,7 +107,7 @@ func setupLedgerWorker(t *testing.T, faults *fault.Injector) (*bundle, *worker.W
 	nc := natstest.Connect(t, srv)
 	c, err := flow.NewClient(t.Context(), nc, nil)
 	require.NoError(t, err)
-	return &bundle{nc: nc, js: natstest.JetStream(t, srv), in: in, client: c, base: "http://" + in.HTTPAddr()}, w
+	return &bundle{srv: srv, nc: nc, js: natstest.JetStream(t, srv), in: in, client: c, base: "http://" + in.HTTPAddr()}, w
 }
 
 // count returns how many events of type typ run runID's history holds, after checking its
