@@ -288,8 +288,8 @@ func TestPause(t *testing.T) {
 		t.Fatal("a repeated trigger was taken")
 	}
 	w.at("2026-06-01T10:02:01Z")
-	w.wantStarted("r-t20260601T100201000Z")
-	if ref := w.refs["r-t20260601T100201000Z"]; ref.Action != event.ScheduleTrigger || !ref.Slot.Equal(utc("2026-06-01T10:02:01Z")) {
+	w.wantStarted(RunID("r", event.ScheduleTrigger, utc("2026-06-01T10:02:01Z"), "t1"))
+	if ref := w.refs[RunID("r", event.ScheduleTrigger, utc("2026-06-01T10:02:01Z"), "t1")]; ref.Action != event.ScheduleTrigger || !ref.Slot.Equal(utc("2026-06-01T10:02:01Z")) {
 		t.Fatalf("trigger ref %+v", ref)
 	}
 	// No round while it stays paused until 10:05:30: unpause records 10:03..10:05 as paused.
@@ -298,7 +298,7 @@ func TestPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.at("2026-06-01T10:06:00Z")
-	w.wantStarted("r-t20260601T100201000Z", id("10:06"))
+	w.wantStarted(RunID("r", event.ScheduleTrigger, utc("2026-06-01T10:02:01Z"), "t1"), id("10:06"))
 	if got := w.outcomes(); got != "10:01:pausedx2 10:02:started 10:03:pausedx3 10:06:started" {
 		t.Fatal(got)
 	}
@@ -402,11 +402,11 @@ func TestPauseHoldsBuffered(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.round()
-	w.wantStarted(id("10:01"), "r-t20260601T100230000Z")
-	w.end("r-t20260601T100230000Z")
+	w.wantStarted(id("10:01"), RunID("r", event.ScheduleTrigger, utc("2026-06-01T10:02:30Z"), "t1"))
+	w.end(RunID("r", event.ScheduleTrigger, utc("2026-06-01T10:02:30Z"), "t1"))
 	if err := w.s.Unpause(w.tm, "", utc("2026-06-01T10:02:40Z")); err != nil {
 		t.Fatal(err)
 	}
 	w.at("2026-06-01T10:02:40Z")
-	w.wantStarted(id("10:01"), "r-t20260601T100230000Z", id("10:02"))
+	w.wantStarted(id("10:01"), RunID("r", event.ScheduleTrigger, utc("2026-06-01T10:02:30Z"), "t1"), id("10:02"))
 }

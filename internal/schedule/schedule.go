@@ -3,6 +3,7 @@ package schedule
 import (
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"time"
@@ -228,13 +229,17 @@ const slotFormat = "20060102T150405Z"
 
 // RunID returns the ID of the run of schedule name's action of kind at slot: derived, so that
 // starting it again after a crash (at expected sequence 0) finds the run already started.
-// reqID tells backfills apart (a backfill of a range that ran already starts new runs); a
-// trigger's slot is the time it was asked for, to the millisecond.
+// reqID, the request's ID, tells backfills apart (a backfill of a range that ran already starts
+// new runs) and triggers apart: a trigger's slot is the time it was asked for, to the
+// millisecond, and its run ID ends with 8 hex digits of a hash of its request ID, so that two
+// triggers in one millisecond are two runs.
 func RunID(name string, kind Kind, slot time.Time, reqID string) string {
 	slot = slot.UTC()
 	switch kind {
 	case event.ScheduleTrigger:
-		return fmt.Sprintf("%s-t%s%03dZ", name, slot.Format("20060102T150405"), slot.Nanosecond()/int(time.Millisecond))
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(reqID))
+		return fmt.Sprintf("%s-t%s%03dZ-%08x", name, slot.Format("20060102T150405"), slot.Nanosecond()/int(time.Millisecond), h.Sum32())
 	case event.ScheduleBackfill:
 		return fmt.Sprintf("%s-b%s-%s", name, reqID, slot.Format(slotFormat))
 	}

@@ -182,7 +182,7 @@ func TestRunIDs(t *testing.T) {
 	}{
 		{event.ScheduleScheduled, "report-20260329T010000Z"},
 		{event.ScheduleBackfill, "report-bq1-20260329T010000Z"},
-		{event.ScheduleTrigger, "report-t20260329T010000123Z"},
+		{event.ScheduleTrigger, "report-t20260329T010000123Z-9c4c9197"},
 	} {
 		s := slot
 		if c.kind == event.ScheduleTrigger {
