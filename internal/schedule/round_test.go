@@ -14,9 +14,13 @@ import (
 // world is a virtual clock and the runs the schedule started: what a round reads of runs and
 // what its effects do.
 type world struct {
-	t          *testing.T
-	now        time.Time
-	runs       map[string]RunState
+	t    *testing.T
+	now  time.Time
+	runs map[string]RunState
+	// next maps a run that continued as new or was reset to the run its chain went on in.
+	next map[string]string
+	// deleted holds the runs retention deleted: state finds nothing of them.
+	deleted    map[string]bool
 	started    []string
 	refs       map[string]event.ScheduleRef
 	cancelled  []string
@@ -27,7 +31,7 @@ type world struct {
 
 func newWorld(t *testing.T, s Schedule, now string) *world {
 	t.Helper()
-	w := &world{t: t, now: utc(now), runs: map[string]RunState{}, refs: map[string]event.ScheduleRef{}}
+	w := &world{t: t, now: utc(now), runs: map[string]RunState{}, next: map[string]string{}, deleted: map[string]bool{}, refs: map[string]event.ScheduleRef{}}
 	var err error
 	if w.s, w.tm, err = New(s, w.now); err != nil {
 		t.Fatal(err)
@@ -35,7 +39,16 @@ func newWorld(t *testing.T, s Schedule, now string) *world {
 	return w
 }
 
-func (w *world) state(id string) RunState { return w.runs[id] }
+// state follows the chain from run id, as the scheduler does; a deleted run is missing.
+func (w *world) state(id string) Run {
+	if w.deleted[id] {
+		return Run{State: RunMissing}
+	}
+	for w.next[id] != "" {
+		id = w.next[id]
+	}
+	return Run{State: w.runs[id], Latest: id}
+}
 
 // exec executes effects as the scheduler does.
 func (w *world) exec(effects []Effect) {

@@ -118,6 +118,10 @@ type State struct {
 	// Cancelling those of them it asked to cancel (CancelOther).
 	Running    []string `json:"running,omitempty"`
 	Cancelling []string `json:"cancelling,omitempty"`
+	// Current maps each run of Running whose chain went on (it continued as new, or was reset)
+	// to the chain's latest run known: the run a round reads the chain from, and cancels or
+	// terminates in its place. Retention deleting the runs behind it changes nothing.
+	Current map[string]string `json:"current,omitempty"`
 	// Buffered holds the actions waiting for the active runs to end, oldest first.
 	Buffered []Pending `json:"buffered,omitempty"`
 	// Requests holds the triggers and backfills not dealt with yet, oldest first.
@@ -133,6 +137,15 @@ type State struct {
 	Seen []string `json:"seen,omitempty"`
 	// UpdatedAt is when the state last changed.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
+}
+
+// CurrentRun returns the latest run known of the chain that run id of Running began: id itself
+// unless its chain went on.
+func (st *State) CurrentRun(id string) string {
+	if c, ok := st.Current[id]; ok {
+		return c
+	}
+	return id
 }
 
 // Pending is an action waiting its turn: Overlap overrides the schedule's (a backfill's own).
