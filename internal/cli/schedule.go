@@ -240,7 +240,14 @@ func printSchedule(w io.Writer, d *flow.ScheduleDescription) {
 	}
 	fmt.Fprintf(w, "State       %s; %d started, %d skipped, %d missed, %d failed\n", state, st.Started, st.Skipped, st.Missed, st.Failed)
 	if len(st.Running) > 0 {
-		fmt.Fprintf(w, "Running     %s\n", strings.Join(st.Running, ", "))
+		running := make([]string, len(st.Running))
+		for i, id := range st.Running {
+			running[i] = id
+			if cur := st.CurrentRun(id); cur != id {
+				running[i] += " (now " + cur + ")"
+			}
+		}
+		fmt.Fprintf(w, "Running     %s\n", strings.Join(running, ", "))
 	}
 	for _, b := range st.Buffered {
 		fmt.Fprintf(w, "Buffered    %s %s (%s)\n", b.Slot.Format(time.RFC3339), b.RunID, b.Kind)

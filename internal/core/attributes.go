@@ -181,7 +181,7 @@ func (s Summary) Equal(o Summary) bool {
 		s.Status == o.Status && s.Seq == o.Seq && s.StartedAt.Equal(o.StartedAt) && s.UpdatedAt.Equal(o.UpdatedAt) &&
 		s.StartedAt.Location() == o.StartedAt.Location() && s.UpdatedAt.Location() == o.UpdatedAt.Location() &&
 		s.Parent == o.Parent && s.Detail == o.Detail && s.Parked == o.Parked && s.Damaged == o.Damaged &&
-		s.Attributes.Equal(o.Attributes) && s.ResetFrom == o.ResetFrom && s.ResetTo == o.ResetTo && (s.Deleted == nil) == (o.Deleted == nil) && (s.Deleted == nil || s.Deleted.equal(*o.Deleted))
+		s.Attributes.Equal(o.Attributes) && s.ResetFrom == o.ResetFrom && s.ResetTo == o.ResetTo && s.ContinuedAs == o.ContinuedAs && (s.Deleted == nil) == (o.Deleted == nil) && (s.Deleted == nil || s.Deleted.equal(*o.Deleted))
 }
 
 func (d Deletion) equal(o Deletion) bool {

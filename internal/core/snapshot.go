@@ -565,6 +565,10 @@ type Summary struct {
 	// ResetFrom is the run this one is a reset of; ResetTo the run of this one's latest reset.
 	ResetFrom string `json:"reset_from,omitempty"`
 	ResetTo   string `json:"reset_to,omitempty"`
+	// ContinuedAs is the successor of a run that continued as new. With ResetTo, it is the link
+	// a tombstone keeps to the run its chain went on in once its history is deleted (schedules
+	// follow it, docs/schedules.md).
+	ContinuedAs string `json:"continued_as,omitempty"`
 }
 
 // Deletion is the tombstone of a run whose history was deleted after its retention period.
@@ -610,6 +614,9 @@ func (s *Snapshot) Summary() Summary {
 	}
 	if n := len(s.Resets); n > 0 {
 		sum.ResetTo = s.Resets[n-1].NewRunID
+	}
+	if s.Outcome != nil && s.Outcome.Outcome == event.OutcomeContinuedAsNew {
+		sum.ContinuedAs = s.Outcome.SuccessorRunID
 	}
 	switch {
 	case s.Outcome != nil && s.Outcome.Error != nil:

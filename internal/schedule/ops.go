@@ -79,11 +79,15 @@ func (s *Schedule) remember(id string) {
 }
 
 // Trigger asks s for an action now (slot now, to the millisecond), under overlap policy
-// overlap ("" for the schedule's). id identifies the request: a repeat is taken once. It
-// reports whether the request is new.
+// overlap ("" for the schedule's). id identifies the request: a repeat is taken once, and the
+// run's ID is derived from it (RunID), so that triggers with different IDs are different runs
+// even in one millisecond. It reports whether the request is new; an empty id is refused.
 func (s *Schedule) Trigger(id string, overlap Overlap, now time.Time) (bool, error) {
 	if err := CheckOverlap(overlap); err != nil {
 		return false, err
+	}
+	if id == "" {
+		return false, fmt.Errorf("%w: a trigger needs a request ID (the ingress makes one when the caller gives none)", ErrInvalid)
 	}
 	if s.seen(id) {
 		return false, nil

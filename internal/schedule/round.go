@@ -1,28 +1,40 @@
 package schedule
 
 import (
+	"cmp"
+	"maps"
 	"slices"
 	"time"
 
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// RunState is what a round needs to know of a run: whether it exists and is active.
+// RunState is what a round needs to know of a run: whether it exists and its chain is active.
+// A run goes on as a chain: when it continues as new, in its successor; when it is reset, in
+// the new run of the reset (which ends it). The chain is active until its latest run ends.
 type RunState int
 
 const (
-	// RunMissing: the run was never started.
+	// RunMissing: the run was never started (and was not deleted by retention either).
 	RunMissing RunState = iota
-	// RunActive: the run is started and has not ended (a continued run counts as active until
-	// its last continuation ends).
+	// RunActive: the chain's latest run has not ended.
 	RunActive
-	// RunEnded: the run ended.
+	// RunEnded: the chain's latest run ended, with no successor and no reset.
 	RunEnded
 )
 
-// Runs tells the state of a run by ID. The scheduler reads it from the run's history; tests
-// give a map.
-type Runs func(runID string) RunState
+// Run is what a round learns of the chain that goes on from a run.
+type Run struct {
+	State RunState
+	// Latest is the chain's latest run known to exist: the run itself unless it continued as
+	// new or was reset ("" stands for the run itself).
+	Latest string
+}
+
+// Runs tells the state of the chain that goes on from run runID, following its continuations
+// and resets. The scheduler reads it from the runs' histories, and from the tombstones
+// retention leaves in the runs index for deleted ones; tests give a map.
+type Runs func(runID string) Run
 
 // EffectKind is what an Effect does.
 type EffectKind string
@@ -65,16 +77,30 @@ func (s *Schedule) Round(t *Timing, now time.Time, runs Runs) (effects []Effect,
 		st.Cursor = s.CreatedAt
 		r.changed = true
 	}
-	// The runs that ended are no longer running.
+	// The runs whose chains ended are no longer running; the others' chains are read on from
+	// their latest runs known.
 	running := st.Running[:0:0]
+	var current map[string]string
 	for _, id := range st.Running {
-		if runs(id) == RunActive {
-			running = append(running, id)
+		run := runs(st.CurrentRun(id))
+		if run.State != RunActive {
+			continue
+		}
+		running = append(running, id)
+		if latest := cmp.Or(run.Latest, st.CurrentRun(id)); latest != id {
+			if current == nil {
+				current = map[string]string{}
+			}
+			current[id] = latest
 		}
 	}
 	if len(running) != len(st.Running) {
 		st.Running = running
 		st.Cancelling = slices.DeleteFunc(st.Cancelling, func(id string) bool { return !slices.Contains(running, id) })
+		r.changed = true
+	}
+	if !maps.Equal(current, st.Current) {
+		st.Current = current
 		r.changed = true
 	}
 	r.drain()
@@ -139,8 +165,10 @@ func (s *Schedule) Round(t *Timing, now time.Time, runs Runs) (effects []Effect,
 
 // Wake returns when s needs its next round: the fire time of its next slot (zero if none),
 // and now or poll when it must look earlier. now is set when triggers or backfills wait, or a
-// round stopped at MaxSlotsPerRound; poll when buffered actions wait for runs to end (the
-// scheduler then looks again every poll interval).
+// round stopped at MaxSlotsPerRound; poll while runs it started are active or buffered actions
+// wait for them to end: the scheduler then runs a round every poll interval, so that a run
+// that ended leaves Running, and the action buffered behind it starts, within that interval
+// rather than at the next slot.
 func (s *Schedule) Wake(t *Timing, now time.Time) (at time.Time, immediately, poll bool) {
 	st := &s.State
 	cursor := st.Cursor
@@ -151,7 +179,7 @@ func (s *Schedule) Wake(t *Timing, now time.Time) (at time.Time, immediately, po
 		at = t.FireAt(s.Name, slot)
 	}
 	immediately = len(st.Requests) > 0 || !at.IsZero() && !at.After(now)
-	poll = len(st.Buffered) > 0
+	poll = len(st.Buffered) > 0 || len(st.Running) > 0
 	return at, immediately, poll
 }
 
@@ -160,6 +188,7 @@ func (s *Schedule) Wake(t *Timing, now time.Time) (at time.Time, immediately, po
 func (s *Schedule) StartFailed(runID, why string, now time.Time) {
 	st := &s.State
 	st.Running = slices.DeleteFunc(st.Running, func(id string) bool { return id == runID })
+	delete(st.Current, runID)
 	for i := len(st.Recent) - 1; i >= 0; i-- {
 		if a := &st.Recent[i]; a.RunID == runID && a.Outcome == Started {
 			a.Outcome, a.Detail = Failed, why
@@ -208,12 +237,20 @@ type round struct {
 // already reports whether p's run exists (a round that started it died before storing the
 // state): it is then recorded as started, and counted as running if it is active.
 func (r *round) already(p Pending) bool {
-	switch r.runs(p.RunID) {
+	st := &r.s.State
+	run := r.runs(p.RunID)
+	switch run.State {
 	case RunMissing:
 		return false
 	case RunActive:
-		if !slices.Contains(r.s.State.Running, p.RunID) {
-			r.s.State.Running = append(r.s.State.Running, p.RunID)
+		if !slices.Contains(st.Running, p.RunID) {
+			st.Running = append(st.Running, p.RunID)
+		}
+		if run.Latest != "" && run.Latest != p.RunID {
+			if st.Current == nil {
+				st.Current = map[string]string{}
+			}
+			st.Current[p.RunID] = run.Latest
 		}
 	}
 	r.s.State.Started++
@@ -264,7 +301,7 @@ func (r *round) act(p Pending) {
 		for _, id := range st.Running {
 			if !slices.Contains(st.Cancelling, id) {
 				st.Cancelling = append(st.Cancelling, id)
-				r.effects = append(r.effects, Effect{Kind: CancelRun, RunID: id,
+				r.effects = append(r.effects, Effect{Kind: CancelRun, RunID: st.CurrentRun(id),
 					Reason: "schedule " + r.s.Name + ": a newer action replaces it (overlap policy cancel_other)"})
 			}
 		}
@@ -276,10 +313,10 @@ func (r *round) act(p Pending) {
 		r.buffer(p)
 	case TerminateOther:
 		for _, id := range st.Running {
-			r.effects = append(r.effects, Effect{Kind: TerminateRun, RunID: id,
+			r.effects = append(r.effects, Effect{Kind: TerminateRun, RunID: st.CurrentRun(id),
 				Reason: "schedule " + r.s.Name + ": a newer action replaces it (overlap policy terminate_other)"})
 		}
-		st.Running, st.Cancelling = nil, nil
+		st.Running, st.Cancelling, st.Current = nil, nil, nil
 		r.start(p)
 	}
 }

@@ -14,9 +14,13 @@ import (
 // world is a virtual clock and the runs the schedule started: what a round reads of runs and
 // what its effects do.
 type world struct {
-	t          *testing.T
-	now        time.Time
-	runs       map[string]RunState
+	t    *testing.T
+	now  time.Time
+	runs map[string]RunState
+	// next maps a run that continued as new or was reset to the run its chain went on in.
+	next map[string]string
+	// deleted holds the runs retention deleted: state finds nothing of them.
+	deleted    map[string]bool
 	started    []string
 	refs       map[string]event.ScheduleRef
 	cancelled  []string
@@ -27,7 +31,7 @@ type world struct {
 
 func newWorld(t *testing.T, s Schedule, now string) *world {
 	t.Helper()
-	w := &world{t: t, now: utc(now), runs: map[string]RunState{}, refs: map[string]event.ScheduleRef{}}
+	w := &world{t: t, now: utc(now), runs: map[string]RunState{}, next: map[string]string{}, deleted: map[string]bool{}, refs: map[string]event.ScheduleRef{}}
 	var err error
 	if w.s, w.tm, err = New(s, w.now); err != nil {
 		t.Fatal(err)
@@ -35,7 +39,16 @@ func newWorld(t *testing.T, s Schedule, now string) *world {
 	return w
 }
 
-func (w *world) state(id string) RunState { return w.runs[id] }
+// state follows the chain from run id, as the scheduler does; a deleted run is missing.
+func (w *world) state(id string) Run {
+	if w.deleted[id] {
+		return Run{State: RunMissing}
+	}
+	for w.next[id] != "" {
+		id = w.next[id]
+	}
+	return Run{State: w.runs[id], Latest: id}
+}
 
 // exec executes effects as the scheduler does.
 func (w *world) exec(effects []Effect) {
@@ -288,8 +301,8 @@ func TestPause(t *testing.T) {
 		t.Fatal("a repeated trigger was taken")
 	}
 	w.at("2026-06-01T10:02:01Z")
-	w.wantStarted("r-t20260601T100201000Z")
-	if ref := w.refs["r-t20260601T100201000Z"]; ref.Action != event.ScheduleTrigger || !ref.Slot.Equal(utc("2026-06-01T10:02:01Z")) {
+	w.wantStarted(RunID("r", event.ScheduleTrigger, utc("2026-06-01T10:02:01Z"), "t1"))
+	if ref := w.refs[RunID("r", event.ScheduleTrigger, utc("2026-06-01T10:02:01Z"), "t1")]; ref.Action != event.ScheduleTrigger || !ref.Slot.Equal(utc("2026-06-01T10:02:01Z")) {
 		t.Fatalf("trigger ref %+v", ref)
 	}
 	// No round while it stays paused until 10:05:30: unpause records 10:03..10:05 as paused.
@@ -298,7 +311,7 @@ func TestPause(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.at("2026-06-01T10:06:00Z")
-	w.wantStarted("r-t20260601T100201000Z", id("10:06"))
+	w.wantStarted(RunID("r", event.ScheduleTrigger, utc("2026-06-01T10:02:01Z"), "t1"), id("10:06"))
 	if got := w.outcomes(); got != "10:01:pausedx2 10:02:started 10:03:pausedx3 10:06:started" {
 		t.Fatal(got)
 	}
@@ -402,11 +415,11 @@ func TestPauseHoldsBuffered(t *testing.T) {
 		t.Fatal(err)
 	}
 	w.round()
-	w.wantStarted(id("10:01"), "r-t20260601T100230000Z")
-	w.end("r-t20260601T100230000Z")
+	w.wantStarted(id("10:01"), RunID("r", event.ScheduleTrigger, utc("2026-06-01T10:02:30Z"), "t1"))
+	w.end(RunID("r", event.ScheduleTrigger, utc("2026-06-01T10:02:30Z"), "t1"))
 	if err := w.s.Unpause(w.tm, "", utc("2026-06-01T10:02:40Z")); err != nil {
 		t.Fatal(err)
 	}
 	w.at("2026-06-01T10:02:40Z")
-	w.wantStarted(id("10:01"), "r-t20260601T100230000Z", id("10:02"))
+	w.wantStarted(id("10:01"), RunID("r", event.ScheduleTrigger, utc("2026-06-01T10:02:30Z"), "t1"), id("10:02"))
 }

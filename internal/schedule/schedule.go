@@ -3,6 +3,7 @@ package schedule
 import (
 	"encoding/json"
 	"fmt"
+	"hash/fnv"
 	"slices"
 	"strings"
 	"time"
@@ -117,6 +118,10 @@ type State struct {
 	// Cancelling those of them it asked to cancel (CancelOther).
 	Running    []string `json:"running,omitempty"`
 	Cancelling []string `json:"cancelling,omitempty"`
+	// Current maps each run of Running whose chain went on (it continued as new, or was reset)
+	// to the chain's latest run known: the run a round reads the chain from, and cancels or
+	// terminates in its place. Retention deleting the runs behind it changes nothing.
+	Current map[string]string `json:"current,omitempty"`
 	// Buffered holds the actions waiting for the active runs to end, oldest first.
 	Buffered []Pending `json:"buffered,omitempty"`
 	// Requests holds the triggers and backfills not dealt with yet, oldest first.
@@ -132,6 +137,15 @@ type State struct {
 	Seen []string `json:"seen,omitempty"`
 	// UpdatedAt is when the state last changed.
 	UpdatedAt time.Time `json:"updated_at,omitzero"`
+}
+
+// CurrentRun returns the latest run known of the chain that run id of Running began: id itself
+// unless its chain went on.
+func (st *State) CurrentRun(id string) string {
+	if c, ok := st.Current[id]; ok {
+		return c
+	}
+	return id
 }
 
 // Pending is an action waiting its turn: Overlap overrides the schedule's (a backfill's own).
@@ -228,13 +242,17 @@ const slotFormat = "20060102T150405Z"
 
 // RunID returns the ID of the run of schedule name's action of kind at slot: derived, so that
 // starting it again after a crash (at expected sequence 0) finds the run already started.
-// reqID tells backfills apart (a backfill of a range that ran already starts new runs); a
-// trigger's slot is the time it was asked for, to the millisecond.
+// reqID, the request's ID, tells backfills apart (a backfill of a range that ran already starts
+// new runs) and triggers apart: a trigger's slot is the time it was asked for, to the
+// millisecond, and its run ID ends with 8 hex digits of a hash of its request ID, so that two
+// triggers in one millisecond are two runs.
 func RunID(name string, kind Kind, slot time.Time, reqID string) string {
 	slot = slot.UTC()
 	switch kind {
 	case event.ScheduleTrigger:
-		return fmt.Sprintf("%s-t%s%03dZ", name, slot.Format("20060102T150405"), slot.Nanosecond()/int(time.Millisecond))
+		h := fnv.New32a()
+		_, _ = h.Write([]byte(reqID))
+		return fmt.Sprintf("%s-t%s%03dZ-%08x", name, slot.Format("20060102T150405"), slot.Nanosecond()/int(time.Millisecond), h.Sum32())
 	case event.ScheduleBackfill:
 		return fmt.Sprintf("%s-b%s-%s", name, reqID, slot.Format(slotFormat))
 	}

@@ -130,12 +130,17 @@ func (t *Timing) Location() *time.Location { return t.loc }
 //   - a wall time that occurs twice (the hour repeated when clocks go back) is one slot, at its
 //     first occurrence: '30 2 * * *' fires once, at 02:30 CEST, on the last Sunday of October,
 //     and so does each slot of an hourly expression in the repeated hour.
+//
+// From an instant in the second occurrence of repeated wall times, the wall times after it up
+// to the end of the repetition had their slots at their first occurrences, before after: Next
+// passes over them (a minutely expression over a two-hour repetition, as in Antarctica/Troll,
+// passes 119), and only gives up past maxRepeat of wall time, longer than any zone's shift.
 func (t *Timing) Next(after time.Time) time.Time {
 	if t.cron == nil {
 		return t.nextEvery(after)
 	}
-	wall := naive(after.In(t.loc))
-	for range 64 {
+	from := naive(after.In(t.loc))
+	for wall := from; ; {
 		w := t.cron.Next(wall)
 		if w.IsZero() {
 			return time.Time{}
@@ -143,10 +148,16 @@ func (t *Timing) Next(after time.Time) time.Time {
 		if at := t.place(w); at.After(after) {
 			return at
 		}
+		if w.Sub(from) > maxRepeat {
+			return time.Time{}
+		}
 		wall = w
 	}
-	return time.Time{}
 }
+
+// maxRepeat bounds the wall time Next passes over whose slots lie before the instant it starts
+// from: no zone's clock goes back by as much (offsets span UTC-12 to UTC+14).
+const maxRepeat = 48 * time.Hour
 
 func (t *Timing) nextEvery(after time.Time) time.Time {
 	every, offset := t.every, time.Duration(t.spec.Offset)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/robfig/cron/v3"
+	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -181,7 +182,7 @@ func TestRunIDs(t *testing.T) {
 	}{
 		{event.ScheduleScheduled, "report-20260329T010000Z"},
 		{event.ScheduleBackfill, "report-bq1-20260329T010000Z"},
-		{event.ScheduleTrigger, "report-t20260329T010000123Z"},
+		{event.ScheduleTrigger, "report-t20260329T010000123Z-9c4c9197"},
 	} {
 		s := slot
 		if c.kind == event.ScheduleTrigger {
@@ -195,4 +196,25 @@ func TestRunIDs(t *testing.T) {
 			t.Error(err)
 		}
 	}
+}
+
+// TestNextLongFallBack: in Antarctica/Troll clocks go back two hours (03:00 +02 to 01:00 +00)
+// on the last Sunday of October, so every wall time from 01:00 to 02:59 occurs twice. From an
+// instant in the second occurrence, a minutely schedule's next slot is 03:00 +00: the repeated
+// wall times had their slots at their first occurrences. Next must find it, however many
+// repeated wall times lie in between.
+func TestNextLongFallBack(t *testing.T) {
+	tm := compile(t, Spec{Cron: "* * * * *", TZ: "Antarctica/Troll"})
+	for _, after := range []string{"2026-10-25T01:00:00Z", "2026-10-25T01:30:00Z", "2026-10-25T02:58:30Z"} {
+		got := tm.NextN(utc(after), 2)
+		require.Equal(t, []time.Time{utc("2026-10-25T03:00:00Z"), utc("2026-10-25T03:01:00Z")}, got, "after %s", after)
+	}
+	// Before the change, each minute has its slot, up to 02:59 +02; then 03:00 +00.
+	require.Equal(t, []time.Time{utc("2026-10-25T00:59:00Z"), utc("2026-10-25T03:00:00Z")}, tm.NextN(utc("2026-10-25T00:58:00Z"), 2))
+	// A schedule created in the repeated hours starts at 03:00 +00.
+	w := newWorld(t, Schedule{Name: "r", Definition: "report", Spec: Spec{Cron: "* * * * *", TZ: "Antarctica/Troll"}, Overlap: AllowAll},
+		"2026-10-25T01:00:00Z")
+	w.at("2026-10-25T03:00:00Z")
+	require.Len(t, w.started, 1)
+	require.Equal(t, utc("2026-10-25T03:00:00Z"), w.refs[w.started[0]].Slot)
 }

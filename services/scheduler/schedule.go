@@ -25,11 +25,14 @@ import (
 //
 //  1. The replica watches the bucket and keeps every schedule in memory with its revision; it
 //     sleeps until the earliest fire time of a slot (schedule.Schedule.Wake), a change of an
-//     entry (a new schedule, a trigger, a pause), or the poll interval while actions wait for
-//     runs to end.
-//  2. A round of a schedule (schedule.Schedule.Round) reads the states of the runs it started
-//     from their histories, and returns the effects to execute: runs to start, each with a run
-//     ID derived from the schedule's name and the slot, and runs to cancel or terminate.
+//     entry (a new schedule, a trigger, a pause), or the poll interval while runs it started
+//     are active.
+//  2. A round of a schedule (schedule.Schedule.Round) reads the states of the runs it started,
+//     following each one's chain (continuations and resets, schedule_chain.go), and returns the
+//     effects to execute: runs to start, each with a run ID derived from the schedule's name
+//     and the slot, and runs to cancel or terminate. While runs it started are active (or
+//     actions wait for them), a schedule has a round every poll interval, so that its state
+//     shows an ended run, and starts the action buffered behind it, within that interval.
 //  3. The replica executes them in order, starting each run at expected sequence 0, and only
 //     then stores the schedule's new state by compare-and-set at the revision it read.
 //
@@ -43,13 +46,15 @@ import (
 // schedules, timers and admission may lead in different replicas.
 const schedulesLease = "schedules"
 
-// SchedulePollDefault is how often a schedule whose actions wait for runs to end looks at them.
+// SchedulePollDefault is how often a schedule whose runs are active looks at them.
 const SchedulePollDefault = time.Second
 
 // scheduleRunner fires schedules while its replica holds the schedules lease.
 type scheduleRunner struct {
-	s    *Scheduler
-	kv   jetstream.KeyValue
+	s  *Scheduler
+	kv jetstream.KeyValue
+	// runs is the runs index, read for the tombstones of deleted runs (schedule_chain.go).
+	runs jetstream.KeyValue
 	defs *liveness.View
 	poll time.Duration
 	done chan struct{}
@@ -62,6 +67,8 @@ type trackedSchedule struct {
 	rev uint64
 	// retryAt holds back a schedule whose last round failed.
 	retryAt time.Time
+	// lookedAt is when its last round ran: a poll round follows a poll interval later.
+	lookedAt time.Time
 }
 
 // startSchedules starts the schedule runner (nil when disabled); its done channel closes once it
@@ -108,6 +115,11 @@ func (r *scheduleRunner) serve(ctx context.Context) error {
 			return fmt.Errorf("cannot open %s: %w", streams.SchedulesBucket, err)
 		}
 	}
+	if r.runs == nil {
+		if r.runs, err = js.KeyValue(ctx, streams.RunsBucket); err != nil {
+			return fmt.Errorf("cannot open %s: %w", streams.RunsBucket, err)
+		}
+	}
 	defs, err := liveness.Watch(ctx, js, s.logger)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -135,12 +147,13 @@ func (r *scheduleRunner) serve(ctx context.Context) error {
 			next := now.Add(time.Hour)
 			for name, ts := range tracked {
 				at, immediately, poll := ts.sch.Wake(ts.t, now)
-				due := immediately && !ts.retryAt.After(now)
+				due := (immediately || poll && !ts.lookedAt.Add(r.poll).After(now)) && !ts.retryAt.After(now)
 				if due {
 					r.round(ctx, name, ts, now)
 					if ctx.Err() != nil {
 						return nil
 					}
+					ts.lookedAt = now
 					at, immediately, poll = ts.sch.Wake(ts.t, time.Now())
 				}
 				switch {
@@ -152,7 +165,7 @@ func (r *scheduleRunner) serve(ctx context.Context) error {
 					next = minTime(next, at)
 				}
 				if poll {
-					next = minTime(next, now.Add(r.poll))
+					next = minTime(next, ts.lookedAt.Add(r.poll))
 				}
 			}
 			wake.Reset(max(time.Until(next), 0))
@@ -252,12 +265,12 @@ func (r *scheduleRunner) roundOnce(ctx context.Context, name string, ts *tracked
 			return err
 		}
 		var readErr error
-		effects, changed := sch.Round(ts.t, now, func(id string) schedule.RunState {
-			st, err := r.runState(ctx, id)
+		effects, changed := sch.Round(ts.t, now, func(id string) schedule.Run {
+			run, err := r.runChain(ctx, id)
 			if err != nil && readErr == nil {
 				readErr = err
 			}
-			return st
+			return run
 		})
 		if readErr != nil {
 			return readErr
@@ -368,29 +381,4 @@ func queueName(q string) string {
 		return streams.DefaultQueue
 	}
 	return q
-}
-
-// runState reads what a round needs to know of run id from its history, following its
-// continuations.
-func (r *scheduleRunner) runState(ctx context.Context, id string) (schedule.RunState, error) {
-	for i := range 1000 {
-		snap, err := r.s.engine.ReadSnapshot(ctx, id)
-		if errors.Is(err, core.ErrNotFound) {
-			if i > 0 {
-				return schedule.RunActive, nil // a continuation the history service has yet to start
-			}
-			return schedule.RunMissing, nil
-		}
-		if err != nil {
-			return schedule.RunMissing, fmt.Errorf("reading run %q: %w", id, err)
-		}
-		if !snap.Terminal() {
-			return schedule.RunActive, nil
-		}
-		if snap.Outcome.Outcome != event.OutcomeContinuedAsNew || snap.Outcome.SuccessorRunID == "" {
-			return schedule.RunEnded, nil
-		}
-		id = snap.Outcome.SuccessorRunID
-	}
-	return schedule.RunActive, nil
 }

@@ -29,14 +29,24 @@ type scheduleEnv struct {
 	srv *natsserver.Server
 	js  jetstream.JetStream
 	kv  jetstream.KeyValue
+	// history is the history service (its retention sweeper runs as its Config says).
+	history *history.Service
 }
 
 func newScheduleEnv(t *testing.T) *scheduleEnv {
 	t.Helper()
+	return newScheduleEnvWith(t, history.Config{})
+}
+
+// newScheduleEnvWith is newScheduleEnv with the history service configured by hcfg (its
+// connection, HTTP address and logger are set here); env.history is that service.
+func newScheduleEnvWith(t *testing.T, hcfg history.Config) *scheduleEnv {
+	t.Helper()
 	srv := natstest.RunJetStream(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	t.Cleanup(cancel)
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: natstest.Logger()})
+	hcfg.Conn, hcfg.HTTPAddr, hcfg.Logger = natstest.Connect(t, srv), "off", natstest.Logger()
+	h, err := history.New(hcfg)
 	require.NoError(t, err)
 	require.NoError(t, h.Start(ctx))
 	t.Cleanup(func() { _ = h.Stop() })
@@ -49,12 +59,31 @@ func newScheduleEnv(t *testing.T) *scheduleEnv {
 	flow.RegisterWorkflow(reg, "hold", func(ctx *flow.Context, _ json.RawMessage) (flow.Decision, error) {
 		return ctx.AwaitSignal("go", "go"), nil
 	})
+	// gate waits for signal "go", then completes.
+	flow.RegisterWorkflow(reg, "gate", gate)
+	// chain waits for signal "next" and continues as new (generation 1), which runs as gate.
+	flow.RegisterWorkflow(reg, "chain", func(ctx *flow.Context, in json.RawMessage) (flow.Decision, error) {
+		if string(in) == `"gen1"` {
+			return gate(ctx, in)
+		}
+		if ctx.Signal("next") != nil {
+			return ctx.ContinueAsNew("gen1"), nil
+		}
+		return ctx.AwaitSignal("next", "next"), nil
+	})
 	w := startWorker(t, natstest.Connect(t, srv), reg)
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
 	js := natstest.JetStream(t, srv)
 	kv, err := js.KeyValue(ctx, streams.SchedulesBucket)
 	require.NoError(t, err)
-	return &scheduleEnv{t: t, ctx: ctx, srv: srv, js: js, kv: kv}
+	return &scheduleEnv{t: t, ctx: ctx, srv: srv, js: js, kv: kv, history: h}
+}
+
+func gate(ctx *flow.Context, _ json.RawMessage) (flow.Decision, error) {
+	if ctx.Signal("go") != nil {
+		return ctx.Complete("done"), nil
+	}
+	return ctx.AwaitSignal("go", "go"), nil
 }
 
 // scheduler starts a scheduler; poll is also how long it waits to repeat a failed round.

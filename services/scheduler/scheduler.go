@@ -112,8 +112,9 @@ type Config struct {
 	// NoSchedules stops this replica from competing for the schedules lease: another replica
 	// fires the schedules of FLOW_SCHEDULES (docs/schedules.md). Defaults to false.
 	NoSchedules bool `envconfig:"SCHEDULER_NO_SCHEDULES"`
-	// SchedulePoll is how often a schedule whose actions wait for its runs to end (buffered by
-	// its overlap policy), or whose last round failed, is looked at again. Defaults to 1s.
+	// SchedulePoll is how often a schedule whose runs are active (or whose actions, buffered by
+	// its overlap policy, wait for them to end), or whose last round failed, is looked at
+	// again: a run that ended leaves the schedule's running list within it. Defaults to 1s.
 	SchedulePoll time.Duration `envconfig:"SCHEDULER_SCHEDULE_POLL"`
 	// NoBatches stops this replica from competing for the batch lease: another replica
 	// executes the batch jobs (docs/batch.md). Defaults to false.
