@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -100,7 +101,7 @@ func (e *Engine) afterEnd(ctx context.Context, s *core.Snapshot) error {
 		err := e.external(ctx, s.Parent.RunID, func(p *core.Snapshot) ([]event.Payload, error) {
 			return core.SettleChild(p, s.Parent.ChildID, s)
 		})
-		if err != nil && !errors.Is(err, core.ErrStale) {
+		if err != nil && !errors.Is(err, core.ErrStale) && !errors.Is(err, store.ErrDeleted) {
 			return fmt.Errorf("settling child %q in parent %q: %w", s.Parent.ChildID, s.Parent.RunID, err)
 		}
 	}
@@ -109,7 +110,7 @@ func (e *Engine) afterEnd(ctx context.Context, s *core.Snapshot) error {
 			continue
 		}
 		_, err := e.Cancel(ctx, c.CurrentRunID(), fmt.Sprintf("parent run %q ended (%s)", s.RunID, o.Outcome))
-		if err != nil && !errors.Is(err, core.ErrTerminal) && !errors.Is(err, core.ErrNotFound) {
+		if err != nil && !errors.Is(err, core.ErrTerminal) && !errors.Is(err, core.ErrNotFound) && !errors.Is(err, store.ErrDeleted) {
 			return fmt.Errorf("requesting cancellation of child %q of run %q: %w", c.ID, s.RunID, err)
 		}
 	}
@@ -134,7 +135,7 @@ func (e *Engine) startSuccessor(ctx context.Context, s *core.Snapshot) error {
 func (e *Engine) cancelChildren(ctx context.Context, runID string, runs []core.CancelRun) error {
 	for _, r := range runs {
 		_, err := e.Cancel(ctx, r.RunID, r.Reason)
-		if err != nil && !errors.Is(err, core.ErrTerminal) && !errors.Is(err, core.ErrNotFound) {
+		if err != nil && !errors.Is(err, core.ErrTerminal) && !errors.Is(err, core.ErrNotFound) && !errors.Is(err, store.ErrDeleted) {
 			return fmt.Errorf("requesting cancellation of child run %q of run %q: %w", r.RunID, runID, err)
 		}
 	}

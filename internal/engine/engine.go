@@ -568,6 +568,18 @@ func (e *Engine) Snapshot(ctx context.Context, runID string) (*core.Snapshot, er
 }
 
 // snapshot projects run runID's history, read up to at least atLeast.
+// followable returns run runID's snapshot as snapshot does, or, for a run whose history was
+// deleted, what its run.deleted record tells (core.DeletedSnapshot): an ended run with the links
+// its chain goes on by, for code that follows chains (inputs, start policies, resets).
+func (e *Engine) followable(ctx context.Context, runID string, atLeast uint64) (*core.Snapshot, error) {
+	s, err := e.snapshot(ctx, runID, atLeast)
+	var de *store.DeletedError
+	if errors.As(err, &de) {
+		return core.DeletedSnapshot(runID, de.Seq, de.Time, de.Deletion)
+	}
+	return s, err
+}
+
 func (e *Engine) snapshot(ctx context.Context, runID string, atLeast uint64) (*core.Snapshot, error) {
 	if s, tail, err := e.fromCheckpoint(ctx, runID, atLeast); err == nil {
 		if err := s.ApplyAll(tail); err != nil {

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -142,6 +143,24 @@ func (e *Engine) forward(ctx context.Context, runID string, compute func(*core.S
 			}
 			err = e.external(ctx, runID, follow)
 		}
+		var de *store.DeletedError
+		if errors.As(err, &de) {
+			// Deleted after its retention period: its record still says where its chain went.
+			if ended, err = core.DeletedSnapshot(runID, de.Seq, de.Time, de.Deletion); err != nil {
+				return runID, err
+			}
+			if _, ok := resetTarget(ended); !ok {
+				if ended.Outcome.Outcome == event.OutcomeContinuedAsNew && ended.Outcome.SuccessorRunID == "" {
+					return runID, de // a tombstone written before successors were recorded
+				}
+				if ended.Outcome.Outcome != event.OutcomeContinuedAsNew {
+					if _, later, rerr := e.laterReuse(ctx, runID); rerr != nil || !later {
+						return runID, cmp.Or(rerr, error(de))
+					}
+				}
+			}
+			err = errFollow
+		}
 		if !errors.Is(err, errFollow) {
 			return runID, err
 		}
@@ -164,8 +183,10 @@ func (e *Engine) forward(ctx context.Context, runID string, compute func(*core.S
 			runID = next
 			continue
 		}
-		if err := e.startSuccessor(ctx, ended); err != nil {
-			return runID, err
+		if ended.DeletedSeq == 0 { // a deleted run's successor was started long ago
+			if err := e.startSuccessor(ctx, ended); err != nil {
+				return runID, err
+			}
 		}
 		runID = ended.Outcome.SuccessorRunID
 	}

@@ -205,12 +205,10 @@ func (e *Engine) chainHead(ctx context.Context, s *core.Snapshot) (head string, 
 	}
 	for range maxGenerations {
 		head = next
-		ns, err := e.snapshot(ctx, head, 1)
+		ns, err := e.followable(ctx, head, 1)
 		switch {
 		case errors.Is(err, core.ErrNotFound):
 			return head, true, nil // recorded, not yet written: it is about to start
-		case errors.Is(err, store.ErrDeleted):
-			return head, false, nil
 		case errors.Is(err, store.ErrDamaged):
 			return head, true, nil // quarantined: an operator releases or terminates it first
 		case err != nil:
@@ -222,7 +220,7 @@ func (e *Engine) chainHead(ctx context.Context, s *core.Snapshot) (head string, 
 		if next, ok = resetTarget(ns); ok {
 			continue
 		}
-		if ns.Outcome.Outcome != event.OutcomeContinuedAsNew {
+		if ns.Outcome.Outcome != event.OutcomeContinuedAsNew || ns.Outcome.SuccessorRunID == "" {
 			return head, false, nil
 		}
 		next = ns.Outcome.SuccessorRunID

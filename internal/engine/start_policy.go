@@ -34,9 +34,15 @@ type ReuseRefusedError struct {
 	RunID, Latest string
 	Outcome       event.Outcome
 	Policy        event.ReusePolicy
+	// Deleted is set when the ID's latest run was deleted after its retention period.
+	Deleted *store.DeletedError
 }
 
 func (e *ReuseRefusedError) Error() string {
+	if e.Deleted != nil {
+		return fmt.Sprintf("flow: run %q ended (%s, as run %q) and was deleted after its retention period; its ID is not taken again under reuse policy %q: "+
+			"start with reuse policy allow (the new run is %q's next reuse, %s=_N), or choose another run ID", e.RunID, e.Outcome, e.Latest, e.policy(), e.RunID, e.RunID)
+	}
 	how := "refuses reusing an ended run's ID"
 	if e.Policy == event.ReuseAllowFailedOnly {
 		how = "allows a new run only after a failed or cancelled one"
@@ -193,6 +199,9 @@ type idChain struct {
 	rootStarted *event.RunStarted
 	// latest is the snapshot of root's last continuation (root itself when it did not continue).
 	latest *core.Snapshot
+	// deleted is set when root's history was deleted after its retention period: rootStarted
+	// is nil then.
+	deleted *store.DeletedError
 }
 
 // onTaken applies p's conflict policy (the ID's latest run is active) or reuse policy (it
@@ -203,7 +212,13 @@ func (e *Engine) onTaken(ctx context.Context, p StartParams, started *event.RunS
 		if err != nil {
 			return "", false, err
 		}
-		if rp := c.rootStarted.StartPolicy; p.RequestID != "" && rp != nil && rp.RequestID == p.RequestID {
+		if c.deleted != nil && c.latest.Terminal() && p.Reuse != event.ReuseAllow && p.Reuse != event.ReuseAllowFailedOnly {
+			// Its start is deleted with it, so a repeat cannot be told from another start: the
+			// ID is never taken again but under a reuse policy that allows it.
+			return c.root, false, &ReuseRefusedError{RunID: p.RunID, Latest: c.latest.RunID, Outcome: c.latest.Outcome.Outcome,
+				Policy: p.Reuse, Deleted: c.deleted}
+		}
+		if rp := c.startPolicy(); p.RequestID != "" && rp != nil && rp.RequestID == p.RequestID {
 			return c.root, false, nil // a retry of the request that started it
 		}
 		var sp event.StartPolicy // this round's record, in a copy
@@ -218,6 +233,11 @@ func (e *Engine) onTaken(ctx context.Context, p StartParams, started *event.RunS
 			case event.ConflictTerminateExisting:
 				sp.Replaces = true
 			default:
+				if c.rootStarted == nil {
+					return c.root, false, fmt.Errorf("%w: run %q was deleted after its retention period and its chain goes on in the active run %q; "+
+						"a start cannot be compared with the deleted one's: start with conflict policy use_existing or terminate_existing, or choose another run ID",
+						ErrRunExists, c.root, c.latest.RunID)
+				}
 				if err := compareStart(c.root, c.rootStarted, started, false); err != nil {
 					return c.root, false, err
 				}
@@ -300,6 +320,17 @@ func (e *Engine) chainOf(ctx context.Context, id string) (idChain, error) {
 		c.root = event.ReuseRunID(id, n)
 	}
 	hist, err := e.store.LoadAtLeast(ctx, c.root, 0, 1)
+	var de *store.DeletedError
+	if errors.As(err, &de) {
+		// Deleted after its retention period: an ended run whose start is not kept.
+		s, err := core.DeletedSnapshot(c.root, de.Seq, de.Time, de.Deletion)
+		if err != nil {
+			return idChain{}, err
+		}
+		c.deleted = de
+		c.latest, err = e.lastGenerationFrom(ctx, s)
+		return c, err
+	}
 	if err != nil {
 		return idChain{}, fmt.Errorf("loading run %q: %w", c.root, err)
 	}
@@ -321,23 +352,26 @@ func (e *Engine) chainOf(ctx context.Context, id string) (idChain, error) {
 // lastGeneration returns the snapshot of run runID's last continuation, starting a successor
 // that is not started yet (as the end of its predecessor implies).
 func (e *Engine) lastGeneration(ctx context.Context, runID string) (*core.Snapshot, error) {
-	s, err := e.snapshot(ctx, runID, 1)
+	s, err := e.followable(ctx, runID, 1)
 	if err != nil {
 		return nil, err
 	}
 	return e.lastGenerationFrom(ctx, s)
 }
 
-// lastGenerationFrom is lastGeneration from s, a run's snapshot.
+// lastGenerationFrom is lastGeneration from s, a run's snapshot. A deleted run in the chain is
+// followed through its record (its continuation, when the record names it).
 func (e *Engine) lastGenerationFrom(ctx context.Context, s *core.Snapshot) (*core.Snapshot, error) {
 	for range maxGenerations {
-		if s.Outcome == nil || s.Outcome.Outcome != event.OutcomeContinuedAsNew {
+		if s.Outcome == nil || s.Outcome.Outcome != event.OutcomeContinuedAsNew || s.DeletedSeq > 0 && s.Outcome.SuccessorRunID == "" {
 			return s, nil
 		}
-		if err := e.startSuccessor(ctx, s); err != nil {
-			return nil, err
+		if s.DeletedSeq == 0 {
+			if err := e.startSuccessor(ctx, s); err != nil {
+				return nil, err
+			}
 		}
-		next, err := e.snapshot(ctx, s.Outcome.SuccessorRunID, 1)
+		next, err := e.followable(ctx, s.Outcome.SuccessorRunID, 1)
 		if err != nil {
 			return nil, err
 		}
@@ -468,4 +502,13 @@ func (e *Engine) applyStartPolicy(ctx context.Context, s *core.Snapshot, commit 
 		}
 	}
 	return nil
+}
+
+// startPolicy returns the start policy the chain's root was started with; nil when it had none
+// or its history was deleted.
+func (c idChain) startPolicy() *event.StartPolicy {
+	if c.rootStarted == nil {
+		return nil
+	}
+	return c.rootStarted.StartPolicy
 }

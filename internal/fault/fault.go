@@ -75,11 +75,11 @@ const (
 // Points of the retention sweeper (docs/retention.md), armed by services/history's retention
 // tests (the crash workload of Points deletes no run).
 const (
-	// RetentionAfterArchive: an ended run's whole history is archived; its tombstone is not in
-	// the runs index yet.
+	// RetentionAfterArchive: an ended run's whole history is archived; its deletion is not
+	// recorded yet (run.deleted).
 	RetentionAfterArchive Point = "retention-after-archive"
-	// RetentionAfterTombstone: the run's tombstone is in the runs index (naming its archive);
-	// its derived state and history are not purged yet.
+	// RetentionAfterTombstone: the run's deletion is recorded (run.deleted, naming its archive)
+	// and its tombstone is in the runs index; its derived state and history are not purged yet.
 	RetentionAfterTombstone Point = "retention-after-tombstone"
 	// RetentionAfterPurge: the run's derived state and its FLOW_HISTORY subject are purged; its
 	// tombstone does not say so yet.

@@ -7,6 +7,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -83,18 +84,27 @@ var ErrBehind = errors.New("flow: the run's history was read short of a sequence
 
 // ErrDeleted is wrapped by the errors a store returns for a run whose history was deleted after
 // its retention period: its events are archived (or gone), and the stream keeps only the
-// record of the deletion (event.RunDeleted). See DeletedError.
+// record of the deletion (event.RunDeleted), so that the run's ID is never taken again. Every
+// read of such a run returns it; nothing can be appended to it. See DeletedError.
 var ErrDeleted = errors.New("flow: run deleted")
 
 // DeletedError reports a run whose history was deleted. It matches ErrDeleted.
 type DeletedError struct {
 	RunID string
-	// Deletion is the record the retention sweeper appended before purging the run.
+	// Seq and Time are the sequence and time of the run's run.deleted; Deletion is that record,
+	// which the retention sweeper appended before purging the run's earlier events.
+	Seq      uint64
+	Time     time.Time
 	Deletion *event.RunDeleted
+	// StreamSeq is the record's position in the stream, when the store knows it (0 if not).
+	StreamSeq uint64
 }
 
 func (e *DeletedError) Error() string {
 	msg := fmt.Sprintf("flow: run %q was deleted", e.RunID)
+	if !e.Time.IsZero() {
+		msg += " at " + e.Time.UTC().Format(time.RFC3339)
+	}
 	if d := e.Deletion; d != nil {
 		msg += " (" + d.Reason + ")"
 		if d.Archive != "" {

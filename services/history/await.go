@@ -92,6 +92,14 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 			return nil, nil
 		}
 		mustExist = false
+		if last[0].Type() == event.TypeRunDeleted {
+			// Deleted after its retention period: its end is in its archive.
+			hist, err := s.history(ctx, req.RunID, 0, 0)
+			if err != nil {
+				return nil, err
+			}
+			return core.Project(req.RunID, hist)
+		}
 		if end, ok := core.Ending(last[len(last)-1]); ok {
 			return end, nil
 		}

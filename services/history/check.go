@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -179,6 +180,11 @@ func (s *Service) sweepRun(ctx context.Context, runID string, lostUpTo uint64, d
 		return "", nil
 	}
 	hist, err := s.store.LoadAtLeast(ctx, runID, 0, 0)
+	if errors.Is(err, store.ErrDeleted) {
+		// Deleted after its retention period: its tombstone and what is left of the deletion
+		// follow from its run.deleted.
+		return "", s.finishDeletion(ctx, runID)
+	}
 	var snap *core.Snapshot
 	if err == nil {
 		snap, err = core.Project(runID, hist)

@@ -290,6 +290,19 @@ func (l *lane) apply(ctx context.Context, commits []pending) error {
 		if err != nil {
 			return fmt.Errorf("%w: %w", errPermanent, err)
 		}
+		if envs[0].Type() == event.TypeRunDeleted {
+			// The run's deletion: nothing follows it, and its consequences are the rest of the
+			// deletion (retention.go).
+			// The commits before it in this batch were applied before the sweeper recorded it
+			// (it deletes only a run whose every commit this service applied).
+			l.cache.drop(runID)
+			f, todo = nil, nil
+			if err := s.finishDeletion(ctx, runID); err != nil {
+				return err
+			}
+			l.feed.publishDeleted(envs[0], payloads[0])
+			continue
+		}
 		switch {
 		case f != nil && f.s.Seq >= c.Last:
 			// A cold load read past this commit: derive from the later state.
@@ -307,13 +320,18 @@ func (l *lane) apply(ctx context.Context, commits []pending) error {
 			f = &followed{s: snap, fresh: true}
 			l.cache.put(c.RunID, f)
 		default:
-			if f, err = l.load(ctx, c.RunID, c.Last); err != nil {
+			if f, err = l.load(ctx, c.RunID, c.Last); errors.Is(err, store.ErrDeleted) {
+				// Deleted since: the sweeper deletes only a run whose every commit this service
+				// applied, so this one is a redelivery. The deletion's own commit follows.
+				f = nil
+				continue
+			} else if err != nil {
 				return err
 			}
 		}
 		todo = append(todo, decoded{envs, payloads})
 	}
-	if len(todo) == 0 {
+	if len(todo) == 0 || f == nil {
 		return nil
 	}
 	if err := s.cfg.Faults.Hit(fault.HistoryBeforeEffects); err != nil {

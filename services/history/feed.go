@@ -11,6 +11,7 @@ import (
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/cloudevent"
+	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -81,6 +82,19 @@ func (p *feed) publish(fr *followed, envs []event.Envelope, payloads []json.RawM
 			fr.published = env.Seq
 		}
 	}
+}
+
+// publishDeleted sends a run's run.deleted, env, whose payload's JSON is data: the run's
+// definition is the one its record keeps.
+func (p *feed) publishDeleted(env event.Envelope, data json.RawMessage) {
+	def := "unknown"
+	if d, ok := env.Payload.(*event.RunDeleted); ok {
+		if sum, err := core.Tombstone(env.RunID, env.Seq, env.Time, d); err == nil && sum.Definition != "" {
+			def = sum.Definition
+		}
+	}
+	p.build(def, "", env, FeedTypePrefix+string(env.Type()), data)
+	_ = p.nc.PublishMsg(&p.msg)
 }
 
 // build makes p.msg the feed message of env, an event of a run of definition, whose trace

@@ -77,6 +77,15 @@ func (s *Service) history(ctx context.Context, runID string, after, atLeast uint
 		return s.readArchived(ctx, sum, after) // retention.go
 	}
 	hist, err := s.store.LoadAtLeast(ctx, runID, after, max(atLeast, after+1))
+	var de *store.DeletedError
+	if errors.As(err, &de) {
+		// Deleted since this replica's copy of the index last heard of the run.
+		sum, terr := core.Tombstone(runID, de.Seq, de.Time, de.Deletion)
+		if terr != nil {
+			return nil, terr
+		}
+		return s.readArchived(ctx, sum, after)
+	}
 	if err == nil && len(hist) == 0 {
 		// Deleted since this replica's copy of the index last heard of the run?
 		if sum, rev, rerr := s.readEntry(ctx, runID); rerr == nil && rev > 0 && sum.Deleted != nil {

@@ -20,6 +20,7 @@ import (
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/payload/objstore"
+	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/wait"
 	"github.com/flowrun/flow/pkg/event"
@@ -29,21 +30,27 @@ import (
 // (flow.WithRetention, else Config.Retention) has passed since its end. One replica sweeps, the
 // one holding the retention lease in FLOW_LEASES. For each run past its period, the sweeper:
 //
-//  1. reads the run's whole history and checks that it ended (the index entry alone is not
-//     trusted: a run that has not ended is never touched, whatever its age);
+//  1. reads the run's whole history and checks that it ended and that this service has applied
+//     every commit of it (the index entry names the history's last event): a run that has not
+//     ended is never touched, whatever its age, and no consequence of a commit is left undone;
 //  2. archives it, if an archive is configured (fault point retention-after-archive);
-//  3. writes the run's tombstone in the runs index, compare-and-set on the entry's revision:
-//     the summary with Deleted set, naming the archive (retention-after-tombstone);
-//  4. deletes the run's derived state (timer entries, hook tokens, its parked and queue
-//     entries, its start keys) and purges its subject from FLOW_HISTORY
-//     (retention-after-purge);
-//  5. marks the tombstone purged.
+//  3. records the deletion: run.deleted, appended right after the history's last event by
+//     optimistic concurrency, so that anything appended meanwhile (a reset) makes it fail and
+//     the next pass decides again; it names the archive, counts the commits to purge and keeps
+//     the run's summary. This is the deletion's commit point: from here every read of the run
+//     answers store.ErrDeleted, and its ID is never taken again (the record stays);
+//  4. finishes the deletion (finishDeletion, which the history service also does when it
+//     applies the commit holding run.deleted, and at start for every deleted run): the
+//     tombstone in the runs index (retention-after-tombstone), the run's derived state (timer
+//     entries, hook tokens, its parked and queue entries, its start keys, its checkpoint), the
+//     purge of its events before run.deleted from FLOW_HISTORY, bounded by the record's stream
+//     sequence (retention-after-purge), then the tombstone marked purged.
 //
-// A crash between any two steps is repaired by the next pass: before step 3 the run is still
-// listed as it was and is archived again (the archive is overwritten); after it, the tombstone
-// is not marked purged, so the next pass finishes steps 4 and 5 (each idempotent). A run is
-// never hidden from listings before its archive exists, and its tombstone always says where the
-// archive is.
+// A crash between any two steps is repaired: before step 3 the run is still listed as it was
+// and is archived again on the next pass (the archive is overwritten); after it, the history
+// service finishes step 4 (each part idempotent). A run is never hidden from listings before its
+// archive exists, its tombstone always says where the archive is, and the stream never loses a
+// message the archive does not hold.
 
 // DefaultRetention is Config.Retention's default.
 const DefaultRetention = 30 * 24 * time.Hour
@@ -251,77 +258,139 @@ func (s *Service) retentionOf(ctx context.Context, sum core.Summary, periods map
 // deleteRun deletes run runID if it is due, or finishes its deletion, and reports whether the
 // run is deleted now.
 func (s *Service) deleteRun(ctx context.Context, runID string, now time.Time, periods map[string]time.Duration) (bool, error) {
-	r := s.retention
 	cur, rev, err := s.readEntry(ctx, runID)
 	if err != nil || rev == 0 {
 		return false, err
 	}
 	hist, err := s.store.Load(ctx, runID, 0)
+	var de *store.DeletedError
+	if errors.As(err, &de) {
+		return true, s.finishDeletion(ctx, runID) // recorded: finish what is left
+	}
 	if err != nil {
 		s.logger.Warn("retention: a run past its period is kept: its history does not read back", slog.String("run_id", runID), slog.String("error", err.Error()))
 		return false, nil
 	}
-	var snap *core.Snapshot
-	if len(hist) > 0 {
-		if snap, err = core.Project(runID, hist); err != nil {
-			s.logger.Warn("retention: a run past its period is kept: its history does not project", slog.String("run_id", runID), slog.String("error", err.Error()))
-			return false, nil
+	if len(hist) == 0 {
+		if cur.Deleted != nil {
+			// Deleted before deletions were recorded in history: finish as it was begun.
+			return true, s.finishLegacyDeletion(ctx, cur, rev)
 		}
-		if !snap.Status.Terminal() {
-			// Never touch a run that has not ended, whatever its index entry says.
-			s.logger.Warn("retention: a run whose index entry says it ended has not ended; it is kept", slog.String("run_id", runID), slog.String("status", string(snap.Status)))
-			return false, nil
-		}
+		return false, nil
 	}
-	if cur.Deleted == nil {
-		period := s.retentionOf(ctx, cur, periods)
-		if !cur.Status.Terminal() || now.Before(cur.UpdatedAt.Add(period)) || snap == nil {
-			return false, nil
-		}
+	snap, err := core.Project(runID, hist)
+	if err != nil {
+		s.logger.Warn("retention: a run past its period is kept: its history does not project", slog.String("run_id", runID), slog.String("error", err.Error()))
+		return false, nil
+	}
+	switch period := s.retentionOf(ctx, cur, periods); {
+	case !snap.Status.Terminal():
+		// Never touch a run that has not ended, whatever its index entry says.
+		s.logger.Warn("retention: a run whose index entry says it ended has not ended; it is kept", slog.String("run_id", runID), slog.String("status", string(snap.Status)))
+		return false, nil
+	case cur.Seq != snap.Seq:
+		return false, nil // this service has not applied its last commit yet: the next pass decides
+	case !cur.Status.Terminal() || now.Before(cur.UpdatedAt.Add(period)):
+		return false, nil
+	default:
 		msgs, err := s.storedMsgs(ctx, runID)
 		if err != nil {
 			return false, err
 		}
-		tomb := cur
-		tomb.Deleted = &core.Deletion{At: now, Reason: fmt.Sprintf("retention %s passed since the run ended at %s", period, cur.UpdatedAt.UTC().Format(time.RFC3339)),
+		d := &event.RunDeleted{Reason: fmt.Sprintf("retention %s passed since the run ended at %s", period, cur.UpdatedAt.UTC().Format(time.RFC3339)),
 			Msgs: msgs}
-		if r.archive != nil {
-			if tomb.Deleted.Archive, err = r.archive.Put(ctx, runID, hist); err != nil {
+		if d.Summary, err = json.Marshal(cur); err != nil {
+			return false, err
+		}
+		if r := s.retention; r.archive != nil {
+			if d.Archive, err = r.archive.Put(ctx, runID, hist); err != nil {
 				return false, err
 			}
 		}
 		if err := s.cfg.Faults.Hit(fault.RetentionAfterArchive); err != nil {
 			return false, err
 		}
-		rev, err = s.putEntry(ctx, tomb, rev)
-		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			return false, nil // the entry changed meanwhile: the next sweep decides again
+		if _, err := s.store.Append(ctx, runID, snap.Seq, event.Event{Time: now, Payload: d}); err != nil {
+			if errors.Is(err, store.ErrConflict) {
+				return false, nil // appended to meanwhile (a reset): the next pass decides again
+			}
+			return false, fmt.Errorf("recording the deletion of run %q: %w", runID, err)
 		}
-		if err != nil {
-			return false, err
-		}
-		if err := s.cfg.Faults.Hit(fault.RetentionAfterTombstone); err != nil {
-			return false, err
-		}
-		cur = tomb
 	}
-	if snap != nil {
-		if err := s.purgeRun(ctx, snap); err != nil {
-			return false, err
+	return true, s.finishDeletion(ctx, runID)
+}
+
+// finishDeletion carries out what run runID's run.deleted implies, the deletion's steps after
+// its record: the tombstone in the runs index, the run's derived state, the purge of its events
+// before the record, and the tombstone marked purged. Idempotent; the history service calls it
+// when it applies the record's commit, at start for a deleted run, and the sweeper as a fast
+// path. It does nothing for a run whose deletion is not recorded.
+func (s *Service) finishDeletion(ctx context.Context, runID string) error {
+	hist, de, err := s.store.LoadDeleted(ctx, runID)
+	if err != nil || de == nil {
+		return err
+	}
+	tomb, err := core.Tombstone(runID, de.Seq, de.Time, de.Deletion)
+	if err != nil {
+		return err
+	}
+	cur, rev, err := s.readEntry(ctx, runID)
+	if err != nil {
+		return err
+	}
+	if cur.Deleted != nil && cur.Deleted.Purged {
+		return nil
+	}
+	if cur.Deleted == nil || rev == 0 {
+		if rev, err = s.putEntry(ctx, tomb, rev); err != nil {
+			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+				return fmt.Errorf("the runs index entry of run %q changed while it was tombstoned; retry", runID)
+			}
+			return err
+		}
+	} else {
+		tomb = cur
+	}
+	if err := s.cfg.Faults.Hit(fault.RetentionAfterTombstone); err != nil {
+		return err
+	}
+	if len(hist) > 0 {
+		// The events before the record are still there: their derived state goes first.
+		snap, err := core.Project(runID, hist)
+		if err != nil {
+			return fmt.Errorf("projecting the deleted run %q: %w", runID, err)
+		}
+		if err := s.purgeDerived(ctx, snap); err != nil {
+			return err
+		}
+		if err := s.retention.history.Purge(ctx, jetstream.WithPurgeSubject(streams.HistorySubject(runID)), jetstream.WithPurgeSequence(de.StreamSeq)); err != nil {
+			return fmt.Errorf("purging the history of run %q: %w", runID, err)
 		}
 	}
 	if err := s.cfg.Faults.Hit(fault.RetentionAfterPurge); err != nil {
-		return false, err
+		return err
 	}
-	cur.Deleted.Purged = true
-	if _, err := s.putEntry(ctx, cur, rev); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-		return false, err
+	tomb.Deleted.Purged = true
+	if _, err := s.putEntry(ctx, tomb, rev); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return err
 	}
-	return true, nil
+	return nil
 }
 
-// purgeRun deletes what keys run snap outside its history, then its history.
-func (s *Service) purgeRun(ctx context.Context, snap *core.Snapshot) error {
+// finishLegacyDeletion finishes a deletion begun before deletions were recorded in history
+// (run.deleted): tombstoned, its subject purged or not. It marks the tombstone purged once the
+// subject is empty.
+func (s *Service) finishLegacyDeletion(ctx context.Context, cur core.Summary, rev uint64) error {
+	cur.Deleted.Purged = true
+	if _, err := s.putEntry(ctx, cur, rev); err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		return err
+	}
+	return nil
+}
+
+// purgeDerived deletes what keys run snap outside its history: its timer entries, hook tokens,
+// parked and queue entries, start keys and checkpoint.
+func (s *Service) purgeDerived(ctx context.Context, snap *core.Snapshot) error {
 	r := s.retention
 	runID := snap.RunID
 	keys, err := r.timers.ListKeysFiltered(ctx, runID+".>")
@@ -357,13 +426,7 @@ func (s *Service) purgeRun(ctx context.Context, snap *core.Snapshot) error {
 			}
 		}
 	}
-	if err := r.checkpoints.Delete(ctx, runID); err != nil {
-		return err
-	}
-	if err := r.history.Purge(ctx, jetstream.WithPurgeSubject(streams.HistorySubject(runID))); err != nil {
-		return fmt.Errorf("purging the history of run %q: %w", runID, err)
-	}
-	return nil
+	return r.checkpoints.Delete(ctx, runID)
 }
 
 // storedMsgs returns how many messages FLOW_HISTORY holds on run runID's subject.
@@ -431,6 +494,10 @@ func (s *Service) readArchived(ctx context.Context, sum core.Summary, after uint
 	}
 	if err != nil {
 		return nil, err
+	}
+	if rec, err := s.store.LastCommit(ctx, sum.RunID); err == nil && len(rec) == 1 && rec[0].Type() == event.TypeRunDeleted &&
+		(len(hist) == 0 || rec[0].Seq == hist[len(hist)-1].Seq+1) {
+		hist = append(hist, rec[0]) // the record of the deletion, which the stream keeps
 	}
 	i, _ := slices.BinarySearchFunc(hist, after+1, func(e event.Envelope, seq uint64) int { return cmp.Compare(e.Seq, seq) })
 	return hist[i:], nil

@@ -47,15 +47,16 @@ func TestRetentionKill(t *testing.T) {
 		status, ok := exit.Sys().(syscall.WaitStatus)
 		require.True(t, ok && status.Signaled() && status.Signal() == syscall.SIGKILL, "killed at %s: %v\n%s", p, err, out)
 
-		sum := b.entry(t, runID)
-		require.Equal(t, p != fault.RetentionAfterArchive, sum.Deleted != nil, "point %s: the tombstone is written after the archive", p)
-		require.Equal(t, p == fault.RetentionAfterPurge, b.stored(t, runID) == 0, "point %s: the history is purged after the tombstone", p)
-
+		if p == fault.RetentionAfterArchive {
+			require.Nil(t, b.entry(t, runID).Deleted, "point %s: nothing is recorded before the archive is written", p)
+			require.Equal(t, uint64(len(want)), b.stored(t, runID))
+		}
+		// Past the record, the history service (this test's own consumes) finishes the
+		// deletion; before it, a restarted sweeper deletes the run.
 		b.clock.advance(2 * time.Hour)
 		h = b.sweeper(t, archive.ObjectStore, nil) // restarted
-		rep, err := h.Sweep(b.ctx)
+		_, err = h.Sweep(b.ctx)
 		require.NoError(t, err)
-		require.Equal(t, []string{runID}, rep.Deleted, "point %s", p)
 		b.requireDeleted(t, runID, want)
 		require.NoError(t, h.Stop())
 	}

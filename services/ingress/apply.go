@@ -192,6 +192,8 @@ func (s *Service) refusal(in *input, err error) *api.IngressError {
 	switch {
 	case errors.Is(err, core.ErrNotFound) && in.kind == api.KindHook:
 		return e(api.CodeHookNotFound, "no hook has token %q: the run never created it, or the token is mistyped; check the callback URL", in.token)
+	case errors.Is(err, store.ErrDeleted):
+		return e(api.CodeRunDeleted, "%s; it takes no more inputs (`flow runs --include-deleted` lists it)", trimFlow(err))
 	case errors.Is(err, core.ErrNotFound):
 		if why := s.deleted(in.runID); why != "" { // retention.go
 			return e(api.CodeRunDeleted, "%s", why)

@@ -113,6 +113,12 @@ func linkOf(events []event.Envelope) chainLink {
 			l.next = p.NewRunID
 		case *event.RunContinuedAsNew:
 			l.next = p.SuccessorRunID
+		case *event.RunDeleted:
+			// Deleted after its retention period: its record keeps its summary's links.
+			sum, err := core.Tombstone(e.RunID, e.Seq, e.Time, p)
+			l.deleted, l.next = true, cmp.Or(sum.ResetTo, sum.ContinuedAs)
+			l.ended = err != nil || l.next == ""
+			return l
 		}
 		if e.Type().Terminal() {
 			l.ended = true

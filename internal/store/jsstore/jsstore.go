@@ -311,6 +311,47 @@ func (s *Store) LoadAtLeast(ctx context.Context, runID string, after, atLeast ui
 	return s.loadFrom(ctx, runID, after, atLeast, start)
 }
 
+// LoadDeleted reads what the stream still holds of run runID, a run whose deletion is recorded
+// (a *store.DeletedError from the other reads): its events before run.deleted, as many as the
+// purge has not removed yet (none once it has), and the error of that record. For a run that
+// is not deleted it returns its history and a nil error.
+func (s *Store) LoadDeleted(ctx context.Context, runID string) ([]event.Envelope, *store.DeletedError, error) {
+	if err := event.ValidateDerivedRunID(runID); err != nil {
+		return nil, nil, err
+	}
+	s.forget(runID)
+	r := reader{s: s, runID: runID, next: 1, keepDeleted: true}
+	for start := uint64(1); ; {
+		msgs, err := jetstreamext.GetBatch(ctx, s.js, streams.History, loadBatch,
+			jetstreamext.GetBatchSeq(start), jetstreamext.GetBatchSubject(streams.HistorySubject(runID)))
+		if err != nil {
+			return nil, nil, fmt.Errorf("reading run %q: %w", runID, err)
+		}
+		n := 0
+		for m, err := range msgs {
+			if errors.Is(err, jetstreamext.ErrNoMessages) {
+				break
+			}
+			if err != nil {
+				return nil, nil, fmt.Errorf("reading run %q: %w", runID, err)
+			}
+			n++
+			start = m.Sequence + 1
+			if err := r.add(m); err != nil {
+				var de *store.DeletedError
+				if errors.As(err, &de) {
+					de.StreamSeq = m.Sequence
+					return r.out, de, nil
+				}
+				return nil, nil, err
+			}
+		}
+		if n < loadBatch {
+			return r.out, nil, nil
+		}
+	}
+}
+
 // loadFrom reads run runID's events after sequence after from stream sequence start on.
 func (s *Store) loadFrom(ctx context.Context, runID string, after, atLeast, start uint64) ([]event.Envelope, error) {
 	r := reader{s: s, runID: runID, next: after + 1}
@@ -395,6 +436,9 @@ type reader struct {
 	runID string
 	next  uint64
 	out   []event.Envelope
+	// keepDeleted reads a deleted run's remaining events (LoadDeleted): the purge may have
+	// removed any prefix of them, so they need not begin at next.
+	keepDeleted bool
 }
 
 func (r *reader) add(m *jetstream.RawStreamMsg) error {
@@ -407,8 +451,16 @@ func (r *reader) add(m *jetstream.RawStreamMsg) error {
 		return fmt.Errorf("decoding stream message %d of run %q: %w", m.Sequence, r.runID, err)
 	}
 	for _, e := range envs {
+		if d, ok := e.Payload.(*event.RunDeleted); ok && e.RunID == r.runID {
+			// The retention sweeper deleted the run: its events before this record are
+			// archived, and purged from the stream or about to be.
+			return &store.DeletedError{RunID: r.runID, Seq: e.Seq, Time: e.Time, Deletion: d}
+		}
 		if e.Seq < r.next {
 			continue
+		}
+		if r.keepDeleted && len(r.out) == 0 && e.RunID == r.runID {
+			r.next = e.Seq // what is left after a partial purge
 		}
 		if e.Seq != r.next || e.RunID != r.runID {
 			return fmt.Errorf("%w: stream message %d holds seq %d of run %q where seq %d of run %q was next",

@@ -1,0 +1,133 @@
+package history_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/archive"
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
+	"github.com/flowrun/flow/pkg/flow"
+)
+
+// requireNoneQuarantined checks that FLOW_DAMAGED lists no run.
+func (b *retentionBundle) requireNoneQuarantined(t *testing.T) {
+	t.Helper()
+	damaged, err := b.js.KeyValue(b.ctx, streams.DamagedBucket)
+	require.NoError(t, err)
+	keys, err := damaged.ListKeys(b.ctx)
+	require.NoError(t, err)
+	var ids []string
+	for k := range keys.Keys() {
+		ids = append(ids, k)
+	}
+	require.Empty(t, ids, "no run is quarantined")
+}
+
+// A deleted run's ID is never taken by another run (issue 19, finding 3): a start under it
+// follows the reuse policy as for any ended run, and a new run under the ID gets the next reuse
+// ID; the record of the deletion keeps the stream's account of what was purged, so a restarted
+// history service quarantines nothing.
+func TestDeletedRunIDIsNotReused(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t)
+	h := b.sweeper(t, archive.ObjectStore, nil)
+	b.start(t, h, "await", nil, "live-1") // started before the deletion, running across the restart
+	want := b.start(t, h, "short", nil, "x")
+	b.clock.advance(2 * time.Hour)
+	_, err := h.Sweep(b.ctx)
+	require.NoError(t, err)
+	b.requireDeleted(t, "x", want)
+
+	_, err = b.client.Start(b.ctx, "short", nil, &flow.StartOptions{RunID: "x"})
+	require.ErrorIs(t, err, flow.ErrRunExists, "the deleted run's ID is not taken again")
+	require.ErrorContains(t, err, "deleted after its retention period")
+	id, err := b.client.Start(b.ctx, "short", nil, &flow.StartOptions{RunID: "x", Reuse: flow.ReuseAllow})
+	require.NoError(t, err)
+	require.Equal(t, event.ReuseRunID("x", 1), id)
+	var out string
+	require.NoError(t, b.client.Result(b.ctx, id, &out))
+	b.requireRecordOnly(t, "x")
+	require.NotNil(t, b.entry(t, "x").Deleted, "the tombstone stays")
+
+	require.NoError(t, h.Stop())
+	b.sweeper(t, archive.ObjectStore, nil) // restarted: it checks the stream at start
+	b.requireNoneQuarantined(t)
+	_, err = b.client.Signal(b.ctx, "live-1", "go", "now", nil)
+	require.NoError(t, err)
+	require.NoError(t, b.client.Result(b.ctx, "live-1", &out))
+}
+
+// A reset and a deletion of one run are ordered by their records in the run (issue 19,
+// finding 4): a reset recorded first is archived with the run; once the deletion is recorded,
+// a reset is refused. No event ever reaches the stream that the purge removes unarchived, and
+// no run is quarantined afterwards.
+func TestResetRacingDeletionLosesNothing(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t)
+
+	// The deletion recorded, its purge not done yet (the sweeper died after its tombstone):
+	// a reset is refused.
+	f := &fault.Injector{}
+	f.Arm(fault.RetentionAfterTombstone, fault.Fail, 0, 0)
+	h := b.sweeper(t, archive.ObjectStore, f)
+	want := b.start(t, h, "short", nil, "r-1")
+	b.clock.advance(2 * time.Hour)
+	_, err := h.Sweep(b.ctx)
+	require.ErrorIs(t, err, fault.ErrInjected)
+	_, err = b.client.Reset(b.ctx, "r-1", flow.ResetOptions{Seq: 1})
+	require.ErrorIs(t, err, flow.ErrRunDeleted)
+	require.NoError(t, h.Stop())
+	h = b.sweeper(t, archive.ObjectStore, nil) // restarted: its next pass finishes the deletion
+	_, err = h.Sweep(b.ctx)
+	require.NoError(t, err)
+	b.requireDeleted(t, "r-1", want)
+
+	// A reset recorded between the archive and the record: the record fails by optimistic
+	// concurrency, and the next pass archives the run with its run.reset.
+	f = &fault.Injector{}
+	f.Arm(fault.RetentionAfterArchive, fault.Fail, 0, 1)
+	require.NoError(t, h.Stop())
+	h = b.sweeper(t, archive.ObjectStore, f)
+	b.start(t, h, "short", nil, "r-2")
+	b.clock.advance(2 * time.Hour)
+	_, err = h.Sweep(b.ctx)
+	require.ErrorIs(t, err, fault.ErrInjected)
+	r, err := b.client.Reset(b.ctx, "r-2", flow.ResetOptions{Seq: 1})
+	require.NoError(t, err)
+	var out string
+	require.NoError(t, b.client.Result(b.ctx, r.NewRunID, &out))
+	require.Eventually(t, func() bool {
+		sum, ok := h.IndexedEntry("r-2")
+		return ok && sum.ResetTo == r.NewRunID
+	}, 20*time.Second, 5*time.Millisecond, "the sweeper's index shows the reset")
+	b.clock.advance(4 * time.Hour)
+	require.Eventually(t, func() bool {
+		_, err := h.Sweep(b.ctx)
+		require.NoError(t, err)
+		sum := b.entry(t, "r-2")
+		return sum.Deleted != nil && sum.Deleted.Purged
+	}, 20*time.Second, 10*time.Millisecond)
+	hist, err := b.client.History(b.ctx, "r-2", 0)
+	require.NoError(t, err)
+	require.Empty(t, core.Check("r-2", hist), "archive and record read back as one valid history")
+	var reset *event.RunReset
+	for _, e := range hist {
+		if p, ok := e.Payload.(*event.RunReset); ok {
+			reset = p
+		}
+	}
+	require.NotNil(t, reset, "the run.reset is archived with the run")
+	require.Equal(t, r.NewRunID, reset.NewRunID)
+
+	require.NoError(t, h.Stop())
+	b.sweeper(t, archive.ObjectStore, nil)
+	b.requireNoneQuarantined(t)
+	_, err = b.js.KeyValue(b.ctx, streams.DamagedBucket)
+	require.NotErrorIs(t, err, jetstream.ErrBucketNotFound)
+}
