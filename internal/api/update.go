@@ -82,7 +82,7 @@ type UpdateRequest struct {
 // Update states beyond the ones history records: an update whose run ended before it settled
 // (aborted), and one whose run a reset ended, which the reset carried on to its new run (moved).
 const (
-	UpdateAborted = core.UpdateAborted
+	UpdateAborted                   = core.UpdateAborted
 	UpdateMoved   core.UpdateStatus = "moved"
 )
 
