@@ -69,23 +69,24 @@ func queuedVerdict(s *Snapshot) (Verdict, error) {
 	return Verdict{WaitingOn: "admission"}, nil
 }
 
-// ErrAdmitted is wrapped by Admit's error for a run admitted already (whether it ended since or
-// not). It wraps ErrStale.
+// ErrAdmitted is wrapped by Admit's error for a run that was admitted already and has not
+// ended: it holds its slot. It wraps ErrStale.
 var ErrAdmitted = fmt.Errorf("%w: the run was admitted already", ErrStale)
 
 // Admit returns run.admitted for a queued run, waited since its start until at. It returns an
-// error wrapping ErrAdmitted when the run was admitted already, ErrStale when it needs no
-// admission (it ended, or its cancellation was requested, before one: it ends without running),
+// error wrapping ErrAdmitted when the run was admitted already and has not ended, ErrStale and
+// ErrTerminal when it ended (admitted or not: an ended run holds no slot), ErrStale when it
+// needs no admission (its cancellation was requested before one: it ends without running),
 // ErrNotFound when it has not started, and ErrInvalidInput when it has no flow control.
 func Admit(s *Snapshot, at time.Time) ([]event.Payload, error) {
-	if s.Seq > 0 && s.Admitted {
-		return nil, fmt.Errorf("%w: run %q at seq %d", ErrAdmitted, s.RunID, s.AdmittedSeq)
-	}
 	if err := live(s); err != nil {
 		if s.Terminal() {
 			return nil, fmt.Errorf("%w: %w", ErrStale, err)
 		}
 		return nil, err
+	}
+	if s.Admitted {
+		return nil, fmt.Errorf("%w: run %q at seq %d", ErrAdmitted, s.RunID, s.AdmittedSeq)
 	}
 	switch {
 	case s.Control == nil:

@@ -11,6 +11,9 @@ import (
 // State is one flow-control group's entry: the runs holding its concurrency slots and the log
 // of its recent admissions. The zero value is an empty group.
 type State struct {
+	// Group names the group whose state this is, so that a new admission controller finds the
+	// groups FLOW_LIMITS holds (the key is the group's token).
+	Group string `json:"group,omitempty"`
 	// Holders are the runs that hold a slot, by run ID: reserved before their run.admitted was
 	// appended, kept until their terminal event was committed.
 	Holders map[string]Holder `json:"holders,omitempty"`

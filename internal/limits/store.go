@@ -16,17 +16,32 @@ import (
 // ErrConflict is wrapped by Store.Save when the entry changed since it was read.
 var ErrConflict = errors.New("limits: the entry changed since it was read")
 
-// Store reads and writes flow-control state in the FLOW_LIMITS bucket. It is safe for concurrent
-// use.
-type Store struct{ kv jetstream.KeyValue }
+// Store reads and writes flow-control state: the groups' in FLOW_LIMITS (Open), whose one writer
+// is the admission controller, or the step limits' in FLOW_STEP_LIMITS (OpenSteps), written by
+// workers. It is safe for concurrent use.
+type Store struct {
+	kv     jetstream.KeyValue
+	bucket string
+}
 
-// Open returns the store of the FLOW_LIMITS bucket, which streams.Ensure creates.
+// Open returns the store of the flow-control groups, the FLOW_LIMITS bucket, which
+// streams.Ensure creates.
 func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
-	kv, err := js.KeyValue(ctx, streams.LimitsBucket)
+	return open(ctx, js, streams.LimitsBucket)
+}
+
+// OpenSteps returns the store of the step limits, the FLOW_STEP_LIMITS bucket, which
+// streams.Ensure creates.
+func OpenSteps(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	return open(ctx, js, streams.StepLimitsBucket)
+}
+
+func open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, error) {
+	kv, err := js.KeyValue(ctx, bucket)
 	if err != nil {
-		return nil, fmt.Errorf("opening bucket %s: %w", streams.LimitsBucket, err)
+		return nil, fmt.Errorf("opening bucket %s: %w", bucket, err)
 	}
-	return &Store{kv: kv}, nil
+	return &Store{kv: kv, bucket: bucket}, nil
 }
 
 // KV returns the bucket, for watchers.
@@ -35,7 +50,7 @@ func (s *Store) KV() jetstream.KeyValue { return s.kv }
 // GroupKey is the FLOW_LIMITS key of flow-control group group.
 func GroupKey(group string) string { return "g." + streams.BuildToken(group) }
 
-// StepKey is the FLOW_LIMITS key of the limits of step name step.
+// StepKey is the FLOW_STEP_LIMITS key of the limits of step name step.
 func StepKey(step string) string { return "s." + streams.BuildToken(step) }
 
 // load reads the entry key into v; rev 0 means it does not exist (v is left as is).
@@ -45,10 +60,10 @@ func (s *Store) load(ctx context.Context, key string, v any) (uint64, error) {
 		return 0, nil
 	}
 	if err != nil {
-		return 0, fmt.Errorf("reading %s %s: %w", streams.LimitsBucket, key, err)
+		return 0, fmt.Errorf("reading %s %s: %w", s.bucket, key, err)
 	}
 	if err := json.Unmarshal(e.Value(), v); err != nil {
-		return 0, fmt.Errorf("%s %s holds malformed state: %w", streams.LimitsBucket, key, err)
+		return 0, fmt.Errorf("%s %s holds malformed state: %w", s.bucket, key, err)
 	}
 	return e.Revision(), nil
 }
@@ -67,10 +82,10 @@ func (s *Store) save(ctx context.Context, key string, v any, rev uint64) (uint64
 	}
 	var apiErr *jetstream.APIError
 	if errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-		return 0, fmt.Errorf("%w: %s %s", ErrConflict, streams.LimitsBucket, key)
+		return 0, fmt.Errorf("%w: %s %s", ErrConflict, s.bucket, key)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("writing %s %s: %w", streams.LimitsBucket, key, err)
+		return 0, fmt.Errorf("writing %s %s: %w", s.bucket, key, err)
 	}
 	return rev, nil
 }
@@ -82,9 +97,17 @@ func (s *Store) Load(ctx context.Context, group string) (*State, uint64, error) 
 	return st, rev, err
 }
 
+// LoadKey returns the state of the group whose FLOW_LIMITS key is key, and its revision.
+func (s *Store) LoadKey(ctx context.Context, key string) (*State, uint64, error) {
+	st := &State{}
+	rev, err := s.load(ctx, key, st)
+	return st, rev, err
+}
+
 // Save writes group's state if it is still at revision rev, and returns the new revision, or an
 // error wrapping ErrConflict.
 func (s *Store) Save(ctx context.Context, group string, st *State, rev uint64) (uint64, error) {
+	st.Group = group
 	return s.save(ctx, GroupKey(group), st, rev)
 }
 
@@ -109,8 +132,8 @@ func (s *Store) Update(ctx context.Context, group string, change func(*State) bo
 	}
 }
 
-// Release frees run runID's slot in group, if it holds one: idempotent, for the history service
-// once the run's terminal event is committed.
+// Release frees run runID's slot in group, if it holds one: idempotent, for the admission
+// controller once the run's terminal event is committed.
 func (s *Store) Release(ctx context.Context, group, runID string) error {
 	return s.Update(ctx, group, func(st *State) bool { return st.Release(runID) })
 }

@@ -10,6 +10,7 @@ package metrics
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/attribute"
@@ -125,3 +126,56 @@ func CacheHit(ctx context.Context) { cacheLookups.Add(ctx, 1, hit...) }
 
 // CacheMiss counts a drive that read its run's whole history.
 func CacheMiss(ctx context.Context) { cacheLookups.Add(ctx, 1, miss...) }
+
+// RepairsName counts the repairs of derived state by its owner's reconciler (docs/derived-state.md).
+const RepairsName = "flow.repairs"
+
+// KeyState names the derived state a repair fixed (flow_repairs_total{state=...}).
+const KeyState = attribute.Key("state")
+
+var (
+	repairs = must(meter.Int64Counter(RepairsName, metric.WithUnit("{repair}"),
+		metric.WithDescription("Repairs of derived state (a slot, a queue entry, an index entry, a timer, ...) that its owner's reconciler found out of line with history, by state.")))
+	// repairOpts caches the attribute options of each state; repairCounts counts in process,
+	// for tests and the interaction test's mutation check.
+	repairOpts   sync.Map // string -> []metric.AddOption
+	repairCounts sync.Map // string -> *atomic.Int64
+)
+
+// Repair counts n repairs of derived state state.
+func Repair(ctx context.Context, state string, n int) {
+	if n <= 0 {
+		return
+	}
+	opt, ok := repairOpts.Load(state)
+	if !ok {
+		opt, _ = repairOpts.LoadOrStore(state, []metric.AddOption{metric.WithAttributeSet(attribute.NewSet(KeyState.String(state)))})
+	}
+	repairs.Add(ctx, int64(n), opt.([]metric.AddOption)...)
+	c, _ := repairCounts.LoadOrStore(state, new(atomic.Int64))
+	c.(*atomic.Int64).Add(int64(n))
+}
+
+// Repairs returns the repairs of state counted in this process.
+func Repairs(state string) int64 {
+	c, ok := repairCounts.Load(state)
+	if !ok {
+		return 0
+	}
+	return c.(*atomic.Int64).Load()
+}
+
+// The derived states whose repairs are counted (docs/derived-state.md lists their owners).
+const (
+	StateRunsIndex   = "runs_index"
+	StateQueue       = "admission_queue"
+	StateSlots       = "flow_slots"
+	StateTimers      = "timers"
+	StateHooks       = "hook_routes"
+	StateParked      = "parked"
+	StateStartKeys   = "start_keys"
+	StateSchedules   = "schedule_runs"
+	StateTombstones  = "tombstones"
+	StatePayloads    = "payloads"
+	StateCheckpoints = "checkpoints"
+)

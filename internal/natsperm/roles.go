@@ -27,7 +27,7 @@ var allStreams = append(append([]string{streams.History, streams.Tasks, streams.
 // allBuckets are the buckets streams.Ensure creates.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
 	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket,
-	streams.StartKeysBucket, streams.LimitsBucket, streams.QueueBucket, streams.HeartbeatsBucket, streams.SchedulesBucket, streams.BatchesBucket,
+	streams.StartKeysBucket, streams.LimitsBucket, streams.StepLimitsBucket, streams.QueueBucket, streams.HeartbeatsBucket, streams.SchedulesBucket, streams.BatchesBucket,
 	streams.PausesBucket}
 
 func kvStreams(buckets []string) []string {
@@ -203,7 +203,7 @@ func historyRole() Role {
 	g.kvWrite(streams.DamagedBucket)
 	g.kvWrite(streams.StartKeysBucket) // it releases the debounce keys of runs whose delay fired
 	g.kvWrite(streams.QueueBucket)     // it queues runs under flow control for admission
-	g.kvWrite(streams.LimitsBucket)    // it releases the flow-control slots of ended runs
+	g.kvRead(streams.StepLimitsBucket) // it shows the attempts that wait for a step limit's slot
 	g.kvWatch(streams.PausesBucket)    // it dispatches runs parked by a definition or queue pause once it is gone
 	g.liveness()
 	// The retention sweeper: its own lease (not the scheduler's), the archive, and the purge of
@@ -235,7 +235,7 @@ func schedulerRole() Role {
 	g.kvWrite(streams.TimersBucket) // it deletes the timers it fired
 	g.kvWatch(streams.TimersBucket)
 	g.kvWatch(streams.QueueBucket)  // the admission controller follows the runs waiting for admission
-	g.kvWrite(streams.LimitsBucket) // and takes their slots and rate tokens
+	g.kvWrite(streams.LimitsBucket) // and is the one writer of the slots and rate tokens (it releases ended runs' slots too)
 	g.kvWatch(streams.LimitsBucket)
 	g.kvWrite(streams.HeartbeatsBucket) // the heartbeat watcher marks the entries of attempts it settled
 	g.kvWatch(streams.HeartbeatsBucket) // and follows the attempts' heartbeats
@@ -295,7 +295,7 @@ func workerRole() Role {
 	g.kvWrite(streams.WorkersBucket)
 	g.kvWrite(streams.DefinitionsBucket)
 	g.kvWrite(streams.ParkedBucket)
-	g.kvWrite(streams.LimitsBucket)       // it takes and releases the slots of limited steps (flow.LimitStep)
+	g.kvWrite(streams.StepLimitsBucket)   // it takes and releases the slots of limited steps (flow.LimitStep)
 	g.kvWrite(streams.HeartbeatsBucket)   // it records step attempts' starts and heartbeats, and reads the last details
 	g.kvWatch(streams.PausesBucket)       // it starts no decision or attempt of a paused definition or queue
 	g.objWrite(streams.PayloadsBucket)    // it offloads large payloads and reads them (docs/large-payloads.md)

@@ -17,7 +17,8 @@ var Names = []string{History, Tasks, DeadLetter,
 	"KV_" + StartKeysBucket, "KV_" + LimitsBucket, "KV_" + QueueBucket,
 	"KV_" + HeartbeatsBucket, "OBJ_" + ArchiveBucket, "KV_" + SchedulesBucket,
 	"KV_" + BatchesBucket,
-	"KV_" + PausesBucket, "OBJ_" + PayloadsBucket, "OBJ_" + CheckpointsBucket}
+	"KV_" + PausesBucket, "OBJ_" + PayloadsBucket, "OBJ_" + CheckpointsBucket,
+	"KV_" + StepLimitsBucket}
 
 // Missing returns the streams of Names that do not exist, in that order.
 func Missing(ctx context.Context, js jetstream.JetStream) ([]string, error) {

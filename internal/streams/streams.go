@@ -60,10 +60,14 @@ const (
 	// engine.KeyEntry. Created only where none is; a dedup entry expires after its window
 	// (per-key TTL). See docs/start-policies.md.
 	StartKeysBucket = "FLOW_START_KEYS"
-	// LimitsBucket holds the flow-control state (internal/limits): key "g.<group token>", the
-	// concurrency slots and rate log of a flow-control group; key "s.<step token>", those of a
-	// limited step name. Changed only by compare-and-set.
+	// LimitsBucket holds the flow-control state of the admission controller (internal/limits),
+	// its one writer: key "g.<group token>", the concurrency slots and rate log of a
+	// flow-control group. Changed only by compare-and-set.
 	LimitsBucket = "FLOW_LIMITS"
+	// StepLimitsBucket holds the state of step limits (flow.LimitStep), written by the workers
+	// that take and release its slots: key "s.<step token>", the attempts holding slots (leases)
+	// and the rate log of a limited step name. Changed only by compare-and-set.
+	StepLimitsBucket = "FLOW_STEP_LIMITS"
 	// QueueBucket lists the runs waiting for admission under flow control: key run ID, value a
 	// JSON limits.Waiting. The history service writes an entry when a run under flow control
 	// starts and deletes it once the run is admitted or ended; the admission controller (in the
@@ -246,6 +250,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{Bucket: ParkedBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs no worker can drive now"},
 		{Bucket: DamagedBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs whose history is damaged"},
 		{Bucket: LimitsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, Description: "Flow flow-control slots and rate windows"},
+		{Bucket: StepLimitsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, Description: "Flow step limits: slots and rate windows of limited steps"},
 		{Bucket: QueueBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow runs waiting for admission under flow control"},
 		{Bucket: SchedulesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow schedules and their state"},
 		{Bucket: PausesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow paused definitions and queues"},

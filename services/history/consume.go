@@ -311,7 +311,7 @@ func (l *lane) apply(ctx context.Context, commits []pending) error {
 				l.cache.drop(c.RunID)
 				return err
 			}
-		case f == nil && c.First == 1:
+		case f == nil && c.First == 1 && l.latest(ctx, p.msg, runID):
 			// A new run: its first commit is its whole history so far.
 			snap, err := core.Project(c.RunID, envs)
 			if err != nil {
@@ -358,6 +358,20 @@ func (l *lane) apply(ctx context.Context, commits []pending) error {
 		l.cache.drop(runID)
 	}
 	return nil
+}
+
+// latest reports whether m, a run's first commit, is the run's last message in the stream: a
+// commit delivered for the first time with nothing after it. A redelivery (a lost ack, a
+// restart, another replica) or a run that went on since is derived from its whole history
+// instead: the first commit alone would bring back consequences its later commits undid (the
+// queue entry of a run that was admitted and ended).
+func (l *lane) latest(ctx context.Context, m jetstream.Msg, runID string) bool {
+	md, err := m.Metadata()
+	if err != nil || md.NumDelivered > 1 {
+		return false
+	}
+	last, err := l.s.store.LastStreamSeq(ctx, runID)
+	return err == nil && last == md.Sequence.Stream
 }
 
 // load projects run runID's whole history, read up to at least atLeast, into the lane's cache.

@@ -117,6 +117,11 @@ type Config struct {
 	Archive string `envconfig:"ARCHIVE"`
 	// Clock is the retention sweeper's clock, for tests. Defaults to time.Now.
 	Clock func() time.Time `ignored:"true"`
+	// ReconcileInterval is how often the replica holding the retention lease recomputes the
+	// state the service derives from history (the admission queue, the runs index of active
+	// runs) and repairs what drifted (docs/derived-state.md). Defaults to 1 minute; negative
+	// disables the reconciler.
+	ReconcileInterval time.Duration `envconfig:"HISTORY_RECONCILE_INTERVAL"`
 }
 
 // DefaultHTTPAddr is where the HTTP API listens unless Config.HTTPAddr says otherwise.
@@ -169,6 +174,8 @@ type Service struct {
 	updateSnaps *snapshotCache
 	// retention is the retention sweeper's state (retention.go).
 	retention *retention
+	// reconciler is the reconciler's state between passes (reconcile.go).
+	reconciler reconciler
 }
 
 // New returns a history service.
@@ -187,6 +194,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.Linger == 0 {
 		cfg.Linger = 5 * time.Millisecond
+	}
+	if cfg.ReconcileInterval == 0 {
+		cfg.ReconcileInterval = time.Minute
 	}
 	if err := retentionDefaults(&cfg); err != nil {
 		return nil, err
@@ -293,7 +303,7 @@ func (s *Service) open(ctx context.Context) error {
 			return fmt.Errorf("opening bucket %s: %w", name, err)
 		}
 	}
-	if s.control, err = openControl(ctx, js, s.cfg.Faults); err != nil {
+	if s.control, err = openControl(ctx, js); err != nil {
 		return err
 	}
 	if s.retention, err = openRetention(ctx, js, s.cfg); err != nil {

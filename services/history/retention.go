@@ -122,9 +122,10 @@ func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config) (*re
 	return r, nil
 }
 
-// startRetention runs the sweeper, under the retention lease, unless it is disabled.
+// startRetention runs the sweeper and the reconciler (reconcile.go) under the retention lease,
+// unless both are disabled.
 func (s *Service) startRetention(ctx context.Context) {
-	if s.cfg.RetentionSweep < 0 {
+	if s.cfg.RetentionSweep < 0 && s.cfg.ReconcileInterval < 0 {
 		return
 	}
 	s.workers.Go(func() { s.runRetention(ctx) })
@@ -158,15 +159,28 @@ func (s *Service) leadRetention(ctx context.Context, rev uint64, renew time.Dura
 		defer stop()
 		_ = r.leases.Delete(rctx, streams.RetentionLease, jetstream.LastRevision(rev))
 	}()
-	next := time.Now()
+	next, reconcile := time.Now(), time.Now().Add(s.cfg.ReconcileInterval)
 	for {
-		if !time.Now().Before(next) {
+		if s.cfg.RetentionSweep >= 0 && !time.Now().Before(next) {
 			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
 				s.logger.Warn("a retention sweep stopped short; the next one continues", slog.String("error", err.Error()))
 			}
 			next = time.Now().Add(s.cfg.RetentionSweep)
 		}
-		if !wait.For(ctx, min(renew, time.Until(next))) {
+		if s.cfg.ReconcileInterval > 0 && !time.Now().Before(reconcile) {
+			if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
+				s.logger.Warn("a reconciliation stopped short; the next one continues", slog.String("error", err.Error()))
+			}
+			reconcile = time.Now().Add(s.cfg.ReconcileInterval)
+		}
+		wake := renew
+		if s.cfg.RetentionSweep >= 0 {
+			wake = min(wake, time.Until(next))
+		}
+		if s.cfg.ReconcileInterval > 0 {
+			wake = min(wake, time.Until(reconcile))
+		}
+		if !wait.For(ctx, max(min(renew, wake), 0)) {
 			return
 		}
 		nrev, err := r.leases.Update(ctx, streams.RetentionLease, []byte(r.name), rev)

@@ -18,6 +18,7 @@ import (
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/limits"
+	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -38,9 +39,16 @@ import (
 //  3. A run that arrives while a concurrency limit is full waits (queue), is cancelled
 //     (cancel_newest), or has the oldest admitted run of the full scope cancelled for it
 //     (cancel_oldest), each cancellation a run.cancelled with cause flow_control.
-//  4. Slots are released by the history service after the run's terminal commit; the controller
-//     watches FLOW_LIMITS and runs a round of the group when a slot frees, and sleeps until a rate
-//     token comes back when that is what keeps a run waiting.
+//  4. The controller is the one writer of FLOW_LIMITS's groups: it releases the slot of a run
+//     whose end the runs index (FLOW_RUNS, the history service's projection of history) shows,
+//     watching it for the runs that hold slots, in the next round of their group (one
+//     compare-and-set releases and admits). It sleeps until a rate token comes back when that is
+//     what keeps a run waiting.
+//  5. Its reconciler repairs what it missed: when it takes the lease, every slot is checked
+//     against its run's history (a reservation whose run.admitted was never appended is
+//     completed or given back; an ended run's slot is released), and every ReconcileInterval
+//     every slot held is checked against the runs index again. Each repair is counted
+//     (flow_repairs_total{state="flow_slots"}) and logged with the run.
 
 // AdmitBatchDefault bounds the runs one round admits.
 const AdmitBatchDefault = 256
@@ -78,8 +86,11 @@ type admitGroup struct {
 	keys   map[string][]*queued
 	ring   []string
 	cursor int
-	// verified holds the slot holders known to be admitted in history (or to have ended).
+	// verified holds the slot holders known to be admitted in history and not ended when
+	// last checked; ended those the runs index showed ended since, to release in the next
+	// round (true when a reconciliation found it: a repair).
 	verified map[string]bool
+	ended    map[string]bool
 	// evicting holds the holders cancelled by cancel_oldest, until their slots are released.
 	evicting map[string]bool
 	// due is when a rate token keeping a run waiting comes back; zero when none does.
@@ -89,7 +100,7 @@ type admitGroup struct {
 }
 
 func newAdmitGroup(name string) *admitGroup {
-	return &admitGroup{name: name, keys: map[string][]*queued{}, verified: map[string]bool{}, evicting: map[string]bool{}}
+	return &admitGroup{name: name, keys: map[string][]*queued{}, verified: map[string]bool{}, ended: map[string]bool{}, evicting: map[string]bool{}}
 }
 
 func (g *admitGroup) waiting() int {
@@ -149,12 +160,34 @@ type admitter struct {
 	byRun map[string]*queued
 	// byKey maps a FLOW_LIMITS key to its group name.
 	byKey map[string]string
+	// holding maps each run holding a slot, as its group's latest round read it, to its group:
+	// the runs whose ends the controller looks for in the runs index.
+	holding map[string]string
+	// runs is the runs index (FLOW_RUNS), which tells the holders' ends.
+	runs jetstream.KeyValue
 }
 
 // serveAdmission watches the admission queue and the limits, and admits runs, until ctx ends
 // (it returns nil) or a watch fails (it returns why).
 func (s *Scheduler) serveAdmission(ctx context.Context) error {
-	a := &admitter{s: s, limits: s.limits, groups: map[string]*admitGroup{}, byRun: map[string]*queued{}, byKey: map[string]string{}}
+	a := &admitter{s: s, limits: s.limits, groups: map[string]*admitGroup{}, byRun: map[string]*queued{}, byKey: map[string]string{},
+		holding: map[string]string{}, runs: s.runs}
+	// The holders' ends: every update of the runs index from now on; what ended before is found
+	// by the rounds' repair of the slots this leader has not verified.
+	rw, err := s.runs.WatchAll(ctx, jetstream.UpdatesOnly())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return fmt.Errorf("cannot watch the runs index: %w", err)
+	}
+	defer func() { _ = rw.Stop() }()
+	if err := a.loadGroups(ctx); err != nil {
+		if ctx.Err() != nil {
+			return nil
+		}
+		return err
+	}
 	qw, err := s.queue.WatchAll(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -174,6 +207,8 @@ func (s *Scheduler) serveAdmission(ctx context.Context) error {
 	loaded := false
 	wake := time.NewTimer(time.Hour)
 	defer wake.Stop()
+	reconcile := time.NewTicker(s.cfg.ReconcileInterval)
+	defer reconcile.Stop()
 	for {
 		next := time.Hour
 		if loaded {
@@ -203,7 +238,7 @@ func (s *Scheduler) serveAdmission(ctx context.Context) error {
 				}
 			}
 			for name, g := range a.groups {
-				if g.waiting() == 0 && len(g.verified) == 0 && len(g.evicting) == 0 && g.due.IsZero() && !g.dirty {
+				if g.waiting() == 0 && len(g.verified) == 0 && len(g.ended) == 0 && len(g.evicting) == 0 && g.due.IsZero() && !g.dirty {
 					delete(a.groups, name)
 				}
 			}
@@ -233,12 +268,91 @@ func (s *Scheduler) serveAdmission(ctx context.Context) error {
 				return errors.New("the flow-control state watch ended")
 			}
 			if e != nil {
+				// Another leader overlapping this one for a moment: read what it wrote.
 				if name, known := a.byKey[e.Key()]; known {
 					if g := a.groups[name]; g != nil {
 						g.dirty = true
 					}
 				}
 			}
+		case e, ok := <-rw.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil
+				}
+				return errors.New("the runs index watch ended")
+			}
+			if e != nil {
+				a.applyRun(e)
+			}
+		case <-reconcile.C:
+			a.reconcile(ctx)
+		}
+	}
+}
+
+// loadGroups makes every group that FLOW_LIMITS holds known to the controller, so that its first
+// round checks their slots against history: a new leader releases the slots of runs that ended
+// while no controller led.
+func (a *admitter) loadGroups(ctx context.Context) error {
+	keys, err := a.limits.KV().ListKeysFiltered(ctx, "g.>")
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("listing the flow-control groups: %w", err)
+	}
+	for k := range keys.Keys() {
+		st, _, err := a.limits.LoadKey(ctx, k)
+		if err != nil {
+			return err
+		}
+		if st.Group == "" {
+			continue // written before entries named their group; found when a run of it queues
+		}
+		a.group(st.Group).dirty = true
+	}
+	return nil
+}
+
+// applyRun takes note of a runs index update: the end of a run holding a slot is released in
+// its group's next round.
+func (a *admitter) applyRun(e jetstream.KeyValueEntry) {
+	name, held := a.holding[e.Key()]
+	if !held || e.Operation() != jetstream.KeyValuePut {
+		return
+	}
+	var sum core.Summary
+	if err := json.Unmarshal(e.Value(), &sum); err != nil || !(sum.Status.Terminal() || sum.Deleted != nil) {
+		return
+	}
+	g := a.group(name)
+	if _, repairing := g.ended[e.Key()]; !repairing {
+		g.ended[e.Key()] = false
+	}
+	g.dirty = true
+}
+
+// reconcile checks every slot the controller's groups hold against the runs index: a holder
+// whose end the index shows, and whose end the watch did not bring (it is not marked ended), is
+// released as a repair. Reservations (slots whose run is not known to be admitted) are the
+// rounds' to repair.
+func (a *admitter) reconcile(ctx context.Context) {
+	for run, name := range a.holding {
+		g := a.groups[name]
+		if g == nil || !g.verified[run] {
+			continue
+		}
+		if _, known := g.ended[run]; known {
+			continue
+		}
+		e, err := a.runs.Get(ctx, run)
+		if err != nil {
+			continue // no entry yet, or unreachable: the next reconciliation looks again
+		}
+		var sum core.Summary
+		if json.Unmarshal(e.Value(), &sum) == nil && (sum.Status.Terminal() || sum.Deleted != nil) {
+			g.ended[run], g.dirty = true, true
 		}
 	}
 }
@@ -294,6 +408,7 @@ func (a *admitter) round(ctx context.Context, g *admitGroup) error {
 	if err != nil {
 		return err
 	}
+	a.hold(g, st)
 	for run := range g.verified {
 		if _, held := st.Holders[run]; !held {
 			delete(g.verified, run)
@@ -304,6 +419,18 @@ func (a *admitter) round(ctx context.Context, g *admitGroup) error {
 			delete(g.evicting, run)
 		}
 	}
+	// The runs index showed these holders ended: their slots go in this round's write.
+	released := 0
+	for run, repair := range g.ended {
+		if st.Release(run) {
+			released++
+			if repair {
+				a.repaired(ctx, g, run, "its end was missed; the reconciler released its slot")
+			}
+		}
+		delete(g.verified, run)
+	}
+	clear(g.ended)
 	// Slots this leader does not know to be admitted: a reservation of a controller that died
 	// before appending run.admitted is completed, one whose run ended is given back.
 	repaired := false
@@ -327,8 +454,9 @@ func (a *admitter) round(ctx context.Context, g *admitGroup) error {
 	picks, cancels, due := a.choose(g, st, now)
 	g.due = due
 	a.s.logger.Debug("admission round", slog.String("group", g.name), slog.Int("waiting", g.waiting()), slog.Int("holders", len(st.Holders)),
-		slog.Int("admitting", len(picks)), slog.Int("cancelling", len(cancels)), slog.Time("due", due))
-	if len(picks) > 0 {
+		slog.Int("admitting", len(picks)), slog.Int("releasing", released), slog.Int("cancelling", len(cancels)), slog.Time("due", due))
+	a.hold(g, st)
+	if len(picks) > 0 || released > 0 {
 		if _, err := a.limits.Save(ctx, g.name, st, rev); err != nil {
 			if errors.Is(err, limits.ErrConflict) {
 				return errRound
@@ -352,6 +480,26 @@ func (a *admitter) round(ctx context.Context, g *admitGroup) error {
 	a.admit(ctx, g, picks)
 	g.dirty = true // more may fit: the round stops at its batch
 	return nil
+}
+
+// hold records the runs holding a slot of group g, as st shows them, as the runs whose ends the
+// controller looks for.
+func (a *admitter) hold(g *admitGroup, st *limits.State) {
+	for run, name := range a.holding {
+		if _, held := st.Holders[run]; name == g.name && !held {
+			delete(a.holding, run)
+		}
+	}
+	for run := range st.Holders {
+		a.holding[run] = g.name
+	}
+}
+
+// repaired counts and logs a repair of a slot of run runID in group g.
+func (a *admitter) repaired(ctx context.Context, g *admitGroup, runID, what string) {
+	metrics.Repair(ctx, metrics.StateSlots, 1)
+	a.s.logger.Warn("flow-control slot repaired", slog.String("state", metrics.StateSlots), slog.String("group", g.name),
+		slog.String("run_id", runID), slog.String("repair", what))
 }
 
 // cancellation is a run the policy of a full limit cancels.
@@ -527,8 +675,9 @@ func (a *admitter) admit(ctx context.Context, g *admitGroup, picks []pick) {
 // reports whether it changed the group's state.
 func (a *admitter) repair(ctx context.Context, g *admitGroup, runID string, h limits.Holder) (bool, error) {
 	s, err := a.s.engine.Snapshot(ctx, runID)
-	if errors.Is(err, core.ErrNotFound) {
-		// A slot of a run that does not exist: nothing will ever release it.
+	if errors.Is(err, core.ErrNotFound) || errors.Is(err, store.ErrDeleted) {
+		// A slot of a run that does not exist (or no longer): nothing will ever release it.
+		a.repaired(ctx, g, runID, "the run does not exist; its slot was given back")
 		return true, a.limits.Update(ctx, g.name, func(st *limits.State) bool { return st.Unreserve(runID) })
 	}
 	if errors.Is(err, store.ErrDamaged) {
@@ -542,8 +691,8 @@ func (a *admitter) repair(ctx context.Context, g *admitGroup, runID string, h li
 	}
 	switch {
 	case s.Terminal():
-		// Ended: the history service releases it after the terminal commit; a release it missed
-		// is done here.
+		// Ended while no controller looked (or its end was missed): released here.
+		a.repaired(ctx, g, runID, "the run ended; its slot was released")
 		return true, a.limits.Release(ctx, g.name, runID)
 	case s.Admitted:
 		g.verified[runID] = true
@@ -558,6 +707,7 @@ func (a *admitter) repair(ctx context.Context, g *admitGroup, runID string, h li
 	case err == nil:
 		g.verified[runID] = true
 		a.s.admitted.Add(1)
+		a.repaired(ctx, g, runID, "a reservation whose run.admitted was never appended was completed")
 		if q, ok := a.byRun[runID]; ok {
 			a.forget(g, q)
 		}
@@ -568,6 +718,7 @@ func (a *admitter) repair(ctx context.Context, g *admitGroup, runID string, h li
 		if q, ok := a.byRun[runID]; ok && late != nil {
 			q.notBefore = late.Latest
 		}
+		a.repaired(ctx, g, runID, "a reservation that could not be completed was given back")
 		return true, a.limits.Update(ctx, g.name, func(st *limits.State) bool { return st.Unreserve(runID) })
 	}
 	return false, err

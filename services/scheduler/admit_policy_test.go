@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/api"
@@ -14,7 +15,9 @@ import (
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/limits"
+	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
@@ -42,6 +45,8 @@ type controlEnv struct {
 	ctx    context.Context
 	client *flow.Client
 	lims   *limits.Store
+	h      *history.Service
+	js     jetstream.JetStream
 	// scheduler starts a scheduler with fault injector f.
 	scheduler func(f *fault.Injector) *scheduler.Scheduler
 }
@@ -62,7 +67,7 @@ func newControlEnv(t *testing.T, reg *flow.Registry, hf *fault.Injector) *contro
 	require.NoError(t, err)
 	lims, err := limits.Open(ctx, natstest.JetStream(t, srv))
 	require.NoError(t, err)
-	return &controlEnv{t: t, ctx: ctx, client: client, lims: lims, scheduler: func(f *fault.Injector) *scheduler.Scheduler {
+	return &controlEnv{t: t, ctx: ctx, client: client, lims: lims, h: h, js: natstest.JetStream(t, srv), scheduler: func(f *fault.Injector) *scheduler.Scheduler {
 		s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: natstest.Logger(), Faults: f})
 		require.NoError(t, err)
 		require.NoError(t, s.Start(ctx))
@@ -255,26 +260,64 @@ func TestAdmissionFaultBetweenReserveAndAppend(t *testing.T) {
 	}
 }
 
-// TestReleaseFaultAfterTerminal fails the history service between a run's terminal commit and
-// the release of its slot: the commit is applied again until the release is written, and the
+// TestSlotOfRunEndedWithoutControllerIsReleased: a run ends while no admission controller leads;
+// the next leader finds its slot held by an ended run, releases it (a repair, counted), and the
 // next run of the key is admitted.
-func TestReleaseFaultAfterTerminal(t *testing.T) {
+func TestSlotOfRunEndedWithoutControllerIsReleased(t *testing.T) {
+	t.Parallel()
+	fc := flow.FlowControl{KeyPath: "$.customer", KeyConcurrency: 1}
+	e := newControlEnv(t, gated(flow.WithFlowControl(fc)), nil)
+	first := e.scheduler(nil)
+	e.start("a-1", "a", 1, nil)
+	e.status("a-1", core.StatusSuspended)
+	e.start("a-2", "a", 2, nil)
+	require.NoError(t, first.Stop())
+	e.done("a-1")
+	st, _, err := e.lims.Load(e.ctx, "gated")
+	require.NoError(t, err)
+	require.Contains(t, st.Holders, "a-1", "no controller released it")
+	repairs := metrics.Repairs(metrics.StateSlots)
+	e.scheduler(nil)
+	e.status("a-2", core.StatusSuspended)
+	st, _, err = e.lims.Load(e.ctx, "gated")
+	require.NoError(t, err)
+	require.NotContains(t, st.Holders, "a-1")
+	require.Greater(t, metrics.Repairs(metrics.StateSlots), repairs, "the release is counted as a repair")
+}
+
+// A redelivered first commit of a run that ended never brings it back into the admission queue,
+// and its slot never leaks (issue 19, finding 2): the ack of a-1's run.started is lost, so the
+// history service applies it again after a-1 was admitted and ended, when its cache no longer
+// holds the run. The queue entry stays deleted, a-1 holds no slot, and the key's next run is
+// admitted.
+func TestRedeliveredStartOfEndedRun(t *testing.T) {
 	t.Parallel()
 	hf := &fault.Injector{}
-	hf.Arm(fault.HistoryBeforeRelease, fault.Fail, 0, 3)
+	hf.Arm(fault.HistoryBeforeAck, fault.Fail, 0, 1) // a-1's run.started, the first commit applied
 	fc := flow.FlowControl{KeyPath: "$.customer", KeyConcurrency: 1}
 	e := newControlEnv(t, gated(flow.WithFlowControl(fc)), hf)
 	e.scheduler(nil)
 	e.start("a-1", "a", 1, nil)
 	e.status("a-1", core.StatusSuspended)
-	e.start("a-2", "a", 2, nil)
 	e.done("a-1")
-	e.status("a-2", core.StatusSuspended)
-	require.GreaterOrEqual(t, hf.Hits(fault.HistoryBeforeRelease), 4)
-	st, _, err := e.lims.Load(e.ctx, "gated")
+	// Every commit of a-1 applied, then its first commit again, after AckWait.
+	st, err := e.js.Stream(e.ctx, streams.History)
 	require.NoError(t, err)
-	require.NotContains(t, st.Holders, "a-1")
-	require.Contains(t, st.Holders, "a-2")
+	info, err := st.Info(e.ctx, jetstream.WithSubjectFilter(streams.HistorySubject("a-1")))
+	require.NoError(t, err)
+	commits := int64(info.State.Subjects[streams.HistorySubject("a-1")])
+	require.NoError(t, e.h.WaitApplied(e.ctx, commits+1), "the lost ack's commit is applied again")
+	require.Equal(t, 1, hf.Hits(fault.HistoryBeforeAck)-int(commits), "the redelivery was acknowledged")
+	e.start("a-2", "a", 2, nil)
+	e.status("a-2", core.StatusSuspended)
+	queue, err := e.js.KeyValue(e.ctx, streams.QueueBucket)
+	require.NoError(t, err)
+	_, err = queue.Get(e.ctx, "a-1")
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound, "the ended run is not queued again")
+	lim, _, err := e.lims.Load(e.ctx, "gated")
+	require.NoError(t, err)
+	require.NotContains(t, lim.Holders, "a-1")
+	require.Contains(t, lim.Holders, "a-2")
 }
 
 // TestRepairReleasesAnEndedRunsSlot: a slot still held by a run that ended (its release lost) is

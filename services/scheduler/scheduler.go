@@ -109,6 +109,10 @@ type Config struct {
 	NoAdmission bool `envconfig:"SCHEDULER_NO_ADMISSION"`
 	// AdmitBatch bounds the runs one admission round admits of a group. Defaults to 256.
 	AdmitBatch int `envconfig:"SCHEDULER_ADMIT_BATCH"`
+	// ReconcileInterval is how often the admission controller checks every flow-control slot
+	// held against the runs index, releasing the slot of a run whose end it missed (a repair,
+	// counted in flow_repairs_total). Defaults to 30s.
+	ReconcileInterval time.Duration `envconfig:"SCHEDULER_RECONCILE_INTERVAL"`
 	// NoSchedules stops this replica from competing for the schedules lease: another replica
 	// fires the schedules of FLOW_SCHEDULES (docs/schedules.md). Defaults to false.
 	NoSchedules bool `envconfig:"SCHEDULER_NO_SCHEDULES"`
@@ -168,6 +172,9 @@ type Scheduler struct {
 	// admissions and the runs its policies cancelled. admitDone closes when admission stops.
 	limits             *limits.Store
 	queue              jetstream.KeyValue
+	// runs is the runs index (FLOW_RUNS), read by the admission controller for the ends of the
+	// runs holding slots.
+	runs jetstream.KeyValue
 	admitting          atomic.Bool
 	admitted           atomic.Int64
 	cancelledByControl atomic.Int64
@@ -231,6 +238,12 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	if cfg.AdmitBatch == 0 {
 		cfg.AdmitBatch = AdmitBatchDefault
+	}
+	if cfg.ReconcileInterval == 0 {
+		cfg.ReconcileInterval = 30 * time.Second
+	}
+	if cfg.ReconcileInterval < 0 {
+		return nil, fmt.Errorf("scheduler: ReconcileInterval must be positive, got %s", cfg.ReconcileInterval)
 	}
 	if cfg.AdmitBatch < 0 {
 		return nil, fmt.Errorf("scheduler: AdmitBatch must be positive, got %d", cfg.AdmitBatch)
@@ -311,6 +324,9 @@ func (s *Scheduler) open(ctx context.Context) error {
 		return err
 	}
 	if s.queue, err = js.KeyValue(ctx, streams.QueueBucket); err != nil {
+		return err
+	}
+	if s.runs, err = js.KeyValue(ctx, streams.RunsBucket); err != nil {
 		return err
 	}
 	if s.limits, err = limits.Open(ctx, js); err != nil {

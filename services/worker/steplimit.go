@@ -10,12 +10,12 @@ import (
 )
 
 // stepLimits returns the limiter of the registry's limited steps (flow.LimitStep), shared with
-// every other worker through FLOW_LIMITS; nil when no step is limited.
+// every other worker through FLOW_STEP_LIMITS; nil when no step is limited.
 func (w *Worker) stepLimits(ctx context.Context, js jetstream.JetStream) (engine.StepLimiter, error) {
 	if !w.reg.StepLimits() {
 		return nil, nil
 	}
-	st, err := limits.Open(ctx, js)
+	st, err := limits.OpenSteps(ctx, js)
 	if err != nil {
 		return nil, err
 	}

@@ -424,6 +424,23 @@ func (s *Store) LastCommit(ctx context.Context, runID string) ([]event.Envelope,
 	return c.Events()
 }
 
+// LastStreamSeq returns the stream sequence of run runID's last message, read with one direct
+// get (0 for a run without messages). A replica that lags may answer with an earlier one.
+func (s *Store) LastStreamSeq(ctx context.Context, runID string) (uint64, error) {
+	st, err := s.history(ctx)
+	if err != nil {
+		return 0, err
+	}
+	m, err := st.GetLastMsgForSubject(ctx, streams.HistorySubject(runID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("reading the last commit of run %q: %w", runID, err)
+	}
+	return m.Sequence, nil
+}
+
 // history returns the history stream's handle, opened once.
 func (s *Store) history(ctx context.Context) (jetstream.Stream, error) {
 	s.streamOnce.Do(func() { s.stream, s.streamErr = s.js.Stream(ctx, streams.History) })

@@ -1,0 +1,226 @@
+package history
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/limits"
+	"github.com/flowrun/flow/internal/metrics"
+	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// The history service owns the state it derives from history (docs/derived-state.md): the runs
+// index (FLOW_RUNS), the admission queue (FLOW_QUEUE), the timer index (FLOW_TIMERS), the hook
+// routes of ended runs, tombstones and the deletion of derived state. It writes them as it
+// follows the stream; its reconciler, run by the replica that holds the retention lease every
+// Config.ReconcileInterval, recomputes them from history and repairs what drifted, counting each
+// repair in flow_repairs_total{state=...} and logging the run and the difference. Each repair runs
+// on the run's lane, in order with the run's commits.
+
+// reconcileBatch bounds the active runs one pass checks against their last commit; the next
+// pass goes on where it stopped.
+const reconcileBatch = 5000
+
+// reconciler is the state of the reconciler between passes.
+type reconciler struct {
+	// next is the run ID the runs index pass starts after.
+	next string
+}
+
+// Reconcile runs one pass of the reconciler over the states the service owns, and returns the
+// repairs it made by state. The replica that holds the retention lease calls it every
+// ReconcileInterval; tests call it directly.
+func (s *Service) Reconcile(ctx context.Context) (map[string]int, error) {
+	done := map[string]int{}
+	n, err := s.reconcileQueue(ctx)
+	done[metrics.StateQueue] = n
+	if err != nil {
+		return done, fmt.Errorf("reconciling the admission queue: %w", err)
+	}
+	n, err = s.reconcileIndex(ctx)
+	done[metrics.StateRunsIndex] = n
+	if err != nil {
+		return done, fmt.Errorf("reconciling the runs index: %w", err)
+	}
+	return done, nil
+}
+
+// repaired counts and logs a repair of state for run runID.
+func (s *Service) repaired(ctx context.Context, state, runID, diff string) {
+	metrics.Repair(ctx, state, 1)
+	s.logger.WarnContext(ctx, "derived state repaired", slog.String("state", state), slog.String("run_id", runID), slog.String("repair", diff))
+}
+
+// reconcileQueue brings FLOW_QUEUE in line with history: an entry for every run that waits for
+// admission (queueEntry), none for another. The runs index tells which runs may wait (status
+// queued) and which entries may be stale; each is decided on the run's own latest snapshot, on
+// its lane.
+func (s *Service) reconcileQueue(ctx context.Context) (int, error) {
+	queued := map[string]bool{}
+	keys, err := s.control.queue.ListKeys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return 0, err
+	}
+	if err == nil {
+		for k := range keys.Keys() {
+			queued[k] = true
+		}
+	}
+	candidates := map[string]bool{}
+	for id := range queued {
+		if sum, ok := s.index.get(id); ok && sum.Status != core.StatusQueued {
+			candidates[id] = true // an entry of a run that no longer waits
+		}
+	}
+	for _, sum := range s.index.where(func(sum core.Summary) bool { return sum.Status == core.StatusQueued && sum.Deleted == nil }) {
+		if !queued[sum.RunID] {
+			candidates[sum.RunID] = true // a waiting run without its entry
+		}
+	}
+	ids := make([]string, 0, len(candidates))
+	for id := range candidates {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	repairs := 0
+	for _, id := range ids {
+		fixed, err := s.repairQueueEntry(ctx, id)
+		if err != nil {
+			return repairs, err
+		}
+		if fixed {
+			repairs++
+		}
+	}
+	return repairs, nil
+}
+
+// repairQueueEntry makes run runID's FLOW_QUEUE entry what the run's latest snapshot says, on
+// its lane, and reports whether it changed it.
+func (s *Service) repairQueueEntry(ctx context.Context, runID string) (bool, error) {
+	fixed := false
+	err := s.onLane(ctx, runID, func(ctx context.Context, l *lane) error {
+		snap, err := l.latestSnapshot(ctx, runID)
+		if errors.Is(err, store.ErrDamaged) {
+			return nil // quarantined: an operator decides
+		}
+		if err != nil {
+			return err
+		}
+		want, wanted := limits.Waiting{}, false
+		if snap != nil {
+			want, wanted = queueEntry(snap)
+		}
+		e, err := s.control.queue.Get(ctx, runID)
+		has := err == nil
+		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			return err
+		}
+		switch {
+		case wanted && !has:
+			b, err := json.Marshal(want)
+			if err != nil {
+				return err
+			}
+			if _, err := s.control.queue.Put(ctx, runID, b); err != nil {
+				return err
+			}
+			fixed = true
+			s.repaired(ctx, metrics.StateQueue, runID, "the run waits for admission without its queue entry: written")
+		case !wanted && has:
+			if err := s.control.queue.Delete(ctx, runID, jetstream.LastRevision(e.Revision())); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return err
+			}
+			fixed = true
+			s.repaired(ctx, metrics.StateQueue, runID, "the run no longer waits for admission: its queue entry was deleted")
+		}
+		return nil
+	})
+	return fixed, err
+}
+
+// reconcileIndex checks the runs index entries of active runs against their runs' last commits,
+// up to reconcileBatch a pass: an entry that shows a run active whose last commit ended it, or
+// that lags its history, is derived again from the whole history, with every consequence of it.
+func (s *Service) reconcileIndex(ctx context.Context) (int, error) {
+	active := s.index.where(func(sum core.Summary) bool {
+		return !sum.Status.Terminal() && sum.Deleted == nil && sum.Damaged == ""
+	})
+	slices.SortFunc(active, func(a, b core.Summary) int { return cmpString(a.RunID, b.RunID) })
+	start, _ := slices.BinarySearchFunc(active, s.reconciler.next, func(sum core.Summary, id string) int { return cmpString(sum.RunID, id) })
+	if start < len(active) && active[start].RunID == s.reconciler.next {
+		start++
+	}
+	if start >= len(active) {
+		start = 0
+	}
+	batch := active[start:min(len(active), start+reconcileBatch)]
+	repairs := 0
+	for _, sum := range batch {
+		s.reconciler.next = sum.RunID
+		last, err := s.store.LastCommit(ctx, sum.RunID)
+		if errors.Is(err, store.ErrDamaged) {
+			continue
+		}
+		if err != nil {
+			return repairs, err
+		}
+		if len(last) == 0 || !stale(sum, last) {
+			continue
+		}
+		if err := s.onLane(ctx, sum.RunID, func(ctx context.Context, l *lane) error {
+			l.cache.drop(sum.RunID)
+			_, err := s.sweepRun(ctx, sum.RunID, 0, false)
+			return err
+		}); err != nil {
+			return repairs, err
+		}
+		repairs++
+		s.repaired(ctx, metrics.StateRunsIndex, sum.RunID, fmt.Sprintf("the entry said %s at seq %d; the run's last commit is %s at seq %d: derived again",
+			sum.Status, sum.Seq, last[len(last)-1].Type(), last[len(last)-1].Seq))
+	}
+	return repairs, nil
+}
+
+// stale reports whether runs index entry sum, of an active run, misses what the run's last
+// commit tells: the run ended, was reset or deleted.
+func stale(sum core.Summary, last []event.Envelope) bool {
+	for _, e := range last {
+		if e.Type().Terminal() || e.Type() == event.TypeRunReset || e.Type() == event.TypeRunDeleted {
+			return e.Seq > sum.Seq
+		}
+	}
+	return false
+}
+
+func cmpString(a, b string) int {
+	switch {
+	case a < b:
+		return -1
+	case a > b:
+		return 1
+	}
+	return 0
+}
+
+// latestSnapshot returns run runID's snapshot as of its latest commit, from the lane's cache
+// brought up to date, or projected from its whole history; nil for a run without events or a
+// deleted one. Called on the run's lane.
+func (l *lane) latestSnapshot(ctx context.Context, runID string) (*core.Snapshot, error) {
+	hist, err := l.s.store.LoadAtLeast(ctx, runID, 0, 1)
+	if errors.Is(err, store.ErrDeleted) {
+		return nil, nil
+	}
+	if err != nil || len(hist) == 0 {
+		return nil, err
+	}
+	return core.Project(runID, hist)
+}

@@ -1,0 +1,90 @@
+package history_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/limits"
+	"github.com/flowrun/flow/internal/metrics"
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
+	"github.com/flowrun/flow/pkg/flow"
+)
+
+// The reconciler recomputes the state the history service owns from history and repairs what
+// drifted, counting each repair: a run waiting for admission that lost its queue entry gets it
+// back, an entry of a run that no longer waits is deleted, and a runs index entry that lags its
+// run's end is derived again.
+func TestReconcilerRepairsDrift(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	h := startHistory(t, srv) // no scheduler: controlled runs stay queued
+	reg := registry("")
+	flow.RegisterWorkflow(reg, "limited", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		return ctx.Complete("done"), nil
+	}, flow.WithFlowControl(flow.FlowControl{Concurrency: 1}))
+	startWorker(t, srv, reg)
+	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+	ctx := t.Context()
+	js := natstest.JetStream(t, srv)
+	queue, err := js.KeyValue(ctx, streams.QueueBucket)
+	require.NoError(t, err)
+	runs, err := js.KeyValue(ctx, streams.RunsBucket)
+	require.NoError(t, err)
+
+	_, err = c.Start(ctx, "limited", nil, &flow.StartOptions{RunID: "q-1"})
+	require.NoError(t, err)
+	_, err = c.Start(ctx, "steps", 1, &flow.StartOptions{RunID: "s-1"})
+	require.NoError(t, err)
+	var out int
+	require.NoError(t, c.Result(ctx, "s-1", &out))
+	require.Eventually(t, func() bool {
+		sum, ok := h.IndexedEntry("q-1")
+		_, qerr := queue.Get(ctx, "q-1")
+		done, ok2 := h.IndexedEntry("s-1")
+		return ok && sum.Status == core.StatusQueued && qerr == nil && ok2 && done.Status == core.StatusCompleted
+	}, 20*time.Second, 5*time.Millisecond)
+
+	// Drift: q-1 loses its entry; the ended s-1 gets one; s-1's index entry goes back in time.
+	require.NoError(t, queue.Delete(ctx, "q-1"))
+	bogus, err := json.Marshal(limits.Waiting{RunID: "s-1", Definition: "steps", Control: &event.FlowControl{Group: "steps", Concurrency: 1}})
+	require.NoError(t, err)
+	_, err = queue.Put(ctx, "s-1", bogus)
+	require.NoError(t, err)
+	e, err := runs.Get(ctx, "s-1")
+	require.NoError(t, err)
+	var sum core.Summary
+	require.NoError(t, json.Unmarshal(e.Value(), &sum))
+	sum.Status, sum.Seq = core.StatusRunning, 1
+	b, err := json.Marshal(sum)
+	require.NoError(t, err)
+	_, err = runs.Update(ctx, "s-1", b, e.Revision())
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { s, ok := h.IndexedEntry("s-1"); return ok && s.Status == core.StatusRunning },
+		10*time.Second, 5*time.Millisecond)
+
+	before := metrics.Repairs(metrics.StateQueue) + metrics.Repairs(metrics.StateRunsIndex)
+	done, err := h.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, done[metrics.StateQueue], "q-1's entry written, s-1's deleted")
+	require.Equal(t, 1, done[metrics.StateRunsIndex], "s-1's entry derived again")
+	require.Equal(t, before+3, metrics.Repairs(metrics.StateQueue)+metrics.Repairs(metrics.StateRunsIndex))
+	_, err = queue.Get(ctx, "q-1")
+	require.NoError(t, err)
+	_, err = queue.Get(ctx, "s-1")
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound)
+	require.Eventually(t, func() bool { s, ok := h.IndexedEntry("s-1"); return ok && s.Status == core.StatusCompleted },
+		10*time.Second, 5*time.Millisecond)
+
+	// Nothing drifted: a second pass repairs nothing.
+	done, err = h.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Zero(t, done[metrics.StateQueue]+done[metrics.StateRunsIndex])
+}
