@@ -170,11 +170,11 @@ type Scheduler struct {
 	// limits and queue are the flow-control state and the admission queue; admitting is set
 	// while this replica holds the admission lease; admitted and cancelledByControl count its
 	// admissions and the runs its policies cancelled. admitDone closes when admission stops.
-	limits             *limits.Store
-	queue              jetstream.KeyValue
+	limits *limits.Store
+	queue  jetstream.KeyValue
 	// runs is the runs index (FLOW_RUNS), read by the admission controller for the ends of the
 	// runs holding slots.
-	runs jetstream.KeyValue
+	runs               jetstream.KeyValue
 	admitting          atomic.Bool
 	admitted           atomic.Int64
 	cancelledByControl atomic.Int64
