@@ -249,6 +249,12 @@ func generate(t testing.TB, seed uint64, n int) []event.Envelope {
 		require.NoError(t, err, "seed %d", seed)
 		require.NoError(t, g.commit(ps), "seed %d", seed)
 	}
+	if seed%7 == 2 {
+		// An operator accepted damage found after the history's end (or after its last commit
+		// so far): run.damage_accepted may follow anything.
+		accepted := &event.RunDamageAccepted{Reason: "a foreign write", By: "resume --accept-damage", After: 9, Through: 12}
+		require.NoError(t, g.commit([]event.Payload{accepted}), "seed %d", seed)
+	}
 	return g.envs
 }
 

@@ -59,6 +59,9 @@ const (
 	// TypeRunPaused and TypeRunUnpaused pause a run and end its pause (payload_pause.go).
 	TypeRunPaused   Type = "run.paused"
 	TypeRunUnpaused Type = "run.unpaused"
+	// TypeRunDamageAccepted releases a run whose stored history was found damaged: the run goes
+	// on from its longest valid prefix, and the messages after it are void (payload_damage.go).
+	TypeRunDamageAccepted Type = "run.damage_accepted"
 )
 
 // Terminal reports whether t ends a run. At most one terminal event appears in a history, last.
@@ -92,6 +95,7 @@ func Types() []Type {
 		TypeStepCancelRequested, TypeChildCancelRequested, TypeChildRetryScheduled, TypeChildRetryFired,
 		TypeRunReset,
 		TypeRunPaused, TypeRunUnpaused,
+		TypeRunDamageAccepted,
 	}
 }
 
@@ -142,4 +146,5 @@ var factories = map[Type]func() Payload{
 	TypeRunReset:             func() Payload { return new(RunReset) },
 	TypeRunPaused:            func() Payload { return new(RunPaused) },
 	TypeRunUnpaused:          func() Payload { return new(RunUnpaused) },
+	TypeRunDamageAccepted:    func() Payload { return new(RunDamageAccepted) },
 }
