@@ -58,7 +58,7 @@ func (s *Store) LoadAfter(ctx context.Context, runID string, after, pos, atLeast
 		atLeast = max(atLeast, p.runSeq)
 	}
 	s.mu.Unlock()
-	return s.loadFrom(ctx, runID, after, atLeast, pos+1)
+	return s.loadFrom(ctx, runID, after, atLeast, pos+1, after)
 }
 
 // MessagesRead returns the number of history messages this store's loads have read: tests and
