@@ -49,7 +49,7 @@ func (s *Store) LoadAfter(ctx context.Context, runID string, after, pos, atLeast
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, err
 	}
-	if err := s.quarantine.check(runID); err != nil {
+	if err := s.quarantine.check(ctx, runID); err != nil {
 		return nil, err
 	}
 	s.remember(runID, after, pos)

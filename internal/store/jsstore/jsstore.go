@@ -146,7 +146,7 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 	if err := store.CheckAppend(runID, events); err != nil {
 		return 0, err
 	}
-	if err := s.quarantine.check(runID); err != nil {
+	if err := s.quarantine.check(ctx, runID); err != nil {
 		return 0, err
 	}
 	first, last := expected+1, expected+uint64(len(events))
@@ -292,7 +292,7 @@ func (s *Store) LastCommit(ctx context.Context, runID string) ([]event.Envelope,
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, err
 	}
-	if err := s.quarantine.check(runID); err != nil {
+	if err := s.quarantine.check(ctx, runID); err != nil {
 		return nil, err
 	}
 	st, err := s.history(ctx)

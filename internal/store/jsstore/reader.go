@@ -25,7 +25,7 @@ func (s *Store) LoadAtLeast(ctx context.Context, runID string, after, atLeast ui
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, err
 	}
-	if err := s.quarantine.check(runID); err != nil {
+	if err := s.quarantine.check(ctx, runID); err != nil {
 		return nil, err
 	}
 	start, seen := uint64(1), uint64(0)
