@@ -298,15 +298,30 @@ was right after event SEQ (see 'flow history RUN' for the sequences). --json pri
 				if d.Entry.Parked != "" {
 					fmt.Fprintf(e.stdout, "Parked      %s (`flow resume %s` dispatches it again)\n", d.Entry.Parked, a[0])
 				}
-				if d.Entry.Damaged != "" {
+				if d.Entry.Damaged != "" && d.Damage == nil {
 					fmt.Fprintf(e.stdout, "Damaged     %s\n", d.Entry.Damaged)
 				}
+			}
+			if d.Damage != nil {
+				printDamage(e.stdout, a[0], d.Damage)
 			}
 			return nil
 		}),
 	}
 	cmd.Flags().Uint64Var(&at, "at", 0, "show the run as of this event sequence (default: the latest)")
 	return cmd
+}
+
+// printDamage says why run runID's history is damaged, what the status above shows of it, and
+// how to release it.
+func printDamage(w io.Writer, runID string, d *flow.RunDamage) {
+	state := "not quarantined yet"
+	if d.Quarantined {
+		state = "quarantined: no worker drives it"
+	}
+	fmt.Fprintf(w, "Damaged     %s\n", d.Reason)
+	fmt.Fprintf(w, "            the history is valid through seq %d, shown above; %s\n", d.ValidThrough, state)
+	fmt.Fprintf(w, "            go on from seq %d: flow resume %s --accept-damage; end it there: flow terminate %s\n", d.ValidThrough, runID, runID)
 }
 
 func printSnapshot(w io.Writer, s *flow.Snapshot) {
