@@ -47,7 +47,9 @@ func TestForeignMessagesAndRepairs(t *testing.T) {
 		name string
 		msg  func(runID string) *nats.Msg
 	}{
-		{"NoCommitHeaders", func(runID string) *nats.Msg { return &nats.Msg{Subject: streams.HistorySubject(runID), Data: []byte(`hello`)} }},
+		{"NoCommitHeaders", func(runID string) *nats.Msg {
+			return &nats.Msg{Subject: streams.HistorySubject(runID), Data: []byte(`hello`)}
+		}},
 		{"RepeatedSequence", func(runID string) *nats.Msg { return forged(t, runID, 2) }},
 		{"SkippedSequence", func(runID string) *nats.Msg { return forged(t, runID, 7) }},
 	} {
