@@ -562,7 +562,11 @@ fixed code, or any run you want a worker to look at now. Parked and blocked runs
 dispatched again on their own when a worker registers their definition.
 
 --accept-damage releases a run Flow quarantined because its history was found damaged: check the
-run first ('flow history RUN'), since it is driven from what its history still holds.`,
+run first ('flow status RUN' shows its history as far as it is valid, and why the rest is not).
+It goes on from its longest valid prefix: run.damage_accepted is recorded after it, and the
+messages after the prefix are void (they stay in the stream, no part of the run's history). A
+run whose valid prefix ended is released as it ended. 'flow terminate RUN' ends a damaged run
+from the same prefix instead.`,
 		Args: args("RUN"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
 			res, err := client.Resume(c.Context(), a[0], &flow.ResumeOptions{AcceptDamage: acceptDamage})
@@ -610,7 +614,9 @@ func (e *env) terminateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "terminate RUN",
 		Short: "End a run as failed at once, whatever its code would decide (works on blocked runs)",
-		Long: `End a run as failed at once, whatever its code would decide; this works on blocked runs too.
+		Long: `End a run as failed at once, whatever its code would decide; this works on blocked runs too,
+and on runs whose history is damaged: they end from their longest valid prefix and are released
+from quarantine (see 'flow resume --accept-damage').
 --json prints {"run_id":RUN,"delivered_to":RUN_OR_ITS_SUCCESSOR,"status":"accepted"}.`,
 		Args: args("RUN"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {

@@ -27,6 +27,12 @@
 // gets, so on a replicated stream a read can miss the newest commits; LoadAtLeast, the conflict
 // checks and the settling of an append whose ack was lost read what they must see from the
 // stream's leader ($JS.API.STREAM.MSG.GET), which only the leader answers.
+//
+// Every message must be a commit whose first sequence follows the last sequence of the message
+// before it: a history with any other message (written by hand or by a faulty writer) does not
+// read back, and the error matches store.ErrDamaged. A repair, a commit that begins with
+// run.damage_accepted, voids the run's messages between the last message of the history's
+// valid prefix and itself (repair.go).
 package jsstore
 
 import (
