@@ -313,7 +313,7 @@ func TestCLIFixes(t *testing.T) {
 		require.Eventually(t, func() bool {
 			r = runCLI(t, "status", "damaged-cli", nats)
 			return r.code == 0 && strings.Contains(r.stdout, "Status      suspended")
-		}, 20*time.Second, 10*time.Millisecond, "the run sleeps: %s", r.stdout)
+		}, 20*time.Second, 10*time.Millisecond, "the run sleeps")
 		events := regexp.MustCompile(`Events      (\d+)`).FindStringSubmatch(r.stdout)[1]
 		// A message published by hand on the run's history subject.
 		nc, err := natsgo.Connect(strings.TrimPrefix(nats, "--nats-url="))
@@ -324,10 +324,11 @@ func TestCLIFixes(t *testing.T) {
 		_, err = js.Publish(t.Context(), "flow.history.damaged-cli", []byte(`{"not":"a commit"}`))
 		require.NoError(t, err)
 
+		listed := regexp.MustCompile(`damaged-cli\s+reminder\s+DAMAGED\s+.*\(was suspended\)`)
 		require.Eventually(t, func() bool {
 			r = runCLI(t, "runs", nats)
-			return r.code == 0 && regexp.MustCompile(`damaged-cli\s+reminder\s+DAMAGED\s+.*\(was suspended\)`).MatchString(r.stdout)
-		}, 20*time.Second, 10*time.Millisecond, "flow runs lists the run as damaged: %s", r.stdout)
+			return r.code == 0 && listed.MatchString(r.stdout)
+		}, 20*time.Second, 10*time.Millisecond, "flow runs lists the run as damaged")
 		r = runCLI(t, "status", "damaged-cli", nats)
 		require.Equal(t, 0, r.code, r.stderr)
 		require.Contains(t, r.stdout, "Status      suspended")
@@ -340,7 +341,7 @@ func TestCLIFixes(t *testing.T) {
 		require.Eventually(t, func() bool {
 			r = runCLI(t, "status", "damaged-cli", nats)
 			return r.code == 0 && strings.Contains(r.stdout, "Status      failed") && !strings.Contains(r.stdout, "Damaged")
-		}, 20*time.Second, 10*time.Millisecond, "the run ended and is released: %s", r.stdout)
+		}, 20*time.Second, 10*time.Millisecond, "the run ended and is released")
 	})
 }
 

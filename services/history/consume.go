@@ -363,7 +363,7 @@ func (l *lane) load(ctx context.Context, runID string, atLeast uint64) (*followe
 	}
 	var he *core.HistoryError
 	if errors.Is(err, event.ErrMalformed) || errors.As(err, &he) {
-		return nil, l.s.quarantineDamaged(ctx, runID, fmt.Sprintf("stream %s: %v", streams.History, err))
+		return nil, l.s.quarantineDamaged(ctx, runID, fmt.Sprintf("stream %s: %v", streams.History, err), l.s.salvaged(ctx, runID))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("loading run %q: %w", runID, err)

@@ -24,15 +24,31 @@ import (
 // acceptDamage, or by the engine's Terminate), whose application lifts the quarantine.
 
 // quarantineDamaged quarantines run runID with reason, unless it is quarantined already, and
-// returns the *store.DamagedError its readers get.
-func (s *Service) quarantineDamaged(ctx context.Context, runID, reason string) error {
+// returns the *store.DamagedError its readers get. The run's index entry shows what snap, the
+// projection of its history's valid prefix (nil if none), says of it: a run whose commits were
+// not applied yet would else be indexed with nothing but the damage.
+func (s *Service) quarantineDamaged(ctx context.Context, runID, reason string, snap *core.Snapshot) error {
 	if why, ok := s.store.Damage(runID); ok {
 		return &store.DamagedError{RunID: runID, Reason: why}
 	}
 	if err := s.quarantine(ctx, runID, reason); err != nil {
 		return err
 	}
+	if snap != nil {
+		if err := s.writeIndex(ctx, runID, &followed{s: snap}); err != nil {
+			return err
+		}
+	}
 	return &store.DamagedError{RunID: runID, Reason: reason}
+}
+
+// salvaged returns the projection of run runID's valid prefix, or nil.
+func (s *Service) salvaged(ctx context.Context, runID string) *core.Snapshot {
+	sv, err := s.engine.Salvage(ctx, runID)
+	if err != nil {
+		return nil
+	}
+	return sv.Snapshot
 }
 
 // release lifts the quarantine of run runID.
@@ -71,7 +87,7 @@ func (l *lane) resync(ctx context.Context, runID string, commits []pending) erro
 		if sv.Damage != nil {
 			why = sv.Damage.Error()
 		}
-		return s.quarantineDamaged(ctx, runID, fmt.Sprintf("stream %s: %s", streams.History, why))
+		return s.quarantineDamaged(ctx, runID, fmt.Sprintf("stream %s: %s", streams.History, why), sv.Snapshot)
 	}
 	var repairs []pending
 	for _, p := range commits {

@@ -126,6 +126,12 @@ func requireQuarantined(t *testing.T, b *testBundle, runID string, last uint64, 
 	require.Equal(t, last, d.Damage.ValidThrough)
 	require.Equal(t, last, d.Snapshot.Seq)
 	require.Equal(t, status, d.Snapshot.Status)
+	// The index entry says what the valid prefix says, with the damage, even when the run's
+	// commits and the foreign write were applied together.
+	require.Eventually(t, func() bool {
+		sum, _ := b.entry(t, runID)
+		return sum.Damaged != "" && sum.Status == status && sum.Definition == d.Snapshot.Spec.Definition
+	}, 30*time.Second, 10*time.Millisecond, "the index entry of run %s shows its valid prefix", runID)
 	_, err = b.client.Snapshot(b.ctx, runID)
 	require.ErrorIs(t, err, flow.ErrDamaged)
 	_, err = b.client.Signal(b.ctx, runID, "go", 1, nil)
