@@ -394,7 +394,7 @@ func RecordReset(s *Snapshot, newRunID string, from *event.ResetFrom) ([]event.P
 	return append([]event.Payload{r}, end...), nil
 }
 
-// checkReset validates a run.reset, which may follow the terminal event (as run.damage_accepted may).
+// checkReset validates a run.reset, the one event that may follow the terminal event.
 func (s *Snapshot) checkReset(e event.Envelope) error {
 	r := e.Payload.(*event.RunReset)
 	switch {
