@@ -174,6 +174,8 @@ func examples() []example {
 			Cause: event.PauseStepExhausted, StepID: "charge", Attempt: 5, Error: &event.ErrorInfo{Kind: "timeout", Message: "payment gateway timed out"}}},
 		{"fixed", &event.RunUnpaused{Reason: "gateway fixed", By: "ann@example.com", DeliveryID: "req-8", Paused: event.Duration(90 * time.Minute),
 			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
+		{"voided a foreign write", &event.RunDamageAccepted{Reason: `stream message 12 holds seq 7 where seq 3 was next`,
+			By: "resume --accept-damage", After: 9, Through: 12}},
 	}
 }
 
@@ -217,6 +219,7 @@ func minimal() []event.Payload {
 		&event.RunReset{NewRunID: "r=_reset-1", Seq: 1, Mode: event.ResetToSeq},
 		&event.RunPaused{Cause: event.PauseOperator},
 		&event.RunUnpaused{},
+		&event.RunDamageAccepted{Reason: "r", After: 1, Through: 1},
 	}
 }
 

@@ -54,6 +54,20 @@ type GetResponse struct {
 	// StepWaits lists the attempts in flight that wait for a slot of their step's limit
 	// (flow.LimitStep), with why; only for the latest snapshot.
 	StepWaits []StepWait `json:"step_waits,omitempty"`
+	// Damage is set for a run whose stored history is damaged (quarantined, or found so by this
+	// read): Snapshot then projects the history's longest valid prefix, which ends at
+	// Damage.ValidThrough (and Last).
+	Damage *RunDamage `json:"damage,omitempty"`
+}
+
+// RunDamage says why a run's history is damaged and what of it is valid.
+type RunDamage struct {
+	Reason string `json:"reason"`
+	// ValidThrough is the last sequence of the history's longest valid prefix.
+	ValidThrough uint64 `json:"valid_through"`
+	// Quarantined is set when the run is quarantined (FLOW_DAMAGED): no worker drives it until
+	// an operator releases it (flow resume RUN --accept-damage, or flow terminate RUN).
+	Quarantined bool `json:"quarantined"`
 }
 
 // StepWait is an attempt in flight waiting for a slot of its step's limit.

@@ -19,6 +19,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	natsgo "github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
@@ -303,6 +305,43 @@ func TestCLIFixes(t *testing.T) {
 		require.Contains(t, r.stdout, "Status      cancelled")
 		require.Regexp(t, `wait  never fired \(due \d{4}-.*; the run ended at seq \d+\)`, r.stdout)
 		require.NotContains(t, r.stdout, "pending")
+	})
+
+	t.Run("ADamagedRunIsShownAndTerminated", func(t *testing.T) {
+		r := runCLI(t, "start", "reminder", "--input", `{"after":"1h"}`, "--id", "damaged-cli", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Eventually(t, func() bool {
+			r = runCLI(t, "status", "damaged-cli", nats)
+			return r.code == 0 && strings.Contains(r.stdout, "Status      suspended")
+		}, 20*time.Second, 10*time.Millisecond, "the run sleeps")
+		events := regexp.MustCompile(`Events      (\d+)`).FindStringSubmatch(r.stdout)[1]
+		// A message published by hand on the run's history subject.
+		nc, err := natsgo.Connect(strings.TrimPrefix(nats, "--nats-url="))
+		require.NoError(t, err)
+		defer nc.Close()
+		js, err := jetstream.New(nc)
+		require.NoError(t, err)
+		_, err = js.Publish(t.Context(), "flow.history.damaged-cli", []byte(`{"not":"a commit"}`))
+		require.NoError(t, err)
+
+		listed := regexp.MustCompile(`damaged-cli\s+reminder\s+DAMAGED\s+.*\(was suspended\)`)
+		require.Eventually(t, func() bool {
+			r = runCLI(t, "runs", nats)
+			return r.code == 0 && listed.MatchString(r.stdout)
+		}, 20*time.Second, 10*time.Millisecond, "flow runs lists the run as damaged")
+		r = runCLI(t, "status", "damaged-cli", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Contains(t, r.stdout, "Status      suspended")
+		require.Contains(t, r.stdout, "Damaged     stream FLOW_HISTORY: decoding stream message")
+		require.Contains(t, r.stdout, "the history is valid through seq "+events+", shown above; quarantined")
+		require.Contains(t, r.stdout, "flow terminate damaged-cli")
+
+		r = runCLI(t, "terminate", "damaged-cli", nats)
+		require.Equal(t, 0, r.code, r.stderr)
+		require.Eventually(t, func() bool {
+			r = runCLI(t, "status", "damaged-cli", nats)
+			return r.code == 0 && strings.Contains(r.stdout, "Status      failed") && !strings.Contains(r.stdout, "Damaged")
+		}, 20*time.Second, 10*time.Millisecond, "the run ended and is released")
 	})
 }
 

@@ -87,20 +87,22 @@ the event at which the run entered its status. A page ends with the command for 
 			}
 			for _, r := range runs {
 				detail := r.Detail
+				status := string(r.Status)
 				switch {
 				case r.Damaged != "":
-					detail = "DAMAGED: " + r.Damaged
+					// Never shown as healthy: what the index last knew is only the detail.
+					status, detail = "DAMAGED", fmt.Sprintf("(was %s) %s", r.Status, r.Damaged)
 				case r.Parked != "":
 					detail = "parked: " + r.Parked
 				case r.Deleted != nil:
 					detail = deletedText(r.Deleted) // retention.go
 				}
 				if withAttrs {
-					fmt.Fprintf(tw, "%s\t%s\t%s\tseq %d\t%s\t%s\t%s\n", r.RunID, r.Definition, r.Status, r.Seq, r.UpdatedAt.Format(time.RFC3339),
+					fmt.Fprintf(tw, "%s\t%s\t%s\tseq %d\t%s\t%s\t%s\n", r.RunID, r.Definition, status, r.Seq, r.UpdatedAt.Format(time.RFC3339),
 						truncate(attrText(r.Attributes), 60), truncate(detail, 70))
 					continue
 				}
-				fmt.Fprintf(tw, "%s\t%s\t%s\tseq %d\t%s\t%s\n", r.RunID, r.Definition, r.Status, r.Seq, r.UpdatedAt.Format(time.RFC3339), truncate(detail, 70))
+				fmt.Fprintf(tw, "%s\t%s\t%s\tseq %d\t%s\t%s\n", r.RunID, r.Definition, status, r.Seq, r.UpdatedAt.Format(time.RFC3339), truncate(detail, 70))
 			}
 			if err := tw.Flush(); err != nil {
 				return err

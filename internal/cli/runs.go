@@ -298,15 +298,30 @@ was right after event SEQ (see 'flow history RUN' for the sequences). --json pri
 				if d.Entry.Parked != "" {
 					fmt.Fprintf(e.stdout, "Parked      %s (`flow resume %s` dispatches it again)\n", d.Entry.Parked, a[0])
 				}
-				if d.Entry.Damaged != "" {
+				if d.Entry.Damaged != "" && d.Damage == nil {
 					fmt.Fprintf(e.stdout, "Damaged     %s\n", d.Entry.Damaged)
 				}
+			}
+			if d.Damage != nil {
+				printDamage(e.stdout, a[0], d.Damage)
 			}
 			return nil
 		}),
 	}
 	cmd.Flags().Uint64Var(&at, "at", 0, "show the run as of this event sequence (default: the latest)")
 	return cmd
+}
+
+// printDamage says why run runID's history is damaged, what the status above shows of it, and
+// how to release it.
+func printDamage(w io.Writer, runID string, d *flow.RunDamage) {
+	state := "not quarantined yet"
+	if d.Quarantined {
+		state = "quarantined: no worker drives it"
+	}
+	fmt.Fprintf(w, "Damaged     %s\n", d.Reason)
+	fmt.Fprintf(w, "            the history is valid through seq %d, shown above; %s\n", d.ValidThrough, state)
+	fmt.Fprintf(w, "            go on from seq %d: flow resume %s --accept-damage; end it there: flow terminate %s\n", d.ValidThrough, runID, runID)
 }
 
 func printSnapshot(w io.Writer, s *flow.Snapshot) {
@@ -547,7 +562,11 @@ fixed code, or any run you want a worker to look at now. Parked and blocked runs
 dispatched again on their own when a worker registers their definition.
 
 --accept-damage releases a run Flow quarantined because its history was found damaged: check the
-run first ('flow history RUN'), since it is driven from what its history still holds.`,
+run first ('flow status RUN' shows its history as far as it is valid, and why the rest is not).
+It goes on from its longest valid prefix: run.damage_accepted is recorded after it, and the
+messages after the prefix are void (they stay in the stream, no part of the run's history). A
+run whose valid prefix ended is released as it ended. 'flow terminate RUN' ends a damaged run
+from the same prefix instead.`,
 		Args: args("RUN"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
 			res, err := client.Resume(c.Context(), a[0], &flow.ResumeOptions{AcceptDamage: acceptDamage})
@@ -595,7 +614,9 @@ func (e *env) terminateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "terminate RUN",
 		Short: "End a run as failed at once, whatever its code would decide (works on blocked runs)",
-		Long: `End a run as failed at once, whatever its code would decide; this works on blocked runs too.
+		Long: `End a run as failed at once, whatever its code would decide; this works on blocked runs too,
+and on runs whose history is damaged: they end from their longest valid prefix and are released
+from quarantine (see 'flow resume --accept-damage').
 --json prints {"run_id":RUN,"delivered_to":RUN_OR_ITS_SUCCESSOR,"status":"accepted"}.`,
 		Args: args("RUN"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {

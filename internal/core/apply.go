@@ -146,7 +146,14 @@ func (s *Snapshot) check(e event.Envelope) error {
 		return nil
 	}
 	if _, reset := e.Payload.(*event.RunReset); reset {
-		return s.checkReset(e) // an event that may follow the terminal event
+		return s.checkReset(e) // may follow the terminal event
+	}
+	if _, accepted := e.Payload.(*event.RunDamageAccepted); accepted {
+		// An operator's release of a damaged history may follow anything but nothing.
+		if s.Seq == 0 {
+			return s.fail(e, "first_event", "the first event must be run.started, got %s", e.Type())
+		}
+		return nil
 	}
 	if s.resetEnding {
 		if err := s.checkResetEnding(e); err != nil {

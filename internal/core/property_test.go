@@ -254,6 +254,12 @@ func generate(t testing.TB, seed uint64, n int) []event.Envelope {
 		// Retention deleted the ended run: run.deleted follows, last.
 		require.NoError(t, g.commit([]event.Payload{&event.RunDeleted{Reason: "retention 1h passed", Msgs: uint64(len(g.envs))}}), "seed %d", seed)
 	}
+	if seed%7 == 2 {
+		// An operator accepted damage found after the history's end (or after its last commit
+		// so far): run.damage_accepted may follow anything.
+		accepted := &event.RunDamageAccepted{Reason: "a foreign write", By: "resume --accept-damage", After: 9, Through: 12}
+		require.NoError(t, g.commit([]event.Payload{accepted}), "seed %d", seed)
+	}
 	return g.envs
 }
 

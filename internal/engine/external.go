@@ -60,11 +60,17 @@ func (e *Engine) Cancel(ctx context.Context, runID, reason string) (string, erro
 
 // Terminate ends run runID, or the latest run it continued as, as failed at an operator's
 // request, cancelling its unsettled steps, whatever its workflow code would decide. It works on
-// blocked runs too. It returns the ID of the run it ended.
+// blocked runs too, and on runs whose stored history is damaged (quarantined or not yet): those
+// end from their longest valid prefix, released from the quarantine (AcceptDamage), and one whose
+// valid prefix had ended is released as it ended. It returns the ID of the run it ended.
 func (e *Engine) Terminate(ctx context.Context, runID, reason string) (string, error) {
-	return e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
+	to, err := e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.Terminate(s, reason)
 	})
+	if isDamage(err) {
+		err = e.terminateDamaged(ctx, to, reason, err)
+	}
+	return to, err
 }
 
 // CancelDelivery is Cancel under deliveryID, which the run's run.cancel_requested records: a

@@ -120,8 +120,10 @@ func (e *DeletedError) Error() string {
 func (e *DeletedError) Is(target error) bool { return target == ErrDeleted }
 
 // ErrDamaged is wrapped by the errors a store returns for a run whose stored history was found
-// damaged (lost or truncated by a disk or a server crash): serving it as if nothing happened
-// would run its lost steps again. See DamagedError.
+// damaged (lost or truncated by a disk or a server crash, or holding messages that are not its
+// history, written by hand or by a faulty writer): serving it as if nothing happened would run
+// its lost steps again, or act on events nobody decided. See DamagedError, which a quarantined
+// run gets.
 var ErrDamaged = errors.New("flow: run history damaged")
 
 // DamagedError reports a run whose history was found damaged. It matches ErrDamaged.
@@ -133,8 +135,9 @@ type DamagedError struct {
 
 func (e *DamagedError) Error() string {
 	return fmt.Sprintf("flow: the history of run %q is damaged (%s); Flow will not drive or serve it as if it were whole: "+
-		"restore the stream from a backup, or, after checking the run, accept the damage with `flow resume %s --accept-damage`, "+
-		"which drives it from what its history holds", e.RunID, e.Reason, e.RunID)
+		"restore the stream from a backup, or, after checking the run (`flow status %s` shows how far its history is valid), "+
+		"accept the damage with `flow resume %s --accept-damage`, which drives it on from its longest valid prefix, "+
+		"or end it there with `flow terminate %s`", e.RunID, e.Reason, e.RunID, e.RunID, e.RunID)
 }
 
 // Is matches ErrDamaged.

@@ -82,7 +82,7 @@ func (r *ResetFrom) validate() error {
 }
 
 // RunReset is recorded in the old run of a reset: it names the new run, the point and the
-// mode. It is the one event that may follow a run's terminal event (a reset of an ended run);
+// mode. It may follow a run's terminal event (a reset of an ended run), as run.damage_accepted may;
 // a reset of an active run records it and ends the run (step.cancelled and run.failed with
 // cause operator) in the same commit. It is the reset's commit point: the new run's first
 // commit is derived from it and the old run's events before it (docs/reset.md).

@@ -61,6 +61,9 @@ const (
 	TypeRunUnpaused Type = "run.unpaused"
 	// TypeRunDeleted records the deletion of an ended run's history (payload_deleted.go).
 	TypeRunDeleted Type = "run.deleted"
+	// TypeRunDamageAccepted releases a run whose stored history was found damaged: the run goes
+	// on from its longest valid prefix, and the messages after it are void (payload_damage.go).
+	TypeRunDamageAccepted Type = "run.damage_accepted"
 )
 
 // Terminal reports whether t ends a run. At most one terminal event appears in a history, last.
@@ -95,6 +98,7 @@ func Types() []Type {
 		TypeRunReset,
 		TypeRunPaused, TypeRunUnpaused,
 		TypeRunDeleted,
+		TypeRunDamageAccepted,
 	}
 }
 
@@ -146,4 +150,5 @@ var factories = map[Type]func() Payload{
 	TypeRunPaused:            func() Payload { return new(RunPaused) },
 	TypeRunUnpaused:          func() Payload { return new(RunUnpaused) },
 	TypeRunDeleted:           func() Payload { return new(RunDeleted) },
+	TypeRunDamageAccepted:    func() Payload { return new(RunDamageAccepted) },
 }

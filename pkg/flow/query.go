@@ -22,28 +22,34 @@ var ErrHistoryUnavailable = errors.New("flow: no history service answers")
 // the latest), its index entry, and its last sequence.
 type RunDescription = api.GetResponse
 
+// RunDamage is RunDescription.Damage: why a run's history is damaged, and how far it is valid.
+type RunDamage = api.RunDamage
+
 // Snapshot returns the projection of run runID's latest history. An unknown run is an error
-// wrapping ErrNotFound.
+// wrapping ErrNotFound, a run whose history is damaged one wrapping ErrDamaged (Describe shows
+// what of it is valid).
 func (c *Client) Snapshot(ctx context.Context, runID string) (*Snapshot, error) {
-	d, err := c.Describe(ctx, runID, 0)
-	if err != nil {
-		return nil, err
-	}
-	return d.Snapshot, nil
+	return c.SnapshotAt(ctx, runID, 0)
 }
 
 // SnapshotAt returns the projection of run runID's history up to sequence seq: the run as it
-// was right after that event (time travel). seq 0 means the latest.
+// was right after that event (time travel). seq 0 means the latest. Errors are Snapshot's.
 func (c *Client) SnapshotAt(ctx context.Context, runID string, seq uint64) (*Snapshot, error) {
 	d, err := c.Describe(ctx, runID, seq)
 	if err != nil {
 		return nil, err
 	}
+	if d.Damage != nil {
+		return nil, fmt.Errorf("%w: the history of run %q is damaged (%s); it is valid through seq %d: "+
+			"after checking it, accept the damage with `flow resume %s --accept-damage`, or end it with `flow terminate %s`",
+			ErrDamaged, runID, d.Damage.Reason, d.Damage.ValidThrough, runID, runID)
+	}
 	return d.Snapshot, nil
 }
 
 // Describe returns run runID's snapshot up to sequence at (0: the latest) with its index entry,
-// as the history service answers them.
+// as the history service answers them. A run whose history is damaged is described as far as
+// its history is valid, with Damage saying why the rest is not.
 func (c *Client) Describe(ctx context.Context, runID string, at uint64) (*RunDescription, error) {
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, err

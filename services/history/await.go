@@ -103,7 +103,8 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 		if end, ok := core.Ending(last[len(last)-1]); ok {
 			return end, nil
 		}
-		if !full {
+		// A repair (run.damage_accepted) may follow the end of a run whose damage was accepted.
+		if !full && last[0].Type() != event.TypeRunDamageAccepted {
 			return nil, nil
 		}
 		hist, err := s.store.LoadAtLeast(ctx, req.RunID, 0, last[len(last)-1].Seq)
@@ -111,7 +112,7 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 			return nil, err
 		}
 		snap, err := core.Project(req.RunID, hist)
-		if err != nil || snap.Status != core.StatusBlocked {
+		if err != nil || snap.Status != core.StatusBlocked && !snap.Terminal() {
 			return nil, err
 		}
 		return snap, nil

@@ -210,19 +210,25 @@ func (s *Service) sweepRun(ctx context.Context, runID string, lostUpTo uint64, d
 		}
 		return reason, nil
 	}
-	if !snap.Terminal() {
-		for _, h := range snap.Hooks {
-			if !h.Received {
-				if err := s.host.RegisterHook(ctx, h.Token, runID, h.ID); err != nil {
-					s.logger.WarnContext(ctx, "a hook token routes elsewhere", slog.String("run_id", runID), slog.String("hook_id", h.ID), slog.String("error", err.Error()))
-				}
-			}
-		}
-	}
+	s.registerHooks(ctx, snap)
 	if err := s.engine.ApplyCommit(ctx, snap, hist); err != nil {
 		return "", err
 	}
 	return "", s.writeIndex(ctx, runID, &followed{s: snap})
+}
+
+// registerHooks routes the tokens of the hooks run snap.RunID waits on to it again.
+func (s *Service) registerHooks(ctx context.Context, snap *core.Snapshot) {
+	if snap.Terminal() {
+		return
+	}
+	for _, h := range snap.Hooks {
+		if !h.Received {
+			if err := s.host.RegisterHook(ctx, h.Token, snap.RunID, h.ID); err != nil {
+				s.logger.WarnContext(ctx, "a hook token routes elsewhere", slog.String("run_id", snap.RunID), slog.String("hook_id", h.ID), slog.String("error", err.Error()))
+			}
+		}
+	}
 }
 
 // quarantine records run runID as damaged, with reason: every store refuses to serve it from

@@ -199,10 +199,13 @@ func (l *lane) run(ctx context.Context) {
 	}
 }
 
-// pending is one commit of a batch.
+// pending is one message of a batch: a commit, unless ok is false (no commit headers).
 type pending struct {
 	msg jetstream.Msg
 	c   store.Commit
+	ok  bool
+	// pos is the message's stream sequence; 0 if unknown.
+	pos uint64
 }
 
 // process applies a batch of commits, run by run, retrying each run's commits in place until
@@ -217,21 +220,28 @@ func (l *lane) process(ctx context.Context, batch []jetstream.Msg) {
 	byRun := map[string][]pending{}
 	for _, m := range batch {
 		runID, _ := strings.CutPrefix(m.Subject(), streams.HistorySubject(""))
-		c, ok := jsstore.CommitOf(runID, m.Headers(), m.Data())
-		if !ok {
-			l.s.logger.Error("skipping a history message without commit headers", slog.String("subject", m.Subject()))
+		if err := event.ValidateDerivedRunID(runID); err != nil {
+			// No run has this subject: nothing reads it, and there is nothing to quarantine.
+			l.s.logger.Error("skipping a history message on a subject that names no run", slog.String("subject", m.Subject()),
+				slog.String("error", err.Error()))
 			_ = m.Term()
 			continue
+		}
+		// A message without commit headers is kept: apply judges the run's history by reading it.
+		c, ok := jsstore.CommitOf(runID, m.Headers(), m.Data())
+		p := pending{msg: m, c: c, ok: ok}
+		if md, err := m.Metadata(); err == nil {
+			p.pos = md.Sequence.Stream
 		}
 		if _, seen := byRun[runID]; !seen {
 			order = append(order, runID)
 		}
-		byRun[runID] = append(byRun[runID], pending{msg: m, c: c})
+		byRun[runID] = append(byRun[runID], p)
 	}
 	for _, runID := range order {
 		commits := byRun[runID]
 		for attempt := 0; ; attempt++ {
-			err := l.apply(ctx, commits)
+			err := l.apply(ctx, runID, commits)
 			if err == nil {
 				break
 			}
@@ -241,14 +251,6 @@ func (l *lane) process(ctx context.Context, batch []jetstream.Msg) {
 			if errors.Is(err, store.ErrDamaged) {
 				l.s.logger.Error("not applying commits of a quarantined run", slog.String("run_id", runID), slog.String("error", err.Error()))
 				break
-			}
-			if errors.Is(err, errPermanent) {
-				// A commit nobody can read: the run's history is damaged.
-				if qerr := l.s.quarantine(ctx, runID, fmt.Sprintf("stream %s: the commit at seq %d does not decode: %v", streams.History, commits[0].c.First, err)); qerr != nil {
-					err = qerr
-				} else {
-					break
-				}
 			}
 			backoff := min(100*time.Millisecond<<min(attempt, 6), 5*time.Second)
 			l.s.logger.Warn("applying commits failed; retrying", slog.String("run_id", runID), slog.Uint64("seq", commits[0].c.First),
@@ -270,11 +272,13 @@ func (l *lane) process(ctx context.Context, batch []jetstream.Msg) {
 	}
 }
 
-// apply derives and applies the consequences of commits, consecutive commits of one run, given
-// the run's state after the last of them, and writes the run's index entry once.
-func (l *lane) apply(ctx context.Context, commits []pending) error {
+// apply derives and applies the consequences of commits, consecutive messages of run runID,
+// given the run's state after the last of them, and writes the run's index entry once. A message
+// that is not a commit following what the lane holds of the run (no commit headers, a body that
+// does not decode, sequences that repeat or skip, events that break the history's invariants),
+// and a repair, are judged by reading the run's whole history (resync).
+func (l *lane) apply(ctx context.Context, runID string, commits []pending) error {
 	s := l.s
-	runID := commits[0].c.RunID
 	f := l.cache.get(runID)
 	type decoded struct {
 		envs     []event.Envelope
@@ -282,13 +286,18 @@ func (l *lane) apply(ctx context.Context, commits []pending) error {
 	}
 	var todo []decoded
 	for _, p := range commits {
+		if !p.ok || jsstore.IsRepair(p.msg.Headers()) {
+			return l.resync(ctx, runID, commits)
+		}
 		c := p.c
-		if f != nil && c.Last <= f.derived {
+		// read: the lane's state of the run was read past this very message.
+		read := f != nil && (p.pos == 0 || f.pos == 0 || p.pos <= f.pos)
+		if read && c.Last <= f.derived {
 			continue // applied already; this is a redelivery
 		}
 		envs, payloads, err := jsstore.DecodeCommit(c.RunID, c.First, c.Last, p.msg.Data())
 		if err != nil {
-			return fmt.Errorf("%w: %w", errPermanent, err)
+			return l.resync(ctx, runID, commits)
 		}
 		if envs[0].Type() == event.TypeRunDeleted {
 			// The run's deletion: nothing follows it, and its consequences are the rest of the
@@ -304,20 +313,21 @@ func (l *lane) apply(ctx context.Context, commits []pending) error {
 			continue
 		}
 		switch {
-		case f != nil && f.s.Seq >= c.Last:
+		case read && f.s.Seq >= c.Last:
 			// A cold load read past this commit: derive from the later state.
 		case f != nil && f.s.Seq+1 == c.First:
 			if err := f.s.ApplyAll(envs); err != nil {
 				l.cache.drop(c.RunID)
-				return err
+				return l.resync(ctx, runID, commits)
 			}
-		case f == nil && c.First == 1 && l.latest(ctx, p.msg, runID):
+			f.pos = p.pos
+		case f == nil && c.First == 1 && !s.indexedStarted(runID) && l.latest(ctx, p.msg, runID):
 			// A new run: its first commit is its whole history so far.
 			snap, err := core.Project(c.RunID, envs)
 			if err != nil {
-				return fmt.Errorf("%w: %w", errPermanent, err)
+				return l.resync(ctx, runID, commits)
 			}
-			f = &followed{s: snap, fresh: true}
+			f = &followed{s: snap, fresh: true, pos: p.pos}
 			l.cache.put(c.RunID, f)
 		default:
 			if f, err = l.load(ctx, c.RunID, c.Last); errors.Is(err, store.ErrDeleted) {
@@ -385,15 +395,15 @@ func (l *lane) load(ctx context.Context, runID string, atLeast uint64) (*followe
 	}
 	var he *core.HistoryError
 	if errors.Is(err, event.ErrMalformed) || errors.As(err, &he) {
-		if qerr := l.s.quarantine(ctx, runID, fmt.Sprintf("stream %s: %v", streams.History, err)); qerr != nil {
-			return nil, qerr
-		}
-		return nil, &store.DamagedError{RunID: runID, Reason: err.Error()}
+		return nil, l.s.quarantineDamaged(ctx, runID, fmt.Sprintf("stream %s: %v", streams.History, err), l.s.salvaged(ctx, runID))
 	}
 	if err != nil {
 		return nil, fmt.Errorf("loading run %q: %w", runID, err)
 	}
 	f := &followed{s: snap}
+	if seq, pos, ok := l.s.store.Position(runID); ok && seq == snap.Seq {
+		f.pos = pos
+	}
 	l.cache.put(runID, f)
 	return f, nil
 }
@@ -403,6 +413,12 @@ func (l *lane) load(ctx context.Context, runID string, atLeast uint64) (*followe
 type followed struct {
 	s       *core.Snapshot
 	derived uint64
+	// pos is the stream sequence of the last message s holds; 0 if unknown. A later message
+	// must continue s, or the run's history is read again.
+	pos uint64
+	// rewrite is set when the index entry must be replaced even if it names a later sequence:
+	// a repaired run went back to its valid prefix.
+	rewrite bool
 	// published is the last sequence published on the feed.
 	published uint64
 	// fresh is set for a run this lane saw start: its index entry does not exist yet.

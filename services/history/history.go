@@ -42,7 +42,6 @@ package history
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -368,7 +367,3 @@ func (s *Service) Applied() int64 { return s.applied.load() }
 
 // WaitApplied returns once this service has applied at least n commits, or ctx ends.
 func (s *Service) WaitApplied(ctx context.Context, n int64) error { return s.applied.wait(ctx, n) }
-
-// errPermanent marks a commit that can never be applied (its message is malformed): it is
-// logged and acknowledged instead of retried.
-var errPermanent = errors.New("permanent")

@@ -24,8 +24,9 @@ import (
 
 // writeIndex brings run runID's runs index entry up to date with f: the run's summary, with why
 // it is parked or damaged. It writes only when the entry changes, and never replaces an entry
-// that names a later sequence (another replica, further ahead, wrote it): every write is a
-// compare-and-set on the entry's revision.
+// that names a later sequence (another replica, further ahead, wrote it), unless f.rewrite
+// says the run went back to an earlier sequence (a repair of a damaged history): every write
+// is a compare-and-set on the entry's revision.
 func (s *Service) writeIndex(ctx context.Context, runID string, f *followed) error {
 	want := f.s.Summary()
 	want.Parked = s.park.reason(want)
@@ -38,7 +39,7 @@ func (s *Service) writeIndex(ctx context.Context, runID string, f *followed) err
 			}
 			f.indexed, f.indexRev, f.known = cur, rev, true
 		}
-		if f.known && f.indexRev > 0 && (f.indexed.Seq > want.Seq || f.indexed.Equal(want)) {
+		if f.known && f.indexRev > 0 && (f.indexed.Seq > want.Seq && !f.rewrite || f.indexed.Equal(want)) {
 			return nil
 		}
 		if f.known && f.indexed.Deleted != nil && !want.StartedAt.After(f.indexed.Deleted.At) {
@@ -52,7 +53,7 @@ func (s *Service) writeIndex(ctx context.Context, runID string, f *followed) err
 		if err != nil {
 			return err
 		}
-		f.indexed, f.indexRev, f.known, f.fresh = want, rev, true, false
+		f.indexed, f.indexRev, f.known, f.fresh, f.rewrite = want, rev, true, false, false
 		return nil
 	}
 }

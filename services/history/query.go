@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
 	"github.com/flowrun/flow/internal/api"
@@ -17,9 +16,22 @@ import (
 // The queries, shared by the NATS endpoints and the HTTP handlers. Each returns an *api.Error
 // for what the caller must change, or another error (an internal one).
 
-// getRun answers a snapshot request.
+// getRun answers a snapshot request. A run whose history is damaged is shown as far as it is
+// valid (describeDamaged).
 func (s *Service) getRun(ctx context.Context, req api.GetRequest) (*api.GetResponse, error) {
 	hist, err := s.history(ctx, req.RunID, 0, req.AtLeast)
+	var ae *api.Error
+	if errors.As(err, &ae) && ae.Code == api.CodeDamaged {
+		return s.describeDamaged(ctx, req, ae)
+	}
+	if err != nil {
+		return nil, err
+	}
+	snap, err := core.Project(req.RunID, hist)
+	if errors.Is(err, core.ErrInvalidHistory) {
+		// Not quarantined yet: the lanes have not applied the commit that breaks it.
+		return s.describeDamaged(ctx, req, &api.Error{Code: api.CodeDamaged, Message: fmt.Sprintf("the history of run %q is damaged: %v", req.RunID, err)})
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -27,12 +39,10 @@ func (s *Service) getRun(ctx context.Context, req api.GetRequest) (*api.GetRespo
 	if req.At > last {
 		return nil, &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf("run %q has %d events; ask for a sequence from 1 to %d", req.RunID, last, last)}
 	}
-	if req.At > 0 {
-		hist = hist[:req.At]
-	}
-	snap, err := core.Project(req.RunID, hist)
-	if err != nil {
-		return nil, err
+	if req.At > 0 && req.At < last {
+		if snap, err = core.Project(req.RunID, hist[:req.At]); err != nil {
+			return nil, err
+		}
 	}
 	resp := &api.GetResponse{Snapshot: snap, Last: last}
 	if entry, ok := s.index.get(req.RunID); ok {
@@ -113,8 +123,13 @@ func (s *Service) resume(ctx context.Context, req api.ResumeRequest) (*api.Resum
 		return nil, &api.Error{Code: api.CodeInvalid, Message: err.Error()}
 	}
 	if req.AcceptDamage {
-		if err := s.release(ctx, req.RunID); err != nil {
+		snap, err := s.acceptDamage(ctx, req.RunID)
+		if err != nil {
 			return nil, err
+		}
+		if snap != nil && snap.Terminal() {
+			// Released as it ended: there is nothing to dispatch.
+			return &api.ResumeResponse{RunID: req.RunID, Seq: snap.Seq, Status: snap.Status}, nil
 		}
 	}
 	hist, err := s.history(ctx, req.RunID, 0, 0)
@@ -132,14 +147,4 @@ func (s *Service) resume(ctx context.Context, req api.ResumeRequest) (*api.Resum
 		return nil, err
 	}
 	return &api.ResumeResponse{RunID: req.RunID, Seq: snap.Seq, Status: snap.Status}, nil
-}
-
-// release lifts the quarantine of run runID.
-func (s *Service) release(ctx context.Context, runID string) error {
-	err := s.damaged.Delete(ctx, runID)
-	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		return err
-	}
-	s.store.Release(runID)
-	return s.showDamage(ctx, runID, "")
 }

@@ -237,7 +237,12 @@ const roundAttempts = 8
 // state at the revision it was computed from. A round that fails leaves the stored state as it
 // was, and is tried again a poll interval later.
 func (r *scheduleRunner) round(ctx context.Context, name string, ts *trackedSchedule, now time.Time) {
-	err := r.roundOnce(ctx, name, ts, now)
+	// A round that began finishes, up to roundTimeout, even if the runner is stopped or loses
+	// its lease meanwhile: a run it started is recorded in the state by the same round, so a
+	// graceful stop never leaves a started slot for the next leader to find.
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), roundTimeout)
+	defer cancel()
+	err := r.roundOnce(rctx, name, ts, now)
 	if err == nil {
 		ts.retryAt = time.Time{}
 		return
@@ -252,6 +257,9 @@ func (r *scheduleRunner) round(ctx context.Context, name string, ts *trackedSche
 	}
 	ts.retryAt = time.Now().Add(r.poll)
 }
+
+// roundTimeout bounds a round of one schedule.
+const roundTimeout = 30 * time.Second
 
 func (r *scheduleRunner) roundOnce(ctx context.Context, name string, ts *trackedSchedule, now time.Time) error {
 	for range roundAttempts {

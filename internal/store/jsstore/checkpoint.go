@@ -49,7 +49,7 @@ func (s *Store) LoadAfter(ctx context.Context, runID string, after, pos, atLeast
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, err
 	}
-	if err := s.quarantine.check(runID); err != nil {
+	if err := s.quarantine.check(ctx, runID); err != nil {
 		return nil, err
 	}
 	s.remember(runID, after, pos)
@@ -58,7 +58,7 @@ func (s *Store) LoadAfter(ctx context.Context, runID string, after, pos, atLeast
 		atLeast = max(atLeast, p.runSeq)
 	}
 	s.mu.Unlock()
-	return s.loadFrom(ctx, runID, after, atLeast, pos+1)
+	return s.loadFrom(ctx, runID, after, atLeast, pos+1, after)
 }
 
 // MessagesRead returns the number of history messages this store's loads have read: tests and

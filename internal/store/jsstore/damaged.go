@@ -3,6 +3,7 @@ package jsstore
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"sync"
@@ -18,6 +19,7 @@ import (
 // read them: driving or serving a run whose history lost its tail would run its lost steps
 // again.
 type quarantine struct {
+	kv   jetstream.KeyValue // nil: the bucket does not exist
 	mu   sync.RWMutex
 	runs map[string]string // run ID -> reason
 }
@@ -30,6 +32,7 @@ func watchQuarantine(ctx context.Context, js jetstream.JetStream) (*quarantine, 
 	if err != nil {
 		return q, nil
 	}
+	q.kv = kv
 	// The watch lives as long as the connection: it ends when the connection closes.
 	w, err := kv.WatchAll(context.WithoutCancel(ctx))
 	if err != nil {
@@ -75,15 +78,28 @@ func (q *quarantine) apply(e jetstream.KeyValueEntry) {
 	q.runs[e.Key()] = d.Reason
 }
 
-// check returns a *store.DamagedError if run runID is quarantined.
-func (q *quarantine) check(runID string) error {
+// check returns a *store.DamagedError if run runID is quarantined. The watch may lag behind a
+// release (an operator's flow resume --accept-damage, answered before this store's watch hears
+// of it): a run the set holds is refused only once the bucket confirms it; a failure to read the
+// bucket refuses it.
+func (q *quarantine) check(ctx context.Context, runID string) error {
 	q.mu.RLock()
 	reason, ok := q.runs[runID]
 	q.mu.RUnlock()
-	if ok {
-		return &store.DamagedError{RunID: runID, Reason: reason}
+	if !ok {
+		return nil
 	}
-	return nil
+	if q.kv != nil {
+		if _, err := q.kv.Get(ctx, runID); errors.Is(err, jetstream.ErrKeyNotFound) {
+			q.mu.Lock()
+			if q.runs[runID] == reason {
+				delete(q.runs, runID)
+			}
+			q.mu.Unlock()
+			return nil
+		}
+	}
+	return &store.DamagedError{RunID: runID, Reason: reason}
 }
 
 // Damage returns why the store refuses run runID, and whether it does.

@@ -27,6 +27,12 @@
 // gets, so on a replicated stream a read can miss the newest commits; LoadAtLeast, the conflict
 // checks and the settling of an append whose ack was lost read what they must see from the
 // stream's leader ($JS.API.STREAM.MSG.GET), which only the leader answers.
+//
+// Every message must be a commit whose first sequence follows the last sequence of the message
+// before it: a history with any other message (written by hand or by a faulty writer) does not
+// read back, and the error matches store.ErrDamaged. A repair, a commit that begins with
+// run.damage_accepted, voids the run's messages between the last message of the history's
+// valid prefix and itself (repair.go).
 package jsstore
 
 import (
@@ -43,7 +49,6 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
-	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/store"
@@ -147,7 +152,7 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 	if err := store.CheckAppend(runID, events); err != nil {
 		return 0, err
 	}
-	if err := s.quarantine.check(runID); err != nil {
+	if err := s.quarantine.check(ctx, runID); err != nil {
 		return 0, err
 	}
 	first, last := expected+1, expected+uint64(len(events))
@@ -281,119 +286,9 @@ func (s *Store) streamSeqOf(ctx context.Context, runID string, expected uint64) 
 	return m.Sequence, nil
 }
 
-// loadBatch is the number of messages read per direct-get request.
-const loadBatch = 256
-
 // Load implements store.EventStore with batched direct gets, which any replica answers.
 func (s *Store) Load(ctx context.Context, runID string, after uint64) ([]event.Envelope, error) {
 	return s.LoadAtLeast(ctx, runID, after, 0)
-}
-
-// LoadAtLeast implements store.EventStore: batched direct gets, then, if they stop short of
-// atLeast, gets from the stream's leader for the rest.
-func (s *Store) LoadAtLeast(ctx context.Context, runID string, after, atLeast uint64) ([]event.Envelope, error) {
-	if err := event.ValidateDerivedRunID(runID); err != nil {
-		return nil, err
-	}
-	if err := s.quarantine.check(runID); err != nil {
-		return nil, err
-	}
-	start := uint64(1)
-	s.mu.Lock()
-	if p, ok := s.pos[runID]; ok {
-		if p.runSeq <= after {
-			start = p.streamSeq + 1
-		}
-		// What this store appended or read before is there to read, whichever replica answers.
-		atLeast = max(atLeast, p.runSeq)
-	}
-	s.mu.Unlock()
-	return s.loadFrom(ctx, runID, after, atLeast, start)
-}
-
-// LoadDeleted reads what the stream still holds of run runID, a run whose deletion is recorded
-// (a *store.DeletedError from the other reads): its events before run.deleted, as many as the
-// purge has not removed yet (none once it has), and the error of that record. For a run that
-// is not deleted it returns its history and a nil error.
-func (s *Store) LoadDeleted(ctx context.Context, runID string) ([]event.Envelope, *store.DeletedError, error) {
-	if err := event.ValidateDerivedRunID(runID); err != nil {
-		return nil, nil, err
-	}
-	s.forget(runID)
-	r := reader{s: s, runID: runID, next: 1, keepDeleted: true}
-	for start := uint64(1); ; {
-		msgs, err := jetstreamext.GetBatch(ctx, s.js, streams.History, loadBatch,
-			jetstreamext.GetBatchSeq(start), jetstreamext.GetBatchSubject(streams.HistorySubject(runID)))
-		if err != nil {
-			return nil, nil, fmt.Errorf("reading run %q: %w", runID, err)
-		}
-		n := 0
-		for m, err := range msgs {
-			if errors.Is(err, jetstreamext.ErrNoMessages) {
-				break
-			}
-			if err != nil {
-				return nil, nil, fmt.Errorf("reading run %q: %w", runID, err)
-			}
-			n++
-			start = m.Sequence + 1
-			if err := r.add(m); err != nil {
-				var de *store.DeletedError
-				if errors.As(err, &de) {
-					de.StreamSeq = m.Sequence
-					return r.out, de, nil
-				}
-				return nil, nil, err
-			}
-		}
-		if n < loadBatch {
-			return r.out, nil, nil
-		}
-	}
-}
-
-// loadFrom reads run runID's events after sequence after from stream sequence start on.
-func (s *Store) loadFrom(ctx context.Context, runID string, after, atLeast, start uint64) ([]event.Envelope, error) {
-	r := reader{s: s, runID: runID, next: after + 1}
-	for {
-		msgs, err := jetstreamext.GetBatch(ctx, s.js, streams.History, loadBatch,
-			jetstreamext.GetBatchSeq(start), jetstreamext.GetBatchSubject(streams.HistorySubject(runID)))
-		if err != nil {
-			return nil, fmt.Errorf("reading run %q: %w", runID, err)
-		}
-		n := 0
-		for m, err := range msgs {
-			if errors.Is(err, jetstreamext.ErrNoMessages) {
-				break
-			}
-			if err != nil {
-				return nil, fmt.Errorf("reading run %q: %w", runID, err)
-			}
-			n++
-			start = m.Sequence + 1
-			if err := r.add(m); err != nil {
-				return nil, err
-			}
-		}
-		if n < loadBatch {
-			break
-		}
-	}
-	for r.next <= atLeast {
-		// A replica answered without the newest commits: read them from the leader.
-		m, err := s.leader.next(ctx, streams.HistorySubject(runID), start)
-		if err != nil {
-			return nil, fmt.Errorf("reading run %q from the stream leader: %w", runID, err)
-		}
-		if m == nil {
-			break
-		}
-		start = m.Sequence + 1
-		if err := r.add(m); err != nil {
-			return nil, err
-		}
-	}
-	return r.out, nil
 }
 
 // LastCommit returns the events of run runID's last commit, read with one direct get of the
@@ -403,7 +298,7 @@ func (s *Store) LastCommit(ctx context.Context, runID string) ([]event.Envelope,
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, err
 	}
-	if err := s.quarantine.check(runID); err != nil {
+	if err := s.quarantine.check(ctx, runID); err != nil {
 		return nil, err
 	}
 	st, err := s.history(ctx)
@@ -445,51 +340,6 @@ func (s *Store) LastStreamSeq(ctx context.Context, runID string) (uint64, error)
 func (s *Store) history(ctx context.Context) (jetstream.Stream, error) {
 	s.streamOnce.Do(func() { s.stream, s.streamErr = s.js.Stream(ctx, streams.History) })
 	return s.stream, s.streamErr
-}
-
-// reader collects a run's envelopes from its commits in stream order.
-type reader struct {
-	s     *Store
-	runID string
-	next  uint64
-	out   []event.Envelope
-	// keepDeleted reads a deleted run's remaining events (LoadDeleted): the purge may have
-	// removed any prefix of them, so they need not begin at next.
-	keepDeleted bool
-}
-
-func (r *reader) add(m *jetstream.RawStreamMsg) error {
-	r.s.read.Add(1)
-	envs, err := event.DecodeEnvelopes(m.Data)
-	if err != nil {
-		if !errors.Is(err, event.ErrMalformed) {
-			err = errors.Join(event.ErrMalformed, err)
-		}
-		return fmt.Errorf("decoding stream message %d of run %q: %w", m.Sequence, r.runID, err)
-	}
-	for _, e := range envs {
-		if d, ok := e.Payload.(*event.RunDeleted); ok && e.RunID == r.runID {
-			// The retention sweeper deleted the run: its events before this record are
-			// archived, and purged from the stream or about to be.
-			return &store.DeletedError{RunID: r.runID, Seq: e.Seq, Time: e.Time, Deletion: d}
-		}
-		if e.Seq < r.next {
-			continue
-		}
-		if r.keepDeleted && len(r.out) == 0 && e.RunID == r.runID {
-			r.next = e.Seq // what is left after a partial purge
-		}
-		if e.Seq != r.next || e.RunID != r.runID {
-			return fmt.Errorf("%w: stream message %d holds seq %d of run %q where seq %d of run %q was next",
-				event.ErrMalformed, m.Sequence, e.Seq, e.RunID, r.next, r.runID)
-		}
-		r.out = append(r.out, e)
-		r.next++
-	}
-	if len(envs) > 0 {
-		r.s.remember(r.runID, envs[len(envs)-1].Seq, m.Sequence)
-	}
-	return nil
 }
 
 // Follow implements store.Follower with a core NATS subscription on the run's subject: every
