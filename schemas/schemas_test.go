@@ -136,7 +136,7 @@ func examples() []example {
 		{"ledger closed", &event.UpdateCompleted{UpdateID: "upd-9", Error: &event.ErrorInfo{Kind: "closed", Message: "the ledger closed before posting"}}},
 		{"quiet period over", &event.RunDelayFired{NotBefore: at.Add(30 * time.Second)}},
 		{"a later save", &event.RunDebounced{Input: json.RawMessage(`{"doc":"d-9","rev":3}`), NotBefore: at.Add(40 * time.Second),
-			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
+			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", Replaces: 1}},
 		{"under flow control", &event.RunStarted{
 			Spec: event.Spec{Definition: "report"}, Input: json.RawMessage(`{"customer":"c-42"}`), Seed: "9f86d081884c7d65", Priority: 5,
 			Control: &event.FlowControl{Group: "reports", Key: "c-42", KeyPath: "$.customer", Concurrency: 50, KeyConcurrency: 2,
@@ -160,10 +160,11 @@ func examples() []example {
 		{"a rerun", &event.RunStarted{
 			Spec: event.Spec{Definition: "order"}, Input: json.RawMessage(`{"order":"o-2"}`), Seed: "9f86d081884c7d65",
 			ResetFrom: &event.ResetFrom{RunID: "order-1", Seq: 7, Mode: event.ResetRerun, StepID: "charge", Reason: "fixed the card gateway",
-				RequestID: "req-1", DropInputs: true, InputReplaced: true, CopiedTo: 12, Reapplied: 0, SeedRunID: "order-1"},
+				RequestID: "req-1", DropInputs: true, InputReplaced: true, CopiedTo: 12, Reapplied: 0, SeedRunID: "order-1", Readmit: true,
+				AbortedUpdates: []string{"upd-3"}},
 		}},
 		{"a reset of an active run", &event.RunReset{NewRunID: "order-1=_reset-0a1b2c3d4e5f6a7b", Seq: 7, Mode: event.ResetRerun, StepID: "charge",
-			Reason: "fixed the card gateway", RequestID: "req-1", DropInputs: true, Terminated: true}},
+			Reason: "fixed the card gateway", RequestID: "req-1", DropInputs: true, Terminated: true, Input: json.RawMessage(`{"order":"o-2"}`)}},
 		{"by a schedule", &event.RunStarted{
 			Spec: event.Spec{Definition: "report"}, Input: json.RawMessage(`{"region":"eu"}`), Seed: "2c26b46b68ffc68f",
 			Schedule: &event.ScheduleRef{Name: "report", Slot: time.Date(2026, 3, 29, 1, 0, 0, 0, time.UTC), Action: event.ScheduleScheduled},
@@ -174,6 +175,8 @@ func examples() []example {
 			Cause: event.PauseStepExhausted, StepID: "charge", Attempt: 5, Error: &event.ErrorInfo{Kind: "timeout", Message: "payment gateway timed out"}}},
 		{"fixed", &event.RunUnpaused{Reason: "gateway fixed", By: "ann@example.com", DeliveryID: "req-8", Paused: event.Duration(90 * time.Minute),
 			TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
+		{"retention", &event.RunDeleted{Reason: "retention 720h0m0s passed since the run ended at 2026-11-01T09:00:00Z",
+			Archive: "objectstore:FLOW_ARCHIVE/order-1", Msgs: 11, Summary: json.RawMessage(`{"run_id":"order-1","definition":"order","status":"completed","seq":11}`)}},
 		{"voided a foreign write", &event.RunDamageAccepted{Reason: `stream message 12 holds seq 7 where seq 3 was next`,
 			By: "resume --accept-damage", After: 9, Through: 12}},
 	}
@@ -219,6 +222,7 @@ func minimal() []event.Payload {
 		&event.RunReset{NewRunID: "r=_reset-1", Seq: 1, Mode: event.ResetToSeq},
 		&event.RunPaused{Cause: event.PauseOperator},
 		&event.RunUnpaused{},
+		&event.RunDeleted{Reason: "r", Msgs: 1},
 		&event.RunDamageAccepted{Reason: "r", After: 1, Through: 1},
 	}
 }

@@ -3,6 +3,7 @@ package core
 import (
 	"cmp"
 	"slices"
+	"strconv"
 
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -58,9 +59,12 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 			}
 		case *event.RunStarted, *event.RunDebounced:
 			// The start timer of the event that set the run's NotBefore, while it is pending;
-			// an earlier one (moved by run.debounced) is found stale when it fires.
+			// the one a run.debounced replaces is moot.
 			if s.Delayed && s.NotBeforeSeq == e.Seq && !terminal {
 				c.Timers = append(c.Timers, startTimer(s))
+			}
+			if d, ok := p.(*event.RunDebounced); ok && d.Replaces > 0 {
+				c.Moot = append(c.Moot, Timer{RunID: s.RunID, Kind: TimerStart, ID: strconv.FormatUint(d.Replaces, 10)})
 			}
 		case *event.StepCancelled:
 			for _, cs := range p.Steps {
@@ -68,7 +72,22 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 					// The step was waiting out a backoff: its retry timer is pending.
 					c.Moot = append(c.Moot, Timer{RunID: s.RunID, Kind: TimerRetry, ID: cs.StepID, Attempt: cs.Attempt})
 				}
+				c.Moot = append(c.Moot, stepStartMoot(s, cs.StepID, cs.Attempt)...)
 			}
+		// A timer's firing, or the end of what it waited for, makes its entry moot: the timer
+		// index holds exactly the pending timers (Timers), and the scheduler deletes nothing.
+		case *event.WaitFired:
+			c.Moot = append(c.Moot, Timer{RunID: s.RunID, Kind: TimerWait, ID: p.WaitID})
+		case *event.StepRetryFired:
+			c.Moot = append(c.Moot, Timer{RunID: s.RunID, Kind: TimerRetry, ID: p.StepID, Attempt: p.Attempt})
+		case *event.ChildRetryFired:
+			c.Moot = append(c.Moot, Timer{RunID: s.RunID, Kind: TimerChildRetry, ID: p.ChildID, Attempt: p.Attempt})
+		case *event.RunDelayFired:
+			c.Moot = append(c.Moot, startTimer(s))
+		case *event.StepCompleted:
+			c.Moot = append(c.Moot, stepStartMoot(s, p.StepID, p.Attempt)...)
+		case *event.StepFailed:
+			c.Moot = append(c.Moot, stepStartMoot(s, p.StepID, p.Attempt)...)
 		case *event.ChildScheduled:
 			for _, spec := range p.Children {
 				if ch, ok := s.Children[spec.ChildID]; ok && !ch.Settled && !terminal {
@@ -102,4 +121,14 @@ func Derive(s *Snapshot, commit []event.Envelope) Consequences {
 	}
 	deriveChildCancel(s, commit, &c)
 	return c
+}
+
+// stepStartMoot returns the schedule-to-start timer of attempt attempt of step stepID, which a
+// result of the attempt makes moot, if the step has that timeout.
+func stepStartMoot(s *Snapshot, stepID string, attempt int) []Timer {
+	st, ok := s.Steps[stepID]
+	if !ok || st.Timeouts == nil || st.Timeouts.ScheduleToStart <= 0 {
+		return nil
+	}
+	return []Timer{{RunID: s.RunID, Kind: TimerStepStart, ID: stepID, Attempt: attempt}}
 }

@@ -71,6 +71,25 @@ func TestDerive(t *testing.T) {
 			want: core.Consequences{},
 		},
 		{
+			name: "FiredWaitIsMoot",
+			build: func(h *history) (uint64, uint64) {
+				h.add(&event.WaitScheduled{WaitID: "nap", Deadline: due}, &event.WaitFired{WaitID: "nap"})
+				return 3, 0
+			},
+			want:       core.Consequences{Resume: true, TaskSeq: 3, Moot: []core.Timer{{RunID: "r", Kind: core.TimerWait, ID: "nap"}}},
+			wantResume: 3,
+		},
+		{
+			name: "FiredRetryIsMoot",
+			build: func(h *history) (uint64, uint64) {
+				h.add(scheduled(stepSpec("a", "f", `1`)), &event.StepFailed{StepID: "a", Attempt: 1, Error: event.ErrorInfo{Message: "x"}, Retryable: true},
+					&event.StepRetryScheduled{StepID: "a", Attempt: 2, Due: due}, &event.StepRetryFired{StepID: "a", Attempt: 2})
+				return 5, 0
+			},
+			want:       core.Consequences{Resume: true, TaskSeq: 5, Moot: []core.Timer{{RunID: "r", Kind: core.TimerRetry, ID: "a", Attempt: 2}}},
+			wantResume: 5,
+		},
+		{
 			name: "RetryRegistered",
 			build: func(h *history) (uint64, uint64) {
 				h.add(scheduled(stepSpec("a", "f", `1`)),

@@ -49,7 +49,7 @@ func Debounce(s *Snapshot, input []byte, notBefore time.Time, traceParent string
 	if notBefore.Before(s.NotBefore) {
 		notBefore = s.NotBefore // a quiet period never ends earlier than one already recorded
 	}
-	return []event.Payload{&event.RunDebounced{Input: in, NotBefore: notBefore.UTC(), TraceParent: traceParent}}, nil
+	return []event.Payload{&event.RunDebounced{Input: in, NotBefore: notBefore.UTC(), TraceParent: traceParent, Replaces: s.NotBeforeSeq}}, nil
 }
 
 // delayedVerdict is Decide's verdict for delayed run s: no decision before its start delay

@@ -34,16 +34,14 @@ func TestProcessKilledBetweenWrites(t *testing.T) {
 		{name: "WorkerAfterAppendBeforeTask", role: roleWorker, faults: "after-append-before-task:kill:2"},
 		{name: "WorkerAfterTerminalBeforeParentNotice", role: roleWorker, faults: "after-terminal-before-end:kill:1"},
 		{name: "WorkerAfterDecisionBeforeChildStart", role: roleWorker, faults: "after-decision-before-children:kill"},
-		{name: "SchedulerAfterFireBeforeDelete", role: roleScheduler, faults: "after-fire-before-delete:kill:1"},
 		{name: "SchedulerAfterAppendBeforeTask", role: roleScheduler, faults: "after-append-before-task:kill:1"},
 		{name: "HistoryBeforeEffects", role: roleHistory, faults: "history-before-effects:kill:20"},
 		{name: "HistoryBeforeIndex", role: roleHistory, faults: "history-before-index:kill:30"},
 		{name: "HistoryBeforeAck", role: roleHistory, faults: "history-before-ack:kill:40"},
 		{name: "HistoryMidLoad", role: roleHistory, killAfter: 5},
 		// Flow control: the admission controller dies between taking a run's slot and appending
-		// its run.admitted; the history service between a controlled run's end and its release.
+		// its run.admitted.
 		{name: "SchedulerAfterReserveBeforeAdmitted", role: roleScheduler, faults: "admit-after-reserve:kill"},
-		{name: "HistoryAfterTerminalBeforeRelease", role: roleHistory, faults: "history-before-release:kill"},
 	} {
 		for _, be := range backends {
 			t.Run(be.name+"/"+tt.name, func(t *testing.T) {

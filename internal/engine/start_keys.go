@@ -213,31 +213,14 @@ func (e *Engine) startDebounced(ctx context.Context, p StartParams, started *eve
 // path (the history service registers the new one; the old one, found stale when it fires, is
 // deleted by the scheduler). ErrStale when the run is past its delay.
 func (e *Engine) debounceInto(ctx context.Context, runID string, period time.Duration, started *event.RunStarted) error {
-	var seq uint64
-	var prev, next core.Timer
-	err := e.external(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
+	// The new start timer follows from the commit (the history service registers it, the
+	// scheduler learns of it from the commit as it is published); the one it replaces is moot.
+	return e.external(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
 		if s.Spec.Definition != started.Spec.Definition {
 			return nil, fmt.Errorf("engine bug: debounce key of definition %q names run %q of definition %q", started.Spec.Definition, runID, s.Spec.Definition)
 		}
-		events, err := core.Debounce(s, started.Input, e.now(s).Add(period), tracing.TraceParent(ctx))
-		if err == nil {
-			seq = s.Seq + 1
-			prev = core.Timer{RunID: runID, Kind: core.TimerStart, ID: strconv.FormatUint(s.NotBeforeSeq, 10), Seq: s.NotBeforeSeq, Due: s.NotBefore}
-			d := events[0].(*event.RunDebounced)
-			next = core.Timer{RunID: runID, Kind: core.TimerStart, ID: strconv.FormatUint(seq, 10), Seq: seq, Due: d.NotBefore}
-		}
-		return events, err
+		return core.Debounce(s, started.Input, e.now(s).Add(period), tracing.TraceParent(ctx))
 	})
-	if err != nil {
-		return err
-	}
-	if err := e.host.ScheduleTimers(ctx, []core.Timer{next}); err != nil {
-		e.logger.DebugContext(ctx, "start timer not registered; the history service registers it", slog.String("run_id", runID), slog.String("error", err.Error()))
-	}
-	if err := e.host.DeleteTimers(ctx, []core.Timer{prev}); err != nil {
-		e.logger.DebugContext(ctx, "moot start timer not deleted; the scheduler deletes it once it fires", slog.String("run_id", runID), slog.String("error", err.Error()))
-	}
-	return nil
 }
 
 // releaseDebounce frees the debounce key of run s, whose delay fired or which ended delayed, so

@@ -135,8 +135,8 @@ func (p *StartParams) delay() time.Duration {
 }
 
 // appendStart appends started as the first event of run runID, recorded at the engine's clock,
-// with its NotBefore at that time plus delay. On success it registers the start timer of a
-// delayed run, or sends the resume task of another, as fast paths the history service repeats.
+// with its NotBefore at that time plus delay. On success it sends the resume task of a run that
+// is not delayed, as a fast path the history service repeats.
 func (e *Engine) appendStart(ctx context.Context, runID string, p *StartParams, started *event.RunStarted) error {
 	if err := e.faults.Hit(fault.StoreAppend); err != nil {
 		return fmt.Errorf("appending run.started: %w", err)
@@ -153,11 +153,8 @@ func (e *Engine) appendStart(ctx context.Context, runID string, p *StartParams, 
 	}
 	e.logger.DebugContext(ctx, "run started", slog.String("run_id", runID), slog.String("definition", p.Spec.Definition))
 	if !started.NotBefore.IsZero() {
-		t := core.Timer{RunID: runID, Kind: core.TimerStart, ID: "1", Due: started.NotBefore, Seq: 1}
-		if err := e.host.ScheduleTimers(ctx, []core.Timer{t}); err != nil {
-			e.logger.DebugContext(ctx, "start timer not registered; the history service registers it", slog.String("run_id", runID),
-				slog.String("error", err.Error()))
-		}
+		// Its start timer follows from the commit: the history service registers it, and the
+		// scheduler learns of it from the commit as it is published.
 		return nil
 	}
 	e.resume(ctx, Task{RunID: runID, Queue: p.Queue, Build: p.Spec.BuildID, Seq: 1, TraceParent: started.TraceParent,

@@ -35,8 +35,6 @@ const (
 	// AfterTerminalBeforeEnd: a run's terminal event is committed; the parent's notice, the
 	// successor's start and the children's cancellation are not done yet.
 	AfterTerminalBeforeEnd Point = "after-terminal-before-end"
-	// AfterFireBeforeDelete: a timer's firing is committed; its timer entry is not deleted.
-	AfterFireBeforeDelete Point = "after-fire-before-delete"
 	// TimerPut: before a timer entry is written (the write fails).
 	TimerPut Point = "timer-put"
 	// IndexPut: before a runs index entry is written (the write fails).
@@ -56,9 +54,6 @@ const (
 	// AdmitAfterReserve: the admission controller took runs' slots and rate tokens in
 	// FLOW_LIMITS; their run.admitted events are not appended yet.
 	AdmitAfterReserve Point = "admit-after-reserve"
-	// HistoryBeforeRelease: a run's terminal event is committed and the history service applied
-	// its other consequences; its flow-control slot is not released yet.
-	HistoryBeforeRelease Point = "history-before-release"
 )
 
 // Points of start policies (docs/start-policies.md), armed by the engine's start-policy tests
@@ -148,8 +143,8 @@ var ResetPoints = []Point{AfterResetRecordBeforeStart}
 
 // Points lists every point of the crash workload, for suites that run each scenario at each point.
 var Points = []Point{StoreAppend, AfterAppendBeforeTask, TaskPublish, AfterDecisionBeforeChildren,
-	AfterTerminalBeforeEnd, AfterFireBeforeDelete, TimerPut, IndexPut, HistoryBeforeEffects, HistoryBeforeIndex,
-	HistoryBeforeAck, AdmitAfterReserve, HistoryBeforeRelease}
+	AfterTerminalBeforeEnd, TimerPut, IndexPut, HistoryBeforeEffects, HistoryBeforeIndex,
+	HistoryBeforeAck, AdmitAfterReserve}
 
 // Points of definition and queue pauses (docs/pause.md), armed by services/ingress's pause
 // tests.

@@ -194,7 +194,7 @@ func historyRole() Role {
 	g.engine()
 	g.follow()
 	g.consume(streams.History, streams.HistoryConsumer, "`"+streams.HistoryConsumer+"`")
-	g.kvWrite(streams.TimersBucket) // it registers the timers of each commit, and deletes moot ones
+	g.kvWrite(streams.TimersBucket) // the timer index's one writer: it registers the timers of each commit, and deletes moot ones
 	g.kvWrite(streams.HooksBucket)  // it releases the tokens of ended runs, and repairs them
 	g.kvWrite(streams.RunsBucket)
 	g.kvWatch(streams.RunsBucket)
@@ -209,8 +209,8 @@ func historyRole() Role {
 	// The retention sweeper: its own lease (not the scheduler's), the archive, and the purge of
 	// the histories of runs past their retention (docs/retention.md).
 	g.kvRead(streams.LeasesBucket)
-	g.can(streams.LeasesBucket, "write (key "+streams.RetentionLease+")")
-	g.publish("$KV." + streams.LeasesBucket + "." + streams.RetentionLease)
+	g.can(streams.LeasesBucket, "write (keys "+streams.RetentionLease+", "+streams.ReconcileLease+")")
+	g.publish("$KV."+streams.LeasesBucket+"."+streams.RetentionLease, "$KV."+streams.LeasesBucket+"."+streams.ReconcileLease)
 	g.objWrite(streams.ArchiveBucket)
 	g.objWrite(streams.CheckpointsBucket) // it deletes a deleted run's checkpoint
 	g.can(streams.History, "purge (one run's subject)")
@@ -232,8 +232,7 @@ func schedulerRole() Role {
 	g.engine()
 	g.follow() // it learns of each timer from its commit, before the history service writes its entry
 	g.kvWrite(streams.LeasesBucket)
-	g.kvWrite(streams.TimersBucket) // it deletes the timers it fired
-	g.kvWatch(streams.TimersBucket)
+	g.kvWatch(streams.TimersBucket) // it fires the timers; the history service deletes their entries
 	g.kvWatch(streams.QueueBucket)  // the admission controller follows the runs waiting for admission
 	g.kvWrite(streams.LimitsBucket) // and is the one writer of the slots and rate tokens (it releases ended runs' slots too)
 	g.kvWatch(streams.LimitsBucket)
@@ -260,7 +259,6 @@ func ingressRole() Role {
 	g.kvRead(streams.HooksBucket)         // it finds the run of a hook delivery by its token
 	g.kvRead(streams.RunsBucket)          // it tells an input for a run deleted after its retention period why
 	g.kvWrite(streams.StartKeysBucket)    // it claims the dedup and debounce keys of starts
-	g.kvWrite(streams.TimersBucket)       // it registers a delayed start's timer (fast path)
 	g.kvWrite(streams.SchedulesBucket)    // it creates, changes and deletes schedules
 	g.kvWatch(streams.SchedulesBucket)    // and lists them
 	g.kvWrite(streams.PausesBucket)       // it pauses and unpauses definitions and queues

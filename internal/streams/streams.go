@@ -29,8 +29,9 @@ const (
 	// subject, on flow.deadletter.ingress.<kind>, with the reason in their headers, for 7 days.
 	DeadLetter = "FLOW_DEADLETTER"
 	// TimersBucket holds one entry per pending timer: key "<run>.<timer key>", value a JSON
-	// core.Timer. The history service writes it as it follows the history; the scheduler fires
-	// and deletes entries.
+	// core.Timer. Its one writer is the history service, which registers a commit's timers and
+	// deletes the entries the commit made moot (a fired timer's among them) as it follows the
+	// history; the scheduler watches it and fires the timers.
 	TimersBucket = "FLOW_TIMERS"
 	// HooksBucket maps hook tokens to their run and hook: created only for a token that is free,
 	// or released by a run that ended.
@@ -86,6 +87,9 @@ const (
 	// RetentionLease is the retention sweeper's key in LeasesBucket: the history service replica
 	// that holds it deletes the runs past their retention.
 	RetentionLease = "retention"
+	// ReconcileLease is the history service's reconciler's key in LeasesBucket: the replica that
+	// holds it recomputes the state the service derives from history and repairs drift.
+	ReconcileLease = "reconcile"
 	// SchedulesBucket holds the schedules (internal/schedule): key the schedule's name, value a
 	// JSON schedule.Schedule, its spec and its state. The ingress creates, changes and deletes
 	// them, the scheduler advances their state as it fires them; both only by compare-and-set.

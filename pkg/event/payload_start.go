@@ -123,6 +123,10 @@ type RunDebounced struct {
 	NotBefore time.Time       `json:"not_before"`
 	// TraceParent is the W3C traceparent of the start that was collapsed, when there was one.
 	TraceParent string `json:"traceparent,omitempty"`
+	// Replaces is the sequence of the event (run.started or an earlier run.debounced) whose
+	// start timer this one replaces: that timer is moot. Zero in events recorded before it
+	// existed.
+	Replaces uint64 `json:"replaces,omitempty"`
 }
 
 func (*RunDelayFired) EventType() Type { return TypeRunDelayFired }

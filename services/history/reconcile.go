@@ -7,10 +7,13 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
+	"sync"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/store"
@@ -31,14 +34,19 @@ const reconcileBatch = 5000
 
 // reconciler is the state of the reconciler between passes.
 type reconciler struct {
-	// next is the run ID the runs index pass starts after.
-	next string
+	// mu serializes passes.
+	mu sync.Mutex
+	// next is the run ID the runs index pass starts after; nextTimers the one the timer
+	// index's pass of active runs without entries starts at.
+	next, nextTimers string
 }
 
 // Reconcile runs one pass of the reconciler over the states the service owns, and returns the
 // repairs it made by state. The replica that holds the retention lease calls it every
 // ReconcileInterval; tests call it directly.
 func (s *Service) Reconcile(ctx context.Context) (map[string]int, error) {
+	s.reconciler.mu.Lock()
+	defer s.reconciler.mu.Unlock()
 	done := map[string]int{}
 	n, err := s.reconcileQueue(ctx)
 	done[metrics.StateQueue] = n
@@ -50,7 +58,125 @@ func (s *Service) Reconcile(ctx context.Context) (map[string]int, error) {
 	if err != nil {
 		return done, fmt.Errorf("reconciling the runs index: %w", err)
 	}
+	n, err = s.reconcileTimers(ctx)
+	done[metrics.StateTimers] = n
+	if err != nil {
+		return done, fmt.Errorf("reconciling the timer index: %w", err)
+	}
 	return done, nil
+}
+
+// timerBatch bounds the active runs whose timers one pass compares with their snapshots; the
+// next pass goes on where it stopped.
+const timerBatch = 500
+
+// reconcileTimers brings FLOW_TIMERS in line with history: a run's entries are exactly its
+// pending timers (core.Timers). Every entry of a run that ended or was deleted goes; the entries
+// of up to timerBatch active runs a pass (those with entries first, then the others in turn) are
+// compared with their snapshots on their lanes.
+func (s *Service) reconcileTimers(ctx context.Context) (int, error) {
+	byRun := map[string][]string{}
+	keys, err := s.retention.timers.ListKeys(ctx)
+	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+		return 0, err
+	}
+	if err == nil {
+		for k := range keys.Keys() {
+			if run, _, ok := strings.Cut(k, "."); ok {
+				byRun[run] = append(byRun[run], k)
+			}
+		}
+	}
+	repairs := 0
+	var check []string
+	for run := range byRun {
+		sum, ok := s.index.get(run)
+		switch {
+		case !ok:
+			continue // not indexed yet: its entries are younger than the index
+		case sum.Status.Terminal() || sum.Deleted != nil:
+			for _, k := range byRun[run] {
+				if err := s.retention.timers.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+					return repairs, err
+				}
+				repairs++
+				s.repaired(ctx, metrics.StateTimers, run, "the run ended: its timer entry "+k+" was deleted")
+			}
+		case sum.Damaged == "":
+			check = append(check, run)
+		}
+	}
+	// Active runs without entries may have lost one: check them in turn.
+	active := s.index.where(func(sum core.Summary) bool {
+		return !sum.Status.Terminal() && sum.Deleted == nil && sum.Damaged == "" && byRun[sum.RunID] == nil
+	})
+	slices.SortFunc(active, func(a, b core.Summary) int { return cmpString(a.RunID, b.RunID) })
+	start, _ := slices.BinarySearchFunc(active, s.reconciler.nextTimers, func(sum core.Summary, id string) int { return cmpString(sum.RunID, id) })
+	for _, sum := range active[start:] {
+		if len(check) >= timerBatch {
+			break
+		}
+		check = append(check, sum.RunID)
+		s.reconciler.nextTimers = sum.RunID
+	}
+	if start >= len(active) || len(check) < timerBatch {
+		s.reconciler.nextTimers = ""
+	}
+	slices.Sort(check)
+	for _, run := range check[:min(len(check), 2*timerBatch)] {
+		n, err := s.repairTimers(ctx, run, byRun[run])
+		if err != nil {
+			return repairs, err
+		}
+		repairs += n
+	}
+	return repairs, nil
+}
+
+// repairTimers makes run runID's timer entries, have, its pending timers, on its lane, and
+// returns how many entries it wrote or deleted.
+func (s *Service) repairTimers(ctx context.Context, runID string, have []string) (int, error) {
+	n := 0
+	err := s.onLane(ctx, runID, func(ctx context.Context, l *lane) error {
+		snap, err := l.latestSnapshot(ctx, runID)
+		if err != nil || snap == nil {
+			if errors.Is(err, store.ErrDamaged) {
+				return nil
+			}
+			return err
+		}
+		want := map[string]core.Timer{}
+		for _, t := range core.Timers(snap) {
+			want[jshost.TimerKey(t)] = t
+		}
+		for _, k := range have {
+			if _, ok := want[k]; ok {
+				delete(want, k)
+				continue
+			}
+			if err := s.retention.timers.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				return err
+			}
+			n++
+			s.repaired(ctx, metrics.StateTimers, runID, "timer entry "+k+" names no pending timer: deleted")
+		}
+		var missing []core.Timer
+		for _, t := range want {
+			missing = append(missing, t)
+		}
+		slices.SortFunc(missing, func(a, b core.Timer) int { return cmpString(a.Key(), b.Key()) })
+		if len(missing) > 0 {
+			if err := s.host.ScheduleTimers(ctx, missing); err != nil {
+				return err
+			}
+			for _, t := range missing {
+				n++
+				s.repaired(ctx, metrics.StateTimers, runID, "pending timer "+t.Key()+" had no entry: registered")
+			}
+		}
+		return nil
+	})
+	return n, err
 }
 
 // repaired counts and logs a repair of state for run runID.

@@ -9,12 +9,16 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/ingresstest"
+	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/ingress"
 )
 
 // The reconciler recomputes the state the history service owns from history and repairs what
@@ -24,7 +28,13 @@ import (
 func TestReconcilerRepairsDrift(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
-	h := startHistory(t, srv) // no scheduler: controlled runs stay queued
+	// No scheduler: controlled runs stay queued. No reconciler in the background: the test's
+	// passes are the only ones.
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet, ReconcileInterval: -1})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	reg := registry("")
 	flow.RegisterWorkflow(reg, "limited", func(ctx *flow.Context, _ any) (flow.Decision, error) {
 		return ctx.Complete("done"), nil
@@ -39,6 +49,12 @@ func TestReconcilerRepairsDrift(t *testing.T) {
 	runs, err := js.KeyValue(ctx, streams.RunsBucket)
 	require.NoError(t, err)
 
+	timers, err := js.KeyValue(ctx, streams.TimersBucket)
+	require.NoError(t, err)
+	_, err = c.Start(ctx, "nap", time.Hour, &flow.StartOptions{RunID: "n-1"})
+	require.NoError(t, err)
+	napKey := jshost.TimerKey(core.Timer{RunID: "n-1", Kind: core.TimerWait, ID: "nap"})
+	require.Eventually(t, func() bool { _, err := timers.Get(ctx, napKey); return err == nil }, 20*time.Second, 5*time.Millisecond)
 	_, err = c.Start(ctx, "limited", nil, &flow.StartOptions{RunID: "q-1"})
 	require.NoError(t, err)
 	_, err = c.Start(ctx, "steps", 1, &flow.StartOptions{RunID: "s-1"})
@@ -52,8 +68,12 @@ func TestReconcilerRepairsDrift(t *testing.T) {
 		return ok && sum.Status == core.StatusQueued && qerr == nil && ok2 && done.Status == core.StatusCompleted
 	}, 20*time.Second, 5*time.Millisecond)
 
-	// Drift: q-1 loses its entry; the ended s-1 gets one; s-1's index entry goes back in time.
+	// Drift: q-1 loses its entry; the ended s-1 gets one; s-1's index entry goes back in time;
+	// n-1 loses its timer entry, and the ended s-1 gets one.
 	require.NoError(t, queue.Delete(ctx, "q-1"))
+	require.NoError(t, timers.Delete(ctx, napKey))
+	_, err = timers.Put(ctx, "s-1.wait.ghost", []byte(`{"run_id":"s-1","kind":"wait","id":"ghost","due":"2026-01-01T00:00:00Z"}`))
+	require.NoError(t, err)
 	bogus, err := json.Marshal(limits.Waiting{RunID: "s-1", Definition: "steps", Control: &event.FlowControl{Group: "steps", Concurrency: 1}})
 	require.NoError(t, err)
 	_, err = queue.Put(ctx, "s-1", bogus)
@@ -75,6 +95,11 @@ func TestReconcilerRepairsDrift(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, done[metrics.StateQueue], "q-1's entry written, s-1's deleted")
 	require.Equal(t, 1, done[metrics.StateRunsIndex], "s-1's entry derived again")
+	require.Equal(t, 2, done[metrics.StateTimers], "n-1's timer registered again, s-1's deleted")
+	_, err = timers.Get(ctx, napKey)
+	require.NoError(t, err)
+	_, err = timers.Get(ctx, "s-1.wait.ghost")
+	require.ErrorIs(t, err, jetstream.ErrKeyNotFound)
 	require.Equal(t, before+3, metrics.Repairs(metrics.StateQueue)+metrics.Repairs(metrics.StateRunsIndex))
 	_, err = queue.Get(ctx, "q-1")
 	require.NoError(t, err)
@@ -86,5 +111,5 @@ func TestReconcilerRepairsDrift(t *testing.T) {
 	// Nothing drifted: a second pass repairs nothing.
 	done, err = h.Reconcile(ctx)
 	require.NoError(t, err)
-	require.Zero(t, done[metrics.StateQueue]+done[metrics.StateRunsIndex])
+	require.Zero(t, done[metrics.StateQueue]+done[metrics.StateRunsIndex]+done[metrics.StateTimers])
 }

@@ -122,24 +122,37 @@ func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config) (*re
 	return r, nil
 }
 
-// startRetention runs the sweeper and the reconciler (reconcile.go) under the retention lease,
-// unless both are disabled.
+// startRetention runs the sweeper under the retention lease, unless it is disabled, and the
+// reconciler (reconcile.go) under the reconcile lease, unless it is disabled.
 func (s *Service) startRetention(ctx context.Context) {
-	if s.cfg.RetentionSweep < 0 && s.cfg.ReconcileInterval < 0 {
-		return
+	if s.cfg.RetentionSweep >= 0 {
+		s.workers.Go(func() {
+			s.runLeased(ctx, streams.RetentionLease, "the retention sweeper", s.cfg.RetentionSweep, func(ctx context.Context) {
+				if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+					s.logger.Warn("a retention sweep stopped short; the next one continues", slog.String("error", err.Error()))
+				}
+			})
+		})
 	}
-	s.workers.Go(func() { s.runRetention(ctx) })
+	if s.cfg.ReconcileInterval > 0 {
+		s.workers.Go(func() {
+			s.runLeased(ctx, streams.ReconcileLease, "the reconciler", s.cfg.ReconcileInterval, func(ctx context.Context) {
+				if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
+					s.logger.Warn("a reconciliation stopped short; the next one continues", slog.String("error", err.Error()))
+				}
+			})
+		})
+	}
 }
 
-// runRetention competes for the retention lease and sweeps every Config.RetentionSweep while it
-// holds it, until ctx ends. A sweeper that loses its lease stops sweeping at once; two that
-// overlap for a moment cannot both delete a run wrongly, since each step is idempotent and the
-// tombstone is a compare-and-set.
-func (s *Service) runRetention(ctx context.Context) {
+// runLeased competes for lease key and, while it holds it, calls pass at once and then every
+// interval, until ctx ends. A replica that loses its lease stops at once; two that overlap for a
+// moment are harmless, since each pass's writes are idempotent or compare-and-set.
+func (s *Service) runLeased(ctx context.Context, key, role string, interval time.Duration, pass func(context.Context)) {
 	r := s.retention
 	for ctx.Err() == nil {
 		renew := s.leaseRenew(ctx)
-		rev, err := r.leases.Create(ctx, streams.RetentionLease, []byte(r.name))
+		rev, err := r.leases.Create(ctx, key, []byte(r.name))
 		if err != nil {
 			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
 				s.logger.Warn("cannot reach the lease bucket", slog.String("error", err.Error()))
@@ -147,46 +160,31 @@ func (s *Service) runRetention(ctx context.Context) {
 			wait.For(ctx, renew)
 			continue
 		}
-		s.logger.Info("the retention sweeper leads")
-		s.leadRetention(ctx, rev, renew)
+		s.logger.Info(role + " leads")
+		s.leadLeased(ctx, key, rev, renew, interval, pass)
 	}
 }
 
-func (s *Service) leadRetention(ctx context.Context, rev uint64, renew time.Duration) {
+func (s *Service) leadLeased(ctx context.Context, key string, rev uint64, renew, interval time.Duration, pass func(context.Context)) {
 	r := s.retention
 	defer func() {
 		rctx, stop := context.WithTimeout(context.Background(), time.Second)
 		defer stop()
-		_ = r.leases.Delete(rctx, streams.RetentionLease, jetstream.LastRevision(rev))
+		_ = r.leases.Delete(rctx, key, jetstream.LastRevision(rev))
 	}()
-	next, reconcile := time.Now(), time.Now().Add(s.cfg.ReconcileInterval)
+	next := time.Now()
 	for {
-		if s.cfg.RetentionSweep >= 0 && !time.Now().Before(next) {
-			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-				s.logger.Warn("a retention sweep stopped short; the next one continues", slog.String("error", err.Error()))
-			}
-			next = time.Now().Add(s.cfg.RetentionSweep)
+		if !time.Now().Before(next) {
+			pass(ctx)
+			next = time.Now().Add(interval)
 		}
-		if s.cfg.ReconcileInterval > 0 && !time.Now().Before(reconcile) {
-			if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
-				s.logger.Warn("a reconciliation stopped short; the next one continues", slog.String("error", err.Error()))
-			}
-			reconcile = time.Now().Add(s.cfg.ReconcileInterval)
-		}
-		wake := renew
-		if s.cfg.RetentionSweep >= 0 {
-			wake = min(wake, time.Until(next))
-		}
-		if s.cfg.ReconcileInterval > 0 {
-			wake = min(wake, time.Until(reconcile))
-		}
-		if !wait.For(ctx, max(min(renew, wake), 0)) {
+		if !wait.For(ctx, max(min(renew, time.Until(next)), 0)) {
 			return
 		}
-		nrev, err := r.leases.Update(ctx, streams.RetentionLease, []byte(r.name), rev)
+		nrev, err := r.leases.Update(ctx, key, []byte(r.name), rev)
 		if err != nil {
 			if ctx.Err() == nil {
-				s.logger.Warn("lost the retention lease", slog.String("error", err.Error()))
+				s.logger.Warn("lost the "+key+" lease", slog.String("error", err.Error()))
 			}
 			return
 		}

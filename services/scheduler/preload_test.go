@@ -120,7 +120,7 @@ func TestPreloadedTimerOfARunThatMovedOn(t *testing.T) {
 // exactly once and its entry goes.
 func TestPreloadedFiringFaults(t *testing.T) {
 	t.Parallel()
-	for _, p := range []fault.Point{fault.StoreAppend, fault.AfterAppendBeforeTask, fault.TaskPublish, fault.AfterFireBeforeDelete} {
+	for _, p := range []fault.Point{fault.StoreAppend, fault.AfterAppendBeforeTask, fault.TaskPublish} {
 		t.Run(string(p), func(t *testing.T) {
 			t.Parallel()
 			srv := natstest.RunJetStream(t)

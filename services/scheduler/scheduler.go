@@ -1,16 +1,17 @@
 // Package scheduler fires Flow's durable timers: waits (Sleep, WaitUntil) and retry backoffs.
 //
 // The history service registers every pending timer in the FLOW_TIMERS bucket, as it follows
-// the history stream. The scheduler that holds the lease watches the bucket, keeps the pending
+// the history stream, and deletes each entry once a commit makes its timer moot: it is the
+// bucket's one writer. The scheduler that holds the lease watches the bucket, keeps the pending
 // timers in memory in due order (one goroutine for all of them, none per run), and when one
-// falls due appends its firing event to the run's history (wait.fired or step.retry_fired),
-// sends the run's resume task as a fast path (the history service derives it too), and deletes
-// the entry only once the firing is committed or found moot.
+// falls due appends its firing event to the run's history (wait.fired or step.retry_fired) and
+// sends the run's resume task as a fast path (the history service derives it too); the firing's
+// commit makes the entry moot.
 //
 // The leader also follows the history stream's commits as they are published (a core NATS
 // subscription), and so knows of a timer the moment its commit is made, however far behind the
 // history service is; such a timer fires only once its run's history shows the commit, and its
-// entry, when the history service writes it, is only deleted. Timers falling due within
+// entry, when the history service writes it, is only forgotten. Timers falling due within
 // PreloadWindow have their runs read ahead: the run's first and last commits, two direct gets,
 // when the timer's event is the run's last (the firing is then one append right after it, at
 // the expected sequence), else the run's snapshot. Up to FireConcurrency timers fire at once.
@@ -49,6 +50,7 @@ import (
 	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/payload/objstore"
+	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/wait"
@@ -162,6 +164,9 @@ type Scheduler struct {
 
 	leader atomic.Bool
 	fired  atomic.Int64
+	// pendingTimers is the number of timers the leader keeps pending; seenEntries counts the
+	// timer entries its watch brought (for tests).
+	pendingTimers, seenEntries atomic.Int64
 	// hints counts the timers learnt of from their commits before their entries, and
 	// unconfirmed those of them dropped because their runs' tails did not show their commits.
 	hints, unconfirmed atomic.Int64
@@ -732,7 +737,7 @@ func (s *Scheduler) serve(ctx context.Context) error {
 	for range fireCap {
 		workers.Go(func() {
 			for f := range queue {
-				f.err = s.fire(ctx, f.p.key, f.p.timer, f)
+				f.err = s.fire(ctx, f.p.timer, f)
 				results <- f
 			}
 		})
@@ -751,6 +756,7 @@ func (s *Scheduler) serve(ctx context.Context) error {
 	defer wake.Stop()
 
 	for {
+		s.pendingTimers.Store(int64(len(ts.byKey)))
 		now := time.Now()
 		// Hand every due timer to the fire workers, as far as they have room.
 		for ts.due.Len() > 0 && !ts.due.peek().timer.Due.After(now) && inflight < fireCap {
@@ -800,6 +806,7 @@ func (s *Scheduler) serve(ctx context.Context) error {
 				s.logger.Debug("timers loaded", slog.Int("pending", len(ts.byKey)))
 				continue
 			}
+			s.seenEntries.Add(1)
 			s.apply(e, ts)
 		case t := <-hints:
 			key := jshost.TimerKey(t)
@@ -881,7 +888,7 @@ func (s *Scheduler) apply(e jetstream.KeyValueEntry, ts *timers) {
 		}
 		return
 	}
-	// An entry whose timer fired on its commit's hint already is only deleted.
+	// An entry whose timer fired on its commit's hint already is only forgotten.
 	ts.add(&pending{key: e.Key(), timer: t, rev: e.Revision(), done: ts.fired.take(e.Key(), t)})
 }
 
@@ -910,33 +917,26 @@ func (s *Scheduler) preload(ctx context.Context, t core.Timer, hint bool) *engin
 // errUnconfirmed reports a hint that its run's tail does not confirm.
 var errUnconfirmed = errors.New("the timer's commit is not its run's last")
 
-// fire appends the timer's firing to its run (or finds it moot) and deletes the entry. With
-// the run's tail, as preloaded, it reads nothing unless the run moved on since. A hint (no
-// entry, f.rev 0) fires only on a tail that shows its commit, and has no entry to delete; an
-// entry whose timer fired on its hint (f.done) is only deleted.
-func (s *Scheduler) fire(ctx context.Context, key string, t core.Timer, f firing) error {
+// fire appends the timer's firing to its run, or finds it moot. With the run's tail, as
+// preloaded, it reads nothing unless the run moved on since. A hint (no entry, f.rev 0) fires
+// only on a tail that shows its commit; an entry whose timer fired on its hint (f.done) is only
+// forgotten. The scheduler never writes the timer index: the history service, its one writer,
+// deletes an entry once the firing's commit (or anything else) makes its timer moot.
+func (s *Scheduler) fire(ctx context.Context, t core.Timer, f firing) error {
 	firing := time.Now()
 	tail := f.tail
 	var err error
-	if t.Kind == core.TimerStepStart && !f.done {
+	if f.done {
+		return nil
+	}
+	if t.Kind == core.TimerStepStart {
 		// A schedule-to-start timer is moot once a worker recorded the attempt's start.
 		started, serr := s.attemptStarted(ctx, t)
-		if serr != nil {
+		if serr != nil || started {
 			return serr
-		}
-		if started {
-			if f.rev == 0 {
-				return nil
-			}
-			return s.deleteEntry(ctx, key, f.rev)
 		}
 	}
 	switch {
-	case f.done:
-		if err := s.cfg.Faults.Hit(fault.AfterFireBeforeDelete); err != nil {
-			return err // the entry stays; firing it again finds the timer moot and deletes it
-		}
-		return s.deleteEntry(ctx, key, f.rev)
 	case f.rev == 0:
 		if tail == nil || !tail.Fires(t) {
 			if tail, err = s.confirm(ctx, t); err != nil {
@@ -955,7 +955,7 @@ func (s *Scheduler) fire(ctx context.Context, key string, t core.Timer, f firing
 			err = s.engine.Fire(ctx, t)
 		}
 	}
-	if err != nil && !errors.Is(err, core.ErrNotFound) && !errors.Is(err, core.ErrTerminal) {
+	if err != nil && !errors.Is(err, core.ErrNotFound) && !errors.Is(err, core.ErrTerminal) && !errors.Is(err, store.ErrDeleted) {
 		return err
 	}
 	s.fired.Add(1)
@@ -963,25 +963,5 @@ func (s *Scheduler) fire(ctx context.Context, key string, t core.Timer, f firing
 	metrics.TimerLateness(ctx, string(t.Kind), lateness.Seconds())
 	s.logger.Debug("timer fired", slog.String("run_id", t.RunID), slog.String("timer", t.Key()),
 		slog.Duration("lateness", lateness))
-	if f.rev == 0 {
-		return nil // the entry, when it comes, is deleted
-	}
-	if err := s.cfg.Faults.Hit(fault.AfterFireBeforeDelete); err != nil {
-		return err // the entry stays; firing it again finds the timer moot and deletes it
-	}
-	return s.deleteEntry(ctx, key, f.rev)
-}
-
-// deleteEntry deletes the timer entry key at revision rev, once its firing is committed or found
-// moot.
-func (s *Scheduler) deleteEntry(ctx context.Context, key string, rev uint64) error {
-	err := s.timers.Delete(ctx, key, jetstream.LastRevision(rev))
-	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-		// Re-registered meanwhile (a repair): the new entry fires again and is found moot.
-		var apiErr *jetstream.APIError
-		if !errors.As(err, &apiErr) {
-			return err
-		}
-	}
 	return nil
 }

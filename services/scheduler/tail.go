@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -82,7 +83,9 @@ const hintBuffer = 8192
 // last event can be fired on its run's tail (engine.RunTail.Fires).
 func hintOf(m *nats.Msg) (core.Timer, bool) {
 	types := m.Header.Get(jsstore.HeaderTypes)
-	if last := types[strings.LastIndexByte(types, ',')+1:]; last != string(event.TypeWaitScheduled) && last != string(event.TypeStepRetryScheduled) {
+	switch types[strings.LastIndexByte(types, ',')+1:] {
+	case string(event.TypeWaitScheduled), string(event.TypeStepRetryScheduled), string(event.TypeRunStarted), string(event.TypeRunDebounced):
+	default:
 		return core.Timer{}, false
 	}
 	runID := strings.TrimPrefix(m.Subject, streams.HistorySubject(""))
@@ -100,6 +103,13 @@ func hintOf(m *nats.Msg) (core.Timer, bool) {
 		return core.Timer{RunID: runID, Kind: core.TimerWait, ID: d.WaitID, Due: d.Deadline, Seq: last.Seq}, true
 	case *event.StepRetryScheduled:
 		return core.Timer{RunID: runID, Kind: core.TimerRetry, ID: d.StepID, Attempt: d.Attempt, Due: d.Due, Seq: last.Seq}, true
+	case *event.RunStarted:
+		// A delayed start (start policies): its start timer, keyed by the event's sequence.
+		if !d.NotBefore.IsZero() {
+			return core.Timer{RunID: runID, Kind: core.TimerStart, ID: strconv.FormatUint(last.Seq, 10), Due: d.NotBefore, Seq: last.Seq}, true
+		}
+	case *event.RunDebounced:
+		return core.Timer{RunID: runID, Kind: core.TimerStart, ID: strconv.FormatUint(last.Seq, 10), Due: d.NotBefore, Seq: last.Seq}, true
 	}
 	return core.Timer{}, false
 }

@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -73,7 +75,43 @@ func newTimerFixture(t *testing.T, srv *natsserver.Server) *timerFixture {
 	require.NoError(t, err)
 	timers, err := js.KeyValue(t.Context(), streams.TimersBucket)
 	require.NoError(t, err)
-	return &timerFixture{st: st, timers: timers}
+	f := &timerFixture{st: st, timers: timers}
+	f.deleteMoot(t, srv)
+	return f
+}
+
+// deleteMoot plays the history service's part as the timer index's owner that the tests need:
+// each commit's moot timers (core.Derive) are deleted from FLOW_TIMERS. (The tests register the
+// entries themselves, as the history service would, when they want them.)
+func (f *timerFixture) deleteMoot(t *testing.T, srv *natsserver.Server) {
+	t.Helper()
+	js := natstest.JetStream(t, srv)
+	host, err := jshost.New(t.Context(), js, "flow/test", natstest.Logger())
+	require.NoError(t, err)
+	sub, err := natstest.Connect(t, srv).Subscribe(streams.HistorySubject("*"), func(m *nats.Msg) {
+		runID := strings.TrimPrefix(m.Subject, streams.HistorySubject(""))
+		c, ok := jsstore.CommitOf(runID, m.Header, m.Data)
+		if !ok {
+			return
+		}
+		commit, err := c.Events()
+		if err != nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		hist, err := f.st.LoadAtLeast(ctx, runID, 0, c.Last)
+		if err != nil {
+			return
+		}
+		s, err := core.Project(runID, hist)
+		if err != nil {
+			return
+		}
+		_ = host.DeleteTimers(ctx, core.Derive(s, commit).Moot)
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
 }
 
 // waitingRun appends a run that waits on wait waitID until due, and registers its timer.

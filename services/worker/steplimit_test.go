@@ -88,7 +88,7 @@ func TestStepLimits(t *testing.T) {
 		ids = append(ids, id)
 	}
 	// While attempts wait, the step's entry lists them, with the reason.
-	lims, err := limits.Open(ctx, natstest.JetStream(t, srv))
+	lims, err := limits.OpenSteps(ctx, natstest.JetStream(t, srv))
 	require.NoError(t, err)
 	var sawWaiting, sawDescribed atomic.Bool
 	go func() {
