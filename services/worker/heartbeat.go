@@ -155,7 +155,7 @@ func (b *beater) start(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	to := b.a.Timeouts
-	b.entry.Attempt, b.entry.Started, b.entry.Settled, b.entry.Worker = b.a.Attempt, now.UTC(), false, b.h.worker
+	b.entry.Attempt, b.entry.Started, b.entry.Worker = b.a.Attempt, now.UTC(), b.h.worker
 	b.entry.Heartbeat, b.entry.StartToClose = to.Heartbeat, to.StartToClose
 	return b.write(ctx)
 }

@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/engine"
-	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/ingresstest"
+	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
@@ -372,21 +373,37 @@ func TestRunAndExecutionTimeouts(t *testing.T) {
 	})
 }
 
-// A step that is stuck (it never heartbeats) is timed out although its worker lives; and the
-// watcher's write pair, the step.failed append then the entry's mark, survives the watcher
-// dying between the two: here the first scheduler fails at that point every time and stops,
-// and the next one finds the attempt settled, marks the entry, and appends nothing more.
-func TestHeartbeatWatcherDiesBetweenAppendAndMark(t *testing.T) {
+// connectAs returns a connection to srv whose request inboxes start with prefix: each
+// JetStream write it makes (a publish with a reply subject) names it.
+func connectAs(t *testing.T, srv *natsserver.Server, prefix string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(srv.ClientURL(), natsconn.SyncQueue, nats.CustomInboxPrefix(prefix))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// A step that is stuck (it never heartbeats) is timed out although its worker lives; a second
+// watcher, started after the first timed the attempt out, checks the entry once against history
+// and appends nothing. Neither writes FLOW_HEARTBEATS: every write to the bucket comes from the
+// worker's connection (the workers are its one writer).
+func TestSchedulerNeverWritesHeartbeats(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
+	// Every write to the bucket is a publish to its subjects with the writer's reply inbox.
+	spy := natstest.Connect(t, srv)
+	writes := make(chan *nats.Msg, 1024)
+	sub, err := spy.ChanSubscribe("$KV."+streams.HeartbeatsBucket+".>", writes)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, spy.Flush())
+
 	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, h.Stop()) })
 	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
-	faults := &fault.Injector{}
-	faults.Arm(fault.AfterTimeoutBeforeSettle, fault.Fail, 0, 0)
-	s1, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet, Faults: faults})
+	s1, err := scheduler.New(scheduler.Config{Conn: connectAs(t, srv, "_INBOX.scheduler1"), Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, s1.Start(t.Context()))
 	t.Cleanup(func() { _ = s1.Stop() })
@@ -404,35 +421,57 @@ func TestHeartbeatWatcherDiesBetweenAppendAndMark(t *testing.T) {
 		<-ctx.Done() // never heartbeats; its context is cancelled once the timeout is recorded
 		return 0, ctx.Err()
 	})
-	startWorkerWith(t, srv, reg, worker.Config{})
+	w, err := worker.New(worker.Config{Conn: connectAs(t, srv, "_INBOX.worker"), Logger: quiet}, reg)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(t.Context()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
 	c := newClient(t, srv)
 	runID, err := c.Start(t.Context(), "stuck", nil, &flow.StartOptions{RunID: "stuck-1"})
 	require.NoError(t, err)
 	var out string
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, c.Result(ctx, runID, &out))
 	require.Equal(t, event.TimeoutHeartbeat, out)
-
-	kv, err := natstest.JetStream(t, srv).KeyValue(t.Context(), streams.HeartbeatsBucket)
-	require.NoError(t, err)
-	entry := func() engine.HeartbeatEntry {
-		e, err := kv.Get(t.Context(), engine.HeartbeatKey(runID, "s"))
-		require.NoError(t, err)
-		var h engine.HeartbeatEntry
-		require.NoError(t, json.Unmarshal(e.Value(), &h))
-		return h
-	}
-	require.False(t, entry().Settled, "the first watcher never got to mark the entry")
+	require.Eventually(t, func() bool { return s1.TimedOut() == 1 && s1.BeatChecks() == 1 }, 15*time.Second, 20*time.Millisecond)
 	require.NoError(t, s1.Stop())
 
-	s2, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
+	s2, err := scheduler.New(scheduler.Config{Conn: connectAs(t, srv, "_INBOX.scheduler2"), Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, s2.Start(t.Context()))
 	t.Cleanup(func() { _ = s2.Stop() })
-	require.Eventually(t, func() bool { return entry().Settled }, 15*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return s2.BeatChecks() == 1 }, 15*time.Second, 20*time.Millisecond,
+		"the second watcher checks the entry's passed deadline against history")
 	hist, err := c.History(t.Context(), runID, 0)
 	require.NoError(t, err)
 	require.Len(t, timeoutsOf(hist), 1, "the timeout was appended once: %v", types(hist))
 	require.Zero(t, s2.TimedOut(), "the second watcher found the attempt settled")
+
+	// The spy has seen every write the bucket stored (its last sequence), and each came from the
+	// worker.
+	stream, err := natstest.JetStream(t, srv).Stream(t.Context(), "KV_"+streams.HeartbeatsBucket)
+	require.NoError(t, err)
+	info, err := stream.Info(t.Context())
+	require.NoError(t, err)
+	require.NotZero(t, info.State.LastSeq, "the worker recorded the attempt's start")
+	for seen := uint64(0); seen < info.State.LastSeq; seen++ {
+		select {
+		case m := <-writes:
+			require.True(t, strings.HasPrefix(m.Reply, "_INBOX.worker."), "%s was written by %q, not by the worker", m.Subject, m.Reply)
+		case <-time.After(15 * time.Second):
+			require.FailNowf(t, "missing writes", "the spy saw %d of the bucket's %d writes", seen, info.State.LastSeq)
+		}
+	}
+	for { // and the writes the stream refused (a compare-and-set that lost), if any
+		select {
+		case m := <-writes:
+			require.True(t, strings.HasPrefix(m.Reply, "_INBOX.worker."), "%s was written by %q, not by the worker", m.Subject, m.Reply)
+		default:
+			return
+		}
+	}
 }
