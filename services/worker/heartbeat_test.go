@@ -383,6 +383,56 @@ func connectAs(t *testing.T, srv *natsserver.Server, prefix string) *nats.Conn {
 	return nc
 }
 
+// beatSpy receives every publish to FLOW_HEARTBEATS's subjects: each write, with the reply
+// inbox of the connection that made it.
+type beatSpy struct {
+	writes chan *nats.Msg
+	seen   uint64
+}
+
+func spyOnBeats(t *testing.T, srv *natsserver.Server) *beatSpy {
+	t.Helper()
+	nc := natstest.Connect(t, srv)
+	sp := &beatSpy{writes: make(chan *nats.Msg, 1024)}
+	sub, err := nc.ChanSubscribe("$KV."+streams.HeartbeatsBucket+".>", sp.writes)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, nc.Flush())
+	return sp
+}
+
+// fromWorker checks the writes to the bucket so far: the spy receives as many as the bucket
+// stored (its last sequence), and any it refused (a compare-and-set that lost), each made by
+// the connection whose inbox prefix is _INBOX.worker.
+func (sp *beatSpy) fromWorker(t *testing.T, srv *natsserver.Server) {
+	t.Helper()
+	stream, err := natstest.JetStream(t, srv).Stream(t.Context(), "KV_"+streams.HeartbeatsBucket)
+	require.NoError(t, err)
+	info, err := stream.Info(t.Context())
+	require.NoError(t, err)
+	require.NotZero(t, info.State.LastSeq, "the worker recorded the attempt's start")
+	check := func(m *nats.Msg) {
+		sp.seen++
+		require.True(t, strings.HasPrefix(m.Reply, "_INBOX.worker."), "%s was written by %q, not by the worker", m.Subject, m.Reply)
+	}
+	for sp.seen < info.State.LastSeq {
+		select {
+		case m := <-sp.writes:
+			check(m)
+		case <-time.After(15 * time.Second):
+			require.FailNowf(t, "missing writes", "the spy saw %d of the bucket's %d writes", sp.seen, info.State.LastSeq)
+		}
+	}
+	for {
+		select {
+		case m := <-sp.writes:
+			check(m)
+		default:
+			return
+		}
+	}
+}
+
 // A step that is stuck (it never heartbeats) is timed out although its worker lives; a second
 // watcher, started after the first timed the attempt out, checks the entry once against history
 // and appends nothing. Neither writes FLOW_HEARTBEATS: every write to the bucket comes from the
@@ -390,13 +440,7 @@ func connectAs(t *testing.T, srv *natsserver.Server, prefix string) *nats.Conn {
 func TestSchedulerNeverWritesHeartbeats(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
-	// Every write to the bucket is a publish to its subjects with the writer's reply inbox.
-	spy := natstest.Connect(t, srv)
-	writes := make(chan *nats.Msg, 1024)
-	sub, err := spy.ChanSubscribe("$KV."+streams.HeartbeatsBucket+".>", writes)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	require.NoError(t, spy.Flush())
+	spy := spyOnBeats(t, srv)
 
 	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	require.NoError(t, err)
@@ -439,6 +483,7 @@ func TestSchedulerNeverWritesHeartbeats(t *testing.T) {
 	require.Equal(t, event.TimeoutHeartbeat, out)
 	require.Eventually(t, func() bool { return s1.TimedOut() == 1 && s1.BeatChecks() == 1 }, 15*time.Second, 20*time.Millisecond)
 	require.NoError(t, s1.Stop())
+	spy.fromWorker(t, srv)
 
 	s2, err := scheduler.New(scheduler.Config{Conn: connectAs(t, srv, "_INBOX.scheduler2"), Logger: quiet})
 	require.NoError(t, err)
@@ -451,27 +496,5 @@ func TestSchedulerNeverWritesHeartbeats(t *testing.T) {
 	require.Len(t, timeoutsOf(hist), 1, "the timeout was appended once: %v", types(hist))
 	require.Zero(t, s2.TimedOut(), "the second watcher found the attempt settled")
 
-	// The spy has seen every write the bucket stored (its last sequence), and each came from the
-	// worker.
-	stream, err := natstest.JetStream(t, srv).Stream(t.Context(), "KV_"+streams.HeartbeatsBucket)
-	require.NoError(t, err)
-	info, err := stream.Info(t.Context())
-	require.NoError(t, err)
-	require.NotZero(t, info.State.LastSeq, "the worker recorded the attempt's start")
-	for seen := uint64(0); seen < info.State.LastSeq; seen++ {
-		select {
-		case m := <-writes:
-			require.True(t, strings.HasPrefix(m.Reply, "_INBOX.worker."), "%s was written by %q, not by the worker", m.Subject, m.Reply)
-		case <-time.After(15 * time.Second):
-			require.FailNowf(t, "missing writes", "the spy saw %d of the bucket's %d writes", seen, info.State.LastSeq)
-		}
-	}
-	for { // and the writes the stream refused (a compare-and-set that lost), if any
-		select {
-		case m := <-writes:
-			require.True(t, strings.HasPrefix(m.Reply, "_INBOX.worker."), "%s was written by %q, not by the worker", m.Subject, m.Reply)
-		default:
-			return
-		}
-	}
+	spy.fromWorker(t, srv)
 }
