@@ -21,6 +21,9 @@
 // appends a firing only while the timer is pending in the run's history, at the expected
 // sequence. Several replicas may run; one holds the lease in FLOW_LEASES and fires, the others
 // wait to take over. Precision is that of the Go runtime timer, well under a second.
+//
+// The leader also times out step attempts whose heartbeat or start-to-close deadline passed
+// (heartbeat.go): it watches FLOW_HEARTBEATS, which the workers alone write, and asks history.
 package scheduler
 
 import (

@@ -37,6 +37,7 @@ import (
 //
 // Every write is a compare-and-set on the entry's revision: an attempt that a later one
 // superseded (a retry started elsewhere after a timeout) stops instead of overwriting it.
+// Workers are the bucket's one writer; the scheduler's watcher only reads it.
 type heartbeats struct {
 	kv     jetstream.KeyValue
 	worker string
