@@ -3,6 +3,7 @@ package scheduler
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -158,4 +159,26 @@ func TestRestartedHeartbeatWatcherChecksOnceAndGoesQuiet(t *testing.T) {
 	require.Equal(t, 1, f.timeouts(t, "later"))
 	require.Equal(t, rev, f.revision(t, "stuck"), "the watcher wrote the worker's entry")
 	require.Equal(t, laterRev, f.revision(t, "later"), "the watcher wrote the worker's entry")
+}
+
+// The record of checked entries knows a key at the revision checked only, forgets a key once
+// written or deleted since, and holds at most checkedCap entries, the oldest evicted first.
+func TestCheckedBeatsRecord(t *testing.T) {
+	var c checkedBeats
+	require.False(t, c.seen("r.s", 1))
+	c.add("r.s", 1)
+	require.True(t, c.seen("r.s", 1))
+	require.False(t, c.seen("r.s", 2), "a later write is checked in its own right")
+	require.False(t, c.seen("r.s", 1), "the record of the earlier revision is gone")
+	c.add("r.s", 3)
+	c.forget("r.s")
+	require.False(t, c.seen("r.s", 3))
+
+	for i := range checkedCap + 10 {
+		c.add(fmt.Sprintf("r%d.s", i), uint64(100+i))
+	}
+	require.Len(t, c.rev, checkedCap)
+	require.LessOrEqual(t, len(c.order), checkedCap)
+	require.False(t, c.seen("r0.s", 100), "the oldest were evicted")
+	require.True(t, c.seen(fmt.Sprintf("r%d.s", checkedCap+9), uint64(100+checkedCap+9)))
 }
