@@ -9,7 +9,9 @@ import (
 
 // HeartbeatEntry is a step's entry in FLOW_HEARTBEATS (key HeartbeatKey): the latest attempt
 // that started, when, its timeouts, and the details of the latest heartbeat of any attempt.
-// Workers write it; the scheduler's watcher reads the deadlines from it (docs/timeouts.md).
+// Workers alone write it; the scheduler's watcher reads the deadlines from it, and asks the
+// run's history whether the attempt is still in flight (docs/timeouts.md). An entry written by
+// an earlier version may carry "settled", which is ignored.
 type HeartbeatEntry struct {
 	RunID   string `json:"run_id"`
 	StepID  string `json:"step_id"`
@@ -24,9 +26,6 @@ type HeartbeatEntry struct {
 	// earlier attempt than Attempt: a new attempt carries them over until it beats).
 	Details        json.RawMessage `json:"details,omitempty"`
 	DetailsAttempt int             `json:"details_attempt,omitempty"`
-	// Settled is set once the scheduler's watcher found Attempt settled (or settled it with a
-	// timeout): the entry has no deadline left to watch.
-	Settled bool `json:"settled,omitempty"`
 	// Worker is the worker that runs Attempt.
 	Worker string `json:"worker,omitempty"`
 }
@@ -39,9 +38,6 @@ func HeartbeatKey(runID, stepID string) string { return runID + "." + stepID }
 // written, the time of the entry's latest write: the heartbeat timeout counts from written,
 // the start-to-close timeout from Started. ok is false when nothing is watched.
 func (h *HeartbeatEntry) Deadline(written time.Time) (at time.Time, kind string, ok bool) {
-	if h.Settled {
-		return time.Time{}, "", false
-	}
 	if h.Heartbeat > 0 {
 		at, kind, ok = written.Add(time.Duration(h.Heartbeat)), event.TimeoutHeartbeat, true
 	}

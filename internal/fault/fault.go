@@ -106,19 +106,15 @@ var BatchPoints = []Point{BatchAfterTargets, BatchAfterOp, BatchBeforeCursor, Ba
 // StartPolicyPoints lists the points of start policies.
 var StartPolicyPoints = []Point{AfterKeyBeforeStart, AfterStartBeforeReplace}
 
-// Points of timeouts and heartbeats (docs/timeouts.md), armed by the worker's and the
-// scheduler's heartbeat tests.
+// Points of timeouts and heartbeats (docs/timeouts.md).
 const (
 	// HeartbeatPut: a worker is about to write a step attempt's FLOW_HEARTBEATS entry (its
 	// start or a heartbeat); failing it leaves the entry as it was.
 	HeartbeatPut Point = "heartbeat-put"
-	// AfterTimeoutBeforeSettle: the scheduler's heartbeat watcher appended a step timeout's
-	// step.failed; it has not marked the step's FLOW_HEARTBEATS entry settled yet.
-	AfterTimeoutBeforeSettle Point = "after-timeout-before-settle"
 )
 
 // TimeoutPoints lists the points of timeouts and heartbeats.
-var TimeoutPoints = []Point{HeartbeatPut, AfterTimeoutBeforeSettle}
+var TimeoutPoints = []Point{HeartbeatPut}
 
 // Points of a workflow's cancellation of one child (docs/cancellation.md), armed by the worker's
 // cancellation tests (the crash workload of Points cancels no child).

@@ -24,8 +24,9 @@ func TestRolesAreRefusedWhatTheyDoNotNeed(t *testing.T) {
 		natsperm.Worker: {"flow.ingress.signal.r1.approve", "flow.events.order.r1.run.completed", "flow.api.runs.get",
 			"$KV.FLOW_RUNS.r1", "$KV.FLOW_LEASES.scheduler", "$JS.API.STREAM.UPDATE.FLOW_HISTORY",
 			"$JS.API.STREAM.DELETE.FLOW_HISTORY", "$JS.API.STREAM.PURGE.FLOW_TASKS"},
+		// The scheduler reads the workers' heartbeat entries, never writes them.
 		natsperm.Scheduler: {"flow.ingress.start.order", "flow.events.order.r1.run.completed", "$KV.FLOW_RUNS.r1",
-			"$JS.API.STREAM.CREATE.FLOW_HISTORY", "$JS.API.STREAM.DELETE.KV_FLOW_TIMERS"},
+			"$JS.API.STREAM.CREATE.FLOW_HISTORY", "$JS.API.STREAM.DELETE.KV_FLOW_TIMERS", "$KV.FLOW_HEARTBEATS.r1.s"},
 		natsperm.Ingress: {"flow.events.order.r1.run.completed", "$KV.FLOW_RUNS.r1", "$KV.FLOW_LEASES.scheduler",
 			"$JS.API.STREAM.UPDATE.FLOW_HISTORY", "_INBOX.someone.else"},
 		// Even the provisioner cannot delete a stream, nor purge one but FLOW_HISTORY (the

@@ -236,8 +236,7 @@ func schedulerRole() Role {
 	g.kvWatch(streams.QueueBucket)  // the admission controller follows the runs waiting for admission
 	g.kvWrite(streams.LimitsBucket) // and is the one writer of the slots and rate tokens (it releases ended runs' slots too)
 	g.kvWatch(streams.LimitsBucket)
-	g.kvWrite(streams.HeartbeatsBucket) // the heartbeat watcher marks the entries of attempts it settled
-	g.kvWatch(streams.HeartbeatsBucket) // and follows the attempts' heartbeats
+	g.kvWatch(streams.HeartbeatsBucket) // the heartbeat watcher follows the attempts' heartbeats (the workers alone write them)
 	g.kvWrite(streams.SchedulesBucket)  // it fires the schedules, and advances their state
 	g.kvWatch(streams.SchedulesBucket)
 	g.liveness()                     // and starts their runs with the build and flow control of their definitions

@@ -12,7 +12,6 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
-	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/wait"
 )
 
@@ -21,15 +20,65 @@ import (
 // keeps every entry's next deadline in memory (the heartbeat timeout from the entry's latest
 // write, by the server's clock; the start-to-close timeout from the attempt's start), and when
 // one passes appends the attempt's step.failed naming the timeout, at the expected sequence and
-// only while that attempt is in flight (engine.TimeoutStep). It then marks the entry settled.
+// only while that attempt is in flight (engine.TimeoutStep).
 //
-// Nothing it keeps is durable: a watcher that starts (a restart, a new leader) reads every entry
-// again and recomputes the deadlines from them. Its write pair is the append, then the mark: a
-// watcher that dies between them leaves an unsettled entry, whose deadline has passed, so the
-// next watcher tries again, finds the attempt no longer in flight, and only marks it.
+// The watcher never writes FLOW_HEARTBEATS: the workers are its one writer. Whether an entry's
+// attempt is still in flight is history's answer, not the entry's. Nothing the watcher keeps is
+// durable: a watcher that starts (a restart, a new leader) reads every entry again, recomputes
+// the deadlines, and checks each passed one against history once (a timeout appended before
+// finds the attempt settled, and appends nothing). An entry checked is forgotten until its next
+// write; checked records which revisions were, so that a watch that starts again in this
+// process does not check them again. Entries leave the bucket with its TTL.
 
 // beatConcurrency caps the timeouts being appended at once.
 const beatConcurrency = 16
+
+// checkedCap bounds the record of checked entries: past it, the oldest are forgotten, and a
+// watch that starts again checks those once more (history guards the append).
+const checkedCap = 1 << 14
+
+// checkedBeats records the FLOW_HEARTBEATS entries, by key and revision, whose deadline the
+// watcher checked against history: the attempt timed out, or was found no longer in flight. It
+// holds at most checkedCap entries, evicting the oldest. Only the watcher's loop uses it (one
+// watcher runs at a time), so it takes no lock.
+type checkedBeats struct {
+	rev   map[string]uint64
+	order []checkedBeat // in the order recorded; an element whose rev is stale is skipped
+}
+
+type checkedBeat struct {
+	key string
+	rev uint64
+}
+
+// add records that key's entry at rev was checked.
+func (c *checkedBeats) add(key string, rev uint64) {
+	if c.rev == nil {
+		c.rev = map[string]uint64{}
+	}
+	c.rev[key] = rev
+	c.order = append(c.order, checkedBeat{key, rev})
+	for len(c.order) > checkedCap {
+		old := c.order[0]
+		c.order = c.order[1:]
+		if c.rev[old.key] == old.rev {
+			delete(c.rev, old.key)
+		}
+	}
+}
+
+// seen reports whether key's entry at rev was checked. A key recorded at another revision is
+// forgotten: its entry was written since.
+func (c *checkedBeats) seen(key string, rev uint64) bool {
+	r, ok := c.rev[key]
+	if ok && r != rev {
+		delete(c.rev, key)
+	}
+	return ok && r == rev
+}
+
+// forget drops key's record: its entry was deleted.
+func (c *checkedBeats) forget(key string) { delete(c.rev, key) }
 
 // watched is an entry with a deadline.
 type watched struct {
@@ -60,7 +109,7 @@ func (h *beatHeap) Pop() any {
 	return w
 }
 
-// beatDone reports a timeout attempt: retry is set when it failed and should be tried again.
+// beatDone reports a deadline's check: retry is set when it failed and should be tried again.
 type beatDone struct {
 	w     *watched
 	retry bool
@@ -81,7 +130,11 @@ func (s *Scheduler) watchHeartbeats(ctx context.Context) {
 var errBeatWatchEnded = errors.New("the heartbeat watch ended")
 
 func (s *Scheduler) watchHeartbeatsOnce(ctx context.Context) error {
-	kw, err := s.heartbeats.WatchAll(ctx)
+	watch := s.watchBeats
+	if watch == nil {
+		watch = func(ctx context.Context) (jetstream.KeyWatcher, error) { return s.heartbeats.WatchAll(ctx) }
+	}
+	kw, err := watch(ctx)
 	if err != nil {
 		return err
 	}
@@ -117,7 +170,11 @@ func (s *Scheduler) watchHeartbeatsOnce(ctx context.Context) error {
 			}
 			remove(e.Key())
 			if e.Operation() != jetstream.KeyValuePut {
+				s.checked.forget(e.Key())
 				continue
+			}
+			if s.checked.seen(e.Key(), e.Revision()) {
+				continue // its deadline passed and was checked: nothing is left to watch
 			}
 			var entry engine.HeartbeatEntry
 			if err := json.Unmarshal(e.Value(), &entry); err != nil {
@@ -152,7 +209,12 @@ func (s *Scheduler) watchHeartbeatsOnce(ctx context.Context) error {
 			}
 		case d := <-done:
 			delete(firing, d.w.key)
-			if _, newer := byKey[d.w.key]; d.retry && !newer {
+			if !d.retry {
+				s.checked.add(d.w.key, d.w.rev)
+				s.beatChecks.Add(1)
+				continue
+			}
+			if _, newer := byKey[d.w.key]; !newer {
 				d.w.at = time.Now().Add(time.Second)
 				byKey[d.w.key] = d.w
 				heap.Push(&h, d.w)
@@ -161,18 +223,18 @@ func (s *Scheduler) watchHeartbeatsOnce(ctx context.Context) error {
 	}
 }
 
-// timeoutAttempt appends the timeout of w's attempt, if it is still in flight, and marks its
-// entry settled.
+// timeoutAttempt appends the timeout of w's attempt if it is still in flight. It returns an
+// error when that could not be told, and the check is to be tried again.
 func (s *Scheduler) timeoutAttempt(ctx context.Context, w *watched) error {
 	e := w.entry
 	appended, err := s.engine.TimeoutStep(ctx, e.RunID, e.StepID, e.Attempt, w.kind)
 	if err != nil {
-		if ctx.Err() == nil && !errors.Is(err, core.ErrInvalidInput) {
-			s.logger.Warn("appending a step timeout failed; trying again", slog.String("run_id", e.RunID),
-				slog.String("step_id", e.StepID), slog.Int("attempt", e.Attempt), slog.String("error", err.Error()))
+		if ctx.Err() != nil {
 			return err
 		}
-		if ctx.Err() != nil {
+		if !errors.Is(err, core.ErrInvalidInput) {
+			s.logger.Warn("appending a step timeout failed; trying again", slog.String("run_id", e.RunID),
+				slog.String("step_id", e.StepID), slog.Int("attempt", e.Attempt), slog.String("error", err.Error()))
 			return err
 		}
 		// The run recorded no such timeout for the step: the entry's is not the history's.
@@ -182,17 +244,6 @@ func (s *Scheduler) timeoutAttempt(ctx context.Context, w *watched) error {
 		s.logger.Info("step attempt timed out", slog.String("run_id", e.RunID), slog.String("step_id", e.StepID),
 			slog.Int("attempt", e.Attempt), slog.String("timeout", w.kind))
 	}
-	if err := s.cfg.Faults.Hit(fault.AfterTimeoutBeforeSettle); err != nil {
-		return err
-	}
-	e.Settled = true
-	val, err := json.Marshal(&e)
-	if err != nil {
-		return err
-	}
-	// A write since (a heartbeat, the next attempt's start) makes this one fail: that entry
-	// is watched in its own right.
-	_, _ = s.heartbeats.Update(ctx, w.key, val, w.rev)
 	return nil
 }
 
@@ -215,3 +266,8 @@ func (s *Scheduler) attemptStarted(ctx context.Context, t core.Timer) (bool, err
 
 // TimedOut returns the number of step attempts this replica's heartbeat watcher timed out.
 func (s *Scheduler) TimedOut() int64 { return s.timedOut.Load() }
+
+// BeatChecks returns the number of entries' passed deadlines this replica's heartbeat watcher
+// checked against history (the attempt timed out, or found no longer in flight), each counted
+// once recorded as checked.
+func (s *Scheduler) BeatChecks() int64 { return s.beatChecks.Load() }

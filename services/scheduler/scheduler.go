@@ -22,6 +22,9 @@
 // appends a firing only while the timer is pending in the run's history, at the expected
 // sequence. Several replicas may run; one holds the lease in FLOW_LEASES and fires, the others
 // wait to take over. Precision is that of the Go runtime timer, well under a second.
+//
+// The leader also times out step attempts whose heartbeat or start-to-close deadline passed
+// (heartbeat.go): it watches FLOW_HEARTBEATS, which the workers alone write, and asks history.
 package scheduler
 
 import (
@@ -157,6 +160,9 @@ type Scheduler struct {
 	engine  *engine.Engine
 	// watchTimers opens the watch on FLOW_TIMERS; nil means s.timers.WatchAll. Tests replace it.
 	watchTimers func(context.Context) (jetstream.KeyWatcher, error)
+	// watchBeats opens the watch on FLOW_HEARTBEATS; nil means s.heartbeats.WatchAll. Tests
+	// replace it.
+	watchBeats func(context.Context) (jetstream.KeyWatcher, error)
 
 	// probes serves /healthz, /readyz and /metrics (nil when off); readiness follows Start and Stop.
 	probes    *health.Server
@@ -184,10 +190,14 @@ type Scheduler struct {
 	admitted           atomic.Int64
 	cancelledByControl atomic.Int64
 	admitDone          chan struct{}
-	// heartbeats is FLOW_HEARTBEATS, which the heartbeat watcher follows while this replica
-	// leads (heartbeat.go); timedOut counts the attempts it timed out.
+	// heartbeats is FLOW_HEARTBEATS, which the heartbeat watcher follows (and never writes)
+	// while this replica leads (heartbeat.go); timedOut counts the attempts it timed out,
+	// beatChecks the passed deadlines it checked against history; checked is the watcher's
+	// record of the entries it checked, kept across its watches.
 	heartbeats jetstream.KeyValue
 	timedOut   atomic.Int64
+	beatChecks atomic.Int64
+	checked    checkedBeats
 	// js and batches are JetStream and FLOW_BATCHES; batching is set while this replica holds
 	// the batch lease; batchDone closes when the batch executor stops.
 	js        jetstream.JetStream

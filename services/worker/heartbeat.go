@@ -37,6 +37,7 @@ import (
 //
 // Every write is a compare-and-set on the entry's revision: an attempt that a later one
 // superseded (a retry started elsewhere after a timeout) stops instead of overwriting it.
+// Workers are the bucket's one writer; the scheduler's watcher only reads it.
 type heartbeats struct {
 	kv     jetstream.KeyValue
 	worker string
@@ -155,7 +156,7 @@ func (b *beater) start(ctx context.Context, now time.Time) error {
 		return nil
 	}
 	to := b.a.Timeouts
-	b.entry.Attempt, b.entry.Started, b.entry.Settled, b.entry.Worker = b.a.Attempt, now.UTC(), false, b.h.worker
+	b.entry.Attempt, b.entry.Started, b.entry.Worker = b.a.Attempt, now.UTC(), b.h.worker
 	b.entry.Heartbeat, b.entry.StartToClose = to.Heartbeat, to.StartToClose
 	return b.write(ctx)
 }

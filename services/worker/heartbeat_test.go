@@ -9,11 +9,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/engine"
-	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/ingresstest"
+	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
@@ -372,21 +373,81 @@ func TestRunAndExecutionTimeouts(t *testing.T) {
 	})
 }
 
-// A step that is stuck (it never heartbeats) is timed out although its worker lives; and the
-// watcher's write pair, the step.failed append then the entry's mark, survives the watcher
-// dying between the two: here the first scheduler fails at that point every time and stops,
-// and the next one finds the attempt settled, marks the entry, and appends nothing more.
-func TestHeartbeatWatcherDiesBetweenAppendAndMark(t *testing.T) {
+// connectAs returns a connection to srv whose request inboxes start with prefix: each
+// JetStream write it makes (a publish with a reply subject) names it.
+func connectAs(t *testing.T, srv *natsserver.Server, prefix string) *nats.Conn {
+	t.Helper()
+	nc, err := nats.Connect(srv.ClientURL(), natsconn.SyncQueue, nats.CustomInboxPrefix(prefix))
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	return nc
+}
+
+// beatSpy receives every publish to FLOW_HEARTBEATS's subjects: each write, with the reply
+// inbox of the connection that made it.
+type beatSpy struct {
+	writes chan *nats.Msg
+	seen   uint64
+}
+
+func spyOnBeats(t *testing.T, srv *natsserver.Server) *beatSpy {
+	t.Helper()
+	nc := natstest.Connect(t, srv)
+	sp := &beatSpy{writes: make(chan *nats.Msg, 1024)}
+	sub, err := nc.ChanSubscribe("$KV."+streams.HeartbeatsBucket+".>", sp.writes)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	require.NoError(t, nc.Flush())
+	return sp
+}
+
+// fromWorker checks the writes to the bucket so far: the spy receives as many as the bucket
+// stored (its last sequence), and any it refused (a compare-and-set that lost), each made by
+// the connection whose inbox prefix is _INBOX.worker.
+func (sp *beatSpy) fromWorker(t *testing.T, srv *natsserver.Server) {
+	t.Helper()
+	stream, err := natstest.JetStream(t, srv).Stream(t.Context(), "KV_"+streams.HeartbeatsBucket)
+	require.NoError(t, err)
+	info, err := stream.Info(t.Context())
+	require.NoError(t, err)
+	require.NotZero(t, info.State.LastSeq, "the worker recorded the attempt's start")
+	check := func(m *nats.Msg) {
+		sp.seen++
+		require.True(t, strings.HasPrefix(m.Reply, "_INBOX.worker."), "%s was written by %q, not by the worker", m.Subject, m.Reply)
+	}
+	for sp.seen < info.State.LastSeq {
+		select {
+		case m := <-sp.writes:
+			check(m)
+		case <-time.After(15 * time.Second):
+			require.FailNowf(t, "missing writes", "the spy saw %d of the bucket's %d writes", sp.seen, info.State.LastSeq)
+		}
+	}
+	for {
+		select {
+		case m := <-sp.writes:
+			check(m)
+		default:
+			return
+		}
+	}
+}
+
+// A step that is stuck (it never heartbeats) is timed out although its worker lives; a second
+// watcher, started after the first timed the attempt out, checks the entry once against history
+// and appends nothing. Neither writes FLOW_HEARTBEATS: every write to the bucket comes from the
+// worker's connection (the workers are its one writer).
+func TestSchedulerNeverWritesHeartbeats(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
+	spy := spyOnBeats(t, srv)
+
 	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, h.Stop()) })
 	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
-	faults := &fault.Injector{}
-	faults.Arm(fault.AfterTimeoutBeforeSettle, fault.Fail, 0, 0)
-	s1, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet, Faults: faults})
+	s1, err := scheduler.New(scheduler.Config{Conn: connectAs(t, srv, "_INBOX.scheduler1"), Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, s1.Start(t.Context()))
 	t.Cleanup(func() { _ = s1.Stop() })
@@ -404,35 +465,36 @@ func TestHeartbeatWatcherDiesBetweenAppendAndMark(t *testing.T) {
 		<-ctx.Done() // never heartbeats; its context is cancelled once the timeout is recorded
 		return 0, ctx.Err()
 	})
-	startWorkerWith(t, srv, reg, worker.Config{})
+	w, err := worker.New(worker.Config{Conn: connectAs(t, srv, "_INBOX.worker"), Logger: quiet}, reg)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(t.Context()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_ = w.Stop(ctx)
+	})
 	c := newClient(t, srv)
 	runID, err := c.Start(t.Context(), "stuck", nil, &flow.StartOptions{RunID: "stuck-1"})
 	require.NoError(t, err)
 	var out string
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	require.NoError(t, c.Result(ctx, runID, &out))
 	require.Equal(t, event.TimeoutHeartbeat, out)
-
-	kv, err := natstest.JetStream(t, srv).KeyValue(t.Context(), streams.HeartbeatsBucket)
-	require.NoError(t, err)
-	entry := func() engine.HeartbeatEntry {
-		e, err := kv.Get(t.Context(), engine.HeartbeatKey(runID, "s"))
-		require.NoError(t, err)
-		var h engine.HeartbeatEntry
-		require.NoError(t, json.Unmarshal(e.Value(), &h))
-		return h
-	}
-	require.False(t, entry().Settled, "the first watcher never got to mark the entry")
+	require.Eventually(t, func() bool { return s1.TimedOut() == 1 && s1.BeatChecks() == 1 }, 15*time.Second, 20*time.Millisecond)
 	require.NoError(t, s1.Stop())
+	spy.fromWorker(t, srv)
 
-	s2, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
+	s2, err := scheduler.New(scheduler.Config{Conn: connectAs(t, srv, "_INBOX.scheduler2"), Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, s2.Start(t.Context()))
 	t.Cleanup(func() { _ = s2.Stop() })
-	require.Eventually(t, func() bool { return entry().Settled }, 15*time.Second, 20*time.Millisecond)
+	require.Eventually(t, func() bool { return s2.BeatChecks() == 1 }, 15*time.Second, 20*time.Millisecond,
+		"the second watcher checks the entry's passed deadline against history")
 	hist, err := c.History(t.Context(), runID, 0)
 	require.NoError(t, err)
 	require.Len(t, timeoutsOf(hist), 1, "the timeout was appended once: %v", types(hist))
 	require.Zero(t, s2.TimedOut(), "the second watcher found the attempt settled")
+
+	spy.fromWorker(t, srv)
 }
