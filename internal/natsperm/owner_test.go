@@ -38,6 +38,10 @@ func TestSchedulesAndBatchesAsTheirRoles(t *testing.T) {
 	require.NoError(t, err)
 	tr, err := c.TriggerSchedule(ctx, "remind", nil)
 	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := c.Snapshot(ctx, tr.TriggerRunID)
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond, "the scheduler starts the triggered run")
 	var out any
 	require.NoError(t, c.Result(ctx, tr.TriggerRunID, &out))
 	require.NoError(t, c.PauseSchedule(ctx, "remind", "maintenance"))

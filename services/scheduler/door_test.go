@@ -44,11 +44,10 @@ func TestDoorsFollowTheLeader(t *testing.T) {
 		tr, err := client.TriggerSchedule(ctx, "daily", &flow.TriggerOptions{RequestID: id})
 		require.NoError(t, err)
 		require.True(t, tr.Accepted)
-		var out any
-		require.NoError(t, client.Result(ctx, tr.TriggerRunID, &out), "the leader starts the triggered run")
-		snap, err := client.Snapshot(ctx, tr.TriggerRunID)
-		require.NoError(t, err)
-		require.Equal(t, event.ScheduleTrigger, snap.Schedule.Action)
+		require.Eventually(t, func() bool {
+			snap, err := client.Snapshot(ctx, tr.TriggerRunID)
+			return err == nil && snap.Schedule != nil && snap.Schedule.Action == event.ScheduleTrigger
+		}, 30*time.Second, 20*time.Millisecond, "the leader starts the triggered run")
 	}
 	batched := func(id string) {
 		t.Helper()
