@@ -19,8 +19,9 @@ import (
 // writer's answer. It reads both buckets itself for descriptions and listings.
 
 // ownerTimeout bounds the wait for the writer's answer: longer than the writer takes at most
-// (the scheduler's doorTimeout), shorter than a client's attempt.
-const ownerTimeout = 12 * time.Second
+// (the scheduler's doorTimeout, 8 s), shorter than an attempt of the Go client (10 s), which
+// then gets this answer rather than retrying on its own.
+const ownerTimeout = 9 * time.Second
 
 // askScheduler sends req to the scheduler's door on subject and decodes its answer into resp.
 // what names the writer in the error when none answers ("schedule runner", "batch executor"):

@@ -18,8 +18,9 @@ import (
 // does not lead does not subscribe: a request then gets no responders at once, and the ingress
 // answers its caller that the scheduler is not running.
 
-// doorTimeout bounds one operation of a door; the ingress waits a little longer for its answer.
-const doorTimeout = 10 * time.Second
+// doorTimeout bounds one operation of a door; the ingress waits a little longer for its answer
+// (ownerTimeout, 9 s).
+const doorTimeout = 8 * time.Second
 
 // doorOp carries out one operation on its request's body, and returns the answer or the error
 // the ingress gives its caller.
