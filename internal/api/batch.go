@@ -4,7 +4,8 @@ import (
 	"github.com/flowrun/flow/internal/batch"
 )
 
-// Batch jobs (docs/batch.md) are created, read, listed and stopped through the ingress:
+// Batch jobs (docs/batch.md) are created, read, listed and stopped through the ingress, which
+// forwards creations and stops to the scheduler's batch executor (owner.go):
 //
 //	NATS (request/reply, JSON; queue group flow-ingress)     HTTP
 //	flow.api.batches.create  BatchCreateRequest: BatchResponse   POST /v1/batches

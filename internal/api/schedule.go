@@ -8,7 +8,8 @@ import (
 )
 
 // Schedules (docs/schedules.md) are managed through the ingress, over NATS request/reply and
-// HTTP; the scheduler fires them.
+// HTTP; it forwards every change to the scheduler (owner.go), which alone writes them and fires
+// them.
 //
 // # NATS
 //

@@ -18,8 +18,10 @@ func TestRolesAreRefusedWhatTheyDoNotNeed(t *testing.T) {
 	srv, v := runServer(t, "")
 	refused := map[string][]string{
 		// Only the services write histories and tasks; a client goes through the ingress.
+		// Nor does it reach the scheduler's doors, which take only what the ingress checked.
 		natsperm.Client: {"flow.history.r1", "flow.task.default.r1", "flow.events.order.r1.run.completed",
-			"$KV.FLOW_RUNS.r1", "$JS.API.STREAM.INFO.FLOW_HISTORY", "$JS.API.DIRECT.GET.FLOW_HISTORY"},
+			"$KV.FLOW_RUNS.r1", "$JS.API.STREAM.INFO.FLOW_HISTORY", "$JS.API.DIRECT.GET.FLOW_HISTORY",
+			"flow.scheduler.schedules.create", "flow.scheduler.batches.create"},
 		// A worker takes no inputs on others' behalf and does not speak for the history service.
 		natsperm.Worker: {"flow.ingress.signal.r1.approve", "flow.events.order.r1.run.completed", "flow.api.runs.get",
 			"$KV.FLOW_RUNS.r1", "$KV.FLOW_LEASES.scheduler", "$JS.API.STREAM.UPDATE.FLOW_HISTORY",
@@ -27,8 +29,9 @@ func TestRolesAreRefusedWhatTheyDoNotNeed(t *testing.T) {
 		// The scheduler reads the workers' heartbeat entries, never writes them.
 		natsperm.Scheduler: {"flow.ingress.start.order", "flow.events.order.r1.run.completed", "$KV.FLOW_RUNS.r1",
 			"$JS.API.STREAM.CREATE.FLOW_HISTORY", "$JS.API.STREAM.DELETE.KV_FLOW_TIMERS", "$KV.FLOW_HEARTBEATS.r1.s"},
+		// The ingress reads schedules and batch jobs; the scheduler alone writes them.
 		natsperm.Ingress: {"flow.events.order.r1.run.completed", "$KV.FLOW_RUNS.r1", "$KV.FLOW_LEASES.scheduler",
-			"$JS.API.STREAM.UPDATE.FLOW_HISTORY", "_INBOX.someone.else"},
+			"$JS.API.STREAM.UPDATE.FLOW_HISTORY", "_INBOX.someone.else", "$KV.FLOW_SCHEDULES.nightly", "$KV.FLOW_BATCHES.job.b1"},
 		// Even the provisioner cannot delete a stream, nor purge one but FLOW_HISTORY (the
 		// retention sweeper purges one run's subject at a time, docs/retention.md).
 		natsperm.History: {"$JS.API.STREAM.DELETE.FLOW_HISTORY", "$JS.API.STREAM.PURGE.FLOW_TASKS",

@@ -203,6 +203,8 @@ func historyRole() Role {
 	g.kvWrite(streams.DamagedBucket)
 	g.kvWrite(streams.StartKeysBucket) // it releases the debounce keys of runs whose delay fired
 	g.kvWrite(streams.QueueBucket)     // it queues runs under flow control for admission
+	g.kvWatch(streams.QueueBucket)     // its reconciler lists the queue
+	g.kvWatch(streams.TimersBucket)    // and the timer index
 	g.kvRead(streams.StepLimitsBucket) // it shows the attempts that wait for a step limit's slot
 	g.kvWatch(streams.PausesBucket)    // it dispatches runs parked by a definition or queue pause once it is gone
 	g.liveness()
@@ -224,7 +226,8 @@ func historyRole() Role {
 }
 
 // schedulerRole: the scheduler holds the lease, watches the timers and fires them; it holds the
-// admission lease too, and admits the runs under flow control.
+// admission lease too, and admits the runs under flow control; it fires the schedules and runs
+// the batch jobs, and answers the changes of both that the ingress forwards.
 func schedulerRole() Role {
 	var g grants
 	g.replies()
@@ -237,14 +240,19 @@ func schedulerRole() Role {
 	g.kvWrite(streams.LimitsBucket) // and is the one writer of the slots and rate tokens (it releases ended runs' slots too)
 	g.kvWatch(streams.LimitsBucket)
 	g.kvWatch(streams.HeartbeatsBucket) // the heartbeat watcher follows the attempts' heartbeats (the workers alone write them)
-	g.kvWrite(streams.SchedulesBucket)  // it fires the schedules, and advances their state
+	g.kvWrite(streams.SchedulesBucket)  // its schedule runner is the one writer of the schedules: it fires them, advances their state
 	g.kvWatch(streams.SchedulesBucket)
 	g.liveness()                     // and starts their runs with the build and flow control of their definitions
-	g.kvWrite(streams.BatchesBucket) // the batch executor records each job's targets and progress
+	g.kvWrite(streams.BatchesBucket) // its batch executor is the one writer of the jobs: it records each job's targets and progress
 	g.kvWatch(streams.BatchesBucket)
 	g.kvWatch(streams.RunsBucket)         // and reads the runs index to find a job's targets
 	g.objWrite(streams.CheckpointsBucket) // it reads a run's checkpoint before a timer's fire, and writes them
-	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", false)
+	// The leaders of the schedule runner and the batch executor answer the changes the ingress
+	// forwards (micro services, with $SRV discovery).
+	g.subscribe(api.SchedulerSchedulesGroup+".*", api.SchedulerBatchesGroup+".*", "$SRV.*",
+		"$SRV.*."+api.SchedulerSchedulesService, "$SRV.*."+api.SchedulerSchedulesService+".*",
+		"$SRV.*."+api.SchedulerBatchesService, "$SRV.*."+api.SchedulerBatchesService+".*")
+	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", true)
 }
 
 // ingressRole: the ingress takes inputs on flow.ingress.> (queue group flow-ingress), answers
@@ -258,8 +266,7 @@ func ingressRole() Role {
 	g.kvRead(streams.HooksBucket)         // it finds the run of a hook delivery by its token
 	g.kvRead(streams.RunsBucket)          // it tells an input for a run deleted after its retention period why
 	g.kvWrite(streams.StartKeysBucket)    // it claims the dedup and debounce keys of starts
-	g.kvWrite(streams.SchedulesBucket)    // it creates, changes and deletes schedules
-	g.kvWatch(streams.SchedulesBucket)    // and lists them
+	g.kvWatch(streams.SchedulesBucket)    // it describes and lists schedules (the scheduler changes them)
 	g.kvWrite(streams.PausesBucket)       // it pauses and unpauses definitions and queues
 	g.objWrite(streams.PayloadsBucket)    // it offloads large inputs (docs/large-payloads.md)
 	g.objWrite(streams.CheckpointsBucket) // it reads a run's checkpoint before an input, and writes them
@@ -270,11 +277,12 @@ func ingressRole() Role {
 	// service to address them.
 	g.publish(api.QueryPrefix+">", api.SubjectHistory)
 	g.publish(api.SubjectUpdate) // its HTTP doors ask the history service where an update stands
-	// It creates, reads, lists and stops batch jobs, and counts a dry run's runs in the index.
-	g.kvWrite(streams.BatchesBucket)
+	// It reads and lists batch jobs, and counts a dry run's runs in the index.
 	g.kvWatch(streams.BatchesBucket)
 	g.kvWatch(streams.RunsBucket)
 	g.subscribe(api.BatchPrefix + ">")
+	// It forwards the changes of schedules and batch jobs to the scheduler, their one writer.
+	g.publish(api.SchedulerSchedulesGroup+".*", api.SchedulerBatchesGroup+".*")
 	return g.role(Ingress, "the ingress (`flowd ingress`)", true)
 }
 

@@ -91,13 +91,16 @@ const (
 	// holds it recomputes the state the service derives from history and repairs drift.
 	ReconcileLease = "reconcile"
 	// SchedulesBucket holds the schedules (internal/schedule): key the schedule's name, value a
-	// JSON schedule.Schedule, its spec and its state. The ingress creates, changes and deletes
-	// them, the scheduler advances their state as it fires them; both only by compare-and-set.
-	// See docs/schedules.md.
+	// JSON schedule.Schedule, its spec and its state. Its one writer is the scheduler's schedule
+	// runner: it advances their state as it fires them, and creates, changes and deletes them
+	// for the ingress, which forwards its callers' changes (and only reads the bucket); always by
+	// compare-and-set. See docs/schedules.md.
 	SchedulesBucket = "FLOW_SCHEDULES"
 	// BatchesBucket holds the batch jobs (internal/batch): key "job.<id>", a job's spec, state
 	// and progress, changed only by compare-and-set; key "targets.<id>.<n>", the n-th chunk of
-	// the run IDs its filter selected, written before any of them is touched.
+	// the run IDs its filter selected, written before any of them is touched. Its one writer is
+	// the scheduler's batch executor, which also creates and stops jobs for the ingress (which
+	// only reads the bucket). See docs/batch.md.
 	BatchesBucket = "FLOW_BATCHES"
 	// PausesBucket holds the paused definitions and queues: key "definition.<name>" or
 	// "queue.<name>", value a JSON Pause (pauses.go). The ingress writes and deletes entries;

@@ -52,6 +52,9 @@ func setup(t *testing.T) *testBundle {
 	require.NoError(t, err)
 	require.NoError(t, s.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, s.Stop()) })
+	// The ingress forwards the changes of schedules and batch jobs to the scheduler's leaders.
+	require.Eventually(t, func() bool { return s.AnswersSchedules() && s.AnswersBatches() }, 20*time.Second, 5*time.Millisecond,
+		"the scheduler leads the schedule runner and the batch executor")
 	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)

@@ -23,8 +23,9 @@ import (
 	"github.com/flowrun/flow/internal/streams"
 )
 
-// batchDoor is the ingress's side of batch jobs (docs/batch.md): it creates, reads, lists and
-// stops them in FLOW_BATCHES; the scheduler's batch executor runs them.
+// batchDoor is the ingress's side of batch jobs (docs/batch.md): it reads and lists them in
+// FLOW_BATCHES, and checks their creations and stops and forwards them to the bucket's one
+// writer, the scheduler's batch executor (owner.go), which runs them.
 type batchDoor struct {
 	once  sync.Once
 	store *batch.Store
@@ -228,7 +229,8 @@ func (s *Service) filterSchema(definition string) filter.Schema {
 	return filter.NewSchema(streams.DefaultQueue, decls...)
 }
 
-// createBatch checks a job's spec and filter, and creates it (or, DryRun, counts its runs).
+// createBatch checks a job's spec and filter, and has the batch executor create it (or, DryRun,
+// counts its runs).
 func (s *Service) createBatch(ctx context.Context, req api.BatchCreateRequest) (*api.BatchResponse, *api.IngressError) {
 	invalid := func(err error) *api.IngressError {
 		return &api.IngressError{Code: api.CodeInvalidRequest, Message: strings.TrimPrefix(err.Error(), "batch: invalid job: ")}
@@ -264,21 +266,14 @@ func (s *Service) createBatch(ctx context.Context, req api.BatchCreateRequest) (
 		}
 		return &api.BatchResponse{DryRun: true, Matches: total, Sample: ids}, nil
 	}
-	st, e := s.batches(ctx)
-	if e != nil {
+	var resp api.BatchResponse
+	if e := s.askScheduler(ctx, api.SchedulerBatchSubject(api.BatchOpCreate), "batch executor", j, &resp); e != nil {
 		return nil, e
 	}
-	got, created, err := st.Create(ctx, j)
-	if errors.Is(err, batch.ErrExists) {
-		return nil, &api.IngressError{Code: api.CodeBatchExists, Message: strings.TrimPrefix(err.Error(), "batch: ") + "; choose another job ID"}
+	if resp.Job != nil {
+		resp.Job = public(*resp.Job)
 	}
-	if err != nil {
-		return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: err.Error()}
-	}
-	if created {
-		s.logger.InfoContext(ctx, "batch job created", slog.String("job", j.ID), slog.String("op", string(j.Spec.Op)), slog.String("where", j.Spec.Where))
-	}
-	return &api.BatchResponse{Job: public(got), Created: created}, nil
+	return &resp, nil
 }
 
 func (s *Service) getBatch(ctx context.Context, id string) (*api.BatchResponse, *api.IngressError) {
@@ -336,14 +331,12 @@ func (s *Service) stopBatch(ctx context.Context, req api.BatchStopRequest) (*api
 	if _, e := s.getBatch(ctx, req.ID); e != nil {
 		return nil, e
 	}
-	st, _ := s.batches(ctx)
-	reason := req.Reason
-	if reason == "" {
-		reason = "stopped by an operator"
+	var resp api.BatchResponse
+	if e := s.askScheduler(ctx, api.SchedulerBatchSubject(api.BatchOpStop), "batch executor", req, &resp); e != nil {
+		return nil, e
 	}
-	j, err := st.Stop(ctx, req.ID, reason, time.Now().UTC())
-	if err != nil {
-		return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: err.Error()}
+	if resp.Job != nil {
+		resp.Job = public(*resp.Job)
 	}
-	return &api.BatchResponse{Job: public(j)}, nil
+	return &resp, nil
 }

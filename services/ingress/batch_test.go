@@ -36,6 +36,7 @@ func TestBatchDoors(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, s.Start(ctx))
 	t.Cleanup(func() { _ = s.Stop() })
+	require.Eventually(t, s.AnswersBatches, 20*time.Second, 5*time.Millisecond, "the scheduler leads the batch executor")
 	client, err := flow.NewClient(ctx, natstest.Connect(t, srv), nil)
 	require.NoError(t, err)
 

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -16,21 +15,18 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/schedule"
+	"github.com/flowrun/flow/internal/schedule/schedstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// Schedules (docs/schedules.md, internal/api/schedule.go): the ingress creates, changes, lists
-// and deletes the entries of FLOW_SCHEDULES, each change a compare-and-set of the entry it read,
-// so that it never overwrites what the scheduler stored meanwhile (it reads again and repeats).
-// The scheduler fires them.
-
-// scheduleAttempts bounds the compare-and-set rounds of one operation.
-const scheduleAttempts = 16
+// Schedules (docs/schedules.md, internal/api/schedule.go): the ingress describes and lists the
+// entries of FLOW_SCHEDULES, which it reads; it checks each create, update, delete, pause,
+// unpause, trigger and backfill, and forwards it to the bucket's one writer, the scheduler's
+// schedule runner (owner.go), which also fires them.
 
 // scheduleRoutes adds the HTTP doors of schedules.
 func (s *Service) scheduleRoutes(mux *http.ServeMux) {
@@ -126,155 +122,49 @@ func decodeStrict(data []byte, v any) *api.IngressError {
 	return nil
 }
 
-// scheduleOp carries out schedule operation op on request data.
+// scheduleOp carries out schedule operation op on request data: it reads FLOW_SCHEDULES for a
+// description or a listing, and forwards a change to the schedule runner, its one writer.
 func (s *Service) scheduleOp(ctx context.Context, op string, data []byte) (any, *api.IngressError) {
-	kv, err := s.js.KeyValue(ctx, streams.SchedulesBucket)
-	if err != nil {
-		return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("cannot open %s: %v; retry", streams.SchedulesBucket, err)}
-	}
 	if op == api.ScheduleOpCreate || op == api.ScheduleOpUpdate {
 		var req api.ScheduleCreateRequest
 		if e := decodeStrict(data, &req); e != nil {
 			return nil, e
 		}
-		return s.putSchedule(ctx, kv, op, &req)
+		return s.putSchedule(ctx, op, &req)
 	}
 	var req api.ScheduleRequest
 	if e := decodeStrict(data, &req); e != nil {
 		return nil, e
 	}
-	now := time.Now()
 	switch op {
-	case api.ScheduleOpList:
-		return s.listSchedules(ctx, kv, now)
-	case api.ScheduleOpDescribe:
-		sch, _, t, e := getSchedule(ctx, kv, req.Name)
-		if e != nil {
+	case api.ScheduleOpList, api.ScheduleOpDescribe:
+	case api.ScheduleOpDelete, api.ScheduleOpPause, api.ScheduleOpUnpause, api.ScheduleOpTrigger, api.ScheduleOpBackfill:
+		var d api.ScheduleDescription
+		if e := s.askScheduler(ctx, api.SchedulerScheduleSubject(op), "schedule runner", req, &d); e != nil {
 			return nil, e
 		}
-		return describe(sch, t, now, req.Next), nil
-	case api.ScheduleOpDelete:
-		sch, rev, t, e := getSchedule(ctx, kv, req.Name)
-		if e != nil {
-			return nil, e
-		}
-		if err := kv.Delete(ctx, req.Name, jetstream.LastRevision(rev)); err != nil {
-			return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("deleting schedule %q: %v; retry", req.Name, err)}
-		}
-		return describe(sch, t, now, 0), nil
-	case api.ScheduleOpPause, api.ScheduleOpUnpause, api.ScheduleOpTrigger, api.ScheduleOpBackfill:
+		return &d, nil
 	default:
 		return nil, &api.IngressError{Code: api.CodeRouteNotFound, Message: fmt.Sprintf("no schedule operation %q; the operations are create, update, describe, list, pause, unpause, trigger, backfill and delete", op)}
 	}
-	if (op == api.ScheduleOpTrigger || op == api.ScheduleOpBackfill) && req.RequestID == "" {
-		req.RequestID = nuid.Next()
+	kv, err := s.js.KeyValue(ctx, streams.SchedulesBucket)
+	if err != nil {
+		return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("cannot open %s: %v; retry", streams.SchedulesBucket, err)}
 	}
-	accepted := true
-	var triggerRun string
-	d, e := s.changeSchedule(ctx, kv, req.Name, func(sch *schedule.Schedule, t *schedule.Timing) error {
-		var err error
-		switch op {
-		case api.ScheduleOpPause:
-			err = sch.Pause(req.Note, now)
-		case api.ScheduleOpUnpause:
-			err = sch.Unpause(t, req.Note, now)
-		case api.ScheduleOpTrigger:
-			accepted, err = sch.Trigger(req.RequestID, req.Overlap, now)
-			if accepted {
-				last := sch.State.Requests[len(sch.State.Requests)-1]
-				triggerRun = schedule.RunID(sch.Name, event.ScheduleTrigger, last.At, last.ID)
-			}
-		case api.ScheduleOpBackfill:
-			accepted, err = sch.Backfill(t, req.RequestID, req.Start, req.End, req.Overlap, now)
-		}
-		return err
-	}, req.Next, &accepted)
+	st, now := schedstore.New(kv), time.Now()
+	if op == api.ScheduleOpList {
+		return listSchedules(ctx, kv, st, now)
+	}
+	sch, _, t, e := st.Get(ctx, req.Name)
 	if e != nil {
 		return nil, e
 	}
-	if op == api.ScheduleOpTrigger || op == api.ScheduleOpBackfill {
-		d.RequestID, d.TriggerRunID = req.RequestID, triggerRun
-	}
-	return d, nil
+	return schedstore.Describe(sch, t, now, req.Next), nil
 }
 
-// getSchedule reads schedule name.
-func getSchedule(ctx context.Context, kv jetstream.KeyValue, name string) (*schedule.Schedule, uint64, *schedule.Timing, *api.IngressError) {
-	if err := schedule.ValidateName(name); err != nil {
-		return nil, 0, nil, &api.IngressError{Code: api.CodeInvalidName, Message: trimFlow(err)}
-	}
-	e, err := kv.Get(ctx, name)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, 0, nil, &api.IngressError{Code: api.CodeScheduleNotFound, Message: fmt.Sprintf("schedule %q does not exist; list schedules with `flow schedule list`", name)}
-	}
-	if err != nil {
-		return nil, 0, nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("reading schedule %q: %v; retry", name, err)}
-	}
-	var sch schedule.Schedule
-	if err := json.Unmarshal(e.Value(), &sch); err != nil {
-		return nil, 0, nil, &api.IngressError{Code: api.CodeIngressInternal, Message: fmt.Sprintf("schedule %q is stored malformed: %v", name, err)}
-	}
-	t, err := sch.Validate()
-	if err != nil {
-		return nil, 0, nil, &api.IngressError{Code: api.CodeIngressInternal, Message: fmt.Sprintf("schedule %q is stored invalid: %v", name, err)}
-	}
-	return &sch, e.Revision(), t, nil
-}
-
-// describe returns sch's description with its next n actions.
-func describe(sch *schedule.Schedule, t *schedule.Timing, now time.Time, n int) *api.ScheduleDescription {
-	if n <= 0 {
-		n = api.DefaultScheduleNext
-	}
-	n = min(n, api.MaxScheduleNext)
-	return &api.ScheduleDescription{Schedule: *sch, Next: sch.NextActions(t, now, n)}
-}
-
-// changeSchedule applies change to schedule name by compare-and-set, reading it again after a
-// lost race.
-func (s *Service) changeSchedule(ctx context.Context, kv jetstream.KeyValue, name string, change func(*schedule.Schedule, *schedule.Timing) error,
-	next int, accepted *bool) (*api.ScheduleDescription, *api.IngressError) {
-	for range scheduleAttempts {
-		sch, rev, t, e := getSchedule(ctx, kv, name)
-		if e != nil {
-			return nil, e
-		}
-		if err := change(sch, t); err != nil {
-			return nil, &api.IngressError{Code: api.CodeInvalidRequest, Message: trimFlow(err)}
-		}
-		if !*accepted {
-			// A repeated trigger or backfill: nothing to write.
-			return describe(sch, t, time.Now(), next), nil
-		}
-		data, err := json.Marshal(sch)
-		if err != nil {
-			return nil, &api.IngressError{Code: api.CodeIngressInternal, Message: err.Error()}
-		}
-		if _, err := kv.Update(ctx, name, data, rev); err != nil {
-			if isWrongRevision(err) {
-				continue
-			}
-			return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("storing schedule %q: %v; retry", name, err)}
-		}
-		d := describe(sch, t, time.Now(), next)
-		d.Accepted = *accepted
-		return d, nil
-	}
-	return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("schedule %q kept changing under %d attempts; retry", name, scheduleAttempts)}
-}
-
-// isWrongRevision reports a compare-and-set that lost.
-func isWrongRevision(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
-}
-
-// putSchedule creates a schedule, or (update) changes the spec, start and policies of one,
-// keeping its state.
-func (s *Service) putSchedule(ctx context.Context, kv jetstream.KeyValue, op string, req *api.ScheduleCreateRequest) (*api.ScheduleDescription, *api.IngressError) {
-	bad := func(err error) *api.IngressError {
-		return &api.IngressError{Code: api.CodeInvalidRequest, Message: trimFlow(err)}
-	}
+// putSchedule checks a create, or an update (of the spec, start and policies of a schedule,
+// keeping its state), and forwards it to the schedule runner.
+func (s *Service) putSchedule(ctx context.Context, op string, req *api.ScheduleCreateRequest) (*api.ScheduleDescription, *api.IngressError) {
 	if err := schedule.ValidateName(req.Name); err != nil {
 		return nil, &api.IngressError{Code: api.CodeInvalidName, Message: trimFlow(err)}
 	}
@@ -294,7 +184,7 @@ func (s *Service) putSchedule(ctx context.Context, kv jetstream.KeyValue, op str
 		sch.Input, _ = json.Marshal(v)
 	}
 	if _, err := sch.Validate(); err != nil {
-		return nil, bad(err)
+		return nil, &api.IngressError{Code: api.CodeInvalidRequest, Message: trimFlow(err)}
 	}
 	queue := sch.Queue
 	if queue == "" {
@@ -306,43 +196,15 @@ func (s *Service) putSchedule(ctx context.Context, kv jetstream.KeyValue, op str
 		}
 		return nil, e
 	}
-	now := time.Now()
-	if op == api.ScheduleOpCreate {
-		sch.State.Paused, sch.State.Note = req.Paused, req.Note
-		created, t, err := schedule.New(sch, now)
-		if err != nil {
-			return nil, bad(err)
-		}
-		data, err := json.Marshal(created)
-		if err != nil {
-			return nil, &api.IngressError{Code: api.CodeIngressInternal, Message: err.Error()}
-		}
-		if _, err := kv.Create(ctx, sch.Name, data); err != nil {
-			if errors.Is(err, jetstream.ErrKeyExists) {
-				return nil, &api.IngressError{Code: api.CodeScheduleExists, Message: fmt.Sprintf("schedule %q exists; change it with `flow schedule update`, or delete it first", sch.Name)}
-			}
-			return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("creating schedule %q: %v; retry", sch.Name, err)}
-		}
-		return describe(created, t, now, 0), nil
+	var d api.ScheduleDescription
+	if e := s.askScheduler(ctx, api.SchedulerScheduleSubject(op), "schedule runner", api.SchedulePut{Schedule: sch, Paused: req.Paused, Note: req.Note}, &d); e != nil {
+		return nil, e
 	}
-	accepted := true // an update always writes
-	d, e := s.changeSchedule(ctx, kv, sch.Name, func(cur *schedule.Schedule, _ *schedule.Timing) error {
-		cur.Spec, cur.Definition, cur.Queue, cur.Input, cur.Overlap, cur.CatchupWindow = sch.Spec, sch.Definition, sch.Queue, sch.Input, sch.Overlap, sch.CatchupWindow
-		if req.Paused && !cur.State.Paused {
-			cur.State.Paused, cur.State.Note = true, req.Note
-		}
-		cur.State.UpdatedAt = now.UTC()
-		_, err := cur.Validate()
-		return err
-	}, 0, &accepted)
-	if d != nil {
-		d.Accepted = false
-	}
-	return d, e
+	return &d, nil
 }
 
-// listSchedules lists every schedule, sorted by name.
-func (s *Service) listSchedules(ctx context.Context, kv jetstream.KeyValue, now time.Time) (*api.ScheduleList, *api.IngressError) {
+// listSchedules lists every schedule of kv (st), sorted by name.
+func listSchedules(ctx context.Context, kv jetstream.KeyValue, st *schedstore.Store, now time.Time) (*api.ScheduleList, *api.IngressError) {
 	lister, err := kv.ListKeys(ctx)
 	if err != nil {
 		return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("listing schedules: %v; retry", err)}
@@ -354,14 +216,14 @@ func (s *Service) listSchedules(ctx context.Context, kv jetstream.KeyValue, now 
 	slices.Sort(names)
 	out := &api.ScheduleList{Schedules: []api.ScheduleDescription{}}
 	for _, name := range names {
-		sch, _, t, e := getSchedule(ctx, kv, name)
+		sch, _, t, e := st.Get(ctx, name)
 		if e != nil {
 			if e.Code == api.CodeScheduleNotFound {
 				continue // deleted meanwhile
 			}
 			return nil, e
 		}
-		out.Schedules = append(out.Schedules, *describe(sch, t, now, 1))
+		out.Schedules = append(out.Schedules, *schedstore.Describe(sch, t, now, 1))
 	}
 	return out, nil
 }

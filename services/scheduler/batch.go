@@ -97,11 +97,17 @@ func (s *Scheduler) leadBatches(ctx context.Context, rev uint64, renew time.Dura
 }
 
 // serveBatches watches FLOW_BATCHES and runs every job that has not ended, up to
-// BatchConcurrency at once, each in its own goroutine. It returns when ctx ends, the watch
-// fails, or a job's run hits an injected fault (the executor's death).
+// BatchConcurrency at once, each in its own goroutine, and serves the door of the creations and
+// stops the ingress forwards (batch_door.go). It returns when ctx ends, the watch fails, or a
+// job's run hits an injected fault (the executor's death).
 func (s *Scheduler) serveBatches(ctx context.Context) error {
 	x := &batch.Executor{Store: s.batches, JS: s.js, Engine: batch.Adapt(s.engine), Name: s.cfg.Name, Window: s.cfg.BatchWindow,
 		Concurrency: s.cfg.BatchOpConcurrency, Faults: s.cfg.Faults, Logger: s.logger}
+	closeDoor, err := s.serveBatchDoor()
+	if err != nil {
+		return err
+	}
+	defer closeDoor()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w, err := s.batches.Watch(ctx)

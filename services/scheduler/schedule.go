@@ -102,8 +102,9 @@ func (r *scheduleRunner) run(ctx context.Context) {
 		leading: &r.s.firingSchedules, serve: r.serve})
 }
 
-// serve watches FLOW_SCHEDULES and runs each schedule's rounds when due, until ctx ends (nil) or
-// the watch fails (why).
+// serve watches FLOW_SCHEDULES and runs each schedule's rounds when due, and serves the door of
+// the changes the ingress forwards (schedule_door.go), until ctx ends (nil) or the watch fails
+// (why).
 func (r *scheduleRunner) serve(ctx context.Context) error {
 	s := r.s
 	js, err := jetstream.New(s.nc)
@@ -120,6 +121,11 @@ func (r *scheduleRunner) serve(ctx context.Context) error {
 			return fmt.Errorf("cannot open %s: %w", streams.RunsBucket, err)
 		}
 	}
+	closeDoor, err := r.serveScheduleDoor()
+	if err != nil {
+		return err
+	}
+	defer closeDoor()
 	defs, err := liveness.Watch(ctx, js, s.logger)
 	if err != nil {
 		if ctx.Err() != nil {

@@ -24,8 +24,8 @@ var yearly = schedule.Spec{Cron: "0 0 1 1 *"}
 // under load).
 const stateWait = 30 * time.Second
 
-// trigger asks schedule name for an action at now, as the ingress does (compare-and-set of its
-// entry), with request IDs ids, all at the same instant.
+// trigger asks schedule name for an action at now, as the schedule runner's door does
+// (compare-and-set of its entry), with request IDs ids, all at the same instant.
 func (e *scheduleEnv) trigger(name string, overlap schedule.Overlap, now time.Time, ids ...string) {
 	e.t.Helper()
 	for range 100 {

@@ -19,7 +19,7 @@ import (
 )
 
 // TestScheduleThroughClient drives schedules through the Go client and the ingress (and one
-// HTTP route) against the real engine: bad input is refused with errors that name what is
+// HTTP route), which forwards the changes to the scheduler, against the real engine: bad input is refused with errors that name what is
 // wrong; a schedule fires, its runs record the schedule and the slot; a trigger and a backfill
 // act once however often they are asked for; pause, list, describe and delete work.
 func TestScheduleThroughClient(t *testing.T) {
@@ -47,7 +47,8 @@ func TestScheduleThroughClient(t *testing.T) {
 	_, err = client.DescribeSchedule(ctx, "nope", 0)
 	require.ErrorIs(t, err, flow.ErrScheduleNotFound)
 
-	e.scheduler("s1", nil, 100*time.Millisecond)
+	s1 := e.scheduler("s1", nil, 100*time.Millisecond)
+	require.Eventually(t, s1.AnswersSchedules, 20*time.Second, 5*time.Millisecond, "the scheduler leads the schedule runner")
 	var d *flow.ScheduleDescription
 	// The worker registers "tick" a moment after it started.
 	require.Eventually(t, func() bool {

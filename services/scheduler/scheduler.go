@@ -213,6 +213,10 @@ type Scheduler struct {
 	done            chan struct{}
 	started         chan struct{}
 	once            sync.Once
+
+	// scheduleDoor and batchDoor are set while this replica serves the doors of FLOW_SCHEDULES
+	// and FLOW_BATCHES (door.go).
+	scheduleDoor, batchDoor atomic.Bool
 }
 
 // New returns a scheduler.

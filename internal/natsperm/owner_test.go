@@ -1,0 +1,65 @@
+package natsperm_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/examples"
+	"github.com/flowrun/flow/pkg/flow"
+)
+
+// Schedules and batch jobs under the roles: the ingress, which may only read FLOW_SCHEDULES and
+// FLOW_BATCHES, forwards every change to the scheduler, their one writer. A schedule is created,
+// triggered (its run completes), paused and deleted, and a batch job created and stopped, as a
+// client, without a permission violation.
+func TestSchedulesAndBatchesAsTheirRoles(t *testing.T) {
+	isolate(t)
+	srv, v := runServer(t, "")
+	c := runAll(t, srv, v).client
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	// The worker registers its definitions, and the scheduler takes its leases, a moment after
+	// they started.
+	notYet := func(err error) bool {
+		var e *api.IngressError
+		return errors.Is(err, flow.ErrNoWorker) || errors.As(err, &e) && e.Code == api.CodeIngressBusy
+	}
+	var err error
+	require.Eventually(t, func() bool {
+		_, err = c.CreateSchedule(ctx, "remind", flow.ScheduleOptions{Every: time.Hour, Definition: "reminder",
+			Input: examples.ReminderInput{After: "10ms"}})
+		return !notYet(err)
+	}, 30*time.Second, 20*time.Millisecond)
+	require.NoError(t, err)
+	tr, err := c.TriggerSchedule(ctx, "remind", nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		_, err := c.Snapshot(ctx, tr.TriggerRunID)
+		return err == nil
+	}, 30*time.Second, 20*time.Millisecond, "the scheduler starts the triggered run")
+	var out any
+	require.NoError(t, c.Result(ctx, tr.TriggerRunID, &out))
+	require.NoError(t, c.PauseSchedule(ctx, "remind", "maintenance"))
+	d, err := c.DescribeSchedule(ctx, "remind", 0)
+	require.NoError(t, err)
+	require.True(t, d.Schedule.State.Paused)
+	require.NoError(t, c.DeleteSchedule(ctx, "remind"))
+
+	var j *flow.BatchJob
+	require.Eventually(t, func() bool {
+		j, err = c.StartBatch(ctx, flow.BatchSpec{Op: flow.BatchCancel, Where: `definition = "reminder"`}, &flow.BatchOptions{ID: "roles"})
+		return !notYet(err)
+	}, 30*time.Second, 20*time.Millisecond)
+	require.NoError(t, err)
+	_, err = c.StopBatch(ctx, j.ID, "enough")
+	require.NoError(t, err)
+	j, err = c.AwaitBatch(ctx, j.ID, 20*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, j.State.Ended())
+	require.Empty(t, v.Seen(), "a service or a client was refused a subject its role needs")
+}

@@ -1,0 +1,103 @@
+package ingress_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/ingress"
+	"github.com/flowrun/flow/services/worker"
+)
+
+// The ingress never writes FLOW_SCHEDULES nor FLOW_BATCHES: with no scheduler running, a
+// schedule's create and trigger and a batch job's create, over NATS and HTTP, are refused with
+// the retryable unavailable error (503) saying the scheduler is not running, and both buckets
+// stay empty. A request the ingress refuses itself (an unknown definition) is answered as before.
+func TestScheduleAndBatchChangesNeedTheScheduler(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(ctx))
+	t.Cleanup(func() { _ = h.Stop() })
+	in, err := ingress.New(ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "127.0.0.1:0", Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, in.Start(ctx))
+	t.Cleanup(func() { _ = in.Stop() })
+	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
+	flow.RegisterWorkflow(reg, "gate", gate)
+	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, reg)
+	require.NoError(t, err)
+	require.NoError(t, w.Start(ctx))
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	client, err := flow.NewClient(ctx, natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+
+	notRunning := func(err error) {
+		t.Helper()
+		var e *api.IngressError
+		require.ErrorAs(t, err, &e)
+		require.Equal(t, api.CodeIngressBusy, e.Code, e.Message)
+		require.Contains(t, e.Message, "the scheduler is not running")
+	}
+	_, err = client.CreateSchedule(ctx, "nightly", flow.ScheduleOptions{Every: time.Minute, Definition: "gaet"})
+	require.ErrorIs(t, err, flow.ErrNoWorker, "the ingress checks a definition itself")
+	// The worker registers "gate" a moment after it started.
+	require.Eventually(t, func() bool {
+		_, err = client.CreateSchedule(ctx, "nightly", flow.ScheduleOptions{Every: time.Minute, Definition: "gate"})
+		return !errors.Is(err, flow.ErrNoWorker)
+	}, 20*time.Second, 20*time.Millisecond)
+	notRunning(err)
+	_, err = client.TriggerSchedule(ctx, "nightly", &flow.TriggerOptions{RequestID: "t-1"})
+	notRunning(err)
+	_, err = client.StartBatch(ctx, flow.BatchSpec{Op: flow.BatchCancel, Where: `definition = "gate"`}, &flow.BatchOptions{ID: "b1"})
+	notRunning(err)
+
+	post := func(path, body string) (int, api.IngressError) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+in.HTTPAddr()+path, bytes.NewBufferString(body))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		var e api.IngressError
+		require.NoError(t, json.Unmarshal(b, &e), string(b))
+		return resp.StatusCode, e
+	}
+	for path, body := range map[string]string{
+		"/v1/schedules":                 `{"name":"hourly","spec":{"every":"1h"},"definition":"gate"}`,
+		"/v1/schedules/nightly/pause":   `{"note":"maintenance"}`,
+		"/v1/batches":                   `{"id":"b2","spec":{"op":"cancel","where":"definition = \"gate\""}}`,
+		"/v1/schedules/nightly/trigger": ``,
+	} {
+		code, e := post(path, body)
+		require.Equal(t, http.StatusServiceUnavailable, code, "%s: %+v", path, e)
+		require.Equal(t, api.CodeIngressBusy, e.Code, path)
+		require.Contains(t, e.Message, "the scheduler is not running", path)
+	}
+
+	js := natstest.JetStream(t, srv)
+	for _, bucket := range []string{streams.SchedulesBucket, streams.BatchesBucket} {
+		st, err := js.Stream(ctx, "KV_"+bucket)
+		require.NoError(t, err)
+		info, err := st.Info(ctx)
+		require.NoError(t, err)
+		require.Zero(t, info.State.Msgs, "the ingress wrote to %s", bucket)
+	}
+}
