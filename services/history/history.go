@@ -160,6 +160,11 @@ type Service struct {
 	once    sync.Once
 	// awaitsByPoll counts awaits a notice did not answer (AwaitsByPoll).
 	awaitsByPoll atomic.Int64
+	// awaitPoll is the period of an await's slow poll, which stands in for a lost notice.
+	awaitPoll time.Duration
+	// beforeAwaitCheck, when set (by tests), runs before each read of an await, with whether the
+	// slow poll asked for it.
+	beforeAwaitCheck func(runID string, polled bool)
 	// applied counts commits applied, for tests and stats.
 	applied countingSignal
 	// unobserve unregisters the service's observable gauges, once registered.
@@ -208,7 +213,8 @@ func New(cfg Config) (*Service, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Service{cfg: cfg, logger: logger.With(slog.String("component", "history")), started: make(chan struct{})}, nil
+	return &Service{cfg: cfg, logger: logger.With(slog.String("component", "history")), started: make(chan struct{}),
+		awaitPoll: defaultAwaitPoll}, nil
 }
 
 // Start connects, creates Flow's streams if needed, checks them for damage (rebuilding what it
