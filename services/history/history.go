@@ -158,6 +158,11 @@ type Service struct {
 	workers sync.WaitGroup
 	started chan struct{}
 	once    sync.Once
+	// indexWritten is the latest revision of FLOW_RUNS this service wrote.
+	indexWritten atomic.Uint64
+	// beforeIndexApply, when set (by tests), runs before the copy of the runs index applies an
+	// entry.
+	beforeIndexApply func()
 	// awaitsByPoll counts awaits a notice did not answer (AwaitsByPoll).
 	awaitsByPoll atomic.Int64
 	// awaitPoll is the period of an await's slow poll, which stands in for a lost notice.
@@ -219,7 +224,7 @@ func New(cfg Config) (*Service, error) {
 
 // Start connects, creates Flow's streams if needed, checks them for damage (rebuilding what it
 // can), and starts consuming the history stream and answering queries. It returns once the
-// service consumes and answers.
+// service consumes and answers, with the repairs of its check shown in its listings.
 func (s *Service) Start(ctx context.Context) error {
 	var err error
 	if s.nc, s.ownConn, err = s.cfg.NATS.Use(s.cfg.Conn, "flow-history"); err != nil {
@@ -255,6 +260,9 @@ func (s *Service) start(ctx context.Context) error {
 	}
 	s.live = live
 	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := s.showRepairs(ctx); err != nil {
 		return err
 	}
 	if err := s.consume(runCtx); err != nil {
@@ -306,6 +314,7 @@ func (s *Service) open(ctx context.Context) error {
 		return err
 	}
 	s.index = newReadModel(s.runs, s.logger)
+	s.index.beforeApply = s.beforeIndexApply
 	s.park = newParking(s)
 	return nil
 }

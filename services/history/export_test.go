@@ -7,3 +7,7 @@ import "time"
 func (s *Service) SetAwaitPoll(period time.Duration, beforeCheck func(runID string, polled bool)) {
 	s.awaitPoll, s.beforeAwaitCheck = period, beforeCheck
 }
+
+// SetBeforeIndexApply sets a function that runs before the service's copy of the runs index
+// applies an entry: a test slows it down to stand for a watch that lags. Call it before Start.
+func (s *Service) SetBeforeIndexApply(fn func()) { s.beforeIndexApply = fn }
