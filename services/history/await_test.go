@@ -27,15 +27,20 @@ var errAwaiting = errors.New("the run awaits its signal")
 func TestResultNeverMissesAnEnd(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
+	// 300 round trips take 15 s on a machine with a load average of 15, and were seen to take
+	// over 60 s (setup's deadline) under a heavier one, with no Result slower than a second:
+	// the workload gets a deadline of its own.
+	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+	defer cancel()
 	const clients, perClient = 4, 75
 	var wg sync.WaitGroup
 	errs := make(chan error, clients)
 	for c := range clients {
 		wg.Go(func() {
 			for i := range perClient {
-				id, err := b.client.Start(b.ctx, "await", nil, &flow.StartOptions{RunID: fmt.Sprintf("await-%d-%d", c, i)})
+				id, err := b.client.Start(ctx, "await", nil, &flow.StartOptions{RunID: fmt.Sprintf("await-%d-%d", c, i)})
 				if err == nil {
-					err = b.client.Watch(b.ctx, id, 0, func(e event.Envelope) error {
+					err = b.client.Watch(ctx, id, 0, func(e event.Envelope) error {
 						if e.Type() == event.TypeSignalAwaited {
 							return errAwaiting
 						}
@@ -46,12 +51,12 @@ func TestResultNeverMissesAnEnd(t *testing.T) {
 					errs <- fmt.Errorf("run %s: %v", id, err)
 					return
 				}
-				if _, err := b.client.Signal(b.ctx, id, "go", i, nil); err != nil {
+				if _, err := b.client.Signal(ctx, id, "go", i, nil); err != nil {
 					errs <- err
 					return
 				}
 				var out int
-				if err := b.client.Result(b.ctx, id, &out); err != nil || out != i {
+				if err := b.client.Result(ctx, id, &out); err != nil || out != i {
 					errs <- fmt.Errorf("run %s: %d, %v", id, out, err)
 					return
 				}
