@@ -38,6 +38,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/nats-io/nats.go"
@@ -49,6 +50,7 @@ import (
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/tracing"
+	"github.com/flowrun/flow/internal/wait"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -338,22 +340,49 @@ func (s *Store) loadFrom(ctx context.Context, runID string, after, atLeast, star
 			break
 		}
 	}
+	// A replica answered without the newest commits: read them from the leader. A leader
+	// elected a moment ago may not hold them yet, and while the lead moves there is none (see
+	// leaderCatchUp): it is asked again. A leader that holds nothing of a run of which nothing
+	// was read either is taken at its word at once: the run does not exist.
+	var giveUp time.Time
+	backoff := 5 * time.Millisecond
 	for r.next <= atLeast {
-		// A replica answered without the newest commits: read them from the leader.
-		m, err := s.leader.next(ctx, streams.HistorySubject(runID), start)
-		if err != nil {
-			return nil, fmt.Errorf("reading run %q from the stream leader: %w", runID, err)
+		actx, cancel := context.WithTimeout(ctx, leaderAttempt)
+		m, err := s.leader.next(actx, streams.HistorySubject(runID), start)
+		cancel()
+		if err == nil && m != nil {
+			start = m.Sequence + 1
+			if err := r.add(m); err != nil {
+				return nil, err
+			}
+			continue
 		}
-		if m == nil {
-			break
+		if giveUp.IsZero() {
+			giveUp = time.Now().Add(leaderCatchUp)
 		}
-		start = m.Sequence + 1
-		if err := r.add(m); err != nil {
-			return nil, err
+		if err == nil && after == 0 && len(r.out) == 0 || time.Now().After(giveUp) || ctx.Err() != nil {
+			if err != nil {
+				return nil, fmt.Errorf("reading run %q from the stream leader: %w", runID, err)
+			}
+			break // the run has fewer events than asked for
 		}
+		wait.For(ctx, backoff)
+		backoff = min(2*backoff, 250*time.Millisecond)
 	}
 	return r.out, nil
 }
+
+// leaderCatchUp bounds how long a read asks the stream's leader again for commits it was told
+// exist and the leader did not return. While the lead moves (often, on a loaded cluster) there
+// is no leader for a moment, or for an election timeout (4 to 9 s) when an election fails, and
+// the API answers 503; and nats-server lets a newly elected leader answer once it has processed
+// the previous term's commits, before its store has applied them. After leaderCatchUp the read
+// yields what it has (a run with fewer events) or the leader's error.
+const leaderCatchUp = 15 * time.Second
+
+// leaderAttempt bounds one read from the stream's leader within leaderCatchUp: a request sent
+// while the stream has no leader gets no answer.
+const leaderAttempt = 2 * time.Second
 
 // LastCommit returns the events of run runID's last commit, read with one direct get of the
 // run's last message, whatever its history's length: nil for a run without events. A replica
