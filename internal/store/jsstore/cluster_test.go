@@ -1,6 +1,7 @@
 package jsstore_test
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/store/storetest"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
 )
 
 // TestClusterConformance runs the conformance suite on a 3-server cluster with R3 streams, once
@@ -151,16 +153,31 @@ func TestLoadAtLeastAcrossLeaderChanges(t *testing.T) {
 		require.NoError(t, err)
 	}
 	admin := c.Connect(t, 0)
+	// appendOnce appends e at expected+1, again once the stream has a leader if the lead was
+	// still moving (an attempt whose outcome is unknown fails, or conflicts with its own commit).
+	appendOnce := func(run string, expected uint64, e event.Event) uint64 {
+		var err error
+		for range 10 {
+			var last uint64
+			if last, err = writer.Append(ctx, run, expected, e); err == nil {
+				return last
+			}
+			if errors.Is(err, store.ErrConflict) {
+				return expected + 1
+			}
+			c.StreamLeader(t, streams.History)
+		}
+		require.NoError(t, err, "appending to run %s", run)
+		return 0
+	}
 	for k := range 15 {
 		run := fmt.Sprintf("moving-%d", k)
-		_, err := writer.Append(ctx, run, 0, started())
-		require.NoError(t, err)
+		appendOnce(run, 0, started())
 		for _, r := range readers {
 			require.Eventually(t, func() bool { got, err := r.Load(ctx, run, 0); return err == nil && len(got) == 1 },
 				20*time.Second, 5*time.Millisecond, "run %s", run)
 		}
-		last, err := writer.Append(ctx, run, 1, signal("moved"))
-		require.NoError(t, err)
+		last := appendOnce(run, 1, signal("moved"))
 		moved := make(chan error, 1)
 		go func() {
 			_, err := admin.Request("$JS.API.STREAM.LEADER.STEPDOWN."+streams.History, nil, 10*time.Second)

@@ -286,6 +286,13 @@ func (s *Store) streamSeqOf(ctx context.Context, runID string, expected uint64) 
 // loadBatch is the number of messages read per direct-get request.
 const loadBatch = 256
 
+// batchTimeout bounds one batch read of a run's history; a batch cut short by it is read on
+// (see loadFrom), up to maxCutBatches in a row that brought nothing.
+const (
+	batchTimeout  = 10 * time.Second
+	maxCutBatches = 3
+)
+
 // Load implements store.EventStore with batched direct gets, which any replica answers.
 func (s *Store) Load(ctx context.Context, runID string, after uint64) ([]event.Envelope, error) {
 	return s.LoadAtLeast(ctx, runID, after, 0)
@@ -316,10 +323,15 @@ func (s *Store) LoadAtLeast(ctx context.Context, runID string, after, atLeast ui
 // loadFrom reads run runID's events after sequence after from stream sequence start on.
 func (s *Store) loadFrom(ctx context.Context, runID string, after, atLeast, start uint64) ([]event.Envelope, error) {
 	r := reader{s: s, runID: runID, next: after + 1}
-	for {
-		msgs, err := jetstreamext.GetBatch(ctx, s.js, streams.History, loadBatch,
+	for cutEmpty := 0; ; {
+		// A batch ends at its end-of-batch marker, or silently at its context's deadline (the
+		// batch reader takes a timeout for the end): one that ran out of time is read on from
+		// where it stopped, never taken for the end of the run.
+		bctx, cancel := context.WithTimeout(ctx, batchTimeout)
+		msgs, err := jetstreamext.GetBatch(bctx, s.js, streams.History, loadBatch,
 			jetstreamext.GetBatchSeq(start), jetstreamext.GetBatchSubject(streams.HistorySubject(runID)))
 		if err != nil {
+			cancel()
 			return nil, fmt.Errorf("reading run %q: %w", runID, err)
 		}
 		n := 0
@@ -328,15 +340,29 @@ func (s *Store) loadFrom(ctx context.Context, runID string, after, atLeast, star
 				break
 			}
 			if err != nil {
+				cancel()
 				return nil, fmt.Errorf("reading run %q: %w", runID, err)
 			}
 			n++
 			start = m.Sequence + 1
 			if err := r.add(m); err != nil {
+				cancel()
 				return nil, err
 			}
 		}
-		if n < loadBatch {
+		cut := bctx.Err() != nil
+		cancel()
+		if ctx.Err() != nil {
+			return nil, fmt.Errorf("reading run %q: %w", runID, ctx.Err())
+		}
+		if cut && n == 0 {
+			if cutEmpty++; cutEmpty == maxCutBatches {
+				return nil, fmt.Errorf("reading run %q: %d batch reads in a row got no answer within %s", runID, cutEmpty, batchTimeout)
+			}
+		} else {
+			cutEmpty = 0
+		}
+		if n < loadBatch && !cut {
 			break
 		}
 	}
