@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -23,6 +25,9 @@ const noticeRetries = 15
 
 // maxAwaits bounds the awaits held at once; each holds a subscription and a goroutine.
 const maxAwaits = 100_000
+
+// defaultAwaitPoll is the period of an await's slow poll, which stands in for a lost notice.
+const defaultAwaitPoll = time.Second
 
 // await answers once run req.RunID's last commit ends or blocks it, or after req.Wait.
 //
@@ -50,8 +55,20 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 		default:
 		}
 	}
+	// announced is the last sequence of a commit a notice announced as one that may end the wait.
+	var announced atomic.Uint64
+	announce := func(seq uint64) {
+		for cur := announced.Load(); seq > cur; cur = announced.Load() {
+			if announced.CompareAndSwap(cur, seq) {
+				return
+			}
+		}
+	}
 	sub, err := s.nc.Subscribe(streams.HistorySubject(req.RunID), func(m *nats.Msg) {
 		if endNotice(m.Header) {
+			if seq, ok := jsstore.LastSeq(m.Header); ok {
+				announce(seq)
+			}
 			wake()
 		}
 	})
@@ -63,6 +80,9 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 	// and decision.failed.
 	onFeed := func(m *nats.Msg) {
 		if t, ok := strings.CutPrefix(m.Header.Get(cloudevent.HeaderType), FeedTypePrefix); ok && endType(event.Type(t)) {
+			if seq, err := strconv.ParseUint(m.Header.Get(feedSeqHeader), 10, 64); err == nil {
+				announce(seq)
+			}
 			wake()
 		}
 	}
@@ -127,6 +147,9 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 	poll := time.NewTimer(time.Hour)
 	defer poll.Stop()
 	for {
+		if s.beforeAwaitCheck != nil {
+			s.beforeAwaitCheck(req.RunID, polled)
+		}
 		end, err := check(full)
 		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() != nil {
 			return &api.AwaitResponse{}, nil
@@ -135,7 +158,7 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 			return nil, err
 		}
 		if end != nil {
-			if polled && end.Status != core.StatusBlocked {
+			if polled && end.Status != core.StatusBlocked && !announcedBy(ctx, sub, &announced, end.Seq) {
 				s.awaitsByPoll.Add(1) // a notice was missed
 			}
 			return &api.AwaitResponse{Ended: true, Snapshot: end, ReusedBy: s.reusedBy(ctx, end)}, nil
@@ -143,7 +166,7 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 		// A notice comes before the stream stored its commit (by tens of microseconds, more on
 		// a busy machine), or for a publish the stream refused: look again very soon, then
 		// twice as late each time, then every second, projecting the whole history too.
-		next := time.Second
+		next := s.awaitPoll
 		if retries < noticeRetries {
 			next = 25 * time.Microsecond << retries
 			retries++
@@ -166,7 +189,28 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 	}
 }
 
-// AwaitsByPoll counts the awaits answered by the slow poll, after no notice of the commit that
+// announcedBy reports whether a notice on sub, the subscription to the run's history subject,
+// announced the commit that ended the run at seq (announced holds the last sequence its notices
+// announced). The slow poll may find an end while that commit's notice is still being delivered:
+// the notice is routed before the stream stores the commit, so it reached the connection before
+// the read that found the end, but its callback may not have run yet. sub.Pending counts a
+// message until its callback has returned, so once it is zero every notice that came before the
+// read has been seen.
+func announcedBy(ctx context.Context, sub *nats.Subscription, announced *atomic.Uint64, seq uint64) bool {
+	for announced.Load() < seq {
+		if n, _, err := sub.Pending(); err != nil || n == 0 {
+			return false
+		}
+		select {
+		case <-time.After(time.Millisecond):
+		case <-ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// AwaitsByPoll counts the awaits answered by the slow poll before any notice of the commit that
 // ended the run came: zero unless a notice was lost. For tests and stats.
 func (s *Service) AwaitsByPoll() int64 { return s.awaitsByPoll.Load() }
 
@@ -184,6 +228,9 @@ func endNotice(h nats.Header) bool {
 	}
 	return false
 }
+
+// feedSeqHeader is the header of a feed event that holds its sequence in its run.
+var feedSeqHeader = cloudevent.ExtensionHeader(FeedExtSeq)
 
 func endType(t event.Type) bool {
 	return t.Terminal() || t == event.TypeDecisionFailed || t == event.TypeRunStarted

@@ -37,6 +37,12 @@ type system struct {
 
 func startSystem(t *testing.T, dir string, withWorker bool) *system {
 	t.Helper()
+	return startSystemWith(t, dir, withWorker, nil)
+}
+
+// startSystemWith is startSystem, with before run on the history service before it starts.
+func startSystemWith(t *testing.T, dir string, withWorker bool, before func(*history.Service)) *system {
+	t.Helper()
 	srv, err := natsserver.Start(natsserver.Config{Dir: dir, Port: -1, Logger: quiet})
 	require.NoError(t, err)
 	sys := &system{dir: dir, srv: srv}
@@ -45,6 +51,9 @@ func startSystem(t *testing.T, dir string, withWorker bool) *system {
 	require.NoError(t, streams.Ensure(t.Context(), sys.js, streams.Config{}))
 	sys.h, err = history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	require.NoError(t, err)
+	if before != nil {
+		before(sys.h)
+	}
 	require.NoError(t, sys.h.Start(t.Context()))
 	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
 	if withWorker {
@@ -256,7 +265,12 @@ func TestIndexShowsTheQuarantineAfterACrash(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, srv.ShutdownWithin(10*time.Second))
 
-	sys = startSystem(t, dir, false)
+	// Listings answer from the service's copy of the runs index, which follows a watch: slowed
+	// down here, as under load, it shows the repairs only after Start returned, unless Start
+	// waits for it.
+	sys = startSystemWith(t, dir, false, func(h *history.Service) {
+		h.SetBeforeIndexApply(func() { time.Sleep(500 * time.Millisecond) })
+	})
 	page, err := sys.client.Runs(ctx, nil)
 	require.NoError(t, err)
 	shown := map[string]string{}

@@ -41,10 +41,31 @@ func TestListDefinitions(t *testing.T) {
 		}
 		return nil
 	}
+	// The service's view follows FLOW_WORKERS and FLOW_DEFINITIONS through two watches, each of
+	// which may lag the writes of a worker that just started: wait until it holds everything
+	// asserted below (both workers serving "steps", v1's registration, the idle worker).
+	registered := func(defs []flow.DefinitionInfo, queue, name string) bool {
+		for _, d := range defs {
+			if d.Queue == queue && d.Definition == name {
+				return !d.UpdatedAt.IsZero()
+			}
+		}
+		return false
+	}
+	idleSeen := func() bool {
+		resp, err := http.Get("http://" + h.HTTPAddr() + "/v1/definitions?queue=default")
+		if err != nil {
+			return false
+		}
+		defer func() { _ = resp.Body.Close() }()
+		var got api.DefinitionsResponse
+		return json.NewDecoder(resp.Body).Decode(&got) == nil && len(got.Idle) == 1
+	}
 	var all []flow.DefinitionInfo
 	require.Eventually(t, func() bool {
 		all, err = client.ListDefinitions(ctx, "")
-		return err == nil && len(served(all, "default", "steps")) == 1 && len(served(all, "other", "steps")) == 1
+		return err == nil && len(served(all, "default", "steps")) == 1 && len(served(all, "other", "steps")) == 1 &&
+			registered(all, "default", "steps") && idleSeen()
 	}, 10*time.Second, 5*time.Millisecond)
 	require.Equal(t, []string{v1.ID()}, served(all, "default", "steps"))
 	require.Equal(t, []string{other.ID()}, served(all, "other", "steps"))

@@ -162,8 +162,18 @@ type Service struct {
 	workers sync.WaitGroup
 	started chan struct{}
 	once    sync.Once
+	// indexWritten is the latest revision of FLOW_RUNS this service wrote.
+	indexWritten atomic.Uint64
+	// beforeIndexApply, when set (by tests), runs before the copy of the runs index applies an
+	// entry.
+	beforeIndexApply func()
 	// awaitsByPoll counts awaits a notice did not answer (AwaitsByPoll).
 	awaitsByPoll atomic.Int64
+	// awaitPoll is the period of an await's slow poll, which stands in for a lost notice.
+	awaitPoll time.Duration
+	// beforeAwaitCheck, when set (by tests), runs before each read of an await, with whether the
+	// slow poll asked for it.
+	beforeAwaitCheck func(runID string, polled bool)
 	// applied counts commits applied, for tests and stats.
 	applied countingSignal
 	// unobserve unregisters the service's observable gauges, once registered.
@@ -217,12 +227,13 @@ func New(cfg Config) (*Service, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Service{cfg: cfg, logger: logger.With(slog.String("component", "history")), started: make(chan struct{})}, nil
+	return &Service{cfg: cfg, logger: logger.With(slog.String("component", "history")), started: make(chan struct{}),
+		awaitPoll: defaultAwaitPoll}, nil
 }
 
 // Start connects, creates Flow's streams if needed, checks them for damage (rebuilding what it
 // can), and starts consuming the history stream and answering queries. It returns once the
-// service consumes and answers.
+// service consumes and answers, with the repairs of its check shown in its listings.
 func (s *Service) Start(ctx context.Context) error {
 	var err error
 	if s.nc, s.ownConn, err = s.cfg.NATS.Use(s.cfg.Conn, "flow-history"); err != nil {
@@ -258,6 +269,9 @@ func (s *Service) start(ctx context.Context) error {
 	}
 	s.live = live
 	if err := s.check(ctx); err != nil {
+		return err
+	}
+	if err := s.showRepairs(ctx); err != nil {
 		return err
 	}
 	if err := s.consume(runCtx); err != nil {
@@ -309,6 +323,7 @@ func (s *Service) open(ctx context.Context) error {
 		return err
 	}
 	s.index = newReadModel(s.runs, s.logger)
+	s.index.beforeApply = s.beforeIndexApply
 	s.park = newParking(s)
 	return nil
 }

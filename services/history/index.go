@@ -95,7 +95,33 @@ func (s *Service) putEntry(ctx context.Context, sum core.Summary, rev uint64) (u
 	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return 0, fmt.Errorf("writing the runs index entry of run %q: %w", sum.RunID, err)
 	}
+	if err == nil {
+		for cur := s.indexWritten.Load(); rev > cur; cur = s.indexWritten.Load() {
+			if s.indexWritten.CompareAndSwap(cur, rev) {
+				break
+			}
+		}
+	}
 	return rev, err
+}
+
+// indexCatchUp bounds how long Start waits for its copy of the runs index to show the entries
+// its check wrote.
+const indexCatchUp = 30 * time.Second
+
+// showRepairs waits until the service's copy of the runs index, which answers listings, holds
+// every index entry the service wrote (at start: the repairs of its check). A copy that does not
+// catch up in indexCatchUp is logged, not fatal: the listings show the repairs when it does.
+func (s *Service) showRepairs(ctx context.Context) error {
+	wctx, cancel := context.WithTimeout(ctx, indexCatchUp)
+	defer cancel()
+	err := s.index.waitApplied(wctx, s.indexWritten.Load())
+	if err != nil && ctx.Err() == nil {
+		s.logger.WarnContext(ctx, "the copy of the runs index has not caught up with the repairs of the start-up check; listings show them once it does",
+			slog.Duration("waited", indexCatchUp))
+		return nil
+	}
+	return err
 }
 
 // readEntry returns run runID's runs index entry and its revision; revision 0 when absent.
@@ -126,10 +152,16 @@ type readModel struct {
 	ready chan struct{}
 	// blocked counts the entries of blocked runs, for the flow.runs.blocked gauge.
 	blocked int
+	// applied is the latest revision of FLOW_RUNS the model applied; grew is closed (and
+	// replaced) whenever it grows.
+	applied uint64
+	grew    chan struct{}
+	// beforeApply, when set (by tests, before start), runs before each entry is applied.
+	beforeApply func()
 }
 
 func newReadModel(kv jetstream.KeyValue, logger *slog.Logger) *readModel {
-	return &readModel{kv: kv, logger: logger, runs: map[string]core.Summary{}, ready: make(chan struct{})}
+	return &readModel{kv: kv, logger: logger, runs: map[string]core.Summary{}, ready: make(chan struct{}), grew: make(chan struct{})}
 }
 
 // start watches the bucket and returns once the model holds every entry.
@@ -168,8 +200,16 @@ func (m *readModel) apply(e jetstream.KeyValueEntry) {
 		close(m.ready)
 		return
 	}
+	if m.beforeApply != nil {
+		m.beforeApply()
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if rev := e.Revision(); rev > m.applied {
+		m.applied = rev
+		close(m.grew)
+		m.grew = make(chan struct{})
+	}
 	if e.Operation() != jetstream.KeyValuePut {
 		m.countBlocked(e.Key(), nil)
 		delete(m.runs, e.Key())
@@ -182,6 +222,24 @@ func (m *readModel) apply(e jetstream.KeyValueEntry) {
 	}
 	m.countBlocked(e.Key(), &sum)
 	m.runs[e.Key()] = sum
+}
+
+// waitApplied returns once the model applied revision rev of FLOW_RUNS or a later one, or with
+// ctx's error.
+func (m *readModel) waitApplied(ctx context.Context, rev uint64) error {
+	for {
+		m.mu.RLock()
+		applied, grew := m.applied, m.grew
+		m.mu.RUnlock()
+		if applied >= rev {
+			return nil
+		}
+		select {
+		case <-grew:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
 }
 
 // countBlocked updates the count of blocked runs for the entry of runID becoming next (nil

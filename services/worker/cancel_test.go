@@ -98,6 +98,17 @@ func registerCancel(ps *attemptProbes) func(*flow.Registry) {
 	}
 }
 
+// runningContext returns a context that ends d from now, or with t. A parallel test or subtest
+// takes it after t.Parallel, so that its deadline counts from when it runs: a parallel subtest
+// waits for a free slot (-test.parallel, GOMAXPROCS by default) behind the package's other
+// parallel tests, and a deadline taken by its parent before that wait can run out before the
+// subtest does anything.
+func runningContext(t *testing.T, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(t.Context(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func typeNames(hist []event.Envelope) []string {
 	var ts []string
 	for _, e := range hist {
@@ -160,9 +171,7 @@ func TestCancelStep(t *testing.T) {
 	t.Parallel()
 	ps := &attemptProbes{}
 	b := setup(t, registerCancel(ps))
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	t.Cleanup(cancel)
-	start := func(t *testing.T, policy event.Cancellation) (string, *attemptProbe) {
+	start := func(t *testing.T, ctx context.Context, policy event.Cancellation) (string, *attemptProbe) {
 		runID, err := b.client.Start(ctx, "cancel-step", cancelIn{Policy: policy}, &flow.StartOptions{RunID: "cancel-step-" + strings.ReplaceAll(string(policy), "_", "-")})
 		require.NoError(t, err)
 		p := ps.of(runID)
@@ -175,7 +184,8 @@ func TestCancelStep(t *testing.T) {
 
 	t.Run("TryCancel", func(t *testing.T) {
 		t.Parallel()
-		runID, p := start(t, flow.TryCancel)
+		ctx := runningContext(t, 30*time.Second)
+		runID, p := start(t, ctx, flow.TryCancel)
 		var out string
 		require.NoError(t, b.client.Result(ctx, runID, &out), "the workflow goes on at once")
 		require.Contains(t, out, "cancelled")
@@ -192,7 +202,8 @@ func TestCancelStep(t *testing.T) {
 
 	t.Run("WaitCancelled", func(t *testing.T) {
 		t.Parallel()
-		runID, p := start(t, flow.WaitCancelled)
+		ctx := runningContext(t, 30*time.Second)
+		runID, p := start(t, ctx, flow.WaitCancelled)
 		<-p.cancelled // asked to cancel: its context is done, and it has not returned yet
 		hist := waitFor(t, ctx, b.client, runID, has(event.TypeStepCancelRequested))
 		require.NotContains(t, typeNames(hist), string(event.TypeStepCancelled), "the step settles only when the attempt ends")
@@ -216,7 +227,8 @@ func TestCancelStep(t *testing.T) {
 
 	t.Run("Abandon", func(t *testing.T) {
 		t.Parallel()
-		runID, p := start(t, flow.Abandon)
+		ctx := runningContext(t, 30*time.Second)
+		runID, p := start(t, ctx, flow.Abandon)
 		var out string
 		require.NoError(t, b.client.Result(ctx, runID, &out), "the workflow goes on at once")
 		require.Contains(t, out, "cancelled")
@@ -248,9 +260,7 @@ func indexOf(ts []string, typ string) int {
 func TestCancelChild(t *testing.T) {
 	t.Parallel()
 	b := setup(t, registerCancel(&attemptProbes{}))
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	t.Cleanup(cancel)
-	start := func(t *testing.T, policy event.Cancellation) (string, string) {
+	start := func(t *testing.T, ctx context.Context, policy event.Cancellation) (string, string) {
 		runID, err := b.client.Start(ctx, "cancel-child", cancelIn{Policy: policy}, &flow.StartOptions{RunID: "cancel-child-" + strings.ReplaceAll(string(policy), "_", "-")})
 		require.NoError(t, err)
 		kid := event.ChildRunID(runID, "kid")
@@ -260,7 +270,7 @@ func TestCancelChild(t *testing.T) {
 		require.NoError(t, err)
 		return runID, kid
 	}
-	check := func(t *testing.T, runIDs ...string) {
+	check := func(t *testing.T, ctx context.Context, runIDs ...string) {
 		for _, id := range runIDs {
 			hist, err := b.client.History(ctx, id, 0)
 			require.NoError(t, err)
@@ -270,7 +280,8 @@ func TestCancelChild(t *testing.T) {
 
 	t.Run("TryCancel", func(t *testing.T) {
 		t.Parallel()
-		runID, kid := start(t, flow.TryCancel)
+		ctx := runningContext(t, 30*time.Second)
+		runID, kid := start(t, ctx, flow.TryCancel)
 		var out string
 		require.NoError(t, b.client.Result(ctx, runID, &out))
 		require.Equal(t, "cancelled", out)
@@ -281,12 +292,13 @@ func TestCancelChild(t *testing.T) {
 		settled := last[*event.ChildSettled](hist)
 		require.Equal(t, event.CancelTry, settled.Cancellation)
 		require.Equal(t, 1, countType(hist, event.TypeChildSettled), "the child's own end is not recorded again")
-		check(t, runID, kid)
+		check(t, ctx, runID, kid)
 	})
 
 	t.Run("WaitCancelled", func(t *testing.T) {
 		t.Parallel()
-		runID, kid := start(t, flow.WaitCancelled)
+		ctx := runningContext(t, 30*time.Second)
+		runID, kid := start(t, ctx, flow.WaitCancelled)
 		var out string
 		require.NoError(t, b.client.Result(ctx, runID, &out))
 		require.Equal(t, "cancelled", out)
@@ -300,12 +312,13 @@ func TestCancelChild(t *testing.T) {
 		kh, err := b.client.History(ctx, kid, 0)
 		require.NoError(t, err)
 		require.Equal(t, event.TypeRunCancelled, kh[len(kh)-1].Type(), "the child's run ended before the parent saw it settle")
-		check(t, runID, kid)
+		check(t, ctx, runID, kid)
 	})
 
 	t.Run("Abandon", func(t *testing.T) {
 		t.Parallel()
-		runID, kid := start(t, flow.Abandon)
+		ctx := runningContext(t, 30*time.Second)
+		runID, kid := start(t, ctx, flow.Abandon)
 		var out string
 		require.NoError(t, b.client.Result(ctx, runID, &out))
 		require.Equal(t, "cancelled", out)
@@ -321,7 +334,7 @@ func TestCancelChild(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, 1, countType(hist, event.TypeChildSettled))
 		require.Equal(t, event.CancelAbandon, last[*event.ChildSettled](hist).Cancellation)
-		check(t, runID, kid)
+		check(t, ctx, runID, kid)
 	})
 }
 

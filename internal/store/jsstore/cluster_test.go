@@ -1,6 +1,7 @@
 package jsstore_test
 
 import (
+	"errors"
 	"fmt"
 	"sync/atomic"
 	"testing"
@@ -13,6 +14,7 @@ import (
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/store/storetest"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
 )
 
 // TestClusterConformance runs the conformance suite on a 3-server cluster with R3 streams, once
@@ -129,4 +131,64 @@ func TestFollowerReadsCanLag(t *testing.T) {
 		}
 	}
 	t.Logf("every store read every run in full %s after the last append", time.Since(start).Round(time.Millisecond))
+}
+
+// A read of what a reader was told exists (LoadAtLeast) returns it across leader changes. A
+// replica that lags sends the read to the stream's leader; while the lead moves there is no
+// leader to answer for a moment, and nats-server lets a newly elected leader answer before its
+// store has applied the previous term's commits: the read used to come back short (a history
+// read right after a run's result stopped at seq 4 of 6, TestReadsAfterResultOnCluster) or
+// fail. Each run gets a commit every store has read, then one more, and the lead is moved at
+// once while every store reads the run up to it.
+func TestLoadAtLeastAcrossLeaderChanges(t *testing.T) {
+	t.Parallel()
+	c := natstest.RunCluster(t, 3)
+	c.WaitForDirectGets(t, streams.History)
+	ctx := t.Context()
+	writer, err := jsstore.New(ctx, c.JetStream(t, 0), nil)
+	require.NoError(t, err)
+	var readers [3]*jsstore.Store
+	for i := range readers {
+		readers[i], err = jsstore.New(ctx, c.JetStream(t, i), nil)
+		require.NoError(t, err)
+	}
+	admin := c.Connect(t, 0)
+	// appendOnce appends e at expected+1, again once the stream has a leader if the lead was
+	// still moving (an attempt whose outcome is unknown fails, or conflicts with its own commit).
+	appendOnce := func(run string, expected uint64, e event.Event) uint64 {
+		var err error
+		for range 10 {
+			var last uint64
+			if last, err = writer.Append(ctx, run, expected, e); err == nil {
+				return last
+			}
+			if errors.Is(err, store.ErrConflict) {
+				return expected + 1
+			}
+			c.StreamLeader(t, streams.History)
+		}
+		require.NoError(t, err, "appending to run %s", run)
+		return 0
+	}
+	for k := range 15 {
+		run := fmt.Sprintf("moving-%d", k)
+		appendOnce(run, 0, started())
+		for _, r := range readers {
+			require.Eventually(t, func() bool { got, err := r.Load(ctx, run, 0); return err == nil && len(got) == 1 },
+				20*time.Second, 5*time.Millisecond, "run %s", run)
+		}
+		last := appendOnce(run, 1, signal("moved"))
+		moved := make(chan error, 1)
+		go func() {
+			_, err := admin.Request("$JS.API.STREAM.LEADER.STEPDOWN."+streams.History, nil, 10*time.Second)
+			moved <- err
+		}()
+		for i, r := range readers {
+			got, err := r.LoadAtLeast(ctx, run, 0, last)
+			require.NoError(t, err, "run %s through server %d", run, i)
+			require.Len(t, got, int(last), "run %s through server %d", run, i)
+		}
+		require.NoError(t, <-moved)
+		c.StreamLeader(t, streams.History) // a leader again before the next run
+	}
 }

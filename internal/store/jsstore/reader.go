@@ -4,17 +4,38 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/wait"
 	"github.com/flowrun/flow/pkg/event"
 )
 
 // loadBatch is the number of messages read per direct-get request.
 const loadBatch = 256
+
+// batchTimeout bounds one batch read of a run's history; a batch cut short by it is read on
+// (see scan), up to maxCutBatches in a row that brought nothing.
+const (
+	batchTimeout  = 10 * time.Second
+	maxCutBatches = 3
+)
+
+// leaderCatchUp bounds how long a read asks the stream's leader again for commits it was told
+// exist and the leader did not return. While the lead moves (often, on a loaded cluster) there
+// is no leader for a moment, or for an election timeout (4 to 9 s) when an election fails, and
+// the API answers 503; and nats-server lets a newly elected leader answer once it has processed
+// the previous term's commits, before its store has applied them. After leaderCatchUp the read
+// yields what it has (a run with fewer events) or the leader's error.
+const leaderCatchUp = 15 * time.Second
+
+// leaderAttempt bounds one read from the stream's leader within leaderCatchUp: a request sent
+// while the stream has no leader gets no answer.
+const leaderAttempt = 2 * time.Second
 
 // LoadAtLeast implements store.EventStore: batched direct gets, then, if they stop short of
 // atLeast, gets from the stream's leader for the rest. A history that does not read back whole
@@ -64,12 +85,21 @@ func (s *Store) loadFrom(ctx context.Context, runID string, after, atLeast, star
 // scan feeds r the run's messages from stream sequence start on: batched direct gets, then
 // gets from the stream's leader while r has not read up to sequence atLeast, or has met a
 // message that does not read (a later repair, which a lagging replica may lack, could void it).
+//
+// A batch ends at its end-of-batch marker, or silently at its context's deadline (the batch
+// reader takes a timeout for the end): one that ran out of time is read on from where it
+// stopped, never taken for the end of the run. A leader elected a moment ago may not hold the
+// newest commits yet, and while the lead moves there is none: it is asked again, up to
+// leaderCatchUp. A leader that holds nothing of a run of which nothing was read is taken at its
+// word at once: the run does not exist.
 func (s *Store) scan(ctx context.Context, r *reader, start, atLeast uint64) error {
 	subject := streams.HistorySubject(r.runID)
-	for {
-		msgs, err := jetstreamext.GetBatch(ctx, s.js, streams.History, loadBatch,
+	for cutEmpty := 0; ; {
+		bctx, cancel := context.WithTimeout(ctx, batchTimeout)
+		msgs, err := jetstreamext.GetBatch(bctx, s.js, streams.History, loadBatch,
 			jetstreamext.GetBatchSeq(start), jetstreamext.GetBatchSubject(subject))
 		if err != nil {
+			cancel()
 			return fmt.Errorf("reading run %q: %w", r.runID, err)
 		}
 		n := 0
@@ -78,31 +108,60 @@ func (s *Store) scan(ctx context.Context, r *reader, start, atLeast uint64) erro
 				break
 			}
 			if err != nil {
+				cancel()
 				return fmt.Errorf("reading run %q: %w", r.runID, err)
 			}
 			n++
 			start = m.Sequence + 1
 			if err := r.add(m); err != nil {
+				cancel()
 				return err
 			}
 		}
-		if n < loadBatch {
+		cut := bctx.Err() != nil
+		cancel()
+		if ctx.Err() != nil {
+			return fmt.Errorf("reading run %q: %w", r.runID, ctx.Err())
+		}
+		if cut && n == 0 {
+			if cutEmpty++; cutEmpty == maxCutBatches {
+				return fmt.Errorf("reading run %q: %d batch reads in a row got no answer within %s", r.runID, cutEmpty, batchTimeout)
+			}
+		} else {
+			cutEmpty = 0
+		}
+		if n < loadBatch && !cut {
 			break
 		}
 	}
+	var giveUp time.Time
+	backoff := 5 * time.Millisecond
 	for r.bad != nil || r.seen < atLeast {
 		// A replica answered without the newest commits: read them from the leader.
-		m, err := s.leader.next(ctx, subject, start)
-		if err != nil {
-			return fmt.Errorf("reading run %q from the stream leader: %w", r.runID, err)
+		actx, cancel := context.WithTimeout(ctx, leaderAttempt)
+		m, err := s.leader.next(actx, subject, start)
+		cancel()
+		if err == nil && m != nil {
+			start = m.Sequence + 1
+			if err := r.add(m); err != nil {
+				return err
+			}
+			continue
 		}
-		if m == nil {
-			break
+		if r.bad != nil && err == nil {
+			break // nothing voids the message that did not read
 		}
-		start = m.Sequence + 1
-		if err := r.add(m); err != nil {
-			return err
+		if giveUp.IsZero() {
+			giveUp = time.Now().Add(leaderCatchUp)
 		}
+		if err == nil && r.seen == 0 && r.marks[0].pos == 0 || time.Now().After(giveUp) || ctx.Err() != nil {
+			if err != nil {
+				return fmt.Errorf("reading run %q from the stream leader: %w", r.runID, err)
+			}
+			break // the run has fewer events than asked for
+		}
+		wait.For(ctx, backoff)
+		backoff = min(2*backoff, 250*time.Millisecond)
 	}
 	return nil
 }

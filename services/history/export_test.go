@@ -1,0 +1,13 @@
+package history
+
+import "time"
+
+// SetAwaitPoll sets the period of an await's slow poll, and a function that runs before each
+// read of an await with whether the slow poll asked for it. Call it before Start.
+func (s *Service) SetAwaitPoll(period time.Duration, beforeCheck func(runID string, polled bool)) {
+	s.awaitPoll, s.beforeAwaitCheck = period, beforeCheck
+}
+
+// SetBeforeIndexApply sets a function that runs before the service's copy of the runs index
+// applies an entry: a test slows it down to stand for a watch that lags. Call it before Start.
+func (s *Service) SetBeforeIndexApply(fn func()) { s.beforeIndexApply = fn }
