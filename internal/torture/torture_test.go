@@ -1,0 +1,135 @@
+package torture
+
+import (
+	"flag"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+var (
+	flagDuration  = flag.Duration("torture.duration", 2*time.Minute, "run sequences until this much time has passed (at least one)")
+	flagSeed      = flag.Uint64("torture.seed", 0, "the seed of the sequences; 0 picks one from the clock (printed)")
+	flagSeq       = flag.Int("torture.seq", -1, "run only sequence N of the seed (with -torture.seed, to reproduce a failure)")
+	flagKeep      = flag.String("torture.keep", "", "run only these operations of the sequence (comma-separated indices, as a shrunk failure prints them)")
+	flagReplicas  = flag.Int("torture.replicas", 1, "1: one embedded server; 3: a three-node cluster at R3")
+	flagProcesses = flag.Bool("torture.processes", false, "run the services as processes and kill them with SIGKILL")
+	flagOps       = flag.Int("torture.ops", DefaultOps, "operations per sequence")
+	flagExclude   = flag.String("torture.exclude", "", "leave out operations of these kinds (comma-separated, e.g. reset,kill): to explore past a known bug")
+	flagShrink    = flag.Duration("torture.shrink", 3*time.Minute, "how long to spend shrinking the failures of a run")
+	flagDebug     = flag.Bool("torture.debug", false, "log every answer and every run's events after each sequence")
+	flagSettle    = flag.Duration("torture.settle", 90*time.Second, "how long a sequence may take to settle: the bound within which every run must progress")
+)
+
+// TestTorture runs random sequences of operations against a stack, with faults and kills,
+// and checks the invariants after each (see doc.go). It fails with the shrunk sequence of
+// each distinct violation it found.
+func TestTorture(t *testing.T) {
+	seed := *flagSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	cfg := Config{Replicas: *flagReplicas, Processes: *flagProcesses, SettleBound: *flagSettle, Logf: t.Logf, Debug: *flagDebug,
+		Gen: GenConfig{Ops: *flagOps, Exclude: map[Kind]bool{}}}
+	for _, k := range strings.Split(*flagExclude, ",") {
+		if k = strings.TrimSpace(k); k != "" {
+			if !slices.Contains(Kinds, Kind(k)) {
+				t.Fatalf("-torture.exclude: %q is not a kind of operation; kinds: %v", k, Kinds)
+			}
+			cfg.Gen.Exclude[Kind(k)] = true
+		}
+	}
+	var keep []int
+	for _, s := range strings.Split(*flagKeep, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			i, err := strconv.Atoi(s)
+			if err != nil {
+				t.Fatalf("-torture.keep: %q is not an operation index", s)
+			}
+			keep = append(keep, i)
+		}
+	}
+	t.Logf("torture: seed %d, replicas %d, processes %v, %d operations per sequence, excluded %v", seed, cfg.Replicas, cfg.Processes, *flagOps, *flagExclude)
+
+	start := time.Now()
+	shrinkUntil := time.Time{}
+	var (
+		sequences, ops, faults, kills, violations int
+		failures                                  []string
+		seen                                      [][]Invariant
+	)
+	first := max(*flagSeq, 0)
+	for n := first; ; n++ {
+		if n > first && (*flagSeq >= 0 || time.Since(start) > *flagDuration) {
+			break
+		}
+		generated := Generate(seed, n, cfg.Gen)
+		seqOps, seqKeep := Select(generated, keep)
+		var res Result
+		t.Run(fmt.Sprintf("seq-%d", n), func(t *testing.T) { res = RunSequence(t, cfg, seed, n, seqOps, seqKeep) })
+		sequences++
+		ops += len(res.Ops)
+		faults += res.Faults
+		kills += res.Kills + res.Died
+		violations += len(res.Violations)
+		if res.Err != nil {
+			failures = append(failures, fmt.Sprintf("harness error: %s\n%s", res.Err, res.Report(len(res.Ops))))
+			continue
+		}
+		if len(res.Violations) == 0 {
+			continue
+		}
+		invs := res.Invariants()
+		if slices.ContainsFunc(seen, func(s []Invariant) bool { return slices.Equal(s, invs) }) {
+			failures = append(failures, fmt.Sprintf("(the same invariants as a failure above, not shrunk)\n%s", res.Report(len(res.Ops))))
+			continue
+		}
+		seen = append(seen, invs)
+		if shrinkUntil.IsZero() {
+			shrinkUntil = time.Now().Add(*flagShrink)
+		}
+		failures = append(failures, shrinkFailure(t, cfg, res, generated, shrinkUntil))
+	}
+	t.Logf("torture: %d sequences, %d operations, %d faults armed, %d kills, %d violations in %s (seed %d)",
+		sequences, ops, faults, kills, violations, time.Since(start).Round(time.Second), seed)
+	for _, f := range failures {
+		t.Error(f)
+	}
+}
+
+// shrinkFailure shrinks a failing result to the shortest sequence found that violates its
+// first invariant, and returns the report of that sequence.
+func shrinkFailure(t *testing.T, cfg Config, res Result, generated []Op, until time.Time) string {
+	target := res.Violations[0].Invariant
+	best := res
+	tries := 0
+	keep := Shrink(res.Keep, func(cand []int) bool {
+		tries++
+		ops, _ := Select(generated, cand)
+		var r Result
+		t.Run(fmt.Sprintf("shrink-%d-%d", res.N, tries), func(t *testing.T) { r = RunSequence(t, cfg, res.Seed, res.N, ops, cand) })
+		if r.Err == nil && slices.Contains(r.Invariants(), target) {
+			best = r
+			return true
+		}
+		return false
+	}, until)
+	best.Keep = keep
+	t.Logf("torture: shrinking sequence %d for %s took %d runs: %d -> %d operations", res.N, target, tries, len(res.Ops), len(best.Ops))
+	if len(best.Ops) == len(res.Ops) {
+		return fmt.Sprintf("violated %s (not shrunk)\n%s", target, res.Report(len(res.Ops)))
+	}
+	return fmt.Sprintf("violated %s\n%s\nthe sequence as generated:\n%s", target, best.Report(len(res.Ops)), res.Report(len(res.Ops)))
+}
+
+func TestMain(m *testing.M) {
+	if role := os.Getenv(envRole); role != "" {
+		runChild(role)
+		return
+	}
+	os.Exit(m.Run())
+}
