@@ -613,3 +613,70 @@ func (c *Checker) index() {
 }
 
 var endedStatuses = []string{"completed", "failed", "cancelled", "continued_as_new"}
+
+// Describe returns, for each run named by the violations, its events (with the time each
+// commit was stored) and the derived state the buckets hold for it: the material of a
+// diagnosis.
+func (c *Checker) Describe(vs []Violation) string {
+	var keys []string
+	for _, v := range vs {
+		for _, k := range v.Runs {
+			if !slices.Contains(keys, k) {
+				keys = append(keys, k)
+			}
+		}
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		r := c.Runs[k]
+		if r == nil {
+			r = c.latest(k)
+		}
+		if r == nil {
+			fmt.Fprintf(&b, "run %s: no history\n", k)
+			continue
+		}
+		fmt.Fprintf(&b, "run %s (definition %s, created %s", r.Key(), r.Def, r.Created.Format(timeFormat))
+		if r.Control != nil {
+			fmt.Fprintf(&b, ", control %s", r.Control.Describe())
+		}
+		if r.Tombstone != nil {
+			fmt.Fprintf(&b, ", deleted at %s, purged %v, archive %q", r.Tombstone.At.Format(timeFormat), r.Tombstone.Purged, r.Tombstone.Archive)
+		}
+		b.WriteString("):\n")
+		for _, e := range r.Events {
+			stored := "(from the archive)"
+			if t, ok := r.Stored[e.Seq]; ok {
+				stored = "stored " + t.Format(timeFormat)
+			}
+			p, _ := json.Marshal(e.Payload)
+			if len(p) > 160 {
+				p = append(p[:157], "..."...)
+			}
+			fmt.Fprintf(&b, "  %3d %s %s %-22s %s\n", e.Seq, e.Time.Format(timeFormat), stored, e.Type(), p)
+		}
+		if e, ok := c.State.Index[r.ID]; ok {
+			fmt.Fprintf(&b, "  index: %s at seq %d", e.Status, e.Seq)
+			if e.Deleted != nil {
+				b.WriteString(" (tombstone)")
+			}
+			b.WriteString("\n")
+		}
+		for group, holders := range c.State.Holders {
+			if key, ok := holders[r.ID]; ok {
+				fmt.Fprintf(&b, "  holds a slot of %s (key %q)\n", group, key)
+			}
+			if r.Control != nil && strings.HasSuffix(group, "."+r.Control.Group) {
+				fmt.Fprintf(&b, "  %s holders: %v\n", group, holders)
+			}
+		}
+		if c.State.Queue[r.ID] {
+			b.WriteString("  listed in FLOW_QUEUE\n")
+		}
+		if ts := c.State.Timers[r.ID]; len(ts) > 0 {
+			fmt.Fprintf(&b, "  timers: %v\n", ts)
+		}
+	}
+	return b.String()
+}

@@ -30,7 +30,7 @@ func AllPoints() []fault.Point { return fault.All() }
 // weights are the relative frequencies of the kinds.
 var weights = map[Kind]int{
 	KindStart: 22, KindSignal: 9, KindUpdate: 8, KindUpdateWithStart: 3, KindSignalWithStart: 3, KindQuery: 2,
-	KindCancel: 4, KindTerminate: 3, KindPauseRun: 4, KindPauseDef: 2, KindReset: 9, KindBatch: 2,
+	KindCancel: 4, KindTerminate: 3, KindPauseRun: 4, KindPauseDef: 2, KindReset: 7, KindBatch: 2,
 	KindSchedule: 3, KindTrigger: 4, KindBackfill: 2, KindSchedulePause: 1, KindScheduleDelete: 1,
 	KindFault: 5, KindKill: 3, KindWait: 10,
 }

@@ -60,6 +60,8 @@ type Result struct {
 	Died       int
 	Kills      int
 	Violations []Violation
+	// Diagnosis describes the runs the violations name: their events and derived state.
+	Diagnosis string
 	// Err is set when the harness itself failed (a stack that would not start).
 	Err      error
 	Duration time.Duration
@@ -108,6 +110,9 @@ func (r Result) Report(shrunkFrom int) string {
 		for _, v := range r.Violations {
 			fmt.Fprintf(&b, "  - %s\n", v)
 		}
+	}
+	if r.Diagnosis != "" {
+		fmt.Fprintf(&b, "diagnosis:\n%s", r.Diagnosis)
 	}
 	return b.String()
 }
@@ -168,6 +173,9 @@ func RunSequence(t testing.TB, cfg Config, seed uint64, n int, ops []Op, keep []
 	if len(s.Unsettled) > 0 {
 		res.Violations = append(res.Violations, Violation{Invariant: InvStranded,
 			Detail: fmt.Sprintf("the stack did not settle within %s: %s", cfg.SettleBound, strings.Join(s.Unsettled, "; "))})
+	}
+	if len(res.Violations) > 0 {
+		res.Diagnosis = fmt.Sprintf("answers:\n%s%s", formatAcks(x.Ledger().Acks()), c.Describe(res.Violations))
 	}
 	if cfg.Debug {
 		cfg.Logf("answers:\n%s\nruns:\n%s", formatAcks(x.Ledger().Acks()), formatRuns(s.Runs))

@@ -123,6 +123,7 @@ func shrinkFailure(t *testing.T, cfg Config, res Result, generated []Op, until t
 	if len(best.Ops) == len(res.Ops) {
 		return fmt.Sprintf("violated %s (not shrunk)\n%s", target, res.Report(len(res.Ops)))
 	}
+	res.Diagnosis = ""
 	return fmt.Sprintf("violated %s\n%s\nthe sequence as generated:\n%s", target, best.Report(len(res.Ops)), res.Report(len(res.Ops)))
 }
 

@@ -172,7 +172,8 @@ func script(ctx *flow.Context, in In) (flow.Decision, error) {
 		if ok {
 			return ctx.CompleteUpdate(u.ID, out), nil
 		}
-		return ctx.ScheduleStep(id, "rec", stepInput{Flaky: false}, flow.WithRetry(stepRetry)), nil
+		// The update's step takes a while, so that operations meet the update while it is open.
+		return ctx.ScheduleStep(id, "rec", stepInput{SleepMs: slowUpdateMs}, flow.WithRetry(stepRetry)), nil
 	}
 	for i := range in.Steps {
 		id := fmt.Sprintf("s%d", i)
@@ -204,15 +205,27 @@ func script(ctx *flow.Context, in In) (flow.Decision, error) {
 }
 
 type stepInput struct {
-	Flaky bool `json:"flaky,omitempty"`
+	Flaky   bool `json:"flaky,omitempty"`
+	SleepMs int  `json:"sleep_ms,omitempty"`
 }
+
+// slowUpdateMs is how long the step serving a "slow" update takes.
+const slowUpdateMs = 500
 
 var errFlaky = errors.New("torture: a flaky step's first attempt fails")
 
-// rec is the step of every script: it fails its first attempt when asked to, and returns its
-// idempotency key, so that a run's output names the runs and steps that produced it.
+// rec is the step of every script: it takes SleepMs, fails its first attempt when asked to, and
+// returns its idempotency key, so that a run's output names the runs and steps that produced
+// it.
 func rec(ctx context.Context, in stepInput) (string, error) {
 	info, _ := flow.StepInfoFrom(ctx)
+	if in.SleepMs > 0 {
+		select {
+		case <-time.After(time.Duration(in.SleepMs) * time.Millisecond):
+		case <-ctx.Done():
+			return "", ctx.Err()
+		}
+	}
 	if in.Flaky && info.Attempt == 1 {
 		return "", errFlaky
 	}
