@@ -61,9 +61,25 @@ func settle(ctx context.Context, js jetstream.JetStream, tap *Tap, ledger *Ledge
 func obligations(runs map[string]*Run, ledger *Ledger, now time.Time) map[string]string {
 	out := map[string]string{}
 	free := func(r *Run) bool { return slotFree(runs, r, now) }
+	exists := map[string]bool{}
+	for _, r := range runs {
+		exists[r.ID] = true
+	}
 	for k, r := range runs {
 		if o := r.Obligation(now, ledger.DefPaused(r.Def), free); o != "" {
 			out[k] = o
+			continue
+		}
+		// The runs a run's history says exist must exist: its successor, its children.
+		if r.Successor != "" && !exists[r.Successor] {
+			out[k] = fmt.Sprintf("continued as new as run %s, which was never started", r.Successor)
+		}
+		if !r.Ended() {
+			for id, c := range r.Children {
+				if !c.Settled && c.RunID != "" && !exists[c.RunID] {
+					out[k] = fmt.Sprintf("waits for child %s, whose run %s was never started", id, c.RunID)
+				}
+			}
 		}
 	}
 	return out
