@@ -36,7 +36,7 @@ SERIAL_LIST = $(foreach p,$(SERIAL_PKGS),-e github.com/flowrun/flow/$(patsubst .
 # make torture's variables as the torture test's flags (internal/torture/doc.go).
 TORTURE_ARGS = -torture.duration=$(or $(DURATION),30m) -torture.replicas=$(or $(REPLICAS),1) \
 	-torture.processes=$(if $(filter 0,$(PROCESSES)),false,true) $(if $(SEED),-torture.seed=$(SEED)) \
-	$(if $(SEQ),-torture.seq=$(SEQ)) $(if $(KEEP),-torture.keep=$(KEEP)) $(if $(EXCLUDE),-torture.exclude=$(EXCLUDE)) $(TORTURE_FLAGS)
+	-torture.shrinkn=$(or $(SHRINKN),6) $(if $(SEQ),-torture.seq=$(SEQ)) $(if $(KEEP),-torture.keep=$(KEEP)) $(if $(EXCLUDE),-torture.exclude=$(EXCLUDE)) $(TORTURE_FLAGS)
 
 .PHONY: torture
 torture: ## Run the randomized interaction test: DURATION=30m, SEED, REPLICAS=1 or 3, PROCESSES=0 (in process, no SIGKILL), EXCLUDE=kind,...

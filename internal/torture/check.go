@@ -338,6 +338,14 @@ func (c *Checker) inputs() {
 				c.add(InvExactlyOnce, fmt.Sprintf("op %d: signal delivery %q, acknowledged as taken by run %s, is in its history %d times",
 					a.Op, a.ID, a.Run, n), a.Run)
 			}
+			// Other histories may hold it only as copies: a reset of the run copies and
+			// reapplies its inputs, and passes on those that arrive meanwhile.
+			for _, o := range c.sorted() {
+				if o.Deliveries[a.ID] > 0 && Family(o.ID) != Family(a.Run) {
+					c.add(InvExactlyOnce, fmt.Sprintf("op %d: signal delivery %q, acknowledged as taken by run %s, is also in run %s",
+						a.Op, a.ID, a.Run, o.Key()), a.Run, o.Key())
+				}
+			}
 		case KindStart:
 			if c.latest(a.Run) == nil {
 				c.add(InvExactlyOnce, fmt.Sprintf("op %d: the start of %s was answered with run %s, which has no history", a.Op, a.Asked, a.Run), a.Run)

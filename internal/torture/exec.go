@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -344,10 +345,29 @@ func (x *Executor) update(a Ack, call func(context.Context) (*flow.UpdateOutcome
 	})
 }
 
-// Finale ends a sequence's inputs: it deletes the schedules (so that no new runs start while
-// the sequence settles) and disarms the faults.
+// scheduleLife is how long the schedules live after the last operation on them: long enough
+// for a slot or two to come.
+const scheduleLife = 3 * time.Second
+
+// Finale ends a sequence's inputs: it lets the schedules act for a while, deletes them (so that
+// no new runs start while the sequence settles) and disarms the faults.
 func (x *Executor) Finale(ctx context.Context) {
 	x.stack.DisarmAll()
+	var last time.Time
+	for _, a := range x.ledger.Acks() {
+		switch a.Kind {
+		case KindSchedule, KindTrigger, KindBackfill, KindSchedulePause:
+			if a.At.After(last) {
+				last = a.At
+			}
+		}
+	}
+	if live := slices.ContainsFunc(x.ledger.Schedules(), func(s ScheduleEpoch) bool { return s.Deleted.IsZero() }); live {
+		select {
+		case <-time.After(time.Until(last.Add(scheduleLife))):
+		case <-ctx.Done():
+		}
+	}
 	for _, s := range x.ledger.Schedules() {
 		if !s.Deleted.IsZero() {
 			continue

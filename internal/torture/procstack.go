@@ -46,6 +46,7 @@ type processes struct {
 	armed    map[string]string // role -> FLOW_FAULTS of its process
 	kills    int               // deliberate kills
 	died     int               // processes that died at an armed point
+	started  int               // processes started, to name them
 	broken   error
 	stopped  bool
 }
@@ -102,7 +103,11 @@ func (s *processes) start(role, faults string) error {
 	if faults != "" {
 		env = append(env, fault.EnvVar+"="+faults)
 	}
-	c, err := proctest.Start(s.t, proctest.Options{Name: role, Env: env, LogDir: s.logDir})
+	s.mu.Lock()
+	s.started++
+	name := fmt.Sprintf("%s-%d", role, s.started)
+	s.mu.Unlock()
+	c, err := proctest.Start(s.t, proctest.Options{Name: name, Env: env, LogDir: s.logDir})
 	if err != nil {
 		return fmt.Errorf("starting the %s: %w", role, err)
 	}

@@ -20,7 +20,8 @@ var (
 	flagProcesses = flag.Bool("torture.processes", false, "run the services as processes and kill them with SIGKILL")
 	flagOps       = flag.Int("torture.ops", DefaultOps, "operations per sequence")
 	flagExclude   = flag.String("torture.exclude", "", "leave out operations of these kinds (comma-separated, e.g. reset,kill): to explore past a known bug")
-	flagShrink    = flag.Duration("torture.shrink", 3*time.Minute, "how long to spend shrinking the failures of a run")
+	flagShrink    = flag.Duration("torture.shrink", 2*time.Minute, "how long to spend shrinking each failure, after the run")
+	flagShrinkN   = flag.Int("torture.shrinkn", 2, "how many failures (with distinct violated invariants) to shrink")
 	flagDebug     = flag.Bool("torture.debug", false, "log every answer and every run's events after each sequence")
 	flagSettle    = flag.Duration("torture.settle", 90*time.Second, "how long a sequence may take to settle: the bound within which every run must progress")
 )
@@ -56,19 +57,17 @@ func TestTorture(t *testing.T) {
 	t.Logf("torture: seed %d, replicas %d, processes %v, %d operations per sequence, excluded %v", seed, cfg.Replicas, cfg.Processes, *flagOps, *flagExclude)
 
 	start := time.Now()
-	shrinkUntil := time.Time{}
 	var (
 		sequences, ops, faults, kills, violations int
-		failures                                  []string
-		seen                                      [][]Invariant
+		failures                                  []Result
+		reports                                   []string
 	)
 	first := max(*flagSeq, 0)
 	for n := first; ; n++ {
 		if n > first && (*flagSeq >= 0 || time.Since(start) > *flagDuration) {
 			break
 		}
-		generated := Generate(seed, n, cfg.Gen)
-		seqOps, seqKeep := Select(generated, keep)
+		seqOps, seqKeep := Select(Generate(seed, n, cfg.Gen), keep)
 		var res Result
 		t.Run(fmt.Sprintf("seq-%d", n), func(t *testing.T) { res = RunSequence(t, cfg, seed, n, seqOps, seqKeep) })
 		sequences++
@@ -76,28 +75,33 @@ func TestTorture(t *testing.T) {
 		faults += res.Faults
 		kills += res.Kills + res.Died
 		violations += len(res.Violations)
-		if res.Err != nil {
-			failures = append(failures, fmt.Sprintf("harness error: %s\n%s", res.Err, res.Report(len(res.Ops))))
-			continue
+		switch {
+		case res.Err != nil:
+			reports = append(reports, fmt.Sprintf("harness error: %s\n%s", res.Err, res.Report(len(res.Ops))))
+		case len(res.Violations) > 0:
+			failures = append(failures, res)
 		}
-		if len(res.Violations) == 0 {
-			continue
-		}
-		invs := res.Invariants()
-		if slices.ContainsFunc(seen, func(s []Invariant) bool { return slices.Equal(s, invs) }) {
-			failures = append(failures, fmt.Sprintf("(the same invariants as a failure above, not shrunk)\n%s", res.Report(len(res.Ops))))
-			continue
-		}
-		seen = append(seen, invs)
-		if shrinkUntil.IsZero() {
-			shrinkUntil = time.Now().Add(*flagShrink)
-		}
-		failures = append(failures, shrinkFailure(t, cfg, res, generated, shrinkUntil))
 	}
 	t.Logf("torture: %d sequences, %d operations, %d faults armed, %d kills, %d violations in %s (seed %d)",
 		sequences, ops, faults, kills, violations, time.Since(start).Round(time.Second), seed)
-	for _, f := range failures {
-		t.Error(f)
+
+	// Shrink the first failure of each distinct set of violated invariants, up to
+	// -torture.shrinkn of them; report the others as they are.
+	var shrunk [][]Invariant
+	for _, res := range failures {
+		invs := res.Invariants()
+		switch {
+		case slices.ContainsFunc(shrunk, func(s []Invariant) bool { return slices.Equal(s, invs) }):
+			reports = append(reports, fmt.Sprintf("(violates the invariants of a failure above)\n%s", res.Report(len(res.Ops))))
+		case len(shrunk) < *flagShrinkN && *flagShrink > 0:
+			shrunk = append(shrunk, invs)
+			reports = append(reports, shrinkFailure(t, cfg, res, Generate(seed, res.N, cfg.Gen), time.Now().Add(*flagShrink)))
+		default:
+			reports = append(reports, fmt.Sprintf("(not shrunk)\n%s", res.Report(len(res.Ops))))
+		}
+	}
+	for _, r := range reports {
+		t.Error(r)
 	}
 }
 
