@@ -21,7 +21,7 @@ var (
 	flagOps       = flag.Int("torture.ops", DefaultOps, "operations per sequence")
 	flagExclude   = flag.String("torture.exclude", "", "leave out operations of these kinds (comma-separated, e.g. reset,kill): to explore past a known bug")
 	flagShrink    = flag.Duration("torture.shrink", 2*time.Minute, "how long to spend shrinking each failure, after the run")
-	flagShrinkN   = flag.Int("torture.shrinkn", 2, "how many failures (with distinct violated invariants) to shrink")
+	flagShrinkN   = flag.Int("torture.shrinkn", 1, "how many failures (with distinct violated invariants) to shrink")
 	flagDebug     = flag.Bool("torture.debug", false, "log every answer and every run's events after each sequence")
 	flagSettle    = flag.Duration("torture.settle", 90*time.Second, "how long a sequence may take to settle: the bound within which every run must progress")
 )
