@@ -65,6 +65,9 @@ func (v Violation) String() string {
 	return fmt.Sprintf("%s [%s]: %s", v.Invariant, strings.Join(v.Runs, ", "), v.Detail)
 }
 
+// timerGrace is how long past its due time a moot timer may stay before it counts as left.
+const timerGrace = 5 * time.Second
+
 // Checker asserts the invariants over the runs, the buckets and the ledger.
 type Checker struct {
 	Runs   map[string]*Run
@@ -74,6 +77,8 @@ type Checker struct {
 	TapErrors []string
 	// Stranded are the obligations left when the settle bound passed, by run key.
 	Stranded map[string]string
+	// Now is when the state was read.
+	Now time.Time
 
 	out []Violation
 }
@@ -303,9 +308,21 @@ func (c *Checker) leaks() {
 			c.add(InvSlotLeak, fmt.Sprintf("the admission queue lists run %s, which was admitted at %s", run, r.AdmittedAt.Format(timeFormat)), r.Key())
 		}
 	}
-	for run, keys := range c.State.Timers {
-		if r := c.latest(run); r != nil && r.Ended() {
-			c.add(InvTimerLeak, fmt.Sprintf("timers %v of run %s, which ended (%s at %s)", keys, run, r.EndType, r.End.Format(timeFormat)), r.Key())
+	for run, timers := range c.State.Timers {
+		r := c.latest(run)
+		if r == nil || !r.Ended() {
+			continue
+		}
+		// A timer of an ended run is moot: fired when due, it is deleted. The settle waited
+		// for every entry to fall due.
+		var left []TimerEntry
+		for _, t := range timers {
+			if t.Due.Before(c.Now.Add(-timerGrace)) {
+				left = append(left, t)
+			}
+		}
+		if len(left) > 0 {
+			c.add(InvTimerLeak, fmt.Sprintf("timers %v of run %s are left, although it ended (%s at %s)", left, run, r.EndType, r.End.Format(timeFormat)), r.Key())
 		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -24,8 +25,8 @@ type State struct {
 	Holders map[string]map[string]string
 	// Queue lists the runs waiting for admission.
 	Queue map[string]bool
-	// Timers lists the timer entries by run ID (their keys).
-	Timers map[string][]string
+	// Timers lists the timer entries by run ID.
+	Timers map[string][]TimerEntry
 	// Damaged lists the quarantined runs and why.
 	Damaged map[string]string
 	// Batches lists the batch jobs and their states.
@@ -33,6 +34,14 @@ type State struct {
 	// Pending and AckPending are the history service consumer's.
 	Pending, AckPending uint64
 }
+
+// TimerEntry is a FLOW_TIMERS entry: its key and when it is due.
+type TimerEntry struct {
+	Key string
+	Due time.Time
+}
+
+func (t TimerEntry) String() string { return t.Key + " due " + t.Due.Format(timeFormat) }
 
 // IndexEntry is the part of a runs index entry the checker reads.
 type IndexEntry struct {
@@ -45,7 +54,7 @@ type IndexEntry struct {
 // ReadState reads the buckets.
 func ReadState(ctx context.Context, js jetstream.JetStream) (*State, error) {
 	st := &State{Index: map[string]IndexEntry{}, Archives: map[string][]event.Envelope{}, Holders: map[string]map[string]string{},
-		Queue: map[string]bool{}, Timers: map[string][]string{}, Damaged: map[string]string{}, Batches: map[string]string{}}
+		Queue: map[string]bool{}, Timers: map[string][]TimerEntry{}, Damaged: map[string]string{}, Batches: map[string]string{}}
 	err := eachEntry(ctx, js, streams.RunsBucket, func(key string, v []byte) error {
 		var e IndexEntry
 		if err := json.Unmarshal(v, &e); err != nil {
@@ -83,12 +92,13 @@ func ReadState(ctx context.Context, js jetstream.JetStream) (*State, error) {
 	if err == nil {
 		err = eachEntry(ctx, js, streams.TimersBucket, func(key string, v []byte) error {
 			var t struct {
-				RunID string `json:"run_id"`
+				RunID string    `json:"run_id"`
+				Due   time.Time `json:"due"`
 			}
 			if err := json.Unmarshal(v, &t); err != nil {
 				return fmt.Errorf("timer entry %s: %w", key, err)
 			}
-			st.Timers[t.RunID] = append(st.Timers[t.RunID], key)
+			st.Timers[t.RunID] = append(st.Timers[t.RunID], TimerEntry{Key: key, Due: t.Due})
 			return nil
 		})
 	}

@@ -12,8 +12,10 @@ import (
 
 // Settled is the state a sequence settled into (or was left in when the settle bound passed).
 type Settled struct {
-	Runs      map[string]*Run
-	State     *State
+	Runs  map[string]*Run
+	State *State
+	// At is when the state was read.
+	At        time.Time
 	TapErrors []string
 	// Stranded are the runs' obligations left at the bound, by run key; Unsettled says what
 	// else kept the stack busy then.
@@ -38,7 +40,7 @@ func settle(ctx context.Context, js jetstream.JetStream, tap *Tap, ledger *Ledge
 		}
 		now := time.Now()
 		runs := BuildRuns(commits, st.Tombstones(), st.Archives)
-		s := &Settled{Runs: runs, State: st, TapErrors: tapErrs, Stranded: obligations(runs, ledger, now)}
+		s := &Settled{Runs: runs, State: st, At: now, TapErrors: tapErrs, Stranded: obligations(runs, ledger, now)}
 		s.Unsettled = busy(runs, st, now)
 		if q := tap.Quiet(); q < quiet {
 			s.Unsettled = append(s.Unsettled, fmt.Sprintf("FLOW_HISTORY was written %s ago", q.Round(time.Millisecond)))
@@ -129,6 +131,13 @@ func slotFree(runs map[string]*Run, r *Run, now time.Time) bool {
 // batch jobs running.
 func busy(runs map[string]*Run, st *State, now time.Time) []string {
 	var out []string
+	for run, timers := range st.Timers {
+		for _, t := range timers {
+			if now.Before(t.Due.Add(timerGrace)) {
+				out = append(out, fmt.Sprintf("run %s's timer entry %s", run, t))
+			}
+		}
+	}
 	if st.Pending > 0 || st.AckPending > 0 {
 		out = append(out, fmt.Sprintf("the history service has %d commits to read and %d unacknowledged", st.Pending, st.AckPending))
 	}

@@ -168,7 +168,7 @@ func RunSequence(t testing.TB, cfg Config, seed uint64, n int, ops []Op, keep []
 	x.StopWaiting()
 	res.Faults = x.faults
 	res.Died, res.Kills = stack.Counts()
-	c := &Checker{Runs: s.Runs, State: s.State, Ledger: x.Ledger(), TapErrors: s.TapErrors, Stranded: s.Stranded}
+	c := &Checker{Runs: s.Runs, State: s.State, Ledger: x.Ledger(), TapErrors: s.TapErrors, Stranded: s.Stranded, Now: s.At}
 	res.Violations = c.Check()
 	if len(s.Unsettled) > 0 {
 		res.Violations = append(res.Violations, Violation{Invariant: InvStranded,
