@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/stretchr/testify/require"
 )
 
 var (
@@ -137,4 +139,32 @@ func TestMain(m *testing.M) {
 		return
 	}
 	os.Exit(m.Run())
+}
+
+var flagScenario = flag.String("torture.scenario", "", "run the scenario of this name (scenarios.go), or all of them with \"all\"; TestScenario is skipped without it")
+
+// TestScenario runs the hand-written reproductions of the torture's findings, and reports the
+// invariants each violates. It fails while a finding stands.
+func TestScenario(t *testing.T) {
+	if *flagScenario == "" {
+		t.Skip("no -torture.scenario: the findings' reproductions run on request")
+	}
+	ran := 0
+	for _, sc := range Scenarios {
+		if *flagScenario != "all" && *flagScenario != sc.Name {
+			continue
+		}
+		ran++
+		t.Run(sc.Name, func(t *testing.T) {
+			cfg := Config{Processes: sc.Processes || *flagProcesses, Replicas: *flagReplicas, SettleBound: scenarioWait, Logf: t.Logf, Debug: *flagDebug}
+			res := RunSequence(t, cfg, 0, 0, sc.Ops, nil)
+			require.NoError(t, res.Err)
+			if len(res.Violations) > 0 {
+				t.Errorf("%s (%s): violates %v (expected while it stands: %s)\n%s", sc.Name, sc.Finding, res.Invariants(), sc.Want, res.Report(len(sc.Ops)))
+			}
+		})
+	}
+	if ran == 0 {
+		t.Fatalf("-torture.scenario: no scenario %q", *flagScenario)
+	}
 }

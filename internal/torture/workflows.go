@@ -163,7 +163,9 @@ var stepRetry = flow.RetryPolicy{MaxAttempts: 3, InitialInterval: 50 * time.Mill
 
 // script is every torture workflow: it follows its input (In).
 func script(ctx *flow.Context, in In) (flow.Decision, error) {
-	for _, u := range ctx.OpenUpdates() {
+	// The oldest open update first: its step, then its completion.
+	if open := ctx.OpenUpdates(); len(open) > 0 {
+		u := open[0]
 		id := "u-" + u.ID
 		out, ok, err := flow.Output[string](ctx, id)
 		if err != nil {
