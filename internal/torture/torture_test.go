@@ -59,6 +59,16 @@ func TestTorture(t *testing.T) {
 	t.Logf("torture: seed %d, replicas %d, processes %v, %d operations per sequence, excluded %v", seed, cfg.Replicas, cfg.Processes, *flagOps, *flagExclude)
 
 	start := time.Now()
+	// Stop exploring, and shrinking, well before the test binary's deadline (-timeout): a
+	// timeout would lose every report.
+	end := start.Add(*flagDuration)
+	deadline, hasDeadline := t.Deadline()
+	if hasDeadline {
+		deadline = deadline.Add(-time.Duration(*flagOps)*20*time.Second - 3**flagSettle)
+		if end.After(deadline) {
+			end = deadline
+		}
+	}
 	var (
 		sequences, ops, faults, kills, violations int
 		failures                                  []Result
@@ -66,7 +76,7 @@ func TestTorture(t *testing.T) {
 	)
 	first := max(*flagSeq, 0)
 	for n := first; ; n++ {
-		if n > first && (*flagSeq >= 0 || time.Since(start) > *flagDuration) {
+		if n > first && (*flagSeq >= 0 || time.Now().After(end)) {
 			break
 		}
 		seqOps, seqKeep := Select(Generate(seed, n, cfg.Gen), keep)
@@ -82,6 +92,7 @@ func TestTorture(t *testing.T) {
 			reports = append(reports, fmt.Sprintf("harness error: %s\n%s", res.Err, res.Report(len(res.Ops))))
 		case len(res.Violations) > 0:
 			failures = append(failures, res)
+			t.Logf("torture: sequence %d failed (reported again, shrunk, at the end):\n%s", n, res.Report(len(res.Ops)))
 		}
 	}
 	t.Logf("torture: %d sequences, %d operations, %d faults armed, %d kills, %d violations in %s (seed %d)",
@@ -95,7 +106,7 @@ func TestTorture(t *testing.T) {
 		switch {
 		case slices.ContainsFunc(shrunk, func(s []Invariant) bool { return slices.Equal(s, invs) }):
 			reports = append(reports, fmt.Sprintf("(violates the invariants of a failure above)\n%s", res.Report(len(res.Ops))))
-		case len(shrunk) < *flagShrinkN && *flagShrink > 0:
+		case len(shrunk) < *flagShrinkN && *flagShrink > 0 && (!hasDeadline || time.Now().Add(*flagShrink).Before(deadline)):
 			shrunk = append(shrunk, invs)
 			reports = append(reports, shrinkFailure(t, cfg, res, Generate(seed, res.N, cfg.Gen), time.Now().Add(*flagShrink)))
 		default:
