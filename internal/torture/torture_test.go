@@ -64,7 +64,7 @@ func TestTorture(t *testing.T) {
 	end := start.Add(*flagDuration)
 	deadline, hasDeadline := t.Deadline()
 	if hasDeadline {
-		deadline = deadline.Add(-time.Duration(*flagOps)*20*time.Second - 3**flagSettle)
+		deadline = deadline.Add(-2**flagSettle - time.Minute)
 		if end.After(deadline) {
 			end = deadline
 		}
