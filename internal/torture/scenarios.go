@@ -68,6 +68,16 @@ var Scenarios = []Scenario{
 		Reset{Run: "r2", Mode: ResetFirst},
 		Reset{Run: "r2", Mode: ResetFirst, Drop: true},
 	}},
+	{Name: "queued-run-lost-at-history-kill", Finding: "new (N2)", Want: InvStranded, Processes: true, Ops: []Op{
+		// Every service restarts; the history service dies again at its second commit, after
+		// reading it and before applying its consequences.
+		Fault{Point: fault.HistoryBeforeEffects, Every: 2, Times: 2},
+		Start{Run: "r2", Def: DefOldest, In: In{Key: "k1", Steps: 2, Go: true}},
+		Start{Run: "r1", Def: DefQueue, In: In{Key: "k0", Steps: 2, NapMs: 371, Child: true}},
+		Signal{Run: "r1", Name: "go", Delivery: "d9"},
+		Signal{Run: "r2", Name: "go", Delivery: "d10"},
+		Wait{Ms: 1000},
+	}},
 	{Name: "reuse-after-reset", Finding: "new", Want: InvOneLive, Ops: []Op{
 		Start{Run: "r4", Def: DefPlain, In: In{Key: "k0", Go: true}},
 		Wait{Ms: 300},
