@@ -3,7 +3,6 @@ package crashtest
 import (
 	"context"
 	"fmt"
-	"io"
 	"log/slog"
 	"net/url"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/internal/proctest"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
@@ -42,9 +42,6 @@ const (
 	roleNATS = "nats"
 )
 
-// readyFD is the file descriptor on which a child writes a line once it is serving.
-const readyFD = 3
-
 // TestMain runs the tests, or, in a child process, the service the parent asked for.
 func TestMain(m *testing.M) {
 	if role := os.Getenv(envRole); role != "" {
@@ -70,11 +67,7 @@ func runChild(role string) error {
 	// Exit as soon as stdin closes, whatever the service is doing: even while it starts, so that
 	// a child never outlives its parent (a start against the parent's dead NATS server would
 	// otherwise retry until its context ends).
-	go func() {
-		_, _ = io.Copy(io.Discard, os.Stdin)
-		logger.Info("stdin closed; exiting")
-		os.Exit(0)
-	}()
+	proctest.ExitWithStdin(logger)
 	streamsCfg, err := childStreams()
 	if err != nil {
 		return err
@@ -143,11 +136,9 @@ func runChild(role string) error {
 	default:
 		return fmt.Errorf("unknown role %q", role)
 	}
-	ready := os.NewFile(readyFD, "ready")
-	if _, err := fmt.Fprintln(ready, "ready"); err != nil {
-		return fmt.Errorf("signalling readiness: %w", err)
+	if err := proctest.Ready(); err != nil {
+		return err
 	}
-	_ = ready.Close()
 	logger.Info("child ready")
 	select {} // until stdin closes or the parent kills the process
 }

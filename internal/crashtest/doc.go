@@ -6,8 +6,8 @@
 //   - The parent is the ordinary `go test` process. It runs the NATS server embedded
 //     (natstest.RunJetStream), starts runs and reads histories through a flow.Client, and owns
 //     the child processes.
-//   - A child is the same test binary re-executed (os.Args[0]) with FLOW_CRASHTEST_ROLE set to
-//     "worker" or "scheduler". TestMain sees the variable and, instead of running tests, starts a
+//   - A child is the same test binary re-executed (os.Args[0], by package proctest) with
+//     FLOW_CRASHTEST_ROLE set to "worker" or "scheduler". TestMain sees the variable and, instead of running tests, starts a
 //     worker.Worker or scheduler.Scheduler configured through its Config struct from the
 //     environment (FLOW_NATS_URL, FLOW_CRASHTEST_ACK_WAIT, FLOW_CRASHTEST_LEASE_TTL, ...). It
 //     reports readiness on an extra pipe (file descriptor 3) and runs until its stdin closes,

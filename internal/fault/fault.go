@@ -263,6 +263,20 @@ func (f *Injector) Hits(p Point) int {
 	return f.hits[p]
 }
 
+// All returns every point of the package: those of the crash workload and of each feature.
+func All() []Point {
+	var all []Point
+	for _, group := range [][]Point{Points, IngressPoints, StartPolicyPoints, RetentionPoints, ResetPoints, BatchPoints,
+		TimeoutPoints, CancelPoints, PausePoints, SchedulePoints, PayloadPoints} {
+		for _, p := range group {
+			if !slices.Contains(all, p) {
+				all = append(all, p)
+			}
+		}
+	}
+	return all
+}
+
 // EnvVar is the environment variable FromEnv reads.
 const EnvVar = "FLOW_FAULTS"
 
@@ -281,8 +295,7 @@ func FromEnv() (*Injector, error) {
 			return nil, fmt.Errorf("%s: %q is not point:action[:skip[:times]]", EnvVar, arm)
 		}
 		p, action := Point(parts[0]), Action(parts[1])
-		if !slices.Contains(Points, p) && !slices.Contains(IngressPoints, p) &&
-			!slices.Contains(StartPolicyPoints, p) && !slices.Contains(RetentionPoints, p) && !slices.Contains(ResetPoints, p) {
+		if !slices.Contains(All(), p) {
 			return nil, fmt.Errorf("%s: unknown point %q", EnvVar, p)
 		}
 		if action != Fail && action != Kill {

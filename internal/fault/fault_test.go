@@ -41,6 +41,14 @@ func TestFromEnv(t *testing.T) {
 	require.NoError(t, f.Hit(fault.AfterAppendBeforeTask))
 	require.Error(t, f.Hit(fault.TimerPut))
 
+	// Every point of the package may be armed, those of features included.
+	for _, p := range fault.All() {
+		t.Setenv(fault.EnvVar, string(p)+":kill:2")
+		_, err := fault.FromEnv()
+		require.NoError(t, err, p)
+	}
+	require.Contains(t, fault.All(), fault.ScheduleBeforeStart)
+
 	for _, bad := range []string{"nowhere:fail", "timer-put:explode", "timer-put", "timer-put:fail:x"} {
 		t.Setenv(fault.EnvVar, bad)
 		_, err := fault.FromEnv()

@@ -1,0 +1,121 @@
+package torture
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// The CloudEvents headers of a history commit the tap reads (internal/store/jsstore writes
+// them): the sequence of the commit's first event and the number of its events.
+const (
+	headerFirstSeq = "ce-flowseq"
+	headerCount    = "ce-flowcount"
+)
+
+// Commit is one FLOW_HISTORY message as the tap saw it.
+type Commit struct {
+	// StreamSeq is the message's stream sequence, At the time the server stored it.
+	StreamSeq uint64
+	At        time.Time
+	RunID     string
+	// First and Last are the run sequences of its first and last event.
+	First, Last uint64
+	Events      []event.Envelope
+}
+
+// Tap follows FLOW_HISTORY from its first message with an ordered consumer, keeping every
+// commit, so that the checker knows the events of runs that retention later purges. It reads
+// the stream itself, through no Flow code but the event catalogue. It is safe for concurrent
+// use.
+type Tap struct {
+	cc jetstream.ConsumeContext
+
+	mu      sync.Mutex
+	commits []Commit
+	last    time.Time // when the latest message arrived (wall clock), for quiet spells
+	errs    []string
+}
+
+// StartTap starts following FLOW_HISTORY.
+func StartTap(ctx context.Context, js jetstream.JetStream) (*Tap, error) {
+	cons, err := js.OrderedConsumer(ctx, streams.History, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{streams.HistorySubject(">")}, DeliverPolicy: jetstream.DeliverAllPolicy})
+	if err != nil {
+		return nil, fmt.Errorf("torture: tapping %s: %w", streams.History, err)
+	}
+	t := &Tap{last: time.Now()}
+	t.cc, err = cons.Consume(t.add)
+	if err != nil {
+		return nil, fmt.Errorf("torture: tapping %s: %w", streams.History, err)
+	}
+	return t, nil
+}
+
+func (t *Tap) add(m jetstream.Msg) {
+	c, err := decodeCommit(m)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.last = time.Now()
+	if err != nil {
+		t.errs = append(t.errs, err.Error())
+		return
+	}
+	t.commits = append(t.commits, c)
+}
+
+func decodeCommit(m jetstream.Msg) (Commit, error) {
+	md, err := m.Metadata()
+	if err != nil {
+		return Commit{}, fmt.Errorf("message on %s: no metadata: %w", m.Subject(), err)
+	}
+	runID := strings.TrimPrefix(m.Subject(), streams.HistorySubject(""))
+	c := Commit{StreamSeq: md.Sequence.Stream, At: md.Timestamp.UTC(), RunID: runID}
+	first, err1 := strconv.ParseUint(m.Headers().Get(headerFirstSeq), 10, 64)
+	count, err2 := strconv.ParseUint(m.Headers().Get(headerCount), 10, 64)
+	if err1 != nil || err2 != nil || first == 0 || count == 0 {
+		return c, fmt.Errorf("stream message %d of run %q: bad %s/%s headers %q/%q", c.StreamSeq, runID, headerFirstSeq, headerCount,
+			m.Headers().Get(headerFirstSeq), m.Headers().Get(headerCount))
+	}
+	c.First, c.Last = first, first+count-1
+	envs, err := event.DecodeEnvelopes(m.Data())
+	if err != nil {
+		return c, fmt.Errorf("stream message %d of run %q: %w", c.StreamSeq, runID, err)
+	}
+	if uint64(len(envs)) != count {
+		return c, fmt.Errorf("stream message %d of run %q: headers say %d events, the body holds %d", c.StreamSeq, runID, count, len(envs))
+	}
+	for i, e := range envs {
+		if e.RunID != runID || e.Seq != first+uint64(i) {
+			return c, fmt.Errorf("stream message %d of run %q: event %d is seq %d of run %q, want seq %d", c.StreamSeq, runID, i, e.Seq, e.RunID, first+uint64(i))
+		}
+	}
+	c.Events = envs
+	return c, nil
+}
+
+// Snapshot returns the commits seen so far, in stream order, and the messages that could not
+// be decoded.
+func (t *Tap) Snapshot() ([]Commit, []string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return append([]Commit(nil), t.commits...), append([]string(nil), t.errs...)
+}
+
+// Quiet returns how long no message arrived.
+func (t *Tap) Quiet() time.Duration {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return time.Since(t.last)
+}
+
+// Stop stops following.
+func (t *Tap) Stop() { t.cc.Stop() }
