@@ -346,8 +346,10 @@ func (e *Engine) chainOf(ctx context.Context, id string) (idChain, error) {
 	return c, err
 }
 
-// lastGeneration returns the snapshot of run runID's last continuation, starting a successor
-// that is not started yet (as the end of its predecessor implies).
+// lastGeneration returns the snapshot of the run run runID's chain goes on in: its last
+// continuation, or the new run of its latest reset, followed through each other's, writing a
+// successor or a reset's new run that its predecessor's end implies and that is not written
+// yet.
 func (e *Engine) lastGeneration(ctx context.Context, runID string) (*core.Snapshot, error) {
 	s, err := e.followable(ctx, runID, 1)
 	if err != nil {
@@ -357,9 +359,23 @@ func (e *Engine) lastGeneration(ctx context.Context, runID string) (*core.Snapsh
 }
 
 // lastGenerationFrom is lastGeneration from s, a run's snapshot. A deleted run in the chain is
-// followed through its record (its continuation, when the record names it).
+// followed through its record (its continuation or reset, when the record names it).
 func (e *Engine) lastGenerationFrom(ctx context.Context, s *core.Snapshot) (*core.Snapshot, error) {
 	for range maxGenerations {
+		if next, ok := resetTarget(s); ok && s.Terminal() {
+			ns, err := e.followable(ctx, next, 1)
+			if errors.Is(err, core.ErrNotFound) && s.DeletedSeq == 0 {
+				// Recorded, not written yet: write it, as the history service would.
+				if err = e.startReset(ctx, s.RunID, next); err == nil {
+					ns, err = e.followable(ctx, next, 1)
+				}
+			}
+			if err != nil {
+				return nil, err
+			}
+			s = ns
+			continue
+		}
 		if s.Outcome == nil || s.Outcome.Outcome != event.OutcomeContinuedAsNew || s.DeletedSeq > 0 && s.Outcome.SuccessorRunID == "" {
 			return s, nil
 		}
@@ -374,7 +390,7 @@ func (e *Engine) lastGenerationFrom(ctx context.Context, s *core.Snapshot) (*cor
 		}
 		s = next
 	}
-	return nil, fmt.Errorf("run %q continued as new more than %d times", s.RunID, maxGenerations)
+	return nil, fmt.Errorf("run %q continued as new or was reset more than %d times", s.RunID, maxGenerations)
 }
 
 // lastReuse returns the number of the latest run that reuses caller ID id (0 when none does).

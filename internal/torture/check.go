@@ -489,8 +489,8 @@ func (c *Checker) archives() {
 		}
 		var lost []string
 		for _, e := range r.Events {
-			if _, seen := r.Stored[e.Seq]; !seen {
-				continue // known from the archive only
+			if _, seen := r.Stored[e.Seq]; !seen || e.Type() == event.TypeRunDeleted {
+				continue // known from the archive only, or the record of the deletion the stream keeps
 			}
 			if at, ok := archived[e.Seq]; !ok || at != e.Type() {
 				lost = append(lost, fmt.Sprintf("seq %d %s (stored %s)", e.Seq, e.Type(), r.Stored[e.Seq].Format(timeFormat)))

@@ -264,7 +264,7 @@ func (r *Run) fold() {
 		}
 	}
 	for _, e := range r.Events {
-		if r.Ended() && e.Type() != event.TypeRunReset {
+		if r.Ended() && e.Type() != event.TypeRunReset && e.Type() != event.TypeRunDeleted && e.Type() != event.TypeRunDamageAccepted {
 			r.Anomalies = append(r.Anomalies, fmt.Sprintf("seq %d %s follows the terminal event at seq %d", e.Seq, e.Type(), r.EndSeq))
 		}
 		r.apply(e)
@@ -325,6 +325,9 @@ func (r *Run) apply(e event.Envelope) {
 	case *event.RunDelayFired:
 		r.DelayFired = true
 	case *event.RunAdmitted:
+		if r.Copied(e.Seq) && r.Reset.Readmit {
+			break // a reset run is admitted anew: the old run's admission does not count
+		}
 		r.Admitted = true
 		if r.Copied(e.Seq) {
 			r.AdmittedAt = time.Time{} // set to Created once known (link)

@@ -214,6 +214,9 @@ func (s *Service) sweepRun(ctx context.Context, runID string, lostUpTo uint64, d
 	if err := s.engine.ApplyCommit(ctx, snap, hist); err != nil {
 		return "", err
 	}
+	if err := s.control.apply(ctx, snap, hist); err != nil {
+		return "", err
+	}
 	return "", s.writeIndex(ctx, runID, &followed{s: snap})
 }
 
