@@ -59,9 +59,9 @@ type ResetParams struct {
 // reset of the run.
 var ErrResetConflict = errors.New("flow: reset request ID already used")
 
-// ActiveResetError refuses a reset of a run that an earlier reset ended while the run that
-// carries on from it (the earlier reset's new run, followed through its own resets and
-// continuations) is still active: a reset never leaves two live runs of one chain. It matches
+// ActiveResetError refuses a reset of a run that has ended while the run its workflow goes on in
+// (an earlier reset's new run, a continuation, a later run that reuses its ID, followed through
+// each other) is still active: a reset never leaves two live runs of one workflow. It matches
 // ErrRunExists.
 type ActiveResetError struct {
 	// RunID is the run asked to be reset; Head the active run of its chain.
@@ -69,8 +69,9 @@ type ActiveResetError struct {
 }
 
 func (e *ActiveResetError) Error() string {
-	return fmt.Sprintf("flow: run %q was reset before and its chain goes on in run %q, which is still active: reset %q instead "+
-		"(its history begins with a copy of this one's), or end it first (`flow terminate %s`)", e.RunID, e.Head, e.Head, e.Head)
+	return fmt.Sprintf("flow: run %q has ended and its workflow goes on in run %q (a reset, a continuation or a later run of its ID), "+
+		"which is still active: a reset never leaves two live runs of one workflow; reset %q instead, or end it first (`flow terminate %s`)",
+		e.RunID, e.Head, e.Head, e.Head)
 }
 
 // Is matches ErrRunExists.
@@ -194,38 +195,39 @@ func sameReset(p ResetParams, plan *core.ResetPlan, link core.ResetLink, newID s
 	return nil
 }
 
-// chainHead returns the run that carries on ended run s's chain of resets, and whether it is
-// still active: s's latest reset's new run, followed through its own latest resets and its
-// continuations. A new run that a record names and that is not written yet counts as active;
-// one that is deleted or ended does not. An active s has no such chain: live is false.
+// chainHead returns the run that the family of ended run s's ID goes on in, and whether it is
+// still active: the latest run of the caller ID s belongs to (s's ID without the suffix of a
+// reset), followed through continuations, resets (writing a reset's new run that is recorded
+// and not written yet) and later runs that reuse the ID. An active s has no such run: live is
+// false.
 func (e *Engine) chainHead(ctx context.Context, s *core.Snapshot) (head string, live bool, err error) {
-	next, ok := resetTarget(s)
-	if !ok || !s.Terminal() {
+	if !s.Terminal() {
 		return "", false, nil
 	}
-	for range maxGenerations {
-		head = next
-		ns, err := e.followable(ctx, head, 1)
-		switch {
-		case errors.Is(err, core.ErrNotFound):
-			return head, true, nil // recorded, not yet written: it is about to start
-		case errors.Is(err, store.ErrDamaged):
-			return head, true, nil // quarantined: an operator releases or terminates it first
-		case err != nil:
-			return "", false, fmt.Errorf("reading run %q, the reset of run %q: %w", head, s.RunID, err)
-		}
-		if !ns.Terminal() {
-			return head, true, nil
-		}
-		if next, ok = resetTarget(ns); ok {
-			continue
-		}
-		if ns.Outcome.Outcome != event.OutcomeContinuedAsNew || ns.Outcome.SuccessorRunID == "" {
-			return head, false, nil
-		}
-		next = ns.Outcome.SuccessorRunID
+	cur := s.RunID
+	if i := strings.LastIndex(cur, resetSep); i >= 0 {
+		cur = cur[:i]
 	}
-	return head, true, fmt.Errorf("the reset chain of run %q is longer than %d runs", s.RunID, maxGenerations)
+	for range maxGenerations {
+		last, err := e.lastGeneration(ctx, cur)
+		switch {
+		case errors.Is(err, store.ErrDamaged):
+			return cur, true, nil // quarantined: an operator releases or terminates it first
+		case err != nil:
+			return "", false, fmt.Errorf("following the runs of run %q: %w", s.RunID, err)
+		case !last.Terminal():
+			return last.RunID, last.RunID != s.RunID, nil
+		}
+		next, ok, err := e.laterReuse(ctx, cur)
+		if err != nil {
+			return "", false, err
+		}
+		if !ok {
+			return last.RunID, false, nil
+		}
+		cur = next
+	}
+	return "", false, fmt.Errorf("the runs of run %q go on more than %d times", s.RunID, maxGenerations)
 }
 
 // startReset writes the new run newID that old run oldID's run.reset names, unless it exists,

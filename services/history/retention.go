@@ -346,22 +346,27 @@ func (s *Service) finishDeletion(ctx context.Context, runID string) error {
 	if err != nil {
 		return err
 	}
-	cur, rev, err := s.readEntry(ctx, runID)
-	if err != nil {
-		return err
-	}
-	if cur.Deleted != nil && cur.Deleted.Purged {
-		return nil
-	}
-	if cur.Deleted == nil || rev == 0 {
-		if rev, err = s.putEntry(ctx, tomb, rev); err != nil {
-			if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-				return fmt.Errorf("the runs index entry of run %q changed while it was tombstoned; retry", runID)
-			}
+	var rev uint64
+	for {
+		cur, crev, err := s.readEntry(ctx, runID)
+		if err != nil {
 			return err
 		}
-	} else {
-		tomb = cur
+		if cur.Deleted != nil && cur.Deleted.Purged {
+			return nil
+		}
+		if cur.Deleted != nil && crev > 0 {
+			tomb, rev = cur, crev // tombstoned already (by the sweeper, or by this service's consumer)
+			break
+		}
+		rev, err = s.putEntry(ctx, tomb, crev)
+		if errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+			continue // written meanwhile: read it again
+		}
+		if err != nil {
+			return err
+		}
+		break
 	}
 	if err := s.cfg.Faults.Hit(fault.RetentionAfterTombstone); err != nil {
 		return err
