@@ -317,7 +317,7 @@ func (s *Service) deleteRun(ctx context.Context, runID string, now time.Time, pe
 			return false, err
 		}
 		if r := s.retention; r.archive != nil {
-			if d.Archive, err = r.archive.Put(ctx, runID, hist); err != nil {
+			if d.Archive, err = r.archive.Put(ctx, runID, hist, nil); err != nil {
 				return false, err
 			}
 		}
