@@ -33,7 +33,9 @@ import (
 //  1. reads the run's whole history and checks that it ended and that this service has applied
 //     every commit of it (the index entry names the history's last event): a run that has not
 //     ended is never touched, whatever its age, and no consequence of a commit is left undone;
-//  2. archives it, if an archive is configured (fault point retention-after-archive);
+//  2. archives it, if an archive is configured, with the offloaded payloads its events refer
+//     to, read from FLOW_PAYLOADS, so that the deleted run needs nothing the payload collector
+//     may delete (payload_gc.go) (fault point retention-after-archive);
 //  3. records the deletion: run.deleted, appended right after the history's last event by
 //     optimistic concurrency, so that anything appended meanwhile (a reset) makes it fail and
 //     the next pass decides again; it names the archive, counts the commits to purge and keeps
@@ -91,6 +93,9 @@ type retention struct {
 	keys    *jshost.StartKeys
 	// checkpoints holds the runs' snapshot checkpoints, deleted with their histories.
 	checkpoints *objstore.Checkpoints
+	// payloads is FLOW_PAYLOADS: the archive of a deleted run takes the payloads it refers to
+	// from it, and the payload collector deletes from it (payload_gc.go).
+	payloads *objstore.Store
 	// name is this replica's name in the lease.
 	name string
 }
@@ -116,16 +121,21 @@ func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config) (*re
 	if r.checkpoints, err = objstore.OpenCheckpoints(ctx, js, streams.CheckpointsBucket); err != nil {
 		return nil, err
 	}
+	if r.payloads, err = objstore.Open(ctx, js, streams.PayloadsBucket, 0); err != nil {
+		return nil, err
+	}
+	r.payloads.SetCacheBytes(0) // each payload is read once, into an archive
+	r.payloads.SetFaults(cfg.Faults)
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	r.name = "history-" + hex.EncodeToString(b)
 	return r, nil
 }
 
-// startRetention runs the sweeper and the reconciler (reconcile.go) under the retention lease,
-// unless both are disabled.
+// startRetention runs the sweeper, the reconciler (reconcile.go) and the payload collector
+// (payload_gc.go) under the retention lease, unless all are disabled.
 func (s *Service) startRetention(ctx context.Context) {
-	if s.cfg.RetentionSweep < 0 && s.cfg.ReconcileInterval < 0 {
+	if s.cfg.RetentionSweep < 0 && s.cfg.ReconcileInterval < 0 && s.cfg.PayloadGCInterval < 0 {
 		return
 	}
 	s.workers.Go(func() { s.runRetention(ctx) })
@@ -159,7 +169,7 @@ func (s *Service) leadRetention(ctx context.Context, rev uint64, renew time.Dura
 		defer stop()
 		_ = r.leases.Delete(rctx, streams.RetentionLease, jetstream.LastRevision(rev))
 	}()
-	next, reconcile := time.Now(), time.Now().Add(s.cfg.ReconcileInterval)
+	next, reconcile, collect := time.Now(), time.Now().Add(s.cfg.ReconcileInterval), time.Now().Add(s.cfg.PayloadGCInterval)
 	for {
 		if s.cfg.RetentionSweep >= 0 && !time.Now().Before(next) {
 			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
@@ -173,12 +183,19 @@ func (s *Service) leadRetention(ctx context.Context, rev uint64, renew time.Dura
 			}
 			reconcile = time.Now().Add(s.cfg.ReconcileInterval)
 		}
+		if s.cfg.PayloadGCInterval > 0 && !time.Now().Before(collect) {
+			_, _ = s.CollectPayloads(ctx) // it logs what it did, and why it stopped short
+			collect = time.Now().Add(s.cfg.PayloadGCInterval)
+		}
 		wake := renew
 		if s.cfg.RetentionSweep >= 0 {
 			wake = min(wake, time.Until(next))
 		}
 		if s.cfg.ReconcileInterval > 0 {
 			wake = min(wake, time.Until(reconcile))
+		}
+		if s.cfg.PayloadGCInterval > 0 {
+			wake = min(wake, time.Until(collect))
 		}
 		if !wait.For(ctx, max(min(renew, wake), 0)) {
 			return
@@ -317,7 +334,7 @@ func (s *Service) deleteRun(ctx context.Context, runID string, now time.Time, pe
 			return false, err
 		}
 		if r := s.retention; r.archive != nil {
-			if d.Archive, err = r.archive.Put(ctx, runID, hist, nil); err != nil {
+			if d.Archive, err = r.archive.Put(ctx, runID, hist, s.archivedPayload); err != nil {
 				return false, err
 			}
 		}
