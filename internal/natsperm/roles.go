@@ -213,6 +213,10 @@ func historyRole() Role {
 	g.publish("$KV." + streams.LeasesBucket + "." + streams.RetentionLease)
 	g.objWrite(streams.ArchiveBucket)
 	g.objWrite(streams.CheckpointsBucket) // it deletes a deleted run's checkpoint
+	// The payload collector: it reads the payloads a deleted run's archive takes, and deletes
+	// the objects no retained history refers to (a conditional deletion record on the object's
+	// metadata subject, then purges of its chunks and of the record; docs/large-payloads.md).
+	g.objWrite(streams.PayloadsBucket)
 	g.can(streams.History, "purge (one run's subject)")
 	g.publish(jsAPI + "STREAM.PURGE." + streams.History)
 	g.publish(api.FeedPrefix + ">")
