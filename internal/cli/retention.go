@@ -34,11 +34,13 @@ func (e *env) noteArchived(ctx context.Context, client *flow.Client, runID strin
 		runID, d.At.UTC().Format(time.RFC3339), d.Reason, d.Archive)
 }
 
-// devRetention sets `flow dev`'s retention sweeper from the environment, as flowd history reads
-// it: FLOW_RETENTION (default 720h), FLOW_RETENTION_SWEEP (default 1m) and FLOW_ARCHIVE
-// (objectstore, dir:/path or off).
+// devRetention sets `flow dev`'s retention sweeper and payload collector from the environment,
+// as flowd history reads them: FLOW_RETENTION (default 720h), FLOW_RETENTION_SWEEP (default
+// 1m), FLOW_ARCHIVE (objectstore, dir:/path or off), FLOW_PAYLOAD_GC_INTERVAL (default 1h) and
+// FLOW_PAYLOAD_GC_GRACE (default 1h).
 func devRetention(cfg *history.Config) error {
-	for name, d := range map[string]*time.Duration{"FLOW_RETENTION": &cfg.Retention, "FLOW_RETENTION_SWEEP": &cfg.RetentionSweep} {
+	for name, d := range map[string]*time.Duration{"FLOW_RETENTION": &cfg.Retention, "FLOW_RETENTION_SWEEP": &cfg.RetentionSweep,
+		"FLOW_PAYLOAD_GC_INTERVAL": &cfg.PayloadGCInterval, "FLOW_PAYLOAD_GC_GRACE": &cfg.PayloadGCGrace} {
 		if v := os.Getenv(name); v != "" {
 			var err error
 			if *d, err = time.ParseDuration(v); err != nil {

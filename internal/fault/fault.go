@@ -184,6 +184,8 @@ type Injector struct {
 
 type arming struct {
 	action Action
+	// fn, when set, is run at the point instead of the action (ArmFunc).
+	fn func()
 	// skip hits pass before the point acts; it then acts times times (0: forever), on every
 	// every-th hit (0 or 1: each hit).
 	skip, times, every, seen int
@@ -198,6 +200,13 @@ func (f *Injector) Arm(p Point, action Action, skip, times int) {
 // a fault that comes and goes, as a flaky disk or network's does.
 func (f *Injector) ArmEvery(p Point, action Action, every, times int) {
 	f.arm(p, &arming{action: action, times: times, every: every})
+}
+
+// ArmFunc makes point p run fn, times times (0 means every hit), and then go on: a test
+// interleaves another writer's work exactly there. fn runs on the goroutine that reached the
+// point, with no lock held.
+func (f *Injector) ArmFunc(p Point, times int, fn func()) {
+	f.arm(p, &arming{fn: fn, times: times})
 }
 
 func (f *Injector) arm(p Point, a *arming) {
@@ -217,7 +226,7 @@ func (f *Injector) Disarm(p Point) {
 }
 
 // Hit is called at point p. It returns nil, unless p is armed to fail now; it does not return
-// if p is armed to kill now.
+// if p is armed to kill now, and returns once fn has run if p is armed with ArmFunc.
 func (f *Injector) Hit(p Point) error {
 	if f == nil {
 		return nil
@@ -244,6 +253,10 @@ func (f *Injector) Hit(p Point) error {
 	}
 	f.mu.Unlock()
 	if !act {
+		return nil
+	}
+	if a.fn != nil {
+		a.fn()
 		return nil
 	}
 	if a.action == Kill {
@@ -334,7 +347,13 @@ const (
 	// AfterPayloadBeforeAppend: a payload is stored in FLOW_PAYLOADS; the event that refers to
 	// it is not appended yet.
 	AfterPayloadBeforeAppend Point = "after-payload-before-append"
+	// PayloadBeforeTouch: a writer found the payload it offloads in FLOW_PAYLOADS already; it
+	// has not touched the object yet (the write that keeps it from the collector).
+	PayloadBeforeTouch Point = "payload-before-touch"
+	// PayloadGCBeforeDelete: the payload collector decided to delete an object no retained
+	// history refers to, on a fresh read of its metadata; the deletion is not written yet.
+	PayloadGCBeforeDelete Point = "payload-gc-before-delete"
 )
 
 // PayloadPoints lists the points of offloaded payloads.
-var PayloadPoints = []Point{AfterPayloadBeforeAppend}
+var PayloadPoints = []Point{AfterPayloadBeforeAppend, PayloadBeforeTouch, PayloadGCBeforeDelete}

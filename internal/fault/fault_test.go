@@ -30,6 +30,13 @@ func TestInjector(t *testing.T) {
 		got = append(got, f.Hit(fault.IndexPut) != nil)
 	}
 	require.Equal(t, []bool{false, false, true, false, false, true, false, false, false}, got, "every third hit, twice")
+
+	ran := 0
+	f.ArmFunc(fault.PayloadGCBeforeDelete, 2, func() { ran++ })
+	for range 3 {
+		require.NoError(t, f.Hit(fault.PayloadGCBeforeDelete), "a function armed at a point runs and the caller goes on")
+	}
+	require.Equal(t, 2, ran, "twice, then disarmed")
 }
 
 func TestFromEnv(t *testing.T) {

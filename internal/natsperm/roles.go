@@ -211,10 +211,15 @@ func historyRole() Role {
 	// The retention sweeper: its own lease (not the scheduler's), the archive, and the purge of
 	// the histories of runs past their retention (docs/retention.md).
 	g.kvRead(streams.LeasesBucket)
-	g.can(streams.LeasesBucket, "write (keys "+streams.RetentionLease+", "+streams.ReconcileLease+")")
-	g.publish("$KV."+streams.LeasesBucket+"."+streams.RetentionLease, "$KV."+streams.LeasesBucket+"."+streams.ReconcileLease)
+	g.can(streams.LeasesBucket, "write (keys "+streams.RetentionLease+", "+streams.ReconcileLease+", "+streams.PayloadsLease+")")
+	g.publish("$KV."+streams.LeasesBucket+"."+streams.RetentionLease, "$KV."+streams.LeasesBucket+"."+streams.ReconcileLease,
+		"$KV."+streams.LeasesBucket+"."+streams.PayloadsLease)
 	g.objWrite(streams.ArchiveBucket)
 	g.objWrite(streams.CheckpointsBucket) // it deletes a deleted run's checkpoint
+	// The payload collector: it reads the payloads a deleted run's archive takes, and deletes
+	// the objects no retained history refers to (a conditional deletion record on the object's
+	// metadata subject, then purges of its chunks and of the record; docs/large-payloads.md).
+	g.objWrite(streams.PayloadsBucket)
 	g.can(streams.History, "purge (one run's subject)")
 	g.publish(jsAPI + "STREAM.PURGE." + streams.History)
 	g.publish(api.FeedPrefix + ">")

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsperm"
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/payload/objstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
@@ -60,6 +62,9 @@ func isolate(t *testing.T) {
 type stack struct {
 	client, ui              *flow.Client
 	clientNC, uiNC, ingress *nats.Conn
+	history                 *history.Service
+	// ahead moves the history service's clock (its sweeper's and payload collector's) on.
+	ahead *atomic.Int64
 }
 
 // runAll starts the history service, the scheduler, the ingress and a worker running the example
@@ -74,7 +79,9 @@ func runAll(t *testing.T, srv *server.Server, v *violations) stack {
 		}
 	})
 	logger := natstest.Logger()
-	h, err := history.New(history.Config{NATS: as(t, srv, natsperm.History), HTTPAddr: "off", Logger: logger})
+	ahead := &atomic.Int64{}
+	h, err := history.New(history.Config{NATS: as(t, srv, natsperm.History), HTTPAddr: "off", Logger: logger,
+		Clock: func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }})
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
 	t.Cleanup(func() { _ = h.Stop() })
@@ -104,7 +111,7 @@ func runAll(t *testing.T, srv *server.Server, v *violations) stack {
 		require.NoError(t, err)
 		return nc, c
 	}
-	var st stack
+	st := stack{history: h, ahead: ahead}
 	st.clientNC, st.client = client(natsperm.Client)
 	st.uiNC, st.ui = client(natsperm.History)
 	st.ingress, _ = client(natsperm.Ingress)
@@ -223,7 +230,28 @@ func exercise(t *testing.T, st stack, v *violations) {
 func TestServicesRunAsTheirRoles(t *testing.T) {
 	isolate(t)
 	srv, v := runServer(t, "")
-	exercise(t, runAll(t, srv, v), v)
+	st := runAll(t, srv, v)
+	exercise(t, st, v)
+	collect(t, st, v)
+}
+
+// collect has the payload collector, as the history role, read the whole history stream and
+// delete an object the ingress role offloaded and no event refers to, two hours on by its clock.
+func collect(t *testing.T, st stack, v *violations) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	js, err := jetstream.New(st.ingress)
+	require.NoError(t, err)
+	store, err := objstore.Open(ctx, js, streams.PayloadsBucket, 0)
+	require.NoError(t, err)
+	orphan, err := store.Put(ctx, []byte(`"an offloaded payload no event refers to"`))
+	require.NoError(t, err)
+	st.ahead.Store(int64(2 * time.Hour))
+	rep, err := st.history.CollectPayloads(ctx)
+	require.NoError(t, err)
+	require.Contains(t, rep.Deleted, orphan.SHA256)
+	require.Empty(t, v.Seen(), "a service or a client was refused a subject its role needs")
 }
 
 // The same over TLS, configured as a deployment does: the server requires TLS and a client

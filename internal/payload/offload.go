@@ -38,7 +38,7 @@ func needs(raw json.RawMessage, threshold int) bool {
 	return len(raw) > threshold
 }
 
-// offloader replaces fields in place, copying each struct it changes once.
+// offloader offloads the fields of one Offload call.
 type offloader struct {
 	ctx       context.Context
 	put       Putter
@@ -46,24 +46,24 @@ type offloader struct {
 	err       error
 }
 
-func (o *offloader) field(raw *json.RawMessage) bool {
+// field offloads *raw if it must be, and replaces it by its reference.
+func (o *offloader) field(raw *json.RawMessage) {
 	if o.err != nil || !needs(*raw, o.threshold) {
-		return false
+		return
 	}
 	ref, err := o.put.Put(o.ctx, *raw)
 	if err != nil {
 		o.err = fmt.Errorf("offloading a payload of %d bytes: %w", len(*raw), err)
-		return false
+		return
 	}
 	*raw = ref.JSON()
-	return true
 }
 
 // Offload replaces every payload field of ps that must be offloaded (over threshold bytes, or
 // marked like a reference) by its reference, after writing it with put: the object is durable
 // before the event that refers to it is appended. It changes ps's elements, never the structs
 // they point to: a changed payload is a copy. threshold <= 0 means DefaultThreshold. A nil put
-// leaves ps as it is.
+// leaves ps as it is. The payload fields are those of fields (fields.go).
 func Offload(ctx context.Context, put Putter, threshold int, ps []event.Payload) error {
 	if put == nil {
 		return nil
@@ -73,134 +73,15 @@ func Offload(ctx context.Context, put Putter, threshold int, ps []event.Payload)
 	}
 	o := &offloader{ctx: ctx, put: put, threshold: threshold}
 	for i, p := range ps {
-		if !o.any(p) {
+		some := false
+		Fields(p, func(raw json.RawMessage) { some = some || needs(raw, threshold) })
+		if !some {
 			continue
 		}
-		if q := o.payload(p); q != nil {
-			ps[i] = q
-		}
+		ps[i] = fields(p, true, func(raw *json.RawMessage) { o.field(raw) })
 		if o.err != nil {
 			return o.err
 		}
-	}
-	return nil
-}
-
-// any reports cheaply whether p has a field to offload.
-func (o *offloader) any(p event.Payload) bool {
-	n := func(raw json.RawMessage) bool { return needs(raw, o.threshold) }
-	switch p := p.(type) {
-	case *event.RunStarted:
-		return n(p.Input)
-	case *event.StepScheduled:
-		for _, st := range p.Steps {
-			if n(st.Input) {
-				return true
-			}
-		}
-	case *event.StepCompleted:
-		return n(p.Output)
-	case *event.SignalReceived:
-		return n(p.Payload)
-	case *event.HookCreated:
-		return n(p.Metadata)
-	case *event.HookReceived:
-		return n(p.Payload)
-	case *event.ChildScheduled:
-		for _, ch := range p.Children {
-			if n(ch.Input) {
-				return true
-			}
-		}
-	case *event.ChildSettled:
-		return n(p.Output)
-	case *event.RunCompleted:
-		return n(p.Output)
-	case *event.RunContinuedAsNew:
-		return n(p.Input)
-	case *event.RunDebounced:
-		return n(p.Input)
-	case *event.RunReset:
-		return n(p.Input)
-	case *event.UpdateReceived:
-		return n(p.Payload)
-	case *event.UpdateCompleted:
-		return n(p.Result)
-	case *event.SideEffectRecorded:
-		return n(p.Value)
-	}
-	return false
-}
-
-// payload returns a copy of p with its fields offloaded.
-func (o *offloader) payload(p event.Payload) event.Payload {
-	switch p := p.(type) {
-	case *event.RunStarted:
-		c := *p
-		o.field(&c.Input)
-		return &c
-	case *event.StepScheduled:
-		c := *p
-		c.Steps = append([]event.StepSpec(nil), p.Steps...)
-		for i := range c.Steps {
-			o.field(&c.Steps[i].Input)
-		}
-		return &c
-	case *event.StepCompleted:
-		c := *p
-		o.field(&c.Output)
-		return &c
-	case *event.SignalReceived:
-		c := *p
-		o.field(&c.Payload)
-		return &c
-	case *event.HookCreated:
-		c := *p
-		o.field(&c.Metadata)
-		return &c
-	case *event.HookReceived:
-		c := *p
-		o.field(&c.Payload)
-		return &c
-	case *event.ChildScheduled:
-		c := *p
-		c.Children = append([]event.ChildSpec(nil), p.Children...)
-		for i := range c.Children {
-			o.field(&c.Children[i].Input)
-		}
-		return &c
-	case *event.ChildSettled:
-		c := *p
-		o.field(&c.Output)
-		return &c
-	case *event.RunCompleted:
-		c := *p
-		o.field(&c.Output)
-		return &c
-	case *event.RunContinuedAsNew:
-		c := *p
-		o.field(&c.Input)
-		return &c
-	case *event.RunDebounced:
-		c := *p
-		o.field(&c.Input)
-		return &c
-	case *event.RunReset:
-		c := *p
-		o.field(&c.Input)
-		return &c
-	case *event.UpdateReceived:
-		c := *p
-		o.field(&c.Payload)
-		return &c
-	case *event.UpdateCompleted:
-		c := *p
-		o.field(&c.Result)
-		return &c
-	case *event.SideEffectRecorded:
-		c := *p
-		o.field(&c.Value)
-		return &c
 	}
 	return nil
 }

@@ -90,6 +90,9 @@ const (
 	// ReconcileLease is the history service's reconciler's key in LeasesBucket: the replica that
 	// holds it recomputes the state the service derives from history and repairs drift.
 	ReconcileLease = "reconcile"
+	// PayloadsLease is the history service's payload collector's key in LeasesBucket: the
+	// replica that holds it deletes the offloaded payloads no retained history refers to.
+	PayloadsLease = "payloads"
 	// SchedulesBucket holds the schedules (internal/schedule): key the schedule's name, value a
 	// JSON schedule.Schedule, its spec and its state. Its one writer is the scheduler's schedule
 	// runner: it advances their state as it fires them, and creates, changes and deletes them

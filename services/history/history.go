@@ -121,6 +121,16 @@ type Config struct {
 	// runs) and repairs what drifted (docs/derived-state.md). Defaults to 1 minute; negative
 	// disables the reconciler.
 	ReconcileInterval time.Duration `envconfig:"HISTORY_RECONCILE_INTERVAL"`
+	// PayloadGCInterval is how often the replica holding the retention lease deletes the
+	// offloaded payloads (FLOW_PAYLOADS) that no retained history refers to
+	// (docs/large-payloads.md#collecting-payloads). Defaults to DefaultPayloadGCInterval, 1
+	// hour; negative disables the collector.
+	PayloadGCInterval time.Duration `envconfig:"PAYLOAD_GC_INTERVAL"`
+	// PayloadGCGrace is how long the collector leaves an object after it was last written or
+	// touched, whatever refers to it: it bounds how long a writer may take from storing a
+	// payload to appending the event that refers to it. Defaults to DefaultPayloadGCGrace, 1
+	// hour; at least MinPayloadGCGrace.
+	PayloadGCGrace time.Duration `envconfig:"PAYLOAD_GC_GRACE"`
 }
 
 // DefaultHTTPAddr is where the HTTP API listens unless Config.HTTPAddr says otherwise.
@@ -185,6 +195,8 @@ type Service struct {
 	retention *retention
 	// reconciler is the reconciler's state between passes (reconcile.go).
 	reconciler reconciler
+	// payloadGC is the payload collector's state between passes (payload_gc.go).
+	payloadGC payloadGC
 }
 
 // New returns a history service.
@@ -208,6 +220,9 @@ func New(cfg Config) (*Service, error) {
 		cfg.ReconcileInterval = time.Minute
 	}
 	if err := retentionDefaults(&cfg); err != nil {
+		return nil, err
+	}
+	if err := payloadGCDefaults(&cfg); err != nil {
 		return nil, err
 	}
 	switch {

@@ -33,7 +33,9 @@ import (
 //  1. reads the run's whole history and checks that it ended and that this service has applied
 //     every commit of it (the index entry names the history's last event): a run that has not
 //     ended is never touched, whatever its age, and no consequence of a commit is left undone;
-//  2. archives it, if an archive is configured (fault point retention-after-archive);
+//  2. archives it, if an archive is configured, with the offloaded payloads its events refer
+//     to, read from FLOW_PAYLOADS, so that the deleted run needs nothing the payload collector
+//     may delete (payload_gc.go) (fault point retention-after-archive);
 //  3. records the deletion: run.deleted, appended right after the history's last event by
 //     optimistic concurrency, so that anything appended meanwhile (a reset) makes it fail and
 //     the next pass decides again; it names the archive, counts the commits to purge and keeps
@@ -91,6 +93,9 @@ type retention struct {
 	keys    *jshost.StartKeys
 	// checkpoints holds the runs' snapshot checkpoints, deleted with their histories.
 	checkpoints *objstore.Checkpoints
+	// payloads is FLOW_PAYLOADS: the archive of a deleted run takes the payloads it refers to
+	// from it, and the payload collector deletes from it (payload_gc.go).
+	payloads *objstore.Store
 	// name is this replica's name in the lease.
 	name string
 }
@@ -116,14 +121,20 @@ func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config) (*re
 	if r.checkpoints, err = objstore.OpenCheckpoints(ctx, js, streams.CheckpointsBucket); err != nil {
 		return nil, err
 	}
+	if r.payloads, err = objstore.Open(ctx, js, streams.PayloadsBucket, 0); err != nil {
+		return nil, err
+	}
+	r.payloads.SetCacheBytes(0) // each payload is read once, into an archive
+	r.payloads.SetFaults(cfg.Faults)
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	r.name = "history-" + hex.EncodeToString(b)
 	return r, nil
 }
 
-// startRetention runs the sweeper under the retention lease, unless it is disabled, and the
-// reconciler (reconcile.go) under the reconcile lease, unless it is disabled.
+// startRetention runs the sweeper under the retention lease, the reconciler (reconcile.go)
+// under the reconcile lease and the payload collector (payload_gc.go) under the payloads lease,
+// each unless it is disabled.
 func (s *Service) startRetention(ctx context.Context) {
 	if s.cfg.RetentionSweep >= 0 {
 		s.workers.Go(func() {
@@ -140,6 +151,13 @@ func (s *Service) startRetention(ctx context.Context) {
 				if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
 					s.logger.Warn("a reconciliation stopped short; the next one continues", slog.String("error", err.Error()))
 				}
+			})
+		})
+	}
+	if s.cfg.PayloadGCInterval > 0 {
+		s.workers.Go(func() {
+			s.runLeased(ctx, streams.PayloadsLease, "the payload collector", s.cfg.PayloadGCInterval, func(ctx context.Context) {
+				_, _ = s.CollectPayloads(ctx) // it logs what it did, and why it stopped short
 			})
 		})
 	}
@@ -315,7 +333,7 @@ func (s *Service) deleteRun(ctx context.Context, runID string, now time.Time, pe
 			return false, err
 		}
 		if r := s.retention; r.archive != nil {
-			if d.Archive, err = r.archive.Put(ctx, runID, hist); err != nil {
+			if d.Archive, err = r.archive.Put(ctx, runID, hist, s.archivedPayload); err != nil {
 				return false, err
 			}
 		}

@@ -57,13 +57,15 @@ type retentionBundle struct {
 	ctx    context.Context
 }
 
-// setupRetention starts a server, a history service that consumes (its sweeper disabled), an
-// ingress and a worker of retentionRegistry.
+// setupRetention starts a server, a history service that consumes (its sweeper, reconciler and
+// payload collector disabled, so that it does not take the retention lease), an ingress and a
+// worker of retentionRegistry.
 func setupRetention(t *testing.T) *retentionBundle {
 	t.Helper()
 	srv := natstest.RunJetStream(t)
 	b := &retentionBundle{srv: srv, js: natstest.JetStream(t, srv), clock: &virtualClock{}}
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet, RetentionSweep: -1})
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet, RetentionSweep: -1,
+		ReconcileInterval: -1, PayloadGCInterval: -1})
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, h.Stop()) })

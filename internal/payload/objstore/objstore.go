@@ -4,14 +4,18 @@ package objstore
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"sync"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/payload"
 )
 
@@ -26,19 +30,28 @@ const chunkSize = 512 << 10
 // Store is the content-addressed payload store on a JetStream Object Store bucket
 // (streams.PayloadsBucket): objects named by the hex SHA-256 of their bytes. It implements
 // payload.Putter and payload.Getter and is safe for concurrent use.
+//
+// The history service's payload collector deletes the objects no retained history refers to
+// once they are older than its grace period (gc.go). Against it, every Put writes: a new
+// object, or, for one that is there already, a touch (its metadata written again, which makes
+// it new to the collector). Touches and the collector's deletions are each conditional on the
+// object's metadata being what their writer read, so of a touch and a deletion that race, one
+// fails: a writer whose touch fails reads the object again and stores it anew if it was
+// deleted, so that a Put that returns leaves the object there.
 type Store struct {
 	obs       jetstream.ObjectStore
+	js        jetstream.JetStream
+	stream    jetstream.Stream // OBJ_<bucket>
+	bucket    string
 	threshold int
 	chunk     uint32
+	faults    *fault.Injector
 
 	mu    sync.Mutex
 	cache map[string][]byte
 	order []string
 	bytes int
 	limit int
-	// known remembers payloads this store wrote or read, so that writing one again needs no
-	// request.
-	known map[string]struct{}
 }
 
 // Open returns the store on bucket, which must exist (streams.Ensure creates it). threshold is
@@ -49,6 +62,10 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, threshold 
 	if err != nil {
 		return nil, fmt.Errorf("opening the payload store %s: %w", bucket, err)
 	}
+	stream, err := js.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		return nil, fmt.Errorf("opening the payload store %s: %w", bucket, err)
+	}
 	if threshold <= 0 {
 		threshold = payload.DefaultThreshold
 	}
@@ -56,23 +73,49 @@ func Open(ctx context.Context, js jetstream.JetStream, bucket string, threshold 
 	if mp := js.Conn().MaxPayload(); mp > 0 && int64(chunk) > mp/2 {
 		chunk = uint32(mp / 2)
 	}
-	return &Store{obs: obs, threshold: threshold, chunk: chunk, cache: map[string][]byte{},
-		limit: DefaultCacheBytes, known: map[string]struct{}{}}, nil
+	return &Store{obs: obs, js: js, stream: stream, bucket: bucket, threshold: threshold, chunk: chunk,
+		cache: map[string][]byte{}, limit: DefaultCacheBytes}, nil
 }
+
+// SetCacheBytes bounds the payloads the store keeps in memory after reading or writing them
+// (DefaultCacheBytes unless set); 0 keeps none. Call it before using the store.
+func (s *Store) SetCacheBytes(n int) { s.limit = max(n, 0) }
+
+// SetFaults arms the store's fault points (fault.PayloadBeforeTouch, fault.PayloadGCBeforeDelete),
+// for tests. Call it before using the store.
+func (s *Store) SetFaults(f *fault.Injector) { s.faults = f }
 
 // Threshold returns the size above which payloads are offloaded.
 func (s *Store) Threshold() int { return s.threshold }
 
-// Put implements payload.Putter: it writes data unless the bucket holds it already. data must
-// not be changed afterwards (it may be kept in the cache).
+// touchTries bounds the touches Put tries on an object whose metadata keeps changing under it
+// (other writers touching it) before it stores the object anew.
+const touchTries = 3
+
+// Put implements payload.Putter: it stores data, or touches the object when the bucket holds it
+// already. Either way the object is there when Put returns, and new to the collector (its
+// modification time is now). data must not be changed afterwards (it may be kept in the cache).
 func (s *Store) Put(ctx context.Context, data []byte) (payload.Ref, error) {
 	r := payload.RefOf(data)
-	if s.seen(r.SHA256) {
-		return r, nil
-	}
-	if info, err := s.obs.GetInfo(ctx, r.Name()); err == nil && !info.Deleted && int64(info.Size) == r.Size && digestIs(info.Digest, r) {
-		s.remember(r.SHA256, nil)
-		return r, nil
+	for range touchTries {
+		m, info, err := s.meta(ctx, r.Name())
+		if err != nil {
+			return payload.Ref{}, fmt.Errorf("writing payload %s: %w", r, err)
+		}
+		if info == nil || info.Deleted || int64(info.Size) != r.Size || !digestIs(info.Digest, r) {
+			break // absent, deleted, or not these bytes: store it
+		}
+		if err := s.faults.Hit(fault.PayloadBeforeTouch); err != nil {
+			return payload.Ref{}, fmt.Errorf("writing payload %s: %w", r, err)
+		}
+		err = s.touch(ctx, m)
+		if err == nil {
+			return r, nil
+		}
+		if !wrongLastSequence(err) {
+			return payload.Ref{}, fmt.Errorf("touching payload %s: %w", r, err)
+		}
+		// Deleted or touched since the read: read it again.
 	}
 	meta := jetstream.ObjectMeta{Name: r.Name(), Description: "Flow payload",
 		Opts: &jetstream.ObjectMetaOptions{ChunkSize: s.chunk}}
@@ -82,6 +125,51 @@ func (s *Store) Put(ctx context.Context, data []byte) (payload.Ref, error) {
 	// Kept: the writer (a worker that ran the step) is usually the next to read it.
 	s.remember(r.SHA256, data)
 	return r, nil
+}
+
+// metaSubject is the subject of object name's metadata, as nats.go's object store names it.
+func (s *Store) metaSubject(name string) string {
+	return "$O." + s.bucket + ".M." + base64.URLEncoding.EncodeToString([]byte(name))
+}
+
+// chunkSubject is the subject of the chunks of the object stored under nuid.
+func (s *Store) chunkSubject(nuid string) string { return "$O." + s.bucket + ".C." + nuid }
+
+// meta returns the last metadata message of object name and what it says, or nils when the
+// bucket never held it (or the collector removed its deletion record). The message may be a
+// replica's, behind the stream leader: a write conditional on its sequence then fails.
+func (s *Store) meta(ctx context.Context, name string) (*jetstream.RawStreamMsg, *jetstream.ObjectInfo, error) {
+	m, err := s.stream.GetLastMsgForSubject(ctx, s.metaSubject(name))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	var info jetstream.ObjectInfo
+	if err := json.Unmarshal(m.Data, &info); err != nil {
+		return nil, nil, fmt.Errorf("the metadata of object %s in %s does not decode: %w", name, s.bucket, err)
+	}
+	info.ModTime = m.Time
+	return m, &info, nil
+}
+
+// touch writes the metadata message m again, as the object's new metadata, unless another
+// message replaced m meanwhile (an error wrongLastSequence reports): the object's modification
+// time becomes now.
+func (s *Store) touch(ctx context.Context, m *jetstream.RawStreamMsg) error {
+	msg := nats.NewMsg(m.Subject)
+	msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	msg.Data = m.Data
+	_, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(m.Sequence))
+	return err
+}
+
+// wrongLastSequence reports a conditional write refused because the subject's last message is
+// not the one expected (code 10071, or 10164 on replicated streams).
+func wrongLastSequence(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == 10071 || apiErr.ErrorCode == 10164)
 }
 
 // Get implements payload.Getter. The bytes returned may be shared with other callers (the store
@@ -134,21 +222,10 @@ func (s *Store) Has(ctx context.Context, r payload.Ref) (bool, error) {
 	return !info.Deleted && int64(info.Size) == r.Size, nil
 }
 
-func (s *Store) seen(sum string) bool {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_, ok := s.known[sum]
-	return ok
-}
-
-// remember notes that the bucket holds sum, and caches its bytes b when small enough.
+// remember caches the bytes b of payload sum when they are small enough.
 func (s *Store) remember(sum string, b []byte) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if len(s.known) > 100_000 {
-		clear(s.known)
-	}
-	s.known[sum] = struct{}{}
 	if b == nil || len(b) > s.limit/4 {
 		return
 	}
