@@ -545,9 +545,36 @@ func (c *Checker) chainUntil(r *Run) time.Time {
 	return r.Until
 }
 
+// chainLiveAt reports whether any run of the chain starting at r (its continuations and the
+// new runs of its resets, followed through each other) was live at t. A reset revives a chain
+// from the moment its new run is created, never before.
+func (c *Checker) chainLiveAt(r *Run, t time.Time) bool {
+	seen := map[string]bool{}
+	todo := []*Run{r}
+	for len(todo) > 0 {
+		q := todo[0]
+		todo = todo[1:]
+		if q == nil || seen[q.Key()] {
+			continue
+		}
+		seen[q.Key()] = true
+		if q.LiveAt(t) {
+			return true
+		}
+		if q.Successor != "" {
+			todo = append(todo, c.latest(q.Successor))
+		}
+		for _, l := range q.Resets {
+			todo = append(todo, c.latest(l.NewRunID))
+		}
+	}
+	return false
+}
+
 func (c *Checker) overlaps() {
 	for _, r := range c.sorted() {
-		if r.Schedule == nil || r.Started.ContinuedFrom != "" {
+		// A reset's new run goes on with its old run's chain: the schedule did not start it.
+		if r.Schedule == nil || r.Started.ContinuedFrom != "" || r.Reset != nil {
 			continue
 		}
 		pol, ep := c.policy(r)
@@ -555,13 +582,14 @@ func (c *Checker) overlaps() {
 			continue
 		}
 		for _, q := range c.sorted() {
-			if q == r || q.Schedule == nil || q.Schedule.Name != r.Schedule.Name || q.Started.ContinuedFrom != "" {
+			if q == r || q.Schedule == nil || q.Schedule.Name != r.Schedule.Name || q.Started.ContinuedFrom != "" || q.Reset != nil {
 				continue
 			}
 			if q.Created.Before(ep.Created) || !q.Created.Before(r.Created) {
 				continue
 			}
-			if until := c.chainUntil(q); until.IsZero() || r.Created.Before(until) {
+			if c.chainLiveAt(q, r.Created) {
+				until := c.chainUntil(q)
 				c.add(InvOverlap, fmt.Sprintf("schedule %s (overlap %s) started run %s (%s) at %s while its run %s (started %s) was live until %s",
 					r.Schedule.Name, pol, r.Key(), r.Schedule.Action, r.Created.Format(timeFormat), q.Key(), q.Created.Format(timeFormat),
 					formatUntil(until)), q.Key(), r.Key())

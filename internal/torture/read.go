@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/archive"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -155,13 +156,11 @@ func (st *State) readArchives(ctx context.Context, js jetstream.JetStream) error
 		return fmt.Errorf("listing %s: %w", streams.ArchiveBucket, err)
 	}
 	for _, info := range list {
-		b, err := obs.GetBytes(ctx, info.Name)
+		// The archive's own format (a bare array of envelopes, or the history with its payloads)
+		// is read by package archive: what the checker compares is the events.
+		envs, err := archive.Read(ctx, js, archive.ObjectStore+":"+streams.ArchiveBucket+"/"+info.Name)
 		if err != nil {
-			return fmt.Errorf("reading archive %s: %w", info.Name, err)
-		}
-		envs, err := event.DecodeEnvelopes(b)
-		if err != nil {
-			return fmt.Errorf("archive %s does not decode: %w", info.Name, err)
+			return fmt.Errorf("archive %s does not read: %w", info.Name, err)
 		}
 		st.Archives[info.Name] = envs
 	}

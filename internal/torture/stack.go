@@ -190,6 +190,10 @@ func (s *inProcess) start(ctx context.Context, role string) error {
 	return nil
 }
 
+// payloadThreshold makes the ingress and the workers offload most payloads (inputs, outputs,
+// updates, signals of more than a few fields), so that every sequence meets payload offload.
+const payloadThreshold = 48
+
 // startService starts the service of role on connection nc, configured as every torture stack
 // configures it, and returns its stop function.
 func startService(ctx context.Context, role string, nc *nats.Conn, replicas int, faults *fault.Injector, logger *slog.Logger) (func() error, error) {
@@ -203,7 +207,8 @@ func startService(ctx context.Context, role string, nc *nats.Conn, replicas int,
 		}
 		return h.Stop, h.Start(ctx)
 	case RoleIngress:
-		in, err := ingress.New(ingress.Config{Conn: nc, HTTPAddr: "off", Streams: cfgStreams, Logger: logger, Faults: faults})
+		in, err := ingress.New(ingress.Config{Conn: nc, HTTPAddr: "off", Streams: cfgStreams, Logger: logger, Faults: faults,
+			PayloadThreshold: payloadThreshold})
 		if err != nil {
 			return nil, err
 		}
@@ -217,7 +222,7 @@ func startService(ctx context.Context, role string, nc *nats.Conn, replicas int,
 		return sc.Stop, sc.Start(ctx)
 	case RoleWorker:
 		w, err := worker.New(worker.Config{Conn: nc, HTTPAddr: "off", AckWait: workerAckWait, Streams: cfgStreams,
-			Logger: logger, Faults: faults}, NewRegistry(logger))
+			Logger: logger, Faults: faults, PayloadThreshold: payloadThreshold}, NewRegistry(logger))
 		if err != nil {
 			return nil, err
 		}
