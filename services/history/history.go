@@ -137,6 +137,8 @@ type Service struct {
 	store   *jsstore.Store
 	host    *jshost.Host
 	engine  *engine.Engine
+	// keys is the start key index, which the service alone writes (startkeys.go).
+	keys    *jshost.StartKeys
 	runs    jetstream.KeyValue
 	parked  jetstream.KeyValue
 	damaged jetstream.KeyValue
@@ -302,12 +304,12 @@ func (s *Service) open(ctx context.Context) error {
 		return err
 	}
 	s.host.Faults = s.cfg.Faults
-	// Start keys: a debounce key is released when its run's delay fires.
-	keys, err := jshost.NewStartKeys(ctx, js)
-	if err != nil {
+	// Start keys: the service is the bucket's one writer (startkeys.go); its engine releases a
+	// debounce key when its run's delay fires.
+	if s.keys, err = jshost.NewStartKeys(ctx, js); err != nil {
 		return err
 	}
-	if s.engine, err = engine.New(engine.Config{Store: s.store, Host: s.host, Logger: s.logger, CacheSize: -1, Faults: s.cfg.Faults, Keys: keys}); err != nil {
+	if s.engine, err = engine.New(engine.Config{Store: s.store, Host: s.host, Logger: s.logger, CacheSize: -1, Faults: s.cfg.Faults, Keys: s.keys}); err != nil {
 		return err
 	}
 	for name, kv := range map[string]*jetstream.KeyValue{streams.RunsBucket: &s.runs, streams.ParkedBucket: &s.parked,
