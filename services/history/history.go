@@ -118,9 +118,14 @@ type Config struct {
 	Clock func() time.Time `ignored:"true"`
 	// ReconcileInterval is how often the replica holding the retention lease recomputes the
 	// state the service derives from history (the admission queue, the runs index of active
-	// runs) and repairs what drifted (docs/derived-state.md). Defaults to 1 minute; negative
-	// disables the reconciler.
+	// runs, the timer index, the start keys, the checkpoints) and repairs what drifted
+	// (docs/derived-state.md). Defaults to 1 minute; negative disables the reconciler.
 	ReconcileInterval time.Duration `envconfig:"HISTORY_RECONCILE_INTERVAL"`
+	// CheckpointEvery is the number of events between two snapshot checkpoints of a run (at
+	// least; every eighth of a long history), which the service writes as it follows the
+	// history, so that a cold load elsewhere reads the latest checkpoint and the history after
+	// it only (docs/large-payloads.md). Defaults to 1,000; negative writes none.
+	CheckpointEvery int `envconfig:"CHECKPOINT_EVERY"`
 }
 
 // DefaultHTTPAddr is where the HTTP API listens unless Config.HTTPAddr says otherwise.
@@ -208,6 +213,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.ReconcileInterval == 0 {
 		cfg.ReconcileInterval = time.Minute
+	}
+	if cfg.CheckpointEvery == 0 {
+		cfg.CheckpointEvery = engine.DefaultCheckpointEvery
 	}
 	if err := retentionDefaults(&cfg); err != nil {
 		return nil, err
