@@ -146,7 +146,7 @@ var longRunPoints = []int{1_000, 10_000, 100_000, 1_000_000}
 // checkpoint_save_ms, checkpoint_mib), a cold load
 // from the checkpoint and the tail (cold_cp_ms, cold_cp_msgs), and, on the warm engine, one
 // input and one decision (append a signal, drive: decision_ms, the median of 20, with
-// checkpoints on). It runs on its own embedded nats-server (in a temporary directory) with an
+// checkpoints on: the engine reads them; the history service, absent here, writes them). It runs on its own embedded nats-server (in a temporary directory) with an
 // engine in this process and no Flow services, so that its million events load nothing else;
 // the history is appended with jsstore.BulkAppend, one event per message, as a run's inputs are.
 func runLongRun(r *rep) (map[string]float64, error) {
@@ -243,8 +243,8 @@ func runLongRun(r *rep) (map[string]float64, error) {
 			return nil, fmt.Errorf("a cold load read %d events of %d", s.Seq, seq)
 		}
 
-		// The checkpoint an engine holding s writes (engine.afterCommit does this at its
-		// interval): encode it, store it.
+		// The checkpoint the history service writes of s at its interval (engine.NewCheckpoint,
+		// at the position of the commit that ends with s.Seq): encode it, store it.
 		_, pos, ok := st.Position(runID)
 		if !ok {
 			return nil, errors.New("the store does not know where the run's last commit sits")

@@ -13,22 +13,24 @@ import (
 )
 
 // Snapshot checkpoints (docs/large-payloads.md). A checkpoint is a run's snapshot at some
-// sequence, encoded (core.Snapshot.MarshalCheckpoint), written by the engine that holds the
-// snapshot right after a commit. It is derived, never a second truth: a cold load reads the
-// latest checkpoint, checks it against the history (the commit it ends with is the run's, at the
+// sequence, encoded (core.Snapshot.MarshalCheckpoint), written by the history service alone as
+// it follows the history (NewCheckpoint, when CheckpointDue says a commit crossed a boundary);
+// engines only read them. It is derived, never a second truth: a cold load reads the latest
+// checkpoint, checks it against the history (the commit it ends with is the run's, at the
 // stream position it names, with the sequence and recorded time it names), then reads only the
 // history after it; a checkpoint that is missing, of another layout, damaged or not matching
 // falls back to reading the whole history.
 
-// DefaultCheckpointEvery is the default of Config.CheckpointEvery: a run is checkpointed every
-// 1,000 events, and, once its history is long, every eighth of its length (see checkpointDue).
+// DefaultCheckpointEvery is the default interval of checkpoints: a run is checkpointed every
+// 1,000 events, and, once its history is long, every eighth of its length (see CheckpointDue).
 const DefaultCheckpointEvery = 1000
 
 // Checkpoint is one run's snapshot checkpoint.
 type Checkpoint struct {
 	RunID string
 	// Seq is the last event the checkpoint covers, Time its recorded time, and Position the
-	// store position (stream sequence) of the commit that holds it: the check a reader makes.
+	// store position (stream sequence) of the commit that holds it, the commit whose last event
+	// is Seq: the check a reader makes (checkCheckpoint), and where it reads on from.
 	Seq      uint64
 	Time     time.Time
 	Position uint64
@@ -36,19 +38,26 @@ type Checkpoint struct {
 	Snapshot []byte
 }
 
-// Checkpoints stores the latest checkpoint of each run: internal/payload/objstore.Checkpoints on
-// JetStream.
-type Checkpoints interface {
-	// Save replaces run cp.RunID's checkpoint by cp.
-	Save(ctx context.Context, cp Checkpoint) error
+// NewCheckpoint returns the checkpoint of s, a run's snapshot as of the commit at store position
+// pos, which must end with event s.Seq (else readers find it does not match, and do not use it).
+func NewCheckpoint(s *core.Snapshot, pos uint64) (Checkpoint, error) {
+	b, err := s.MarshalCheckpoint()
+	if err != nil {
+		return Checkpoint{}, fmt.Errorf("encoding the checkpoint of run %q at seq %d: %w", s.RunID, s.Seq, err)
+	}
+	return Checkpoint{RunID: s.RunID, Seq: s.Seq, Time: s.UpdatedAt, Position: pos, Snapshot: b}, nil
+}
+
+// CheckpointReader reads the latest checkpoint of each run: internal/payload/objstore.Checkpoints
+// on JetStream.
+type CheckpointReader interface {
 	// Latest returns run runID's checkpoint, or nil when it has none.
 	Latest(ctx context.Context, runID string) (*Checkpoint, error)
 }
 
-// checkpointStore is what a store needs for checkpoints: where a run's last commit sits, the
-// commit at a position, and a load of the messages after one (jsstore.Store).
+// checkpointStore is what a store needs for checkpoints: the commit at a position, and a load of
+// the messages after one (jsstore.Store).
 type checkpointStore interface {
-	Position(runID string) (runSeq, pos uint64, ok bool)
 	CommitAt(ctx context.Context, runID string, pos uint64) ([]event.Envelope, error)
 	LoadAfter(ctx context.Context, runID string, after, pos, atLeast uint64) ([]event.Envelope, error)
 }
@@ -64,40 +73,14 @@ func checkpointInterval(seq, every uint64) uint64 {
 	return max(every, uint64(1)<<(bits.Len64(seq)-1)/8)
 }
 
-// checkpointDue reports whether a commit that took a run from sequence prev to seq crosses a
-// checkpoint boundary.
-func checkpointDue(prev, seq, every uint64) bool {
+// CheckpointDue reports whether commits that took a run from sequence prev to seq cross a
+// checkpoint boundary, every events apart at least (0: DefaultCheckpointEvery).
+func CheckpointDue(prev, seq, every uint64) bool {
+	if every == 0 {
+		every = DefaultCheckpointEvery
+	}
 	n := checkpointInterval(seq, every)
 	return prev/n < seq/n
-}
-
-// afterCommit writes a checkpoint of s when the commit that took it from prev is due one. A
-// failure is logged: the checkpoint is an optimisation, and the next boundary writes one.
-func (e *Engine) afterCommit(ctx context.Context, s *core.Snapshot, prev uint64) {
-	if e.checkpoints == nil || s.Terminal() || !checkpointDue(prev, s.Seq, e.checkpointEvery) {
-		return
-	}
-	e.checkpoint(ctx, s)
-}
-
-// checkpoint writes s's checkpoint, if the store says where its last commit sits.
-func (e *Engine) checkpoint(ctx context.Context, s *core.Snapshot) {
-	cs, ok := e.store.(checkpointStore)
-	if !ok {
-		return
-	}
-	seq, pos, ok := cs.Position(s.RunID)
-	if !ok || seq != s.Seq {
-		return
-	}
-	b, err := s.MarshalCheckpoint()
-	if err == nil {
-		err = e.checkpoints.Save(ctx, Checkpoint{RunID: s.RunID, Seq: s.Seq, Time: s.UpdatedAt, Position: pos, Snapshot: b})
-	}
-	if err != nil {
-		e.logger.WarnContext(ctx, "checkpoint not written", slog.String("run_id", s.RunID), slog.Uint64("seq", s.Seq),
-			slog.String("error", err.Error()))
-	}
 }
 
 // errNoCheckpoint says a cold load found no usable checkpoint.
@@ -161,7 +144,6 @@ func (e *Engine) checkCheckpoint(ctx context.Context, cs checkpointStore, runID 
 // the decisions after the checkpoint; those it covers were verified when they were decided).
 func (d *driver) loadCheckpointed(ctx context.Context, s *core.Snapshot, tail []event.Envelope, minSeq uint64) error {
 	e := d.e
-	cpSeq := s.Seq
 	lastSeq, terminal := s.Seq, s.Terminal()
 	if len(tail) > 0 {
 		last := tail[len(tail)-1]
@@ -202,6 +184,5 @@ func (d *driver) loadCheckpointed(ctx context.Context, s *core.Snapshot, tail []
 	}
 	d.s = s
 	e.cache.put(d.runID, d.s, true)
-	e.afterCommit(ctx, d.s, cpSeq)
 	return nil
 }

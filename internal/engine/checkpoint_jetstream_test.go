@@ -18,12 +18,13 @@ import (
 	"github.com/flowrun/flow/pkg/flow"
 )
 
-// TestColdLoadFromCheckpointReadsOnlyTheTail: on a real server, an engine that appends a run's
-// signals writes checkpoints of its snapshot every 100 events; a cold load in a fresh process
-// (a new store that knows nothing of the run) then reads the latest checkpoint, one message to
-// check it, and the tail after it: a few messages instead of the run's 452, and a snapshot equal
-// to the projection of the whole history. A checkpoint that does not match the history is not
-// used: the load reads everything, and is still right.
+// TestColdLoadFromCheckpointReadsOnlyTheTail: on a real server, an engine appends a run's
+// signals, and the run's snapshot at seq 400 is checkpointed at its commit's stream position,
+// as the history service writes checkpoints (engine.NewCheckpoint); the engine itself writes
+// none. A cold load in a fresh process (a new store that knows nothing of the run) then reads
+// the checkpoint, one message to check it, and the tail after it: a few messages instead of the
+// run's 452, and a snapshot equal to the projection of the whole history. A checkpoint that does
+// not match the history is not used: the load reads everything, and is still right.
 func TestColdLoadFromCheckpointReadsOnlyTheTail(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
@@ -38,18 +39,18 @@ func TestColdLoadFromCheckpointReadsOnlyTheTail(t *testing.T) {
 		}
 		return ctx.AwaitSignal("stop", "stop"), nil
 	})
-	newEngine := func(checkpoints engine.Checkpoints) (*engine.Engine, *jsstore.Store) {
+	newEngine := func(checkpoints engine.CheckpointReader) (*engine.Engine, *jsstore.Store) {
 		st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/test"})
 		require.NoError(t, err)
 		host, err := jshost.New(ctx, js, "flow/test", natstest.Logger())
 		require.NoError(t, err)
 		e, err := engine.New(engine.Config{Store: st, Runtime: reg, Host: host, Replayer: reg.Replaying(), Logger: natstest.Logger(),
-			Checkpoints: checkpoints, CheckpointEvery: 100})
+			Checkpoints: checkpoints})
 		require.NoError(t, err)
 		return e, st
 	}
 
-	e1, _ := newEngine(cps)
+	e1, st1 := newEngine(cps)
 	spec, err := reg.Spec("ticks", []byte("null"))
 	require.NoError(t, err)
 	runID, _, err := e1.Start(ctx, engine.StartParams{RunID: "ticks-1", Spec: spec})
@@ -59,11 +60,23 @@ func TestColdLoadFromCheckpointReadsOnlyTheTail(t *testing.T) {
 	for i := range 450 {
 		_, err := e1.Signal(ctx, runID, "tick", []byte(`{}`), fmt.Sprintf("d%d", i))
 		require.NoError(t, err)
+		if i != 397 { // run.started, signal.awaited, then 398 signals: seq 400
+			continue
+		}
+		s, err := e1.ReadSnapshot(ctx, runID)
+		require.NoError(t, err)
+		seq, pos, ok := st1.Position(runID)
+		require.True(t, ok)
+		require.Equal(t, uint64(400), seq)
+		require.Equal(t, seq, s.Seq)
+		cp, err := engine.NewCheckpoint(s, pos)
+		require.NoError(t, err)
+		require.NoError(t, cps.Save(ctx, cp))
 	}
 	cp, err := cps.Latest(ctx, runID)
 	require.NoError(t, err)
 	require.NotNil(t, cp)
-	require.Equal(t, uint64(400), cp.Seq, "checkpointed at every hundredth event, the last at 400")
+	require.Equal(t, uint64(400), cp.Seq, "the engine writes no checkpoint of its own")
 
 	_, full := newEngine(nil)
 	hist, err := full.Load(ctx, runID, 0)

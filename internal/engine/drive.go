@@ -416,7 +416,6 @@ func (d *driver) load(ctx context.Context, minSeq uint64) error {
 		d.s = s
 	}
 	e.cache.put(d.runID, d.s, true)
-	e.afterCommit(ctx, d.s, 0)
 	return nil
 }
 

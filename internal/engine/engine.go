@@ -184,13 +184,11 @@ type Config struct {
 	// Payloads, when set, is where payloads over its threshold are offloaded, the history
 	// holding a reference (docs/large-payloads.md). Defaults to nil: payloads stay inline.
 	Payloads Payloads
-	// Checkpoints, when set, is where the engine writes snapshot checkpoints, and where a cold
-	// load reads the latest one and then only the history after it (docs/large-payloads.md).
-	// Defaults to nil: no checkpoints.
-	Checkpoints Checkpoints
-	// CheckpointEvery is the number of events between two checkpoints of a run, at least:
-	// see checkpointDue. Defaults to DefaultCheckpointEvery.
-	CheckpointEvery int
+	// Checkpoints, when set, is where a cold load reads a run's latest snapshot checkpoint and
+	// then only the history after it (docs/large-payloads.md). The engine never writes
+	// checkpoints: the history service does, as it follows the history. Defaults to nil: every
+	// cold load reads the whole history.
+	Checkpoints CheckpointReader
 }
 
 // Engine drives runs. It is safe for concurrent use; drivers of one run are serialised.
@@ -213,10 +211,9 @@ type Engine struct {
 	heartbeats Heartbeats
 	// pauses is Config.Pauses.
 	pauses Pauses
-	// payloads, checkpoints and checkpointEvery are Config's.
-	payloads        Payloads
-	checkpoints     Checkpoints
-	checkpointEvery uint64
+	// payloads and checkpoints are Config's.
+	payloads    Payloads
+	checkpoints CheckpointReader
 }
 
 // New returns an engine.
@@ -241,13 +238,9 @@ func New(cfg Config) (*Engine, error) {
 	if cfg.CacheSize == 0 {
 		cfg.CacheSize = 10_000
 	}
-	if cfg.CheckpointEvery <= 0 {
-		cfg.CheckpointEvery = DefaultCheckpointEvery
-	}
 	return &Engine{faults: cfg.Faults, store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
 		logger: cfg.Logger, buildID: cfg.BuildID, slots: newStepSlots(cfg.StepConcurrency), cache: newCache(cfg.CacheSize),
-		keys: cfg.Keys, stepLimits: cfg.StepLimits, heartbeats: cfg.Heartbeats, pauses: cfg.Pauses, payloads: cfg.Payloads, checkpoints: cfg.Checkpoints,
-		checkpointEvery: uint64(cfg.CheckpointEvery)}, nil
+		keys: cfg.Keys, stepLimits: cfg.StepLimits, heartbeats: cfg.Heartbeats, pauses: cfg.Pauses, payloads: cfg.Payloads, checkpoints: cfg.Checkpoints}, nil
 }
 
 // StartParams describe a new run.
@@ -511,15 +504,11 @@ func (e *Engine) now(s *core.Snapshot) time.Time {
 func (e *Engine) commit(ctx context.Context, s *core.Snapshot, payloads []event.Payload) error {
 	t := e.now(s)
 	core.Stamp(payloads, t)
-	prev, first := s.Seq, s.Seq+1
+	first := s.Seq + 1
 	if err := e.append(ctx, s.RunID, s.Seq, t, payloads); err != nil {
 		return err
 	}
-	if err := e.applyCommitted(s, first, t, payloads); err != nil {
-		return err
-	}
-	e.afterCommit(ctx, s, prev)
-	return nil
+	return e.applyCommitted(s, first, t, payloads)
 }
 
 // append appends payloads to run runID as sequences expected+1.., all recorded at t.

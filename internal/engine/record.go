@@ -106,7 +106,6 @@ func (d *driver) recordOnce(ctx context.Context, results []attemptResult) error 
 		}
 		return fmt.Errorf("recording %d step results of run %q: %w", len(results), d.runID, err)
 	}
-	defer e.afterCommit(ctx, d.s, expected)
 	for _, r := range failed {
 		e.logger.WarnContext(ctx, "step attempt failed", slog.String("run_id", d.runID), slog.String("step_id", r.a.StepID),
 			slog.Int("attempt", r.a.Attempt), slog.String("error", r.out.Err.Error()))

@@ -18,10 +18,12 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// StartKeys is the durable index of start keys that every engine starting runs shares
-// (JetStream: the FLOW_START_KEYS bucket, see jshost.StartKeys): a dedup key, or a debounce
-// key, names the run started under it. Entries are created only where none is (create-only), and
-// replaced only at the revision read, so that of two starts racing for a key one wins.
+// StartKeys is the durable index of start keys that every engine starting runs shares: a dedup
+// key, or a debounce key, names the run started under it. Entries are created only where none is
+// (create-only), and replaced only at the revision read, so that of two starts racing for a key
+// one wins. On JetStream it is the FLOW_START_KEYS bucket, whose one writer is the history
+// service (jshost.StartKeys); the ingress's engine asks it to write (jshost.RemoteStartKeys), and
+// a start that cannot ask fails with an error wrapping ErrStartKeysUnavailable.
 //
 // The entry is written before the run's run.started, and the two writes are not atomic. A start
 // that finds an entry naming a run without history (its writer died between the two) starts
@@ -38,6 +40,12 @@ type StartKeys interface {
 	// ReleaseKey deletes key's entry if it still names run runID; otherwise it does nothing.
 	ReleaseKey(ctx context.Context, key, runID string) error
 }
+
+// ErrStartKeysUnavailable is wrapped by the error of a start key operation that could not be
+// made because the index's writer did not answer (no history service runs, or it was too slow).
+// The start may be retried as it was: a claim whose answer was lost left at most an entry naming
+// a run without history, which the retry starts (see StartKeys).
+var ErrStartKeysUnavailable = errors.New("flow: the start key index is unavailable")
 
 // KeyEntry is one entry of the start key index.
 type KeyEntry struct {

@@ -16,7 +16,8 @@ import (
 // StartKeys implements engine.StartKeys on the FLOW_START_KEYS bucket: create-only entries
 // (KeyValue.Create), replaced and released only at the revision read, with a per-key TTL for
 // dedup windows (the bucket keeps limit markers, which per-key TTLs need). It is safe for
-// concurrent use, by any number of processes.
+// concurrent use, by any number of processes; in a deployment only the history service uses it
+// (the bucket's one writer), and the ingress asks it (RemoteStartKeys).
 type StartKeys struct {
 	kv jetstream.KeyValue
 }
@@ -31,6 +32,10 @@ func NewStartKeys(ctx context.Context, js jetstream.JetStream) (*StartKeys, erro
 	}
 	return &StartKeys{kv: kv}, nil
 }
+
+// ErrMalformedStartKey is wrapped by the error of a claim that found an entry that is not a
+// start key entry: an operator deletes it, and the next start claims the key.
+var ErrMalformedStartKey = errors.New("malformed start key entry")
 
 // minKeyTTL is the shortest per-key TTL the server takes; a shorter window keeps its entry this
 // long, and the entry's Until still ends the window on time.
@@ -66,8 +71,8 @@ func (k *StartKeys) ClaimKey(ctx context.Context, key string, e engine.KeyEntry,
 		}
 		var got engine.KeyEntry
 		if err := json.Unmarshal(cur.Value(), &got); err != nil || got.RunID == "" {
-			return engine.KeyEntry{}, 0, false, fmt.Errorf("start key %s holds a malformed entry (%q); delete it with `nats kv del %s %s`",
-				key, cur.Value(), streams.StartKeysBucket, key)
+			return engine.KeyEntry{}, 0, false, fmt.Errorf("%w: start key %s holds %q; delete it with `nats kv del %s %s`",
+				ErrMalformedStartKey, key, cur.Value(), streams.StartKeysBucket, key)
 		}
 		return got, cur.Revision(), false, nil
 	}
@@ -126,4 +131,52 @@ func isRevisionMismatch(err error) bool {
 	var apiErr *jetstream.APIError
 	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
 		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// StoredKey is a start key entry as the bucket holds it.
+type StoredKey struct {
+	Key      string
+	Entry    engine.KeyEntry
+	Revision uint64
+	// Created is when the server stored this revision.
+	Created time.Time
+	// Malformed is set for a value that is not a start key entry; Entry is then zero.
+	Malformed bool
+}
+
+// List returns every entry of the bucket, read with one watch of its latest values.
+func (k *StartKeys) List(ctx context.Context) ([]StoredKey, error) {
+	w, err := k.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("listing the start keys: %w", err)
+	}
+	defer func() { _ = w.Stop() }()
+	var out []StoredKey
+	for {
+		select {
+		case u := <-w.Updates():
+			if u == nil {
+				return out, nil // every entry that existed when the watch began
+			}
+			sk := StoredKey{Key: u.Key(), Revision: u.Revision(), Created: u.Created()}
+			if json.Unmarshal(u.Value(), &sk.Entry) != nil || sk.Entry.RunID == "" {
+				sk.Entry, sk.Malformed = engine.KeyEntry{}, true
+			}
+			out = append(out, sk)
+		case <-ctx.Done():
+			return nil, fmt.Errorf("listing the start keys: %w", ctx.Err())
+		}
+	}
+}
+
+// DeleteAt deletes key's entry if it is still at revision rev, and reports whether it did.
+func (k *StartKeys) DeleteAt(ctx context.Context, key string, rev uint64) (bool, error) {
+	err := k.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrKeyNotFound) || isRevisionMismatch(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("deleting start key %s: %w", key, err)
 }

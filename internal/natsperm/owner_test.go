@@ -63,3 +63,46 @@ func TestSchedulesAndBatchesAsTheirRoles(t *testing.T) {
 	require.True(t, j.State.Ended())
 	require.Empty(t, v.Seen(), "a service or a client was refused a subject its role needs")
 }
+
+// Dedup and debounce starts under the roles: the ingress, which may not write FLOW_START_KEYS,
+// asks the history service to claim and replace the keys, and the history service releases the
+// debounce key when the scheduler fires the run. A dedup key's second start gets the first run,
+// three debounced starts make one run that ends, and the services read the checkpoints the
+// history service writes, without a permission violation.
+func TestKeyedStartsAsTheirRoles(t *testing.T) {
+	isolate(t)
+	srv, v := runServer(t, "")
+	c := runAll(t, srv, v).client
+	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
+	defer cancel()
+	var first string
+	var err error
+	require.Eventually(t, func() bool {
+		first, err = c.Start(ctx, "reminder", examples.ReminderInput{After: "1h"}, &flow.StartOptions{DedupKey: "nightly", DedupWindow: time.Hour})
+		return !errors.Is(err, flow.ErrNoWorker)
+	}, 30*time.Second, 20*time.Millisecond)
+	require.NoError(t, err)
+	again, err := c.Start(ctx, "reminder", examples.ReminderInput{After: "2h"}, &flow.StartOptions{DedupKey: "nightly", DedupWindow: time.Hour})
+	require.NoError(t, err)
+	require.Equal(t, first, again)
+
+	var debounced string
+	for i := range 3 {
+		id, err := c.Start(ctx, "reminder", examples.ReminderInput{After: "10ms"}, &flow.StartOptions{
+			Debounce: &flow.Debounce{Key: "doc-9", Period: 300 * time.Millisecond}})
+		require.NoError(t, err)
+		if i == 0 {
+			debounced = id
+		}
+		require.Equal(t, debounced, id, "start %d collapses into the pending run", i)
+	}
+	var out any
+	require.NoError(t, c.Result(ctx, debounced, &out))
+	// The run started and ended: the next start of the key is a new run.
+	id, err := c.Start(ctx, "reminder", examples.ReminderInput{After: "10ms"}, &flow.StartOptions{
+		Debounce: &flow.Debounce{Key: "doc-9", Period: 300 * time.Millisecond}})
+	require.NoError(t, err)
+	require.NotEqual(t, debounced, id)
+	require.NoError(t, c.Result(ctx, id, &out))
+	require.Empty(t, v.Seen(), "a service or a client was refused a subject its role needs")
+}

@@ -201,7 +201,8 @@ func historyRole() Role {
 	g.kvWrite(streams.ParkedBucket)
 	g.kvWatch(streams.ParkedBucket)
 	g.kvWrite(streams.DamagedBucket)
-	g.kvWrite(streams.StartKeysBucket) // it releases the debounce keys of runs whose delay fired
+	g.kvWrite(streams.StartKeysBucket) // the start keys' one writer: it claims them for the ingress, releases them, and repairs them
+	g.kvWatch(streams.StartKeysBucket) // its reconciler lists them
 	g.kvWrite(streams.QueueBucket)     // it queues runs under flow control for admission
 	g.kvWatch(streams.QueueBucket)     // its reconciler lists the queue
 	g.kvWatch(streams.TimersBucket)    // and the timer index
@@ -215,7 +216,7 @@ func historyRole() Role {
 	g.publish("$KV."+streams.LeasesBucket+"."+streams.RetentionLease, "$KV."+streams.LeasesBucket+"."+streams.ReconcileLease,
 		"$KV."+streams.LeasesBucket+"."+streams.PayloadsLease)
 	g.objWrite(streams.ArchiveBucket)
-	g.objWrite(streams.CheckpointsBucket) // it deletes a deleted run's checkpoint
+	g.objWrite(streams.CheckpointsBucket) // the checkpoints' one writer: it writes them as it follows the history, deletes a deleted run's, repairs them
 	// The payload collector: it reads the payloads a deleted run's archive takes, and deletes
 	// the objects no retained history refers to (a conditional deletion record on the object's
 	// metadata subject, then purges of its chunks and of the record; docs/large-payloads.md).
@@ -250,8 +251,8 @@ func schedulerRole() Role {
 	g.liveness()                     // and starts their runs with the build and flow control of their definitions
 	g.kvWrite(streams.BatchesBucket) // its batch executor is the one writer of the jobs: it records each job's targets and progress
 	g.kvWatch(streams.BatchesBucket)
-	g.kvWatch(streams.RunsBucket)         // and reads the runs index to find a job's targets
-	g.objWrite(streams.CheckpointsBucket) // it reads a run's checkpoint before a timer's fire, and writes them
+	g.kvWatch(streams.RunsBucket)        // and reads the runs index to find a job's targets
+	g.objRead(streams.CheckpointsBucket) // it reads a run's checkpoint before a timer's fire (the history service writes them)
 	// The leaders of the schedule runner and the batch executor answer the changes the ingress
 	// forwards (micro services, with $SRV discovery).
 	g.subscribe(api.SchedulerSchedulesGroup+".*", api.SchedulerBatchesGroup+".*", "$SRV.*",
@@ -268,13 +269,12 @@ func ingressRole() Role {
 	g.replies()
 	g.ensure()
 	g.engine()
-	g.kvRead(streams.HooksBucket)         // it finds the run of a hook delivery by its token
-	g.kvRead(streams.RunsBucket)          // it tells an input for a run deleted after its retention period why
-	g.kvWrite(streams.StartKeysBucket)    // it claims the dedup and debounce keys of starts
-	g.kvWatch(streams.SchedulesBucket)    // it describes and lists schedules (the scheduler changes them)
-	g.kvWrite(streams.PausesBucket)       // it pauses and unpauses definitions and queues
-	g.objWrite(streams.PayloadsBucket)    // it offloads large inputs (docs/large-payloads.md)
-	g.objWrite(streams.CheckpointsBucket) // it reads a run's checkpoint before an input, and writes them
+	g.kvRead(streams.HooksBucket)        // it finds the run of a hook delivery by its token
+	g.kvRead(streams.RunsBucket)         // it tells an input for a run deleted after its retention period why
+	g.kvWatch(streams.SchedulesBucket)   // it describes and lists schedules (the scheduler changes them)
+	g.kvWrite(streams.PausesBucket)      // it pauses and unpauses definitions and queues
+	g.objWrite(streams.PayloadsBucket)   // it offloads large inputs (docs/large-payloads.md)
+	g.objRead(streams.CheckpointsBucket) // it reads a run's checkpoint before an input (the history service writes them)
 	g.liveness()
 	g.append(streams.DeadLetter, api.DeadLetterPrefix+">")
 	g.subscribe(api.IngressPrefix + ">")
@@ -282,6 +282,9 @@ func ingressRole() Role {
 	// service to address them.
 	g.publish(api.QueryPrefix+">", api.SubjectHistory)
 	g.publish(api.SubjectUpdate) // its HTTP doors ask the history service where an update stands
+	// It asks the history service, the start keys' one writer, to claim, replace and release the
+	// dedup and debounce keys of starts.
+	g.publish(api.SubjectStartKeysPrefix + "*")
 	// It reads and lists batch jobs, and counts a dry run's runs in the index.
 	g.kvWatch(streams.BatchesBucket)
 	g.kvWatch(streams.RunsBucket)
@@ -305,11 +308,11 @@ func workerRole() Role {
 	g.kvWrite(streams.WorkersBucket)
 	g.kvWrite(streams.DefinitionsBucket)
 	g.kvWrite(streams.ParkedBucket)
-	g.kvWrite(streams.StepLimitsBucket)   // it takes and releases the slots of limited steps (flow.LimitStep)
-	g.kvWrite(streams.HeartbeatsBucket)   // it records step attempts' starts and heartbeats, and reads the last details
-	g.kvWatch(streams.PausesBucket)       // it starts no decision or attempt of a paused definition or queue
-	g.objWrite(streams.PayloadsBucket)    // it offloads large payloads and reads them (docs/large-payloads.md)
-	g.objWrite(streams.CheckpointsBucket) // it writes and reads snapshot checkpoints
+	g.kvWrite(streams.StepLimitsBucket)  // it takes and releases the slots of limited steps (flow.LimitStep)
+	g.kvWrite(streams.HeartbeatsBucket)  // it records step attempts' starts and heartbeats, and reads the last details
+	g.kvWatch(streams.PausesBucket)      // it starts no decision or attempt of a paused definition or queue
+	g.objWrite(streams.PayloadsBucket)   // it offloads large payloads and reads them (docs/large-payloads.md)
+	g.objRead(streams.CheckpointsBucket) // it reads snapshot checkpoints (the history service writes them)
 	// It answers the queries of the runs it can run the code of (a micro service, with $SRV
 	// discovery).
 	g.subscribe(api.QueryPrefix+">", "$SRV.*", "$SRV.*.flow-worker", "$SRV.*.flow-worker.*")

@@ -69,8 +69,9 @@ type stack struct {
 
 // runAll starts the history service, the scheduler, the ingress and a worker running the example
 // workflows, each as its own user on srv. The history service starts first: it alone may create
-// Flow's streams. Once the services stopped, at the end of the test, it fails the test if the
-// server logged a permission violation.
+// Flow's streams. It checkpoints runs every 4 events, so that the runs of a test have
+// checkpoints, which it alone writes and the others read. Once the services stopped, at the end
+// of the test, it fails the test if the server logged a permission violation.
 func runAll(t *testing.T, srv *server.Server, v *violations) stack {
 	t.Helper()
 	t.Cleanup(func() {
@@ -80,7 +81,7 @@ func runAll(t *testing.T, srv *server.Server, v *violations) stack {
 	})
 	logger := natstest.Logger()
 	ahead := &atomic.Int64{}
-	h, err := history.New(history.Config{NATS: as(t, srv, natsperm.History), HTTPAddr: "off", Logger: logger,
+	h, err := history.New(history.Config{NATS: as(t, srv, natsperm.History), HTTPAddr: "off", Logger: logger, CheckpointEvery: 4,
 		Clock: func() time.Time { return time.Now().Add(time.Duration(ahead.Load())) }})
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))

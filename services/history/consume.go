@@ -363,6 +363,7 @@ func (l *lane) apply(ctx context.Context, runID string, commits []pending) error
 		return err
 	}
 	f.derived = max(f.derived, todo[len(todo)-1].envs[len(todo[len(todo)-1].envs)-1].Seq)
+	l.checkpoint(ctx, f, todo[0].envs[0].Seq-1)
 	if f.s.Terminal() {
 		// Nothing follows an end: a redelivered commit of the run reads it again.
 		l.cache.drop(runID)

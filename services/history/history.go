@@ -118,8 +118,8 @@ type Config struct {
 	Clock func() time.Time `ignored:"true"`
 	// ReconcileInterval is how often the replica holding the retention lease recomputes the
 	// state the service derives from history (the admission queue, the runs index of active
-	// runs) and repairs what drifted (docs/derived-state.md). Defaults to 1 minute; negative
-	// disables the reconciler.
+	// runs, the timer index, the start keys, the checkpoints) and repairs what drifted
+	// (docs/derived-state.md). Defaults to 1 minute; negative disables the reconciler.
 	ReconcileInterval time.Duration `envconfig:"HISTORY_RECONCILE_INTERVAL"`
 	// PayloadGCInterval is how often the replica holding the retention lease deletes the
 	// offloaded payloads (FLOW_PAYLOADS) that no retained history refers to
@@ -131,6 +131,11 @@ type Config struct {
 	// payload to appending the event that refers to it. Defaults to DefaultPayloadGCGrace, 1
 	// hour; at least MinPayloadGCGrace.
 	PayloadGCGrace time.Duration `envconfig:"PAYLOAD_GC_GRACE"`
+	// CheckpointEvery is the number of events between two snapshot checkpoints of a run (at
+	// least; every eighth of a long history), which the service writes as it follows the
+	// history, so that a cold load elsewhere reads the latest checkpoint and the history after
+	// it only (docs/large-payloads.md). Defaults to 1,000; negative writes none.
+	CheckpointEvery int `envconfig:"CHECKPOINT_EVERY"`
 }
 
 // DefaultHTTPAddr is where the HTTP API listens unless Config.HTTPAddr says otherwise.
@@ -147,6 +152,8 @@ type Service struct {
 	store   *jsstore.Store
 	host    *jshost.Host
 	engine  *engine.Engine
+	// keys is the start key index, which the service alone writes (startkeys.go).
+	keys    *jshost.StartKeys
 	runs    jetstream.KeyValue
 	parked  jetstream.KeyValue
 	damaged jetstream.KeyValue
@@ -218,6 +225,9 @@ func New(cfg Config) (*Service, error) {
 	}
 	if cfg.ReconcileInterval == 0 {
 		cfg.ReconcileInterval = time.Minute
+	}
+	if cfg.CheckpointEvery == 0 {
+		cfg.CheckpointEvery = engine.DefaultCheckpointEvery
 	}
 	if err := retentionDefaults(&cfg); err != nil {
 		return nil, err
@@ -317,12 +327,12 @@ func (s *Service) open(ctx context.Context) error {
 		return err
 	}
 	s.host.Faults = s.cfg.Faults
-	// Start keys: a debounce key is released when its run's delay fires.
-	keys, err := jshost.NewStartKeys(ctx, js)
-	if err != nil {
+	// Start keys: the service is the bucket's one writer (startkeys.go); its engine releases a
+	// debounce key when its run's delay fires.
+	if s.keys, err = jshost.NewStartKeys(ctx, js); err != nil {
 		return err
 	}
-	if s.engine, err = engine.New(engine.Config{Store: s.store, Host: s.host, Logger: s.logger, CacheSize: -1, Faults: s.cfg.Faults, Keys: keys}); err != nil {
+	if s.engine, err = engine.New(engine.Config{Store: s.store, Host: s.host, Logger: s.logger, CacheSize: -1, Faults: s.cfg.Faults, Keys: s.keys}); err != nil {
 		return err
 	}
 	for name, kv := range map[string]*jetstream.KeyValue{streams.RunsBucket: &s.runs, streams.ParkedBucket: &s.parked,

@@ -30,7 +30,7 @@ const queryTimeout = 30 * time.Second
 // serve starts the micro service and the HTTP API.
 func (s *Service) serve() error {
 	svc, err := micro.AddService(s.nc, micro.Config{Name: "flow-history", Version: "1.0.0",
-		Description: "Flow's history service: run snapshots (at any sequence), history pages, listings, resume"})
+		Description: "Flow's history service: run snapshots (at any sequence), history pages, listings, resume, start keys"})
 	if err != nil {
 		return fmt.Errorf("starting the query service: %w", err)
 	}
@@ -57,8 +57,11 @@ func (s *Service) serve() error {
 			resp, err := s.listRuns(req, nil)
 			return &resp, err
 		}),
-		api.SubjectResume:      handle(s.resume),
-		api.SubjectDefinitions: handle(s.listDefinitions),
+		api.SubjectResume:          handle(s.resume),
+		api.SubjectDefinitions:     handle(s.listDefinitions),
+		api.SubjectStartKeyClaim:   handle(s.claimStartKey),
+		api.SubjectStartKeyReplace: handle(s.replaceStartKey),
+		api.SubjectStartKeyRelease: handle(s.releaseStartKey),
 	} {
 		if err := add(subject, fn); err != nil {
 			return fmt.Errorf("adding the %s endpoint: %w", subject, err)

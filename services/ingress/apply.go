@@ -218,6 +218,8 @@ func (s *Service) refusal(in *input, err error) *api.IngressError {
 		// the message that breaks it.
 		return e(api.CodeRunDamaged, "the history of run %q is damaged (%s); no input is accepted until an operator releases it "+
 			"with `flow resume %s --accept-damage` or ends it with `flow terminate %s`", in.runID, trimFlow(err), in.runID, in.runID)
+	case errors.Is(err, engine.ErrStartKeysUnavailable):
+		return e(api.CodeIngressBusy, "%s", trimFlow(err))
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):
 		return e(api.CodeIngressBusy, "the input could not be committed in time (%v); retry with the same delivery ID", err)
 	}

@@ -197,10 +197,8 @@ func (s *Service) start(ctx context.Context) error {
 	if s.host, err = jshost.New(ctx, s.js, "flow/ingress", s.logger); err != nil {
 		return err
 	}
-	keys, err := jshost.NewStartKeys(ctx, s.js)
-	if err != nil {
-		return err
-	}
+	// Dedup and debounce keys: the history service writes them, asked over request/reply.
+	keys := jshost.NewRemoteStartKeys(s.nc)
 	pauses, err := jshost.NewPauses(ctx, s.js, jshost.PausesOptions{Logger: s.logger})
 	if err != nil {
 		return err

@@ -88,9 +88,10 @@ type Config struct {
 	// FLOW_PAYLOADS object store, the history holding a reference (docs/large-payloads.md).
 	// Keep it well below the server's max_payload (1 MiB by default). Defaults to 256 KiB.
 	PayloadThreshold int `envconfig:"PAYLOAD_THRESHOLD"`
-	// CheckpointEvery is the number of events between two snapshot checkpoints of a run (at
-	// least; every eighth of a long history), so that a cold load reads the latest checkpoint
-	// and the history after it only. Defaults to 1,000; negative turns checkpoints off.
+	// CheckpointEvery, negative, turns off reading snapshot checkpoints: a cold load of a run
+	// then reads its whole history, not the latest checkpoint and the history after it. The
+	// worker writes no checkpoints: the history service does, every FLOW_CHECKPOINT_EVERY events
+	// (its Config.CheckpointEvery, docs/large-payloads.md); other values change nothing here.
 	CheckpointEvery int `envconfig:"CHECKPOINT_EVERY"`
 }
 
@@ -236,7 +237,6 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	w.reg.UsePayloads(ecfg.Payloads)
 	if w.cfg.CheckpointEvery >= 0 {
-		ecfg.CheckpointEvery = w.cfg.CheckpointEvery
 		if ecfg.Checkpoints, err = objstore.OpenCheckpoints(ctx, js, streams.CheckpointsBucket); err != nil {
 			return err
 		}

@@ -18,7 +18,8 @@ import (
 // (streams.CheckpointsBucket): one object per run, named by its run ID, that each checkpoint of
 // the run replaces (the object store keeps the last meta message per name and purges the
 // replaced object's chunks). The checked fields are the object's metadata. It implements
-// engine.Checkpoints.
+// engine.CheckpointReader; its writes (Save, Delete) are the history service's alone, the
+// bucket's one writer.
 type Checkpoints struct {
 	obs   jetstream.ObjectStore
 	chunk uint32
@@ -73,14 +74,9 @@ func (c *Checkpoints) Latest(ctx context.Context, runID string) (*engine.Checkpo
 	if err != nil {
 		return nil, err
 	}
-	cp := &engine.Checkpoint{RunID: runID}
-	if cp.Seq, err = strconv.ParseUint(info.Metadata[metaSeq], 10, 64); err == nil {
-		if cp.Position, err = strconv.ParseUint(info.Metadata[metaPosition], 10, 64); err == nil {
-			cp.Time, err = time.Parse(time.RFC3339Nano, info.Metadata[metaTime])
-		}
-	}
+	cp, err := checkpointOf(info)
 	if err != nil {
-		return nil, fmt.Errorf("the checkpoint of run %q has malformed metadata: %w", runID, err)
+		return nil, err
 	}
 	cp.Snapshot = make([]byte, info.Size)
 	if _, err := io.ReadFull(res, cp.Snapshot); err != nil {
@@ -101,4 +97,52 @@ func (c *Checkpoints) Delete(ctx context.Context, runID string) error {
 	return err
 }
 
-var _ engine.Checkpoints = (*Checkpoints)(nil)
+// checkpointOf reads a checkpoint object's metadata: the checkpoint without its snapshot.
+func checkpointOf(info *jetstream.ObjectInfo) (*engine.Checkpoint, error) {
+	cp := &engine.Checkpoint{RunID: info.Name}
+	var err error
+	if cp.Seq, err = strconv.ParseUint(info.Metadata[metaSeq], 10, 64); err == nil {
+		if cp.Position, err = strconv.ParseUint(info.Metadata[metaPosition], 10, 64); err == nil {
+			cp.Time, err = time.Parse(time.RFC3339Nano, info.Metadata[metaTime])
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: the checkpoint of run %q: %w", ErrMalformedCheckpoint, info.Name, err)
+	}
+	return cp, nil
+}
+
+// ErrMalformedCheckpoint is wrapped by the error of a read of a checkpoint object whose metadata
+// do not say what it covers: a reader does not use it, and the history service replaces it.
+var ErrMalformedCheckpoint = errors.New("malformed checkpoint metadata")
+
+// Info returns run runID's checkpoint without its snapshot (one read of the object's metadata),
+// or nil when it has none.
+func (c *Checkpoints) Info(ctx context.Context, runID string) (*engine.Checkpoint, error) {
+	info, err := c.obs.GetInfo(ctx, runID)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("reading the checkpoint of run %q: %w", runID, err)
+	}
+	return checkpointOf(info)
+}
+
+// Runs returns the run IDs of the runs that have a checkpoint.
+func (c *Checkpoints) Runs(ctx context.Context) ([]string, error) {
+	infos, err := c.obs.List(ctx)
+	if errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("listing the checkpoints: %w", err)
+	}
+	ids := make([]string, len(infos))
+	for i, info := range infos {
+		ids[i] = info.Name
+	}
+	return ids, nil
+}
+
+var _ engine.CheckpointReader = (*Checkpoints)(nil)
