@@ -185,6 +185,9 @@ type Service struct {
 	retention *retention
 	// reconciler is the reconciler's state between passes (reconcile.go).
 	reconciler reconciler
+	// hookClaimGrace is how long the reconciler leaves alone a route to a live run that has
+	// not committed the hook (reconcile_hooks.go).
+	hookClaimGrace time.Duration
 }
 
 // New returns a history service.
@@ -228,7 +231,7 @@ func New(cfg Config) (*Service, error) {
 		logger = slog.Default()
 	}
 	return &Service{cfg: cfg, logger: logger.With(slog.String("component", "history")), started: make(chan struct{}),
-		awaitPoll: defaultAwaitPoll}, nil
+		awaitPoll: defaultAwaitPoll, hookClaimGrace: defaultHookClaimGrace}, nil
 }
 
 // Start connects, creates Flow's streams if needed, checks them for damage (rebuilding what it

@@ -22,7 +22,8 @@ import (
 
 // The history service owns the state it derives from history (docs/derived-state.md): the runs
 // index (FLOW_RUNS), the admission queue (FLOW_QUEUE), the timer index (FLOW_TIMERS), the hook
-// routes of ended runs, tombstones and the deletion of derived state. It writes them as it
+// token routes (FLOW_HOOKS), the parked runs (FLOW_PARKED), tombstones and the deletion of
+// derived state. It writes them as it
 // follows the stream; its reconciler, run by the replica that holds the retention lease every
 // Config.ReconcileInterval, recomputes them from history and repairs what drifted, counting each
 // repair in flow_repairs_total{state=...} and logging the run and the difference. Each repair runs
@@ -37,8 +38,9 @@ type reconciler struct {
 	// mu serializes passes.
 	mu sync.Mutex
 	// next is the run ID the runs index pass starts after; nextTimers the one the timer
-	// index's pass of active runs without entries starts at.
-	next, nextTimers string
+	// index's pass of active runs without entries starts at; nextHooks the one the hook
+	// routes' pass of active runs starts at.
+	next, nextTimers, nextHooks string
 }
 
 // Reconcile runs one pass of the reconciler over the states the service owns, and returns the
@@ -62,6 +64,16 @@ func (s *Service) Reconcile(ctx context.Context) (map[string]int, error) {
 	done[metrics.StateTimers] = n
 	if err != nil {
 		return done, fmt.Errorf("reconciling the timer index: %w", err)
+	}
+	n, err = s.reconcileHooks(ctx)
+	done[metrics.StateHooks] = n
+	if err != nil {
+		return done, fmt.Errorf("reconciling the hook token routes: %w", err)
+	}
+	n, err = s.reconcileParked(ctx)
+	done[metrics.StateParked] = n
+	if err != nil {
+		return done, fmt.Errorf("reconciling the parked runs: %w", err)
 	}
 	return done, nil
 }
