@@ -302,12 +302,14 @@ func workerRole() Role {
 	g.liveness()
 	g.kvWrite(streams.WorkersBucket)
 	g.kvWrite(streams.DefinitionsBucket)
-	g.publish(api.SubjectHookClaim, api.SubjectPark) // FLOW_HOOKS and FLOW_PARKED have one writer, the history service
 	g.kvWrite(streams.StepLimitsBucket)   // it takes and releases the slots of limited steps (flow.LimitStep)
 	g.kvWrite(streams.HeartbeatsBucket)   // it records step attempts' starts and heartbeats, and reads the last details
 	g.kvWatch(streams.PausesBucket)       // it starts no decision or attempt of a paused definition or queue
 	g.objWrite(streams.PayloadsBucket)    // it offloads large payloads and reads them (docs/large-payloads.md)
 	g.objWrite(streams.CheckpointsBucket) // it writes and reads snapshot checkpoints
+	// It asks the history service, the one writer of FLOW_HOOKS and FLOW_PARKED, to claim hook
+	// tokens and to park runs.
+	g.publish(api.SubjectHookClaim, api.SubjectPark)
 	// It answers the queries of the runs it can run the code of (a micro service, with $SRV
 	// discovery).
 	g.subscribe(api.QueryPrefix+">", "$SRV.*", "$SRV.*.flow-worker", "$SRV.*.flow-worker.*")

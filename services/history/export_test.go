@@ -13,5 +13,6 @@ func (s *Service) SetAwaitPoll(period time.Duration, beforeCheck func(runID stri
 func (s *Service) SetBeforeIndexApply(fn func()) { s.beforeIndexApply = fn }
 
 // SetHookClaimGrace sets how long the reconciler leaves alone a hook route to a live run that
-// has not committed the hook. Call it before Start.
+// has not committed the hook. Call it before Start, or between calls of Reconcile with the
+// background reconciler off.
 func (s *Service) SetHookClaimGrace(d time.Duration) { s.hookClaimGrace = d }
