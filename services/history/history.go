@@ -9,7 +9,7 @@
 // answered yet (deduplicated by "<run>:<seq>"), the timer index entry of every wait and retry
 // (and its removal when moot), the child runs a decision started, the end-of-run work (the
 // parent's child.settled, the continue-as-new successor, children cancelled per policy, hook
-// tokens released), the runs index entry (written only when the run's status or detail
+// tokens released; a reset run's copied hook tokens routed to it), the runs index entry (written only when the run's status or detail
 // changes, guarded so that it never moves backwards), and the public event feed (one CloudEvent
 // per event on flow.events.<definition>.<run>.<type>, see docs/events.md). Writers may do the
 // same work at once as a fast path; correctness never depends on it: a crash between any two
@@ -22,7 +22,8 @@
 // # Parking
 //
 // Workers park runs they cannot drive (pinned to another build, or of a definition they do not
-// register) in FLOW_PARKED and acknowledge their tasks; blocked runs are parked by their status.
+// register) by asking this service, FLOW_PARKED's one writer, to write the entry (doors.go), and
+// acknowledge their tasks; blocked runs are parked by their status.
 // The service dispatches them again when a worker registers their definition (with a build that
 // can drive them), and on `flow resume`.
 //
