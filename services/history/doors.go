@@ -80,9 +80,6 @@ func (s *Service) parkRun(ctx context.Context, p streams.Parked) (*api.ParkRespo
 	if err := event.ValidateDerivedRunID(p.RunID); err != nil {
 		return nil, &api.Error{Code: api.CodeInvalid, Message: "a park request's run: " + err.Error()}
 	}
-	if p.Queue == "" || p.Definition == "" || p.Reason == "" {
-		return nil, &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf("parking run %q needs its queue, its definition and the reason", p.RunID)}
-	}
 	if sum, ok := s.index.get(p.RunID); ok && (sum.Status.Terminal() || sum.Deleted != nil) {
 		return &api.ParkResponse{}, nil
 	}

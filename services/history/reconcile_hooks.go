@@ -109,10 +109,13 @@ func (s *Service) repairHooks(ctx context.Context, runID string, have []route) (
 	err := s.onLane(ctx, runID, func(ctx context.Context, l *lane) error {
 		hist, err := s.store.LoadAtLeast(ctx, runID, 0, 1)
 		var snap *core.Snapshot
+		deleted := false
 		switch {
 		case errors.Is(err, store.ErrDamaged):
 			return nil // quarantined: an operator decides
-		case errors.Is(err, store.ErrDeleted), errors.Is(err, core.ErrNotFound):
+		case errors.Is(err, store.ErrDeleted):
+			deleted = true
+		case errors.Is(err, core.ErrNotFound):
 		case err != nil:
 			return err
 		case len(hist) > 0:
@@ -121,7 +124,7 @@ func (s *Service) repairHooks(ctx context.Context, runID string, have []route) (
 			}
 		}
 		for _, r := range have {
-			fixed, err := s.repairRoute(ctx, snap, runID, r)
+			fixed, err := s.repairRoute(ctx, snap, deleted, runID, r)
 			if err != nil {
 				return err
 			}
@@ -143,14 +146,17 @@ func (s *Service) repairHooks(ctx context.Context, runID string, have []route) (
 }
 
 // repairRoute makes route r, which names run runID (whose latest snapshot is snap, nil for a
-// run that does not exist or was deleted), what history says; a write is made at the revision
+// run that was deleted or does not exist), what history says; a write is made at the revision
 // the pass read, so that a route changed since (a claim, a release) is left to the next pass.
-func (s *Service) repairRoute(ctx context.Context, snap *core.Snapshot, runID string, r route) (int, error) {
+// A route younger than the claim grace that names a live run without the hook, or a run not
+// found, is left alone: its claim's hook.created may be committed yet.
+func (s *Service) repairRoute(ctx context.Context, snap *core.Snapshot, deleted bool, runID string, r route) (int, error) {
 	kv := s.retention.hooks
 	switch core.HookRouteRepair(snap, r.token, r.HookID, r.Released) {
 	case core.RouteDelete:
-		if snap != nil && !snap.Terminal() && time.Since(r.created) < s.hookClaimGrace {
-			return 0, nil // a claim whose hook.created may be committed yet
+		mayCommit := snap == nil && !deleted || snap != nil && !snap.Terminal()
+		if mayCommit && time.Since(r.created) < s.hookClaimGrace {
+			return 0, nil
 		}
 		err := kv.Delete(ctx, r.token, jetstream.LastRevision(r.rev))
 		if skipRevision(err) {
@@ -159,8 +165,11 @@ func (s *Service) repairRoute(ctx context.Context, snap *core.Snapshot, runID st
 		if err != nil {
 			return 0, fmt.Errorf("deleting the route of hook token %q: %w", r.token, err)
 		}
-		why := "the run does not exist or was deleted"
-		if snap != nil {
+		why := "the run does not exist"
+		switch {
+		case deleted:
+			why = "the run was deleted"
+		case snap != nil:
 			why = "the run never created that hook under this token"
 		}
 		s.repaired(ctx, metrics.StateHooks, runID, fmt.Sprintf("hook token %q routed to hook %q: %s; the route was deleted", r.token, r.HookID, why))
