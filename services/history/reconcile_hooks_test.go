@@ -71,10 +71,15 @@ func TestReconcilerRepairsHookRoutesAndParked(t *testing.T) {
 	_, err = c.Start(ctx, "hook", "tok-done", &flow.StartOptions{RunID: "d-1"})
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
+		for _, run := range []string{"w-1", "d-1"} {
+			if s, err := c.Snapshot(ctx, run); err != nil || s.Hooks["cb"] == nil {
+				return false
+			}
+		}
 		_, a := route("tok-wait")
 		_, b := route("tok-done")
 		return a && b
-	}, 30*time.Second, 10*time.Millisecond, "both hooks are routed")
+	}, 30*time.Second, 10*time.Millisecond, "both hooks are created and routed")
 	_, err = c.DeliverHook(ctx, "tok-done", "paid", nil)
 	require.NoError(t, err)
 	var out string
