@@ -9,8 +9,9 @@
 // answered yet (deduplicated by "<run>:<seq>"), the timer index entry of every wait and retry
 // (and its removal when moot), the child runs a decision started, the end-of-run work (the
 // parent's child.settled, the continue-as-new successor, children cancelled per policy, hook
-// tokens released; a reset run's copied hook tokens routed to it), the runs index entry (written only when the run's status or detail
-// changes, guarded so that it never moves backwards), and the public event feed (one CloudEvent
+// tokens released), a reset run's copied hook tokens routed to it, the runs index entry
+// (written only when the run's status or detail changes, guarded so that it never moves
+// backwards), and the public event feed (one CloudEvent
 // per event on flow.events.<definition>.<run>.<type>, see docs/events.md). Writers may do the
 // same work at once as a fast path; correctness never depends on it: a crash between any two
 // writes delays a run by one redelivery and never loses it.
