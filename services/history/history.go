@@ -11,10 +11,10 @@
 // parent's child.settled, the continue-as-new successor, children cancelled per policy, hook
 // tokens released), a reset run's copied hook tokens routed to it, the runs index entry
 // (written only when the run's status or detail changes, guarded so that it never moves
-// backwards), and the public event feed (one CloudEvent
-// per event on flow.events.<definition>.<run>.<type>, see docs/events.md). Writers may do the
-// same work at once as a fast path; correctness never depends on it: a crash between any two
-// writes delays a run by one redelivery and never loses it.
+// backwards), and the public event feed (one CloudEvent per event on
+// flow.events.<definition>.<run>.<type>, see docs/events.md). Writers may do the same work at
+// once as a fast path; correctness never depends on it: a crash between any two writes delays a
+// run by one redelivery and never loses it.
 //
 // Several replicas share the consumer. Within a replica a run's commits are applied in order
 // (each run hashes to one lane); across replicas every effect is derived from the run's latest
