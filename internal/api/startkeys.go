@@ -13,15 +13,18 @@ import (
 // compare-and-set writes it would have made. Every replica of the history service answers (a
 // micro service endpoint, queue group "q"); with none running a request gets no responders.
 //
-//	flow.api.startkeys.claim    StartKeyRequest{Key, Entry, TTL}            -> StartKeyResponse{Entry, Revision, Done: created}
-//	flow.api.startkeys.replace  StartKeyRequest{Key, Revision, Entry, TTL}  -> StartKeyResponse{Revision, Done: replaced}
-//	flow.api.startkeys.release  StartKeyRequest{Key, Entry: {RunID}}         -> StartKeyResponse{}
+//	flow.derived.startkeys.claim    StartKeyRequest{Key, Entry, TTL}            -> StartKeyResponse{Entry, Revision, Done: created}
+//	flow.derived.startkeys.replace  StartKeyRequest{Key, Revision, Entry, TTL}  -> StartKeyResponse{Revision, Done: replaced}
+//	flow.derived.startkeys.release  StartKeyRequest{Key, Entry: {RunID}}         -> StartKeyResponse{}
+//
+// Like the other doors of derived state (derived.go), they are not under flow.api.>, which
+// clients may publish to: only the ingress asks them.
 //
 // An error is a reply with an empty body and micro's error headers (Code as in api.Error):
 // CodeInvalid for a request that is not one, CodeUnavailable when the bucket could not be
 // written (retry), CodeInternal for an entry that is not one (an operator deletes it).
 const (
-	SubjectStartKeysPrefix = "flow.api.startkeys."
+	SubjectStartKeysPrefix = DerivedPrefix + "startkeys."
 	SubjectStartKeyClaim   = SubjectStartKeysPrefix + "claim"
 	SubjectStartKeyReplace = SubjectStartKeysPrefix + "replace"
 	SubjectStartKeyRelease = SubjectStartKeysPrefix + "release"

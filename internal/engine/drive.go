@@ -598,9 +598,11 @@ func (d *driver) logDecision(ctx context.Context, events []event.Payload) {
 	}
 }
 
-// registerHook routes token to hook hookID of run runID. A token still routed to a run that
-// ended (the history service releases it after the end, as a consequence of the terminal
-// commit) is released here first.
+// registerHook routes token to hook hookID of run runID through the host. A token still routed
+// to a run that ended (the history service releases it after the end, as a consequence of the
+// terminal commit) is released here first. A worker's host asks the history service, FLOW_HOOKS's
+// one writer, which claims the token with ClaimHook (the same takeover, on its own host): the
+// engine's own release is then the host's no-op, and its second claim asks again.
 func (e *Engine) registerHook(ctx context.Context, token, runID, hookID string) error {
 	err := e.host.RegisterHook(ctx, token, runID, hookID)
 	var taken *TokenTakenError
@@ -615,6 +617,14 @@ func (e *Engine) registerHook(ctx context.Context, token, runID, hookID string) 
 		return err
 	}
 	return e.host.RegisterHook(ctx, token, runID, hookID)
+}
+
+// ClaimHook routes token to hook hookID of run runID, create-only: a token that routes to that
+// hook already is no error; one that routes to a hook of a run that ended is taken over; one that
+// routes to another hook of a live run returns a *TokenTakenError (wrapping ErrTokenTaken). The
+// history service answers the workers' claims with it, on an engine whose host writes FLOW_HOOKS.
+func (e *Engine) ClaimHook(ctx context.Context, token, runID, hookID string) error {
+	return e.registerHook(ctx, token, runID, hookID)
 }
 
 // errBlockedByHost stops a drive whose decision the host refused after recording why.

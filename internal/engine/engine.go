@@ -46,7 +46,10 @@ type Host interface {
 	// DeleteTimers removes the entries of timers that became moot; absent ones are no error.
 	DeleteTimers(ctx context.Context, timers []core.Timer) error
 	// RegisterHook routes token to hook hookID of run runID. It must be create-only: if the
-	// token routes to another hook it returns an error wrapping ErrTokenTaken.
+	// token routes to another hook it returns an error wrapping ErrTokenTaken. The engine
+	// calls it before committing the hook.created that needs the route, and, in the history
+	// service, for the hooks a reset run copied (ApplyCommit). A worker's host asks the history
+	// service, FLOW_HOOKS's one writer, to claim the token (Engine.ClaimHook).
 	RegisterHook(ctx context.Context, token, runID, hookID string) error
 	// LookupHook returns the run and hook a token routes to, or an error wrapping
 	// core.ErrNotFound.

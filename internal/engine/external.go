@@ -32,18 +32,71 @@ func (e *Engine) Signal(ctx context.Context, runID, name string, payload []byte,
 // same delivery ID is accepted without effect; a different delivery to a hook that already
 // received one returns an error wrapping core.ErrAlreadyReceived; an unknown token
 // core.ErrNotFound. It returns the ID of the run that owns the hook.
+//
+// A token that still routes to a run a reset ended (the history service moves the route to the
+// reset's new run as the consequence of that run's first commit) is followed to the run the
+// reset went on in, and on through its own resets, as inputs follow resets (forward): the run
+// that copied the hook (the same hook ID and token) takes the delivery. A hook the old run
+// created after the reset point has no copy there, and the delivery is refused as the ended run
+// refuses it (core.ErrTerminal).
 func (e *Engine) DeliverHook(ctx context.Context, token string, payload []byte, deliveryID string) (string, error) {
 	runID, hookID, err := e.host.LookupHook(ctx, token)
 	if err != nil {
 		return "", fmt.Errorf("looking up hook token: %w", err)
 	}
-	err = e.external(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
-		return core.ReceiveHook(s, hookID, payload, deliveryID)
-	})
+	to, err := e.deliverHook(ctx, runID, hookID, token, payload, deliveryID)
 	if errors.Is(err, core.ErrDuplicate) {
-		return runID, nil
+		return to, nil
 	}
-	return runID, err
+	return to, err
+}
+
+// errNoCopy stops a hook delivery followed to a reset run that did not copy the hook.
+var errNoCopy = errors.New("the reset run has no copy of the hook")
+
+// deliverHook appends the delivery to hook hookID (token token) of run runID, following resets
+// (see DeliverHook). It returns the ID of the run it appended to, or of the run that refused.
+func (e *Engine) deliverHook(ctx context.Context, runID, hookID, token string, payload []byte, deliveryID string) (string, error) {
+	first := runID
+	var refused error // the refusal of the run the token routes to, once it is followed from
+	resetOf := ""     // the run whose reset named runID, while runID is followed to from it
+	for range maxGenerations {
+		var next string
+		deliver := func(s *core.Snapshot) ([]event.Payload, error) {
+			next = ""
+			if h, ok := s.Hooks[hookID]; resetOf != "" && (!ok || h.Token != token) {
+				return nil, errNoCopy
+			}
+			events, err := core.ReceiveHook(s, hookID, payload, deliveryID)
+			if errors.Is(err, core.ErrTerminal) {
+				if n, ok := resetTarget(s); ok {
+					next = n
+					if refused == nil {
+						refused = err
+					}
+					return nil, errFollow
+				}
+			}
+			return events, err
+		}
+		err := e.external(ctx, runID, deliver)
+		if resetOf != "" && errors.Is(err, core.ErrNotFound) {
+			// The reset is recorded and its new run not written yet: write it (as the history
+			// service would), then deliver.
+			if err := e.startReset(ctx, resetOf, runID); err != nil {
+				return runID, err
+			}
+			err = e.external(ctx, runID, deliver)
+		}
+		switch {
+		case errors.Is(err, errNoCopy):
+			return first, refused
+		case !errors.Is(err, errFollow):
+			return runID, err
+		}
+		resetOf, runID = runID, next
+	}
+	return runID, fmt.Errorf("hook %q of run %q: its run was reset more than %d times in a row", hookID, first, maxGenerations)
 }
 
 // Cancel requests cancellation of run runID, or of the latest run it continued as, and returns

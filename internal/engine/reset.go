@@ -31,8 +31,10 @@ import (
 //     new run creates it first, and the resetter creates it at once as a fast path. Whoever
 //     comes first writes it; the others find it.
 //  3. the routes of the hook tokens the new run copied, taken over from the old run, which has
-//     ended by then. They follow from 2 (ApplyCommit of the new run's first commit) and are
-//     idempotent.
+//     ended by then. They follow from 2: the history service, FLOW_HOOKS's one writer, writes
+//     them when it applies the new run's first commit (ApplyCommit); no other writer of 2 does.
+//     Until then a delivery to a copied token reaches the old run's route, and DeliverHook
+//     follows the reset to the new run.
 //
 // A crash between any two writes delays the next and never loses it.
 
@@ -230,9 +232,10 @@ func (e *Engine) chainHead(ctx context.Context, s *core.Snapshot) (head string, 
 	return "", false, fmt.Errorf("the runs of run %q go on more than %d times", s.RunID, maxGenerations)
 }
 
-// startReset writes the new run newID that old run oldID's run.reset names, unless it exists,
-// and routes to it the hook tokens it copied. It is step 2 of a reset, done by whoever comes
-// first: idempotent.
+// startReset writes the new run newID that old run oldID's run.reset names, unless it exists.
+// It is step 2 of a reset, done by whoever comes first: idempotent. It writes no hook route: the
+// history service routes the copied tokens as the consequence of the new run's first commit
+// (applyReset).
 func (e *Engine) startReset(ctx context.Context, oldID, newID string) error {
 	hist, err := e.store.LoadAtLeast(ctx, oldID, 0, 1)
 	if err != nil {
@@ -265,7 +268,7 @@ func (e *Engine) startReset(ctx context.Context, oldID, newID string) error {
 	default:
 		e.resume(ctx, Task{RunID: newID, Queue: plan.Started.Queue, Build: plan.Started.Spec.BuildID, Seq: last, TraceParent: plan.Started.TraceParent})
 	}
-	return e.routeResetHooks(ctx, newID)
+	return nil
 }
 
 // isResetOf checks that run newID, which exists, is a reset of run oldID.
@@ -285,7 +288,7 @@ func (e *Engine) isResetOf(ctx context.Context, newID, oldID string) error {
 
 // routeResetHooks routes to reset run newID the tokens of the hooks it copied and still waits
 // on, taken over from the old run, which has ended. Idempotent: a token is taken over only from
-// a run that ended.
+// a run that ended. Only ApplyCommit calls it: the history service's host writes FLOW_HOOKS.
 func (e *Engine) routeResetHooks(ctx context.Context, newID string) error {
 	ns, err := e.snapshot(ctx, newID, 1)
 	if err != nil {

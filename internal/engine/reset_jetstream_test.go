@@ -35,6 +35,7 @@ type orderIn struct {
 
 type resetBed struct {
 	e     *engine.Engine
+	host  *jshost.Host
 	st    *jsstore.Store
 	f     *fault.Injector
 	mu    sync.Mutex
@@ -50,7 +51,7 @@ func resetSetup(t *testing.T) *resetBed {
 	require.NoError(t, err)
 	host, err := jshost.New(ctx, js, "flow/test", natstest.Logger())
 	require.NoError(t, err)
-	b := &resetBed{st: st, f: &fault.Injector{}, calls: map[string]int{}}
+	b := &resetBed{st: st, host: host, f: &fault.Injector{}, calls: map[string]int{}}
 	reg := flow.NewRegistry(nil)
 	flow.RegisterWorkflow(reg, "order", func(ctx *flow.Context, in orderIn) (flow.Decision, error) {
 		key := ctx.UUID() // drawn from the seed: a reset run must draw the same
@@ -430,7 +431,8 @@ func TestResetNeverLeavesTwoLiveRuns(t *testing.T) {
 }
 
 // A hook copied while pending keeps its token, and the token's route moves to the new run once
-// the old run has ended: a delivery with the old token reaches the new run.
+// the old run has ended, when the history service applies the new run's first commit (the
+// resetter writes no route): a delivery with the old token reaches the new run.
 func TestResetMovesCopiedHookTokens(t *testing.T) {
 	t.Parallel()
 	b := resetSetup(t)
@@ -447,9 +449,98 @@ func TestResetMovesCopiedHookTokens(t *testing.T) {
 	require.True(t, b.snapshot(t, "o8").Terminal(), "the reset ended the old run")
 	require.Equal(t, core.StatusSuspended, b.drive(t, newID))
 	require.Equal(t, tok, b.snapshot(t, newID).Hooks["confirm"].Token)
+	run, _ := b.routeOf(t, tok)
+	require.Equal(t, "o8", run, "the resetter moved no route")
+	require.NoError(t, b.e.ApplyCommit(ctx, b.snapshot(t, newID), b.history(t, newID)[:1]))
+	run, hook := b.routeOf(t, tok)
+	require.Equal(t, newID, run, "the consequence of the new run's first commit: the token is taken over from the ended run")
+	require.Equal(t, "confirm", hook)
 	to, err := b.e.DeliverHook(ctx, tok, []byte(`{"ok":true}`), "d-8")
 	require.NoError(t, err)
 	require.Equal(t, newID, to, "the old token routes to the new run")
 	require.Equal(t, core.StatusCompleted, b.drive(t, newID))
 	b.checkBoth(t, "o8", newID)
+}
+
+// routeOf returns the run and hook token routes to.
+func (b *resetBed) routeOf(t *testing.T, token string) (string, string) {
+	t.Helper()
+	run, hook, err := b.host.LookupHook(t.Context(), token)
+	require.NoError(t, err)
+	return run, hook
+}
+
+// A delivery to a copied hook's token right after a reset, before anything moved the token's
+// route (only the history service does, as the consequence of the reset run's first commit),
+// reaches the reset run: DeliverHook follows the reset from the run the route names, as inputs
+// do, writing the reset run first when the crash left it unwritten, and through a reset of the
+// reset run. A hook the old run created after the reset point has no copy in the new run: a
+// delivery to its token is refused as the ended run refuses it.
+func TestHookDeliveryRightAfterResetReachesTheResetRun(t *testing.T) {
+	t.Parallel()
+	b := resetSetup(t)
+	ctx := t.Context()
+	_, _, err := b.e.Start(ctx, engine.StartParams{RunID: "o11", Spec: event.Spec{Definition: "order"}, Input: []byte(`{"item":"book","qty":1}`)})
+	require.NoError(t, err)
+	require.Equal(t, core.StatusSuspended, b.drive(t, "o11"), "waits on hook confirm (seq 4)")
+	b.signal(t, "o11", "s-early") // seq 5: a reset point with the hook pending
+	require.Equal(t, core.StatusSuspended, b.drive(t, "o11"))
+	tok := b.snapshot(t, "o11").Hooks["confirm"].Token
+
+	// The reset is recorded; the process dies before it writes the new run.
+	b.f.Arm(fault.AfterResetRecordBeforeStart, fault.Fail, 0, 1)
+	newID, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o11", Mode: event.ResetToSeq, Seq: 5})
+	require.NoError(t, err)
+	require.Empty(t, b.history(t, newID), "the new run is not written yet")
+	run, _ := b.routeOf(t, tok)
+	require.Equal(t, "o11", run, "the route still names the old run")
+
+	to, err := b.e.DeliverHook(ctx, tok, []byte(`{"ok":true}`), "d-11")
+	require.NoError(t, err, "the delivery follows the reset")
+	require.Equal(t, newID, to)
+	nw := b.history(t, newID)
+	require.Equal(t, event.TypeHookReceived, nw[len(nw)-1].Type(), "the reset run received the delivery: %v", resetTypes(nw))
+	run, _ = b.routeOf(t, tok)
+	require.Equal(t, "o11", run, "writing the reset run moved no route: the history service does")
+	to, err = b.e.DeliverHook(ctx, tok, []byte(`{"ok":true}`), "d-11")
+	require.NoError(t, err, "a redelivery is a duplicate")
+	require.Equal(t, newID, to)
+	require.Equal(t, core.StatusCompleted, b.drive(t, newID))
+	b.checkBoth(t, "o11", newID)
+
+	// Two resets in a row, neither route moved: the delivery follows both.
+	_, _, err = b.e.Start(ctx, engine.StartParams{RunID: "o12", Spec: event.Spec{Definition: "order"}, Input: []byte(`{"item":"pen","qty":2}`)})
+	require.NoError(t, err)
+	require.Equal(t, core.StatusSuspended, b.drive(t, "o12"))
+	b.signal(t, "o12", "s-12")
+	require.Equal(t, core.StatusSuspended, b.drive(t, "o12"))
+	tok12 := b.snapshot(t, "o12").Hooks["confirm"].Token
+	first, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o12", Mode: event.ResetToSeq, Seq: 5})
+	require.NoError(t, err)
+	second, err := b.e.Reset(ctx, engine.ResetParams{RunID: first, Mode: event.ResetToSeq, Seq: 5})
+	require.NoError(t, err)
+	run, _ = b.routeOf(t, tok12)
+	require.Equal(t, "o12", run)
+	to, err = b.e.DeliverHook(ctx, tok12, []byte(`{"ok":true}`), "d-12")
+	require.NoError(t, err)
+	require.Equal(t, second, to, "the delivery reaches the run the chain goes on in")
+
+	// A hook created after the reset point: the new run has no copy, and the delivery is
+	// refused as the old run refuses it, before and after the new run creates its own hook.
+	_, _, err = b.e.Start(ctx, engine.StartParams{RunID: "o13", Spec: event.Spec{Definition: "order"}, Input: []byte(`{"item":"ink","qty":3}`)})
+	require.NoError(t, err)
+	require.Equal(t, core.StatusSuspended, b.drive(t, "o13"))
+	tok13 := b.snapshot(t, "o13").Hooks["confirm"].Token
+	before, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o13", Mode: event.ResetToSeq, Seq: 3})
+	require.NoError(t, err)
+	to, err = b.e.DeliverHook(ctx, tok13, []byte(`{"ok":true}`), "d-13")
+	require.ErrorIs(t, err, core.ErrTerminal)
+	require.Equal(t, "o13", to)
+	require.Equal(t, core.StatusSuspended, b.drive(t, before), "the new run creates the hook again, under its own token")
+	require.NotEqual(t, tok13, b.snapshot(t, before).Hooks["confirm"].Token)
+	_, err = b.e.DeliverHook(ctx, tok13, []byte(`{"ok":true}`), "d-13")
+	require.ErrorIs(t, err, core.ErrTerminal)
+	for _, e := range b.history(t, before) {
+		require.NotEqual(t, event.TypeHookReceived, e.Type(), "the new run received nothing")
+	}
 }

@@ -1,6 +1,9 @@
 // Package jshost is the engine's host on JetStream: timers go to the FLOW_TIMERS bucket for the
 // scheduler, hook tokens to the create-only FLOW_HOOKS bucket, and resume tasks to the
-// FLOW_TASKS work queue (deduplicated by the task's key, "<run>:<seq>").
+// FLOW_TASKS work queue (deduplicated by the task's key, "<run>:<seq>"). The history service is
+// the one writer of both buckets (docs/derived-state.md); other processes use the host for
+// tasks and lookups, and a worker claims hook tokens from the history service instead
+// (services/worker).
 package jshost
 
 import (
@@ -101,10 +104,10 @@ func (h *Host) DeleteTimers(ctx context.Context, ts []core.Timer) error {
 	return nil
 }
 
-// hookRoute is a FLOW_HOOKS entry. Released is set once the run ended: the token still routes
-// there, so that a late redelivery is answered as the duplicate it is, until another run's hook
-// takes the token over.
-type hookRoute struct {
+// HookRoute is a FLOW_HOOKS entry, keyed by the token. Released is set once the run ended: the
+// token still routes there, so that a late redelivery is answered as the duplicate it is, until
+// another run's hook takes the token over.
+type HookRoute struct {
 	RunID    string `json:"run_id"`
 	HookID   string `json:"hook_id"`
 	Released bool   `json:"released,omitempty"`
@@ -113,7 +116,7 @@ type hookRoute struct {
 // RegisterHook implements engine.Host with one entry per token, created only if the token is
 // free or released.
 func (h *Host) RegisterHook(ctx context.Context, token, runID, hookID string) error {
-	want := hookRoute{RunID: runID, HookID: hookID}
+	want := HookRoute{RunID: runID, HookID: hookID}
 	b, err := json.Marshal(want)
 	if err != nil {
 		return err
@@ -173,8 +176,8 @@ func (h *Host) LookupHook(ctx context.Context, token string) (string, string, er
 	return r.RunID, r.HookID, err
 }
 
-func (h *Host) lookup(ctx context.Context, token string) (hookRoute, uint64, error) {
-	var r hookRoute
+func (h *Host) lookup(ctx context.Context, token string) (HookRoute, uint64, error) {
+	var r HookRoute
 	e, err := h.hooks.Get(ctx, token)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
 		return r, 0, fmt.Errorf("%w: no hook has this token", core.ErrNotFound)

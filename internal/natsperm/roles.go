@@ -184,9 +184,10 @@ func (g grants) role(name, who string, allowResponses bool) Role {
 }
 
 // historyRole: the history service provisions the streams, consumes FLOW_HISTORY (durable
-// consumer "history"), keeps the runs index, the timers and the damaged runs, dispatches parked
-// runs again, publishes the event feed, answers queries (a micro service, with $SRV discovery),
-// and forwards the web UI's signals and cancellations to the ingress.
+// consumer "history"), keeps the runs index, the timers, the hook token routes, the parked runs
+// and the damaged runs, dispatches parked runs again, publishes the event feed, answers queries
+// and the workers' claims and parks (a micro service, with $SRV discovery), and forwards the web
+// UI's signals and cancellations to the ingress.
 func historyRole() Role {
 	var g grants
 	g.replies()
@@ -195,10 +196,11 @@ func historyRole() Role {
 	g.follow()
 	g.consume(streams.History, streams.HistoryConsumer, "`"+streams.HistoryConsumer+"`")
 	g.kvWrite(streams.TimersBucket) // the timer index's one writer: it registers the timers of each commit, and deletes moot ones
-	g.kvWrite(streams.HooksBucket)  // it releases the tokens of ended runs, and repairs them
+	g.kvWrite(streams.HooksBucket)  // the hook routes' one writer: it claims the tokens workers ask for, moves them to reset runs, releases ended runs' tokens
+	g.kvWatch(streams.HooksBucket)  // and its reconciler reads every route
 	g.kvWrite(streams.RunsBucket)
 	g.kvWatch(streams.RunsBucket)
-	g.kvWrite(streams.ParkedBucket)
+	g.kvWrite(streams.ParkedBucket) // the parked runs' one writer: it parks the runs workers ask it to, and deletes them when it dispatches them
 	g.kvWatch(streams.ParkedBucket)
 	g.kvWrite(streams.DamagedBucket)
 	g.kvWrite(streams.StartKeysBucket) // the start keys' one writer: it claims them for the ingress, releases them, and repairs them
@@ -227,6 +229,8 @@ func historyRole() Role {
 	g.publish(api.IngressPrefix + ">")
 	g.publish(api.BatchPrefix + ">") // the web UI reads the batch jobs through the ingress
 	g.subscribe("flow.api.>", api.FeedPrefix+">")
+	g.subscribe(api.SubjectHookClaim, api.SubjectPark) // the workers' claims of hook tokens and parks of runs
+	g.subscribe(api.SubjectStartKeysPrefix + "*")      // the ingress's claims of start keys
 	g.subscribe("$SRV.*", "$SRV.*.flow-history", "$SRV.*.flow-history.*")
 	return g.role(History, "the history service (`flowd history`)", true)
 }
@@ -295,24 +299,26 @@ func ingressRole() Role {
 }
 
 // workerRole: a worker pulls resume tasks of its queue (durable consumers worker-<queue>...),
-// drives runs, registers its definitions and its liveness, and parks runs it cannot drive.
+// drives runs, registers its definitions and its liveness, and asks the history service to
+// claim the tokens of the hooks its runs create and to park runs it cannot drive.
 func workerRole() Role {
 	var g grants
 	g.replies()
 	g.ensure()
 	g.engine()
-	g.follow()                     // while steps run, it listens for other writers' commits (a signal, a cancellation)
-	g.kvWrite(streams.HooksBucket) // it registers the token of each hook its runs create
+	g.follow() // while steps run, it listens for other writers' commits (a signal, a cancellation)
 	g.consume(streams.Tasks, "*", "`worker-<queue>...`")
 	g.liveness()
 	g.kvWrite(streams.WorkersBucket)
 	g.kvWrite(streams.DefinitionsBucket)
-	g.kvWrite(streams.ParkedBucket)
 	g.kvWrite(streams.StepLimitsBucket)  // it takes and releases the slots of limited steps (flow.LimitStep)
 	g.kvWrite(streams.HeartbeatsBucket)  // it records step attempts' starts and heartbeats, and reads the last details
 	g.kvWatch(streams.PausesBucket)      // it starts no decision or attempt of a paused definition or queue
 	g.objWrite(streams.PayloadsBucket)   // it offloads large payloads and reads them (docs/large-payloads.md)
 	g.objRead(streams.CheckpointsBucket) // it reads snapshot checkpoints (the history service writes them)
+	// It asks the history service, the one writer of FLOW_HOOKS and FLOW_PARKED, to claim hook
+	// tokens and to park runs.
+	g.publish(api.SubjectHookClaim, api.SubjectPark)
 	// It answers the queries of the runs it can run the code of (a micro service, with $SRV
 	// discovery).
 	g.subscribe(api.QueryPrefix+">", "$SRV.*", "$SRV.*.flow-worker", "$SRV.*.flow-worker.*")

@@ -33,8 +33,9 @@ const (
 	// deletes the entries the commit made moot (a fired timer's among them) as it follows the
 	// history; the scheduler watches it and fires the timers.
 	TimersBucket = "FLOW_TIMERS"
-	// HooksBucket maps hook tokens to their run and hook: created only for a token that is free,
-	// or released by a run that ended.
+	// HooksBucket maps hook tokens to their run and hook (jshost.HookRoute): created only for a
+	// token that is free, or released by a run that ended. The history service is its one
+	// writer; workers ask it to claim tokens (internal/api/derived.go).
 	HooksBucket = "FLOW_HOOKS"
 	// RunsBucket indexes runs: key run ID, value a JSON core.Summary. The history service writes
 	// it.
@@ -46,8 +47,9 @@ const (
 	// LeasesBucket holds leader leases (the scheduler's), expiring after Config.LeaseTTL.
 	LeasesBucket = "FLOW_LEASES"
 	// ParkedBucket holds the runs that no worker of their queue can drive now: key run ID, value
-	// a JSON Parked. Workers write it; the history service dispatches the runs again when a
-	// worker that can registers, and deletes the entries.
+	// a JSON Parked. The history service is its one writer: it writes an entry when a worker
+	// asks it to park a run (internal/api/derived.go), dispatches the runs again when a worker
+	// that can registers, and deletes the entries.
 	ParkedBucket = "FLOW_PARKED"
 	// WorkersBucket holds one entry per live worker: key "<queue>.<worker id>", value a JSON
 	// liveness.Worker. Each worker writes its own entry at start and every Config.WorkerTTL/3,

@@ -220,14 +220,15 @@ func (s *Service) sweepRun(ctx context.Context, runID string, lostUpTo uint64, d
 	return "", s.writeIndex(ctx, runID, &followed{s: snap})
 }
 
-// registerHooks routes the tokens of the hooks run snap.RunID waits on to it again.
+// registerHooks routes the tokens of the hooks run snap.RunID waits on to it again, taking
+// them over from runs that ended (a reset's old run).
 func (s *Service) registerHooks(ctx context.Context, snap *core.Snapshot) {
 	if snap.Terminal() {
 		return
 	}
 	for _, h := range snap.Hooks {
 		if !h.Received {
-			if err := s.host.RegisterHook(ctx, h.Token, snap.RunID, h.ID); err != nil {
+			if err := s.engine.ClaimHook(ctx, h.Token, snap.RunID, h.ID); err != nil {
 				s.logger.WarnContext(ctx, "a hook token routes elsewhere", slog.String("run_id", snap.RunID), slog.String("hook_id", h.ID), slog.String("error", err.Error()))
 			}
 		}

@@ -9,11 +9,12 @@
 // answered yet (deduplicated by "<run>:<seq>"), the timer index entry of every wait and retry
 // (and its removal when moot), the child runs a decision started, the end-of-run work (the
 // parent's child.settled, the continue-as-new successor, children cancelled per policy, hook
-// tokens released), the runs index entry (written only when the run's status or detail
-// changes, guarded so that it never moves backwards), and the public event feed (one CloudEvent
-// per event on flow.events.<definition>.<run>.<type>, see docs/events.md). Writers may do the
-// same work at once as a fast path; correctness never depends on it: a crash between any two
-// writes delays a run by one redelivery and never loses it.
+// tokens released), a reset run's copied hook tokens routed to it, the runs index entry
+// (written only when the run's status or detail changes, guarded so that it never moves
+// backwards), and the public event feed (one CloudEvent per event on
+// flow.events.<definition>.<run>.<type>, see docs/events.md). Writers may do the same work at
+// once as a fast path; correctness never depends on it: a crash between any two writes delays a
+// run by one redelivery and never loses it.
 //
 // Several replicas share the consumer. Within a replica a run's commits are applied in order
 // (each run hashes to one lane); across replicas every effect is derived from the run's latest
@@ -22,7 +23,8 @@
 // # Parking
 //
 // Workers park runs they cannot drive (pinned to another build, or of a definition they do not
-// register) in FLOW_PARKED and acknowledge their tasks; blocked runs are parked by their status.
+// register) by asking this service, FLOW_PARKED's one writer, to write the entry (doors.go), and
+// acknowledge their tasks; blocked runs are parked by their status.
 // The service dispatches them again when a worker registers their definition (with a build that
 // can drive them), and on `flow resume`.
 //
@@ -204,6 +206,9 @@ type Service struct {
 	reconciler reconciler
 	// payloadGC is the payload collector's state between passes (payload_gc.go).
 	payloadGC payloadGC
+	// hookClaimGrace is how long the reconciler leaves alone a route to a live run that has
+	// not committed the hook (reconcile_hooks.go).
+	hookClaimGrace time.Duration
 }
 
 // New returns a history service.
@@ -253,7 +258,7 @@ func New(cfg Config) (*Service, error) {
 		logger = slog.Default()
 	}
 	return &Service{cfg: cfg, logger: logger.With(slog.String("component", "history")), started: make(chan struct{}),
-		awaitPoll: defaultAwaitPoll}, nil
+		awaitPoll: defaultAwaitPoll, hookClaimGrace: defaultHookClaimGrace}, nil
 }
 
 // Start connects, creates Flow's streams if needed, checks them for damage (rebuilding what it

@@ -17,8 +17,9 @@ import (
 	"github.com/flowrun/flow/internal/streams"
 )
 
-// parking keeps the runs workers parked (FLOW_PARKED) and dispatches parked and blocked runs
-// again when a worker registers a definition that can drive them (FLOW_DEFINITIONS).
+// parking keeps the runs workers asked this service to park (FLOW_PARKED, written by parkRun) and
+// dispatches parked and blocked runs again when a worker registers a definition that can drive
+// them (FLOW_DEFINITIONS).
 type parking struct {
 	s *Service
 

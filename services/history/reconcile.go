@@ -22,8 +22,9 @@ import (
 
 // The history service owns the state it derives from history (docs/derived-state.md): the runs
 // index (FLOW_RUNS), the admission queue (FLOW_QUEUE), the timer index (FLOW_TIMERS), the start
-// keys (FLOW_START_KEYS), the snapshot checkpoints (FLOW_CHECKPOINTS), the hook routes of ended
-// runs, tombstones and the deletion of derived state. It writes them as it
+// keys (FLOW_START_KEYS), the snapshot checkpoints (FLOW_CHECKPOINTS), the hook token routes
+// (FLOW_HOOKS), the parked runs (FLOW_PARKED), tombstones and the deletion of derived state. It
+// writes them as it
 // follows the stream; its reconciler, run by the replica that holds the retention lease every
 // Config.ReconcileInterval, recomputes them from history and repairs what drifted, counting each
 // repair in flow_repairs_total{state=...} and logging the run and the difference. Each repair runs
@@ -39,8 +40,9 @@ type reconciler struct {
 	mu sync.Mutex
 	// next is the run ID the runs index pass starts after; nextTimers the one the timer
 	// index's pass of active runs without entries starts at; nextCheckpoint the run whose
-	// checkpoint the checkpoints' pass starts after.
-	next, nextTimers, nextCheckpoint string
+	// checkpoint the checkpoints' pass starts after; nextHooks the one the hook routes' pass of
+	// active runs starts at.
+	next, nextTimers, nextCheckpoint, nextHooks string
 }
 
 // Reconcile runs one pass of the reconciler over the states the service owns, and returns the
@@ -74,6 +76,16 @@ func (s *Service) Reconcile(ctx context.Context) (map[string]int, error) {
 	done[metrics.StateCheckpoints] = n
 	if err != nil {
 		return done, fmt.Errorf("reconciling the checkpoints: %w", err)
+	}
+	n, err = s.reconcileHooks(ctx)
+	done[metrics.StateHooks] = n
+	if err != nil {
+		return done, fmt.Errorf("reconciling the hook token routes: %w", err)
+	}
+	n, err = s.reconcileParked(ctx)
+	done[metrics.StateParked] = n
+	if err != nil {
+		return done, fmt.Errorf("reconciling the parked runs: %w", err)
 	}
 	return done, nil
 }

@@ -30,7 +30,7 @@ const queryTimeout = 30 * time.Second
 // serve starts the micro service and the HTTP API.
 func (s *Service) serve() error {
 	svc, err := micro.AddService(s.nc, micro.Config{Name: "flow-history", Version: "1.0.0",
-		Description: "Flow's history service: run snapshots (at any sequence), history pages, listings, resume, start keys"})
+		Description: "Flow's history service: run snapshots (at any sequence), history pages, listings, resume; start keys, hook claims and parks"})
 	if err != nil {
 		return fmt.Errorf("starting the query service: %w", err)
 	}
@@ -89,6 +89,9 @@ func (s *Service) serve() error {
 		return fmt.Errorf("adding the %s endpoint: %w", api.SubjectAwait, err)
 	}
 	if err := s.serveUpdates(svc); err != nil {
+		return err
+	}
+	if err := s.serveDoors(svc); err != nil {
 		return err
 	}
 	// Answer once Start returns: the server has the endpoints' subscriptions after a round trip.

@@ -110,7 +110,7 @@ func TestStartKeysWithoutTheHistoryService(t *testing.T) {
 	began := time.Now()
 	_, _, _, err := keys.ClaimKey(t.Context(), engine.DedupIndexKey("charge", "k"), engine.KeyEntry{RunID: "run-a", Key: "k"}, time.Hour)
 	require.ErrorIs(t, err, engine.ErrStartKeysUnavailable)
-	require.ErrorContains(t, err, "no history service answers on flow.api.startkeys.claim")
+	require.ErrorContains(t, err, "no history service answers on flow.derived.startkeys.claim")
 	require.ErrorContains(t, err, "start `flowd history`")
 	require.Less(t, time.Since(began), jshost.RemoteKeysTimeout, "no responders is known at once")
 	_, _, err = keys.ReplaceKey(t.Context(), engine.DedupIndexKey("charge", "k"), 1, engine.KeyEntry{RunID: "run-a", Key: "k"}, 0)

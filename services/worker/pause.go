@@ -2,7 +2,6 @@ package worker
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"time"
 
@@ -14,18 +13,17 @@ import (
 )
 
 // parkHeld parks a run that a definition or queue pause holds (FLOW_PAUSES): the drive made no
-// decision and started no attempt. The FLOW_PARKED entry names the pause; the history service,
-// which follows both buckets, dispatches the run again once the pause is gone, whichever of the
-// two changes it sees first: a pause deleted before the entry was written finds the entry when
-// it arrives. The task is acknowledged only once the entry is written, so that a worker that
-// dies in between leaves the task to be redelivered (docs/pause.md).
+// decision and started no attempt. The history service writes the FLOW_PARKED entry, which
+// names the pause, at the worker's request; it follows both buckets, and dispatches the run
+// again once the pause is gone, whichever of the two changes it sees first: a pause deleted
+// before the entry was written finds the entry when it arrives. The task is acknowledged only
+// once the history service answered that the entry is written (or that the run ended), so
+// that a worker that dies in between, or no answer, leaves the task to be redelivered
+// (docs/pause.md).
 func (w *Worker) parkHeld(ctx context.Context, msg jetstream.Msg, held *engine.HeldError, seq uint64) {
 	p := streams.Parked{RunID: held.RunID, Queue: queueOf(held.Queue), Definition: held.Definition, Build: held.Build,
 		Reason: held.Pause.Describe(), Seq: max(seq, held.Seq), Pause: held.Pause.Key(), ParkedAt: time.Now().UTC(), By: w.id}
-	b, err := json.Marshal(p)
-	if err == nil {
-		_, err = w.parked.Put(ctx, p.RunID, b)
-	}
+	_, err := askPark(ctx, w.nc, p)
 	if err != nil {
 		w.logger.WarnContext(ctx, "parking a held run failed; the task will be retried", slog.String("run_id", p.RunID), slog.String("error", err.Error()))
 		_ = msg.NakWithDelay(backoff(msg))

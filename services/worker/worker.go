@@ -109,7 +109,6 @@ type Worker struct {
 	ownConn bool
 	engine  *engine.Engine
 	cons    []jetstream.Consumer
-	parked  jetstream.KeyValue
 	// pauses follows FLOW_PAUSES: the paused definitions and queues (pause.go).
 	pauses *jshost.Pauses
 	// id names the worker in FLOW_WORKERS and in the runs it parks (see liveness.NewID).
@@ -221,13 +220,10 @@ func (w *Worker) start(ctx context.Context) error {
 		return err
 	}
 	host.Faults = w.cfg.Faults
-	if w.parked, err = js.KeyValue(ctx, streams.ParkedBucket); err != nil {
-		return err
-	}
 	if w.pauses, err = jshost.NewPauses(ctx, js, jshost.PausesOptions{Watch: true, Logger: w.logger}); err != nil {
 		return err
 	}
-	ecfg := engine.Config{Store: st, Runtime: w.reg, Host: host, BuildID: w.reg.BuildID(), Logger: w.logger,
+	ecfg := engine.Config{Store: st, Runtime: w.reg, Host: &historyHost{Host: host, nc: w.nc}, BuildID: w.reg.BuildID(), Logger: w.logger,
 		StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize, Faults: w.cfg.Faults, Pauses: w.pauses}
 	if ecfg.StepLimits, err = w.stepLimits(ctx, js); err != nil {
 		return err
@@ -557,24 +553,24 @@ func handBackDelay(msg jetstream.Msg) time.Duration {
 	return 5 * time.Millisecond << min(n-1, 5)
 }
 
-// park records why no worker of this build can drive a run, for the history service to show
-// and to dispatch the run again when a worker that can registers, then acknowledges the task.
-// p.ParkedAt zero is now. If the record cannot be written the task is redelivered later.
+// park asks the history service to record why no worker of this build can drive a run, for it
+// to show and to dispatch the run again when a worker that can registers, then acknowledges the
+// task. p.ParkedAt zero is now. If the history service does not record it the task is
+// redelivered later.
 func (w *Worker) park(ctx context.Context, msg jetstream.Msg, p streams.Parked) {
 	if p.ParkedAt.IsZero() {
 		p.ParkedAt = time.Now().UTC()
 	}
 	p.By = w.id
-	b, err := json.Marshal(p)
-	if err == nil {
-		_, err = w.parked.Put(ctx, p.RunID, b)
-	}
+	parked, err := askPark(ctx, w.nc, p)
 	if err != nil {
 		w.logger.WarnContext(ctx, "parking a run failed; the task will be retried", slog.String("run_id", p.RunID), slog.String("error", err.Error()))
 		_ = msg.NakWithDelay(backoff(msg))
 		return
 	}
-	w.logger.InfoContext(ctx, "run parked", slog.String("run_id", p.RunID), slog.String("reason", p.Reason))
+	if parked {
+		w.logger.InfoContext(ctx, "run parked", slog.String("run_id", p.RunID), slog.String("reason", p.Reason))
+	}
 	_ = msg.Ack()
 }
 
