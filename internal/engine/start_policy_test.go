@@ -337,7 +337,7 @@ func TestStartDelay(t *testing.T) {
 	require.Len(t, b.history(t, id), 1)
 	timers := core.Timers(s)
 	require.Equal(t, []core.Timer{{RunID: id, Kind: core.TimerStart, ID: "1", Due: t0.Add(time.Minute), Seq: 1}}, timers)
-	require.Equal(t, 1, b.host.timerCount(), "the start timer is registered")
+	require.Zero(t, b.host.timerCount(), "the starter registers no timer: the history service, its one writer, does from the commit")
 	c := core.Derive(s, b.history(t, id))
 	require.False(t, c.Resume, "the history service sends no task either")
 	require.Equal(t, timers, c.Timers)
@@ -356,16 +356,15 @@ func TestStartDelay(t *testing.T) {
 	require.JSONEq(t, `"hello"`, string(b.snapshot(t, id).Outcome.Output))
 }
 
-// A delayed start whose timer registration fails (the process dies after the append) is not
-// lost: whoever applies its commit (the history service) registers the start timer.
-func TestStartDelayTimerIsRepaired(t *testing.T) {
+// A delayed start's timer follows from its commit: whoever applies the commit (the history
+// service, the timer index's one writer) registers it; the starter writes none.
+func TestStartDelayTimerFollowsTheCommit(t *testing.T) {
 	t.Parallel()
 	b := policySetup(t)
-	b.host.failTimers.Store(1)
 	p := b.params(t, "echo", "later", `1`)
 	p.Delay = time.Second
 	id, created, err := b.e.Start(t.Context(), p)
-	require.NoError(t, err, "the start is committed; its timer is a fast path")
+	require.NoError(t, err)
 	require.True(t, created)
 	require.Zero(t, b.host.timerCount())
 	require.NoError(t, b.e.ApplyCommit(t.Context(), b.snapshot(t, id), b.history(t, id)))
@@ -494,11 +493,16 @@ func TestStartDebounce(t *testing.T) {
 		require.Equal(t, core.StatusSuspended, b.drive(t, id))
 		b.clock.Advance(10 * time.Second)
 	}
-	require.Equal(t, 1, b.host.timerCount(), "the moot start timers are deleted as a fast path")
+	require.Zero(t, b.host.timerCount(), "the starter registers no timer")
 	s := b.snapshot(t, "save-0")
 	require.Equal(t, n-1, s.Debounced)
 	c := core.Derive(s, b.history(t, "save-0"))
 	require.Equal(t, timers[n-1:], c.Timers, "the history service registers the latest start timer only")
+	var moot []string
+	for _, tm := range c.Moot {
+		moot = append(moot, tm.Key())
+	}
+	require.Len(t, moot, n-1, "and deletes each start timer a run.debounced replaced: %v", moot)
 
 	// The earlier timers are moot: firing them appends nothing.
 	b.clock.Advance(time.Minute)
