@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/payload"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -55,7 +56,7 @@ func check(t *testing.T, l *Ledger, st *State, hs ...*synth) []Violation {
 	if l == nil {
 		l = &Ledger{defPaused: map[string]bool{}}
 	}
-	runs := BuildRuns(commits, st.Tombstones(), st.Archives)
+	runs := BuildRuns(commits, st.Tombstones(), st.Archives, st.Payloads)
 	return (&Checker{Runs: runs, State: st, Ledger: l}).Check()
 }
 
@@ -243,4 +244,25 @@ func TestGenerate(t *testing.T) {
 	for _, op := range Generate(1, 0, GenConfig{Ops: 200, Exclude: map[Kind]bool{KindReset: true}}) {
 		require.NotEqual(t, KindReset, op.Kind())
 	}
+}
+
+// A run whose input was offloaded is judged by the input the reference stands for: a plain run
+// that waits for signal go owes nothing until it arrives, and then its completion.
+func TestObligationsOfAnOffloadedInput(t *testing.T) {
+	in := json.RawMessage(`{"key":"k1","flaky":true,"nap_ms":1441,"go":true}`)
+	ref := payload.RefOf(in)
+	h := hist("r").
+		add(0, &event.RunStarted{Spec: event.Spec{Definition: DefPlain}, Input: ref.JSON(), Seed: "s"}).
+		add(10, &event.WaitScheduled{WaitID: "nap", Deadline: at(1451)}).
+		add(1451, &event.WaitFired{WaitID: "nap"}).
+		add(1460, &event.SignalAwaited{WaitID: SignalGo, Name: SignalGo})
+	h.commits[0].Payloads = map[string]json.RawMessage{ref.SHA256: in}
+	l := &Ledger{defPaused: map[string]bool{}}
+	runs := BuildRuns(h.commits, nil, nil, nil)
+	require.True(t, runs["r"].In.Go, "the input is read through its reference")
+	require.Empty(t, obligations(runs, l, at(5000)), "it waits for signal go, which the sequence never sends")
+
+	h.add(6000, &event.SignalReceived{Name: SignalGo, DeliveryID: "d"})
+	runs = BuildRuns(h.commits, nil, nil, nil)
+	require.Equal(t, map[string]string{"r": "owes the completion"}, obligations(runs, l, at(7000)))
 }

@@ -3,11 +3,13 @@ package torture
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"regexp"
 	"sort"
 	"strings"
 	"time"
 
+	"github.com/flowrun/flow/internal/payload"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -22,6 +24,8 @@ type Run struct {
 	// again, from sequence 1.
 	Inc    int
 	Events []event.Envelope
+	// payloads are the offloaded payloads the tap and the archives read, by hex SHA-256.
+	payloads map[string]json.RawMessage
 	// Stored is when the server stored each event's commit (for the events the tap saw).
 	Stored map[uint64]time.Time
 	// Anomalies are what is wrong with the history itself (gaps, an event out of place).
@@ -165,8 +169,15 @@ var familySuffix = regexp.MustCompile(`^(_reset-[0-9a-f]+|_[0-9]+|[0-9]+)$`)
 
 // BuildRuns folds the tap's commits into runs, one per incarnation of each run ID, and fills
 // what the tap missed of deleted runs from their archives.
-func BuildRuns(commits []Commit, tombstones map[string]*Tombstone, archives map[string][]event.Envelope) map[string]*Run {
+func BuildRuns(commits []Commit, tombstones map[string]*Tombstone, archives map[string][]event.Envelope, payloads map[string]json.RawMessage) map[string]*Run {
 	byID := map[string][]*Run{}
+	all := maps.Clone(payloads)
+	if all == nil {
+		all = map[string]json.RawMessage{}
+	}
+	for _, c := range commits {
+		maps.Copy(all, c.Payloads)
+	}
 	for _, c := range commits {
 		incs := byID[c.RunID]
 		var r *Run
@@ -174,7 +185,7 @@ func BuildRuns(commits []Commit, tombstones map[string]*Tombstone, archives map[
 			r = incs[len(incs)-1]
 		}
 		if r == nil || (c.First == 1 && len(r.Events) > 0) {
-			r = &Run{ID: c.RunID, Inc: len(incs), Stored: map[uint64]time.Time{}}
+			r = &Run{ID: c.RunID, Inc: len(incs), Stored: map[uint64]time.Time{}, payloads: all}
 			byID[c.RunID] = append(incs, r)
 		}
 		if last := r.Last(); len(r.Events) > 0 && c.First != last+1 {
@@ -206,7 +217,7 @@ func BuildRuns(commits []Commit, tombstones map[string]*Tombstone, archives map[
 		if _, ok := byID[id]; ok || len(arch) == 0 {
 			continue
 		}
-		r := &Run{ID: id, Stored: map[uint64]time.Time{}, Tombstone: tombstones[id], Archive: arch}
+		r := &Run{ID: id, Stored: map[uint64]time.Time{}, Tombstone: tombstones[id], Archive: arch, payloads: all}
 		r.fillFromArchive()
 		r.fold()
 		out[r.Key()] = r
@@ -302,6 +313,17 @@ func (r *Run) step(id string) *StepState {
 	return s
 }
 
+// resolve returns the payload raw refers to when it is a reference to an offloaded payload the
+// tap or an archive holds, else raw.
+func (r *Run) resolve(raw json.RawMessage) json.RawMessage {
+	if ref, ok := payload.Parse(raw); ok {
+		if data, ok := r.payloads[ref.SHA256]; ok {
+			return data
+		}
+	}
+	return raw
+}
+
 func (r *Run) apply(e event.Envelope) {
 	if r.Reset != nil && r.Created.IsZero() && e.Seq > r.Reset.Seq {
 		r.Created = e.Time
@@ -314,14 +336,14 @@ func (r *Run) apply(e event.Envelope) {
 		}
 		r.Started, r.Def, r.Control, r.Schedule, r.Reset = p, p.Spec.Definition, p.Control, p.Schedule, p.ResetFrom
 		r.NotBefore = p.NotBefore
-		_ = json.Unmarshal(p.Input, &r.In)
+		_ = json.Unmarshal(r.resolve(p.Input), &r.In)
 		if r.Reset == nil {
 			r.Created = e.Time
 		}
 	case *event.RunDebounced:
 		r.NotBefore = p.NotBefore
 		r.In = In{}
-		_ = json.Unmarshal(p.Input, &r.In)
+		_ = json.Unmarshal(r.resolve(p.Input), &r.In)
 	case *event.RunDelayFired:
 		r.DelayFired = true
 	case *event.RunAdmitted:
@@ -395,7 +417,7 @@ func (r *Run) apply(e event.Envelope) {
 	case *event.UpdateReceived:
 		u := r.Updates[p.UpdateID]
 		if u == nil {
-			u = &UpdateState{Name: p.Name, Payload: p.Payload, ReceivedSeq: e.Seq}
+			u = &UpdateState{Name: p.Name, Payload: r.resolve(p.Payload), ReceivedSeq: e.Seq}
 			r.Updates[p.UpdateID] = u
 			r.UpdateIDs = append(r.UpdateIDs, p.UpdateID)
 		}
@@ -413,7 +435,7 @@ func (r *Run) apply(e event.Envelope) {
 	case *event.UpdateCompleted:
 		if u := r.Updates[p.UpdateID]; u != nil {
 			u.Completed++
-			u.Result, u.Error = p.Result, p.Error
+			u.Result, u.Error = r.resolve(p.Result), p.Error
 		}
 		r.Blocked = ""
 	case *event.RunPaused:

@@ -22,6 +22,8 @@ type State struct {
 	Index map[string]IndexEntry
 	// Archives are the archived histories by run ID.
 	Archives map[string][]event.Envelope
+	// Payloads are the offloaded payloads the archives hold, by hex SHA-256.
+	Payloads map[string]json.RawMessage
 	// Holders are the flow-control slots: group entry key -> run ID -> key.
 	Holders map[string]map[string]string
 	// Queue lists the runs waiting for admission.
@@ -54,7 +56,7 @@ type IndexEntry struct {
 
 // ReadState reads the buckets.
 func ReadState(ctx context.Context, js jetstream.JetStream) (*State, error) {
-	st := &State{Index: map[string]IndexEntry{}, Archives: map[string][]event.Envelope{}, Holders: map[string]map[string]string{},
+	st := &State{Index: map[string]IndexEntry{}, Archives: map[string][]event.Envelope{}, Payloads: map[string]json.RawMessage{}, Holders: map[string]map[string]string{},
 		Queue: map[string]bool{}, Timers: map[string][]TimerEntry{}, Damaged: map[string]string{}, Batches: map[string]string{}}
 	err := eachEntry(ctx, js, streams.RunsBucket, func(key string, v []byte) error {
 		var e IndexEntry
@@ -158,11 +160,14 @@ func (st *State) readArchives(ctx context.Context, js jetstream.JetStream) error
 	for _, info := range list {
 		// The archive's own format (a bare array of envelopes, or the history with its payloads)
 		// is read by package archive: what the checker compares is the events.
-		envs, err := archive.Read(ctx, js, archive.ObjectStore+":"+streams.ArchiveBucket+"/"+info.Name)
+		c, err := archive.ReadAll(ctx, js, archive.ObjectStore+":"+streams.ArchiveBucket+"/"+info.Name)
 		if err != nil {
 			return fmt.Errorf("archive %s does not read: %w", info.Name, err)
 		}
-		st.Archives[info.Name] = envs
+		st.Archives[info.Name] = c.History
+		for sum, data := range c.Payloads {
+			st.Payloads[sum] = data
+		}
 	}
 	return nil
 }

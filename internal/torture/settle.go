@@ -39,7 +39,7 @@ func settle(ctx context.Context, js jetstream.JetStream, tap *Tap, ledger *Ledge
 			continue // a restarted service may be recreating a bucket
 		}
 		now := time.Now()
-		runs := BuildRuns(commits, st.Tombstones(), st.Archives)
+		runs := BuildRuns(commits, st.Tombstones(), st.Archives, st.Payloads)
 		s := &Settled{Runs: runs, State: st, At: now, TapErrors: tapErrs, Stranded: obligations(runs, ledger, now)}
 		s.Unsettled = busy(runs, st, now)
 		if q := tap.Quiet(); q < quiet {

@@ -2,6 +2,8 @@ package torture
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
@@ -10,6 +12,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/payload"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -30,6 +33,10 @@ type Commit struct {
 	// First and Last are the run sequences of its first and last event.
 	First, Last uint64
 	Events      []event.Envelope
+	// Payloads holds the offloaded payloads the events refer to, by their hex SHA-256, read
+	// from FLOW_PAYLOADS when the tap saw the commit (the object is durable before the commit
+	// that refers to it is appended).
+	Payloads map[string]json.RawMessage
 }
 
 // Tap follows FLOW_HISTORY from its first message with an ordered consumer, keeping every
@@ -37,7 +44,9 @@ type Commit struct {
 // the stream itself, through no Flow code but the event catalogue. It is safe for concurrent
 // use.
 type Tap struct {
-	cc jetstream.ConsumeContext
+	cc  jetstream.ConsumeContext
+	ctx context.Context
+	js  jetstream.JetStream
 
 	mu      sync.Mutex
 	commits []Commit
@@ -52,7 +61,7 @@ func StartTap(ctx context.Context, js jetstream.JetStream) (*Tap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("torture: tapping %s: %w", streams.History, err)
 	}
-	t := &Tap{last: time.Now()}
+	t := &Tap{last: time.Now(), ctx: ctx, js: js}
 	t.cc, err = cons.Consume(t.add)
 	if err != nil {
 		return nil, fmt.Errorf("torture: tapping %s: %w", streams.History, err)
@@ -62,6 +71,10 @@ func StartTap(ctx context.Context, js jetstream.JetStream) (*Tap, error) {
 
 func (t *Tap) add(m jetstream.Msg) {
 	c, err := decodeCommit(m)
+	var perr error
+	if err == nil {
+		c.Payloads, perr = t.payloads(c)
+	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.last = time.Now()
@@ -69,7 +82,66 @@ func (t *Tap) add(m jetstream.Msg) {
 		t.errs = append(t.errs, err.Error())
 		return
 	}
+	if perr != nil {
+		t.errs = append(t.errs, perr.Error())
+	}
 	t.commits = append(t.commits, c)
+}
+
+// payloadReadTimeout bounds the reads of one commit's offloaded payloads (a replica may be
+// restarting).
+const payloadReadTimeout = 30 * time.Second
+
+// payloads reads the offloaded payloads commit c's events refer to, each checked against its
+// hash. A payload that cannot be read is lost: an error the checker reports.
+func (t *Tap) payloads(c Commit) (map[string]json.RawMessage, error) {
+	var refs []payload.Ref
+	for _, e := range c.Events {
+		payload.Refs(e.Payload, func(r payload.Ref) { refs = append(refs, r) })
+	}
+	if len(refs) == 0 {
+		return nil, nil
+	}
+	ctx, cancel := context.WithTimeout(t.ctx, payloadReadTimeout)
+	defer cancel()
+	out := map[string]json.RawMessage{}
+	for _, r := range refs {
+		if _, ok := out[r.SHA256]; ok {
+			continue
+		}
+		var data []byte
+		err := retry(ctx, func() error {
+			obs, err := t.js.ObjectStore(ctx, streams.PayloadsBucket)
+			if err != nil {
+				return err
+			}
+			data, err = obs.GetBytes(ctx, r.Name())
+			return err
+		})
+		switch {
+		case err != nil:
+			return out, fmt.Errorf("stream message %d of run %q refers to payload %s, which does not read: %w", c.StreamSeq, c.RunID, r, err)
+		case !r.Matches(data):
+			return out, fmt.Errorf("stream message %d of run %q refers to payload %s; the object holds other bytes", c.StreamSeq, c.RunID, r)
+		}
+		out[r.SHA256] = data
+	}
+	return out, nil
+}
+
+// retry calls fn until it succeeds, it reports an object that is not there, or ctx ends.
+func retry(ctx context.Context, fn func() error) error {
+	for {
+		err := fn()
+		if err == nil || errors.Is(err, jetstream.ErrObjectNotFound) || ctx.Err() != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return err
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
 }
 
 func decodeCommit(m jetstream.Msg) (Commit, error) {

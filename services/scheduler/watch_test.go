@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -82,15 +81,21 @@ func newTimerFixture(t *testing.T, srv *natsserver.Server) *timerFixture {
 
 // deleteMoot plays the history service's part as the timer index's owner that the tests need:
 // each commit's moot timers (core.Derive) are deleted from FLOW_TIMERS. (The tests register the
-// entries themselves, as the history service would, when they want them.)
+// entries themselves, as the history service would, when they want them.) Like the history
+// service, it reads the commits the stream stored: a core subscription would also see an append
+// the stream refused (a firing that lost its expected-sequence race) and delete its entry early.
 func (f *timerFixture) deleteMoot(t *testing.T, srv *natsserver.Server) {
 	t.Helper()
 	js := natstest.JetStream(t, srv)
 	host, err := jshost.New(t.Context(), js, "flow/test", natstest.Logger())
 	require.NoError(t, err)
-	sub, err := natstest.Connect(t, srv).Subscribe(streams.HistorySubject("*"), func(m *nats.Msg) {
-		runID := strings.TrimPrefix(m.Subject, streams.HistorySubject(""))
-		c, ok := jsstore.CommitOf(runID, m.Header, m.Data)
+	// jsstore.New created the stream.
+	cons, err := js.OrderedConsumer(t.Context(), streams.History, jetstream.OrderedConsumerConfig{
+		FilterSubjects: []string{streams.HistorySubject(">")}})
+	require.NoError(t, err)
+	cc, err := cons.Consume(func(m jetstream.Msg) {
+		runID := strings.TrimPrefix(m.Subject(), streams.HistorySubject(""))
+		c, ok := jsstore.CommitOf(runID, m.Headers(), m.Data())
 		if !ok {
 			return
 		}
@@ -111,7 +116,7 @@ func (f *timerFixture) deleteMoot(t *testing.T, srv *natsserver.Server) {
 		_ = host.DeleteTimers(ctx, core.Derive(s, commit).Moot)
 	})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	t.Cleanup(cc.Stop)
 }
 
 // waitingRun appends a run that waits on wait waitID until due, and registers its timer.
