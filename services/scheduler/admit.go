@@ -91,6 +91,9 @@ type admitGroup struct {
 	// round (true when a reconciliation found it: a repair).
 	verified map[string]bool
 	ended    map[string]bool
+	// damaged holds the verified holders whose histories are quarantined: each round looks at
+	// them again, since accepting the damage may leave one not admitted (queued anew).
+	damaged map[string]bool
 	// evicting holds the holders cancelled by cancel_oldest, until their slots are released.
 	evicting map[string]bool
 	// due is when a rate token keeping a run waiting comes back; zero when none does.
@@ -100,7 +103,8 @@ type admitGroup struct {
 }
 
 func newAdmitGroup(name string) *admitGroup {
-	return &admitGroup{name: name, keys: map[string][]*queued{}, verified: map[string]bool{}, ended: map[string]bool{}, evicting: map[string]bool{}}
+	return &admitGroup{name: name, keys: map[string][]*queued{}, verified: map[string]bool{}, ended: map[string]bool{}, evicting: map[string]bool{},
+		damaged: map[string]bool{}}
 }
 
 func (g *admitGroup) waiting() int {
@@ -412,6 +416,7 @@ func (a *admitter) round(ctx context.Context, g *admitGroup) error {
 	for run := range g.verified {
 		if _, held := st.Holders[run]; !held {
 			delete(g.verified, run)
+			delete(g.damaged, run)
 		}
 	}
 	for run := range g.evicting {
@@ -435,7 +440,7 @@ func (a *admitter) round(ctx context.Context, g *admitGroup) error {
 	// before appending run.admitted is completed, one whose run ended is given back.
 	repaired := false
 	for run, h := range st.Holders {
-		if g.verified[run] {
+		if g.verified[run] && !g.damaged[run] {
 			continue
 		}
 		changed, err := a.repair(ctx, g, run, h)
@@ -681,14 +686,20 @@ func (a *admitter) repair(ctx context.Context, g *admitGroup, runID string, h li
 		return true, a.limits.Update(ctx, g.name, func(st *limits.State) bool { return st.Unreserve(runID) })
 	}
 	if errors.Is(err, store.ErrDamaged) {
-		// A quarantined run never ends: its slot would block the group for good.
-		a.s.logger.Error("releasing the flow-control slot of a run whose history is damaged", slog.String("run_id", runID),
-			slog.String("group", g.name), slog.String("error", err.Error()))
-		return true, a.limits.Release(ctx, g.name, runID)
+		// A quarantined run keeps its slot: once an operator accepts the damage it goes on, or
+		// ends, as the key's holder; released now, another run of the key would be admitted
+		// beside it. Its slot goes when the runs index shows it ended (flow terminate).
+		if !g.damaged[runID] {
+			a.s.logger.Error("a flow-control slot is held by a run whose history is damaged; it stays held until the run is released (flow resume --accept-damage) or terminated",
+				slog.String("run_id", runID), slog.String("group", g.name), slog.String("error", err.Error()))
+		}
+		g.verified[runID], g.damaged[runID] = true, true
+		return false, nil
 	}
 	if err != nil {
 		return false, err
 	}
+	delete(g.damaged, runID)
 	switch {
 	case s.Terminal():
 		// Ended while no controller looked (or its end was missed): released here.

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -414,4 +415,39 @@ func TestDelayedStartIsAdmittedAfterItsDelay(t *testing.T) {
 	require.Positive(t, fired)
 	require.Greater(t, admitted, fired, "admitted after its delay fired")
 	e.done("later")
+}
+
+// A run whose history is quarantined keeps its slot when a new admission leader checks the
+// holders: released, the key's next run would be admitted beside it once an operator accepts
+// the damage and it goes on. The slot goes when the run ends.
+func TestDamagedHolderKeepsItsSlotUntilItEnds(t *testing.T) {
+	t.Parallel()
+	fc := flow.FlowControl{KeyPath: "$.customer", KeyConcurrency: 1}
+	e := newControlEnv(t, gated(flow.WithFlowControl(fc)), nil)
+	first := e.scheduler(nil)
+	e.start("a-1", "a", 1, nil)
+	e.status("a-1", core.StatusSuspended)
+	e.start("a-2", "a", 2, nil)
+	require.NoError(t, first.Stop())
+	damaged, err := e.js.KeyValue(e.ctx, streams.DamagedBucket)
+	require.NoError(t, err)
+	mark, err := json.Marshal(streams.Damaged{RunID: "a-1", Reason: "test", DetectedAt: time.Now().UTC()})
+	require.NoError(t, err)
+	_, err = damaged.Put(e.ctx, "a-1", mark)
+	require.NoError(t, err)
+
+	// The new leader's first round checks every holder before it admits b-1.
+	e.scheduler(nil)
+	e.start("b-1", "b", 3, nil)
+	e.status("b-1", core.StatusSuspended)
+	st, _, err := e.lims.Load(e.ctx, "gated")
+	require.NoError(t, err)
+	require.Contains(t, st.Holders, "a-1", "the quarantined run keeps its slot")
+	require.NotContains(t, st.Holders, "a-2", "no second run of key a is admitted")
+
+	// Released and ended, it gives the slot to a-2.
+	require.NoError(t, damaged.Delete(e.ctx, "a-1"))
+	_, err = e.client.Terminate(e.ctx, "a-1", "released")
+	require.NoError(t, err)
+	e.status("a-2", core.StatusSuspended)
 }
