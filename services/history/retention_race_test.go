@@ -131,3 +131,29 @@ func TestResetRacingDeletionLosesNothing(t *testing.T) {
 	_, err = b.js.KeyValue(b.ctx, streams.DamagedBucket)
 	require.NotErrorIs(t, err, jetstream.ErrBucketNotFound)
 }
+
+// Inputs sent to a run that retention deleted after it continued as new follow its chain: a
+// signal addressed to the deleted head reaches its live successor, which completes with it.
+func TestInputsToADeletedRunFollowItsChain(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t)
+	h := b.sweeper(t, archive.ObjectStore, nil)
+	_, err := b.client.Start(b.ctx, "relay", 0, &flow.StartOptions{RunID: "head"})
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { sum, ok := h.IndexedEntry("head"); return ok && sum.Status.Terminal() },
+		20*time.Second, 5*time.Millisecond, "the head continued as new, in the sweeper's index")
+	hist, err := b.client.History(b.ctx, "head", 0)
+	require.NoError(t, err)
+	b.clock.advance(2 * time.Hour)
+	_, err = h.Sweep(b.ctx)
+	require.NoError(t, err)
+	b.requireDeleted(t, "head", hist)
+
+	got, err := b.client.Signal(b.ctx, "head", "go", "through", nil)
+	require.NoError(t, err, "a signal to the deleted head follows its chain")
+	require.NotEqual(t, "head", got)
+	var out string
+	require.NoError(t, b.client.Result(b.ctx, got, &out))
+	require.Equal(t, "through", out)
+	b.requireNoneQuarantined(t)
+}
