@@ -248,51 +248,89 @@ func (s *Scheduler) serveAdmission(ctx context.Context) error {
 			}
 		}
 		wake.Reset(max(next, 0))
+		var err error
 		select {
 		case <-ctx.Done():
 			return nil
 		case <-wake.C:
 		case e, ok := <-qw.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errors.New("the admission queue watch ended")
-			}
-			if e == nil {
-				loaded = true
-				continue
-			}
-			a.applyQueue(e)
+			err = a.onQueue(e, ok, &loaded)
 		case e, ok := <-lw.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errors.New("the flow-control state watch ended")
-			}
-			if e != nil {
-				// Another leader overlapping this one for a moment: read what it wrote.
-				if name, known := a.byKey[e.Key()]; known {
-					if g := a.groups[name]; g != nil {
-						g.dirty = true
-					}
-				}
-			}
+			err = a.onLimits(e, ok)
 		case e, ok := <-rw.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errors.New("the runs index watch ended")
-			}
-			if e != nil {
-				a.applyRun(e)
-			}
+			err = a.onRuns(e, ok)
 		case <-reconcile.C:
 			a.reconcile(ctx)
 		}
+		// What else has arrived goes into the next rounds too: a burst of starts is served by
+		// one round per group, not one round per start.
+	drain:
+		for range drainBatch {
+			if err != nil {
+				break
+			}
+			select {
+			case e, ok := <-qw.Updates():
+				err = a.onQueue(e, ok, &loaded)
+			case e, ok := <-lw.Updates():
+				err = a.onLimits(e, ok)
+			case e, ok := <-rw.Updates():
+				err = a.onRuns(e, ok)
+			default:
+				break drain
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
 	}
+}
+
+// drainBatch caps the watch updates the admission loop folds in before its next rounds.
+const drainBatch = 1024
+
+// onQueue folds one update of the admission queue's watch (ok false: the watch ended, an
+// error); nil marks the end of the entries that were there when the watch began.
+func (a *admitter) onQueue(e jetstream.KeyValueEntry, ok bool, loaded *bool) error {
+	switch {
+	case !ok:
+		return errors.New("the admission queue watch ended")
+	case e == nil:
+		*loaded = true
+	default:
+		a.applyQueue(e)
+	}
+	return nil
+}
+
+// onLimits folds one update of the flow-control state's watch: another leader overlapping this
+// one for a moment wrote a group, which the next round reads again.
+func (a *admitter) onLimits(e jetstream.KeyValueEntry, ok bool) error {
+	if !ok {
+		return errors.New("the flow-control state watch ended")
+	}
+	if e != nil {
+		if name, known := a.byKey[e.Key()]; known {
+			if g := a.groups[name]; g != nil {
+				g.dirty = true
+			}
+		}
+	}
+	return nil
+}
+
+// onRuns folds one update of the runs index's watch: a holder's end.
+func (a *admitter) onRuns(e jetstream.KeyValueEntry, ok bool) error {
+	if !ok {
+		return errors.New("the runs index watch ended")
+	}
+	if e != nil {
+		a.applyRun(e)
+	}
+	return nil
 }
 
 // loadGroups makes every group that FLOW_LIMITS holds known to the controller, so that its first
