@@ -266,3 +266,36 @@ func TestObligationsOfAnOffloadedInput(t *testing.T) {
 	runs = BuildRuns(h.commits, nil, nil, nil)
 	require.Equal(t, map[string]string{"r": "owes the completion"}, obligations(runs, l, at(7000)))
 }
+
+// A terminate_existing start replaces the run it found live or, when that run continued as new
+// meanwhile, the continuation: a continuation written after the new run and terminated for it
+// never counts as a second live run; one that is not terminated does.
+func TestCheckReplacedContinuation(t *testing.T) {
+	x := hist("x").add(0, started("d", nil)).add(21, &event.RunContinuedAsNew{SuccessorRunID: "x=1", Input: json.RawMessage(`{}`)})
+	succ := func(end event.Payload) *synth {
+		h := hist("x=1").add(22, started("d", nil))
+		h.commits[0].Events[0].Payload.(*event.RunStarted).ContinuedFrom = "x"
+		if end != nil {
+			h.add(50, end)
+		}
+		return h
+	}
+	repl := started("d", nil)
+	repl.StartPolicy = &event.StartPolicy{OnConflict: event.ConflictTerminateExisting, RunID: "x", Previous: "x", Replaces: true}
+	next := hist("x=_1").add(20, repl).add(30, &event.SignalAwaited{WaitID: "go", Name: "go"})
+	terminated := &event.RunFailed{Error: event.ErrorInfo{Kind: "terminated", Message: `replaced by run "x=_1"`}, Cause: event.CauseOperator}
+	require.Empty(t, check(t, nil, nil, x, succ(terminated), next))
+	vs := check(t, nil, nil, x, succ(nil), next)
+	require.Equal(t, []Invariant{InvOneLive}, invariants(vs), "%v", vs)
+}
+
+// A queued run whose cancellation was requested while it or its definition is paused is
+// cancelled once the pause ends: it owes nothing while paused.
+func TestObligationsOfAPausedQueuedCancel(t *testing.T) {
+	h := hist("q").add(0, started(DefQueue, keyed1)).add(10, &event.RunCancelRequested{Reason: "r"})
+	runs := BuildRuns(h.commits, nil, nil, nil)
+	l := &Ledger{defPaused: map[string]bool{}}
+	require.Equal(t, map[string]string{"q": "was asked to cancel while queued and did not end"}, obligations(runs, l, at(5000)))
+	l.defPaused[DefQueue] = true
+	require.Empty(t, obligations(runs, l, at(5000)))
+}

@@ -475,21 +475,50 @@ func link(runs map[string]*Run) {
 		if r.Admitted && r.AdmittedAt.IsZero() {
 			r.AdmittedAt = r.Created
 		}
-		var old *Run
-		switch {
-		case r.Reset != nil:
-			old = latest[r.Reset.RunID]
-		case r.Started != nil && r.Started.StartPolicy != nil && r.Started.StartPolicy.Replaces:
-			old = latest[r.Started.StartPolicy.Previous]
-		}
-		if old == nil || !old.Ended() || r.Created.IsZero() {
+		if r.Created.IsZero() {
 			continue
 		}
-		// The old run ended for its replacement when its end came after the new run's creation.
-		if !old.End.Before(r.Created) && (old.ReplacedBy == "" || r.Created.Before(old.Until)) {
-			old.Until, old.ReplacedBy = r.Created, r.Key()
+		switch {
+		case r.Reset != nil:
+			replaced(latest[r.Reset.RunID], r)
+		case r.Started != nil && r.Started.StartPolicy != nil && r.Started.StartPolicy.Replaces:
+			// The start terminates the run it found live or, when that run continued as new
+			// meanwhile, its latest continuation (engine.replace): each run of that chain that
+			// ended after the new run was created ended for it.
+			old := latest[r.Started.StartPolicy.Previous]
+			for range maxChain {
+				if old == nil {
+					break
+				}
+				replaced(old, r)
+				if old.Successor == "" {
+					break
+				}
+				old = latest[old.Successor]
+			}
 		}
 	}
+}
+
+// maxChain bounds the continuations link follows.
+const maxChain = 64
+
+// replaced records that old, if it ended after run r's creation, ended for r: it stops counting
+// as live when r was created (or, created after r, it never counts).
+func replaced(old, r *Run) {
+	if old == nil || !old.Ended() || old.End.Before(r.Created) {
+		return
+	}
+	if old.ReplacedBy == "" || r.Created.Before(old.Until) {
+		old.Until, old.ReplacedBy = maxTime(r.Created, old.Created), r.Key()
+	}
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
 }
 
 // LiveAt reports whether the run was live (started, not yet ended or replaced) at t.
@@ -610,6 +639,9 @@ func (r *Run) Obligation(now time.Time, defPaused bool, free func(*Run) bool) st
 	}
 	if r.Control != nil && !r.Admitted {
 		if r.CancelRequested {
+			if r.Paused || defPaused {
+				return "" // answered once unpaused (docs/pause.md)
+			}
 			return "was asked to cancel while queued and did not end"
 		}
 		if free(r) {
