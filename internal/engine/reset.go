@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/internal/wait"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -60,6 +62,10 @@ type ResetParams struct {
 // ErrResetConflict is wrapped by the error of a reset whose request ID was used for another
 // reset of the run.
 var ErrResetConflict = errors.New("flow: reset request ID already used")
+
+// ErrResetBusy is wrapped by the error of a reset that waited too long for another reset of a
+// run of the same workflow to finish (see lockResets): retry it.
+var ErrResetBusy = errors.New("flow: another reset of the workflow is under way")
 
 // ActiveResetError refuses a reset of a run that has ended while the run its workflow goes on in
 // (an earlier reset's new run, a continuation, a later run that reuses its ID, followed through
@@ -117,11 +123,17 @@ const maxResetRounds = 16
 // active, starts the new run it names, and returns the new run's ID. A repeat of the same reset
 // (the same RequestID, or without one the same point, mode and options) returns the same run.
 // Errors wrap core.ErrNotFound, core.ErrInvalidInput (a *core.ResetPointError for a point that
-// is not a reset point), ErrResetConflict, or ErrRunExists (an *ActiveResetError).
+// is not a reset point), ErrResetConflict, ErrResetBusy (another reset of a run of the same
+// workflow held it up: lockResets), or ErrRunExists (an *ActiveResetError).
 func (e *Engine) Reset(ctx context.Context, p ResetParams) (string, error) {
 	if err := event.ValidateDerivedRunID(p.RunID); err != nil {
 		return "", fmt.Errorf("%w: %w", core.ErrInvalidInput, err)
 	}
+	unlock, err := e.lockResets(ctx, p.RunID)
+	if err != nil {
+		return "", err
+	}
+	defer unlock()
 	atLeast := uint64(1)
 	for range maxResetRounds {
 		hist, err := e.store.LoadAtLeast(ctx, p.RunID, 0, atLeast)
@@ -198,18 +210,14 @@ func sameReset(p ResetParams, plan *core.ResetPlan, link core.ResetLink, newID s
 }
 
 // chainHead returns the run that the family of ended run s's ID goes on in, and whether it is
-// still active: the latest run of the caller ID s belongs to (s's ID without the suffix of a
-// reset), followed through continuations, resets (writing a reset's new run that is recorded
-// and not written yet) and later runs that reuse the ID. An active s has no such run: live is
-// false.
+// still active: the latest run of the caller ID s belongs to (workflowOf), followed from that
+// ID's first run through continuations, resets (writing a reset's new run that is recorded and
+// not written yet) and later runs that reuse the ID. An active s has no such run: live is false.
 func (e *Engine) chainHead(ctx context.Context, s *core.Snapshot) (head string, live bool, err error) {
 	if !s.Terminal() {
 		return "", false, nil
 	}
-	cur := s.RunID
-	if i := strings.LastIndex(cur, resetSep); i >= 0 {
-		cur = cur[:i]
-	}
+	cur := workflowOf(s.RunID)
 	for range maxGenerations {
 		last, err := e.lastGeneration(ctx, cur)
 		switch {
@@ -347,4 +355,71 @@ func resetTarget(s *core.Snapshot) (string, bool) {
 		return s.Resets[n-1].NewRunID, true
 	}
 	return "", false
+}
+
+// workflowOf returns the run ID of the first run of the workflow run runID belongs to: runID
+// without the suffixes of resets, then without those of a reuse and of continuations (X for
+// X=_n=<gen>); a child's run ID (no reuse family) only loses the resets' suffix.
+func workflowOf(runID string) string {
+	if i := strings.Index(runID, resetSep); i >= 0 {
+		runID = runID[:i]
+	}
+	if id, _, ok := event.ReuseFamily(runID); ok {
+		return id
+	}
+	return runID
+}
+
+// resetLockTTL is how long a reset's hold on its workflow's resets lasts when its process dies
+// holding it; resetLockWait how long a reset waits for another of the same workflow.
+const (
+	resetLockTTL  = 30 * time.Second
+	resetLockWait = 20 * time.Second
+)
+
+// ResetLockKey names the start key index entry that serializes the resets of the runs of the
+// workflow whose first run is workflowRunID (see lockResets).
+func ResetLockKey(workflowRunID string) string { return "reset." + digest(workflowRunID) }
+
+// lockResets serializes the resets of the runs of run runID's workflow: a reset checks that the
+// workflow goes on in no live run (chainHead) and then records itself in its own old run, so two
+// resets of different runs of one workflow (an ID's first run and a later reuse of it, as a
+// batch job resets them side by side) would each pass the check before the other's new run
+// exists. The hold is an entry of the start key index (Config.Keys), which expires after
+// resetLockTTL if its holder dies; the entry names the run being reset, so resets of the same run
+// share it (they are ordered by their records in that run). Without Config.Keys resets are not
+// serialized. It returns the release.
+func (e *Engine) lockResets(ctx context.Context, runID string) (func(), error) {
+	if e.keys == nil {
+		return func() {}, nil
+	}
+	wf := workflowOf(runID)
+	key := ResetLockKey(wf)
+	want := KeyEntry{RunID: runID, Key: wf}
+	deadline := time.Now().Add(resetLockWait)
+	backoff := 5 * time.Millisecond
+	for {
+		cur, _, claimed, err := e.keys.ClaimKey(ctx, key, want, resetLockTTL)
+		if err != nil {
+			return nil, fmt.Errorf("serializing the resets of workflow %q: %w", wf, err)
+		}
+		if claimed || cur.RunID == runID {
+			return func() {
+				rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+				defer cancel()
+				if err := e.keys.ReleaseKey(rctx, key, runID); err != nil {
+					e.logger.WarnContext(ctx, "releasing a workflow's reset lock failed; it expires", slog.String("workflow", wf),
+						slog.String("run_id", runID), slog.Duration("ttl", resetLockTTL), slog.String("error", err.Error()))
+				}
+			}, nil
+		}
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("%w: a reset of run %q, of the same workflow, has held it for more than %s; retry",
+				ErrResetBusy, cur.RunID, resetLockWait)
+		}
+		if !wait.For(ctx, backoff) {
+			return nil, ctx.Err()
+		}
+		backoff = min(2*backoff, 100*time.Millisecond)
+	}
 }

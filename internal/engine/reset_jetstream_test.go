@@ -3,6 +3,7 @@ package engine_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"strconv"
 	"sync"
 	"testing"
@@ -82,8 +83,10 @@ func resetSetup(t *testing.T) *resetBed {
 	flow.RegisterStep(reg, "charge", func(_ context.Context, in map[string]any) (string, error) {
 		return "charged-" + strconv.Itoa(count("charge")), nil
 	})
+	keys, err := jshost.NewStartKeys(ctx, js)
+	require.NoError(t, err)
 	b.e, err = engine.New(engine.Config{Store: st, Host: host, Runtime: reg, Replayer: reg.Replaying(), Logger: natstest.Logger(),
-		CacheSize: -1, Faults: b.f})
+		CacheSize: -1, Faults: b.f, Keys: keys})
 	require.NoError(t, err)
 	return b
 }
@@ -428,6 +431,47 @@ func TestResetNeverLeavesTwoLiveRuns(t *testing.T) {
 		}
 	}
 	require.Equal(t, 1, resets)
+}
+
+// Resets of two ended runs of one workflow at once (its first run and a later run that reuses
+// its ID, as a batch job resets them side by side): they are serialized, so the second finds the
+// workflow going on in the first's new run and is refused; a workflow never has two live runs.
+func TestResetsOfOneWorkflowAtOnce(t *testing.T) {
+	t.Parallel()
+	b := resetSetup(t)
+	ctx := t.Context()
+	for i := range 4 {
+		id := fmt.Sprintf("w%d", i)
+		b.start(t, id, true)
+		reuse, _, err := b.e.Start(ctx, engine.StartParams{RunID: id, Spec: event.Spec{Definition: "order"},
+			Input: []byte(`{"item":"book","qty":1}`), Reuse: event.ReuseAllow})
+		require.NoError(t, err)
+		require.Equal(t, event.ReuseRunID(id, 1), reuse)
+		require.Equal(t, core.StatusSuspended, b.drive(t, reuse))
+		b.deliverHook(t, reuse, "d-"+reuse)
+		require.Equal(t, core.StatusSuspended, b.drive(t, reuse))
+		b.signal(t, reuse, "s-"+reuse)
+		require.Equal(t, core.StatusCompleted, b.drive(t, reuse))
+
+		errs := make([]error, 2)
+		var wg sync.WaitGroup
+		for j, run := range []string{id, reuse} {
+			wg.Go(func() {
+				_, errs[j] = b.e.Reset(ctx, engine.ResetParams{RunID: run, Mode: event.ResetToSeq, Seq: 3})
+			})
+		}
+		wg.Wait()
+		won := 0
+		for _, err := range errs {
+			if err == nil {
+				won++
+				continue
+			}
+			var active *engine.ActiveResetError
+			require.ErrorAs(t, err, &active)
+		}
+		require.Equal(t, 1, won, "one reset of workflow %s recorded, the other refused: %v", id, errs)
+	}
 }
 
 // A hook copied while pending keeps its token, and the token's route moves to the new run once

@@ -257,6 +257,9 @@ func schedulerRole() Role {
 	g.kvWatch(streams.BatchesBucket)
 	g.kvWatch(streams.RunsBucket)        // and reads the runs index to find a job's targets
 	g.objRead(streams.CheckpointsBucket) // it reads a run's checkpoint before a timer's fire (the history service writes them)
+	// Its batch jobs' resets ask the history service, the start keys' one writer, for their
+	// workflows' reset locks.
+	g.publish(api.SubjectStartKeysPrefix + "*")
 	// The leaders of the schedule runner and the batch executor answer the changes the ingress
 	// forwards (micro services, with $SRV discovery).
 	g.subscribe(api.SchedulerSchedulesGroup+".*", api.SchedulerBatchesGroup+".*", "$SRV.*",

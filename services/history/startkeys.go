@@ -18,7 +18,8 @@ import (
 // ask it over request/reply (api.SubjectStartKeyClaim and the others, served by every replica),
 // releases the debounce key of a run whose delay fired or that ended delayed (a consequence of
 // the commit, engine.ApplyCommit), releases a deleted run's keys (retention), and repairs the
-// index (reconcileStartKeys). Every write is create-only or at the revision read, so replicas
+// index (reconcileStartKeys). It holds the reset locks too (engine.ResetLockKey): short-lived
+// entries that serialize the resets of one workflow's runs, which expire with their TTL. Every write is create-only or at the revision read, so replicas
 // answering requests at once agree as a single writer would.
 
 // claimStartKey answers api.SubjectStartKeyClaim: engine.StartKeys.ClaimKey on the bucket.
@@ -65,8 +66,8 @@ func checkStartKeyRequest(req api.StartKeyRequest, entry bool) error {
 	bad := func(format string, args ...any) error {
 		return &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf(format, args...)}
 	}
-	if !strings.HasPrefix(req.Key, "dedup.") && !strings.HasPrefix(req.Key, "debounce.") {
-		return bad("%q is not a start key: it is engine.DedupIndexKey's or engine.DebounceIndexKey's", req.Key)
+	if !strings.HasPrefix(req.Key, "dedup.") && !strings.HasPrefix(req.Key, "debounce.") && !strings.HasPrefix(req.Key, "reset.") {
+		return bad("%q is not a start key: it is engine.DedupIndexKey's, engine.DebounceIndexKey's or engine.ResetLockKey's", req.Key)
 	}
 	if err := event.ValidateDerivedRunID(req.Entry.RunID); err != nil {
 		return bad("start key %s: the entry's run: %v", req.Key, err)

@@ -98,6 +98,8 @@ func (s *Service) reset(ctx context.Context, runID string, body []byte) (*api.Re
 			return nil, bad("%s", trimFlow(err))
 		case errors.Is(err, engine.ErrResetConflict):
 			return nil, &api.IngressError{Code: api.CodeDeliveryConflict, Message: trimFlow(err)}
+		case errors.Is(err, engine.ErrResetBusy):
+			return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: trimFlow(err)}
 		}
 		return nil, s.refusal(&input{kind: api.KindTerminate, runID: runID}, err)
 	}

@@ -376,8 +376,10 @@ func (s *Scheduler) open(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// The batch jobs' resets hold their workflows' reset locks, entries of the start key index,
+	// which the history service writes, asked over request/reply.
 	s.engine, err = engine.New(engine.Config{Store: st, Host: host, Logger: s.logger, Faults: s.cfg.Faults, CacheSize: s.cfg.CacheSize,
-		Checkpoints: checkpoints})
+		Checkpoints: checkpoints, Keys: jshost.NewRemoteStartKeys(s.nc)})
 	return err
 }
 
