@@ -299,3 +299,29 @@ func TestObligationsOfAPausedQueuedCancel(t *testing.T) {
 	l.defPaused[DefQueue] = true
 	require.Empty(t, obligations(runs, l, at(5000)))
 }
+
+// An update a reset copied from an old run that ended with it unsettled stays aborted in the new
+// run (reset_from.aborted_updates): the new run owes it no verdict.
+func TestObligationsOfACopiedAbortedUpdate(t *testing.T) {
+	for _, aborted := range []bool{true, false} {
+		rs := started(DefPlain, nil)
+		rs.Input = json.RawMessage(`{"key":"k","go":true}`)
+		rs.ResetFrom = &event.ResetFrom{RunID: "x", Seq: 3, Mode: event.ResetToSeq, CopiedTo: 4, SeedRunID: "x"}
+		if aborted {
+			rs.ResetFrom.AbortedUpdates = []string{"u1"}
+		}
+		h := &synth{run: "x=_reset-1"}
+		h.commits = []Commit{{At: at(100), RunID: h.run, First: 1, Last: 3, Events: []event.Envelope{
+			{RunID: h.run, Seq: 1, Time: at(0), Payload: rs},
+			{RunID: h.run, Seq: 2, Time: at(10), Payload: &event.SignalAwaited{WaitID: SignalGo, Name: SignalGo}},
+			{RunID: h.run, Seq: 3, Time: at(20), Payload: &event.UpdateReceived{UpdateID: "u1", Name: UpdateSlow, Payload: json.RawMessage(`8`)}},
+		}}}
+		runs := BuildRuns(h.commits, nil, nil, nil)
+		got := obligations(runs, &Ledger{defPaused: map[string]bool{}}, at(5000))
+		if aborted {
+			require.Empty(t, got)
+		} else {
+			require.Equal(t, map[string]string{h.run: `has update "u1" received and not judged`}, got)
+		}
+	}
+}

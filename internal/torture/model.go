@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -109,6 +110,10 @@ type UpdateState struct {
 	Accepted, Rejected, Completed int
 	Result                        json.RawMessage
 	Error                         *event.ErrorInfo
+	// Aborted is set for an update a reset copied that its old run left unsettled when it
+	// ended (reset_from.aborted_updates): its caller was answered "aborted", and the new run
+	// does not judge it.
+	Aborted bool
 }
 
 // ResetLink is a run.reset of a run.
@@ -417,7 +422,8 @@ func (r *Run) apply(e event.Envelope) {
 	case *event.UpdateReceived:
 		u := r.Updates[p.UpdateID]
 		if u == nil {
-			u = &UpdateState{Name: p.Name, Payload: r.resolve(p.Payload), ReceivedSeq: e.Seq}
+			u = &UpdateState{Name: p.Name, Payload: r.resolve(p.Payload), ReceivedSeq: e.Seq,
+				Aborted: r.Reset != nil && slices.Contains(r.Reset.AbortedUpdates, p.UpdateID)}
 			r.Updates[p.UpdateID] = u
 			r.UpdateIDs = append(r.UpdateIDs, p.UpdateID)
 		}
@@ -548,7 +554,7 @@ func (r *Run) signalArrived(name string) bool { return r.Signals[name] > 0 }
 func (r *Run) Next(now time.Time) (waiting, due string) {
 	for _, id := range r.UpdateIDs {
 		u := r.Updates[id]
-		if u.Accepted == 0 || u.Completed > 0 {
+		if u.Aborted || u.Accepted == 0 || u.Completed > 0 {
 			continue
 		}
 		st := r.Steps["u-"+id]
@@ -666,7 +672,7 @@ func (r *Run) Obligation(now time.Time, defPaused bool, free func(*Run) bool) st
 		return "was asked to cancel and did not end"
 	}
 	for _, id := range r.UpdateIDs {
-		if u := r.Updates[id]; u.Accepted == 0 && u.Rejected == 0 {
+		if u := r.Updates[id]; !u.Aborted && u.Accepted == 0 && u.Rejected == 0 {
 			return fmt.Sprintf("has update %q received and not judged", id)
 		}
 	}
