@@ -10,8 +10,11 @@
 //	make torture DURATION=10m SEED=42 REPLICAS=3  # a three-node cluster, streams at R3
 //	go test -race -run 'TestTorture$' ./internal/torture -torture.seed S -torture.seq N [-torture.keep 3,5,9]
 //
-// `make test` runs TestTorture for about two minutes, in process (-torture.duration). The flags
-// (torture_test.go): -torture.duration, -torture.seed, -torture.seq, -torture.keep,
+// `make test` runs TestTorture for about two minutes, in process (-torture.duration). Every run
+// begins with the findings' scenarios (scenarios.go; those that need a process to kill only
+// with -torture.processes), so that each fixed finding is checked in any budget: reintroducing
+// one fails the short budget (-torture.scenarios=false skips them). The flags
+// (torture_test.go): -torture.duration, -torture.scenarios, -torture.seed, -torture.seq, -torture.keep,
 // -torture.replicas, -torture.processes, -torture.ops, -torture.exclude (leave out kinds of
 // operations, to explore past a known bug that masks everything else; the default generates
 // every kind), -torture.shrink, -torture.settle, -torture.debug. Each sequence prints a summary

@@ -8,7 +8,8 @@ import (
 
 // Scenario is a short, hand-written sequence that reproduces one finding of the torture (see
 // TORTURE_FINDINGS.md), for whoever fixes it: `go test -race -run TestScenario ./internal/torture
-// -torture.scenario NAME` runs it and reports the violations.
+// -torture.scenario NAME` runs it and reports the violations. TestTorture runs them all first,
+// as regression tests of the fixed findings.
 type Scenario struct {
 	Name string
 	// Finding names the finding (a known bug's number, or "new").

@@ -25,6 +25,7 @@ var (
 	flagShrink    = flag.Duration("torture.shrink", 2*time.Minute, "how long to spend shrinking each failure, after the run")
 	flagShrinkN   = flag.Int("torture.shrinkn", 1, "how many failures (with distinct violated invariants) to shrink")
 	flagDebug     = flag.Bool("torture.debug", false, "log every answer and every run's events after each sequence")
+	flagScenarios = flag.Bool("torture.scenarios", true, "run the findings' scenarios (scenarios.go) before the random sequences, within the budget")
 	flagSettle    = flag.Duration("torture.settle", 90*time.Second, "how long a sequence may take to settle: the bound within which every run must progress")
 )
 
@@ -74,6 +75,30 @@ func TestTorture(t *testing.T) {
 		failures                                  []Result
 		reports                                   []string
 	)
+	// The findings' scenarios first (scenarios.go): each fixed finding is checked in every
+	// budget, however short, whatever the random sequences meet.
+	if *flagSeq < 0 && *flagScenarios {
+		for _, sc := range Scenarios {
+			if sc.Processes && !cfg.Processes {
+				continue // it needs a process to kill between two writes
+			}
+			scfg := cfg
+			scfg.SettleBound = scenarioWait
+			var res Result
+			t.Run("scenario-"+sc.Name, func(t *testing.T) { res = RunSequence(t, scfg, 0, 0, sc.Ops, nil) })
+			sequences++
+			ops += len(res.Ops)
+			faults += res.Faults
+			kills += res.Kills + res.Died
+			violations += len(res.Violations)
+			switch {
+			case res.Err != nil:
+				reports = append(reports, fmt.Sprintf("scenario %s: harness error: %s\n%s", sc.Name, res.Err, res.Report(len(res.Ops))))
+			case len(res.Violations) > 0:
+				reports = append(reports, fmt.Sprintf("scenario %s (%s) violates %v\n%s", sc.Name, sc.Finding, res.Invariants(), res.Report(len(res.Ops))))
+			}
+		}
+	}
 	first := max(*flagSeq, 0)
 	for n := first; ; n++ {
 		if n > first && (*flagSeq >= 0 || time.Now().After(end)) {
