@@ -10,7 +10,9 @@
 //	make torture DURATION=10m SEED=42 REPLICAS=3  # a three-node cluster, streams at R3
 //	go test -race -run 'TestTorture$' ./internal/torture -torture.seed S -torture.seq N [-torture.keep 3,5,9]
 //
-// `make test` runs TestTorture for about two minutes, in process (-torture.duration). Every run
+// `make test` runs TestTorture for about two minutes, in process (-torture.duration), with the
+// seed the Makefile pins (TORTURE_SEED, passed as FLOW_TORTURE_SEED), so that CI replays the same
+// sequences; `make torture` draws a new seed each time unless SEED is given. Every run
 // begins with the findings' scenarios (scenarios.go; those that need a process to kill only
 // with -torture.processes), so that each fixed finding is checked in any budget: reintroducing
 // one fails the short budget (-torture.scenarios=false skips them). The flags

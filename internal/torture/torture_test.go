@@ -29,11 +29,22 @@ var (
 	flagSettle    = flag.Duration("torture.settle", 90*time.Second, "how long a sequence may take to settle: the bound within which every run must progress")
 )
 
+// envSeed is the seed TestTorture uses when -torture.seed is not given: `make test` pins one, so
+// that CI replays the same sequences (a regression check of what they met) while `make torture`
+// explores new seeds.
+const envSeed = "FLOW_TORTURE_SEED"
+
 // TestTorture runs random sequences of operations against a stack, with faults and kills,
 // and checks the invariants after each (see doc.go). It fails with the shrunk sequence of
 // each distinct violation it found.
 func TestTorture(t *testing.T) {
 	seed := *flagSeed
+	if v := os.Getenv(envSeed); seed == 0 && v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("%s=%q: not a seed (an unsigned integer)", envSeed, v)
+		}
+	}
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
