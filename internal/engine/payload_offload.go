@@ -38,24 +38,6 @@ func (e *Engine) offload(ctx context.Context, ps []event.Payload) error {
 	return nil
 }
 
-// offloadEvents is offload for events, changed in place.
-func (e *Engine) offloadEvents(ctx context.Context, events []event.Event) error {
-	if e.payloads == nil {
-		return nil
-	}
-	ps := make([]event.Payload, len(events))
-	for i := range events {
-		ps[i] = events[i].Payload
-	}
-	if err := e.offload(ctx, ps); err != nil {
-		return err
-	}
-	for i := range events {
-		events[i].Payload = ps[i]
-	}
-	return nil
-}
-
 // offloadStarted offloads the input of run.started.
 func (e *Engine) offloadStarted(ctx context.Context, started *event.RunStarted) (*event.RunStarted, error) {
 	ps := []event.Payload{started}
