@@ -370,10 +370,11 @@ func workflowOf(runID string) string {
 	return runID
 }
 
-// resetLockTTL is how long a reset's hold on its workflow's resets lasts when its process dies
-// holding it; resetLockWait how long a reset waits for another of the same workflow.
+// ResetLockTTL is how long a reset's hold on its workflow's resets lasts when its process dies
+// holding it (the history service refuses a reset lock with a longer TTL, or none);
+// resetLockWait how long a reset waits for another of the same workflow.
 const (
-	resetLockTTL  = 30 * time.Second
+	ResetLockTTL  = 30 * time.Second
 	resetLockWait = 20 * time.Second
 )
 
@@ -386,7 +387,7 @@ func ResetLockKey(workflowRunID string) string { return "reset." + digest(workfl
 // resets of different runs of one workflow (an ID's first run and a later reuse of it, as a
 // batch job resets them side by side) would each pass the check before the other's new run
 // exists. The hold is an entry of the start key index (Config.Keys), which expires after
-// resetLockTTL if its holder dies; the entry names the run being reset, so resets of the same run
+// ResetLockTTL if its holder dies; the entry names the run being reset, so resets of the same run
 // share it (they are ordered by their records in that run). Without Config.Keys resets are not
 // serialized. It returns the release.
 func (e *Engine) lockResets(ctx context.Context, runID string) (func(), error) {
@@ -399,7 +400,7 @@ func (e *Engine) lockResets(ctx context.Context, runID string) (func(), error) {
 	deadline := time.Now().Add(resetLockWait)
 	backoff := 5 * time.Millisecond
 	for {
-		cur, _, claimed, err := e.keys.ClaimKey(ctx, key, want, resetLockTTL)
+		cur, _, claimed, err := e.keys.ClaimKey(ctx, key, want, ResetLockTTL)
 		if err != nil {
 			return nil, fmt.Errorf("serializing the resets of workflow %q: %w", wf, err)
 		}
@@ -409,7 +410,7 @@ func (e *Engine) lockResets(ctx context.Context, runID string) (func(), error) {
 				defer cancel()
 				if err := e.keys.ReleaseKey(rctx, key, runID); err != nil {
 					e.logger.WarnContext(ctx, "releasing a workflow's reset lock failed; it expires", slog.String("workflow", wf),
-						slog.String("run_id", runID), slog.Duration("ttl", resetLockTTL), slog.String("error", err.Error()))
+						slog.String("run_id", runID), slog.Duration("ttl", ResetLockTTL), slog.String("error", err.Error()))
 				}
 			}, nil
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -74,6 +75,9 @@ func checkStartKeyRequest(req api.StartKeyRequest, entry bool) error {
 	}
 	if entry && req.TTL < 0 {
 		return bad("start key %s: the TTL %s is negative", req.Key, req.TTL)
+	}
+	if entry && strings.HasPrefix(req.Key, "reset.") && (req.TTL <= 0 || req.TTL > engine.ResetLockTTL) {
+		return bad("reset lock %s: the TTL %s is not in (0, %s]: a lock whose holder dies must expire", req.Key, req.TTL, engine.ResetLockTTL)
 	}
 	return nil
 }

@@ -97,6 +97,14 @@ func TestStartKeysThroughTheHistoryService(t *testing.T) {
 	require.ErrorContains(t, err, "the entry's run")
 	_, _, err = keys.ReplaceKey(ctx, key, 0, a, 0)
 	require.ErrorContains(t, err, "needs the revision of the entry it replaces")
+	// A reset lock that would never expire, or outlive its bound, is refused.
+	for _, ttl := range []time.Duration{0, time.Hour} {
+		_, _, _, err = keys.ClaimKey(ctx, engine.ResetLockKey("wf"), a, ttl)
+		require.ErrorContains(t, err, "a lock whose holder dies must expire")
+	}
+	_, _, claimed, err = keys.ClaimKey(ctx, engine.ResetLockKey("wf"), a, engine.ResetLockTTL)
+	require.NoError(t, err)
+	require.True(t, claimed)
 }
 
 // With no history service running, a start key operation fails at once with an error wrapping
