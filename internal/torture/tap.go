@@ -47,6 +47,11 @@ type Tap struct {
 	cc  jetstream.ConsumeContext
 	ctx context.Context
 	js  jetstream.JetStream
+	// obs and read are add's alone (the consumer calls it one message at a time): the payload
+	// store, once opened, and the payloads read so far (content-addressed: a copy in a later
+	// commit is not read again).
+	obs  jetstream.ObjectStore
+	read map[string]json.RawMessage
 
 	mu      sync.Mutex
 	commits []Commit
@@ -61,7 +66,7 @@ func StartTap(ctx context.Context, js jetstream.JetStream) (*Tap, error) {
 	if err != nil {
 		return nil, fmt.Errorf("torture: tapping %s: %w", streams.History, err)
 	}
-	t := &Tap{last: time.Now(), ctx: ctx, js: js}
+	t := &Tap{last: time.Now(), ctx: ctx, js: js, read: map[string]json.RawMessage{}}
 	t.cc, err = cons.Consume(t.add)
 	if err != nil {
 		return nil, fmt.Errorf("torture: tapping %s: %w", streams.History, err)
@@ -106,16 +111,21 @@ func (t *Tap) payloads(c Commit) (map[string]json.RawMessage, error) {
 	defer cancel()
 	out := map[string]json.RawMessage{}
 	for _, r := range refs {
-		if _, ok := out[r.SHA256]; ok {
+		if data, ok := t.read[r.SHA256]; ok {
+			out[r.SHA256] = data
 			continue
 		}
 		var data []byte
 		err := retry(ctx, func() error {
-			obs, err := t.js.ObjectStore(ctx, streams.PayloadsBucket)
-			if err != nil {
-				return err
+			if t.obs == nil {
+				obs, err := t.js.ObjectStore(ctx, streams.PayloadsBucket)
+				if err != nil {
+					return err
+				}
+				t.obs = obs
 			}
-			data, err = obs.GetBytes(ctx, r.Name())
+			var err error
+			data, err = t.obs.GetBytes(ctx, r.Name())
 			return err
 		})
 		switch {
@@ -124,7 +134,7 @@ func (t *Tap) payloads(c Commit) (map[string]json.RawMessage, error) {
 		case !r.Matches(data):
 			return out, fmt.Errorf("stream message %d of run %q refers to payload %s; the object holds other bytes", c.StreamSeq, c.RunID, r)
 		}
-		out[r.SHA256] = data
+		out[r.SHA256], t.read[r.SHA256] = data, data
 	}
 	return out, nil
 }
