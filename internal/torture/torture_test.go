@@ -86,6 +86,13 @@ func TestTorture(t *testing.T) {
 		failures                                  []Result
 		reports                                   []string
 	)
+	tally := func(res Result) {
+		sequences++
+		ops += len(res.Ops)
+		faults += res.Faults
+		kills += res.Kills + res.Died
+		violations += len(res.Violations)
+	}
 	// The findings' scenarios first (scenarios.go): each fixed finding is checked in every
 	// budget, however short, whatever the random sequences meet.
 	if *flagSeq < 0 && *flagScenarios {
@@ -97,11 +104,7 @@ func TestTorture(t *testing.T) {
 			scfg.SettleBound = scenarioWait
 			var res Result
 			t.Run("scenario-"+sc.Name, func(t *testing.T) { res = RunSequence(t, scfg, 0, 0, sc.Ops, nil) })
-			sequences++
-			ops += len(res.Ops)
-			faults += res.Faults
-			kills += res.Kills + res.Died
-			violations += len(res.Violations)
+			tally(res)
 			switch {
 			case res.Err != nil:
 				reports = append(reports, fmt.Sprintf("scenario %s: harness error: %s\n%s", sc.Name, res.Err, res.Report(len(res.Ops))))
@@ -118,11 +121,7 @@ func TestTorture(t *testing.T) {
 		seqOps, seqKeep := Select(Generate(seed, n, cfg.Gen), keep)
 		var res Result
 		t.Run(fmt.Sprintf("seq-%d", n), func(t *testing.T) { res = RunSequence(t, cfg, seed, n, seqOps, seqKeep) })
-		sequences++
-		ops += len(res.Ops)
-		faults += res.Faults
-		kills += res.Kills + res.Died
-		violations += len(res.Violations)
+		tally(res)
 		switch {
 		case res.Err != nil:
 			reports = append(reports, fmt.Sprintf("harness error: %s\n%s", res.Err, res.Report(len(res.Ops))))
