@@ -118,14 +118,23 @@ func (s *Store) Update(ctx context.Context, sch schedule.Schedule, paused bool, 
 func (s *Store) Apply(ctx context.Context, op string, req api.ScheduleRequest, now time.Time) (*api.ScheduleDescription, *api.IngressError) {
 	switch op {
 	case api.ScheduleOpDelete:
-		sch, rev, t, e := s.Get(ctx, req.Name)
-		if e != nil {
-			return nil, e
+		// A round that stores the schedule's state between the read and the deletion makes the
+		// deletion lose its compare-and-set: read it again, as change does.
+		for range changeAttempts {
+			sch, rev, t, e := s.Get(ctx, req.Name)
+			if e != nil {
+				return nil, e
+			}
+			err := s.kv.Delete(ctx, req.Name, jetstream.LastRevision(rev))
+			if isWrongRevision(err) {
+				continue
+			}
+			if err != nil {
+				return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("deleting schedule %q: %v; retry", req.Name, err)}
+			}
+			return Describe(sch, t, now, 0), nil
 		}
-		if err := s.kv.Delete(ctx, req.Name, jetstream.LastRevision(rev)); err != nil {
-			return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("deleting schedule %q: %v; retry", req.Name, err)}
-		}
-		return Describe(sch, t, now, 0), nil
+		return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("schedule %q kept changing under %d attempts to delete it; retry", req.Name, changeAttempts)}
 	case api.ScheduleOpPause, api.ScheduleOpUnpause, api.ScheduleOpTrigger, api.ScheduleOpBackfill:
 	default:
 		return nil, &api.IngressError{Code: api.CodeRouteNotFound, Message: fmt.Sprintf("no schedule operation %q; the operations are create, update, describe, list, pause, unpause, trigger, backfill and delete", op)}
