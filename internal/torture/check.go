@@ -546,8 +546,9 @@ func (c *Checker) chainUntil(r *Run) time.Time {
 }
 
 // chainLiveAt reports whether any run of the chain starting at r (its continuations and the
-// new runs of its resets, followed through each other) was live at t. A reset revives a chain
-// from the moment its new run is created, never before.
+// new runs of the resets that ended its runs, followed through each other) was live at t. A
+// reset of a run that had ended (a rerun) does not revive the chain (docs/schedules.md, "Runs
+// that go on"): the schedule does not count its new run.
 func (c *Checker) chainLiveAt(r *Run, t time.Time) bool {
 	seen := map[string]bool{}
 	todo := []*Run{r}
@@ -565,7 +566,9 @@ func (c *Checker) chainLiveAt(r *Run, t time.Time) bool {
 			todo = append(todo, c.latest(q.Successor))
 		}
 		for _, l := range q.Resets {
-			todo = append(todo, c.latest(l.NewRunID))
+			if l.Terminated {
+				todo = append(todo, c.latest(l.NewRunID))
+			}
 		}
 	}
 	return false

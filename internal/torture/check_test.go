@@ -200,6 +200,36 @@ func TestCheckScheduleOverlap(t *testing.T) {
 	require.Empty(t, check(t, l, nil, a, a2, b))
 }
 
+// A reset that ends a scheduled run goes on with its chain; a rerun of a run that had ended
+// (the schedule saw its chain end) starts a run the schedule does not count.
+func TestCheckScheduleOverlapThroughResets(t *testing.T) {
+	ref := func(slot int) *event.RunStarted {
+		s := started("d", nil)
+		s.Schedule = &event.ScheduleRef{Name: "s", Slot: at(slot), Action: event.ScheduleScheduled}
+		return s
+	}
+	resetRun := func(id string, ms int) *synth {
+		rs := ref(1000)
+		rs.ResetFrom = &event.ResetFrom{RunID: "s-1", Seq: 1, Mode: event.ResetToSeq, CopiedTo: 2, SeedRunID: "s-1"}
+		h := &synth{run: id}
+		h.commits = []Commit{{At: at(ms), RunID: id, First: 1, Last: 1, Events: []event.Envelope{{RunID: id, Seq: 1, Time: at(ms), Payload: rs}}}}
+		return h.add(ms+1, &event.SignalAwaited{WaitID: "go", Name: "go"})
+	}
+	l := &Ledger{defPaused: map[string]bool{}, schedules: []ScheduleEpoch{{Name: "s", Def: "d", Overlap: "cancel_other", Created: at(0)}}}
+	b := hist("s-2").add(2000, ref(2000)).add(2100, &event.RunCompleted{Output: json.RawMessage(`1`)})
+
+	rerun := hist("s-1").add(1000, ref(1000)).add(1500, &event.RunCancelled{Reason: "r"}).
+		add(1900, &event.RunReset{NewRunID: "s-1=_reset-1", Seq: 1, Mode: event.ResetToSeq})
+	require.Empty(t, check(t, l, nil, rerun, resetRun("s-1=_reset-1", 1900), b), "a rerun of an ended run is not the schedule's")
+
+	ended := hist("s-1").add(1000, ref(1000)).
+		add(1900, &event.RunReset{NewRunID: "s-1=_reset-1", Seq: 1, Mode: event.ResetToSeq, Terminated: true}).
+		add(1900, &event.RunFailed{Error: event.ErrorInfo{Message: "reset"}, Cause: event.CauseOperator})
+	vs := check(t, l, nil, ended, resetRun("s-1=_reset-1", 1900), b)
+	require.Equal(t, []Invariant{InvOverlap}, invariants(vs), "%v", vs)
+	require.ElementsMatch(t, []string{"s-1", "s-2"}, vs[0].Runs, "the chain goes on in the reset's new run")
+}
+
 func TestCheckStartDuplicateAndGap(t *testing.T) {
 	h := hist("a").add(0, started("d", nil)).add(10, &event.RunCompleted{Output: json.RawMessage(`1`)}).add(20, &event.RunCompleted{Output: json.RawMessage(`2`)})
 	require.Equal(t, []Invariant{InvHistory}, invariants(check(t, nil, nil, h)))

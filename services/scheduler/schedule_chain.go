@@ -19,7 +19,7 @@ import (
 // A run a schedule started goes on as a chain (docs/schedules.md, "Runs that go on"): when it
 // continues as new, in its successor (run.continued_as_new); when it is reset, in the new run
 // of the reset (run.reset, which ends it). The schedule counts the chain as running until its
-// latest run ends. A round reads each running chain from the latest run it knows of
+// latest run ends; a reset recorded in a run that had ended (a rerun) revives nothing of it. A round reads each running chain from the latest run it knows of
 // (schedule.State.Current), so retention deleting the runs behind it does not matter; a link
 // deleted before the schedule saw past it is followed through its tombstone in the runs index,
 // which keeps the links (core.Summary.ContinuedAs, ResetTo).
@@ -110,7 +110,14 @@ func linkOf(events []event.Envelope) chainLink {
 	for _, e := range events {
 		switch p := e.Payload.(type) {
 		case *event.RunReset:
-			l.next = p.NewRunID
+			// A reset that ended the run goes on in its new run. One recorded after the run
+			// had ended (a rerun of an ended run) revives nothing of the chain: the chain
+			// ended with that end, and the new run is not the schedule's to count.
+			if p.Terminated {
+				l.next = p.NewRunID
+			} else {
+				l.ended = true
+			}
 		case *event.RunContinuedAsNew:
 			l.next = p.SuccessorRunID
 		case *event.RunDeleted:

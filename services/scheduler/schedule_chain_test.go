@@ -195,6 +195,37 @@ func TestScheduleSkipFollowsResetRun(t *testing.T) {
 	require.Contains(t, failed.Error.Message, "terminate_other")
 }
 
+// TestScheduleRerunOfEndedRunIsNotCounted: a rerun of a scheduled run that had ended revives
+// nothing of the schedule's chain, whether or not the schedule saw the end before the rerun
+// (here it did not: the scheduler was down): a trigger under skip starts a run, and the
+// rerun's run never enters the running list. Found by the torture test (O3): which of the two
+// a round saw depended on when it read.
+func TestScheduleRerunOfEndedRunIsNotCounted(t *testing.T) {
+	e, client := chainEnv(t)
+	ctx := e.ctx
+	e.create(schedule.Schedule{Name: "rerun", Definition: "gate", Spec: yearly})
+	s1 := e.scheduler("s1", nil, 50*time.Millisecond)
+	e.trigger("rerun", "", time.Now(), "r1")
+	old := last(e.waitState("rerun", "the first trigger starts a run", func(st *schedule.State) bool { return st.Started == 1 })).RunID
+	e.waitEvent(old, event.TypeSignalAwaited)
+	require.NoError(t, s1.Stop())
+	_, err := client.Signal(ctx, old, "go", nil, nil)
+	require.NoError(t, err)
+	e.waitEvent(old, event.TypeRunCompleted)
+	res, err := client.Reset(ctx, old, flow.ResetOptions{Seq: 1, DropInputs: true, Reason: "test"})
+	require.NoError(t, err)
+	e.waitEvent(res.NewRunID, event.TypeSignalAwaited)
+	require.Equal(t, event.TypeSignalAwaited, e.runHistory(res.NewRunID)[1].Type(), "the rerun waits for its signal")
+	require.Equal(t, []string{old}, e.get("rerun").State.Running, "the scheduler, down, has not seen the run end")
+
+	e.scheduler("s2", nil, 50*time.Millisecond)
+	e.trigger("rerun", "", time.Now(), "r2")
+	st := e.waitState("rerun", "the second trigger is dealt with", func(st *schedule.State) bool { return len(st.Recent) == 2 })
+	require.Equal(t, schedule.Started, last(st).Outcome, "run %s ended before its rerun %s: %+v", old, res.NewRunID, last(st))
+	require.Equal(t, []string{last(st).RunID}, st.Running)
+	require.Empty(t, st.Current)
+}
+
 // TestScheduleRunningListSeesEnds: a schedule whose slots are months apart learns within
 // seconds that its run ended: a run that completes at once leaves the running list (which
 // `flow schedule describe` and the UI show) without waiting for the next slot.
