@@ -54,11 +54,19 @@ type IndexEntry struct {
 	Deleted *Tombstone `json:"deleted,omitempty"`
 }
 
-// ReadState reads the buckets.
+// ReadState reads the buckets, between two reads of the history service's consumer: the
+// buckets are read after every commit the first read counts as acknowledged was applied, and
+// a state read while the service applied commits (the two reads differ) counts them as
+// pending, so that settle reads again rather than judge buckets read before the service wrote
+// what the commits caused (an index entry, a queue entry deleted on admission).
 func ReadState(ctx context.Context, js jetstream.JetStream) (*State, error) {
+	before, err := consumerProgress(ctx, js)
+	if err != nil {
+		return nil, err
+	}
 	st := &State{Index: map[string]IndexEntry{}, Archives: map[string][]event.Envelope{}, Payloads: map[string]json.RawMessage{}, Holders: map[string]map[string]string{},
 		Queue: map[string]bool{}, Timers: map[string][]TimerEntry{}, Damaged: map[string]string{}, Batches: map[string]string{}}
-	err := eachEntry(ctx, js, streams.RunsBucket, func(key string, v []byte) error {
+	err = eachEntry(ctx, js, streams.RunsBucket, func(key string, v []byte) error {
 		var e IndexEntry
 		if err := json.Unmarshal(v, &e); err != nil {
 			return fmt.Errorf("index entry %s: %w", key, err)
@@ -133,16 +141,40 @@ func ReadState(ctx context.Context, js jetstream.JetStream) (*State, error) {
 	if err := st.readArchives(ctx, js); err != nil {
 		return nil, err
 	}
+	if afterBuckets != nil {
+		afterBuckets()
+	}
+	after, err := consumerProgress(ctx, js)
+	if err != nil {
+		return nil, err
+	}
+	st.Pending, st.AckPending = max(before.pending, after.pending), max(before.ackPending, after.ackPending)
+	if after.ackFloor != before.ackFloor || after.delivered != before.delivered {
+		st.Pending = max(st.Pending, 1) // applied while read: read again
+	}
+	return st, nil
+}
+
+// afterBuckets, set by tests only, runs between the buckets' read and the consumer's second.
+var afterBuckets func()
+
+// progress is where the history service's consumer stood at one read.
+type progress struct {
+	pending, ackPending uint64
+	ackFloor, delivered uint64
+}
+
+func consumerProgress(ctx context.Context, js jetstream.JetStream) (progress, error) {
 	cons, err := js.Consumer(ctx, streams.History, streams.HistoryConsumer)
 	if err != nil {
-		return nil, fmt.Errorf("the history service's consumer: %w", err)
+		return progress{}, fmt.Errorf("the history service's consumer: %w", err)
 	}
 	info, err := cons.Info(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("the history service's consumer: %w", err)
+		return progress{}, fmt.Errorf("the history service's consumer: %w", err)
 	}
-	st.Pending, st.AckPending = info.NumPending, uint64(info.NumAckPending)
-	return st, nil
+	return progress{pending: info.NumPending, ackPending: uint64(info.NumAckPending), ackFloor: info.AckFloor.Stream,
+		delivered: info.Delivered.Stream}, nil
 }
 
 func (st *State) readArchives(ctx context.Context, js jetstream.JetStream) error {
