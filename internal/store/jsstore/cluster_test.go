@@ -192,3 +192,40 @@ func TestLoadAtLeastAcrossLeaderChanges(t *testing.T) {
 		c.StreamLeader(t, streams.History) // a leader again before the next run
 	}
 }
+
+// TestBackToBackAppendsOnACluster: one writer per run appends commit after commit, each right
+// after the last was acknowledged, on a cluster. A clustered stream may still hold the previous
+// commit as in flight on the run's subject and refuse the next one's expected sequence although
+// the leader holds nothing after it; the store must not report that as a conflict ("expected
+// last seq 1, the run is at seq 1", seen once in TestClusterConformance under load).
+func TestBackToBackAppendsOnACluster(t *testing.T) {
+	t.Parallel()
+	c := natstest.RunCluster(t, 3)
+	c.WaitForDirectGets(t, streams.History)
+	const writers, commits = 8, 40
+	errs := make(chan error, writers)
+	for w := range writers {
+		go func() {
+			s, err := jsstore.New(t.Context(), c.JetStream(t, w%c.Len()), nil)
+			if err != nil {
+				errs <- err
+				return
+			}
+			run := fmt.Sprintf("b2b-%d", w)
+			for i := range commits {
+				e := event.Event{Time: time.Now(), Payload: &event.SignalReceived{Name: "poke", Payload: []byte(`1`), DeliveryID: fmt.Sprintf("d%d", i)}}
+				if i == 0 {
+					e.Payload = &event.RunStarted{Spec: event.Spec{Definition: "b2b"}, Input: []byte(`{}`), Seed: "seed"}
+				}
+				if _, err := s.Append(t.Context(), run, uint64(i), e); err != nil {
+					errs <- fmt.Errorf("commit %d of run %s: %w", i+1, run, err)
+					return
+				}
+			}
+			errs <- nil
+		}()
+	}
+	for range writers {
+		require.NoError(t, <-errs)
+	}
+}

@@ -44,6 +44,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/cloudevents/sdk-go/v2/types"
 	"github.com/nats-io/nats.go"
@@ -54,6 +55,7 @@ import (
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/tracing"
+	"github.com/flowrun/flow/internal/wait"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -180,7 +182,19 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 			return last, nil
 		case err == nil, isWrongLastSequence(err):
 			// A duplicate or a sequence mismatch: the commit may be ours from an earlier attempt.
-			return s.settle(ctx, runID, expected, expectedStream, last, commit)
+			n, serr := s.settle(ctx, runID, expected, expectedStream, last, commit)
+			var ce *store.ConflictError
+			if errors.As(serr, &ce) && ce.Actual == expected && attempt < inFlightAttempts {
+				// The leader refused the expected sequence, yet holds nothing after it: a message
+				// on the run's subject was in flight (proposed, not yet applied: ours, or another
+				// writer's), which a clustered stream refuses expected-sequence checks behind.
+				// Once it lands, the next attempt is a duplicate (ours) or a real conflict.
+				if !wait.For(ctx, time.Millisecond<<attempt) {
+					return 0, ctx.Err()
+				}
+				continue
+			}
+			return n, serr
 		case attempt < 2 && transient(err, ctx):
 			// The ack was lost or the server was briefly away: find out whether it committed.
 			n, err := s.settle(ctx, runID, expected, expectedStream, last, commit)
@@ -194,6 +208,10 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 		}
 	}
 }
+
+// inFlightAttempts bounds the publishes of a commit refused behind a message in flight on its
+// run's subject (about a second of waits in all).
+const inFlightAttempts = 10
 
 // publish sends one commit. Options.AfterPublish, a test seam, may replace its outcome.
 func (s *Store) publish(ctx context.Context, msg *nats.Msg, expectedStream uint64, msgID string) (*jetstream.PubAck, error) {
