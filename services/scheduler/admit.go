@@ -96,6 +96,11 @@ type admitGroup struct {
 	damaged map[string]bool
 	// evicting holds the holders cancelled by cancel_oldest, until their slots are released.
 	evicting map[string]bool
+	// handover holds the ended holders that a reset ended (their index entries name the
+	// reset's new run): each one's slot is released once its new run waits in the queue, which
+	// keeps the old run's place, so that the turn is the new run's rather than that of whatever
+	// waited behind the old run (or after handoverGrace, if the new run never comes).
+	handover map[string]handover
 	// due is when a rate token keeping a run waiting comes back; zero when none does.
 	due time.Time
 	// dirty asks for a round.
@@ -104,7 +109,28 @@ type admitGroup struct {
 
 func newAdmitGroup(name string) *admitGroup {
 	return &admitGroup{name: name, keys: map[string][]*queued{}, verified: map[string]bool{}, ended: map[string]bool{}, evicting: map[string]bool{},
-		damaged: map[string]bool{}}
+		damaged: map[string]bool{}, handover: map[string]handover{}}
+}
+
+// handover is the end of a slot holder by a reset: the run the reset created, and when the end
+// was seen.
+type handover struct {
+	to    string
+	since time.Time
+}
+
+// handoverGrace bounds how long a reset holder's slot waits for the reset's new run to queue.
+const handoverGrace = 10 * time.Second
+
+// mayQueue reports whether run id may yet queue for admission: the runs index has no entry of
+// it, or shows it queued. A run indexed otherwise (admitted, ended, deleted) never will.
+func (a *admitter) mayQueue(ctx context.Context, id string) bool {
+	e, err := a.runs.Get(ctx, id)
+	if err != nil {
+		return true // not indexed yet (or unreachable): the grace bounds the wait
+	}
+	var sum core.Summary
+	return json.Unmarshal(e.Value(), &sum) == nil && sum.Status == core.StatusQueued && sum.Deleted == nil
 }
 
 func (g *admitGroup) waiting() int {
@@ -372,6 +398,9 @@ func (a *admitter) applyRun(e jetstream.KeyValueEntry) {
 	if _, repairing := g.ended[e.Key()]; !repairing {
 		g.ended[e.Key()] = false
 	}
+	if _, known := g.handover[e.Key()]; !known && sum.ResetTo != "" && sum.Deleted == nil {
+		g.handover[e.Key()] = handover{to: sum.ResetTo, since: time.Now()}
+	}
 	g.dirty = true
 }
 
@@ -462,9 +491,20 @@ func (a *admitter) round(ctx context.Context, g *admitGroup) error {
 			delete(g.evicting, run)
 		}
 	}
-	// The runs index showed these holders ended: their slots go in this round's write.
+	// The runs index showed these holders ended: their slots go in this round's write, but
+	// for those whose reset's new run has yet to queue (handover).
 	released := 0
+	var handoverDue time.Time
 	for run, repair := range g.ended {
+		if h, ok := g.handover[run]; ok {
+			if _, queued := a.byRun[h.to]; !queued && time.Since(h.since) < handoverGrace && a.mayQueue(ctx, h.to) {
+				if due := h.since.Add(handoverGrace); handoverDue.IsZero() || due.Before(handoverDue) {
+					handoverDue = due
+				}
+				continue
+			}
+			delete(g.handover, run)
+		}
 		if st.Release(run) {
 			released++
 			if repair {
@@ -472,8 +512,8 @@ func (a *admitter) round(ctx context.Context, g *admitGroup) error {
 			}
 		}
 		delete(g.verified, run)
+		delete(g.ended, run)
 	}
-	clear(g.ended)
 	// Slots this leader does not know to be admitted: a reservation of a controller that died
 	// before appending run.admitted is completed, one whose run ended is given back.
 	repaired := false
@@ -495,6 +535,9 @@ func (a *admitter) round(ctx context.Context, g *admitGroup) error {
 	// would wake every watcher of the group for nothing.
 	st.Trim(now)
 	picks, cancels, due := a.choose(g, st, now)
+	if !handoverDue.IsZero() && (due.IsZero() || handoverDue.Before(due)) {
+		due = handoverDue
+	}
 	g.due = due
 	a.s.logger.Debug("admission round", slog.String("group", g.name), slog.Int("waiting", g.waiting()), slog.Int("holders", len(st.Holders)),
 		slog.Int("admitting", len(picks)), slog.Int("releasing", released), slog.Int("cancelling", len(cancels)), slog.Time("due", due))

@@ -54,10 +54,18 @@ type controlEnv struct {
 
 func newControlEnv(t *testing.T, reg *flow.Registry, hf *fault.Injector) *controlEnv {
 	t.Helper()
+	return newControlEnvWith(t, reg, history.Config{Faults: hf})
+}
+
+// newControlEnvWith is newControlEnv with the history service's configuration hc (its
+// connection, address, ack wait and logger are the environment's).
+func newControlEnvWith(t *testing.T, reg *flow.Registry, hc history.Config) *controlEnv {
+	t.Helper()
 	srv := natstest.RunJetStream(t)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	t.Cleanup(cancel)
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", AckWait: time.Second, Logger: natstest.Logger(), Faults: hf})
+	hc.Conn, hc.HTTPAddr, hc.AckWait, hc.Logger = natstest.Connect(t, srv), "off", time.Second, natstest.Logger()
+	h, err := history.New(hc)
 	require.NoError(t, err)
 	require.NoError(t, h.Start(ctx))
 	t.Cleanup(func() { _ = h.Stop() })

@@ -6,7 +6,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
 )
 
 // A reset never escapes flow control (issue 19, finding 1): the reset run is admitted anew,
@@ -62,4 +64,34 @@ func TestResetIsAdmittedAnew(t *testing.T) {
 			}
 		}
 	}
+}
+
+// TestResetKeepsTheOldRunsTurn: the reset of an active holder hands its slot's turn to the
+// reset's new run, which keeps the old run's place, even when the new run queues well after
+// the old run's end shows in the runs index (here the history service fails to apply the new
+// run's first commit for a few seconds): the run queued behind the old one waits. Found as a
+// flake of TestResetIsAdmittedAnew under load, where the admitter handed the slot to the only
+// run queued at the old run's end.
+func TestResetKeepsTheOldRunsTurn(t *testing.T) {
+	t.Parallel()
+	fc := flow.FlowControl{KeyPath: "$.customer", KeyConcurrency: 1}
+	hf := &fault.Injector{}
+	// One lane: the history service applies the commits in the stream's order.
+	e := newControlEnvWith(t, gated(flow.WithFlowControl(fc)), history.Config{Faults: hf, Lanes: 1})
+	e.scheduler(nil)
+	e.start("a-1", "a", 1, nil)
+	e.status("a-1", core.StatusSuspended)
+	e.start("a-2", "a", 2, nil)
+	e.status("a-2", core.StatusQueued)
+
+	// The reset's commit to a-1 is applied (its end shows in the runs index); the new run's
+	// first commit, after it in the stream, fails 5 times (about 3 s of retries) before it is
+	// applied and the new run queues.
+	hf.Arm(fault.HistoryBeforeEffects, fault.Fail, 1, 5)
+	r, err := e.client.Reset(e.ctx, "a-1", flow.ResetOptions{LastDecision: true})
+	require.NoError(t, err)
+	e.status(r.NewRunID, core.StatusSuspended)
+	require.Equal(t, core.StatusQueued, e.status("a-2", core.StatusQueued).Status, "a-2 waited behind a-1, whose place the reset run keeps")
+	e.done(r.NewRunID)
+	e.status("a-2", core.StatusSuspended)
 }
