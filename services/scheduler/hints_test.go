@@ -120,7 +120,7 @@ func TestFiringOnACommitFaults(t *testing.T) {
 			tm := f.sleeping(t, "r", "w", time.Now().Add(50*time.Millisecond))
 			require.Eventually(t, func() bool { return faults.Hits(p) > 0 }, 10*time.Second, time.Millisecond,
 				"the firing on the commit reaches %s", p)
-			f.register(t, tm)
+			f.registerLate(t, tm)
 			require.Eventually(t, func() bool { return f.entryGone(t, "r", "w") }, 10*time.Second, 10*time.Millisecond,
 				"the entry is deleted once the firing is committed")
 			require.Positive(t, faults.Hits(p))

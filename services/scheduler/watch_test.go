@@ -65,6 +65,7 @@ func (r *watchRecorder) stopLatest(t *testing.T) {
 type timerFixture struct {
 	st     *jsstore.Store
 	timers jetstream.KeyValue
+	host   *jshost.Host
 }
 
 func newTimerFixture(t *testing.T, srv *natsserver.Server) *timerFixture {
@@ -89,6 +90,7 @@ func (f *timerFixture) deleteMoot(t *testing.T, srv *natsserver.Server) {
 	js := natstest.JetStream(t, srv)
 	host, err := jshost.New(t.Context(), js, "flow/test", natstest.Logger())
 	require.NoError(t, err)
+	f.host = host
 	// jsstore.New created the stream.
 	cons, err := js.OrderedConsumer(t.Context(), streams.History, jetstream.OrderedConsumerConfig{
 		FilterSubjects: []string{streams.HistorySubject(">")}})
@@ -117,6 +119,21 @@ func (f *timerFixture) deleteMoot(t *testing.T, srv *natsserver.Server) {
 	})
 	require.NoError(t, err)
 	t.Cleanup(cc.Stop)
+}
+
+// registerLate registers timer tm as a history service that is behind would: it writes the
+// entry on the commit that scheduled the timer and then, applying the run's later commits in
+// order, deletes it if one of them made the timer moot (a firing committed before the entry
+// was written). The fixture's follower alone would miss that deletion when it saw the firing
+// before the entry existed.
+func (f *timerFixture) registerLate(t *testing.T, tm core.Timer) {
+	t.Helper()
+	f.register(t, tm)
+	hist, err := f.st.Load(t.Context(), tm.RunID, 0)
+	require.NoError(t, err)
+	s, err := core.Project(tm.RunID, hist)
+	require.NoError(t, err)
+	require.NoError(t, f.host.DeleteTimers(t.Context(), core.Derive(s, hist).Moot))
 }
 
 // waitingRun appends a run that waits on wait waitID until due, and registers its timer.
