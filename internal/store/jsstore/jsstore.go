@@ -182,9 +182,8 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 			return last, nil
 		case err == nil, isWrongLastSequence(err):
 			// A duplicate or a sequence mismatch: the commit may be ours from an earlier attempt.
-			n, serr := s.settle(ctx, runID, expected, expectedStream, last, commit)
-			var ce *store.ConflictError
-			if errors.As(serr, &ce) && ce.Actual == expected && attempt < inFlightAttempts {
+			n, after, serr := s.settle(ctx, runID, expected, expectedStream, last, commit)
+			if serr != nil && !after && attempt < inFlightAttempts {
 				// The leader refused the expected sequence, yet holds nothing after it: a message
 				// on the run's subject was in flight (proposed, not yet applied: ours, or another
 				// writer's), which a clustered stream refuses expected-sequence checks behind.
@@ -197,7 +196,7 @@ func (s *Store) Append(ctx context.Context, runID string, expected uint64, event
 			return n, serr
 		case attempt < 2 && transient(err, ctx):
 			// The ack was lost or the server was briefly away: find out whether it committed.
-			n, err := s.settle(ctx, runID, expected, expectedStream, last, commit)
+			n, _, err := s.settle(ctx, runID, expected, expectedStream, last, commit)
 			var ce *store.ConflictError
 			if errors.As(err, &ce) && ce.Actual == expected {
 				continue // it did not: publish again
@@ -245,23 +244,25 @@ func (s *Store) message(ctx context.Context, runID string, envs []event.Envelope
 // settle decides the outcome of an append whose result is unknown, from the stream's leader:
 // committed if the run's commit right after stream sequence expectedStream (the commit that
 // ended at run sequence expected) is this one, even if other writers appended after it; else
-// a conflict reporting the run's actual last sequence.
-func (s *Store) settle(ctx context.Context, runID string, expected, expectedStream, last uint64, commit string) (uint64, error) {
+// a conflict reporting the run's actual last sequence. after reports whether the leader held
+// a message on the run's subject after expectedStream: without one, a conflict whose actual
+// sequence is the expected one may only mean that a message was still in flight.
+func (s *Store) settle(ctx context.Context, runID string, expected, expectedStream, last uint64, commit string) (n uint64, after bool, err error) {
 	s.forget(runID)
 	m, err := s.leader.next(ctx, streams.HistorySubject(runID), expectedStream+1)
 	if err != nil {
-		return 0, fmt.Errorf("reading the commit of run %q after seq %d: %w", runID, expected, err)
+		return 0, true, fmt.Errorf("reading the commit of run %q after seq %d: %w", runID, expected, err)
 	}
 	if m != nil && m.Header.Get(HeaderCommit) == commit {
 		if first, _ := strconv.ParseUint(m.Header.Get(HeaderFirstSeq), 10, 64); first == expected+1 {
-			return last, nil
+			return last, true, nil
 		}
 	}
 	actual, _, err := s.last(ctx, runID)
 	if err != nil {
-		return 0, err
+		return 0, true, err
 	}
-	return 0, &store.ConflictError{RunID: runID, Expected: expected, Actual: actual}
+	return 0, m != nil || actual != expected, &store.ConflictError{RunID: runID, Expected: expected, Actual: actual}
 }
 
 // last reads the run's last commit from the stream's leader and remembers its position. It
