@@ -27,6 +27,10 @@ const (
 	envRole     = "FLOW_TORTURE_ROLE"
 	envURL      = "FLOW_TORTURE_NATS_URL"
 	envReplicas = "FLOW_TORTURE_REPLICAS"
+	// EnvLogDir, when set, is where the services' processes write their logs (one file each,
+	// at level debug), kept after the test; by default a temporary directory, removed with it,
+	// at level info.
+	EnvLogDir = "FLOW_TORTURE_LOGS"
 )
 
 // processes runs each service as a process of this test binary, on an embedded server or
@@ -55,7 +59,13 @@ type processes struct {
 // when t ends.
 func NewProcesses(t testing.TB, replicas int) Stack {
 	t.Helper()
-	s := &processes{t: t, replicas: replicas, logDir: t.TempDir(), children: map[string]*proctest.Child{}, armed: map[string]string{}}
+	logDir := os.Getenv(EnvLogDir)
+	if logDir == "" {
+		logDir = t.TempDir()
+	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
+		t.Fatalf("torture: %v", err)
+	}
+	s := &processes{t: t, replicas: replicas, logDir: logDir, children: map[string]*proctest.Child{}, armed: map[string]string{}}
 	if replicas >= 3 {
 		s.url = natstest.RunCluster(t, 3).URLs()
 	} else {
@@ -200,7 +210,11 @@ func (s *processes) Counts() (died, kills int) {
 // runChild runs the service of role in this process (a child of a processes stack) until its
 // stdin closes or it is killed; it exits the process.
 func runChild(role string) {
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo})).
+	level := slog.LevelInfo
+	if os.Getenv(EnvLogDir) != "" {
+		level = slog.LevelDebug // kept for reading: everything
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level})).
 		With(slog.String("role", role), slog.Int("pid", os.Getpid()))
 	proctest.ExitWithStdin(logger)
 	if err := serveChild(role, logger); err != nil {

@@ -283,6 +283,12 @@ func (l *lane) apply(ctx context.Context, runID string, commits []pending) error
 	type decoded struct {
 		envs     []event.Envelope
 		payloads []json.RawMessage
+		// whole, set when the commit made the lane read the run's whole history (cold), is
+		// that history: the commit's consequences are derived from all of it, since an earlier
+		// commit of the run may not have been applied yet. JetStream redelivers a commit a
+		// replica took and never acknowledged (it died) after the commits that followed it,
+		// and the lane, having read past it, would take it for a redelivery of an applied one.
+		whole []event.Envelope
 	}
 	var todo []decoded
 	for _, p := range commits {
@@ -330,7 +336,8 @@ func (l *lane) apply(ctx context.Context, runID string, commits []pending) error
 			f = &followed{s: snap, fresh: true, pos: p.pos}
 			l.cache.put(c.RunID, f)
 		default:
-			if f, err = l.load(ctx, c.RunID, c.Last); errors.Is(err, store.ErrDeleted) {
+			var hist []event.Envelope
+			if f, hist, err = l.load(ctx, c.RunID, c.Last); errors.Is(err, store.ErrDeleted) {
 				// Deleted since: the sweeper deletes only a run whose every commit this service
 				// applied, so this one is a redelivery. The deletion's own commit follows.
 				f = nil
@@ -338,8 +345,10 @@ func (l *lane) apply(ctx context.Context, runID string, commits []pending) error
 			} else if err != nil {
 				return err
 			}
+			todo = append(todo, decoded{envs, payloads, hist})
+			continue
 		}
-		todo = append(todo, decoded{envs, payloads})
+		todo = append(todo, decoded{envs, payloads, nil})
 	}
 	if len(todo) == 0 || f == nil {
 		return nil
@@ -348,10 +357,15 @@ func (l *lane) apply(ctx context.Context, runID string, commits []pending) error
 		return err
 	}
 	for _, d := range todo {
-		if err := s.engine.ApplyCommit(ctx, f.s, d.envs); err != nil {
+		derive := d.envs
+		if d.whole != nil {
+			derive = d.whole
+			s.registerHooks(ctx, f.s)
+		}
+		if err := s.engine.ApplyCommit(ctx, f.s, derive); err != nil {
 			return err
 		}
-		if err := s.control.apply(ctx, f.s, d.envs); err != nil {
+		if err := s.control.apply(ctx, f.s, derive); err != nil {
 			return err
 		}
 		l.feed.publish(f, d.envs, d.payloads)
@@ -385,10 +399,11 @@ func (l *lane) latest(ctx context.Context, m jetstream.Msg, runID string) bool {
 	return err == nil && last == md.Sequence.Stream
 }
 
-// load projects run runID's whole history, read up to at least atLeast, into the lane's cache.
+// load projects run runID's whole history, read up to at least atLeast, into the lane's cache,
+// and returns it with that history.
 // A history that does not project (a gap, an event that breaks an invariant) is damaged: the
 // run is quarantined.
-func (l *lane) load(ctx context.Context, runID string, atLeast uint64) (*followed, error) {
+func (l *lane) load(ctx context.Context, runID string, atLeast uint64) (*followed, []event.Envelope, error) {
 	hist, err := l.s.store.LoadAtLeast(ctx, runID, 0, atLeast)
 	var snap *core.Snapshot
 	if err == nil {
@@ -396,17 +411,17 @@ func (l *lane) load(ctx context.Context, runID string, atLeast uint64) (*followe
 	}
 	var he *core.HistoryError
 	if errors.Is(err, event.ErrMalformed) || errors.As(err, &he) {
-		return nil, l.s.quarantineDamaged(ctx, runID, fmt.Sprintf("stream %s: %v", streams.History, err), l.s.salvaged(ctx, runID))
+		return nil, nil, l.s.quarantineDamaged(ctx, runID, fmt.Sprintf("stream %s: %v", streams.History, err), l.s.salvaged(ctx, runID))
 	}
 	if err != nil {
-		return nil, fmt.Errorf("loading run %q: %w", runID, err)
+		return nil, nil, fmt.Errorf("loading run %q: %w", runID, err)
 	}
 	f := &followed{s: snap}
 	if seq, pos, ok := l.s.store.Position(runID); ok && seq == snap.Seq {
 		f.pos = pos
 	}
 	l.cache.put(runID, f)
-	return f, nil
+	return f, hist, nil
 }
 
 // followed is what a lane knows of a run: its latest snapshot, the last sequence whose

@@ -273,7 +273,7 @@ func (l *lane) reindex(ctx context.Context, runID string) error {
 	f := l.cache.get(runID)
 	if f == nil {
 		var err error
-		if f, err = l.load(ctx, runID, 0); err != nil {
+		if f, _, err = l.load(ctx, runID, 0); err != nil {
 			return err
 		}
 	}
