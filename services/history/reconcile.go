@@ -211,8 +211,8 @@ func (s *Service) repaired(ctx context.Context, state, runID, diff string) {
 
 // reconcileQueue brings FLOW_QUEUE in line with history: an entry for every run that waits for
 // admission (queueEntry), none for another. The runs index tells which runs may wait (status
-// queued) and which entries may be stale; each is decided on the run's own latest snapshot, on
-// its lane.
+// queued, or paused) and which entries may be stale; each is decided on the run's own latest
+// snapshot, on its lane.
 func (s *Service) reconcileQueue(ctx context.Context) (int, error) {
 	queued := map[string]bool{}
 	keys, err := s.control.queue.ListKeys(ctx)
@@ -226,11 +226,15 @@ func (s *Service) reconcileQueue(ctx context.Context) (int, error) {
 	}
 	candidates := map[string]bool{}
 	for id := range queued {
-		if sum, ok := s.index.get(id); ok && sum.Status != core.StatusQueued {
+		if sum, ok := s.index.get(id); ok && sum.Status != core.StatusQueued && sum.Status != core.StatusPaused {
 			candidates[id] = true // an entry of a run that no longer waits
 		}
 	}
-	for _, sum := range s.index.where(func(sum core.Summary) bool { return sum.Status == core.StatusQueued && sum.Deleted == nil }) {
+	// A paused run may be waiting for admission too: its index entry says paused.
+	mayWait := func(sum core.Summary) bool {
+		return (sum.Status == core.StatusQueued || sum.Status == core.StatusPaused) && sum.Deleted == nil
+	}
+	for _, sum := range s.index.where(mayWait) {
 		if !queued[sum.RunID] {
 			candidates[sum.RunID] = true // a waiting run without its entry
 		}

@@ -113,3 +113,41 @@ func TestReconcilerRepairsDrift(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, done[metrics.StateQueue]+done[metrics.StateRunsIndex]+done[metrics.StateTimers])
 }
+
+// A run waiting for admission that is paused (its runs index entry says paused) and lost its
+// queue entry gets it back from the reconciler, as a queued one does.
+func TestReconcilerRepairsAPausedQueuedRun(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet, ReconcileInterval: -1})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+	reg := registry("")
+	flow.RegisterWorkflow(reg, "limited", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		return ctx.Complete("done"), nil
+	}, flow.WithFlowControl(flow.FlowControl{Concurrency: 1}))
+	startWorker(t, srv, reg)
+	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+	ctx := t.Context()
+	queue, err := natstest.JetStream(t, srv).KeyValue(ctx, streams.QueueBucket)
+	require.NoError(t, err)
+	_, err = c.Start(ctx, "limited", nil, &flow.StartOptions{RunID: "p-1"})
+	require.NoError(t, err)
+	_, err = c.PauseRun(ctx, "p-1", nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		sum, ok := h.IndexedEntry("p-1")
+		_, qerr := queue.Get(ctx, "p-1")
+		return ok && sum.Status == core.StatusPaused && qerr == nil
+	}, 20*time.Second, 5*time.Millisecond)
+
+	require.NoError(t, queue.Delete(ctx, "p-1"))
+	done, err := h.Reconcile(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, done[metrics.StateQueue], "p-1's entry written")
+	_, err = queue.Get(ctx, "p-1")
+	require.NoError(t, err)
+}
