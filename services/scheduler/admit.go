@@ -123,14 +123,15 @@ type handover struct {
 const handoverGrace = 10 * time.Second
 
 // mayQueue reports whether run id may yet queue for admission: the runs index has no entry of
-// it, or shows it queued. A run indexed otherwise (admitted, ended, deleted) never will.
+// it, or shows it queued (or paused, which a queued run may be). A run indexed otherwise
+// (admitted, ended, deleted) never will.
 func (a *admitter) mayQueue(ctx context.Context, id string) bool {
 	e, err := a.runs.Get(ctx, id)
 	if err != nil {
 		return true // not indexed yet (or unreachable): the grace bounds the wait
 	}
 	var sum core.Summary
-	return json.Unmarshal(e.Value(), &sum) == nil && sum.Status == core.StatusQueued && sum.Deleted == nil
+	return json.Unmarshal(e.Value(), &sum) == nil && (sum.Status == core.StatusQueued || sum.Status == core.StatusPaused) && sum.Deleted == nil
 }
 
 func (g *admitGroup) waiting() int {
