@@ -13,6 +13,7 @@ import (
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/metrics"
+	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
@@ -21,15 +22,12 @@ import (
 	"github.com/flowrun/flow/services/ingress"
 )
 
-// The reconciler recomputes the state the history service owns from history and repairs what
-// drifted, counting each repair: a run waiting for admission that lost its queue entry gets it
-// back, an entry of a run that no longer waits is deleted, and a runs index entry that lags its
-// run's end is derived again.
-func TestReconcilerRepairsDrift(t *testing.T) {
-	t.Parallel()
+// reconcileEnv starts a history service without a reconciler in the background (the tests'
+// passes are the only ones), an ingress and a worker of registry("") and of "limited", under
+// flow control (at most 1 running); no scheduler, so controlled runs stay queued.
+func reconcileEnv(t *testing.T) (*natsserver.Server, *history.Service, *flow.Client) {
+	t.Helper()
 	srv := natstest.RunJetStream(t)
-	// No scheduler: controlled runs stay queued. No reconciler in the background: the test's
-	// passes are the only ones.
 	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet, ReconcileInterval: -1})
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
@@ -42,6 +40,16 @@ func TestReconcilerRepairsDrift(t *testing.T) {
 	startWorker(t, srv, reg)
 	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
 	require.NoError(t, err)
+	return srv, h, c
+}
+
+// The reconciler recomputes the state the history service owns from history and repairs what
+// drifted, counting each repair: a run waiting for admission that lost its queue entry gets it
+// back, an entry of a run that no longer waits is deleted, and a runs index entry that lags its
+// run's end is derived again.
+func TestReconcilerRepairsDrift(t *testing.T) {
+	t.Parallel()
+	srv, h, c := reconcileEnv(t)
 	ctx := t.Context()
 	js := natstest.JetStream(t, srv)
 	queue, err := js.KeyValue(ctx, streams.QueueBucket)
@@ -118,19 +126,7 @@ func TestReconcilerRepairsDrift(t *testing.T) {
 // queue entry gets it back from the reconciler, as a queued one does.
 func TestReconcilerRepairsAPausedQueuedRun(t *testing.T) {
 	t.Parallel()
-	srv := natstest.RunJetStream(t)
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet, ReconcileInterval: -1})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
-	reg := registry("")
-	flow.RegisterWorkflow(reg, "limited", func(ctx *flow.Context, _ any) (flow.Decision, error) {
-		return ctx.Complete("done"), nil
-	}, flow.WithFlowControl(flow.FlowControl{Concurrency: 1}))
-	startWorker(t, srv, reg)
-	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	srv, h, c := reconcileEnv(t)
 	ctx := t.Context()
 	queue, err := natstest.JetStream(t, srv).KeyValue(ctx, streams.QueueBucket)
 	require.NoError(t, err)
