@@ -71,7 +71,8 @@ const MaxSlotsPerRound = 256
 // existing), records them as started, and executes the cancellations and terminations again,
 // which change nothing the second time.
 func (s *Schedule) Round(t *Timing, now time.Time, runs Runs) (effects []Effect, changed bool) {
-	r := &round{s: s, t: t, now: now.UTC(), runs: runs}
+	r := &round{s: s, t: t, now: now.UTC(), from: runs}
+	r.runs = r.read
 	st := &s.State
 	if st.Cursor.IsZero() {
 		st.Cursor = s.CreatedAt
@@ -103,6 +104,7 @@ func (s *Schedule) Round(t *Timing, now time.Time, runs Runs) (effects []Effect,
 		st.Current = current
 		r.changed = true
 	}
+	r.adopt()
 	r.drain()
 	budget := MaxSlotsPerRound
 	for budget > 0 {
@@ -232,6 +234,76 @@ type round struct {
 	runs    Runs
 	effects []Effect
 	changed bool
+	// seen holds what the round read of each run (from reads it): one read a run.
+	seen map[string]Run
+	from Runs
+}
+
+// read reads the chain of run id once a round.
+func (r *round) read(id string) Run {
+	if run, ok := r.seen[id]; ok {
+		return run
+	}
+	if r.seen == nil {
+		r.seen = map[string]Run{}
+	}
+	run := r.from(id)
+	r.seen[id] = run
+	return run
+}
+
+// adopt counts as running, before the round decides anything, the live runs of the actions it
+// is about to deal with: those a round that died before storing the state started (the
+// scheduled slots due, the pending triggers, the next slots of the pending backfills), so that
+// no action of this round is decided as if they were not running. Each is recorded as started
+// when the round comes to it (already).
+func (r *round) adopt() {
+	st := &r.s.State
+	add := func(id string) {
+		run := r.runs(id)
+		if run.State != RunActive || slices.Contains(st.Running, id) {
+			return
+		}
+		st.Running = append(st.Running, id)
+		if run.Latest != "" && run.Latest != id {
+			if st.Current == nil {
+				st.Current = map[string]string{}
+			}
+			st.Current[id] = run.Latest
+		}
+		r.changed = true
+	}
+	budget := MaxSlotsPerRound
+	for cursor := st.Cursor; budget > 0; budget-- {
+		slot := r.t.Next(cursor)
+		if slot.IsZero() || r.t.FireAt(r.s.Name, slot).After(r.now) {
+			break
+		}
+		cursor = slot
+		add(RunID(r.s.Name, event.ScheduleScheduled, slot, ""))
+	}
+	for _, req := range st.Requests {
+		if budget <= 0 {
+			break
+		}
+		if req.Kind == event.ScheduleTrigger {
+			budget--
+			add(RunID(r.s.Name, event.ScheduleTrigger, req.At, req.ID))
+			continue
+		}
+		from := req.Done
+		if from.IsZero() {
+			from = req.Start.Add(-time.Nanosecond)
+		}
+		for ; budget > 0; budget-- {
+			slot := r.t.Next(from)
+			if slot.IsZero() || !slot.Before(req.End) {
+				break
+			}
+			from = slot
+			add(RunID(r.s.Name, event.ScheduleBackfill, slot, req.ID))
+		}
+	}
 }
 
 // already reports whether p's run exists (a round that started it died before storing the

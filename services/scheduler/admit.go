@@ -99,7 +99,8 @@ type admitGroup struct {
 	// handover holds the ended holders that a reset ended (their index entries name the
 	// reset's new run): each one's slot is released once its new run waits in the queue, which
 	// keeps the old run's place, so that the turn is the new run's rather than that of whatever
-	// waited behind the old run (or after handoverGrace, if the new run never comes).
+	// waited behind the old run; or holds a slot already, or never will queue (mayQueue), or
+	// after handoverGrace.
 	handover map[string]handover
 	// due is when a rate token keeping a run waiting comes back; zero when none does.
 	due time.Time
@@ -498,7 +499,9 @@ func (a *admitter) round(ctx context.Context, g *admitGroup) error {
 	var handoverDue time.Time
 	for run, repair := range g.ended {
 		if h, ok := g.handover[run]; ok {
-			if _, queued := a.byRun[h.to]; !queued && time.Since(h.since) < handoverGrace && a.mayQueue(ctx, h.to) {
+			_, queued := a.byRun[h.to]
+			_, holds := st.Holders[h.to] // admitted beside it, in another slot: nothing to wait for
+			if !queued && !holds && time.Since(h.since) < handoverGrace && a.mayQueue(ctx, h.to) {
 				if due := h.since.Add(handoverGrace); handoverDue.IsZero() || due.Before(handoverDue) {
 					handoverDue = due
 				}

@@ -2,6 +2,7 @@ package scheduler_test
 
 import (
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -94,4 +95,32 @@ func TestResetKeepsTheOldRunsTurn(t *testing.T) {
 	require.Equal(t, core.StatusQueued, e.status("a-2", core.StatusQueued).Status, "a-2 waited behind a-1, whose place the reset run keeps")
 	e.done(r.NewRunID)
 	e.status("a-2", core.StatusSuspended)
+}
+
+// TestResetRunAdmittedBesideItsOldRunsSlot: with room for both, the reset of an active holder
+// is admitted in another slot before the old run's slot is released; the old slot goes at once
+// then, not after the handover's grace. Found by the torture test (a slot of a reset run left
+// held for seconds after its end).
+func TestResetRunAdmittedBesideItsOldRunsSlot(t *testing.T) {
+	t.Parallel()
+	e := newControlEnv(t, gated(flow.WithFlowControl(flow.FlowControl{Concurrency: 2})), nil)
+	e.scheduler(nil)
+	e.start("a-1", "a", 1, nil)
+	e.status("a-1", core.StatusSuspended)
+	r, err := e.client.Reset(e.ctx, "a-1", flow.ResetOptions{LastDecision: true})
+	require.NoError(t, err)
+	e.status(r.NewRunID, core.StatusSuspended)
+	deadline := time.Now().Add(5 * time.Second) // the handover's grace is 10 s
+	for {
+		st, _, err := e.lims.Load(e.ctx, "gated")
+		require.NoError(t, err)
+		if _, held := st.Holders["a-1"]; !held {
+			require.Contains(t, st.Holders, r.NewRunID)
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the ended a-1 still holds a slot: %v", st.Holders)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
