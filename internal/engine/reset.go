@@ -100,6 +100,16 @@ func ResetRunID(oldRun, key string) string {
 
 const resetSep = "=_reset-"
 
+// ResetFamily returns the run ID that run id's resets are named after (ResetRunID strips the
+// earlier resets' suffixes), and whether id is the new run of a reset at all.
+func ResetFamily(id string) (string, bool) {
+	i := strings.LastIndex(id, resetSep)
+	if i < 0 {
+		return "", false
+	}
+	return id[:i], true
+}
+
 // resetKey identifies a reset for ResetRunID: its request ID, or what it asks for.
 func resetKey(p ResetParams, point uint64) string {
 	if p.RequestID != "" {

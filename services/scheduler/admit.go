@@ -195,6 +195,9 @@ type admitter struct {
 	// holding maps each run holding a slot, as its group's latest round read it, to its group:
 	// the runs whose ends the controller looks for in the runs index.
 	holding map[string]string
+	// awaiting maps the new run of each handover to the group whose slot waits for it: its
+	// runs index updates wake that group.
+	awaiting map[string]string
 	// runs is the runs index (FLOW_RUNS), which tells the holders' ends.
 	runs jetstream.KeyValue
 }
@@ -203,7 +206,7 @@ type admitter struct {
 // (it returns nil) or a watch fails (it returns why).
 func (s *Scheduler) serveAdmission(ctx context.Context) error {
 	a := &admitter{s: s, limits: s.limits, groups: map[string]*admitGroup{}, byRun: map[string]*queued{}, byKey: map[string]string{},
-		holding: map[string]string{}, runs: s.runs}
+		holding: map[string]string{}, awaiting: map[string]string{}, runs: s.runs}
 	// The holders' ends: every update of the runs index from now on; what ended before is found
 	// by the rounds' repair of the slots this leader has not verified.
 	rw, err := s.runs.WatchAll(ctx, jetstream.UpdatesOnly())
@@ -388,6 +391,11 @@ func (a *admitter) loadGroups(ctx context.Context) error {
 // applyRun takes note of a runs index update: the end of a run holding a slot is released in
 // its group's next round.
 func (a *admitter) applyRun(e jetstream.KeyValueEntry) {
+	if name, ok := a.awaiting[e.Key()]; ok {
+		if g := a.groups[name]; g != nil {
+			g.dirty = true // a slot handed over to this run may go now (mayQueue)
+		}
+	}
 	name, held := a.holding[e.Key()]
 	if !held || e.Operation() != jetstream.KeyValuePut {
 		return
@@ -402,6 +410,7 @@ func (a *admitter) applyRun(e jetstream.KeyValueEntry) {
 	}
 	if _, known := g.handover[e.Key()]; !known && sum.ResetTo != "" && sum.Deleted == nil {
 		g.handover[e.Key()] = handover{to: sum.ResetTo, since: time.Now()}
+		a.awaiting[sum.ResetTo] = name
 	}
 	g.dirty = true
 }
@@ -508,6 +517,7 @@ func (a *admitter) round(ctx context.Context, g *admitGroup) error {
 				continue
 			}
 			delete(g.handover, run)
+			delete(a.awaiting, h.to)
 		}
 		if st.Release(run) {
 			released++
@@ -642,6 +652,12 @@ func (a *admitter) choose(g *admitGroup, st *limits.State, now time.Time) (picks
 					q = nil
 					break
 				}
+				if replacing(st, q.w.RunID) {
+					// A reset's new run, whose old run holds the slot the reset is ending: it
+					// waits for that slot rather than meet the policy of a full limit.
+					q = nil
+					break
+				}
 				switch q.w.Control.Policy() {
 				case event.OnLimitCancelNewest:
 					cancels = append(cancels, cancellation{runID: q.w.RunID, queued: q,
@@ -680,6 +696,22 @@ func (a *admitter) choose(g *admitGroup, st *limits.State, now time.Time) (picks
 		g.cursor = cursor % len(g.ring)
 	}
 	return picks, cancels, due
+}
+
+// replacing reports whether queued run id is the new run of a reset of a run of its workflow
+// that holds a slot of st: resets of a workflow are serialized and never leave two live runs,
+// so that holder is the run the reset ends (or ended, its end not seen yet).
+func replacing(st *limits.State, id string) bool {
+	family, ok := engine.ResetFamily(id)
+	if !ok {
+		return false
+	}
+	for run := range st.Holders {
+		if f, _ := engine.ResetFamily(run); run == family || f == family {
+			return true
+		}
+	}
+	return false
 }
 
 // oldestHolder returns the holder admitted first among those of key (keyed) or of the whole
