@@ -283,9 +283,9 @@ func (l *lane) apply(ctx context.Context, runID string, commits []pending) error
 	type decoded struct {
 		envs     []event.Envelope
 		payloads []json.RawMessage
-		// whole, set when the commit made the lane read the run's whole history (cold), is
-		// that history: the commit's consequences are derived from all of it, since an earlier
-		// commit of the run may not have been applied yet. JetStream redelivers a commit a
+		// whole, set when the commit made the lane read the whole history of a run that has
+		// not ended (cold), is that history: the commit's consequences are derived from all of
+		// it, since an earlier commit of the run may not have been applied yet. JetStream redelivers a commit a
 		// replica took and never acknowledged (it died) after the commits that followed it,
 		// and the lane, having read past it, would take it for a redelivery of an applied one.
 		whole []event.Envelope
@@ -345,8 +345,12 @@ func (l *lane) apply(ctx context.Context, runID string, commits []pending) error
 			} else if err != nil {
 				return err
 			}
-			todo = append(todo, decoded{envs, payloads, hist})
-			continue
+			if !f.s.Terminal() {
+				// An ended run's consequences are its end's (derived from its latest snapshot
+				// whatever commit brings them): the earlier ones ran their course.
+				todo = append(todo, decoded{envs, payloads, hist})
+				continue
+			}
 		}
 		todo = append(todo, decoded{envs, payloads, nil})
 	}
