@@ -139,11 +139,26 @@ func (t *Tap) payloads(c Commit) (map[string]json.RawMessage, error) {
 	return out, nil
 }
 
-// retry calls fn until it succeeds, it reports an object that is not there, or ctx ends.
+// notFoundGrace is how long a payload object reported missing is read again: on a cluster a
+// follower that lags answers a read of an object the leader stored a moment ago with "not
+// found" (its commit, which refers to it, is stored after it).
+const notFoundGrace = 5 * time.Second
+
+// retry calls fn until it succeeds, it reports an object that is not there for notFoundGrace,
+// or ctx ends.
 func retry(ctx context.Context, fn func() error) error {
+	var missing time.Time
 	for {
 		err := fn()
-		if err == nil || errors.Is(err, jetstream.ErrObjectNotFound) || ctx.Err() != nil {
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			if missing.IsZero() {
+				missing = time.Now()
+			}
+			if time.Since(missing) >= notFoundGrace {
+				return err
+			}
+		}
+		if err == nil || ctx.Err() != nil {
 			return err
 		}
 		select {
