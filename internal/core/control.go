@@ -57,14 +57,16 @@ func (s *Snapshot) checkAdmission(e event.Envelope) error {
 }
 
 // queuedVerdict is Decide's verdict for a queued run: the run keeps waiting for its admission,
-// unless its cancellation was requested, which ends it at once (it holds no slot and ran nothing).
+// unless its cancellation was requested, which ends it at once (it holds no slot and ran
+// nothing new). A reset run waiting to be admitted anew may hold steps its copy left unsettled:
+// they are cancelled first, as any run's are.
 func queuedVerdict(s *Snapshot) (Verdict, error) {
 	if s.CancelRequested {
 		reason := "cancellation requested while waiting for admission"
 		if s.CancelReason != "" {
 			reason += ": " + s.CancelReason
 		}
-		return Verdict{Events: []event.Payload{&event.RunCancelled{Reason: reason, Cause: event.CauseCancelRequested}}}, nil
+		return Verdict{Events: endEvents(s, &event.RunCancelled{Reason: reason, Cause: event.CauseCancelRequested}, event.CauseCancelRequested, reason)}, nil
 	}
 	return Verdict{WaitingOn: "admission"}, nil
 }

@@ -147,3 +147,39 @@ func TestAdmissionInvariants(t *testing.T) {
 	require.Empty(t, core.Check("ctl", h.envs))
 	require.Equal(t, core.StatusCancelled, h.snapshot().Status)
 }
+
+// A reset run waiting to be admitted anew whose copy holds an unsettled step (here a retry
+// that fired in the old run) and whose cancellation is requested (copied too) ends with the
+// step cancelled first: a valid history, not a run quarantined for "unsettled_at_end". Found
+// by the torture test (a batch reset of a run being cancelled, then the reset run cancelled
+// while queued).
+func TestQueuedResetRunCancelledWithCopiedSteps(t *testing.T) {
+	t.Parallel()
+	h := controlledHistory(t)
+	ps, _ := core.Admit(h.snapshot(), h.now)
+	h.add(ps...).add(scheduled(stepSpec("a", "work", `1`)),
+		&event.StepFailed{StepID: "a", Attempt: 1, Error: event.ErrorInfo{Message: "x"}, Retryable: true},
+		&event.StepRetryScheduled{StepID: "a", Attempt: 2, Due: epoch},
+		&event.RunCancelRequested{Reason: "stop"},
+		&event.StepRetryFired{StepID: "a", Attempt: 2})
+	require.Empty(t, core.Check("ctl", h.envs))
+	plan, err := core.PlanReset("ctl", h.envs, core.ResetRequest{Mode: event.ResetToSeq, Seq: uint64(len(h.envs)), DropInputs: true})
+	require.NoError(t, err)
+	nw := &history{t: t, run: "ctl=_reset-1", now: h.now}
+	for i, ev := range plan.Events(epoch, h.now) {
+		nw.envs = append(nw.envs, event.Envelope{RunID: nw.run, Seq: uint64(i + 1), Time: ev.Time, Payload: ev.Payload})
+	}
+	s := nw.snapshot()
+	require.True(t, s.Queued(), "admitted anew")
+	require.NotEmpty(t, s.Unsettled())
+	if !s.CancelRequested {
+		nw.add(&event.RunCancelRequested{Reason: "stop"})
+	}
+	v, err := core.Decide(nw.snapshot(), always(core.Complete{}), core.DecideOptions{})
+	require.NoError(t, err)
+	require.Len(t, v.Events, 2)
+	require.IsType(t, &event.StepCancelled{}, v.Events[0])
+	require.IsType(t, &event.RunCancelled{}, v.Events[1])
+	nw.add(v.Events...)
+	require.Empty(t, core.Check(nw.run, nw.envs))
+}
