@@ -285,9 +285,10 @@ func (l *lane) apply(ctx context.Context, runID string, commits []pending) error
 		payloads []json.RawMessage
 		// whole, set when the commit made the lane read the whole history of a run that has
 		// not ended (cold), is that history: the commit's consequences are derived from all of
-		// it, since an earlier commit of the run may not have been applied yet. JetStream redelivers a commit a
-		// replica took and never acknowledged (it died) after the commits that followed it,
-		// and the lane, having read past it, would take it for a redelivery of an applied one.
+		// it, since an earlier commit of the run may not have been applied yet. JetStream
+		// redelivers a commit a replica took and never acknowledged (it died) after the
+		// commits that followed it, and the lane, having read past it, would take it for a
+		// redelivery of an applied one.
 		whole []event.Envelope
 	}
 	var todo []decoded

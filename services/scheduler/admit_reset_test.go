@@ -8,6 +8,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
 )
@@ -110,17 +111,15 @@ func TestResetRunAdmittedBesideItsOldRunsSlot(t *testing.T) {
 	r, err := e.client.Reset(e.ctx, "a-1", flow.ResetOptions{LastDecision: true})
 	require.NoError(t, err)
 	e.status(r.NewRunID, core.StatusSuspended)
-	deadline := time.Now().Add(5 * time.Second) // the handover's grace is 10 s
-	for {
-		st, _, err := e.lims.Load(e.ctx, "gated")
-		require.NoError(t, err)
-		if _, held := st.Holders["a-1"]; !held {
-			require.Contains(t, st.Holders, r.NewRunID)
-			return
+	var st *limits.State
+	require.Eventually(t, func() bool {
+		cur, _, err := e.lims.Load(e.ctx, "gated")
+		if err != nil {
+			return false
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the ended a-1 still holds a slot: %v", st.Holders)
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		st = cur
+		_, held := st.Holders["a-1"]
+		return !held
+	}, 5*time.Second, 5*time.Millisecond, "the ended a-1 still holds a slot (the handover's grace is 10 s)")
+	require.Contains(t, st.Holders, r.NewRunID)
 }

@@ -19,8 +19,9 @@ import (
 // A run a schedule started goes on as a chain (docs/schedules.md, "Runs that go on"): when it
 // continues as new, in its successor (run.continued_as_new); when it is reset, in the new run
 // of the reset (run.reset, which ends it). The schedule counts the chain as running until its
-// latest run ends; a reset recorded in a run that had ended (a rerun) revives nothing of it. A round reads each running chain from the latest run it knows of
-// (schedule.State.Current), so retention deleting the runs behind it does not matter; a link
+// latest run ends; a reset recorded in a run that had ended (a rerun) revives nothing of it. A
+// round reads each running chain from the latest run it knows of (schedule.State.Current), so
+// retention deleting the runs behind it does not matter; a link
 // deleted before the schedule saw past it is followed through its tombstone in the runs index,
 // which keeps the links (core.Summary.ContinuedAs, ResetTo).
 
