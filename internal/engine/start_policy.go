@@ -280,14 +280,27 @@ func (e *Engine) onTaken(ctx context.Context, p StartParams, started *event.RunS
 
 // replace terminates run old, which run by replaced under the conflict policy
 // terminate_existing, or, if old continued as new meanwhile, its latest continuation. A run
-// that already ended otherwise is left alone. Idempotent.
+// that already ended otherwise is left alone, and so is one that retention deleted since (it
+// ended before its deletion; its tombstone names its continuation, if any). Idempotent.
 func (e *Engine) replace(ctx context.Context, old, by string) error {
 	reason := fmt.Sprintf("replaced by run %q (start policy %s)", by, event.ConflictTerminateExisting)
 	for range maxGenerations {
 		err := e.external(ctx, old, func(s *core.Snapshot) ([]event.Payload, error) {
 			return core.Terminate(s, reason)
 		})
-		if !errors.Is(err, core.ErrTerminal) {
+		var de *store.DeletedError
+		switch {
+		case errors.As(err, &de):
+			s, err := core.DeletedSnapshot(old, de.Seq, de.Time, de.Deletion)
+			if err != nil {
+				return err
+			}
+			if s.Outcome.Outcome != event.OutcomeContinuedAsNew || s.Outcome.SuccessorRunID == "" {
+				return nil
+			}
+			old = s.Outcome.SuccessorRunID
+			continue
+		case !errors.Is(err, core.ErrTerminal):
 			return err
 		}
 		s, err := e.snapshot(ctx, old, 1)

@@ -1,6 +1,7 @@
 package history_test
 
 import (
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	"github.com/flowrun/flow/internal/archive"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
@@ -155,5 +157,41 @@ func TestInputsToADeletedRunFollowItsChain(t *testing.T) {
 	var out string
 	require.NoError(t, b.client.Result(b.ctx, got, &out))
 	require.Equal(t, "through", out)
+	b.requireNoneQuarantined(t)
+}
+
+// A run that replaces another under terminate_existing may reach the history service after
+// the run it replaces ended and retention deleted it (the commit applied late, or redelivered
+// once its ack was lost): the deleted run needs no termination, and applying the commit goes
+// on. Found by the torture test on a 3-node cluster: the lane retried the termination of the
+// deleted run forever, and every run of the lane stalled behind it.
+func TestReplacingADeletedRunStallsNothing(t *testing.T) {
+	t.Parallel()
+	b := setupRetention(t)
+	h := b.sweeper(t, archive.ObjectStore, nil)
+	hist := b.start(t, h, "short", nil, "x")
+	b.clock.advance(2 * time.Hour)
+	_, err := h.Sweep(b.ctx)
+	require.NoError(t, err)
+	b.requireDeleted(t, "x", hist)
+	// Services that never read the deleted run apply the commit (the torture test's had just
+	// been restarted): nothing cached tells them it ended.
+	require.NoError(t, b.main.Stop())
+	require.NoError(t, h.Stop())
+	h = b.sweeper(t, archive.ObjectStore, nil)
+
+	spec, err := retentionRegistry().Spec("short", json.RawMessage(`null`))
+	require.NoError(t, err)
+	st, err := jsstore.New(b.ctx, b.js, nil)
+	require.NoError(t, err)
+	id := event.ReuseRunID("x", 1)
+	_, err = st.Append(b.ctx, id, 0, event.Event{Time: time.Now(), Payload: &event.RunStarted{Spec: spec, Input: json.RawMessage(`null`),
+		Seed: "seed", StartPolicy: &event.StartPolicy{OnConflict: event.ConflictTerminateExisting, RunID: "x", Previous: "x", Replaces: true}}})
+	require.NoError(t, err)
+	var out string
+	require.NoError(t, b.client.Result(b.ctx, id, &out), "the history service applied the start and sent the run its task")
+	require.Equal(t, "done", out)
+	require.Eventually(t, func() bool { sum, ok := h.IndexedEntry(id); return ok && sum.Status == core.StatusCompleted },
+		20*time.Second, 5*time.Millisecond, "the history service applied every commit of the run")
 	b.requireNoneQuarantined(t)
 }

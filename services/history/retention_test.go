@@ -66,6 +66,8 @@ type retentionBundle struct {
 	client *flow.Client
 	clock  *virtualClock
 	ctx    context.Context
+	// main is the history service that consumes beside the sweepers.
+	main *history.Service
 }
 
 // setupRetention starts a server, a history service that consumes (its sweeper, reconciler and
@@ -80,6 +82,7 @@ func setupRetention(t *testing.T) *retentionBundle {
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	b.main = h
 	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	startWorker(t, srv, retentionRegistry())
 	b.client, err = flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
