@@ -85,6 +85,24 @@ func (e *ActiveResetError) Error() string {
 // Is matches ErrRunExists.
 func (e *ActiveResetError) Is(target error) bool { return target == ErrRunExists }
 
+// SupersededResetError refuses a reset of an ended run that a later run of its caller ID
+// superseded (the ID's first run once ID=_1 exists, ID=_1 once ID=_2 does, and the runs each of
+// them continued or was reset as): only the runs of an ID's latest run can be reset, so that the
+// workflow's live run, if any, is always the one a start under the ID and an input to it find.
+// It matches ErrRunExists.
+type SupersededResetError struct {
+	// RunID is the run asked to be reset; Latest the latest run of its ID.
+	RunID, Latest string
+}
+
+func (e *SupersededResetError) Error() string {
+	return fmt.Sprintf("flow: run %q was superseded by run %q, a later run of its ID: only the runs of an ID's latest run can be reset; "+
+		"reset %q (or the run it continued or was reset as) instead, or start a new run of the ID", e.RunID, e.Latest, e.Latest)
+}
+
+// Is matches ErrRunExists.
+func (e *SupersededResetError) Is(target error) bool { return target == ErrRunExists }
+
 // ResetRunID derives the run ID of a reset of run oldRun identified by key: the old run's ID
 // without the suffix of an earlier reset, then "=_reset-" and 16 hex digits of SHA-256 over the
 // old run and key. The '_' keeps it apart from child IDs (which start with a letter) and from
@@ -134,7 +152,8 @@ const maxResetRounds = 16
 // (the same RequestID, or without one the same point, mode and options) returns the same run.
 // Errors wrap core.ErrNotFound, core.ErrInvalidInput (a *core.ResetPointError for a point that
 // is not a reset point), ErrResetConflict, ErrResetBusy (another reset of a run of the same
-// workflow held it up: lockResets), or ErrRunExists (an *ActiveResetError).
+// workflow held it up: lockResets), or ErrRunExists (an *ActiveResetError, or a
+// *SupersededResetError for a run a later run of its ID superseded).
 func (e *Engine) Reset(ctx context.Context, p ResetParams) (string, error) {
 	if err := event.ValidateDerivedRunID(p.RunID); err != nil {
 		return "", fmt.Errorf("%w: %w", core.ErrInvalidInput, err)
@@ -169,6 +188,13 @@ func (e *Engine) Reset(ctx context.Context, p ResetParams) (string, error) {
 				return "", err
 			}
 			return newID, nil
+		}
+		if old.Terminal() {
+			if latest, later, err := e.laterReuse(ctx, withoutResets(p.RunID)); err != nil {
+				return "", err
+			} else if later {
+				return "", &SupersededResetError{RunID: p.RunID, Latest: latest}
+			}
 		}
 		if head, live, err := e.chainHead(ctx, old); err != nil {
 			return "", err
@@ -371,11 +397,18 @@ func resetTarget(s *core.Snapshot) (string, bool) {
 // without the suffixes of resets, then without those of a reuse and of continuations (X for
 // X=_n=<gen>); a child's run ID (no reuse family) only loses the resets' suffix.
 func workflowOf(runID string) string {
-	if i := strings.Index(runID, resetSep); i >= 0 {
-		runID = runID[:i]
-	}
+	runID = withoutResets(runID)
 	if id, _, ok := event.ReuseFamily(runID); ok {
 		return id
+	}
+	return runID
+}
+
+// withoutResets returns runID without the suffixes of resets: the run of a reuse family
+// (event.ReuseFamily) it descends from, or a continuation of it.
+func withoutResets(runID string) string {
+	if i := strings.Index(runID, resetSep); i >= 0 {
+		return runID[:i]
 	}
 	return runID
 }

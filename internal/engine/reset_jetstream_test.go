@@ -433,9 +433,45 @@ func TestResetNeverLeavesTwoLiveRuns(t *testing.T) {
 	require.Equal(t, 1, resets)
 }
 
+// A run that a later run of its ID superseded cannot be reset (torture finding O11): its new
+// run would be live beside the ID's latest run, where a start under the ID does not look, so a
+// start with reuse allowed made a second live run. The refusal names the run to reset instead;
+// the latest run can be reset.
+func TestResetOfASupersededRunIsRefused(t *testing.T) {
+	t.Parallel()
+	b := resetSetup(t)
+	ctx := t.Context()
+	b.start(t, "sup", true)
+	reuse, _, err := b.e.Start(ctx, engine.StartParams{RunID: "sup", Spec: event.Spec{Definition: "order"},
+		Input: []byte(`{"item":"book","qty":1}`), Reuse: event.ReuseAllow})
+	require.NoError(t, err)
+	require.Equal(t, core.StatusSuspended, b.drive(t, reuse))
+	_, err = b.e.Terminate(ctx, reuse, "done with it")
+	require.NoError(t, err)
+
+	_, err = b.e.Reset(ctx, engine.ResetParams{RunID: "sup", Mode: event.ResetToSeq, Seq: 3})
+	var superseded *engine.SupersededResetError
+	require.ErrorAs(t, err, &superseded)
+	require.ErrorIs(t, err, engine.ErrRunExists)
+	require.Equal(t, reuse, superseded.Latest)
+	require.ErrorContains(t, err, "reset \""+reuse+"\" (or the run it continued or was reset as) instead")
+	for _, e := range b.history(t, "sup") {
+		require.NotEqual(t, event.TypeRunReset, e.Type(), "the refused reset recorded nothing")
+	}
+
+	newID, err := b.e.Reset(ctx, engine.ResetParams{RunID: reuse, Mode: event.ResetToSeq, Seq: 3})
+	require.NoError(t, err, "the latest run can be reset")
+	again, created, err := b.e.Start(ctx, engine.StartParams{RunID: "sup", Spec: event.Spec{Definition: "order"},
+		Input: []byte(`{"item":"book","qty":1}`), Reuse: event.ReuseAllow})
+	require.NoError(t, err)
+	require.False(t, created, "a start under the ID finds the reset's live run %s", newID)
+	require.Equal(t, reuse, again)
+}
+
 // Resets of two ended runs of one workflow at once (its first run and a later run that reuses
-// its ID, as a batch job resets them side by side): they are serialized, so the second finds the
-// workflow going on in the first's new run and is refused; a workflow never has two live runs.
+// its ID, as a batch job resets them side by side): the later run's reset is recorded, and the
+// first run's is refused (a later run superseded it, or, had it come first, the workflow goes
+// on in the other's new run); a workflow never has two live runs.
 func TestResetsOfOneWorkflowAtOnce(t *testing.T) {
 	t.Parallel()
 	b := resetSetup(t)
@@ -467,10 +503,10 @@ func TestResetsOfOneWorkflowAtOnce(t *testing.T) {
 				won++
 				continue
 			}
-			var active *engine.ActiveResetError
-			require.ErrorAs(t, err, &active)
+			require.ErrorIs(t, err, engine.ErrRunExists)
 		}
 		require.Equal(t, 1, won, "one reset of workflow %s recorded, the other refused: %v", id, errs)
+		require.NoError(t, errs[1], "the latest run's reset is the one recorded")
 	}
 }
 

@@ -85,6 +85,16 @@ var Scenarios = []Scenario{
 		Reset{Run: "r4", Mode: ResetFirst},
 		Start{Run: "r4", Def: DefPlain, In: In{Key: "k0", Go: true}, Reuse: "allow"},
 	}},
+	// O11: a reset of an ID's first run after a later run reused the ID made a live run that a
+	// start under the ID did not see (it follows the latest reuse); such a reset is refused now.
+	{Name: "reset-of-superseded-run", Finding: "new", Want: InvOneLive, Ops: []Op{
+		Start{Run: "r6", Def: DefPlain, In: In{Key: "k0", Go: true}},
+		Terminate{Run: "r6"},
+		Start{Run: "r6", Def: DefPlain, In: In{Key: "k0"}, Reuse: "allow"},
+		Wait{Ms: 300},
+		Reset{Run: "r6", Mode: ResetFirst},
+		Start{Run: "r6", Def: DefPlain, In: In{Key: "k0", Go: true}, Reuse: "allow"},
+	}},
 }
 
 // scenarioWait bounds how long a scenario may take to settle.
