@@ -97,6 +97,15 @@ golden: ## Rewrite golden test outputs after an intended change (review the diff
 	$(GO) test ./internal/core -run TestGolden -rewrite
 	$(GO) test ./internal/natsperm -run 'TestAuthConf$$|TestOperationsDoc' -rewrite
 
+.PHONY: k8s-secrets
+k8s-secrets: ## Write a Kubernetes overlay's secret files (NATS passwords, their bcrypt hashes, route credentials and TLS, an ingress token): OVERLAY=dir NAMESPACE=ns DAYS=365 FORCE=1 replaces; no OVERLAY: the dev overlay
+	$(GO) run ./deploy/kubernetes/gensecrets -dir $(K8S_OVERLAY) $(if $(K8S_NAMESPACE),-namespace $(K8S_NAMESPACE)) $(if $(K8S_DAYS),-days $(K8S_DAYS)) $(if $(NO_TLS),-no-tls) $(if $(FORCE),-force)
+
+# make k8s-secrets's settings: without OVERLAY, those the dev overlay's committed files were written with.
+K8S_OVERLAY = $(or $(OVERLAY),deploy/kubernetes/overlays/dev)
+K8S_NAMESPACE = $(if $(OVERLAY),$(NAMESPACE),$(or $(NAMESPACE),flow-dev))
+K8S_DAYS = $(if $(OVERLAY),$(DAYS),$(or $(DAYS),3650))
+
 .PHONY: screenshot
 screenshot: ## Refresh the web UI screenshot the README shows (docs/images/ui-run.png; needs chromium)
 	FLOW_UI_SCREENSHOT=1 $(GO) test -count=1 -run TestUIBrowser ./services/history

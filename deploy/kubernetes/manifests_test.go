@@ -8,6 +8,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -26,6 +27,7 @@ type rendered struct {
 	statefulSets []*appsv1.StatefulSet
 	services     []*corev1.Service
 	pdbs         []*policyv1.PodDisruptionBudget
+	policies     []*networkingv1.NetworkPolicy
 	configMaps   map[string]*corev1.ConfigMap
 	secrets      map[string]*corev1.Secret
 	namespaces   []*corev1.Namespace
@@ -44,6 +46,8 @@ func sortOut(t *testing.T, objs []runtime.Object) rendered {
 			r.services = append(r.services, o)
 		case *policyv1.PodDisruptionBudget:
 			r.pdbs = append(r.pdbs, o)
+		case *networkingv1.NetworkPolicy:
+			r.policies = append(r.policies, o)
 		case *corev1.ConfigMap:
 			r.configMaps[o.Name] = o
 		case *corev1.Secret:
@@ -123,11 +127,15 @@ func checkAll(r rendered) []string {
 	for _, s := range r.services {
 		checkService(p.about("Service "+s.Name), r, s)
 	}
-	for _, name := range []string{"flow-history", "flow-ingress", "nats", "nats-headless"} {
+	// A Service for every process: the history's and ingress's APIs, the scheduler's and worker's
+	// metrics and probes, the NATS clients' address and the routes' headless Service.
+	for _, name := range []string{"flow-history", "flow-ingress", "flow-scheduler", "flow-worker", "nats", "nats-headless"} {
 		if !slices.ContainsFunc(r.services, func(s *corev1.Service) bool { return s.Name == name }) {
 			p.errorf("no Service %s", name)
 		}
 	}
+	checkNetworkPolicies(p, r)
+	checkPublicURL(p, r)
 	return list
 }
 
@@ -143,8 +151,10 @@ func checkDeployment(p problems, r rendered, d *appsv1.Deployment) {
 	pod := &d.Spec.Template.Spec
 	checkPodSecurity(p, pod)
 	checkAntiAffinity(p, pod, d.Spec.Template.Labels)
+	checkZoneSpread(p, pod, d.Spec.Template.Labels)
 	checkSelector(p, d.Spec.Selector, d.Spec.Template.Labels)
-	checkPDB(p, r, d.Spec.Template.Labels)
+	checkPDB(p, r, d.Spec.Template.Labels, d.Spec.Replicas)
+	checkScrape(p, &d.Spec.Template)
 	if len(pod.Containers) != 1 {
 		p.errorf("want one container, got %d", len(pod.Containers))
 		return
@@ -202,6 +212,17 @@ func checkProbe(p problems, c *corev1.Container, kind string, probe *corev1.Prob
 	} else if want != 0 && got != want {
 		p.errorf("container %s: %s probe on port %d, want %d", c.Name, kind, got, want)
 	}
+}
+
+// podPortNumber resolves a port given by number or by name against the ports of the pod's
+// containers.
+func podPortNumber(pod *corev1.PodSpec, port intstr.IntOrString) (int32, bool) {
+	for i := range pod.Containers {
+		if n, ok := portNumber(&pod.Containers[i], port); ok {
+			return n, true
+		}
+	}
+	return 0, false
 }
 
 // portNumber resolves a port given by number or by name against c's ports.
@@ -280,8 +301,10 @@ func checkSelector(p problems, selector *metav1.LabelSelector, podLabels map[str
 	}
 }
 
-// checkPDB checks that exactly one PodDisruptionBudget selects the pods, allowing one down.
-func checkPDB(p problems, r rendered, podLabels map[string]string) {
+// checkPDB checks that exactly one PodDisruptionBudget selects the pods, allowing one down, and
+// that there are at least two of them: over one replica a budget protects nothing (a drain
+// evicts it anyway once maxUnavailable 1 allows it, and minAvailable 1 would block drains).
+func checkPDB(p problems, r rendered, podLabels map[string]string, replicas *int32) {
 	var found []*policyv1.PodDisruptionBudget
 	for _, pdb := range r.pdbs {
 		sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
@@ -297,9 +320,20 @@ func checkPDB(p problems, r rendered, podLabels map[string]string) {
 		p.errorf("want one PodDisruptionBudget selecting its pods, got %d", len(found))
 		return
 	}
-	if mu := found[0].Spec.MaxUnavailable; mu == nil || mu.String() != "1" {
-		p.errorf("PodDisruptionBudget %s must set maxUnavailable 1", found[0].Name)
+	if mu := found[0].Spec.MaxUnavailable; mu == nil || mu.String() != "1" || found[0].Spec.MinAvailable != nil {
+		p.errorf("PodDisruptionBudget %s must set maxUnavailable 1 (and no minAvailable)", found[0].Name)
 	}
+	if replicaCount(replicas) < 2 {
+		p.errorf("PodDisruptionBudget %s covers %d replica(s): run at least 2, or drop the budget", found[0].Name, replicaCount(replicas))
+	}
+}
+
+// replicaCount is a workload's replicas, 1 when unset (the API's default).
+func replicaCount(replicas *int32) int32 {
+	if replicas == nil {
+		return 1
+	}
+	return *replicas
 }
 
 // checkNATS checks the nats-server StatefulSet: 3 servers, JetStream on persistent volumes, a
@@ -315,13 +349,21 @@ func checkNATS(p problems, r rendered, s *appsv1.StatefulSet) {
 	pod := &s.Spec.Template.Spec
 	checkPodSecurity(p, pod)
 	checkAntiAffinity(p, pod, s.Spec.Template.Labels)
+	checkZoneSpread(p, pod, s.Spec.Template.Labels)
 	checkSelector(p, s.Spec.Selector, s.Spec.Template.Labels)
-	checkPDB(p, r, s.Spec.Template.Labels)
-	if len(pod.Containers) != 1 {
-		p.errorf("want one container, got %d", len(pod.Containers))
+	checkPDB(p, r, s.Spec.Template.Labels, s.Spec.Replicas)
+	checkScrape(p, &s.Spec.Template)
+	checkNATSSecrets(p, r, pod)
+	c := natsContainer(pod)
+	if c == nil {
+		p.errorf("no container named nats among %d", len(pod.Containers))
 		return
 	}
-	c := &pod.Containers[0]
+	for i := range pod.Containers {
+		checkResources(p, &pod.Containers[i])
+		checkContainerSecurity(p, &pod.Containers[i])
+	}
+	checkLameDuck(p, pod, c)
 	if c.Image != "flowrun/nats:dev" {
 		p.errorf("image %q, want flowrun/nats:dev", c.Image)
 	}
@@ -329,8 +371,6 @@ func checkNATS(p problems, r rendered, s *appsv1.StatefulSet) {
 	if !slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == claim && m.MountPath == "/data" }) {
 		p.errorf("the claim %s is not mounted at /data, JetStream's store_dir", claim)
 	}
-	checkResources(p, c)
-	checkContainerSecurity(p, c)
 	for kind, probe := range map[string]*corev1.Probe{"startup": c.StartupProbe, "liveness": c.LivenessProbe, "readiness": c.ReadinessProbe} {
 		if probe != nil && probe.HTTPGet != nil {
 			checkProbe(p, c, kind, probe, probe.HTTPGet.Path, 8222)
@@ -340,6 +380,12 @@ func checkNATS(p problems, r rendered, s *appsv1.StatefulSet) {
 		} else {
 			p.errorf("no HTTP %s probe", kind)
 		}
+	}
+	// Ready only when JetStream is current: /healthz without options checks the meta leader and
+	// every stream and consumer replica of the server; js-server-only checks none of it,
+	// js-enabled-only only that JetStream is on, js-meta-only not the streams.
+	if probe := c.ReadinessProbe; probe != nil && probe.HTTPGet != nil && probe.HTTPGet.Path != "/healthz" {
+		p.errorf("readiness probe on %s admits a server whose JetStream is not current: want /healthz without options", probe.HTTPGet.Path)
 	}
 	var headless *corev1.Service
 	for _, svc := range r.services {
@@ -480,7 +526,7 @@ func checkService(p problems, r rendered, s *corev1.Service) {
 		}
 		matched++
 		for _, port := range s.Spec.Ports {
-			if _, ok := portNumber(&tpl.Spec.Containers[0], port.TargetPort); !ok {
+			if _, ok := podPortNumber(&tpl.Spec, port.TargetPort); !ok {
 				p.errorf("port %s targets %s, which pods %v do not have", port.Name, port.TargetPort.String(), tpl.Labels)
 			}
 		}
