@@ -72,6 +72,10 @@ func TestStrictDecodingRejectsBrokenManifests(t *testing.T) {
 			[]string{"Servcie"}},
 		{"misspelled field in a patch", "overlays/dev/nats-anti-affinity.yaml", "topologyKey:", "topologykey:",
 			[]string{"StatefulSet", "topologykey"}},
+		{"misspelled field in a NetworkPolicy", "base/network-policies.yaml", "policyTypes:", "policyType:",
+			[]string{"NetworkPolicy", "unknown field", "policyType"}},
+		{"misspelled field in a sidecar", "base/nats/statefulset.yaml", "image: natsio/prometheus-nats-exporter", "imag: natsio/prometheus-nats-exporter",
+			[]string{"StatefulSet", "unknown field", "imag"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
