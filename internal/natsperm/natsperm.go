@@ -44,10 +44,13 @@ type Role struct {
 	// Publish and Subscribe are the subjects (wildcards allowed) the role may publish and
 	// subscribe to; everything else is refused.
 	Publish, Subscribe []string
-	// AllowResponses lets the role publish one reply to the reply subject of each request it
-	// receives, within 2 minutes (nats-server's allow_responses defaults): what a responder
-	// needs instead of publishing to every inbox.
-	AllowResponses bool
+	// InboxPrefix is the prefix of the role's reply inboxes (natsconn.InboxPrefix), with which
+	// its programs dial: the role may subscribe to InboxPrefix+".>", and to no other inbox.
+	InboxPrefix string
+	// Answers says whether the role answers requests: it may then publish to every inbox
+	// ("_INBOX.>"), and to no other reply subject. No role has nats-server's allow_responses
+	// (roles.go says why).
+	Answers bool
 	// Provisions says whether the role may create and update Flow's streams and buckets.
 	Provisions bool
 	// JetStream says what the subjects let the role do with each of Flow's streams and buckets,
@@ -65,15 +68,10 @@ type Access struct {
 
 // Permissions returns r's permissions as nats-server's options express them.
 func (r Role) Permissions() *server.Permissions {
-	p := &server.Permissions{
+	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: slices.Clone(r.Publish)},
 		Subscribe: &server.SubjectPermission{Allow: slices.Clone(r.Subscribe)},
 	}
-	if r.AllowResponses {
-		p.Response = &server.ResponsePermission{MaxMsgs: server.DEFAULT_ALLOW_RESPONSE_MAX_MSGS,
-			Expires: server.DEFAULT_ALLOW_RESPONSE_EXPIRATION}
-	}
-	return p
 }
 
 // The role names.
