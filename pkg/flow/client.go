@@ -100,7 +100,8 @@ func Dial(ctx context.Context, url string, opts *ClientOptions) (*Client, error)
 }
 
 // NewClient returns a client on an existing connection, which it closes only with
-// opts.CloseConn. opts may be nil. The first client on a connection puts a handler of
+// opts.CloseConn. Under Flow's NATS permissions (deploy/nats/auth.conf) the connection must use
+// the client role's inbox prefix, nats.CustomInboxPrefix(ClientInboxPrefix). opts may be nil. The first client on a connection puts a handler of
 // permission violations in front of the connection's error handler (which it still calls), so
 // that a call the server refuses for lack of permission fails at once with ErrPermissionDenied.
 func NewClient(_ context.Context, nc *nats.Conn, opts *ClientOptions) (*Client, error) {
