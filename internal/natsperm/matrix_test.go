@@ -16,6 +16,7 @@ import (
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsperm"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/flow"
 )
 
 // operation is one thing a NATS user may try: a publish (a JetStream API request, a write to a
@@ -236,4 +237,19 @@ func try(t *testing.T, srv interface{ ClientURL() string }, role string, op oper
 	require.True(t, errors.Is(last, nats.ErrPermissionViolation), "%s: %s: %v", role, op.what, last)
 	require.Contains(t, last.Error(), op.subject)
 	return false
+}
+
+// Each role's inbox prefix is the one its programs dial with.
+func TestInboxPrefixes(t *testing.T) {
+	for _, r := range natsperm.Roles() {
+		require.Equal(t, natsconn.InboxPrefix(r.Name), r.InboxPrefix)
+		require.Contains(t, r.Subscribe, r.InboxPrefix+".>")
+		require.NotContains(t, r.Subscribe, "_INBOX.>")
+		require.NoError(t, nats.CustomInboxPrefix(r.InboxPrefix)(&nats.Options{}), "nats.go takes %s as an inbox prefix", r.InboxPrefix)
+	}
+	require.Equal(t, natsconn.InboxPrefix(natsperm.Client), flow.ClientInboxPrefix)
+	for name, role := range map[string]string{natsperm.History: natsconn.RoleHistory, natsperm.Scheduler: natsconn.RoleScheduler,
+		natsperm.Ingress: natsconn.RoleIngress, natsperm.Worker: natsconn.RoleWorker, natsperm.Client: natsconn.RoleClient} {
+		require.Equal(t, name, role)
+	}
 }

@@ -3,13 +3,15 @@
 // deploy/nats/auth.conf (see AuthConf) and of the permissions table in docs/operations.md; tests
 // run every service as its own user with exactly these permissions.
 //
-// The roles, their users and the environment variables holding their passwords:
+// The roles, their users, the environment variables holding their passwords, and the inbox
+// prefixes their programs dial with (natsconn.InboxPrefix; each role may subscribe to its own
+// only):
 //
-//	history    flow-history    NATS_HISTORY_PASSWORD
-//	scheduler  flow-scheduler  NATS_SCHEDULER_PASSWORD
-//	ingress    flow-ingress    NATS_INGRESS_PASSWORD
-//	worker     flow-worker     NATS_WORKER_PASSWORD
-//	client     flow-client     NATS_CLIENT_PASSWORD
+//	history    flow-history    NATS_HISTORY_PASSWORD    _INBOX.history
+//	scheduler  flow-scheduler  NATS_SCHEDULER_PASSWORD  _INBOX.scheduler
+//	ingress    flow-ingress    NATS_INGRESS_PASSWORD    _INBOX.ingress
+//	worker     flow-worker     NATS_WORKER_PASSWORD     _INBOX.worker
+//	client     flow-client     NATS_CLIENT_PASSWORD     _INBOX.client
 //
 // Only the history service provisions: it alone may create and update Flow's streams and
 // buckets (streams.Ensure). The other services call streams.Ensure too, which then only reads
@@ -19,7 +21,8 @@
 //
 // After changing a role, or the subjects a service uses, run `go test ./internal/natsperm
 // -rewrite` to regenerate auth.conf and the documentation, and `go test ./internal/natsperm`,
-// which fails when a service is refused a subject it needs.
+// which fails when a service is refused a subject it needs, and when a role may do what the
+// permissions test's policy (matrix_test.go) does not give it, or may not do what it does.
 package natsperm
 
 import (
