@@ -179,7 +179,7 @@ func (g *grants) objWrite(bucket string) {
 func (g *grants) objOwn(bucket string) {
 	g.objWrite(bucket)
 	s := "OBJ_" + bucket
-	g.can(s, "purge (deleted and overwritten objects)")
+	g.can(s, "purge (the chunks of deleted, replaced and orphaned objects)")
 	g.publish(jsAPI + "STREAM.PURGE." + s)
 }
 
