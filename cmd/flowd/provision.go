@@ -24,7 +24,7 @@ const provisionInterval = 3 * time.Second
 // in Flow's deployments only the history service's NATS user may create the streams
 // (internal/natsperm), so the others wait for it instead of failing when they start first.
 func awaitStreams(ctx context.Context, cfg natsconn.Config, role, httpAddr string, logger *slog.Logger) error {
-	err := beforeStart(ctx, cfg, "flowd "+role+" (awaiting Flow's streams)", httpAddr, "waiting for the history service to create Flow's streams", logger,
+	err := beforeStart(ctx, cfg.As(role), "flowd "+role+" (awaiting Flow's streams)", httpAddr, "waiting for the history service to create Flow's streams", logger,
 		func(js jetstream.JetStream, p *probe) error {
 			return streams.AwaitProvisioned(ctx, js, provisionInterval, func(missing []string, err error) {
 				if err != nil {
@@ -49,7 +49,7 @@ func awaitStreams(ctx context.Context, cfg natsconn.Config, role, httpAddr strin
 // service that exited then would leave compose's depends_on and Kubernetes' back-off to bring
 // it back late.
 func provisionStreams(ctx context.Context, cfg natsconn.Config, sc streams.Config, httpAddr string, logger *slog.Logger) error {
-	return beforeStart(ctx, cfg, "flowd history (provisioning Flow's streams)", httpAddr, "creating Flow's streams", logger,
+	return beforeStart(ctx, cfg.As(natsconn.RoleHistory), "flowd history (provisioning Flow's streams)", httpAddr, "creating Flow's streams", logger,
 		func(js jetstream.JetStream, p *probe) error {
 			for {
 				ectx, cancel := context.WithTimeout(ctx, 10*time.Second)

@@ -168,7 +168,7 @@ func (e *env) origin(field string) string {
 
 // client connects to NATS as the connection flags say and returns a client on that connection.
 func (e *env) client(ctx context.Context) (*flow.Client, error) {
-	nc, err := e.nats.Dial("flow-client", nats.ErrorHandler(e.asyncError))
+	nc, err := e.nats.As(natsconn.RoleClient).Dial("flow-client", nats.ErrorHandler(e.asyncError))
 	if err != nil {
 		return nil, err
 	}

@@ -136,6 +136,10 @@ func (h *Host) RegisterHook(ctx context.Context, token, runID, hookID string) er
 		switch {
 		case got.RunID == runID && got.HookID == hookID:
 			return nil
+		case got.RunID == "" || got.HookID == "":
+			// Not a route Flow wrote: JSON another writer put there, such as the answer of
+			// JetStream to a request whose reply subject named the key (docs/operations.md,
+			// "What the permissions cannot stop"). Taken over, as a released one.
 		case !got.Released:
 			return &engine.TokenTakenError{RunID: got.RunID, HookID: got.HookID}
 		}

@@ -80,6 +80,9 @@ type Config struct {
 	// its flag for a field name ("URL" gives "--server"). Defaults to the environment variable
 	// FLOW_NATS_<NAME> when the value equals it (envconfig put it there), else "Config.<Field>".
 	Origin func(field string) string `ignored:"true"`
+
+	// role is the role the connections are for (As), which sets their inbox prefix.
+	role string
 }
 
 // TLS configures TLS to the NATS servers. The zero value leaves TLS to the URL (tls://) and the
@@ -197,6 +200,9 @@ func (c Config) resolve() (resolved, error) {
 		r.tlsFirst = cx.TLSFirst
 	}
 	r.inboxPrefix = cx.InboxPrefix
+	if r.inboxPrefix == "" && c.role != "" {
+		r.inboxPrefix = InboxPrefix(c.role)
+	}
 
 	// Credentials come together from the first source that sets any.
 	auth := []*setting{&r.creds, &r.nkey, &r.user, &r.token}

@@ -32,7 +32,7 @@ authorization {
 		if i > 0 {
 			b.WriteString("\n")
 		}
-		fmt.Fprintf(&b, "    # %s: %s\n", r.Name, r.Who)
+		fmt.Fprintf(&b, "    # %s: %s; its inbox prefix is %s\n", r.Name, r.Who, r.InboxPrefix)
 		fmt.Fprintf(&b, "    {\n      user: %s\n      password: $%s\n      permissions: {\n", strconv.Quote(r.User), r.PasswordEnv)
 		list := func(key string, subjects []string) {
 			fmt.Fprintf(&b, "        %s: {\n          allow: [\n", key)
@@ -43,9 +43,6 @@ authorization {
 		}
 		list("publish", r.Publish)
 		list("subscribe", r.Subscribe)
-		if r.AllowResponses {
-			b.WriteString("        # one reply to each request received, within 2 minutes\n        allow_responses: true\n")
-		}
 		b.WriteString("      }\n    }\n")
 	}
 	b.WriteString("  ]\n}\n")

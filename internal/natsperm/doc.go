@@ -23,11 +23,11 @@ const OperationsDocPath = "docs/operations.md"
 func Markdown() []byte {
 	var b bytes.Buffer
 	b.WriteString(DocBegin + "\n")
-	b.WriteString("| role | user, password variable | streams and buckets | publish (core NATS) | subscribe | replies to requests |\n|---|---|---|---|---|---|\n")
+	b.WriteString("| role | user, password variable | inbox prefix | streams and buckets | publish (core NATS) | subscribe | answers requests |\n|---|---|---|---|---|---|---|\n")
 	for _, r := range Roles() {
 		replies := "no"
-		if r.AllowResponses {
-			replies = "yes (`allow_responses`)"
+		if r.Answers {
+			replies = "yes (publishes to `_INBOX.>`)"
 		}
 		var access []string
 		if r.Provisions {
@@ -45,7 +45,7 @@ func Markdown() []byte {
 				core = append(core, s)
 			}
 		}
-		fmt.Fprintf(&b, "| %s: %s | `%s`, `$%s` | %s | %s | %s | %s |\n", r.Name, r.Who, r.User, r.PasswordEnv,
+		fmt.Fprintf(&b, "| %s: %s | `%s`, `$%s` | `%s` | %s | %s | %s | %s |\n", r.Name, r.Who, r.User, r.PasswordEnv, r.InboxPrefix,
 			strings.Join(access, "; "), codeList(core), codeList(r.Subscribe), replies)
 	}
 	b.WriteString(DocEnd + "\n")

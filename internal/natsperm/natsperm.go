@@ -3,13 +3,15 @@
 // deploy/nats/auth.conf (see AuthConf) and of the permissions table in docs/operations.md; tests
 // run every service as its own user with exactly these permissions.
 //
-// The roles, their users and the environment variables holding their passwords:
+// The roles, their users, the environment variables holding their passwords, and the inbox
+// prefixes their programs dial with (natsconn.InboxPrefix; each role may subscribe to its own
+// only):
 //
-//	history    flow-history    NATS_HISTORY_PASSWORD
-//	scheduler  flow-scheduler  NATS_SCHEDULER_PASSWORD
-//	ingress    flow-ingress    NATS_INGRESS_PASSWORD
-//	worker     flow-worker     NATS_WORKER_PASSWORD
-//	client     flow-client     NATS_CLIENT_PASSWORD
+//	history    flow-history    NATS_HISTORY_PASSWORD    _INBOX.history
+//	scheduler  flow-scheduler  NATS_SCHEDULER_PASSWORD  _INBOX.scheduler
+//	ingress    flow-ingress    NATS_INGRESS_PASSWORD    _INBOX.ingress
+//	worker     flow-worker     NATS_WORKER_PASSWORD     _INBOX.worker
+//	client     flow-client     NATS_CLIENT_PASSWORD     _INBOX.client
 //
 // Only the history service provisions: it alone may create and update Flow's streams and
 // buckets (streams.Ensure). The other services call streams.Ensure too, which then only reads
@@ -19,7 +21,8 @@
 //
 // After changing a role, or the subjects a service uses, run `go test ./internal/natsperm
 // -rewrite` to regenerate auth.conf and the documentation, and `go test ./internal/natsperm`,
-// which fails when a service is refused a subject it needs.
+// which fails when a service is refused a subject it needs, and when a role may do what the
+// permissions test's policy (matrix_test.go) does not give it, or may not do what it does.
 package natsperm
 
 import (
@@ -44,10 +47,13 @@ type Role struct {
 	// Publish and Subscribe are the subjects (wildcards allowed) the role may publish and
 	// subscribe to; everything else is refused.
 	Publish, Subscribe []string
-	// AllowResponses lets the role publish one reply to the reply subject of each request it
-	// receives, within 2 minutes (nats-server's allow_responses defaults): what a responder
-	// needs instead of publishing to every inbox.
-	AllowResponses bool
+	// InboxPrefix is the prefix of the role's reply inboxes (natsconn.InboxPrefix), with which
+	// its programs dial: the role may subscribe to InboxPrefix+".>", and to no other inbox.
+	InboxPrefix string
+	// Answers says whether the role answers requests: it may then publish to every inbox
+	// ("_INBOX.>"), and to no other reply subject. No role has nats-server's allow_responses
+	// (roles.go says why).
+	Answers bool
 	// Provisions says whether the role may create and update Flow's streams and buckets.
 	Provisions bool
 	// JetStream says what the subjects let the role do with each of Flow's streams and buckets,
@@ -65,15 +71,10 @@ type Access struct {
 
 // Permissions returns r's permissions as nats-server's options express them.
 func (r Role) Permissions() *server.Permissions {
-	p := &server.Permissions{
+	return &server.Permissions{
 		Publish:   &server.SubjectPermission{Allow: slices.Clone(r.Publish)},
 		Subscribe: &server.SubjectPermission{Allow: slices.Clone(r.Subscribe)},
 	}
-	if r.AllowResponses {
-		p.Response = &server.ResponsePermission{MaxMsgs: server.DEFAULT_ALLOW_RESPONSE_MAX_MSGS,
-			Expires: server.DEFAULT_ALLOW_RESPONSE_EXPIRATION}
-	}
-	return p
 }
 
 // The role names.

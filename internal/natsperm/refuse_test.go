@@ -31,11 +31,11 @@ func TestRolesAreRefusedWhatTheyDoNotNeed(t *testing.T) {
 			"$JS.API.STREAM.CREATE.FLOW_HISTORY", "$JS.API.STREAM.DELETE.KV_FLOW_TIMERS", "$KV.FLOW_HEARTBEATS.r1.s"},
 		// The ingress reads schedules and batch jobs; the scheduler alone writes them.
 		natsperm.Ingress: {"flow.events.order.r1.run.completed", "$KV.FLOW_RUNS.r1", "$KV.FLOW_LEASES.scheduler",
-			"$JS.API.STREAM.UPDATE.FLOW_HISTORY", "_INBOX.someone.else", "$KV.FLOW_SCHEDULES.nightly", "$KV.FLOW_BATCHES.job.b1"},
+			"$JS.API.STREAM.UPDATE.FLOW_HISTORY", "$JS.API.STREAM.PURGE.OBJ_FLOW_PAYLOADS", "$KV.FLOW_SCHEDULES.nightly", "$KV.FLOW_BATCHES.job.b1"},
 		// Even the provisioner cannot delete a stream, nor purge one but FLOW_HISTORY (the
 		// retention sweeper purges one run's subject at a time, docs/retention.md).
 		natsperm.History: {"$JS.API.STREAM.DELETE.FLOW_HISTORY", "$JS.API.STREAM.PURGE.FLOW_TASKS",
-			"$JS.API.STREAM.DELETE.KV_FLOW_RUNS", "$KV.FLOW_LEASES.scheduler", "_INBOX.someone.else"},
+			"$JS.API.STREAM.DELETE.KV_FLOW_RUNS", "$KV.FLOW_LEASES.scheduler", "$JS.API.STREAM.PURGE.KV_FLOW_HOOKS"},
 	}
 	// A connection with every right watches the subjects: a refused publish must not reach it.
 	admin, err := nats.Connect(srv.ClientURL(), nats.UserInfo("admin", "admin"))

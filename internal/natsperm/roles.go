@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/streams"
 )
 
@@ -15,7 +16,15 @@ import (
 // created with CONSUMER.CREATE, read with CONSUMER.INFO, pulled with CONSUMER.MSG.NEXT and
 // acknowledged on $JS.ACK; a bucket's entries are written by publishing to $KV.<bucket>.<key>,
 // and watched with an ordered push consumer (CONSUMER.CREATE on KV_<bucket>, flow control replies
-// on $JS.FC). Replies of JetStream and of the services arrive on the requester's inbox, _INBOX.>.
+// on $JS.FC). Replies of JetStream and of the services arrive on the requester's inbox: each role
+// dials with its own inbox prefix, natsconn.InboxPrefix(role) ("_INBOX.<role>"), and subscribes
+// to it alone.
+//
+// No role has nats-server's allow_responses: it would let a role publish once to the reply
+// subject of any message it receives, and a role that subscribes to a subject it publishes to
+// (flow.history.>) receives its own messages, with a reply subject of its choosing such as
+// $KV.FLOW_HOOKS.<token>: a write, or a deletion, of any stream's subject. The roles that answer
+// requests may publish to inboxes instead ("_INBOX.>"), which no stream stores.
 
 const jsAPI = "$JS.API."
 
@@ -44,6 +53,8 @@ type grants struct {
 	pub, sub  []string
 	provision bool
 	access    []Access
+	inbox     string
+	answers   bool
 }
 
 // can records that the role may do verb with stream or bucket name.
@@ -75,8 +86,19 @@ func (g *grants) subscribe(subjects ...string) {
 	}
 }
 
-// replies lets the role receive replies: of JetStream's API, of the services it asks.
-func (g *grants) replies() { g.subscribe("_INBOX.>") }
+// replies lets role receive replies, of JetStream's API and of the services it asks, on its own
+// inboxes only (natsconn.InboxPrefix).
+func (g *grants) replies(role string) {
+	g.inbox = natsconn.InboxPrefix(role)
+	g.subscribe(g.inbox + ".>")
+}
+
+// answer lets the role answer the requests it receives: it publishes to the requesters' inboxes,
+// whatever their prefix, and to no other reply subject (see the top of this file).
+func (g *grants) answer() {
+	g.answers = true
+	g.publish("_INBOX.>")
+}
 
 // ensure is what streams.Ensure needs when the streams exist: their configuration.
 func (g *grants) ensure() {
@@ -141,14 +163,24 @@ func (g *grants) objRead(bucket string) {
 		"$JS.FC."+s+".>")
 }
 
-// objWrite opens Object Store bucket, writes objects (chunks and metadata, purging an
-// overwritten object's chunks) and reads them back with ordered consumers.
+// objWrite opens Object Store bucket, writes objects (chunks and metadata) and reads them back
+// with ordered consumers. It may not purge: the payload store writes each object once under its
+// digest, and never overwrites or deletes one (internal/payload/objstore).
 func (g *grants) objWrite(bucket string) {
 	s := "OBJ_" + bucket
 	g.readStream(s)
 	g.can(s, "write")
-	g.publish("$O."+bucket+".>", jsAPI+"STREAM.PURGE."+s, jsAPI+"CONSUMER.CREATE."+s+".*", jsAPI+"CONSUMER.CREATE."+s+".*.>",
+	g.publish("$O."+bucket+".>", jsAPI+"CONSUMER.CREATE."+s+".*", jsAPI+"CONSUMER.CREATE."+s+".*.>",
 		jsAPI+"CONSUMER.DELETE."+s+".*", "$JS.FC."+s+".>")
+}
+
+// objOwn is objWrite for the one owner of bucket, which also deletes objects and overwrites
+// them: it purges their chunks (and the collector's deletion records).
+func (g *grants) objOwn(bucket string) {
+	g.objWrite(bucket)
+	s := "OBJ_" + bucket
+	g.can(s, "purge (the chunks of deleted, replaced and orphaned objects)")
+	g.publish(jsAPI + "STREAM.PURGE." + s)
 }
 
 // engine is what every process hosting the engine (jsstore, jshost) needs: it reads run
@@ -176,9 +208,9 @@ func (g *grants) liveness() {
 	g.kvWatch(streams.DefinitionsBucket)
 }
 
-func (g grants) role(name, who string, allowResponses bool) Role {
+func (g grants) role(name, who string) Role {
 	r := newRole(name, who)
-	r.Publish, r.Subscribe, r.AllowResponses = g.pub, g.sub, allowResponses
+	r.Publish, r.Subscribe, r.InboxPrefix, r.Answers = g.pub, g.sub, g.inbox, g.answers
 	r.Provisions, r.JetStream = g.provision, g.access
 	return r
 }
@@ -190,7 +222,8 @@ func (g grants) role(name, who string, allowResponses bool) Role {
 // UI's signals and cancellations to the ingress.
 func historyRole() Role {
 	var g grants
-	g.replies()
+	g.replies(History)
+	g.answer()
 	g.provisions()
 	g.engine()
 	g.follow()
@@ -217,12 +250,13 @@ func historyRole() Role {
 	g.can(streams.LeasesBucket, "write (keys "+streams.RetentionLease+", "+streams.ReconcileLease+", "+streams.PayloadsLease+")")
 	g.publish("$KV."+streams.LeasesBucket+"."+streams.RetentionLease, "$KV."+streams.LeasesBucket+"."+streams.ReconcileLease,
 		"$KV."+streams.LeasesBucket+"."+streams.PayloadsLease)
-	g.objWrite(streams.ArchiveBucket)
-	g.objWrite(streams.CheckpointsBucket) // the checkpoints' one writer: it writes them as it follows the history, deletes a deleted run's, repairs them
+	g.objOwn(streams.ArchiveBucket)
+	g.objOwn(streams.CheckpointsBucket) // the checkpoints' one writer: it writes them as it follows the history, deletes a deleted run's, repairs them
 	// The payload collector: it reads the payloads a deleted run's archive takes, and deletes
 	// the objects no retained history refers to (a conditional deletion record on the object's
 	// metadata subject, then purges of its chunks and of the record; docs/large-payloads.md).
-	g.objWrite(streams.PayloadsBucket)
+	// and the chunks that writers orphaned (an upload that failed, or lost a race).
+	g.objOwn(streams.PayloadsBucket)
 	g.can(streams.History, "purge (one run's subject)")
 	g.publish(jsAPI + "STREAM.PURGE." + streams.History)
 	g.publish(api.FeedPrefix + ">")
@@ -232,7 +266,7 @@ func historyRole() Role {
 	g.subscribe(api.SubjectHookClaim, api.SubjectPark) // the workers' claims of hook tokens and parks of runs
 	g.subscribe(api.SubjectStartKeysPrefix + "*")      // the ingress's claims of start keys
 	g.subscribe("$SRV.*", "$SRV.*.flow-history", "$SRV.*.flow-history.*")
-	return g.role(History, "the history service (`flowd history`)", true)
+	return g.role(History, "the history service (`flowd history`)")
 }
 
 // schedulerRole: the scheduler holds the lease, watches the timers and fires them; it holds the
@@ -240,7 +274,8 @@ func historyRole() Role {
 // the batch jobs, and answers the changes of both that the ingress forwards.
 func schedulerRole() Role {
 	var g grants
-	g.replies()
+	g.replies(Scheduler)
+	g.answer()
 	g.ensure()
 	g.engine()
 	g.follow() // it learns of each timer from its commit, before the history service writes its entry
@@ -265,7 +300,7 @@ func schedulerRole() Role {
 	g.subscribe(api.SchedulerSchedulesGroup+".*", api.SchedulerBatchesGroup+".*", "$SRV.*",
 		"$SRV.*."+api.SchedulerSchedulesService, "$SRV.*."+api.SchedulerSchedulesService+".*",
 		"$SRV.*."+api.SchedulerBatchesService, "$SRV.*."+api.SchedulerBatchesService+".*")
-	return g.role(Scheduler, "the scheduler (`flowd scheduler`)", true)
+	return g.role(Scheduler, "the scheduler (`flowd scheduler`)")
 }
 
 // ingressRole: the ingress takes inputs on flow.ingress.> (queue group flow-ingress), answers
@@ -273,7 +308,8 @@ func schedulerRole() Role {
 // rejected publishes that asked for no reply.
 func ingressRole() Role {
 	var g grants
-	g.replies()
+	g.replies(Ingress)
+	g.answer()
 	g.ensure()
 	g.engine()
 	g.kvRead(streams.HooksBucket)        // it finds the run of a hook delivery by its token
@@ -298,7 +334,7 @@ func ingressRole() Role {
 	g.subscribe(api.BatchPrefix + ">")
 	// It forwards the changes of schedules and batch jobs to the scheduler, their one writer.
 	g.publish(api.SchedulerSchedulesGroup+".*", api.SchedulerBatchesGroup+".*")
-	return g.role(Ingress, "the ingress (`flowd ingress`)", true)
+	return g.role(Ingress, "the ingress (`flowd ingress`)")
 }
 
 // workerRole: a worker pulls resume tasks of its queue (durable consumers worker-<queue>...),
@@ -306,7 +342,8 @@ func ingressRole() Role {
 // claim the tokens of the hooks its runs create and to park runs it cannot drive.
 func workerRole() Role {
 	var g grants
-	g.replies()
+	g.replies(Worker)
+	g.answer()
 	g.ensure()
 	g.engine()
 	g.follow() // while steps run, it listens for other writers' commits (a signal, a cancellation)
@@ -325,7 +362,7 @@ func workerRole() Role {
 	// It answers the queries of the runs it can run the code of (a micro service, with $SRV
 	// discovery).
 	g.subscribe(api.QueryPrefix+">", "$SRV.*", "$SRV.*.flow-worker", "$SRV.*.flow-worker.*")
-	return g.role(Worker, "workers (`flowd worker`, programs running `worker.New`)", true)
+	return g.role(Worker, "workers (`flowd worker`, programs running `worker.New`)")
 }
 
 // clientRole: clients start, signal, deliver to hooks, cancel and terminate through the ingress,
@@ -334,8 +371,8 @@ func workerRole() Role {
 func clientRole() Role {
 	var g grants
 	g.publish(api.IngressPrefix+">", "flow.api.>", api.QueryPrefix+">")
-	g.replies()
+	g.replies(Client)
 	g.subscribe(api.FeedPrefix + ">")
 	g.objRead(streams.PayloadsBucket)
-	return g.role(Client, "clients: `flow.Client`, the `flow` CLI, your programs", false)
+	return g.role(Client, "clients: `flow.Client`, the `flow` CLI, your programs")
 }

@@ -38,11 +38,12 @@ func mustRole(t *testing.T, name string) natsperm.Role {
 }
 
 // as returns the connection settings of role name on srv (whose URL is tls:// when the server
-// requires TLS): its user and password. The TLS files come from the environment.
+// requires TLS): its user and password, and its inbox prefix. The TLS files come from the
+// environment.
 func as(t *testing.T, srv *server.Server, name string) natsconn.Config {
 	t.Helper()
 	r := mustRole(t, name)
-	return natsconn.Config{URL: srv.ClientURL(), User: r.User, Password: password(r)}
+	return natsconn.Config{URL: srv.ClientURL(), User: r.User, Password: password(r)}.As(name)
 }
 
 // isolate keeps the environment and the nats CLI's configuration of the machine from the

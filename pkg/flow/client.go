@@ -74,12 +74,19 @@ type Client struct {
 	perms *permWatch
 }
 
+// ClientInboxPrefix is the prefix of the reply inboxes of the client role: under Flow's NATS
+// permissions (deploy/nats/auth.conf) the client's user may subscribe to ClientInboxPrefix+".>"
+// only, so that it never reads the replies other roles get. Dial sets it; a program that connects
+// by itself and passes its connection to NewClient sets it with
+// nats.CustomInboxPrefix(flow.ClientInboxPrefix).
+const ClientInboxPrefix = "_INBOX." + natsconn.RoleClient
+
 // Dial connects to the NATS server at url ("" means nats://127.0.0.1:4222) and returns a client
 // that owns the connection. It returns an error wrapping ErrUnreachable when no server answers;
 // a call finding no ingress or history service there returns an error that says to start Flow
 // (ErrIngressUnavailable, ErrHistoryUnavailable).
 func Dial(ctx context.Context, url string, opts *ClientOptions) (*Client, error) {
-	nc, err := natsconn.Dial(url, "flow-client")
+	nc, err := natsconn.Dial(url, "flow-client", nats.CustomInboxPrefix(ClientInboxPrefix))
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +100,8 @@ func Dial(ctx context.Context, url string, opts *ClientOptions) (*Client, error)
 }
 
 // NewClient returns a client on an existing connection, which it closes only with
-// opts.CloseConn. opts may be nil. The first client on a connection puts a handler of
+// opts.CloseConn. Under Flow's NATS permissions (deploy/nats/auth.conf) the connection must use
+// the client role's inbox prefix, nats.CustomInboxPrefix(ClientInboxPrefix). opts may be nil. The first client on a connection puts a handler of
 // permission violations in front of the connection's error handler (which it still calls), so
 // that a call the server refuses for lack of permission fails at once with ErrPermissionDenied.
 func NewClient(_ context.Context, nc *nats.Conn, opts *ClientOptions) (*Client, error) {

@@ -59,8 +59,9 @@ func (e *PermissionError) Error() string {
 		what = fmt.Sprintf("publish to %q", e.Subject)
 	}
 	return fmt.Sprintf("flow: permission denied: %s may not %s (NATS permissions violation). A Flow client needs the client role's "+
-		"permissions (publish flow.ingress.>, flow.api.> and flow.query.>, subscribe _INBOX.>), which a service's user such as "+
-		"flow-worker does not have; connect with the client role's credentials (user flow-client, password $NATS_CLIENT_PASSWORD); "+
+		"permissions (publish flow.ingress.>, flow.api.> and flow.query.>, subscribe "+ClientInboxPrefix+".>), which a service's user such as "+
+		"flow-worker does not have; connect with the client role's credentials (user flow-client, password $NATS_CLIENT_PASSWORD) "+
+		"and its inbox prefix (nats.CustomInboxPrefix(flow.ClientInboxPrefix), which flow.Dial and the flow command set); "+
 		"see docs/operations.md, \"Who writes what: NATS permissions by role\"", who, what)
 }
 

@@ -266,7 +266,7 @@ func New(cfg Config) (*Service, error) {
 // service consumes and answers, with the repairs of its check shown in its listings.
 func (s *Service) Start(ctx context.Context) error {
 	var err error
-	if s.nc, s.ownConn, err = s.cfg.NATS.Use(s.cfg.Conn, "flow-history"); err != nil {
+	if s.nc, s.ownConn, err = s.cfg.NATS.As(natsconn.RoleHistory).Use(s.cfg.Conn, "flow-history"); err != nil {
 		return err
 	}
 	if err := s.start(ctx); err != nil {

@@ -94,6 +94,9 @@ type PayloadGCReport struct {
 	// Upgraded counts the archives of deleted runs rewritten to hold their payloads (archives
 	// written before archives held them).
 	Upgraded int
+	// Orphans counts the chunk subjects purged that no object named, older than the grace
+	// period: uploads that failed or lost a race (objstore.Store.SweepChunks).
+	Orphans int
 }
 
 // CollectPayloads runs one pass of the payload collector by Config.Clock and returns what it
@@ -128,6 +131,9 @@ func (s *Service) CollectPayloads(ctx context.Context) (rep PayloadGCReport, err
 		if o.ModTime.Before(cutoff) {
 			candidates = append(candidates, o)
 		}
+	}
+	if rep.Orphans, err = store.SweepChunks(ctx, cutoff); err != nil {
+		return rep, err
 	}
 	rep.Candidates = len(candidates)
 	if len(candidates) == 0 {
@@ -170,13 +176,13 @@ func (s *Service) CollectPayloads(ctx context.Context) (rep PayloadGCReport, err
 // deletion is counted once, when it commits; finishing one is not counted again.)
 func (s *Service) collected(ctx context.Context, rep PayloadGCReport, err error) {
 	metrics.Repair(ctx, metrics.StatePayloads, len(rep.Deleted))
-	if len(rep.Deleted) == 0 && rep.Finished == 0 && rep.Upgraded == 0 && err == nil {
+	if len(rep.Deleted) == 0 && rep.Finished == 0 && rep.Upgraded == 0 && rep.Orphans == 0 && err == nil {
 		return
 	}
 	shown := rep.Deleted[:min(len(rep.Deleted), 20)]
 	attrs := []any{slog.String("state", metrics.StatePayloads), slog.Int("deleted", len(rep.Deleted)), slog.Uint64("bytes", rep.Bytes),
 		slog.Any("sha256", shown), slog.Int("referenced", rep.Referenced), slog.Int("skipped", rep.Skipped),
-		slog.Int("finished", rep.Finished), slog.Int("archives_upgraded", rep.Upgraded), slog.Duration("grace", s.cfg.PayloadGCGrace)}
+		slog.Int("finished", rep.Finished), slog.Int("archives_upgraded", rep.Upgraded), slog.Int("orphaned_chunks", rep.Orphans), slog.Duration("grace", s.cfg.PayloadGCGrace)}
 	if err != nil {
 		if ctx.Err() != nil {
 			return // stopping

@@ -171,7 +171,7 @@ func loopback(addr string) bool {
 // returns once both doors are open.
 func (s *Service) Start(ctx context.Context) error {
 	var err error
-	if s.nc, s.ownConn, err = s.cfg.NATS.Use(s.cfg.Conn, "flow-ingress"); err != nil {
+	if s.nc, s.ownConn, err = s.cfg.NATS.As(natsconn.RoleIngress).Use(s.cfg.Conn, "flow-ingress"); err != nil {
 		return err
 	}
 	if err := s.start(ctx); err != nil {

@@ -291,7 +291,7 @@ func New(cfg Config) (*Scheduler, error) {
 // Start connects, creates Flow's streams if needed, and starts competing for the lease.
 func (s *Scheduler) Start(ctx context.Context) error {
 	var err error
-	if s.nc, s.ownConn, err = s.cfg.NATS.Use(s.cfg.Conn, "flow-scheduler"); err != nil {
+	if s.nc, s.ownConn, err = s.cfg.NATS.As(natsconn.RoleScheduler).Use(s.cfg.Conn, "flow-scheduler"); err != nil {
 		return err
 	}
 	err = s.open(ctx)

@@ -180,7 +180,7 @@ func New(cfg Config, reg *flow.Registry) (*Worker, error) {
 // returns once the worker is consuming.
 func (w *Worker) Start(ctx context.Context) error {
 	var err error
-	if w.nc, w.ownConn, err = w.cfg.NATS.Use(w.cfg.Conn, "flow-worker"); err != nil {
+	if w.nc, w.ownConn, err = w.cfg.NATS.As(natsconn.RoleWorker).Use(w.cfg.Conn, "flow-worker"); err != nil {
 		return err
 	}
 	if err := w.start(ctx); err != nil {

@@ -135,3 +135,44 @@ func (s *Store) forget(name string) {
 		}
 	}
 }
+
+// SweepChunks purges the chunks no object's metadata names (not even a deletion record's)
+// whose last message was written before cutoff: those of an upload that failed part way, or
+// that lost its race to another writer of the same object (Put never purges). An upload in
+// progress has written its chunks after cutoff, which lies the collector's grace period back.
+// It returns how many chunk subjects it purged.
+func (s *Store) SweepChunks(ctx context.Context, cutoff time.Time) (int, error) {
+	infos, err := s.obs.List(ctx, jetstream.ListObjectsShowDeleted())
+	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
+		return 0, fmt.Errorf("listing the objects of %s: %w", s.bucket, err)
+	}
+	named := make(map[string]bool, len(infos))
+	for _, info := range infos {
+		named[s.chunkSubject(info.NUID)] = true
+	}
+	si, err := s.stream.Info(ctx, jetstream.WithSubjectFilter(s.chunkSubject(">")))
+	if err != nil {
+		return 0, fmt.Errorf("listing the chunks of %s: %w", s.bucket, err)
+	}
+	n := 0
+	for subject := range si.State.Subjects {
+		if named[subject] {
+			continue
+		}
+		m, err := s.stream.GetLastMsgForSubject(ctx, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("reading the chunks %s of %s: %w", subject, s.bucket, err)
+		}
+		if !m.Time.Before(cutoff) {
+			continue
+		}
+		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject)); err != nil {
+			return n, fmt.Errorf("purging the orphaned chunks %s of %s: %w", subject, s.bucket, err)
+		}
+		n++
+	}
+	return n, nil
+}

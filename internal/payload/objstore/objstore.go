@@ -4,6 +4,7 @@ package objstore
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+	"github.com/nats-io/nuid"
 
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/payload"
@@ -38,6 +40,14 @@ const chunkSize = 512 << 10
 // object's metadata being what their writer read, so of a touch and a deletion that race, one
 // fails: a writer whose touch fails reads the object again and stores it anew if it was
 // deleted, so that a Put that returns leaves the object there.
+//
+// Put never purges (the workers' and the ingress's NATS users may not, internal/natsperm): it
+// writes an object's chunks under a subject of their own and then its metadata, conditional on
+// the metadata it read, so that of two writers of one name that race, one wins and the other
+// finds the object there. The chunks of the loser, and of an upload that failed part way, are
+// orphans no metadata names: the history service's payload collector purges them
+// (SweepChunks). Unlike nats.go's ObjectStore.Put, which purges the chunks of the object it
+// overwrites, and of its own upload when it fails.
 type Store struct {
 	obs       jetstream.ObjectStore
 	js        jetstream.JetStream
@@ -88,8 +98,9 @@ func (s *Store) SetFaults(f *fault.Injector) { s.faults = f }
 // Threshold returns the size above which payloads are offloaded.
 func (s *Store) Threshold() int { return s.threshold }
 
-// touchTries bounds the touches Put tries on an object whose metadata keeps changing under it
-// (other writers touching it) before it stores the object anew.
+// touchTries bounds the touches and conditional writes Put tries on an object whose metadata
+// keeps changing under it (other writers touching or storing it) before it stores the object
+// anew, unconditionally.
 const touchTries = 3
 
 // Put implements payload.Putter: it stores data, or touches the object when the bucket holds it
@@ -103,7 +114,16 @@ func (s *Store) Put(ctx context.Context, data []byte) (payload.Ref, error) {
 			return payload.Ref{}, fmt.Errorf("writing payload %s: %w", r, err)
 		}
 		if info == nil || info.Deleted || int64(info.Size) != r.Size || !digestIs(info.Digest, r) {
-			break // absent, deleted, or not these bytes: store it
+			// Absent, deleted, or not these bytes: store it, unless another writer did since.
+			stored, err := s.putNew(ctx, r, data, m)
+			if err != nil {
+				return payload.Ref{}, fmt.Errorf("writing payload %s: %w", r, err)
+			}
+			if stored {
+				s.remember(r.SHA256, data)
+				return r, nil
+			}
+			continue
 		}
 		if err := s.faults.Hit(fault.PayloadBeforeTouch); err != nil {
 			return payload.Ref{}, fmt.Errorf("writing payload %s: %w", r, err)
@@ -117,14 +137,66 @@ func (s *Store) Put(ctx context.Context, data []byte) (payload.Ref, error) {
 		}
 		// Deleted or touched since the read: read it again.
 	}
-	meta := jetstream.ObjectMeta{Name: r.Name(), Description: "Flow payload",
-		Opts: &jetstream.ObjectMetaOptions{ChunkSize: s.chunk}}
-	if _, err := s.obs.Put(ctx, meta, bytes.NewReader(data)); err != nil {
+	if err := s.store(ctx, r, data, nil); err != nil {
 		return payload.Ref{}, fmt.Errorf("writing payload %s: %w", r, err)
 	}
 	// Kept: the writer (a worker that ran the step) is usually the next to read it.
 	s.remember(r.SHA256, data)
 	return r, nil
+}
+
+// putNew stores data as object r.Name() if its last metadata message is still m (nil: none),
+// as read by Put, which found the object absent, deleted or holding other bytes. It reports
+// false, and no error, when another message replaced m meanwhile (another writer stored or
+// touched it, the collector deleted it): Put then reads the object again.
+func (s *Store) putNew(ctx context.Context, r payload.Ref, data []byte, m *jetstream.RawStreamMsg) (bool, error) {
+	var last uint64
+	if m != nil {
+		last = m.Sequence
+	}
+	err := s.store(ctx, r, data, &last)
+	if wrongLastSequence(err) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+// store writes data as object r.Name() as nats.go's object store lays objects out, so that its
+// readers read it: the chunks on a subject named by a new NUID, then the metadata (rolling up
+// the name's earlier metadata messages), conditional on the name's last metadata message being
+// at stream sequence *last (0: none) unless last is nil. It purges nothing; chunks it wrote
+// before a failure, or before a refused metadata write, are left to SweepChunks.
+func (s *Store) store(ctx context.Context, r payload.Ref, data []byte, last *uint64) error {
+	id := nuid.Next()
+	h := sha256.New()
+	var chunks uint32
+	for rest := data; len(rest) > 0; chunks++ {
+		n := min(len(rest), int(s.chunk))
+		msg := nats.NewMsg(s.chunkSubject(id))
+		msg.Data = rest[:n]
+		h.Write(msg.Data)
+		if _, err := s.js.PublishMsg(ctx, msg); err != nil {
+			return err
+		}
+		rest = rest[n:]
+	}
+	info := jetstream.ObjectInfo{Bucket: s.bucket, NUID: id, Size: uint64(len(data)), Chunks: chunks,
+		Digest: jetstream.GetObjectDigestValue(h),
+		ObjectMeta: jetstream.ObjectMeta{Name: r.Name(), Description: "Flow payload",
+			Opts: &jetstream.ObjectMetaOptions{ChunkSize: s.chunk}}}
+	b, err := json.Marshal(&info)
+	if err != nil {
+		return err
+	}
+	msg := nats.NewMsg(s.metaSubject(r.Name()))
+	msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
+	msg.Data = b
+	var opts []jetstream.PublishOpt
+	if last != nil {
+		opts = append(opts, jetstream.WithExpectLastSequencePerSubject(*last))
+	}
+	_, err = s.js.PublishMsg(ctx, msg, opts...)
+	return err
 }
 
 // metaSubject is the subject of object name's metadata, as nats.go's object store names it.
