@@ -27,26 +27,44 @@ type testBundle struct {
 func setup(t *testing.T, h http.Handler, cfg httpserve.Config) *testBundle {
 	t.Helper()
 	b := &testBundle{}
-	var mu sync.Mutex
-	cfg.ConnState = func(_ net.Conn, st http.ConnState) {
-		mu.Lock()
-		defer mu.Unlock()
-		switch st {
-		case http.StateNew:
-			if n := b.open.Add(1); n > b.peak.Load() {
-				b.peak.Store(n)
-			}
-		case http.StateClosed, http.StateHijacked:
-			b.open.Add(-1)
-		}
-	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
-	srv, limited := httpserve.New(ln, h, cfg)
+	srv, limited := httpserve.New(&countingListener{Listener: ln, b: b}, h, cfg)
 	go func() { _ = srv.Serve(limited) }()
 	t.Cleanup(func() { _ = srv.Close() })
 	b.addr = ln.Addr().String()
 	return b
+}
+
+// countingListener counts the connections it accepted that are not closed yet.
+type countingListener struct {
+	net.Listener
+	b  *testBundle
+	mu sync.Mutex
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	l.mu.Lock()
+	if n := l.b.open.Add(1); n > l.b.peak.Load() {
+		l.b.peak.Store(n)
+	}
+	l.mu.Unlock()
+	return &countedConn{Conn: c, b: l.b}, nil
+}
+
+type countedConn struct {
+	net.Conn
+	b    *testBundle
+	once sync.Once
+}
+
+func (c *countedConn) Close() error {
+	c.once.Do(func() { c.b.open.Add(-1) })
+	return c.Conn.Close()
 }
 
 func (b *testBundle) dial(t *testing.T) net.Conn {

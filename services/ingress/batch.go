@@ -139,7 +139,7 @@ func (s *Service) batchRequest(ctx context.Context, op string, data []byte) (any
 //	GET  /v1/batches?state=&limit= BatchListResponse
 //	GET  /v1/batches/{id}         BatchResponse
 //	POST /v1/batches/{id}/stop    {"reason": ...}: BatchResponse
-func (s *Service) batchRoutes(mux *http.ServeMux) {
+func (s *Service) batchRoutes(mux *routes) {
 	answer := func(w http.ResponseWriter, ok int, resp any, e *api.IngressError) {
 		if e != nil {
 			writeJSON(w, api.BatchStatus(e), e)

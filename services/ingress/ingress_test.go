@@ -145,6 +145,10 @@ func (b *bundle) do(t *testing.T, r httpReq) (int, api.IngressError) {
 		req.Header.Set("Authorization", r.auth)
 	}
 	for k, v := range r.headers {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)

@@ -22,7 +22,7 @@ import (
 // new run, so a caller that lost the answer asks again.
 
 // resetRoutes adds POST /v1/runs/{run}/reset.
-func (s *Service) resetRoutes(mux *http.ServeMux) {
+func (s *Service) resetRoutes(mux *routes) {
 	mux.HandleFunc("POST /v1/runs/{run}/reset", func(w http.ResponseWriter, r *http.Request) {
 		if !s.authorized(w, r) {
 			return

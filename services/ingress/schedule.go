@@ -29,7 +29,7 @@ import (
 // schedule runner (owner.go), which also fires them.
 
 // scheduleRoutes adds the HTTP doors of schedules.
-func (s *Service) scheduleRoutes(mux *http.ServeMux) {
+func (s *Service) scheduleRoutes(mux *routes) {
 	handle := func(pattern, op string, status int) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			if !s.authorized(w, r) {
