@@ -94,6 +94,9 @@ func (s *Service) onBatchMsg(m *nats.Msg) {
 // batchRequest decodes and answers one request of the NATS door: op is the subject's last
 // token (create, get, list, stop).
 func (s *Service) batchRequest(ctx context.Context, op string, data []byte) (any, *api.IngressError) {
+	if e := checkUTF8(data, "the request"); e != nil {
+		return nil, e
+	}
 	decode := func(v any) *api.IngressError {
 		if len(data) == 0 {
 			return nil

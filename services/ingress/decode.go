@@ -137,6 +137,9 @@ func strictJSON(body []byte, v any, shape string) *api.IngressError {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
+	if e := checkUTF8(body, "the body"); e != nil {
+		return e
+	}
 	if !json.Valid(body) {
 		return &api.IngressError{Code: api.CodeInvalidJSON, Message: "the body is not valid JSON; " + shape}
 	}

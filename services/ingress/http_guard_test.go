@@ -184,6 +184,18 @@ func TestSmallerFindings(t *testing.T) {
 		}
 	})
 
+	t.Run("InvalidUTF8OverNATSToEveryDoor", func(t *testing.T) {
+		for _, subject := range []string{api.SubjectResetPrefix + "r1", api.SubjectSchedulePrefix + api.ScheduleOpCreate,
+			api.SubjectPausesPrefix + "pause.queue.q1", api.SubjectBatchCreate, api.CancelSubject("r1")} {
+			unchanged(t, func() {
+				reply, err := b.nc.Request(subject, []byte("{\"reason\":\"\xff\"}"), 10*time.Second)
+				require.NoError(t, err)
+				require.Contains(t, string(reply.Data), "UTF-8", subject)
+				require.Contains(t, string(reply.Data), string(api.CodeInvalidJSON), subject)
+			})
+		}
+	})
+
 	t.Run("UnknownSpecVersion", func(t *testing.T) {
 		ceHeaders := map[string]string{"ce-specversion": "2.0", "ce-id": "sv-1", "ce-source": "s", "ce-type": "t"}
 		unchanged(t, func() {

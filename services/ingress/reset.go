@@ -76,6 +76,9 @@ func (s *Service) reset(ctx context.Context, runID string, body []byte) (*api.Re
 	bad := func(format string, args ...any) *api.IngressError {
 		return &api.IngressError{Code: api.CodeInvalidRequest, Message: fmt.Sprintf(format, args...)}
 	}
+	if e := checkUTF8(body, "the reset request"); e != nil {
+		return nil, e
+	}
 	var req api.ResetRequest
 	if err := json.Unmarshal(body, &req); err != nil {
 		return nil, &api.IngressError{Code: api.CodeInvalidJSON, Message: fmt.Sprintf("the reset request is not a JSON object %s: %v", `{"mode":"seq|step|last_decision|rerun",...}`, err)}

@@ -125,6 +125,9 @@ func decodeStrict(data []byte, v any) *api.IngressError {
 // scheduleOp carries out schedule operation op on request data: it reads FLOW_SCHEDULES for a
 // description or a listing, and forwards a change to the schedule runner, its one writer.
 func (s *Service) scheduleOp(ctx context.Context, op string, data []byte) (any, *api.IngressError) {
+	if e := checkUTF8(data, "the request"); e != nil {
+		return nil, e
+	}
 	if op == api.ScheduleOpCreate || op == api.ScheduleOpUpdate {
 		var req api.ScheduleCreateRequest
 		if e := decodeStrict(data, &req); e != nil {
