@@ -17,6 +17,7 @@ import (
 
 	"github.com/flowrun/flow/internal/httpserve"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/ingress"
 )
 
@@ -149,4 +150,23 @@ func TestIdleKeepAliveIsClosed(t *testing.T) {
 
 func contextWithTimeout(t *testing.T, d time.Duration) (context.Context, context.CancelFunc) {
 	return context.WithTimeout(t.Context(), d)
+}
+
+// TestLongPollOutlivesTheWriteTimeout: an update's ?wait= holds the request longer than the
+// server's write timeout, and its answer still arrives.
+func TestLongPollOutlivesTheWriteTimeout(t *testing.T) {
+	t.Parallel()
+	b := setup(t, ingress.Config{HTTP: httpserve.Config{WriteTimeout: 200 * time.Millisecond}})
+	_, err := b.client.Start(t.Context(), "gate", nil, &flow.StartOptions{RunID: "held"})
+	require.NoError(t, err)
+	b.hookToken(t, "held")
+	// Paused, the run decides nothing: the update stays pending through the wait.
+	status, e := b.do(t, httpReq{path: "/v1/runs/held/pause", contentType: "application/json"})
+	require.Equal(t, http.StatusAccepted, status, "%s", e.Message)
+	status, e = b.do(t, httpReq{path: "/v1/runs/held/updates/approve?update_id=u1", contentType: "application/json", body: `1`})
+	require.Equal(t, http.StatusAccepted, status, "%s", e.Message)
+	start := time.Now()
+	status, e = b.do(t, httpReq{method: http.MethodGet, path: "/v1/runs/held/updates/u1?wait=1s"})
+	require.Equal(t, http.StatusOK, status, "%s", e.Message)
+	require.GreaterOrEqual(t, time.Since(start), time.Second, "the request waited")
 }

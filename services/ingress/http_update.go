@@ -84,7 +84,7 @@ func (s *Service) updateRoutes(mux *routes) {
 // and answer, beyond the server's write timeout (httpserve.Extend).
 func extendForWait(w http.ResponseWriter, wait time.Duration) {
 	if wait > 0 {
-		_ = httpserve.Extend(w, inputTimeout+wait+5*time.Second)
+		_ = httpserve.Extend(w, inputTimeout+wait+15*time.Second)
 	}
 }
 

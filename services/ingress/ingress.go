@@ -72,7 +72,7 @@ type Config struct {
 	// answered or idle (FLOW_INGRESS_HTTP_MAX_CONNS, _READ_HEADER_TIMEOUT, _READ_TIMEOUT,
 	// _WRITE_TIMEOUT, _IDLE_TIMEOUT, _MAX_HEADER_BYTES; see httpserve.Config). Defaults to 1024
 	// connections, 10 s for the headers, 30 s for the whole request, 45 s for the answer (long
-	// polls take theirs: ?wait= plus 35 s), 60 s idle, 64 KiB of headers.
+	// polls take theirs: ?wait= plus 45 s), 60 s idle, 64 KiB of headers.
 	HTTP httpserve.Config `envconfig:"INGRESS_HTTP"`
 	// MaxBodyBytes bounds a request body or message. Defaults to 1 MiB.
 	MaxBodyBytes int64 `envconfig:"INGRESS_MAX_BODY_BYTES"`
