@@ -132,14 +132,14 @@ type deadlines struct {
 }
 
 func (d *deadlines) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	d.h.ServeHTTP(&streamWriter{ResponseWriter: w, rc: http.NewResponseController(w), write: d.write}, r)
+	d.h.ServeHTTP(&streamWriter{ResponseWriter: w, write: d.write}, r)
 }
 
 // streamWriter moves the write deadline before each write once the answer is known to be an
 // event stream. It implements http.Flusher, and Unwrap for http.ResponseController.
 type streamWriter struct {
 	http.ResponseWriter
-	rc        *http.ResponseController
+	rc        *http.ResponseController // made on first use
 	write     time.Duration
 	headerOut bool
 	stream    bool
@@ -168,13 +168,20 @@ func (s *streamWriter) Flush() {
 		s.WriteHeader(http.StatusOK)
 	}
 	s.roll()
-	_ = s.rc.Flush()
+	_ = s.controller().Flush()
 }
 
 func (s *streamWriter) roll() {
 	if s.stream {
-		_ = s.rc.SetWriteDeadline(time.Now().Add(s.write))
+		_ = s.controller().SetWriteDeadline(time.Now().Add(s.write))
 	}
+}
+
+func (s *streamWriter) controller() *http.ResponseController {
+	if s.rc == nil {
+		s.rc = http.NewResponseController(s.ResponseWriter)
+	}
+	return s.rc
 }
 
 // Unwrap returns the underlying writer, for http.ResponseController.
