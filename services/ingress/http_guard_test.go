@@ -211,6 +211,16 @@ func TestSmallerFindings(t *testing.T) {
 			require.Equal(t, http.StatusBadRequest, status, "%s", e.Message)
 			require.Equal(t, api.CodeInvalidEvent, e.Code)
 		})
+		for _, m := range []*nats.Msg{
+			{Subject: api.SignalSubject("r1", "other"), Header: nats.Header{"ce-specversion": {"2.0"}, "ce-id": {"sv-3"}, "ce-source": {"s"}, "ce-type": {"t"}}, Data: []byte(`1`)},
+			{Subject: api.SignalSubject("r1", "other"), Header: nats.Header{}, Data: []byte(`{"specversion":"2.0","id":"sv-4","source":"s","type":"t","data":1}`)},
+		} {
+			unchanged(t, func() {
+				reply, err := b.nc.RequestMsg(m, 10*time.Second)
+				require.NoError(t, err)
+				require.Equal(t, string(api.CodeInvalidEvent), reply.Header.Get(api.HeaderErrorCode), "%s", reply.Data)
+			})
+		}
 	})
 
 	t.Run("NameThatIsNotAKey", func(t *testing.T) {
