@@ -238,6 +238,7 @@ const (
 	CodeInvalidEvent     IngressCode = "invalid_cloudevent"     // 400
 	CodeInvalidRequest   IngressCode = "invalid_request"        // 400
 	CodeUnauthorized     IngressCode = "unauthorized"           // 401
+	CodeForbidden        IngressCode = "forbidden"              // 403: a cross-site request, or a host not served
 	CodeRunNotFound      IngressCode = "run_not_found"          // 404
 	CodeHookNotFound     IngressCode = "hook_not_found"         // 404
 	CodeRouteNotFound    IngressCode = "route_not_found"        // 404
@@ -275,6 +276,8 @@ func statusOf(c IngressCode) int {
 		return http.StatusBadRequest
 	case CodeUnauthorized:
 		return http.StatusUnauthorized
+	case CodeForbidden:
+		return http.StatusForbidden
 	case CodeRunNotFound, CodeHookNotFound, CodeRouteNotFound:
 		return http.StatusNotFound
 	case CodeMethodNotAllowed:
@@ -301,7 +304,7 @@ func statusOf(c IngressCode) int {
 
 // IngressCodes returns every ingress error code.
 func IngressCodes() []IngressCode {
-	return []IngressCode{CodeInvalidJSON, CodeInvalidName, CodeInvalidEvent, CodeInvalidRequest, CodeUnauthorized,
+	return []IngressCode{CodeInvalidJSON, CodeInvalidName, CodeInvalidEvent, CodeInvalidRequest, CodeUnauthorized, CodeForbidden,
 		CodeRunNotFound, CodeHookNotFound, CodeRouteNotFound, CodeMethodNotAllowed, CodeRunEnded, CodeRunExists,
 		CodeDeliveryConflict, CodeHookReceived, CodeNoWorker, CodeTooLarge, CodeMediaType, CodeRunDamaged,
 		CodeIngressInternal, CodeIngressBusy, CodeRunDeleted, CodeScheduleNotFound, CodeScheduleExists}

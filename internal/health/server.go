@@ -7,8 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"time"
+
+	"github.com/flowrun/flow/internal/httpserve"
 )
+
+// MaxConns caps the connections of a Server: probes and a metrics scraper need few. The
+// other bounds are httpserve's defaults.
+const MaxConns = 64
 
 // Off is the address that disables a listener.
 const Off = "off"
@@ -42,11 +47,11 @@ func Listen(addr string, check Check, logger *slog.Logger) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Server{srv: &http.Server{Handler: Handler(check), ReadHeaderTimeout: 10 * time.Second}, addr: ln.Addr(),
-		done: make(chan struct{})}
+	srv, limited := httpserve.New(ln, Handler(check), httpserve.Config{MaxConns: MaxConns})
+	s := &Server{srv: srv, addr: ln.Addr(), done: make(chan struct{})}
 	go func() {
 		defer close(s.done)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(limited); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			logger.Error("the health and metrics listener stopped", slog.String("addr", s.Addr()), slog.String("error", err.Error()))
 		}
 	}()

@@ -45,6 +45,14 @@ type Config struct {
 	ClusterHost string   `envconfig:"CLUSTER_HOST"`
 	ClusterPort int      `envconfig:"CLUSTER_PORT"`
 	Routes      []string `envconfig:"ROUTES"`
+	// MaxConns caps the server's client connections (nats-server's max_connections), so that
+	// clients cannot take the file handles JetStream needs (files.go). Defaults to 1024
+	// (DefaultMaxConns).
+	MaxConns int `envconfig:"MAX_CONNS"`
+	// ReservedFiles is the file handles the rest of the process may hold, its HTTP servers'
+	// connection caps, counted in the file budget that Start checks (files.go). Defaults to
+	// DefaultReservedFiles.
+	ReservedFiles int `ignored:"true"`
 	// Logger receives the server's log. Defaults to discarding all but warnings and errors of
 	// slog.Default().
 	Logger *slog.Logger `ignored:"true"`
@@ -88,6 +96,11 @@ func Start(cfg Config) (*Server, error) {
 		logger = slog.Default()
 	}
 	ns.SetLoggerV2(&slogAdapter{l: logger.With(slog.String("component", "nats-server"))}, false, false, false)
+	reserved := cfg.ReservedFiles
+	if reserved == 0 {
+		reserved = DefaultReservedFiles
+	}
+	checkFiles(logger, opts.MaxConn, reserved)
 	s := &Server{ns: ns, noListen: opts.DontListen, logger: logger, shutdownTimeout: cfg.ShutdownTimeout,
 		returned: make(chan struct{}), stopped: make(chan struct{})}
 	if s.shutdownTimeout <= 0 {
@@ -137,6 +150,13 @@ func options(cfg Config) (*server.Options, error) {
 		NoSigs:     true,
 		// Flow's messages are small, but a commit of a large batch or a big step output must fit.
 		MaxPayload: 8 << 20,
+		MaxConn:    cfg.MaxConns,
+	}
+	if opts.MaxConn == 0 {
+		opts.MaxConn = DefaultMaxConns
+	}
+	if opts.MaxConn < 0 {
+		return nil, fmt.Errorf("natsserver: MaxConns must be positive, got %d", cfg.MaxConns)
 	}
 	switch s := strings.TrimSpace(cfg.Sync); s {
 	case "":

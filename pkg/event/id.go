@@ -54,10 +54,12 @@ func ValidateName(kind, name string) error {
 	if len(name) > MaxIDLength {
 		return fmt.Errorf("%w: %s name is %d characters long; the limit is %d", ErrInvalidID, kind, len(name), MaxIDLength)
 	}
-	for i, r := range name {
+	pos := 0 // in characters
+	for _, r := range name {
 		if r <= ' ' || r == 0x7f || r == '.' || r == '*' || r == '>' {
-			return fmt.Errorf("%w: %s name %q has %q at position %d; names cannot hold whitespace, '.', '*' or '>'", ErrInvalidID, kind, name, r, i)
+			return fmt.Errorf("%w: %s name %q has %q at position %d; names cannot hold whitespace, '.', '*' or '>'", ErrInvalidID, kind, name, r, pos)
 		}
+		pos++
 	}
 	return nil
 }
@@ -69,15 +71,17 @@ func validate(what, id string, limit int, derived bool, why string) error {
 	if len(id) > limit {
 		return fmt.Errorf("%w: %s is %d characters long; the limit is %d", ErrInvalidID, what, len(id), limit)
 	}
-	for i := 0; i < len(id); i++ {
-		c := id[i]
+	// Positions count characters, and a character is quoted whole, not byte by byte.
+	pos := 0
+	for _, c := range id {
 		ok := 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_' || derived && c == '='
 		if !ok {
 			if why != "" {
 				why = " " + why
 			}
-			return fmt.Errorf("%w: %s %q has %q at position %d; use letters, digits, '-' or '_'%s", ErrInvalidID, what, id, rune(c), i, why)
+			return fmt.Errorf("%w: %s %q has %q at position %d; use letters, digits, '-' or '_'%s", ErrInvalidID, what, id, c, pos, why)
 		}
+		pos++
 	}
 	return nil
 }

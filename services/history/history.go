@@ -59,6 +59,7 @@ import (
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/health"
+	"github.com/flowrun/flow/internal/httpserve"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
@@ -81,6 +82,11 @@ type Config struct {
 	// HTTPAddr is the address of the HTTP API, host:port. Defaults to "127.0.0.1:8420"; "off"
 	// disables it; port 0 picks a free one (see Service.HTTPAddr).
 	HTTPAddr string `envconfig:"HISTORY_HTTP_ADDR"`
+	// HTTP bounds the HTTP API's connections and request times (FLOW_HISTORY_HTTP_MAX_CONNS,
+	// _READ_HEADER_TIMEOUT, _READ_TIMEOUT, _WRITE_TIMEOUT, _IDLE_TIMEOUT, _MAX_HEADER_BYTES; see
+	// httpserve.Config; the watch stream's writes are each bounded). Defaults to 1024
+	// connections, 10 s, 30 s, 45 s, 60 s and 64 KiB.
+	HTTP httpserve.Config `envconfig:"HISTORY_HTTP"`
 	// Lanes is how many runs have commits applied at once; each run's commits are applied in
 	// order in one lane. Defaults to 16.
 	Lanes int `envconfig:"HISTORY_LANES"`

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/health"
+	"github.com/flowrun/flow/internal/httpserve"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -106,7 +107,7 @@ func (s *Service) serve() error {
 		return fmt.Errorf("history: listening on %s for the HTTP API: %w (set FLOW_HISTORY_HTTP_ADDR to another address, or \"off\")", s.cfg.HTTPAddr, err)
 	}
 	s.httpAddr = ln.Addr()
-	s.httpSrv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
+	s.httpSrv, ln = httpserve.New(ln, s.routes(), s.cfg.HTTP)
 	s.workers.Go(func() {
 		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			s.logger.Error("the HTTP API stopped", slog.String("error", err.Error()))

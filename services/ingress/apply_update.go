@@ -98,7 +98,11 @@ func (in *input) checkWithInput() *api.IngressError {
 	if len(in.deliveryID) > 256 {
 		return bad(api.CodeInvalidRequest, "delivery ID is %d bytes long; the limit is 256", len(in.deliveryID))
 	}
-	for what, v := range map[string]json.RawMessage{"workflow input": in.data, in.inputName() + " payload": in.payload} {
+	dataName := "workflow input"
+	if in.kind == api.KindUpdate {
+		dataName = fmt.Sprintf("input of update %q", in.name) // an update's body is its input
+	}
+	for what, v := range map[string]json.RawMessage{dataName: in.data, in.inputName() + " payload": in.payload} {
 		if len(v) > 0 && !json.Valid(v) {
 			return bad(api.CodeInvalidJSON, "the %s is not valid JSON; send a JSON value (a quoted string for text)", what)
 		}

@@ -110,10 +110,16 @@ func (a *authenticator) reload(now time.Time) error {
 	return nil
 }
 
-// authorized checks the request's bearer token, answering 401 when it fails.
+// authorized checks the request's bearer token, answering 401 when it fails and closing the
+// connection after the answer: a client without a good token keeps no connection open. A
+// request whose token the guard accepted already (http_guard.go) is not checked again.
 func (s *Service) authorized(w http.ResponseWriter, r *http.Request) bool {
+	if ok, _ := r.Context().Value(authorizedKey{}).(bool); ok {
+		return true
+	}
 	if why := s.auth.check(r.Header.Get("Authorization")); why != "" {
 		w.Header().Set("WWW-Authenticate", `Bearer realm="flow"`)
+		w.Header().Set("Connection", "close")
 		writeError(w, &api.IngressError{Code: api.CodeUnauthorized, Message: why})
 		return false
 	}

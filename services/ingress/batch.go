@@ -94,6 +94,9 @@ func (s *Service) onBatchMsg(m *nats.Msg) {
 // batchRequest decodes and answers one request of the NATS door: op is the subject's last
 // token (create, get, list, stop).
 func (s *Service) batchRequest(ctx context.Context, op string, data []byte) (any, *api.IngressError) {
+	if e := checkUTF8(data, "the request"); e != nil {
+		return nil, e
+	}
 	decode := func(v any) *api.IngressError {
 		if len(data) == 0 {
 			return nil
@@ -139,7 +142,7 @@ func (s *Service) batchRequest(ctx context.Context, op string, data []byte) (any
 //	GET  /v1/batches?state=&limit= BatchListResponse
 //	GET  /v1/batches/{id}         BatchResponse
 //	POST /v1/batches/{id}/stop    {"reason": ...}: BatchResponse
-func (s *Service) batchRoutes(mux *http.ServeMux) {
+func (s *Service) batchRoutes(mux *routes) {
 	answer := func(w http.ResponseWriter, ok int, resp any, e *api.IngressError) {
 		if e != nil {
 			writeJSON(w, api.BatchStatus(e), e)

@@ -18,6 +18,9 @@ import (
 // fromEvent fills in from a CloudEvent that either door read with the SDK's binding: its id is
 // the delivery ID and its data the input, payload or CancelRequest (see internal/api).
 func fromEvent(in *input, ev *ce.Event) *api.IngressError {
+	if e := checkUTF8(ev.Data(), "the CloudEvent's data"); e != nil {
+		return e
+	}
 	if err := ev.Validate(); err != nil {
 		return &api.IngressError{Code: api.CodeInvalidEvent, Message: fmt.Sprintf("the CloudEvent is invalid: %v; send specversion 1.0, id, source and type", err)}
 	}
@@ -87,6 +90,9 @@ func extension(ev *ce.Event, name string) string {
 // fromPlain fills in from a plain JSON body, whose delivery ID (signals and hooks) is
 // deliveryID ("" for a fresh one).
 func fromPlain(in *input, body []byte, deliveryID string) *api.IngressError {
+	if e := checkUTF8(body, "the body"); e != nil {
+		return e
+	}
 	in.deliveryID = deliveryID
 	switch in.kind {
 	case api.KindStart:
@@ -131,6 +137,9 @@ func strictJSON(body []byte, v any, shape string) *api.IngressError {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil
 	}
+	if e := checkUTF8(body, "the body"); e != nil {
+		return e
+	}
 	if !json.Valid(body) {
 		return &api.IngressError{Code: api.CodeInvalidJSON, Message: "the body is not valid JSON; " + shape}
 	}
@@ -169,4 +178,18 @@ func (in *input) setAttributes(attrs map[string]json.RawMessage) {
 	for k, v := range attrs {
 		in.attributes[k] = v
 	}
+}
+
+// checkKeyName refuses a definition or queue name (kind) that cannot name a key of a NATS
+// key-value bucket, such as its pause in FLOW_PAUSES.
+func checkKeyName(kind, name string) *api.IngressError {
+	if err := event.ValidateName(kind, name); err != nil {
+		return &api.IngressError{Code: api.CodeInvalidName, Message: trimFlow(err)}
+	}
+	for _, r := range name {
+		if !('a' <= r && r <= 'z' || 'A' <= r && r <= 'Z' || '0' <= r && r <= '9' || r == '-' || r == '_' || r == '/' || r == '=') {
+			return &api.IngressError{Code: api.CodeInvalidName, Message: fmt.Sprintf("%s name %q has %q, which a key of a NATS key-value bucket cannot hold; a %s that is paused must be named with letters a-z and A-Z, digits, '-', '_', '/' and '=' only", kind, name, r, kind)}
+		}
+	}
+	return nil
 }

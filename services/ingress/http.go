@@ -11,20 +11,55 @@ import (
 	"mime"
 	"net"
 	"net/http"
-	"time"
+	"strconv"
 
 	"github.com/cloudevents/sdk-go/v2/binding"
 	cehttp "github.com/cloudevents/sdk-go/v2/protocol/http"
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/health"
+	"github.com/flowrun/flow/internal/httpserve"
 )
 
 //go:embed openapi.json
 var openAPI []byte
 
+// routes is the ingress's mux; it keeps the pattern of each route, which the OpenAPI document
+// must describe.
+type routes struct {
+	*http.ServeMux
+	patterns []string
+}
+
+func (m *routes) HandleFunc(pattern string, h func(http.ResponseWriter, *http.Request)) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.HandleFunc(pattern, h)
+}
+
+func (m *routes) Handle(pattern string, h http.Handler) {
+	m.patterns = append(m.patterns, pattern)
+	m.ServeMux.Handle(pattern, h)
+}
+
 func (s *Service) serveHTTP() error {
-	mux := http.NewServeMux()
+	h, _ := s.httpHandler()
+	ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
+	if err != nil {
+		return fmt.Errorf("ingress: listening on %s (set FLOW_INGRESS_HTTP_ADDR, or \"off\"): %w", s.cfg.HTTPAddr, err)
+	}
+	s.httpAddr = ln.Addr()
+	s.httpSrv, ln = httpserve.New(ln, h, s.cfg.HTTP)
+	go func() {
+		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			s.logger.Error("ingress HTTP server stopped", "error", err)
+		}
+	}()
+	return nil
+}
+
+// httpHandler returns the HTTP routes behind their guard (http_guard.go), and the mux.
+func (s *Service) httpHandler() (http.Handler, *routes) {
+	mux := &routes{ServeMux: http.NewServeMux()}
 	route := func(pattern string, kind api.InputKind, authed bool, names func(*http.Request, *input)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			if authed && !s.authorized(w, r) {
@@ -53,7 +88,7 @@ func (s *Service) serveHTTP() error {
 	route("POST /v1/runs/{run}/signals/{name}", api.KindSignal, true, func(r *http.Request, in *input) {
 		in.runID, in.name = r.PathValue("run"), r.PathValue("name")
 	})
-	route("POST /v1/hooks/{token}", api.KindHook, false, func(r *http.Request, in *input) { in.token = r.PathValue("token") })
+	route(hookPattern, api.KindHook, false, func(r *http.Request, in *input) { in.token = r.PathValue("token") })
 	route("POST /v1/runs/{run}/cancel", api.KindCancel, true, func(r *http.Request, in *input) { in.runID = r.PathValue("run") })
 	route("POST /v1/runs/{run}/terminate", api.KindTerminate, true, func(r *http.Request, in *input) { in.runID = r.PathValue("run") })
 	s.queryRoutes(mux)
@@ -68,22 +103,12 @@ func (s *Service) serveHTTP() error {
 	})
 	// The probes and metrics need no token.
 	mux.Handle("GET /healthz", health.Live(nil))
-	health.Mount(mux, s.Ready) // GET /readyz, GET /metrics
-	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+	health.Mount(mux.ServeMux, s.Ready)
+	mux.patterns = append(mux.patterns, "GET /readyz", "GET /metrics")
+	mux.ServeMux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, &api.IngressError{Code: api.CodeRouteNotFound, Message: fmt.Sprintf("no route %s %s; the routes are described at GET /v1/openapi.json", r.Method, r.URL.Path)})
 	})
-	ln, err := net.Listen("tcp", s.cfg.HTTPAddr)
-	if err != nil {
-		return fmt.Errorf("ingress: listening on %s (set FLOW_INGRESS_HTTP_ADDR, or \"off\"): %w", s.cfg.HTTPAddr, err)
-	}
-	s.httpAddr = ln.Addr()
-	s.httpSrv = &http.Server{Handler: traceHTTP(methodNotAllowedAsJSON(mux)), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			s.logger.Error("ingress HTTP server stopped", "error", err)
-		}
-	}()
-	return nil
+	return traceHTTP(s.guard(mux.ServeMux, methodNotAllowedAsJSON(mux.ServeMux))), mux
 }
 
 // httpInput reads the body of r (a CloudEvent in binary or structured mode, or plain JSON) into
@@ -100,10 +125,13 @@ func (s *Service) httpInput(r *http.Request, in *input) (*api.InputResponse, *ap
 	ct := r.Header.Get("Content-Type")
 	mt, _, _ := mime.ParseMediaType(ct)
 	msg := cehttp.NewMessage(r.Header, io.NopCloser(bytes.NewReader(body)))
+	enc := msg.ReadEncoding()
 	switch {
 	case mt == cloudEventsBatch:
 		return nil, &api.IngressError{Code: api.CodeMediaType, Message: "batched CloudEvents are not accepted; send one event per request"}
-	case msg.ReadEncoding() != binding.EncodingUnknown:
+	case enc == binding.EncodingUnknown && (r.Header.Get("ce-specversion") != "" || mt == cloudEventsJSON):
+		return nil, &api.IngressError{Code: api.CodeInvalidEvent, Message: fmt.Sprintf("the CloudEvent's specversion %s is not supported; send specversion 1.0", specVersion(r.Header, body))}
+	case enc != binding.EncodingUnknown:
 		ev, err := binding.ToEvent(r.Context(), msg)
 		if err != nil {
 			return nil, &api.IngressError{Code: api.CodeInvalidEvent, Message: fmt.Sprintf("the request is not a readable CloudEvent: %v", err)}
@@ -121,6 +149,21 @@ func (s *Service) httpInput(r *http.Request, in *input) (*api.InputResponse, *ap
 	ctx, cancel := context.WithTimeout(r.Context(), inputTimeout)
 	defer cancel()
 	return s.apply(ctx, in)
+}
+
+// specVersion quotes the specversion of a CloudEvent in binary mode (its header) or structured
+// mode (its body's attribute), for a message.
+func specVersion(h http.Header, body []byte) string {
+	if v := h.Get("ce-specversion"); v != "" {
+		return strconv.Quote(v)
+	}
+	var probe struct {
+		SpecVersion json.RawMessage `json:"specversion"`
+	}
+	if json.Unmarshal(body, &probe) != nil || probe.SpecVersion == nil {
+		return "(none)"
+	}
+	return string(probe.SpecVersion)
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -7,11 +7,12 @@ import (
 	"time"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/httpserve"
 )
 
 // updateRoutes adds the HTTP doors of updates and of the starts that carry an input (see
 // internal/api/update.go).
-func (s *Service) updateRoutes(mux *http.ServeMux) {
+func (s *Service) updateRoutes(mux *routes) {
 	post := func(pattern string, kind api.InputKind, names func(*http.Request, *input)) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			if !s.authorized(w, r) {
@@ -22,6 +23,7 @@ func (s *Service) updateRoutes(mux *http.ServeMux) {
 				writeError(w, e)
 				return
 			}
+			extendForWait(w, wait)
 			tagHTTPSpan(r, kind)
 			in := &input{kind: kind}
 			names(r, in)
@@ -68,6 +70,7 @@ func (s *Service) updateRoutes(mux *http.ServeMux) {
 			writeError(w, e)
 			return
 		}
+		extendForWait(w, wait)
 		st, e := s.updateState(r.Context(), r.PathValue("run"), r.PathValue("update_id"), wait)
 		if e != nil {
 			writeError(w, e)
@@ -75,6 +78,14 @@ func (s *Service) updateRoutes(mux *http.ServeMux) {
 		}
 		writeJSON(w, http.StatusOK, st)
 	})
+}
+
+// extendForWait gives a request that waits (a long poll) the time to apply its input, wait
+// and answer, beyond the server's write timeout (httpserve.Extend).
+func extendForWait(w http.ResponseWriter, wait time.Duration) {
+	if wait > 0 {
+		_ = httpserve.Extend(w, inputTimeout+wait+15*time.Second)
+	}
 }
 
 // waitParam reads ?wait=: "true" waits api.DefaultAwait, a duration ("30s") that long (at most

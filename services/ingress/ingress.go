@@ -30,6 +30,7 @@ import (
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/health"
+	"github.com/flowrun/flow/internal/httpserve"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/payload/objstore"
@@ -62,6 +63,17 @@ type Config struct {
 	// AllowAnonymous serves HTTP on a non-loopback address without any bearer token. Defaults
 	// to false: without tokens, the service only listens on loopback addresses.
 	AllowAnonymous bool `envconfig:"INGRESS_ALLOW_ANONYMOUS"`
+	// AllowedOrigins are the web origins (scheme://host[:port], comma-separated in
+	// FLOW_INGRESS_ALLOWED_ORIGINS) whose pages may send requests that change something, such as
+	// an operator's console; every other cross-site request is refused (docs/ingress.md,
+	// "Browsers"). Defaults to none.
+	AllowedOrigins []string `envconfig:"INGRESS_ALLOWED_ORIGINS"`
+	// HTTP bounds the HTTP server's connections and the time a request may take to arrive, be
+	// answered or idle (FLOW_INGRESS_HTTP_MAX_CONNS, _READ_HEADER_TIMEOUT, _READ_TIMEOUT,
+	// _WRITE_TIMEOUT, _IDLE_TIMEOUT, _MAX_HEADER_BYTES; see httpserve.Config). Defaults to 1024
+	// connections, 10 s for the headers, 30 s for the whole request, 45 s for the answer (long
+	// polls take theirs: ?wait= plus 45 s), 60 s idle, 64 KiB of headers.
+	HTTP httpserve.Config `envconfig:"INGRESS_HTTP"`
 	// MaxBodyBytes bounds a request body or message. Defaults to 1 MiB.
 	MaxBodyBytes int64 `envconfig:"INGRESS_MAX_BODY_BYTES"`
 	// Concurrency bounds the NATS inputs applied at once. Defaults to 256.
@@ -137,6 +149,12 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("ingress: MaxBodyBytes must be positive, got %d", cfg.MaxBodyBytes)
 	case cfg.Concurrency < 0:
 		return nil, fmt.Errorf("ingress: Concurrency must be positive, got %d", cfg.Concurrency)
+	}
+	if err := cfg.HTTP.Validate("FLOW_INGRESS_HTTP_"); err != nil {
+		return nil, fmt.Errorf("ingress: %w", err)
+	}
+	if err := checkAllowedOrigins(cfg.AllowedOrigins); err != nil {
+		return nil, err
 	}
 	if cfg.HTTPAddr != "off" {
 		if _, _, err := net.SplitHostPort(cfg.HTTPAddr); err != nil {

@@ -145,6 +145,10 @@ func (b *bundle) do(t *testing.T, r httpReq) (int, api.IngressError) {
 		req.Header.Set("Authorization", r.auth)
 	}
 	for k, v := range r.headers {
+		if k == "Host" {
+			req.Host = v
+			continue
+		}
 		req.Header.Set(k, v)
 	}
 	resp, err := http.DefaultClient.Do(req)
@@ -217,12 +221,12 @@ func TestBadInputIsRefusedAndAppendsNothing(t *testing.T) {
 		{"HookWrongContentType", httpReq{path: "/v1/hooks/" + tok, contentType: "application/xml", body: `<a/>`}, 415, api.CodeMediaType},
 		{"HookTooLarge", httpReq{path: "/v1/hooks/" + tok, contentType: "application/json", body: big}, 413, api.CodeTooLarge},
 		{"HookEndedRun", httpReq{path: "/v1/hooks/" + endedTok, contentType: "application/json", body: `1`}, 409, api.CodeRunEnded},
-		{"CancelUnknownRun", httpReq{path: "/v1/runs/nope/cancel", auth: bearer}, 404, api.CodeRunNotFound},
+		{"CancelUnknownRun", httpReq{path: "/v1/runs/nope/cancel", auth: bearer, contentType: "application/json"}, 404, api.CodeRunNotFound},
 		{"CancelMalformedJSON", httpReq{path: "/v1/runs/waiting/cancel", contentType: "application/json", auth: bearer, body: `{"reason":`}, 400, api.CodeInvalidJSON},
 		{"CancelUnknownField", httpReq{path: "/v1/runs/waiting/cancel", contentType: "application/json", auth: bearer, body: `{"why":"x"}`}, 400, api.CodeInvalidRequest},
-		{"CancelEndedRun", httpReq{path: "/v1/runs/ended/cancel", auth: bearer}, 409, api.CodeRunEnded},
+		{"CancelEndedRun", httpReq{path: "/v1/runs/ended/cancel", auth: bearer, contentType: "application/json"}, 409, api.CodeRunEnded},
 		{"CancelNoAuth", httpReq{path: "/v1/runs/waiting/cancel"}, 401, api.CodeUnauthorized},
-		{"TerminateEndedRun", httpReq{path: "/v1/runs/ended/terminate", auth: bearer}, 409, api.CodeRunEnded},
+		{"TerminateEndedRun", httpReq{path: "/v1/runs/ended/terminate", auth: bearer, contentType: "application/json"}, 409, api.CodeRunEnded},
 		{"TerminateNoAuth", httpReq{path: "/v1/runs/waiting/terminate"}, 401, api.CodeUnauthorized},
 		{"WrongMethod", httpReq{method: http.MethodGet, path: "/v1/runs/waiting/cancel", auth: bearer}, 405, api.CodeMethodNotAllowed},
 		{"UnknownRoute", httpReq{path: "/v1/nothing", auth: bearer}, 404, api.CodeRouteNotFound},
@@ -468,7 +472,7 @@ func TestTokensFile(t *testing.T) {
 	b := setup(t, ingress.Config{TokensFile: file})
 	// Cancelling a run that does not exist: 404 once the token is accepted, 401 before.
 	cancel := func(token string) int {
-		status, _ := b.do(t, httpReq{path: "/v1/runs/nope/cancel", auth: "Bearer " + token})
+		status, _ := b.do(t, httpReq{path: "/v1/runs/nope/cancel", contentType: "application/json", auth: "Bearer " + token})
 		return status
 	}
 	require.Equal(t, http.StatusNotFound, cancel("first-token"))

@@ -42,7 +42,7 @@ func (s *Service) applyPause(ctx context.Context, in *input) (string, error) {
 }
 
 // pauseRoutes adds the HTTP pause doors.
-func (s *Service) pauseRoutes(mux *http.ServeMux, route func(string, api.InputKind, bool, func(*http.Request, *input))) {
+func (s *Service) pauseRoutes(mux *routes, route func(string, api.InputKind, bool, func(*http.Request, *input))) {
 	route("POST /v1/runs/{run}/pause", api.KindPause, true, func(r *http.Request, in *input) { in.runID = r.PathValue("run") })
 	route("POST /v1/runs/{run}/unpause", api.KindUnpause, true, func(r *http.Request, in *input) { in.runID = r.PathValue("run") })
 	for _, scope := range []string{streams.PauseDefinition, streams.PauseQueue} {
@@ -128,6 +128,11 @@ func (s *Service) pauseScope(ctx context.Context, op, scope, name string, req ap
 	}
 	if op != "list" && scope != streams.PauseDefinition && scope != streams.PauseQueue {
 		return nil, &api.IngressError{Code: api.CodeInvalidName, Message: fmt.Sprintf("%q is not a pause scope; pause a definition or a queue", scope)}
+	}
+	if op != "list" {
+		if e := checkKeyName(scope, name); e != nil {
+			return nil, e
+		}
 	}
 	resp := &api.PausesResponse{Pauses: []api.ScopePause{}}
 	switch op {

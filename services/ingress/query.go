@@ -30,7 +30,7 @@ type queryClient struct {
 //
 // An answer is a 200 with an api.QueryResult; an error the status of its api.QueryError, which
 // is the body. Nothing is appended to the run.
-func (s *Service) queryRoutes(mux *http.ServeMux) {
+func (s *Service) queryRoutes(mux *routes) {
 	handle := func(w http.ResponseWriter, r *http.Request, args []byte) {
 		if !s.authorized(w, r) {
 			return

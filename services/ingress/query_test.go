@@ -59,7 +59,7 @@ func TestQueryRoutes(t *testing.T) {
 		t.Helper()
 		req, err := http.NewRequestWithContext(ctx, method, base+path, strings.NewReader(body))
 		require.NoError(t, err)
-		if body != "" {
+		if method == http.MethodPost {
 			req.Header.Set("Content-Type", "application/json")
 		}
 		if auth == "" {

@@ -22,7 +22,7 @@ import (
 // new run, so a caller that lost the answer asks again.
 
 // resetRoutes adds POST /v1/runs/{run}/reset.
-func (s *Service) resetRoutes(mux *http.ServeMux) {
+func (s *Service) resetRoutes(mux *routes) {
 	mux.HandleFunc("POST /v1/runs/{run}/reset", func(w http.ResponseWriter, r *http.Request) {
 		if !s.authorized(w, r) {
 			return
@@ -75,6 +75,9 @@ func (s *Service) onReset(ctx context.Context, m *nats.Msg) {
 func (s *Service) reset(ctx context.Context, runID string, body []byte) (*api.ResetResponse, *api.IngressError) {
 	bad := func(format string, args ...any) *api.IngressError {
 		return &api.IngressError{Code: api.CodeInvalidRequest, Message: fmt.Sprintf(format, args...)}
+	}
+	if e := checkUTF8(body, "the reset request"); e != nil {
+		return nil, e
 	}
 	var req api.ResetRequest
 	if err := json.Unmarshal(body, &req); err != nil {

@@ -29,7 +29,7 @@ import (
 // schedule runner (owner.go), which also fires them.
 
 // scheduleRoutes adds the HTTP doors of schedules.
-func (s *Service) scheduleRoutes(mux *http.ServeMux) {
+func (s *Service) scheduleRoutes(mux *routes) {
 	handle := func(pattern, op string, status int) {
 		mux.HandleFunc(pattern, func(w http.ResponseWriter, r *http.Request) {
 			if !s.authorized(w, r) {
@@ -125,6 +125,9 @@ func decodeStrict(data []byte, v any) *api.IngressError {
 // scheduleOp carries out schedule operation op on request data: it reads FLOW_SCHEDULES for a
 // description or a listing, and forwards a change to the schedule runner, its one writer.
 func (s *Service) scheduleOp(ctx context.Context, op string, data []byte) (any, *api.IngressError) {
+	if e := checkUTF8(data, "the request"); e != nil {
+		return nil, e
+	}
 	if op == api.ScheduleOpCreate || op == api.ScheduleOpUpdate {
 		var req api.ScheduleCreateRequest
 		if e := decodeStrict(data, &req); e != nil {
