@@ -28,7 +28,7 @@ var allStreams = append(append([]string{streams.History, streams.Tasks, streams.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
 	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket,
 	streams.StartKeysBucket, streams.LimitsBucket, streams.StepLimitsBucket, streams.QueueBucket, streams.HeartbeatsBucket, streams.SchedulesBucket, streams.BatchesBucket,
-	streams.PausesBucket}
+	streams.PausesBucket, streams.SecretsBucket}
 
 func kvStreams(buckets []string) []string {
 	out := make([]string, len(buckets))
@@ -203,6 +203,7 @@ func historyRole() Role {
 	g.kvWrite(streams.ParkedBucket) // the parked runs' one writer: it parks the runs workers ask it to, and deletes them when it dispatches them
 	g.kvWatch(streams.ParkedBucket)
 	g.kvWrite(streams.DamagedBucket)
+	g.kvWrite(streams.SecretsBucket) // it creates the input signing key, signs the inputs it writes and verifies every commit's (internal/inputsig)
 	g.kvWrite(streams.StartKeysBucket) // the start keys' one writer: it claims them for the ingress, releases them, and repairs them
 	g.kvWatch(streams.StartKeysBucket) // its reconciler lists them
 	g.kvWrite(streams.QueueBucket)     // it queues runs under flow control for admission
@@ -244,6 +245,7 @@ func schedulerRole() Role {
 	g.ensure()
 	g.engine()
 	g.follow() // it learns of each timer from its commit, before the history service writes its entry
+	g.kvRead(streams.SecretsBucket) // it signs the inputs of its batch jobs, schedules and admission (internal/inputsig)
 	g.kvWrite(streams.LeasesBucket)
 	g.kvWatch(streams.TimersBucket) // it fires the timers; the history service deletes their entries
 	g.kvWatch(streams.QueueBucket)  // the admission controller follows the runs waiting for admission
@@ -276,6 +278,7 @@ func ingressRole() Role {
 	g.replies()
 	g.ensure()
 	g.engine()
+	g.kvRead(streams.SecretsBucket)      // it signs the inputs it appends (internal/inputsig)
 	g.kvRead(streams.HooksBucket)        // it finds the run of a hook delivery by its token
 	g.kvRead(streams.RunsBucket)         // it tells an input for a run deleted after its retention period why
 	g.kvWatch(streams.SchedulesBucket)   // it describes and lists schedules (the scheduler changes them)
