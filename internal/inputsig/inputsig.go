@@ -165,7 +165,7 @@ func (k *Key) Verify(runID string, envs []event.Envelope, payloads []json.RawMes
 			if sig != "" {
 				why = "its " + Header + " header does not match"
 			}
-			return fmt.Errorf("%w: %s at seq %d of run %q is %v (%s)", event.ErrMalformed, e.Type(), e.Seq, runID, ErrUnsigned, why)
+			return fmt.Errorf("%w: %s at seq %d of run %q is %w (%s)", event.ErrMalformed, e.Type(), e.Seq, runID, ErrUnsigned, why)
 		}
 	}
 	return nil // unreachable: mac found an input
