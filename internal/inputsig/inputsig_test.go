@@ -113,3 +113,20 @@ func TestLoadCreatesTheKeyOnce(t *testing.T) {
 	_, err = inputsig.NewKey([]byte("short"), 0)
 	require.True(t, err != nil && !errors.Is(err, inputsig.ErrUnsigned))
 }
+
+// BenchmarkVerify measures the check of a commit holding one 1 KiB signal, which every store
+// with the key makes for each such commit it reads.
+func BenchmarkVerify(b *testing.B) {
+	k, err := inputsig.NewKey(bytes.Repeat([]byte{1}, 32), 0)
+	require.NoError(b, err)
+	payload := json.RawMessage(`{"name":"go","payload":"` + string(bytes.Repeat([]byte{'x'}, 1024)) + `","delivery_id":"d"}`)
+	envs := []event.Envelope{{RunID: "r", Seq: 9, Payload: &event.SignalReceived{Name: "go", Payload: json.RawMessage(`1`), DeliveryID: "d"}}}
+	payloads := []json.RawMessage{payload}
+	sig := k.Sign("r", envs, payloads)
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := k.Verify("r", envs, payloads, sig); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
