@@ -102,6 +102,19 @@ func TestWorkersCannotForgeInputs(t *testing.T) {
 		run := waiting(t, "approval", examples.ApprovalInput{Who: "bo", Timeout: "1h"}, awaitsSignal)
 		seq := forge(t, run, &event.SignalReceived{Name: examples.ApprovalSignal, Payload: json.RawMessage(`{"note":"forged"}`), DeliveryID: "forged-1"})
 		quarantined(t, run, event.TypeSignalReceived, seq)
+		// Released, the run goes on from before the forgery: the forged signal is void, and a
+		// genuine one, signed by the ingress, completes it.
+		_, err := c.Resume(ctx, run, &flow.ResumeOptions{AcceptDamage: true})
+		require.NoError(t, err)
+		require.Eventually(t, func() bool {
+			_, err = c.Signal(ctx, run, examples.ApprovalSignal, map[string]string{"note": "genuine"}, nil)
+			return err == nil
+		}, 30*time.Second, 10*time.Millisecond, "the released run takes inputs again: %v", err)
+		var res examples.ApprovalResult
+		require.NoError(t, c.Result(ctx, run, &res))
+		require.JSONEq(t, `{"note":"genuine"}`, string(res.Payload))
+		code, out := verify(run)
+		require.Equal(t, 0, code, out)
 	})
 
 	t.Run("ForgedHookDelivery", func(t *testing.T) {
