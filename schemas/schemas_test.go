@@ -117,6 +117,7 @@ func examples() []example {
 			Error: &event.ErrorInfo{Kind: "tax_service", Message: "tax service unavailable"}}},
 		{"operator", &event.RunCancelRequested{Reason: "customer withdrew the order", TraceParent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}},
 		{"batch job", &event.RunCancelRequested{Reason: "bad deploy", DeliveryID: "batch:cleanup-1:order-1"}},
+		{"parent", &event.RunCancelRequested{Reason: `parent run "order-1" ended (cancelled)`, Parent: "order-1"}},
 		{"nondeterminism", &event.DecisionFailed{Kind: "nondeterminism", Code: "FLOW-REPLAY-1",
 			Detail: `step "charge" was recorded with name "charge-card", the code now says "charge"`, BuildID: "build-8",
 			Mismatch: &event.Mismatch{Kind: "step", ID: "charge", Field: "name", Recorded: `"charge-card"`, Produced: `"charge"`, Seq: 2}}},

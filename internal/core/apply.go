@@ -288,6 +288,9 @@ func (s *Snapshot) check(e event.Envelope) error {
 		if s.CancelRequested {
 			return s.fail(e, "cancel_state", "cancellation was already requested")
 		}
+		if p.Parent != "" && (s.Parent == nil || s.Parent.RunID != p.Parent) {
+			return s.fail(e, "cancel_parent", "run.cancel_requested names run %q as the parent that asked for it, and that run is not this run's parent", p.Parent)
+		}
 	case *event.UpdateReceived, *event.UpdateAccepted, *event.UpdateRejected, *event.UpdateCompleted:
 		return s.checkUpdate(e)
 	case *event.RunCompleted, *event.RunFailed, *event.RunCancelled, *event.RunContinuedAsNew:

@@ -135,7 +135,7 @@ type HistoryError struct {
 	Seq   uint64
 	// Rule names the invariant: sequence, run_id, first_event, after_terminal, unknown_id,
 	// duplicate_id, step_state, retry_order, unsettled_at_end, duplicate_delivery, hook_state,
-	// child_state, cancel_state.
+	// child_state, cancel_state, cancel_parent.
 	Rule   string
 	Detail string
 }

@@ -109,7 +109,7 @@ func (e *Engine) afterEnd(ctx context.Context, s *core.Snapshot) error {
 		if c.Settled || c.CancelPolicy != event.CancelPolicyRequest {
 			continue
 		}
-		_, err := e.Cancel(ctx, c.CurrentRunID(), fmt.Sprintf("parent run %q ended (%s)", s.RunID, o.Outcome))
+		err := e.cancelChild(ctx, c.CurrentRunID(), s.RunID, fmt.Sprintf("parent run %q ended (%s)", s.RunID, o.Outcome))
 		if err != nil && !errors.Is(err, core.ErrTerminal) && !errors.Is(err, core.ErrNotFound) && !errors.Is(err, store.ErrDeleted) {
 			return fmt.Errorf("requesting cancellation of child %q of run %q: %w", c.ID, s.RunID, err)
 		}
@@ -134,10 +134,34 @@ func (e *Engine) startSuccessor(ctx context.Context, s *core.Snapshot) error {
 // ended already, or that never started (a child waiting out a retry backoff), needs nothing.
 func (e *Engine) cancelChildren(ctx context.Context, runID string, runs []core.CancelRun) error {
 	for _, r := range runs {
-		_, err := e.Cancel(ctx, r.RunID, r.Reason)
+		err := e.cancelChild(ctx, r.RunID, runID, r.Reason)
 		if err != nil && !errors.Is(err, core.ErrTerminal) && !errors.Is(err, core.ErrNotFound) && !errors.Is(err, store.ErrDeleted) {
 			return fmt.Errorf("requesting cancellation of child run %q of run %q: %w", r.RunID, runID, err)
 		}
 	}
 	return nil
+}
+
+// cancelChild asks run childID, a child of run parentID, or the latest run it continued as, to
+// cancel, as Cancel does, with a run.cancel_requested that names parentID: a request a parent
+// makes is no input (internal/inputsig), and workers, which drive parents and cannot sign
+// inputs, write it. A run that is not parentID's child (a later run that reuses its ID) is left
+// alone with an error wrapping core.ErrNotFound. Asking again is accepted without effect.
+func (e *Engine) cancelChild(ctx context.Context, childID, parentID, reason string) error {
+	_, err := e.forward(ctx, childID, func(s *core.Snapshot) ([]event.Payload, error) {
+		if s.Seq > 0 && (s.Parent == nil || s.Parent.RunID != parentID) {
+			return nil, fmt.Errorf("%w: run %q is not a child of run %q", core.ErrNotFound, s.RunID, parentID)
+		}
+		events, err := core.RequestCancel(s, reason)
+		for _, p := range events {
+			if rc, ok := p.(*event.RunCancelRequested); ok {
+				rc.Parent = parentID
+			}
+		}
+		return events, err
+	})
+	if errors.Is(err, core.ErrDuplicate) {
+		return nil
+	}
+	return err
 }

@@ -37,7 +37,7 @@ var allStreams = append(append([]string{streams.History, streams.Tasks, streams.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
 	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket,
 	streams.StartKeysBucket, streams.LimitsBucket, streams.StepLimitsBucket, streams.QueueBucket, streams.HeartbeatsBucket, streams.SchedulesBucket, streams.BatchesBucket,
-	streams.PausesBucket}
+	streams.PausesBucket, streams.SecretsBucket}
 
 func kvStreams(buckets []string) []string {
 	out := make([]string, len(buckets))
@@ -236,6 +236,9 @@ func historyRole() Role {
 	g.kvWrite(streams.ParkedBucket) // the parked runs' one writer: it parks the runs workers ask it to, and deletes them when it dispatches them
 	g.kvWatch(streams.ParkedBucket)
 	g.kvWrite(streams.DamagedBucket)
+	// It creates the input signing key, signs the inputs it writes and checks every commit's
+	// (internal/inputsig).
+	g.kvWrite(streams.SecretsBucket)
 	g.kvWrite(streams.StartKeysBucket) // the start keys' one writer: it claims them for the ingress, releases them, and repairs them
 	g.kvWatch(streams.StartKeysBucket) // its reconciler lists them
 	g.kvWrite(streams.QueueBucket)     // it queues runs under flow control for admission
@@ -279,6 +282,8 @@ func schedulerRole() Role {
 	g.ensure()
 	g.engine()
 	g.follow() // it learns of each timer from its commit, before the history service writes its entry
+	// It signs the inputs of its batch jobs, schedules and admission (internal/inputsig).
+	g.kvRead(streams.SecretsBucket)
 	g.kvWrite(streams.LeasesBucket)
 	g.kvWatch(streams.TimersBucket) // it fires the timers; the history service deletes their entries
 	g.kvWatch(streams.QueueBucket)  // the admission controller follows the runs waiting for admission
@@ -312,6 +317,8 @@ func ingressRole() Role {
 	g.answer()
 	g.ensure()
 	g.engine()
+	// It signs the inputs it appends (internal/inputsig).
+	g.kvRead(streams.SecretsBucket)
 	g.kvRead(streams.HooksBucket)        // it finds the run of a hook delivery by its token
 	g.kvRead(streams.RunsBucket)         // it tells an input for a run deleted after its retention period why
 	g.kvWatch(streams.SchedulesBucket)   // it describes and lists schedules (the scheduler changes them)

@@ -18,7 +18,7 @@ var Names = []string{History, Tasks, DeadLetter,
 	"KV_" + HeartbeatsBucket, "OBJ_" + ArchiveBucket, "KV_" + SchedulesBucket,
 	"KV_" + BatchesBucket,
 	"KV_" + PausesBucket, "OBJ_" + PayloadsBucket, "OBJ_" + CheckpointsBucket,
-	"KV_" + StepLimitsBucket}
+	"KV_" + StepLimitsBucket, "KV_" + SecretsBucket}
 
 // Missing returns the streams of Names that do not exist, in that order.
 func Missing(ctx context.Context, js jetstream.JetStream) ([]string, error) {

@@ -82,6 +82,11 @@ const (
 	// attempt whose heartbeat or start-to-close deadline passed; the next attempt reads the
 	// details. Entries expire after Config.HeartbeatTTL. See docs/timeouts.md.
 	HeartbeatsBucket = "FLOW_HEARTBEATS"
+	// SecretsBucket holds the input signing key (internal/inputsig): key "inputs", the HMAC key
+	// the input writers (the history service, the ingress, the scheduler) sign input events with
+	// and the history stream sequence from which they must be signed. Only those roles may read
+	// it; the first of them that needs the key creates it.
+	SecretsBucket = "FLOW_SECRETS"
 	// ArchiveBucket is the Object Store of archived histories: object name run ID, the run's
 	// whole history as one JSON array of envelopes, written by the retention sweeper before it
 	// deletes the run from History (internal/archive, docs/retention.md).
@@ -275,6 +280,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{Bucket: HeartbeatsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, TTL: d.HeartbeatTTL,
 			Description: "Flow step heartbeats: the latest of each step's attempt"},
 		{Bucket: BatchesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, Description: "Flow batch jobs and their target runs"},
+		{Bucket: SecretsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, Description: "Flow input signing key, readable by the input writers only"},
 	} {
 		if err := ensureBucket(ctx, js, kc, cfg); err != nil {
 			return err

@@ -344,6 +344,12 @@ type RunCancelRequested struct {
 	// DeliveryID identifies the request, when it named one (a batch job's cancellation of this
 	// run): a repeat of it is accepted without effect, even after the run ended.
 	DeliveryID string `json:"delivery_id,omitempty"`
+	// Parent is set when the run's parent asked for the cancellation (its end, or its
+	// decision to cancel the child): the parent's run ID, which must be the run's parent as its
+	// run.started records it. Such a request is written by whichever process drives the parent,
+	// a worker among them, and needs no input signature (internal/inputsig); any other is an
+	// input.
+	Parent string `json:"parent,omitempty"`
 }
 
 // DecisionFailed records that the workflow code could not make a valid decision (a

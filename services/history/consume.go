@@ -306,6 +306,12 @@ func (l *lane) apply(ctx context.Context, runID string, commits []pending) error
 		if err != nil {
 			return l.resync(ctx, runID, commits)
 		}
+		if err := s.store.VerifyInputs(runID, p.pos, p.msg.Headers(), envs, payloads); err != nil {
+			// An input event no input writer signed (a worker's forgery, or a writer without
+			// the key): the run's history is damaged from this commit on, and stops here.
+			l.cache.drop(runID)
+			return s.quarantineDamaged(ctx, runID, fmt.Sprintf("stream %s: %v", streams.History, err), s.salvaged(ctx, runID))
+		}
 		if envs[0].Type() == event.TypeRunDeleted {
 			// The run's deletion: nothing follows it, and its consequences are the rest of the
 			// deletion (retention.go).

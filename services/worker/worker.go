@@ -211,7 +211,7 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := streams.Ensure(ctx, js, w.cfg.Streams); err != nil {
 		return err
 	}
-	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/worker/" + w.cfg.Queue})
+	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/worker/" + w.cfg.Queue, Unsigned: true})
 	if err != nil {
 		return err
 	}

@@ -11,6 +11,10 @@
 // this append attempt), plus the distributed-tracing extension, ce-traceparent (and
 // ce-tracestate), when the context carries a span (a drive's carries its run's trace). It is
 // written from the CloudEvents SDK's event model (package internal/cloudevent).
+
+// A commit that holds input events (signals, hook deliveries, updates, cancellation requests
+// but a parent's, operator pauses, unpauses) written by an input writer carries their HMAC in
+// the Flow-Input-Signature header (inputs.go, internal/inputsig).
 //
 // # Concurrency
 //
@@ -52,6 +56,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/flowrun/flow/internal/cloudevent"
+	"github.com/flowrun/flow/internal/inputsig"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/tracing"
@@ -88,6 +93,13 @@ type Options struct {
 	Source string
 	// Positions bounds how many runs' last stream positions are remembered. Defaults to 100,000.
 	Positions int
+	// Unsigned makes a store that neither signs the input events it appends nor checks the
+	// input signatures of what it reads (inputs.go): a worker's, whose role may not read the
+	// signing key. Otherwise New reads the key from bucket FLOW_SECRETS, creating it if it does
+	// not exist yet (inputsig.Load).
+	Unsigned bool
+	// InputKey, if set, is the input signing key, instead of FLOW_SECRETS's. For tests.
+	InputKey *inputsig.Key
 	// AfterPublish, a test seam, sees the outcome of every publish of a commit and returns the
 	// outcome Append acts on: a test makes an ack get lost by returning a timeout. Nil in
 	// production.
@@ -104,6 +116,8 @@ type Store struct {
 	max          int
 	afterPublish func(*nats.Msg, *jetstream.PubAck, error) (*jetstream.PubAck, error)
 	quarantine   *quarantine
+	// inputs is the input signing key; nil for an unsigned store.
+	inputs *inputsig.Key
 
 	streamOnce sync.Once
 	stream     jetstream.Stream
@@ -137,12 +151,18 @@ func New(ctx context.Context, js jetstream.JetStream, opts *Options) (*Store, er
 	if err != nil {
 		return nil, err
 	}
+	inputs := opts.InputKey
+	if inputs == nil && !opts.Unsigned {
+		if inputs, err = inputsig.Load(ctx, js); err != nil {
+			return nil, err
+		}
+	}
 	source := opts.Source
 	if source == "" {
 		source = "flow"
 	}
 	s := &Store{js: js, nc: js.Conn(), leader: leaderReader{nc: js.Conn(), stream: streams.History}, source: cloudevent.Source(source),
-		max: opts.Positions, afterPublish: opts.AfterPublish, quarantine: q, pos: map[string]position{}}
+		max: opts.Positions, afterPublish: opts.AfterPublish, quarantine: q, inputs: inputs, pos: map[string]position{}}
 	if s.max == 0 {
 		s.max = 100_000
 	}
@@ -238,6 +258,7 @@ func (s *Store) message(ctx context.Context, runID string, envs []event.Envelope
 	tracing.SetExtension(ctx, ec)
 	h := make(nats.Header, 12)
 	cloudevent.WriteHeaders(ec, h, make([]string, 0, 12))
+	s.sign(h, runID, envs, body)
 	return &nats.Msg{Subject: streams.HistorySubject(runID), Header: h, Data: body}
 }
 

@@ -259,6 +259,10 @@ func (r *reader) add(m *jetstream.RawStreamMsg) error {
 			return nil
 		}
 	}
+	if err := r.s.verifyRead(r.runID, m.Sequence, m.Header, envs, m.Data); err != nil {
+		r.fail(fmt.Errorf("decoding stream message %d of run %q: %w", m.Sequence, r.runID, err))
+		return nil
+	}
 	for _, e := range envs {
 		if e.Seq > r.after {
 			r.out = append(r.out, e)
