@@ -57,6 +57,7 @@ var bucketWriters = map[string][]string{
 	streams.SchedulesBucket:   {natsperm.Scheduler},
 	streams.BatchesBucket:     {natsperm.Scheduler},
 	streams.PausesBucket:      {natsperm.Ingress},
+	streams.SecretsBucket:     historyOn, // the input-signing key: the history service creates it
 }
 
 // objectWriters is the policy of who writes each object store; the history service alone purges
@@ -88,6 +89,7 @@ var readers = map[string][]string{
 	"KV_" + streams.SchedulesBucket:    {natsperm.Scheduler, natsperm.Ingress},
 	"KV_" + streams.BatchesBucket:      {natsperm.Scheduler, natsperm.Ingress},
 	"KV_" + streams.PausesBucket:       {natsperm.History, natsperm.Ingress, natsperm.Worker},
+	"KV_" + streams.SecretsBucket:      {natsperm.History, natsperm.Scheduler, natsperm.Ingress}, // the input writers
 	"OBJ_" + streams.ArchiveBucket:     historyOn,
 	"OBJ_" + streams.PayloadsBucket:    {natsperm.History, natsperm.Ingress, natsperm.Worker, natsperm.Client},
 	"OBJ_" + streams.CheckpointsBucket: engines,
