@@ -11,6 +11,7 @@ import (
 	"mime"
 	"net"
 	"net/http"
+	"strconv"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/binding"
@@ -118,6 +119,7 @@ func (s *Service) httpInput(r *http.Request, in *input) (*api.InputResponse, *ap
 			return nil, e
 		}
 	}
+	in.source = httpSource(r)
 	ctx, cancel := context.WithTimeout(r.Context(), inputTimeout)
 	defer cancel()
 	return s.apply(ctx, in)
@@ -133,7 +135,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-func writeError(w http.ResponseWriter, e *api.IngressError) { writeJSON(w, e.HTTPStatus(), e) }
+func writeError(w http.ResponseWriter, e *api.IngressError) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	writeJSON(w, e.HTTPStatus(), e)
+}
 
 // methodNotAllowedAsJSON answers a known path with the wrong method with a JSON error, as every
 // other refusal (the mux answers it in plain text).

@@ -1,0 +1,92 @@
+package ingress
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/api"
+)
+
+func TestLimitersRefuseWithRetryAfter(t *testing.T) {
+	l := newLimiters("run", 2, 3) // 2 a second, 3 at once
+	now := time.Unix(1000, 0)
+	for range 3 {
+		ok, _ := l.allow("r", now)
+		require.True(t, ok)
+	}
+	ok, wait := l.allow("r", now)
+	require.False(t, ok)
+	require.InDelta(t, 500*time.Millisecond, wait, float64(time.Millisecond))
+	require.Equal(t, 1, retryAfterSeconds(wait))
+	ok, _ = l.allow("other", now)
+	require.True(t, ok, "buckets are per key")
+	ok, _ = l.allow("r", now.Add(500*time.Millisecond))
+	require.True(t, ok, "refilled")
+	require.Nil(t, newLimiters("run", -1, 0), "a rate of 0 or less is no limit")
+	ok, _ = (*limiters)(nil).allow("r", now)
+	require.True(t, ok)
+}
+
+func TestLimitersKeepBoundedKeys(t *testing.T) {
+	l := newLimiters("source", 1, 1)
+	now := time.Unix(1000, 0)
+	for i := range 3 * limiterKeys {
+		l.allow(strconv.Itoa(i), now)
+	}
+	require.Equal(t, limiterKeys, l.m.Len())
+}
+
+func TestRunTurnsSerialiseAndBoundTheQueue(t *testing.T) {
+	var turns runTurns
+	ctx := t.Context()
+	release, e := turns.take(ctx, "r")
+	require.Nil(t, e)
+	// Another run has its own turn.
+	other, e := turns.take(ctx, "o")
+	require.Nil(t, e)
+	other()
+	// A second input to r waits for the first.
+	got := make(chan func(), 1)
+	go func() {
+		rel, e := turns.take(ctx, "r")
+		if e == nil {
+			got <- rel
+		}
+	}()
+	select {
+	case <-got:
+		t.Fatal("two inputs to one run had the turn at once")
+	case <-time.After(50 * time.Millisecond):
+	}
+	release()
+	(<-got)()
+	// The waiting line is bounded; one that waits past its context gives up.
+	release, e = turns.take(ctx, "r")
+	require.Nil(t, e)
+	cctx, cancel := context.WithCancel(ctx)
+	waiting := make(chan *api.IngressError, maxRunQueue)
+	for range maxRunQueue {
+		go func() { _, e := turns.take(cctx, "r"); waiting <- e }()
+	}
+	require.Eventually(t, func() bool {
+		turns.mu.Lock()
+		defer turns.mu.Unlock()
+		return turns.m["r"].users == maxRunQueue+1
+	}, 10*time.Second, time.Millisecond)
+	_, e = turns.take(ctx, "r")
+	require.NotNil(t, e)
+	require.Equal(t, api.CodeRateLimited, e.Code)
+	require.Equal(t, 1, e.RetryAfter)
+	cancel()
+	for range maxRunQueue {
+		require.Equal(t, api.CodeIngressBusy, (<-waiting).Code)
+	}
+	release()
+	turns.mu.Lock()
+	require.Empty(t, turns.m, "no entry outlives its users")
+	turns.mu.Unlock()
+}
