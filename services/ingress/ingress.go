@@ -95,7 +95,7 @@ type Config struct {
 	// SourceRate bounds the inputs per second from one sender, every kind: on HTTP a bearer
 	// token, or the remote address without one; on NATS the requester's connection (its reply
 	// inbox). Past it, inputs are refused with 429 rate_limited and Retry-After. Defaults to
-	// 1,000; negative for no limit.
+	// 2,000; negative for no limit.
 	SourceRate float64 `envconfig:"INGRESS_SOURCE_RATE"`
 	// SourceBurst is the inputs one sender sends at once before SourceRate holds. Defaults to
 	// twice SourceRate.

@@ -28,7 +28,7 @@ import (
 // Defaults of the admission settings (Config).
 const (
 	DefaultRunRate          = 100
-	DefaultSourceRate       = 1000
+	DefaultSourceRate       = 2000
 	DefaultMaxPendingInputs = 10_000
 	DefaultMaxPendingBytes  = 16 << 20
 	DefaultCacheSize        = 1000
