@@ -54,6 +54,12 @@ type floodStack struct {
 	base   string
 }
 
+// The bearer tokens of the flood's senders and of the probes: two senders.
+const (
+	floodToken = "flood-token"
+	probeToken = "probe-token"
+)
+
 // floodSetup runs Flow in this process as `flow dev` does: NATS, the history service, the
 // ingress (HTTP on a loopback port), a worker and the scheduler.
 func floodSetup(t *testing.T, cfg ingress.Config) *floodStack {
@@ -64,6 +70,7 @@ func floodSetup(t *testing.T, cfg ingress.Config) *floodStack {
 	require.NoError(t, h.Start(t.Context()))
 	t.Cleanup(func() { _ = h.Stop() })
 	cfg.Conn, cfg.Logger, cfg.HTTPAddr = natstest.Connect(t, srv), quiet, "127.0.0.1:0"
+	cfg.Tokens = []string{floodToken, probeToken}
 	in, err := ingress.New(cfg)
 	require.NoError(t, err)
 	require.NoError(t, in.Start(t.Context()))
@@ -84,13 +91,15 @@ func floodSetup(t *testing.T, cfg ingress.Config) *floodStack {
 	return &floodStack{client: c, base: "http://" + in.HTTPAddr()}
 }
 
-// signalHTTP posts one signal over HTTP and returns the status and the Retry-After header.
-func (f *floodStack) signalHTTP(ctx context.Context, hc *http.Client, runID, name string, body []byte, idem string) (int, string, error) {
+// signalHTTP posts one signal over HTTP with bearer token tok and returns the status and the
+// Retry-After header.
+func (f *floodStack) signalHTTP(ctx context.Context, hc *http.Client, tok, runID, name string, body []byte, idem string) (int, string, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.base+"/v1/runs/"+runID+"/signals/"+name, bytes.NewReader(body))
 	if err != nil {
 		return 0, "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+tok)
 	if idem != "" {
 		req.Header.Set("Idempotency-Key", idem)
 	}
@@ -166,7 +175,7 @@ func (f *floodStack) flood(t *testing.T, n, senders, size, probes int) *floodRes
 			case <-time.After(50 * time.Millisecond):
 			}
 			t0 := time.Now()
-			st, _, err := f.signalHTTP(ctx, hc, probeIDs[i], "go", []byte(strconv.Itoa(i)), "")
+			st, _, err := f.signalHTTP(ctx, hc, probeToken, probeIDs[i], "go", []byte(strconv.Itoa(i)), "")
 			t1 := time.Now()
 			if err != nil || st != http.StatusAccepted {
 				t.Errorf("probe %d: status %d, %v", i, st, err)
@@ -214,7 +223,7 @@ func (f *floodStack) flood(t *testing.T, n, senders, size, probes int) *floodRes
 					return
 				}
 				t0 := time.Now()
-				st, ra, err := f.signalHTTP(ctx, hc, target, "flood", payload, "flood-"+strconv.FormatInt(i, 10))
+				st, ra, err := f.signalHTTP(ctx, hc, floodToken, target, "flood", payload, "flood-"+strconv.FormatInt(i, 10))
 				d := time.Since(t0)
 				mu.Lock()
 				r.sent++
@@ -361,13 +370,14 @@ func TestPendingInputsBound(t *testing.T) {
 	}
 	hc := &http.Client{}
 	for i := range 5 {
-		st, _, err := f.signalHTTP(ctx, hc, sinkID, "flood", []byte(`"x"`), "d"+strconv.Itoa(i))
+		st, _, err := f.signalHTTP(ctx, hc, floodToken, sinkID, "flood", []byte(`"x"`), "d"+strconv.Itoa(i))
 		require.NoError(t, err)
 		require.Equal(t, http.StatusAccepted, st, "signal %d", i)
 	}
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, f.base+"/v1/runs/"+sinkID+"/signals/flood", strings.NewReader(`"x"`))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+floodToken)
 	resp, err := hc.Do(req)
 	require.NoError(t, err)
 	var body struct {
@@ -392,7 +402,7 @@ func TestPendingInputsBound(t *testing.T) {
 	require.Equal(t, 5*time.Second, rl.RetryAfter)
 
 	// A repeated delivery is still accepted, once.
-	st, _, err := f.signalHTTP(ctx, hc, sinkID, "flood", []byte(`"x"`), "d0")
+	st, _, err := f.signalHTTP(ctx, hc, floodToken, sinkID, "flood", []byte(`"x"`), "d0")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusAccepted, st)
 	// Another run takes its signal.
@@ -413,7 +423,7 @@ func TestPendingInputsBound(t *testing.T) {
 }
 
 // TestSourceRateLimit: one sender over its rate is refused with 429 rate_limited whichever run
-// it signals, while another sender (the client's NATS connection) is not.
+// it signals, while other senders (another bearer token, the client's NATS connection) are not.
 func TestSourceRateLimit(t *testing.T) {
 	f := floodSetup(t, ingress.Config{RunRate: -1, SourceRate: 0.01, SourceBurst: 8})
 	ctx := t.Context()
@@ -425,16 +435,20 @@ func TestSourceRateLimit(t *testing.T) {
 	}
 	hc := &http.Client{}
 	for i := range 8 {
-		st, _, err := f.signalHTTP(ctx, hc, ids[i%4], "flood", []byte(`1`), "")
+		st, _, err := f.signalHTTP(ctx, hc, floodToken, ids[i%4], "flood", []byte(`1`), "")
 		require.NoError(t, err)
 		require.Equal(t, http.StatusAccepted, st)
 	}
-	st, retryAfter, err := f.signalHTTP(ctx, hc, ids[4], "flood", []byte(`1`), "")
+	st, retryAfter, err := f.signalHTTP(ctx, hc, floodToken, ids[4], "flood", []byte(`1`), "")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusTooManyRequests, st, "the sender's ninth input, to a run it did not signal yet")
 	secs, err := strconv.Atoi(retryAfter)
 	require.NoError(t, err)
 	require.Greater(t, secs, 60, "a token every 100 s")
+	// Another bearer token is another sender.
+	st, _, err = f.signalHTTP(ctx, hc, probeToken, ids[4], "flood", []byte(`1`), "")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusAccepted, st)
 	// The NATS client is another sender: its three inputs left are taken.
 	for i := range 3 {
 		_, err := f.client.Signal(ctx, ids[4], "flood", i, nil)

@@ -119,7 +119,7 @@ func (s *Service) httpInput(r *http.Request, in *input) (*api.InputResponse, *ap
 			return nil, e
 		}
 	}
-	in.source = httpSource(r)
+	in.source = s.httpSource(r, in)
 	ctx, cancel := context.WithTimeout(r.Context(), inputTimeout)
 	defer cancel()
 	return s.apply(ctx, in)

@@ -191,13 +191,16 @@ func retryAfterSeconds(d time.Duration) int {
 	return max(1, int(math.Ceil(d.Seconds())))
 }
 
-// httpSource names the sender of an HTTP request for its bucket: its bearer token (hashed: the
-// table holds no secret), or, without one, its remote address. Behind a proxy every request
-// has the proxy's address: give each client a token.
-func httpSource(r *http.Request) string {
-	if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && tok != "" {
-		sum := sha256.Sum256([]byte(tok))
-		return "token " + hex.EncodeToString(sum[:6])
+// httpSource names the sender of HTTP request r, of input in, for its bucket: the bearer token
+// it was authorized with (hashed: the table holds no secret), or, on a route without one (hook
+// callbacks, or every route when no token is configured), its remote address. Behind a proxy
+// every request has the proxy's address: give each client a token.
+func (s *Service) httpSource(r *http.Request, in *input) string {
+	if in.kind != api.KindHook && s.auth.enabled() {
+		if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && tok != "" {
+			sum := sha256.Sum256([]byte(tok))
+			return "token " + hex.EncodeToString(sum[:6])
+		}
 	}
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {

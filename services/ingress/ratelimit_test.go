@@ -2,6 +2,8 @@ package ingress
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"testing"
 	"time"
@@ -89,4 +91,30 @@ func TestRunTurnsSerialiseAndBoundTheQueue(t *testing.T) {
 	turns.mu.Lock()
 	require.Empty(t, turns.m, "no entry outlives its users")
 	turns.mu.Unlock()
+}
+
+// A sender is its bearer token only where tokens are checked: else anyone could make up a new
+// one for each request and a new bucket with it.
+func TestHTTPSourceTrustsOnlyCheckedTokens(t *testing.T) {
+	req := func(tok string) *http.Request {
+		r := httptest.NewRequest(http.MethodPost, "/v1/runs/r/signals/s", nil)
+		r.RemoteAddr = "192.0.2.7:40000"
+		if tok != "" {
+			r.Header.Set("Authorization", "Bearer "+tok)
+		}
+		return r
+	}
+	open, err := newAuthenticator(nil, "")
+	require.NoError(t, err)
+	s := &Service{auth: open}
+	signal := &input{kind: api.KindSignal}
+	require.Equal(t, "address 192.0.2.7", s.httpSource(req("made-up"), signal))
+
+	authed, err := newAuthenticator([]string{"a", "b"}, "")
+	require.NoError(t, err)
+	s = &Service{auth: authed}
+	a, b := s.httpSource(req("a"), signal), s.httpSource(req("b"), signal)
+	require.NotEqual(t, a, b)
+	require.Regexp(t, `^token [0-9a-f]{12}$`, a, "the token is hashed")
+	require.Equal(t, "address 192.0.2.7", s.httpSource(req("a"), &input{kind: api.KindHook}), "hook callbacks take no token")
 }
