@@ -22,6 +22,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
@@ -254,13 +255,17 @@ func (f *floodStack) flood(t *testing.T, n, senders, size, probes int) *floodRes
 	sampled.Wait()
 
 	// Nothing accepted is lost: the run's history holds every accepted signal.
-	s, err := f.client.Snapshot(ctx, target)
-	require.NoError(t, err)
 	got := 0
-	for _, sig := range s.Signals {
-		if sig.Name == "flood" {
-			got++
+	for after, more := uint64(0), true; more; {
+		page, m, err := f.client.HistoryPage(ctx, target, after, 500)
+		require.NoError(t, err)
+		for _, e := range page {
+			if sig, ok := e.Payload.(*event.SignalReceived); ok && sig.Name == "flood" {
+				got++
+			}
+			after = e.Seq
 		}
+		more = m && len(page) > 0
 	}
 	require.Equal(t, r.accepted, got, "every accepted signal is in the run's history, and no other")
 	return r

@@ -106,7 +106,7 @@ type Config struct {
 	// no bound.
 	MaxPendingInputs int `envconfig:"INGRESS_MAX_PENDING_INPUTS"`
 	// MaxPendingBytes bounds the bytes of those inputs' payloads as the history holds them, as
-	// MaxPendingInputs bounds their number. Defaults to 16 MiB; negative for no bound.
+	// MaxPendingInputs bounds their number. Defaults to 4 MiB; negative for no bound.
 	MaxPendingBytes int64 `envconfig:"INGRESS_MAX_PENDING_BYTES"`
 	// CacheSize bounds the runs whose snapshots the ingress keeps between inputs, so that the
 	// next input to a run reads only the events after its snapshot. Defaults to 1,000;

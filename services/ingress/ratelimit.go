@@ -30,7 +30,7 @@ const (
 	DefaultRunRate          = 100
 	DefaultSourceRate       = 2000
 	DefaultMaxPendingInputs = 10_000
-	DefaultMaxPendingBytes  = 16 << 20
+	DefaultMaxPendingBytes  = 4 << 20
 	DefaultCacheSize        = 1000
 )
 
