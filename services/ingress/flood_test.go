@@ -349,7 +349,7 @@ func floodConfig(t *testing.T) ingress.Config {
 // while other runs still take their signals. Before the limits, every signal was taken.
 func TestSignalFloodLimits(t *testing.T) {
 	f := floodSetup(t, ingress.Config{RunRate: 20, RunBurst: 20, MaxPendingInputs: 60})
-	r := f.flood(t, 300, 8, 1024, 10)
+	r := f.flood(t, 150, 8, 1024, 10)
 	t.Log("\n" + r.String())
 	require.Positive(t, r.limited, "the flood is refused past the run's rate")
 	require.Zero(t, r.other, "nothing but 202 and 429: %v", r.statuses)

@@ -43,6 +43,16 @@ const limiterKeys = 10_000
 // an input is refused as rate limited.
 const maxRunQueue = 64
 
+// refusalHold is how long a rate_limited refusal is held before it is answered, and heldMax how
+// many are held at once (past it, refusals are answered at once): a sender that ignores
+// Retry-After and asks again at once would otherwise make the ingress spend its CPU on refusals,
+// at the expense of every other run's inputs. A sender that honours Retry-After waits longer
+// anyway.
+const (
+	refusalHold = 250 * time.Millisecond
+	heldMax     = 1024
+)
+
 // pendingRetryAfter is the Retry-After of an input refused because its run holds too many
 // pending inputs: a guess, since it depends on the workflow consuming them.
 const pendingRetryAfter = 5 * time.Second
@@ -136,28 +146,49 @@ type admission struct {
 	sources, runs *limiters
 	turns         runTurns
 	now           func() time.Time
+	// held takes a slot while a refusal is held (refusalHold).
+	held chan struct{}
 }
 
 func newAdmission(cfg Config) *admission {
-	return &admission{sources: newLimiters("source", cfg.SourceRate, cfg.SourceBurst), runs: newLimiters("run", cfg.RunRate, cfg.RunBurst), now: time.Now}
+	return &admission{sources: newLimiters("source", cfg.SourceRate, cfg.SourceBurst), runs: newLimiters("run", cfg.RunRate, cfg.RunBurst),
+		now: time.Now, held: make(chan struct{}, heldMax)}
+}
+
+// hold delays the refusal e by refusalHold, unless heldMax refusals are held already or ctx
+// ends first, and returns it.
+func (a *admission) hold(ctx context.Context, e *api.IngressError) *api.IngressError {
+	select {
+	case a.held <- struct{}{}:
+	default:
+		return e
+	}
+	t := time.NewTimer(refusalHold)
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		t.Stop()
+	}
+	<-a.held
+	return e
 }
 
 // admit takes in's tokens and its run's turn; the caller calls release once in is applied.
-// It refuses in with rate_limited when a bucket is empty; an input its run's bucket refuses
-// still costs its sender a token.
+// It refuses in with rate_limited when a bucket is empty, after refusalHold; an input its run's
+// bucket refuses still costs its sender a token.
 func (a *admission) admit(ctx context.Context, in *input) (release func(), _ *api.IngressError) {
 	now := a.now()
 	if ok, wait := a.sources.allow(in.source, now); !ok {
-		return nil, rateLimited(fmt.Sprintf("this sender (%s) sends more than %g inputs a second (FLOW_INGRESS_SOURCE_RATE, burst FLOW_INGRESS_SOURCE_BURST); slow down and retry after the Retry-After delay",
-			in.source, float64(a.sources.limit)), wait)
+		return nil, a.hold(ctx, rateLimited(fmt.Sprintf("this sender (%s) sends more than %g inputs a second (FLOW_INGRESS_SOURCE_RATE, burst FLOW_INGRESS_SOURCE_BURST); slow down and retry after the Retry-After delay",
+			in.source, float64(a.sources.limit)), wait))
 	}
 	key := runKey(in)
 	if key == "" {
 		return func() {}, nil
 	}
 	if ok, wait := a.runs.allow(key, now); !ok {
-		return nil, rateLimited(fmt.Sprintf("run %q gets more than %g inputs a second (FLOW_INGRESS_RUN_RATE, burst FLOW_INGRESS_RUN_BURST); slow down and retry after the Retry-After delay",
-			runOrHook(in), float64(a.runs.limit)), wait)
+		return nil, a.hold(ctx, rateLimited(fmt.Sprintf("run %q gets more than %g inputs a second (FLOW_INGRESS_RUN_RATE, burst FLOW_INGRESS_RUN_BURST); slow down and retry after the Retry-After delay",
+			runOrHook(in), float64(a.runs.limit)), wait))
 	}
 	return a.turns.take(ctx, key)
 }

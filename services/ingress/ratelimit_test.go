@@ -118,3 +118,23 @@ func TestHTTPSourceTrustsOnlyCheckedTokens(t *testing.T) {
 	require.Regexp(t, `^token [0-9a-f]{12}$`, a, "the token is hashed")
 	require.Equal(t, "address 192.0.2.7", s.httpSource(req("a"), &input{kind: api.KindHook}), "hook callbacks take no token")
 }
+
+// A refusal is held before it is answered, unless too many are held already.
+func TestRefusalsAreHeld(t *testing.T) {
+	a := newAdmission(Config{RunRate: 1, RunBurst: 1, SourceRate: -1})
+	in := &input{kind: api.KindSignal, runID: "r", source: "s"}
+	release, e := a.admit(t.Context(), in)
+	require.Nil(t, e)
+	release()
+	t0 := time.Now()
+	_, e = a.admit(t.Context(), in)
+	require.Equal(t, api.CodeRateLimited, e.Code)
+	require.GreaterOrEqual(t, time.Since(t0), refusalHold)
+	for range heldMax {
+		a.held <- struct{}{}
+	}
+	t0 = time.Now()
+	_, e = a.admit(t.Context(), in)
+	require.Equal(t, api.CodeRateLimited, e.Code)
+	require.Less(t, time.Since(t0), refusalHold, "answered at once")
+}
