@@ -155,9 +155,13 @@ func newAdmission(cfg Config) *admission {
 		now: time.Now, held: make(chan struct{}, heldMax)}
 }
 
-// hold delays the refusal e by refusalHold, unless heldMax refusals are held already or ctx
-// ends first, and returns it.
-func (a *admission) hold(ctx context.Context, e *api.IngressError) *api.IngressError {
+// hold delays the refusal e of in by refusalHold, unless heldMax refusals are held already or
+// ctx ends first, and returns it. A NATS input's refusal is answered at once: holding it would
+// hold one of the slots of Config.Concurrency, and a NATS sender is not slowed by it anyway.
+func (a *admission) hold(ctx context.Context, in *input, e *api.IngressError) *api.IngressError {
+	if strings.HasPrefix(in.source, natsSourcePrefix) {
+		return e
+	}
 	select {
 	case a.held <- struct{}{}:
 	default:
@@ -179,7 +183,7 @@ func (a *admission) hold(ctx context.Context, e *api.IngressError) *api.IngressE
 func (a *admission) admit(ctx context.Context, in *input) (release func(), _ *api.IngressError) {
 	now := a.now()
 	if ok, wait := a.sources.allow(in.source, now); !ok {
-		return nil, a.hold(ctx, rateLimited(fmt.Sprintf("this sender (%s) sends more than %g inputs a second (FLOW_INGRESS_SOURCE_RATE, burst FLOW_INGRESS_SOURCE_BURST); slow down and retry after the Retry-After delay",
+		return nil, a.hold(ctx, in, rateLimited(fmt.Sprintf("this sender (%s) sends more than %g inputs a second (FLOW_INGRESS_SOURCE_RATE, burst FLOW_INGRESS_SOURCE_BURST); slow down and retry after the Retry-After delay",
 			in.source, float64(a.sources.limit)), wait))
 	}
 	key := runKey(in)
@@ -187,7 +191,7 @@ func (a *admission) admit(ctx context.Context, in *input) (release func(), _ *ap
 		return func() {}, nil
 	}
 	if ok, wait := a.runs.allow(key, now); !ok {
-		return nil, a.hold(ctx, rateLimited(fmt.Sprintf("run %q gets more than %g inputs a second (FLOW_INGRESS_RUN_RATE, burst FLOW_INGRESS_RUN_BURST); slow down and retry after the Retry-After delay",
+		return nil, a.hold(ctx, in, rateLimited(fmt.Sprintf("run %q gets more than %g inputs a second (FLOW_INGRESS_RUN_RATE, burst FLOW_INGRESS_RUN_BURST); slow down and retry after the Retry-After delay",
 			runOrHook(in), float64(a.runs.limit)), wait))
 	}
 	return a.turns.take(ctx, key)
@@ -247,7 +251,7 @@ func (s *Service) httpSource(r *http.Request, in *input) string {
 // each, and only the run buckets and the NATS permissions hold it.
 func natsSource(m *nats.Msg) string {
 	if m.Reply == "" {
-		return "nats publish"
+		return natsSourcePrefix + "publish"
 	}
 	prefix := m.Reply
 	if i := strings.LastIndexByte(prefix, '.'); i > 0 {
@@ -256,5 +260,8 @@ func natsSource(m *nats.Msg) string {
 	if len(prefix) > 128 {
 		prefix = prefix[:128]
 	}
-	return "nats " + prefix
+	return natsSourcePrefix + prefix
 }
+
+// natsSourcePrefix starts the name of every NATS sender.
+const natsSourcePrefix = "nats "

@@ -137,4 +137,11 @@ func TestRefusalsAreHeld(t *testing.T) {
 	_, e = a.admit(t.Context(), in)
 	require.Equal(t, api.CodeRateLimited, e.Code)
 	require.Less(t, time.Since(t0), refusalHold, "answered at once")
+	for range heldMax {
+		<-a.held
+	}
+	t0 = time.Now()
+	_, e = a.admit(t.Context(), &input{kind: api.KindSignal, runID: "r", source: natsSourcePrefix + "_INBOX.abc"})
+	require.Equal(t, api.CodeRateLimited, e.Code)
+	require.Less(t, time.Since(t0), refusalHold, "a NATS input's refusal holds no slot")
 }
