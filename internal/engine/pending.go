@@ -17,7 +17,9 @@ import (
 type PendingLimits struct {
 	// Count bounds the pending inputs of a run; 0 for no bound.
 	Count int
-	// Bytes bounds the bytes of their payloads, as the history holds them; 0 for no bound.
+	// Bytes bounds the bytes of their payloads, as the history holds them (an offloaded one as
+	// its reference; the refused input's own payload in full, before it is offloaded); 0 for no
+	// bound.
 	Bytes int64
 }
 
