@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -113,6 +114,20 @@ func (f *floodStack) signalHTTP(ctx context.Context, hc *http.Client, tok, runID
 	return resp.StatusCode, resp.Header.Get("Retry-After"), nil
 }
 
+// signalNATS sends one signal with the client (over NATS) and returns its outcome as HTTP would
+// have: 202, or 429 with the Retry-After, or 0 with the error.
+func (f *floodStack) signalNATS(ctx context.Context, runID string, payload []byte, id string) (int, string, error) {
+	_, err := f.client.Signal(ctx, runID, "flood", json.RawMessage(payload), &flow.SignalOptions{DeliveryID: id})
+	var rl *flow.RateLimitedError
+	switch {
+	case err == nil:
+		return http.StatusAccepted, "", nil
+	case errors.As(err, &rl):
+		return http.StatusTooManyRequests, strconv.Itoa(int(rl.RetryAfter.Seconds())), nil
+	}
+	return 0, "", err
+}
+
 // floodResult is what one flood measured.
 type floodResult struct {
 	sent, accepted, limited, other int
@@ -215,6 +230,7 @@ func (f *floodStack) flood(t *testing.T, n, senders, size, probes int) *floodRes
 			}
 		}
 	}()
+	overNATS := os.Getenv("FLOW_FLOOD_DOOR") == "nats"
 	var senders_ sync.WaitGroup
 	for range senders {
 		senders_.Go(func() {
@@ -224,7 +240,14 @@ func (f *floodStack) flood(t *testing.T, n, senders, size, probes int) *floodRes
 					return
 				}
 				t0 := time.Now()
-				st, ra, err := f.signalHTTP(ctx, hc, floodToken, target, "flood", payload, "flood-"+strconv.FormatInt(i, 10))
+				var st int
+				var ra string
+				var err error
+				if overNATS {
+					st, ra, err = f.signalNATS(ctx, target, payload, "flood-"+strconv.FormatInt(i, 10))
+				} else {
+					st, ra, err = f.signalHTTP(ctx, hc, floodToken, target, "flood", payload, "flood-"+strconv.FormatInt(i, 10))
+				}
 				d := time.Since(t0)
 				mu.Lock()
 				r.sent++
@@ -326,7 +349,8 @@ func envInt(name string, def int) int {
 // TestSignalFloodMeasure is the measurement of issue 20's signal flood: 5,000 signals of 1 KB
 // to one run from 16 senders over HTTP, with probes signalling other runs. It only runs with
 // FLOW_FLOOD=1 (not under -race: it measures); FLOW_FLOOD_N, _SENDERS, _BYTES and _PROBES
-// change its size, and FLOW_FLOOD_FOR (a duration) stops the senders early. It reports the figures; it asserts only that nothing accepted is lost.
+// change its size, FLOW_FLOOD_FOR (a duration) stops the senders early, and FLOW_FLOOD_DOOR=nats
+// sends the flood with the Go client over NATS instead of HTTP. It reports the figures; it asserts only that nothing accepted is lost.
 func TestSignalFloodMeasure(t *testing.T) {
 	if os.Getenv("FLOW_FLOOD") != "1" {
 		t.Skip("set FLOW_FLOOD=1 to run the signal flood measurement")
