@@ -254,6 +254,12 @@ const (
 	CodeRunDeleted       IngressCode = "run_deleted"            // 410: deleted after its retention period
 	CodeIngressInternal  IngressCode = "internal"               // 500
 	CodeIngressBusy      IngressCode = "unavailable"            // 503
+	// CodeRateLimited refuses an input over a rate limit of its run or of its sender; the
+	// error's RetryAfter says when to try again.
+	CodeRateLimited IngressCode = "rate_limited" // 429
+	// CodeTooManyPending refuses a signal or update to a run that holds as many inputs its
+	// workflow has not taken yet as the ingress allows: the run is not consuming them.
+	CodeTooManyPending IngressCode = "too_many_pending" // 429
 )
 
 // IngressError is an ingress error reply: {"code": ..., "message": ...}. The message says what
@@ -261,6 +267,9 @@ const (
 type IngressError struct {
 	Code    IngressCode `json:"code"`
 	Message string      `json:"message"`
+	// RetryAfter is, for a 429, the whole seconds after which the input may be accepted (HTTP
+	// sends it in the Retry-After header too); 0 otherwise.
+	RetryAfter int `json:"retry_after,omitempty"`
 }
 
 func (e *IngressError) Error() string {
@@ -294,6 +303,8 @@ func statusOf(c IngressCode) int {
 		return http.StatusGone
 	case CodeIngressBusy:
 		return http.StatusServiceUnavailable
+	case CodeRateLimited, CodeTooManyPending:
+		return http.StatusTooManyRequests
 	case CodeScheduleNotFound:
 		return http.StatusNotFound
 	case CodeScheduleExists:
@@ -307,5 +318,6 @@ func IngressCodes() []IngressCode {
 	return []IngressCode{CodeInvalidJSON, CodeInvalidName, CodeInvalidEvent, CodeInvalidRequest, CodeUnauthorized, CodeForbidden,
 		CodeRunNotFound, CodeHookNotFound, CodeRouteNotFound, CodeMethodNotAllowed, CodeRunEnded, CodeRunExists,
 		CodeDeliveryConflict, CodeHookReceived, CodeNoWorker, CodeTooLarge, CodeMediaType, CodeRunDamaged,
-		CodeIngressInternal, CodeIngressBusy, CodeRunDeleted, CodeScheduleNotFound, CodeScheduleExists}
+		CodeIngressInternal, CodeIngressBusy, CodeRunDeleted, CodeScheduleNotFound, CodeScheduleExists,
+		CodeRateLimited, CodeTooManyPending}
 }

@@ -71,7 +71,9 @@ func startStack(ctx context.Context, ns natsServer, replicas int, logger *slog.L
 	if conn, err = s.connect("flowbench-ingress"); err != nil {
 		return nil, err
 	}
-	if s.ingress, err = ingress.New(ingress.Config{Conn: conn, HTTPAddr: "off", Logger: logger, Streams: s.streams}); err != nil {
+	// The benchmark's one client stands for many senders: no limit per sender.
+	if s.ingress, err = ingress.New(ingress.Config{Conn: conn, HTTPAddr: "off", Logger: logger, Streams: s.streams,
+		SourceRate: -1}); err != nil {
 		return nil, err
 	}
 	if err := s.ingress.Start(ctx); err != nil {

@@ -192,6 +192,9 @@ type Config struct {
 	// checkpoints: the history service does, as it follows the history. Defaults to nil: every
 	// cold load reads the whole history.
 	Checkpoints CheckpointReader
+	// Pending bounds the inputs a run holds unconsumed (pending.go): signals and updates past
+	// it are refused with a *PendingError. Defaults to the zero value: no bound.
+	Pending PendingLimits
 }
 
 // Engine drives runs. It is safe for concurrent use; drivers of one run are serialised.
@@ -217,6 +220,8 @@ type Engine struct {
 	// payloads and checkpoints are Config's.
 	payloads    Payloads
 	checkpoints CheckpointReader
+	// pending is Config.Pending.
+	pending PendingLimits
 }
 
 // New returns an engine.
@@ -243,7 +248,8 @@ func New(cfg Config) (*Engine, error) {
 	}
 	return &Engine{faults: cfg.Faults, store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
 		logger: cfg.Logger, buildID: cfg.BuildID, slots: newStepSlots(cfg.StepConcurrency), cache: newCache(cfg.CacheSize),
-		keys: cfg.Keys, stepLimits: cfg.StepLimits, heartbeats: cfg.Heartbeats, pauses: cfg.Pauses, payloads: cfg.Payloads, checkpoints: cfg.Checkpoints}, nil
+		keys: cfg.Keys, stepLimits: cfg.StepLimits, heartbeats: cfg.Heartbeats, pauses: cfg.Pauses, payloads: cfg.Payloads, checkpoints: cfg.Checkpoints,
+		pending: cfg.Pending}, nil
 }
 
 // StartParams describe a new run.

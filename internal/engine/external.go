@@ -17,11 +17,12 @@ import (
 // latest generation; Signal returns the ID of the run that received it. A delivery ID already
 // recorded (in that run or a generation before it) is accepted again without effect. It returns
 // an error wrapping core.ErrNotFound, core.ErrTerminal or core.ErrInvalidInput when the signal
-// cannot be accepted; nothing is appended then.
+// cannot be accepted, or a *PendingError when the run holds as many unconsumed inputs as
+// Config.Pending allows; nothing is appended then.
 func (e *Engine) Signal(ctx context.Context, runID, name string, payload []byte, deliveryID string) (string, error) {
-	to, err := e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
+	to, err := e.forward(ctx, runID, e.pending.admit(func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.ReceiveSignal(s, name, payload, deliveryID)
-	})
+	}))
 	if errors.Is(err, core.ErrDuplicate) {
 		return to, nil
 	}

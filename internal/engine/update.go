@@ -20,9 +20,10 @@ import (
 // payload is accepted again without effect (the caller then reads its outcome); with another
 // one it returns an error wrapping core.ErrDeliveryConflict. It returns an error wrapping
 // core.ErrNotFound, core.ErrTerminal or core.ErrInvalidInput when the update cannot be
-// accepted; nothing is appended then.
+// accepted, or a *PendingError when the run holds as many unconsumed inputs as Config.Pending
+// allows; nothing is appended then.
 func (e *Engine) Update(ctx context.Context, runID, updateID, name string, payload []byte) (string, error) {
-	to, err := e.forward(ctx, runID, receiveUpdate(updateID, name, payload))
+	to, err := e.forward(ctx, runID, e.pending.admit(receiveUpdate(updateID, name, payload)))
 	if errors.Is(err, core.ErrDuplicate) {
 		return to, nil
 	}
@@ -35,16 +36,16 @@ func (e *Engine) Update(ctx context.Context, runID, updateID, name string, paylo
 // as p would start it (the rules of Start: else a *RunExistsError) and the update is appended
 // to it as Update does. created reports whether this call started the run.
 func (e *Engine) UpdateWithStart(ctx context.Context, p StartParams, updateID, name string, payload []byte) (runID string, created bool, err error) {
-	return e.startWith(ctx, p, receiveUpdate(updateID, name, payload))
+	return e.startWith(ctx, p, e.pending.admit(receiveUpdate(updateID, name, payload)))
 }
 
 // SignalWithStart is Signal for a run that may not exist yet, as UpdateWithStart is Update: the
 // run is started with the signal in one commit, or the signal is appended to the run started
 // as p would start it.
 func (e *Engine) SignalWithStart(ctx context.Context, p StartParams, name string, payload []byte, deliveryID string) (runID string, created bool, err error) {
-	return e.startWith(ctx, p, func(s *core.Snapshot) ([]event.Payload, error) {
+	return e.startWith(ctx, p, e.pending.admit(func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.ReceiveSignal(s, name, payload, deliveryID)
-	})
+	}))
 }
 
 func receiveUpdate(updateID, name string, payload []byte) func(*core.Snapshot) ([]event.Payload, error) {

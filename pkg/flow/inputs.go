@@ -254,6 +254,9 @@ func decodeInputReply(subject string, m *nats.Msg) (*api.InputResponse, error) {
 // inputError maps an ingress error to the sentinel callers branch on; the message says what
 // was wrong and what to do.
 func inputError(e *api.IngressError) error {
+	if err := rateLimitedError(e); err != nil {
+		return err
+	}
 	var sentinel error
 	switch e.Code {
 	case api.CodeInvalidJSON, api.CodeInvalidName, api.CodeInvalidEvent, api.CodeInvalidRequest, api.CodeTooLarge, api.CodeMediaType:

@@ -52,6 +52,8 @@ type input struct {
 	timeouts api.RunTimeouts
 	// by names who asks for a pause or unpause.
 	by string
+	// source names the sender, for its rate limit (ratelimit.go): set by the door.
+	source string
 }
 
 // check validates what can be checked without reading the run: names and JSON.
@@ -100,12 +102,25 @@ func (in *input) dataName() string {
 
 // apply commits in to its run's history and returns what was committed. Nothing is appended
 // when it returns an error.
+//
+// A valid input is admitted first (ratelimit.go): refused with rate_limited when its sender or
+// its run is over its rate, then applied in its run's turn, one input to a run at a time in
+// this process.
 func (s *Service) apply(ctx context.Context, in *input) (*api.InputResponse, *api.IngressError) {
+	check := in.check
+	if isWithInput(in.kind) {
+		check = in.checkWithInput
+	}
+	if e := check(); e != nil {
+		return nil, e
+	}
+	release, e := s.admission.admit(ctx, in)
+	if e != nil {
+		return nil, e
+	}
+	defer release()
 	if isWithInput(in.kind) {
 		return s.applyWithInput(ctx, in)
-	}
-	if e := in.check(); e != nil {
-		return nil, e
 	}
 	data := in.data
 	if len(data) == 0 {
@@ -218,6 +233,9 @@ func (s *Service) refusal(in *input, err error) *api.IngressError {
 		// the message that breaks it.
 		return e(api.CodeRunDamaged, "the history of run %q is damaged (%s); no input is accepted until an operator releases it "+
 			"with `flow resume %s --accept-damage` or ends it with `flow terminate %s`", in.runID, trimFlow(err), in.runID, in.runID)
+	case errors.Is(err, engine.ErrTooManyPending):
+		return &api.IngressError{Code: api.CodeTooManyPending, Message: trimFlow(err) +
+			" (the ingress's limits are FLOW_INGRESS_MAX_PENDING_INPUTS and FLOW_INGRESS_MAX_PENDING_BYTES)", RetryAfter: retryAfterSeconds(pendingRetryAfter)}
 	case errors.Is(err, engine.ErrStartKeysUnavailable):
 		return e(api.CodeIngressBusy, "%s", trimFlow(err))
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, context.Canceled):

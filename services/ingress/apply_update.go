@@ -110,12 +110,9 @@ func (in *input) checkWithInput() *api.IngressError {
 	return nil
 }
 
-// applyWithInput commits an update or a with-start input. The response's DeliveryID is the
-// update ID (or the signal's delivery ID).
+// applyWithInput commits an update or a with-start input, which apply checked
+// (checkWithInput). The response's DeliveryID is the update ID (or the signal's delivery ID).
 func (s *Service) applyWithInput(ctx context.Context, in *input) (*api.InputResponse, *api.IngressError) {
-	if e := in.checkWithInput(); e != nil {
-		return nil, e
-	}
 	if in.deliveryID == "" {
 		in.deliveryID = nuid.Next()
 	}

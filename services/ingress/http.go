@@ -146,6 +146,7 @@ func (s *Service) httpInput(r *http.Request, in *input) (*api.InputResponse, *ap
 			return nil, e
 		}
 	}
+	in.source = s.httpSource(r, in)
 	ctx, cancel := context.WithTimeout(r.Context(), inputTimeout)
 	defer cancel()
 	return s.apply(ctx, in)
@@ -176,7 +177,12 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_, _ = w.Write(append(b, '\n'))
 }
 
-func writeError(w http.ResponseWriter, e *api.IngressError) { writeJSON(w, e.HTTPStatus(), e) }
+func writeError(w http.ResponseWriter, e *api.IngressError) {
+	if e.RetryAfter > 0 {
+		w.Header().Set("Retry-After", strconv.Itoa(e.RetryAfter))
+	}
+	writeJSON(w, e.HTTPStatus(), e)
+}
 
 // methodNotAllowedAsJSON answers a known path with the wrong method with a JSON error, as every
 // other refusal (the mux answers it in plain text).

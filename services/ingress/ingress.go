@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"sync"
@@ -91,6 +92,38 @@ type Config struct {
 	// a signal's, a hook delivery's, an update's) is offloaded to the FLOW_PAYLOADS object
 	// store, the history holding a reference (docs/large-payloads.md). Defaults to 256 KiB.
 	PayloadThreshold int `envconfig:"PAYLOAD_THRESHOLD"`
+
+	// The limits below are this process's (docs/ingress.md, "Limits"): with n replicas, a run or
+	// sender may get up to n times the rates through all of them.
+
+	// RunRate bounds the inputs per second to one run (signals, hook deliveries, updates,
+	// cancels, terminations, pauses; not starts), as a token bucket refilled at RunRate and
+	// holding RunBurst: past it, inputs are refused with 429 rate_limited and Retry-After.
+	// Defaults to 100; negative for no limit.
+	RunRate float64 `envconfig:"INGRESS_RUN_RATE"`
+	// RunBurst is the inputs one run takes at once before RunRate holds. Defaults to twice
+	// RunRate.
+	RunBurst int `envconfig:"INGRESS_RUN_BURST"`
+	// SourceRate bounds the inputs per second from one sender, every kind: on HTTP a bearer
+	// token, or the remote address without one; on NATS the requester's connection (its reply
+	// inbox). Past it, inputs are refused with 429 rate_limited and Retry-After. Defaults to
+	// 2,000; negative for no limit.
+	SourceRate float64 `envconfig:"INGRESS_SOURCE_RATE"`
+	// SourceBurst is the inputs one sender sends at once before SourceRate holds. Defaults to
+	// twice SourceRate.
+	SourceBurst int `envconfig:"INGRESS_SOURCE_BURST"`
+	// MaxPendingInputs bounds the inputs a run holds that its workflow has not taken yet
+	// (signals no signal wait consumed, updates not yet accepted or rejected): past it, a
+	// signal or update is refused with 429 too_many_pending. Defaults to 10,000; negative for
+	// no bound.
+	MaxPendingInputs int `envconfig:"INGRESS_MAX_PENDING_INPUTS"`
+	// MaxPendingBytes bounds the bytes of those inputs' payloads as the history holds them, as
+	// MaxPendingInputs bounds their number. Defaults to 4 MiB; negative for no bound.
+	MaxPendingBytes int64 `envconfig:"INGRESS_MAX_PENDING_BYTES"`
+	// CacheSize bounds the runs whose snapshots the ingress keeps between inputs, so that the
+	// next input to a run reads only the events after its snapshot. Defaults to 1,000;
+	// negative for none.
+	CacheSize int `envconfig:"INGRESS_CACHE_SIZE"`
 }
 
 // DefaultHTTPAddr is where the HTTP routes listen unless Config.HTTPAddr says otherwise.
@@ -128,6 +161,8 @@ type Service struct {
 	queries queryClient
 	// batch answers the batch API (batch.go).
 	batch batchDoor
+	// admission holds the rate limits and the run turns of inputs (ratelimit.go).
+	admission *admission
 }
 
 // New returns an ingress service, or an error naming the field of cfg that is wrong.
@@ -144,11 +179,24 @@ func New(cfg Config) (*Service, error) {
 	if cfg.Queue == "" {
 		cfg.Queue = streams.DefaultQueue
 	}
+	cfg.RunRate, cfg.RunBurst = rateDefaults(cfg.RunRate, cfg.RunBurst, DefaultRunRate)
+	cfg.SourceRate, cfg.SourceBurst = rateDefaults(cfg.SourceRate, cfg.SourceBurst, DefaultSourceRate)
+	if cfg.MaxPendingInputs == 0 {
+		cfg.MaxPendingInputs = DefaultMaxPendingInputs
+	}
+	if cfg.MaxPendingBytes == 0 {
+		cfg.MaxPendingBytes = DefaultMaxPendingBytes
+	}
+	if cfg.CacheSize == 0 {
+		cfg.CacheSize = DefaultCacheSize
+	}
 	switch {
 	case cfg.MaxBodyBytes < 0:
 		return nil, fmt.Errorf("ingress: MaxBodyBytes must be positive, got %d", cfg.MaxBodyBytes)
 	case cfg.Concurrency < 0:
 		return nil, fmt.Errorf("ingress: Concurrency must be positive, got %d", cfg.Concurrency)
+	case cfg.RunBurst < 0 || cfg.SourceBurst < 0:
+		return nil, fmt.Errorf("ingress: RunBurst and SourceBurst must not be negative, got %d and %d", cfg.RunBurst, cfg.SourceBurst)
 	}
 	if err := cfg.HTTP.Validate("FLOW_INGRESS_HTTP_"); err != nil {
 		return nil, fmt.Errorf("ingress: %w", err)
@@ -173,7 +221,18 @@ func New(cfg Config) (*Service, error) {
 		return nil, fmt.Errorf("ingress: HTTP on %s would accept inputs from anyone: set FLOW_INGRESS_TOKENS (or FLOW_INGRESS_TOKENS_FILE), listen on a loopback address, or set FLOW_INGRESS_ALLOW_ANONYMOUS=true", cfg.HTTPAddr)
 	}
 	return &Service{cfg: cfg, logger: logger.With(slog.String("component", "ingress")), auth: auth,
-		slots: make(chan struct{}, cfg.Concurrency)}, nil
+		slots: make(chan struct{}, cfg.Concurrency), admission: newAdmission(cfg)}, nil
+}
+
+// rateDefaults fills in a rate and burst left zero: the rate def, the burst twice the rate.
+func rateDefaults(perSecond float64, burst int, def float64) (float64, int) {
+	if perSecond == 0 {
+		perSecond = def
+	}
+	if burst == 0 && perSecond > 0 {
+		burst = int(min(2*perSecond, math.MaxInt32))
+	}
+	return perSecond, burst
 }
 
 func loopback(addr string) bool {
@@ -225,13 +284,15 @@ func (s *Service) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	// Each input reads its run's latest checkpoint and the history after it, not the whole run.
+	// An input to a run not in the cache reads its latest checkpoint and the history after it,
+	// not the whole run; one to a cached run reads only the events after its snapshot.
 	checkpoints, err := objstore.OpenCheckpoints(ctx, s.js, streams.CheckpointsBucket)
 	if err != nil {
 		return err
 	}
-	if s.engine, err = engine.New(engine.Config{Store: st, Host: s.host, Logger: s.logger, CacheSize: -1, Keys: keys, Faults: s.cfg.Faults,
-		Pauses: pauses, Payloads: payloads, Checkpoints: checkpoints}); err != nil {
+	if s.engine, err = engine.New(engine.Config{Store: st, Host: s.host, Logger: s.logger, CacheSize: s.cfg.CacheSize, Keys: keys, Faults: s.cfg.Faults,
+		Pauses: pauses, Payloads: payloads, Checkpoints: checkpoints,
+		Pending: engine.PendingLimits{Count: max(0, s.cfg.MaxPendingInputs), Bytes: max(0, s.cfg.MaxPendingBytes)}}); err != nil {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))

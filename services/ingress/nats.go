@@ -91,6 +91,7 @@ func (s *Service) natsInput(ctx context.Context, m *nats.Msg) (api.InputKind, *a
 			return in.kind, nil, e
 		}
 	}
+	in.source = natsSource(m)
 	ctx, span := startNATSSpan(ctx, m, ev, in.kind)
 	defer span.End()
 	resp, e := s.apply(ctx, in)
@@ -168,6 +169,9 @@ func (s *Service) reply(m *nats.Msg, what string, resp any, e *api.IngressError)
 	if e != nil {
 		reply.Header.Set(api.HeaderErrorCode, string(e.Code))
 		reply.Header.Set(api.HeaderStatus, strconv.Itoa(e.HTTPStatus()))
+		if e.RetryAfter > 0 {
+			reply.Header.Set("Retry-After", strconv.Itoa(e.RetryAfter))
+		}
 		reply.Data, err = json.Marshal(e)
 	} else {
 		reply.Header.Set(api.HeaderStatus, "200")
