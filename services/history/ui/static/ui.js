@@ -3,6 +3,8 @@
 "use strict";
 (function () {
   const $ = (sel, root) => (root || document).querySelector(sel);
+  // csrf is the page's CSRF token, which every POST carries (the history service checks it).
+  const csrf = () => { const m = document.querySelector('meta[name="flow-csrf"]'); return m ? m.content : ""; };
   const live = (on) => { const el = $("#live"); if (el) el.classList.toggle("on", on); };
 
   // Runs list: refresh the rows every 2 s while the tab is visible.
@@ -123,7 +125,7 @@
     // Signal and cancel: POST JSON to the history service, which forwards to the ingress.
     async function post(path, body, what) {
       try {
-        const res = await fetch(base + path, { method: "POST", headers: { "Content-Type": "application/json", Accept: "application/json" }, body: JSON.stringify(body) });
+        const res = await fetch(base + path, { method: "POST", headers: { "Content-Type": "application/json", Accept: "application/json", "X-Flow-CSRF": csrf() }, body: JSON.stringify(body) });
         let rep = {};
         try { rep = await res.json(); } catch (e) { rep = { error: { code: String(res.status), message: res.statusText } }; }
         if (!res.ok || rep.error) {
