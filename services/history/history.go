@@ -106,6 +106,10 @@ type Config struct {
 	// (FLOW_HISTORY_INGRESS_URL). Defaults to "http://127.0.0.1:8421", the ingress's default
 	// address; "off" disables the UI's actions.
 	IngressURL string `envconfig:"HISTORY_INGRESS_URL"`
+	// IngressURLOf, when set, returns the ingress's base URL as each action is forwarded,
+	// instead of IngressURL: for flow dev, whose ingress listens (maybe on a port picked at
+	// random) only after the history service started. "" disables the actions.
+	IngressURLOf func() string `ignored:"true"`
 	// SessionTTL is how long a web UI sign-in lasts (FLOW_HISTORY_SESSION_TTL). Defaults to 12
 	// hours.
 	SessionTTL time.Duration `envconfig:"HISTORY_SESSION_TTL"`

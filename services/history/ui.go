@@ -74,9 +74,12 @@ func (s *Service) mountUI(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ui/login", s.uiLoginForm)
 	mux.HandleFunc("POST /ui/login", s.uiLogin)
 	mux.HandleFunc("POST /ui/logout", s.uiLogout)
-	act := &uiActions{s: s, http: &http.Client{Timeout: uiActionTimeout}}
-	if s.cfg.IngressURL != "off" {
-		act.ingress = s.cfg.IngressURL
+	act := &uiActions{s: s, http: &http.Client{Timeout: uiActionTimeout}, ingress: func() string { return "" }}
+	switch {
+	case s.cfg.IngressURLOf != nil:
+		act.ingress = s.cfg.IngressURLOf
+	case s.cfg.IngressURL != "off":
+		act.ingress = func() string { return s.cfg.IngressURL }
 	}
 	mux.HandleFunc("POST /ui/runs/{id}/signal", act.signal)
 	mux.HandleFunc("POST /ui/runs/{id}/cancel", act.cancel)
@@ -114,7 +117,7 @@ func (s *Service) uiRenderScrubbed(w http.ResponseWriter, status int, name strin
 		}
 	}
 	page = bytes.ReplaceAll(page, []byte("__FLOW_CSRF__"), []byte(csrf))
-	page = bytes.Replace(page, []byte("<!--flow:signout-->"), []byte(signout), 1)
+	page = bytes.Replace(page, []byte("__FLOW_SIGNOUT__"), []byte(signout), 1)
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")

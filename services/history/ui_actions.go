@@ -22,8 +22,8 @@ import (
 // the caller: a read-only token, which the ingress does not know, cannot act through the UI.
 type uiActions struct {
 	s *Service
-	// ingress is the ingress's base URL; "" when the actions are off.
-	ingress string
+	// ingress returns the ingress's base URL; "" when the actions are off.
+	ingress func() string
 	http    *http.Client
 }
 
@@ -34,12 +34,13 @@ var errActionsOff = &actionError{status: http.StatusServiceUnavailable, code: "u
 // forward POSTs body (JSON) to the ingress's path with the caller's token, and returns the run
 // that received the input, or the ingress's error (*api.IngressError) or why it did not answer.
 func (a *uiActions) forward(r *http.Request, path string, body []byte) (string, error) {
-	if a.ingress == "" {
+	base := strings.TrimRight(a.ingress(), "/")
+	if base == "" {
 		return "", errActionsOff
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), uiActionTimeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.ingress+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(body))
 	if err != nil {
 		return "", err
 	}
@@ -51,9 +52,9 @@ func (a *uiActions) forward(r *http.Request, path string, body []byte) (string, 
 	resp, err := a.http.Do(req)
 	if err != nil {
 		if ctx.Err() != nil {
-			return "", fmt.Errorf("the ingress at %s did not answer in %s: %w", a.ingress, uiActionTimeout, context.DeadlineExceeded)
+			return "", fmt.Errorf("the ingress at %s did not answer in %s: %w", base, uiActionTimeout, context.DeadlineExceeded)
 		}
-		return "", &actionError{status: http.StatusBadGateway, code: "unavailable", msg: fmt.Sprintf("the ingress at %s (FLOW_HISTORY_INGRESS_URL) does not answer: %v", a.ingress, err)}
+		return "", &actionError{status: http.StatusBadGateway, code: "unavailable", msg: fmt.Sprintf("the ingress at %s (FLOW_HISTORY_INGRESS_URL) does not answer: %v", base, err)}
 	}
 	defer resp.Body.Close()
 	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
