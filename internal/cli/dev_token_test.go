@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -103,5 +104,35 @@ func TestDevHonoursIngressTokens(t *testing.T) {
 	require.Equal(t, http.StatusOK, status(t, http.MethodGet, "http://"+history+"/v1/runs", "tok-one"))
 	require.Equal(t, http.StatusOK, status(t, http.MethodGet, "http://"+history+"/v1/runs", "tok-read"))
 	require.Equal(t, http.StatusForbidden, status(t, http.MethodPost, "http://"+history+"/v1/runs/nobody/resume", "tok-read"))
+	dev.stopAndWait(t)
+}
+
+// TestStatusSecrets: `flow status` shows a hook's token redacted (finding 6: the client role
+// read every hook token over NATS); --secrets reads it over HTTP with the token flow dev wrote,
+// found through FLOW_DIR, as a user of flow dev does without configuring anything.
+func TestStatusSecrets(t *testing.T) {
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	dev := startDev(t, "--listen", listen, "--http", "127.0.0.1:0", "--ingress-http", "127.0.0.1:0", "--log-level", "warn")
+	history, _ := devAddrs(t, dev)
+	t.Setenv("FLOW_DIR", dev.dir)
+	t.Setenv("FLOW_HISTORY_URL", "http://"+history)
+	nats := "--server=nats://" + listen
+	r := run(t, "start", "webhook", "--id", "wh-1", nats)
+	require.Equal(t, 0, r.code, r.stderr)
+	require.Eventually(t, func() bool {
+		r = run(t, "status", "wh-1", nats)
+		return r.code == 0 && strings.Contains(r.stdout, "Hook callback") && strings.Contains(r.stdout, "announce-hook") && strings.Contains(r.stdout, "completed")
+	}, 30*time.Second, 20*time.Millisecond, "the webhook run announces its hook")
+	require.Contains(t, r.stdout, "token redacted:callback")
+	revealed := run(t, "status", "wh-1", "--secrets", nats)
+	require.Equal(t, 0, revealed.code, revealed.stderr)
+	m := regexp.MustCompile(`Hook callback: token ([a-z2-7]{32})`).FindStringSubmatch(revealed.stdout)
+	require.NotNil(t, m, revealed.stdout)
+	require.NotContains(t, r.stdout, m[1])
+
+	t.Setenv("FLOW_DIR", t.TempDir()) // no token there
+	refused := run(t, "status", "wh-1", "--secrets", nats)
+	require.Equal(t, 1, refused.code)
+	require.Contains(t, refused.stderr, "FLOW_TOKEN")
 	dev.stopAndWait(t)
 }
