@@ -295,6 +295,7 @@ func (s *Service) authMiddleware(next http.Handler) http.Handler {
 			if want := a.csrfToken(c); want != "" {
 				got := r.Header.Get(csrfHeader)
 				if got == "" {
+					r.Body = http.MaxBytesReader(w, r.Body, maxUIActionBody)
 					got = r.PostFormValue(csrfField) // a form; a JSON body is not read here
 				}
 				if !hmac.Equal([]byte(got), []byte(want)) {

@@ -15,6 +15,7 @@ import (
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/examples"
+	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
@@ -353,4 +354,30 @@ func TestSecretsRedacted(t *testing.T) {
 		require.Contains(t, p.body, "run.completed")
 		hidden(t, "watch", p.body)
 	})
+}
+
+// TestUIActionsOff: with FLOW_HISTORY_INGRESS_URL=off the run page offers no actions and says
+// why, and an action posted anyway is refused with that message.
+func TestUIActionsOff(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "127.0.0.1:0", Logger: quiet, IngressURL: "off"})
+	require.NoError(t, err)
+	require.NoError(t, h.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
+	startWorker(t, srv, registry(""))
+	client, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
+	defer cancel()
+	awaitingRun(t, ctx, client, "off-await")
+	base := h.HTTPAddr()
+	p := uiGet(t, base, "/ui/runs/off-await")
+	require.Equal(t, http.StatusOK, p.status)
+	require.Contains(t, p.text(t, "actions-off"), "FLOW_HISTORY_INGRESS_URL")
+	require.Regexp(t, `id="actions" hidden`, p.body)
+	p = uiPost(t, base, "/ui/runs/off-await/signal", "application/json", "http://"+base, `{"name":"go"}`)
+	require.Equal(t, http.StatusServiceUnavailable, p.status)
+	require.Contains(t, p.body, "FLOW_HISTORY_INGRESS_URL")
 }

@@ -46,6 +46,9 @@ type uiRunPage struct {
 	Earlier, Later uint64
 	// SuggestSignal is the name of a signal the run waits for now, to fill the signal form.
 	SuggestSignal string
+	// ActionsOff says why the page offers no actions (FLOW_HISTORY_INGRESS_URL=off); "" when
+	// it does.
+	ActionsOff string
 	// Notice and FlashError report the outcome of a form posted without the script.
 	Notice, FlashError string
 	// Types are the event types, for the live view's listeners.
@@ -123,6 +126,9 @@ func (s *Service) uiRunData(r *http.Request) (p *uiRunPage, secrets []string, er
 		if !sw.Received() && (p.SuggestSignal == "" || sw.Name < p.SuggestSignal) {
 			p.SuggestSignal = sw.Name
 		}
+	}
+	if s.cfg.IngressURLOf == nil && s.cfg.IngressURL == "off" {
+		p.ActionsOff = errActionsOff.msg
 	}
 	p.Notice, p.FlashError = clip(r.URL.Query().Get("notice"), 200), clip(r.URL.Query().Get("error"), 500)
 	if entry, ok := s.index.get(runID); ok {

@@ -67,7 +67,7 @@
       at = Number(fresh.dataset.at); last = Number(fresh.dataset.last);
       following = fresh.dataset.following === "true";
       const acts = $("#actions");
-      if (acts) acts.hidden = fresh.dataset.latestTerminal === "true";
+      if (acts) acts.hidden = fresh.dataset.latestTerminal === "true" || !!$("#actions-off");
     }
 
     function go(n) {
