@@ -106,7 +106,7 @@ func (a devAuth) text(historyURL string) string {
 	case a.file == "":
 		return "from FLOW_INGRESS_TOKENS / FLOW_INGRESS_TOKENS_FILE" + login
 	case a.fresh:
-		return fmt.Sprintf("%s\n             written to %s (mode 0600) and shown this once. Send it as the header\n             'Authorization: Bearer <token>' to the HTTP APIs%s.\n             The flow CLI reads it from there (or from FLOW_TOKEN).", a.tokens[0], a.file, login)
+		return fmt.Sprintf("%s\n             written to %s (mode 0600) and shown this once. Send it as the header\n             'Authorization: Bearer <token>' to the HTTP APIs%s.\n             The flow commands talk NATS and need none; those that read over HTTP\n             (flow status --secrets) find it there, or in FLOW_TOKEN.", a.tokens[0], a.file, login)
 	}
 	return fmt.Sprintf("in %s (the HTTP APIs need it as 'Authorization: Bearer <token>'%s)", a.file, login)
 }
