@@ -34,6 +34,13 @@ func (c *Client) SnapshotWithSecrets(ctx context.Context, runID string) (*Snapsh
 	return resp.Snapshot, nil
 }
 
+// HistoryWithSecrets is History with the run's seed and hook tokens, over the history
+// service's secrets endpoint (api.SubjectSecretsHistory), with SnapshotWithSecrets's
+// permissions.
+func (c *Client) HistoryWithSecrets(ctx context.Context, runID string, after uint64) ([]event.Envelope, error) {
+	return c.history(ctx, api.SubjectSecretsHistory, runID, after)
+}
+
 // HookToken returns the token of hook hookID of run runID, as SnapshotWithSecrets reads it. A
 // run without that hook is an error wrapping ErrNotFound.
 func (c *Client) HookToken(ctx context.Context, runID, hookID string) (string, error) {

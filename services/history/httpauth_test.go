@@ -310,6 +310,8 @@ func TestSecretsRedacted(t *testing.T) {
 			}
 			p := httpCall{path: "/v1/runs/" + runID, token: tok}.do(t, base)
 			require.Contains(t, p.body, `"token": "redacted:callback"`)
+			p = httpCall{path: "/ui/runs/" + runID, token: tok}.do(t, base)
+			require.Contains(t, p.body, `id="reveal-secrets"`, "the run page offers to show the tokens")
 		}
 		for _, path := range []string{"/v1/runs/" + runID, "/ui/runs/" + runID} {
 			p := httpCall{path: path + "?reveal=secrets", token: "full-token"}.do(t, base)

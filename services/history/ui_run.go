@@ -46,6 +46,8 @@ type uiRunPage struct {
 	Earlier, Later uint64
 	// SuggestSignal is the name of a signal the run waits for now, to fill the signal form.
 	SuggestSignal string
+	// Redacted is set when the run's secrets (hook tokens, seed) are redacted on the page.
+	Redacted bool
 	// ActionsOff says why the page offers no actions (FLOW_HISTORY_INGRESS_URL=off); "" when
 	// it does.
 	ActionsOff string
@@ -127,6 +129,7 @@ func (s *Service) uiRunData(r *http.Request) (p *uiRunPage, secrets []string, er
 			p.SuggestSignal = sw.Name
 		}
 	}
+	p.Redacted = !revealed
 	if s.cfg.IngressURLOf == nil && s.cfg.IngressURL == "off" {
 		p.ActionsOff = errActionsOff.msg
 	}

@@ -36,18 +36,20 @@
     let at = Number(view.dataset.at), last = Number(view.dataset.last);
     let following = view.dataset.following === "true";
     let loading = null, again; // again: a show asked for while one loads (null: the latest)
+    // reveal keeps a page opened with ?reveal=secrets (hook tokens shown) so as it moves.
+    const reveal = new URLSearchParams(location.search).get("reveal") === "secrets" ? "&reveal=secrets" : "";
 
     // show loads the view at seq n (null: the latest, following the run).
     async function show(n) {
       if (loading) { again = n; return; }
-      const url = base + "?fragment=view" + (n == null ? "" : "&at=" + n);
+      const url = base + "?fragment=view" + (n == null ? "" : "&at=" + n) + reveal;
       loading = url;
       try {
         const res = await fetch(url, { headers: { Accept: "text/html" } });
         const html = await res.text();
         if (!res.ok) { message(false, "Loading seq " + n + " failed (" + res.status + ")"); return; }
         swap(html);
-        history.replaceState(null, "", base + (following ? "" : "?at=" + at));
+        history.replaceState(null, "", base + (following ? (reveal ? "?" + reveal.slice(1) : "") : "?at=" + at + reveal));
       } catch (e) {
         message(false, "Loading the run failed: " + e);
       } finally {
