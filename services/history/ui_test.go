@@ -235,6 +235,20 @@ func TestUIActions(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, p.status)
 	})
 
+	// Finding 6: a plain form POST from curl cancelled a run. Without tokens configured it
+	// still needs the page's CSRF token.
+	t.Run("CurlWithoutCSRFRefused", func(t *testing.T) {
+		for _, action := range []string{"signal", "cancel", "pause", "unpause"} {
+			p := uiPost(t, base, "/ui/runs/"+runID+"/"+action, "application/x-www-form-urlencoded", "", "name=go&reason=curl")
+			require.Equal(t, http.StatusForbidden, p.status, action)
+			require.Contains(t, p.body, "CSRF", action)
+		}
+		s, err := b.client.Snapshot(b.ctx, runID)
+		require.NoError(t, err)
+		require.Empty(t, s.Signals)
+		require.False(t, s.Terminal())
+	})
+
 	t.Run("BadRequests", func(t *testing.T) {
 		for body, want := range map[string]string{
 			`{"name":""}`:                     "invalid_name",
