@@ -110,6 +110,9 @@ func (s *Service) serve() error {
 		return fmt.Errorf("history: listening on %s for the HTTP API: %w (set FLOW_HISTORY_HTTP_ADDR to another address, or \"off\")", s.cfg.HTTPAddr, err)
 	}
 	s.httpAddr = ln.Addr()
+	if !s.auth.enabled() {
+		s.logger.Warn("no bearer tokens configured: the HTTP API and the web UI (with its actions) answer anyone who reaches " + s.httpAddr.String() + "; set FLOW_INGRESS_TOKENS (and FLOW_READ_TOKENS) to require one")
+	}
 	s.httpSrv = &http.Server{Handler: s.routes(), ReadHeaderTimeout: 10 * time.Second}
 	s.workers.Go(func() {
 		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
