@@ -35,6 +35,19 @@ const (
 	SubjectResume  = "flow.api.runs.resume"
 )
 
+// Subjects of the history service's NATS endpoints that answer a run's snapshot and history
+// with its secrets (its seed and hook tokens) revealed, for operators: the deployed
+// permissions (deploy/nats/auth.conf) grant them to no role, and flow.api.runs.get and
+// flow.api.runs.history serve the secrets redacted (docs/operations.md#secrets).
+const (
+	SubjectSecretsGet     = DerivedPrefix + "runs.get"
+	SubjectSecretsHistory = DerivedPrefix + "runs.history"
+)
+
+// Redacted replaces a secret the caller may not see: a run's seed, and a hook's token (as
+// "redacted:<hook id>", unique per hook).
+const Redacted = "redacted"
+
 // GetRequest asks for a run's snapshot: the latest, or as of sequence At (time travel).
 type GetRequest struct {
 	RunID string `json:"run_id"`
@@ -174,6 +187,9 @@ type Code string
 // Error codes, with their HTTP status.
 const (
 	CodeInvalid     Code = "400" // the request is malformed
+	CodeNoAuth      Code = "401" // the HTTP request carries no accepted bearer token or session
+	CodeNotAllowed  Code = "403" // the caller's token may not do this (a read-only token acting, revealing secrets)
+	CodeMisdirected Code = "421" // the HTTP request's Host is not one the service answers for
 	CodeNotFound    Code = "404" // no such run
 	CodeConflict    Code = "409" // the run's state refuses the request (it ended)
 	CodeDamaged     Code = "423" // the run is quarantined: its history was found damaged

@@ -42,16 +42,23 @@ type devRun struct {
 	out, err *syncBuffer
 	stop     context.CancelFunc
 	done     chan int
+	// dir is its data directory.
+	dir string
 }
 
 // startDev runs `flow dev` with args (after "dev --dir <temp>") until it says it is running.
 func startDev(t *testing.T, args ...string) *devRun {
 	t.Helper()
-	ctx, stop := context.WithCancel(t.Context())
-	d := &devRun{out: &syncBuffer{}, err: &syncBuffer{}, stop: stop, done: make(chan int, 1)}
 	// The directory is made before the goroutine, so that its removal is registered before any
 	// cleanup that stops the run, and runs after it.
-	dir := t.TempDir()
+	return startDevIn(t, t.TempDir(), args...)
+}
+
+// startDevIn is startDev with data directory dir.
+func startDevIn(t *testing.T, dir string, args ...string) *devRun {
+	t.Helper()
+	ctx, stop := context.WithCancel(t.Context())
+	d := &devRun{out: &syncBuffer{}, err: &syncBuffer{}, stop: stop, done: make(chan int, 1), dir: dir}
 	go func() {
 		d.done <- cli.Main(ctx, append([]string{"dev", "--dir", dir}, args...), d.out, d.err)
 	}()
@@ -144,7 +151,10 @@ func TestTour(t *testing.T) {
 		require.Equal(t, 1, r.code)
 		require.Contains(t, r.stderr, "has ended (completed); there is nothing to resume")
 
-		resp, err := http.Get("http://" + httpAddr + "/v1/runs/order-2026-0001?at=11")
+		req, err := http.NewRequest(http.MethodGet, "http://"+httpAddr+"/v1/runs/order-2026-0001?at=11", nil)
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer "+devToken(t, dev))
+		resp, err := http.DefaultClient.Do(req)
 		require.NoError(t, err)
 		defer func() { require.NoError(t, resp.Body.Close()) }()
 		require.Equal(t, http.StatusOK, resp.StatusCode)

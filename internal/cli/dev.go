@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -27,7 +28,7 @@ import (
 // devOptions are the flags of `flow dev`.
 type devOptions struct {
 	dir, listen, httpAddr, ingressAddr, sync, level string
-	noWorker                                        bool
+	noWorker, insecure                              bool
 }
 
 func (e *env) devCmd() *cobra.Command {
@@ -51,7 +52,12 @@ registered (--no-worker leaves the worker out, to run your own):
              to see the difference
 
 Other terminals drive it with the flow commands, which connect to nats://127.0.0.1:4222 unless
---server, FLOW_NATS_URL, NATS_URL or a selected nats context says otherwise. Stop with Ctrl-C; runs resume where they were on the next start.`,
+--server, FLOW_NATS_URL, NATS_URL or a selected nats context says otherwise. Stop with Ctrl-C; runs resume where they were on the next start.
+
+The HTTP APIs (ingress and history) and the web UI require a bearer token: those of
+FLOW_INGRESS_TOKENS (or FLOW_INGRESS_TOKENS_FILE, and FLOW_READ_TOKENS for read-only ones) as
+flowd's services do, else one generated at first start into <dir>/token (mode 0600), shown once,
+and reused on later starts. --insecure (or FLOW_INSECURE=true) requires none.`,
 		Args: args(),
 		RunE: func(c *cobra.Command, _ []string) error {
 			return e.dev(c.Context(), o)
@@ -64,6 +70,7 @@ Other terminals drive it with the flow commands, which connect to nats://127.0.0
 	cmd.Flags().StringVar(&o.sync, "sync", envOr("FLOW_SYNC", ""), `JetStream fsync: "" (every 2 minutes), "always", or a duration (env FLOW_SYNC)`)
 	cmd.Flags().StringVar(&o.level, "log-level", envOr("FLOW_LOG_LEVEL", "info"), "log level: debug, info, warn or error (env FLOW_LOG_LEVEL)")
 	cmd.Flags().BoolVar(&o.noWorker, "no-worker", false, "run everything but the example worker (start your own worker on the same queue)")
+	cmd.Flags().BoolVar(&o.insecure, "insecure", envOr("FLOW_INSECURE", "") == "true", "require no bearer token on the HTTP APIs and the web UI (env FLOW_INSECURE=true); without it, flow dev uses FLOW_INGRESS_TOKENS, or generates a token at first start into <dir>/token")
 	return cmd
 }
 
@@ -110,9 +117,21 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 	}
 	defer nc.Close()
 
+	auth, err := devAuthFor(dir, o.insecure)
+	if err != nil {
+		return err
+	}
 	// The history service starts first: it checks the streams for damage before anything
-	// drives a run, and every consequence of a commit follows from it.
-	hcfg := history.Config{Conn: nc, HTTPAddr: httpAddr, Logger: logger}
+	// drives a run, and every consequence of a commit follows from it. Its web UI forwards its
+	// actions to the ingress's HTTP API, with the caller's token.
+	var ingressURL atomic.Pointer[string] // set once the ingress listens
+	hcfg := history.Config{Conn: nc, HTTPAddr: httpAddr, Logger: logger, IngressURLOf: func() string {
+		if u := ingressURL.Load(); u != nil {
+			return *u
+		}
+		return ""
+	},
+		Tokens: auth.tokens, TokensFile: auth.tokensFile, ReadTokens: auth.readTokens, ReadTokensFile: auth.readTokensFile}
 	if err := devRetention(&hcfg); err != nil { // retention.go
 		return err
 	}
@@ -127,7 +146,8 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 
 	// The ingress takes inputs from outside: the CLI's, other programs', third parties' hook
 	// callbacks.
-	in, err := ingress.New(ingress.Config{Conn: nc, HTTPAddr: o.ingressAddr, Queue: e.queue, Logger: logger})
+	in, err := ingress.New(ingress.Config{Conn: nc, HTTPAddr: o.ingressAddr, Queue: e.queue, Logger: logger,
+		Tokens: auth.tokens, TokensFile: auth.tokensFile})
 	if err != nil {
 		return usageError{err}
 	}
@@ -135,6 +155,10 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 		return err
 	}
 	defer func() { _ = in.Stop() }()
+	if addr := in.HTTPAddr(); addr != "" {
+		u := devIngressURL(addr)
+		ingressURL.Store(&u)
+	}
 
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: logger})
 	examples.RegisterWith(reg, examples.Options{HookBaseURL: in.PublicURL(), Logger: logger})
@@ -167,6 +191,7 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
   Ingress    %s
   Workflows  %s
   Sync       %s
+  Token      %s
 
 Try, in another terminal:
   flow start order --wait
@@ -178,7 +203,7 @@ Try, in another terminal:
 Other commands reach this server at %s (pass --server or set NATS_URL if you changed --listen,
 or if a nats context is selected).
 Press Ctrl-C to stop; runs resume where they were on the next start.
-`, url, filepath.Join(dir, "nats"), historyText(h.HTTPAddr()), ingressText(in.HTTPAddr()), workflows, syncText(sync), url)
+`, url, filepath.Join(dir, "nats"), historyText(h.HTTPAddr()), ingressText(in.HTTPAddr()), workflows, syncText(sync), auth.text(historyURL(h.HTTPAddr())), url)
 
 	<-ctx.Done()
 	fmt.Fprintln(e.stdout, "Stopping: finishing in-flight steps (up to 10s)...")
@@ -203,7 +228,27 @@ func historyText(addr string) string {
 	if addr == "" {
 		return "queries over NATS only (HTTP API off)"
 	}
-	return "http://" + addr + "/v1/runs (runs index, snapshots at any sequence, history, watch)"
+	return "http://" + addr + "/v1/runs (runs index, snapshots at any sequence, history, watch); web UI http://" + addr + "/ui/"
+}
+
+// historyURL is the base URL of the history service's HTTP listener at addr ("" when off).
+func historyURL(addr string) string {
+	if addr == "" {
+		return ""
+	}
+	return "http://" + addr
+}
+
+// devIngressURL is the URL at which the history service reaches an ingress listening on addr.
+func devIngressURL(addr string) string {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return ""
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	return "http://" + net.JoinHostPort(host, port)
 }
 
 func ingressText(addr string) string {

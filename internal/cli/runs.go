@@ -266,17 +266,30 @@ func (f *follower) printedBlock(runID string) bool {
 
 func (e *env) statusCmd() *cobra.Command {
 	var at uint64
+	var secrets bool
 	cmd := &cobra.Command{
 		Use:   "status RUN",
 		Short: "Show a run's status, steps and waits, now or as of any event",
 		Long: `Show the snapshot projected from a run's history: status, steps with attempts, waits, signals,
 hooks, children and the outcome, with why the run is parked if it is. --at SEQ shows the run as it
-was right after event SEQ (see 'flow history RUN' for the sequences). --json prints the snapshot.`,
+was right after event SEQ (see 'flow history RUN' for the sequences). --json prints the snapshot.
+
+Hook tokens (and the text of a step that carries one, such as a callback URL) are shown
+redacted; --secrets shows them, read from the history service's HTTP API (FLOW_HISTORY_URL,
+default http://127.0.0.1:8420) with the bearer token of FLOW_TOKEN, else of .flow/token
+($FLOW_DIR/token), which flow dev writes.`,
 		Example: `  flow status order-2026-0001
-  flow status order-2026-0001 --at 3`,
+  flow status order-2026-0001 --at 3
+  flow status webhook-run --secrets`,
 		Args: args("RUN"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
-			d, err := client.Describe(c.Context(), a[0], at)
+			var d *flow.RunDescription
+			var err error
+			if secrets {
+				d, err = describeWithSecrets(c.Context(), a[0], at)
+			} else {
+				d, err = client.Describe(c.Context(), a[0], at)
+			}
 			if err != nil {
 				return err
 			}
@@ -309,6 +322,7 @@ was right after event SEQ (see 'flow history RUN' for the sequences). --json pri
 		}),
 	}
 	cmd.Flags().Uint64Var(&at, "at", 0, "show the run as of this event sequence (default: the latest)")
+	cmd.Flags().BoolVar(&secrets, "secrets", false, "show hook tokens, read over HTTP with the bearer token of FLOW_TOKEN or .flow/token (env FLOW_HISTORY_URL)")
 	return cmd
 }
 

@@ -137,7 +137,7 @@ func (h *httpAPI) signal(ctx context.Context, run, name string, payload any) err
 // know the run.
 func (h *httpAPI) snapshot(ctx context.Context, run string) (*core.Snapshot, error) {
 	var resp api.GetResponse
-	err := h.do(ctx, http.MethodGet, h.s.history+"/v1/runs/"+run, nil, nil, &resp,
+	err := h.do(ctx, http.MethodGet, h.s.history+"/v1/runs/"+run, h.auth(), nil, &resp,
 		func(status int, _ api.IngressCode) bool { return status == http.StatusNotFound })
 	if err != nil {
 		return nil, err
@@ -205,7 +205,7 @@ func (h *httpAPI) history(ctx context.Context, run string) ([]event.Envelope, er
 		var page api.HistoryResponse
 		url := h.s.history + "/v1/runs/" + run + "/history?limit=1000&after=" + strconv.FormatUint(after, 10)
 		if err := h.untilDone(ctx, "reading the history of "+run, func() error {
-			return h.do(ctx, http.MethodGet, url, nil, nil, &page, nil)
+			return h.do(ctx, http.MethodGet, url, h.auth(), nil, &page, nil)
 		}); err != nil {
 			return nil, err
 		}

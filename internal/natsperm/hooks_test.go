@@ -18,7 +18,8 @@ import (
 func TestHookRoutesAsTheirRoles(t *testing.T) {
 	isolate(t)
 	srv, v := runServer(t, "")
-	c := runAll(t, srv, v).client
+	st := runAll(t, srv, v)
+	c := st.client
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	run, err := c.Start(ctx, "webhook", nil, nil)
@@ -29,8 +30,8 @@ func TestHookRoutesAsTheirRoles(t *testing.T) {
 		if err != nil || s.Hooks[examples.WebhookHook] == nil || s.Steps["announce-hook"] == nil || s.Steps["announce-hook"].Output == nil {
 			return false
 		}
-		token = s.Hooks[examples.WebhookHook].Token
-		return true
+		token = hookToken(t, ctx, st.uiNC, run, examples.WebhookHook)
+		return token != "" && s.Hooks[examples.WebhookHook].Token == "redacted:"+examples.WebhookHook
 	}, 30*time.Second, 10*time.Millisecond, "the webhook creates its hook and announces it")
 	// Seq 4, the announcement's step.completed: the new run copies the pending hook.
 	reset, err := c.Reset(ctx, run, flow.ResetOptions{Seq: 4, Reason: "roles"})

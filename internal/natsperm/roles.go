@@ -268,6 +268,9 @@ func historyRole() Role {
 	g.subscribe("flow.api.>", api.FeedPrefix+">")
 	g.subscribe(api.SubjectHookClaim, api.SubjectPark) // the workers' claims of hook tokens and parks of runs
 	g.subscribe(api.SubjectStartKeysPrefix + "*")      // the ingress's claims of start keys
+	// The endpoints that reveal a run's secrets (docs/operations.md#secrets): the history service
+	// answers them, and no role may ask them.
+	g.subscribe(api.SubjectSecretsGet, api.SubjectSecretsHistory)
 	g.subscribe("$SRV.*", "$SRV.*.flow-history", "$SRV.*.flow-history.*")
 	return g.role(History, "the history service (`flowd history`)")
 }

@@ -165,8 +165,8 @@ func exercise(t *testing.T, st stack, v *violations) {
 		if err != nil || s.Hooks[examples.WebhookHook] == nil {
 			return false
 		}
-		token = s.Hooks[examples.WebhookHook].Token
-		return true
+		token = hookToken(t, ctx, st.uiNC, webhook, examples.WebhookHook)
+		return token != ""
 	}, 30*time.Second, 10*time.Millisecond, "the webhook creates its hook")
 	_, err = c.DeliverHook(ctx, token, map[string]string{"paid": "yes"}, nil)
 	require.NoError(t, err)

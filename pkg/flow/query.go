@@ -25,7 +25,8 @@ type RunDescription = api.GetResponse
 // RunDamage is RunDescription.Damage: why a run's history is damaged, and how far it is valid.
 type RunDamage = api.RunDamage
 
-// Snapshot returns the projection of run runID's latest history. An unknown run is an error
+// Snapshot returns the projection of run runID's latest history, its hook tokens redacted
+// (secrets.go: SnapshotWithSecrets reveals them to an operator). An unknown run is an error
 // wrapping ErrNotFound, a run whose history is damaged one wrapping ErrDamaged (Describe shows
 // what of it is valid).
 func (c *Client) Snapshot(ctx context.Context, runID string) (*Snapshot, error) {
@@ -63,11 +64,17 @@ func (c *Client) Describe(ctx context.Context, runID string, at uint64) (*RunDes
 }
 
 // History returns run runID's events after sequence after (0 for all), in order, reading them
-// page by page from the history service.
+// page by page from the history service, the run's seed and hook tokens redacted
+// (HistoryWithSecrets reveals them to an operator).
 func (c *Client) History(ctx context.Context, runID string, after uint64) ([]event.Envelope, error) {
+	return c.history(ctx, api.SubjectHistory, runID, after)
+}
+
+// history reads run runID's events after sequence after from the endpoint subject.
+func (c *Client) history(ctx context.Context, subject, runID string, after uint64) ([]event.Envelope, error) {
 	var all []event.Envelope
 	for {
-		page, more, err := c.HistoryPage(ctx, runID, after, api.MaxHistoryLimit)
+		page, more, err := c.historyPage(ctx, subject, runID, after, api.MaxHistoryLimit)
 		if err != nil {
 			return nil, err
 		}
@@ -82,12 +89,16 @@ func (c *Client) History(ctx context.Context, runID string, after uint64) ([]eve
 // HistoryPage returns at most limit of run runID's events after sequence after (limit 0 means
 // api.DefaultHistoryLimit), and whether more follow.
 func (c *Client) HistoryPage(ctx context.Context, runID string, after uint64, limit int) ([]event.Envelope, bool, error) {
+	return c.historyPage(ctx, api.SubjectHistory, runID, after, limit)
+}
+
+func (c *Client) historyPage(ctx context.Context, subject, runID string, after uint64, limit int) ([]event.Envelope, bool, error) {
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, false, err
 	}
 	var resp api.HistoryResponse
 	req := api.HistoryRequest{RunID: runID, After: after, Limit: limit, AtLeast: c.seen.get(runID)}
-	if err := c.query(ctx, api.SubjectHistory, req, &resp); err != nil {
+	if err := c.query(ctx, subject, req, &resp); err != nil {
 		return nil, false, err
 	}
 	if n := len(resp.Events); n > 0 {

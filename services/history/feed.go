@@ -63,19 +63,21 @@ func newFeed(nc *nats.Conn) *feed {
 }
 
 // publish sends the events of envs, whose payloads' JSON is payloads, that fr has not published
-// yet.
+// yet, with the run's secrets redacted (redact.go): the client role reads the feed.
 func (p *feed) publish(fr *followed, envs []event.Envelope, payloads []json.RawMessage) {
 	def := fr.s.Spec.Definition
+	secrets := snapshotSecrets(fr.s)
 	for i, env := range envs {
 		if env.Seq <= fr.published {
 			continue
 		}
+		data := feedData(env, payloads[i], secrets)
 		ceType, ok := p.ceTypes[env.Type()]
 		if !ok {
 			ceType = FeedTypePrefix + string(env.Type())
 			p.ceTypes[env.Type()] = ceType
 		}
-		p.build(def, fr.s.TraceParent, env, ceType, payloads[i])
+		p.build(def, fr.s.TraceParent, env, ceType, data)
 		// A publish fails only when the connection is closed: the service is stopping, and
 		// the commit is not acknowledged.
 		if p.nc.PublishMsg(&p.msg) == nil {
@@ -120,13 +122,25 @@ func (p *feed) build(definition, traceParent string, env event.Envelope, ceType 
 // names (binding/spec), whose data is the event's payload as JSON. The SDK's NATS binding reads
 // it (cenats.NewMessage, binding.ToEvent).
 func FeedMessage(definition string, env event.Envelope) (*nats.Msg, error) {
-	data, err := json.Marshal(env.Payload)
+	data, err := json.Marshal(redactEvents([]event.Envelope{env})[0].Payload)
 	if err != nil {
 		return nil, err
 	}
 	p := newFeed(nil)
 	p.build(definition, "", env, FeedTypePrefix+string(env.Type()), data)
 	return &p.msg, nil
+}
+
+// feedData is the feed's data of env, whose payload's JSON is data: with its seed or hook token
+// redacted, and secrets scrubbed from its text.
+func feedData(env event.Envelope, data json.RawMessage, secrets []string) []byte {
+	switch env.Payload.(type) {
+	case *event.RunStarted, *event.HookCreated:
+		if b, err := json.Marshal(redactEvents([]event.Envelope{env})[0].Payload); err == nil {
+			data = b
+		}
+	}
+	return scrub(data, secrets)
 }
 
 // feedSource is FeedSource as a CloudEvents URI reference.

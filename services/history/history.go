@@ -87,6 +87,38 @@ type Config struct {
 	// httpserve.Config; the watch stream's writes are each bounded). Defaults to 1024
 	// connections, 10 s, 30 s, 45 s, 60 s and 64 KiB.
 	HTTP httpserve.Config `envconfig:"HISTORY_HTTP"`
+	// Tokens are the bearer tokens that may read and act through the HTTP API and the web UI
+	// (comma-separated in FLOW_INGRESS_TOKENS: the ingress's setting, so that the UI's actions,
+	// forwarded to the ingress with the caller's token, are accepted there). Defaults to none:
+	// without Tokens, TokensFile, ReadTokens and ReadTokensFile the HTTP port asks for no token
+	// (docs/operations.md#the-history-services-http-port).
+	Tokens []string `envconfig:"INGRESS_TOKENS"`
+	// TokensFile names a file of such tokens, one per line ('#' starts a comment), read again
+	// when it changes (FLOW_INGRESS_TOKENS_FILE). Defaults to none.
+	TokensFile string `envconfig:"INGRESS_TOKENS_FILE"`
+	// ReadTokens are bearer tokens that may read (the API's GETs, the UI's pages) but not act nor
+	// see a run's secrets (comma-separated in FLOW_READ_TOKENS). Defaults to none.
+	ReadTokens []string `envconfig:"READ_TOKENS"`
+	// ReadTokensFile names a file of read-only tokens, one per line (FLOW_READ_TOKENS_FILE).
+	// Defaults to none.
+	ReadTokensFile string `envconfig:"READ_TOKENS_FILE"`
+	// AllowedHosts are the host names (or addresses) the HTTP port answers for besides
+	// HTTPAddr's host, localhost, 127.0.0.1 and ::1; a request with another Host header gets 421
+	// (against DNS rebinding). "*" allows any. Comma-separated in FLOW_HISTORY_ALLOWED_HOSTS.
+	// Defaults to none.
+	AllowedHosts []string `envconfig:"HISTORY_ALLOWED_HOSTS"`
+	// IngressURL is the base URL of the ingress's HTTP API, to which the web UI forwards its
+	// actions (signal, cancel, pause, unpause) with the caller's bearer token
+	// (FLOW_HISTORY_INGRESS_URL). Defaults to "http://127.0.0.1:8421", the ingress's default
+	// address; "off" disables the UI's actions.
+	IngressURL string `envconfig:"HISTORY_INGRESS_URL"`
+	// IngressURLOf, when set, returns the ingress's base URL as each action is forwarded,
+	// instead of IngressURL: for flow dev, whose ingress listens (maybe on a port picked at
+	// random) only after the history service started. "" disables the actions.
+	IngressURLOf func() string `ignored:"true"`
+	// SessionTTL is how long a web UI sign-in lasts (FLOW_HISTORY_SESSION_TTL). Defaults to 12
+	// hours.
+	SessionTTL time.Duration `envconfig:"HISTORY_SESSION_TTL"`
 	// Lanes is how many runs have commits applied at once; each run's commits are applied in
 	// order in one lane. Defaults to 16.
 	Lanes int `envconfig:"HISTORY_LANES"`
@@ -177,7 +209,9 @@ type Service struct {
 	// consuming is set once the lanes run: from then on, work can be queued on them.
 	consuming atomic.Bool
 
-	micro    micro.Service
+	micro micro.Service
+	// auth checks the HTTP port's callers (httpauth.go).
+	auth     *httpAuth
 	httpSrv  *http.Server
 	httpAddr net.Addr
 	// readiness follows Start and Stop, for GET /readyz.
@@ -263,8 +297,12 @@ func New(cfg Config) (*Service, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
+	auth, err := newHTTPAuth(&cfg)
+	if err != nil {
+		return nil, err
+	}
 	return &Service{cfg: cfg, logger: logger.With(slog.String("component", "history")), started: make(chan struct{}),
-		awaitPoll: defaultAwaitPoll, hookClaimGrace: defaultHookClaimGrace}, nil
+		awaitPoll: defaultAwaitPoll, hookClaimGrace: defaultHookClaimGrace, auth: auth}, nil
 }
 
 // Start connects, creates Flow's streams if needed, checks them for damage (rebuilding what it

@@ -64,11 +64,22 @@ func setup(t *testing.T) *testBundle {
 
 func startHistory(t *testing.T, srv *natsserver.Server) *history.Service {
 	t.Helper()
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "127.0.0.1:0", Logger: quiet})
+	return startHistoryWith(t, srv, history.Config{}, ingress.Config{})
+}
+
+// startHistoryWith starts a history service configured by hcfg and an ingress configured by
+// icfg (both on srv, HTTP on free loopback ports), the history's web UI forwarding its actions
+// to the ingress.
+func startHistoryWith(t *testing.T, srv *natsserver.Server, hcfg history.Config, icfg ingress.Config) *history.Service {
+	t.Helper()
+	icfg.Conn, icfg.HTTPAddr, icfg.Logger = natstest.Connect(t, srv), "127.0.0.1:0", quiet
+	in := ingresstest.Start(t, icfg)
+	hcfg.Conn, hcfg.HTTPAddr, hcfg.Logger = natstest.Connect(t, srv), "127.0.0.1:0", quiet
+	hcfg.IngressURL = "http://" + in.HTTPAddr()
+	h, err := history.New(hcfg)
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	return h
 }
 

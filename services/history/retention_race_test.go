@@ -144,7 +144,7 @@ func TestInputsToADeletedRunFollowItsChain(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { sum, ok := h.IndexedEntry("head"); return ok && sum.Status.Terminal() },
 		20*time.Second, 5*time.Millisecond, "the head continued as new, in the sweeper's index")
-	hist, err := b.client.History(b.ctx, "head", 0)
+	hist, err := b.client.HistoryWithSecrets(b.ctx, "head", 0)
 	require.NoError(t, err)
 	b.clock.advance(2 * time.Hour)
 	_, err = h.Sweep(b.ctx)

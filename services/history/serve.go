@@ -52,8 +52,12 @@ func (s *Service) serve() error {
 		}), micro.WithEndpointSubject(subject))
 	}
 	for subject, fn := range map[string]func(context.Context, []byte) (any, error){
-		api.SubjectGet:     handle(s.getRun),
-		api.SubjectHistory: handle(s.historyPage),
+		// flow.api.* serves a run's secrets redacted; the secrets subjects, which the deployed
+		// permissions grant no role, reveal them (redact.go).
+		api.SubjectGet:            handle(s.redactedGet),
+		api.SubjectHistory:        handle(s.redactedHistory),
+		api.SubjectSecretsGet:     handle(s.getRun),
+		api.SubjectSecretsHistory: handle(s.historyPage),
 		api.SubjectList: handle(func(_ context.Context, req api.ListRequest) (*api.ListResponse, error) {
 			resp, err := s.listRuns(req, nil)
 			return &resp, err
@@ -107,6 +111,9 @@ func (s *Service) serve() error {
 		return fmt.Errorf("history: listening on %s for the HTTP API: %w (set FLOW_HISTORY_HTTP_ADDR to another address, or \"off\")", s.cfg.HTTPAddr, err)
 	}
 	s.httpAddr = ln.Addr()
+	if !s.auth.enabled() {
+		s.logger.Warn("no bearer tokens configured: the HTTP API and the web UI (with its actions) answer anyone who reaches " + s.httpAddr.String() + "; set FLOW_INGRESS_TOKENS (and FLOW_READ_TOKENS) to require one")
+	}
 	s.httpSrv, ln = httpserve.New(ln, s.routes(), s.cfg.HTTP)
 	s.workers.Go(func() {
 		if err := s.httpSrv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
@@ -188,12 +195,23 @@ func (s *Service) routes() http.Handler {
 		}
 		s.writeError(w, err)
 	})
+	// A run's snapshot and history serve its secrets redacted, unless a full caller asks
+	// ?reveal=secrets (redact.go, httpauth.go).
 	mux.HandleFunc("GET /v1/runs/{id}", func(w http.ResponseWriter, r *http.Request) {
 		req := api.GetRequest{RunID: r.PathValue("id")}
 		err := uints(r, map[string]*uint64{"at": &req.At, "at_least": &req.AtLeast})
+		var revealed bool
 		if err == nil {
-			var resp *api.GetResponse
-			if resp, err = s.getRun(r.Context(), req); err == nil {
+			revealed, err = reveal(r)
+		}
+		if err == nil {
+			var resp any
+			if revealed {
+				resp, err = s.getRun(r.Context(), req)
+			} else {
+				resp, err = s.redactedGet(r.Context(), req)
+			}
+			if err == nil {
 				writeJSON(w, http.StatusOK, resp)
 				return
 			}
@@ -205,9 +223,18 @@ func (s *Service) routes() http.Handler {
 		var limit uint64
 		err := uints(r, map[string]*uint64{"after": &req.After, "at_least": &req.AtLeast, "limit": &limit})
 		req.Limit = int(min(limit, api.MaxHistoryLimit+1))
+		var revealed bool
 		if err == nil {
-			var resp *api.HistoryResponse
-			if resp, err = s.historyPage(r.Context(), req); err == nil {
+			revealed, err = reveal(r)
+		}
+		if err == nil {
+			var resp any
+			if revealed {
+				resp, err = s.historyPage(r.Context(), req)
+			} else {
+				resp, err = s.redactedHistory(r.Context(), req)
+			}
+			if err == nil {
 				writeJSON(w, http.StatusOK, resp)
 				return
 			}
@@ -236,7 +263,7 @@ func (s *Service) routes() http.Handler {
 		writeJSON(w, http.StatusOK, resp)
 	})
 	s.mountUI(mux)
-	return mux
+	return s.authMiddleware(mux)
 }
 
 // watch streams a run's events as server-sent events, from ?after= on, until the run ends or
@@ -265,6 +292,15 @@ func (s *Service) watch(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer stop()
+	revealed, err := reveal(r)
+	if err != nil {
+		s.writeError(w, err)
+		return
+	}
+	var secrets []string
+	if !revealed {
+		secrets = s.runSecrets(r.Context(), runID, after)
+	}
 	started := false
 	for {
 		hist, err := s.history(r.Context(), runID, after, 0)
@@ -273,6 +309,10 @@ func (s *Service) watch(w http.ResponseWriter, r *http.Request) {
 				s.writeError(w, err)
 			}
 			return
+		}
+		if !revealed {
+			secrets = append(secrets, eventSecrets(hist)...)
+			hist = redactEvents(hist)
 		}
 		if !started {
 			w.Header().Set("Content-Type", "text/event-stream")
@@ -285,6 +325,7 @@ func (s *Service) watch(w http.ResponseWriter, r *http.Request) {
 			if err != nil {
 				return
 			}
+			b = scrub(b, secrets)
 			if _, err := fmt.Fprintf(w, "id: %d\nevent: %s\ndata: %s\n\n", e.Seq, e.Type(), b); err != nil {
 				return
 			}

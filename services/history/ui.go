@@ -26,8 +26,10 @@ import (
 //	GET  /ui/                       the runs list: ?status=&definition=&prefix=&limit=&cursor=
 //	GET  /ui/runs/{id}              a run: its snapshot at ?at=SEQ (default: the latest), the
 //	                                timeline, the diagnosis of a blocked run
+//	GET  /ui/login, POST /ui/login  the sign-in page, when tokens are configured (ui_login.go)
+//	POST /ui/logout                 signs out
 //	POST /ui/runs/{id}/signal       {"name": ..., "payload": <JSON>} (or a form): forwarded to
-//	                                the ingress over NATS
+//	                                the ingress's HTTP API with the caller's token
 //	POST /ui/runs/{id}/cancel       {"reason": ...} (or a form): forwarded to the ingress
 //	GET  /ui/schedules[/{name}]     the schedules, and one schedule (ui_schedule.go)
 //	GET  /ui/batches[/{id}]         the batch jobs and a job's report (ui_batch.go)
@@ -36,7 +38,8 @@ import (
 //	GET  /ui/static/...             the stylesheet and script
 //
 // ?fragment=rows (list) and ?fragment=view (run) return only the part the script swaps in.
-// The POSTs are refused when the browser says they come from another origin (CSRF).
+// Who may see and do what is checked before (httpauth.go): the POSTs are refused from another
+// origin, without the page's CSRF token, and from a read-only token.
 
 //go:embed ui/templates/*.html ui/static/*
 var uiFiles embed.FS
@@ -44,18 +47,18 @@ var uiFiles embed.FS
 // uiTemplates holds the parsed pages.
 var uiTemplates = template.Must(template.New("ui").Funcs(uiFuncs).ParseFS(uiFiles, "ui/templates/*.html"))
 
-// uiActionTimeout bounds one signal or cancel forwarded to the ingress.
+// uiActionTimeout bounds one action forwarded to the ingress.
 const uiActionTimeout = 15 * time.Second
 
 // mountUI adds the web UI's routes to mux.
 func (s *Service) mountUI(mux *http.ServeMux) {
+	// The schedules and batch pages read through a client (over NATS).
 	client, err := flow.NewClient(context.Background(), s.nc, &flow.ClientOptions{Logger: s.logger})
 	if err != nil {
-		s.logger.Error("the web UI cannot send inputs", slog.String("error", err.Error()))
+		s.logger.Error("the web UI cannot list schedules and batch jobs", slog.String("error", err.Error()))
 	}
 	static, _ := fs.Sub(uiFiles, "ui/static")
 	files := http.StripPrefix("/ui/static/", http.FileServerFS(static))
-	csrf := http.NewCrossOriginProtection()
 	mux.HandleFunc("GET /{$}", func(w http.ResponseWriter, r *http.Request) {
 		http.Redirect(w, r, "/ui/", http.StatusFound)
 	})
@@ -68,15 +71,24 @@ func (s *Service) mountUI(mux *http.ServeMux) {
 	})
 	mux.HandleFunc("GET /ui/{$}", s.uiRuns)
 	mux.HandleFunc("GET /ui/runs/{id}", s.uiRun)
-	act := &uiActions{s: s, client: client}
-	mux.Handle("POST /ui/runs/{id}/signal", csrf.Handler(http.HandlerFunc(act.signal)))
-	mux.Handle("POST /ui/runs/{id}/cancel", csrf.Handler(http.HandlerFunc(act.cancel)))
+	mux.HandleFunc("GET /ui/login", s.uiLoginForm)
+	mux.HandleFunc("POST /ui/login", s.uiLogin)
+	mux.HandleFunc("POST /ui/logout", s.uiLogout)
+	act := &uiActions{s: s, http: &http.Client{Timeout: uiActionTimeout}, ingress: func() string { return "" }}
+	switch {
+	case s.cfg.IngressURLOf != nil:
+		act.ingress = s.cfg.IngressURLOf
+	case s.cfg.IngressURL != "off":
+		act.ingress = func() string { return s.cfg.IngressURL }
+	}
+	mux.HandleFunc("POST /ui/runs/{id}/signal", act.signal)
+	mux.HandleFunc("POST /ui/runs/{id}/cancel", act.cancel)
 	s.mountScheduleUI(mux, client) // ui_schedule.go
 	batches := &uiBatches{s: s, client: client}
 	mux.HandleFunc("GET /ui/batches", batches.list)
 	mux.HandleFunc("GET /ui/batches/{id}", batches.job)
-	mux.Handle("POST /ui/runs/{id}/pause", csrf.Handler(http.HandlerFunc(act.pause)))
-	mux.Handle("POST /ui/runs/{id}/unpause", csrf.Handler(http.HandlerFunc(act.unpause)))
+	mux.HandleFunc("POST /ui/runs/{id}/pause", act.pause)
+	mux.HandleFunc("POST /ui/runs/{id}/unpause", act.unpause)
 	mux.HandleFunc("/ui/", func(w http.ResponseWriter, r *http.Request) {
 		s.uiError(w, http.StatusNotFound, "Page not found", fmt.Sprintf("%s %s is not a page of the web UI; start from the runs list.", r.Method, r.URL.Path))
 	})
@@ -84,12 +96,28 @@ func (s *Service) mountUI(mux *http.ServeMux) {
 
 // uiRender writes template name with data, as a page (status) or a fragment.
 func (s *Service) uiRender(w http.ResponseWriter, status int, name string, data any) {
+	s.uiRenderScrubbed(w, status, name, data, nil)
+}
+
+// uiRenderScrubbed is uiRender with every occurrence of secrets replaced (redact.go). It fills
+// in the caller's CSRF token and sign-out button (httpauth.go).
+func (s *Service) uiRenderScrubbed(w http.ResponseWriter, status int, name string, data any, secrets []string) {
 	var b bytes.Buffer
 	if err := uiTemplates.ExecuteTemplate(&b, name, data); err != nil {
 		s.logger.Error("rendering a web UI page failed", slog.String("template", name), slog.String("error", err.Error()))
 		http.Error(w, "rendering the page failed: "+err.Error(), http.StatusInternalServerError)
 		return
 	}
+	page := scrub(b.Bytes(), secrets)
+	csrf, signout := "", ""
+	if uw, ok := w.(*uiWriter); ok {
+		csrf = uw.csrf
+		if uw.session {
+			signout = `<form method="post" action="/ui/logout" class="signout"><button type="submit" id="signout">Sign out</button></form>`
+		}
+	}
+	page = bytes.ReplaceAll(page, []byte("__FLOW_CSRF__"), []byte(csrf))
+	page = bytes.Replace(page, []byte("__FLOW_SIGNOUT__"), []byte(signout), 1)
 	h := w.Header()
 	h.Set("Content-Type", "text/html; charset=utf-8")
 	h.Set("Cache-Control", "no-store")
@@ -97,7 +125,7 @@ func (s *Service) uiRender(w http.ResponseWriter, status int, name string, data 
 	h.Set("X-Frame-Options", "DENY")
 	h.Set("Content-Security-Policy", "default-src 'self'; img-src 'self' data:; frame-ancestors 'none'; form-action 'self'")
 	w.WriteHeader(status)
-	_, _ = w.Write(b.Bytes())
+	_, _ = w.Write(page)
 }
 
 // uiErrorPage is the data of the error page.
@@ -140,5 +168,5 @@ func uiSeq(r *http.Request) (uint64, error) {
 	return n, nil
 }
 
-// errNoClient is returned by actions when the service could not make a client.
-var errNoClient = errors.New("the history service has no client to forward inputs to the ingress; see its log")
+// errNoClient is returned by the schedule pages when the service could not make a client.
+var errNoClient = errors.New("the history service has no client to read schedules; see its log")

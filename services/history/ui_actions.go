@@ -1,10 +1,12 @@
 package history
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"mime"
 	"net/http"
 	"net/url"
@@ -15,12 +17,66 @@ import (
 	"github.com/flowrun/flow/pkg/flow"
 )
 
-// uiActions forwards the run page's signal and cancel buttons to the ingress, over NATS
-// request/reply with the flow Client (CloudEvents, retried with the same id when unanswered).
+// uiActions forwards the run page's signal, cancel, pause and unpause buttons to the ingress's
+// HTTP API (Config.IngressURL) with the caller's bearer token, so that the ingress authorizes
+// the caller: a read-only token, which the ingress does not know, cannot act through the UI.
 type uiActions struct {
-	s      *Service
-	client *flow.Client
+	s *Service
+	// ingress returns the ingress's base URL; "" when the actions are off.
+	ingress func() string
+	http    *http.Client
 }
+
+// errActionsOff is returned by actions when Config.IngressURL is "off".
+var errActionsOff = &actionError{status: http.StatusServiceUnavailable, code: "unavailable",
+	msg: "the web UI's actions are off: set FLOW_HISTORY_INGRESS_URL to the ingress's HTTP address (such as http://127.0.0.1:8421) on the history service"}
+
+// forward POSTs body (JSON) to the ingress's path with the caller's token, and returns the run
+// that received the input, or the ingress's error (*api.IngressError) or why it did not answer.
+func (a *uiActions) forward(r *http.Request, path string, body []byte) (string, error) {
+	base := strings.TrimRight(a.ingress(), "/")
+	if base == "" {
+		return "", errActionsOff
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), uiActionTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, base+path, bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json")
+	if t := callerOf(r).token; t != "" {
+		req.Header.Set("Authorization", "Bearer "+t)
+	}
+	resp, err := a.http.Do(req)
+	if err != nil {
+		if ctx.Err() != nil {
+			return "", fmt.Errorf("the ingress at %s did not answer in %s: %w", base, uiActionTimeout, context.DeadlineExceeded)
+		}
+		return "", &actionError{status: http.StatusBadGateway, code: "unavailable", msg: fmt.Sprintf("the ingress at %s (FLOW_HISTORY_INGRESS_URL) does not answer: %v", base, err)}
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
+	if err != nil {
+		return "", &actionError{status: http.StatusBadGateway, code: "unavailable", msg: fmt.Sprintf("reading the ingress's answer: %v", err)}
+	}
+	if resp.StatusCode/100 == 2 {
+		var ok api.InputResponse
+		if err := json.Unmarshal(b, &ok); err != nil {
+			return "", &actionError{status: http.StatusBadGateway, code: "internal", msg: fmt.Sprintf("the ingress's answer is not JSON: %v", err)}
+		}
+		return ok.RunID, nil
+	}
+	var ie api.IngressError
+	if err := json.Unmarshal(b, &ie); err != nil || ie.Code == "" {
+		return "", &actionError{status: http.StatusBadGateway, code: "internal", msg: fmt.Sprintf("the ingress answered %s", resp.Status)}
+	}
+	return "", &actionError{status: resp.StatusCode, code: string(ie.Code), msg: ie.Message}
+}
+
+// runPath is the ingress's path of run runID's input kind ("cancel", "signals/NAME", ...).
+func runPath(runID, kind string) string { return "/v1/runs/" + url.PathEscape(runID) + "/" + kind }
 
 // uiActionRequest is the body of a signal or cancel: JSON, or a form with the same fields.
 type uiActionRequest struct {
@@ -63,13 +119,11 @@ func (a *uiActions) signal(w http.ResponseWriter, r *http.Request) {
 		}
 		payload = json.RawMessage(p)
 	}
-	if a.client == nil {
-		a.reply(w, r, form, "", errNoClient)
+	if err := event.ValidateName("signal", req.Name); err != nil {
+		a.reply(w, r, form, "", &actionError{status: http.StatusBadRequest, code: "invalid_name", msg: err.Error()})
 		return
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), uiActionTimeout)
-	defer cancel()
-	runID, err := a.client.Signal(ctx, r.PathValue("id"), req.Name, payload, nil)
+	runID, err := a.forward(r, runPath(r.PathValue("id"), "signals/"+url.PathEscape(req.Name)), payload)
 	a.reply(w, r, form, runID, err)
 }
 
@@ -79,17 +133,12 @@ func (a *uiActions) cancel(w http.ResponseWriter, r *http.Request) {
 		a.reply(w, r, form, "", err)
 		return
 	}
-	if a.client == nil {
-		a.reply(w, r, form, "", errNoClient)
-		return
-	}
 	reason := strings.TrimSpace(req.Reason)
 	if reason == "" {
 		reason = "cancelled from the web UI"
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), uiActionTimeout)
-	defer cancel()
-	runID, err := a.client.Cancel(ctx, r.PathValue("id"), reason)
+	body, _ := json.Marshal(api.CancelRequest{Reason: reason})
+	runID, err := a.forward(r, runPath(r.PathValue("id"), "cancel"), body)
 	a.reply(w, r, form, runID, err)
 }
 

@@ -1,14 +1,14 @@
 package history
 
 import (
-	"context"
+	"encoding/json"
 	"net/http"
 	"strings"
 
-	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/internal/api"
 )
 
-// The run page's pause and unpause buttons, forwarded to the ingress like a cancel
+// The run page's pause and unpause buttons, forwarded to the ingress's HTTP API like a cancel
 // (docs/pause.md).
 
 func (a *uiActions) pause(w http.ResponseWriter, r *http.Request) { a.pauseOrUnpause(w, r, true) }
@@ -21,21 +21,15 @@ func (a *uiActions) pauseOrUnpause(w http.ResponseWriter, r *http.Request, pause
 		a.reply(w, r, form, "", err)
 		return
 	}
-	if a.client == nil {
-		a.reply(w, r, form, "", errNoClient)
-		return
-	}
-	opts := &flow.PauseOptions{Reason: strings.TrimSpace(req.Reason), By: "web UI"}
-	ctx, cancel := context.WithTimeout(r.Context(), uiActionTimeout)
-	defer cancel()
-	var runID string
+	body := api.PauseRequest{Reason: strings.TrimSpace(req.Reason), By: "web UI"}
+	kind := "unpause"
 	if pause {
-		if opts.Reason == "" {
-			opts.Reason = "paused from the web UI"
+		kind = "pause"
+		if body.Reason == "" {
+			body.Reason = "paused from the web UI"
 		}
-		runID, err = a.client.PauseRun(ctx, r.PathValue("id"), opts)
-	} else {
-		runID, err = a.client.UnpauseRun(ctx, r.PathValue("id"), opts)
 	}
+	b, _ := json.Marshal(body)
+	runID, err := a.forward(r, runPath(r.PathValue("id"), kind), b)
 	a.reply(w, r, form, runID, err)
 }

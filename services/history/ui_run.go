@@ -46,6 +46,11 @@ type uiRunPage struct {
 	Earlier, Later uint64
 	// SuggestSignal is the name of a signal the run waits for now, to fill the signal form.
 	SuggestSignal string
+	// Redacted is set when the run's secrets (hook tokens, seed) are redacted on the page.
+	Redacted bool
+	// ActionsOff says why the page offers no actions (FLOW_HISTORY_INGRESS_URL=off); "" when
+	// it does.
+	ActionsOff string
 	// Notice and FlashError report the outcome of a form posted without the script.
 	Notice, FlashError string
 	// Types are the event types, for the live view's listeners.
@@ -64,8 +69,10 @@ type uiSignalWait struct {
 }
 
 // uiRun serves a run page, or its view alone with ?fragment=view.
+// The run's seed and hook tokens are redacted (redact.go) unless a full caller asks for them with
+// ?reveal=secrets.
 func (s *Service) uiRun(w http.ResponseWriter, r *http.Request) {
-	page, err := s.uiRunData(r)
+	page, secrets, err := s.uiRunData(r)
 	if err != nil {
 		s.uiQueryError(w, err)
 		return
@@ -74,38 +81,46 @@ func (s *Service) uiRun(w http.ResponseWriter, r *http.Request) {
 	if r.URL.Query().Get("fragment") == "view" {
 		name = "run-view"
 	}
-	s.uiRender(w, http.StatusOK, name, page)
+	s.uiRenderScrubbed(w, http.StatusOK, name, page, secrets)
 }
 
-func (s *Service) uiRunData(r *http.Request) (*uiRunPage, error) {
+// uiRunData returns the run page's data, and the secrets to scrub from it (none when revealed).
+func (s *Service) uiRunData(r *http.Request) (p *uiRunPage, secrets []string, err error) {
 	runID := r.PathValue("id")
 	at, err := uiSeq(r)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if err := event.ValidateDerivedRunID(runID); err != nil {
-		return nil, &api.Error{Code: api.CodeInvalid, Message: err.Error()}
+		return nil, nil, &api.Error{Code: api.CodeInvalid, Message: err.Error()}
+	}
+	revealed, err := reveal(r)
+	if err != nil {
+		return nil, nil, err
 	}
 	hist, err := s.history(r.Context(), runID, 0, 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	if !revealed {
+		secrets, hist = eventSecrets(hist), redactEvents(hist)
 	}
 	last := hist[len(hist)-1].Seq
 	if at > last {
-		return nil, &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf("at=%d is past the end: run %q has %d events; pick a sequence from 1 to %d", at, runID, last, last)}
+		return nil, nil, &api.Error{Code: api.CodeInvalid, Message: fmt.Sprintf("at=%d is past the end: run %q has %d events; pick a sequence from 1 to %d", at, runID, last, last)}
 	}
-	p := &uiRunPage{RunID: runID, At: at, Last: last, Following: at == 0, Types: event.Types(), Now: time.Now().UTC()}
+	p = &uiRunPage{RunID: runID, At: at, Last: last, Following: at == 0, Types: event.Types(), Now: time.Now().UTC()}
 	if at == 0 {
 		p.At = last
 	}
 	latest, err := core.Project(runID, hist)
 	if err != nil {
-		return nil, &api.Error{Code: api.CodeDamaged, Message: fmt.Sprintf("the history of run %q does not project: %v", runID, err)}
+		return nil, nil, &api.Error{Code: api.CodeDamaged, Message: fmt.Sprintf("the history of run %q does not project: %v", runID, err)}
 	}
 	p.Snap = latest
 	if p.At < last {
 		if p.Snap, err = core.Project(runID, hist[:p.At]); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	p.Latest, p.LatestTerminal = latest.Status, latest.Terminal()
@@ -113,6 +128,10 @@ func (s *Service) uiRunData(r *http.Request) (*uiRunPage, error) {
 		if !sw.Received() && (p.SuggestSignal == "" || sw.Name < p.SuggestSignal) {
 			p.SuggestSignal = sw.Name
 		}
+	}
+	p.Redacted = !revealed
+	if s.cfg.IngressURLOf == nil && s.cfg.IngressURL == "off" {
+		p.ActionsOff = errActionsOff.msg
 	}
 	p.Notice, p.FlashError = clip(r.URL.Query().Get("notice"), 200), clip(r.URL.Query().Get("error"), 500)
 	if entry, ok := s.index.get(runID); ok {
@@ -126,7 +145,7 @@ func (s *Service) uiRunData(r *http.Request) (*uiRunPage, error) {
 		p.LatestDiagnosis = diagnose(latest.Blocked)
 	}
 	p.fill(hist)
-	return p, nil
+	return p, secrets, nil
 }
 
 // fill sorts the snapshot's parts and builds the timeline around At.

@@ -49,6 +49,9 @@ func uiPost(t *testing.T, base, path, contentType, origin, body string) page {
 		req.Header.Set("Origin", origin)
 		req.Header.Set("Sec-Fetch-Site", map[bool]string{true: "same-origin", false: "cross-site"}[origin == "http://"+base])
 	}
+	if origin == "http://"+base {
+		req.Header.Set("X-Flow-CSRF", uiCSRF(t, base)) // as the page's script does
+	}
 	c := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := c.Do(req)
 	require.NoError(t, err)
@@ -56,6 +59,20 @@ func uiPost(t *testing.T, base, path, contentType, origin, body string) page {
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
 	return page{status: resp.StatusCode, header: resp.Header, body: string(b)}
+}
+
+// uiCSRF returns the CSRF token the web UI's pages carry (for an anonymous caller).
+func uiCSRF(t *testing.T, base string) string {
+	t.Helper()
+	return csrfOf(t, uiGet(t, base, "/ui/").body)
+}
+
+// csrfOf returns the CSRF token of a page.
+func csrfOf(t *testing.T, body string) string {
+	t.Helper()
+	m := regexp.MustCompile(`<meta name="flow-csrf" content="([^"]*)">`).FindStringSubmatch(body)
+	require.NotNil(t, m, "no CSRF token in:\n%s", body)
+	return m[1]
 }
 
 // text returns the text of the first element with id, tags stripped.
@@ -216,6 +233,20 @@ func TestUIActions(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, p.status)
 		p = uiPost(t, base, "/ui/runs/"+runID+"/cancel", "application/x-www-form-urlencoded", "http://evil.example", "reason=x")
 		require.Equal(t, http.StatusForbidden, p.status)
+	})
+
+	// Finding 6: a plain form POST from curl cancelled a run. Without tokens configured it
+	// still needs the page's CSRF token.
+	t.Run("CurlWithoutCSRFRefused", func(t *testing.T) {
+		for _, action := range []string{"signal", "cancel", "pause", "unpause"} {
+			p := uiPost(t, base, "/ui/runs/"+runID+"/"+action, "application/x-www-form-urlencoded", "", "name=go&reason=curl")
+			require.Equal(t, http.StatusForbidden, p.status, action)
+			require.Contains(t, p.body, "CSRF", action)
+		}
+		s, err := b.client.Snapshot(b.ctx, runID)
+		require.NoError(t, err)
+		require.Empty(t, s.Signals)
+		require.False(t, s.Terminal())
 	})
 
 	t.Run("BadRequests", func(t *testing.T) {

@@ -90,15 +90,21 @@ func TestClientNeedsOnlyIngressAndQuerySubjects(t *testing.T) {
 
 	run2, err := c.Start(ctx, "gate", nil, nil)
 	require.NoError(t, err)
+	// The client role reads hook tokens redacted; an operator's connection reads them.
+	admin, err := flow.NewClient(t.Context(), svc(), nil)
+	require.NoError(t, err)
 	var tok string
 	require.Eventually(t, func() bool {
-		s, err := c.Snapshot(ctx, run2)
+		s, err := admin.SnapshotWithSecrets(ctx, run2)
 		if err != nil || s.Hooks["cb"] == nil {
 			return false
 		}
 		tok = s.Hooks["cb"].Token
 		return true
 	}, 20*time.Second, 5*time.Millisecond)
+	s, err := c.Snapshot(ctx, run2)
+	require.NoError(t, err)
+	require.Equal(t, "redacted:cb", s.Hooks["cb"].Token)
 	_, err = c.DeliverHook(ctx, tok, "hooked", nil)
 	require.NoError(t, err)
 	require.NoError(t, c.Result(ctx, run2, &out))

@@ -95,7 +95,7 @@ func hookToken(t *testing.T, ctx context.Context, c *flow.Client, runID string) 
 	t.Helper()
 	var token string
 	require.Eventually(t, func() bool {
-		s, err := c.Snapshot(ctx, runID)
+		s, err := c.SnapshotWithSecrets(ctx, runID)
 		if err != nil || s.Hooks["cb"] == nil {
 			return false
 		}

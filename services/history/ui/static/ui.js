@@ -3,6 +3,8 @@
 "use strict";
 (function () {
   const $ = (sel, root) => (root || document).querySelector(sel);
+  // csrf is the page's CSRF token, which every POST carries (the history service checks it).
+  const csrf = () => { const m = document.querySelector('meta[name="flow-csrf"]'); return m ? m.content : ""; };
   const live = (on) => { const el = $("#live"); if (el) el.classList.toggle("on", on); };
 
   // Runs list: refresh the rows every 2 s while the tab is visible.
@@ -34,18 +36,20 @@
     let at = Number(view.dataset.at), last = Number(view.dataset.last);
     let following = view.dataset.following === "true";
     let loading = null, again; // again: a show asked for while one loads (null: the latest)
+    // reveal keeps a page opened with ?reveal=secrets (hook tokens shown) so as it moves.
+    const reveal = new URLSearchParams(location.search).get("reveal") === "secrets" ? "&reveal=secrets" : "";
 
     // show loads the view at seq n (null: the latest, following the run).
     async function show(n) {
       if (loading) { again = n; return; }
-      const url = base + "?fragment=view" + (n == null ? "" : "&at=" + n);
+      const url = base + "?fragment=view" + (n == null ? "" : "&at=" + n) + reveal;
       loading = url;
       try {
         const res = await fetch(url, { headers: { Accept: "text/html" } });
         const html = await res.text();
         if (!res.ok) { message(false, "Loading seq " + n + " failed (" + res.status + ")"); return; }
         swap(html);
-        history.replaceState(null, "", base + (following ? "" : "?at=" + at));
+        history.replaceState(null, "", base + (following ? (reveal ? "?" + reveal.slice(1) : "") : "?at=" + at + reveal));
       } catch (e) {
         message(false, "Loading the run failed: " + e);
       } finally {
@@ -65,7 +69,7 @@
       at = Number(fresh.dataset.at); last = Number(fresh.dataset.last);
       following = fresh.dataset.following === "true";
       const acts = $("#actions");
-      if (acts) acts.hidden = fresh.dataset.latestTerminal === "true";
+      if (acts) acts.hidden = fresh.dataset.latestTerminal === "true" || !!$("#actions-off");
     }
 
     function go(n) {
@@ -123,7 +127,7 @@
     // Signal and cancel: POST JSON to the history service, which forwards to the ingress.
     async function post(path, body, what) {
       try {
-        const res = await fetch(base + path, { method: "POST", headers: { "Content-Type": "application/json", Accept: "application/json" }, body: JSON.stringify(body) });
+        const res = await fetch(base + path, { method: "POST", headers: { "Content-Type": "application/json", Accept: "application/json", "X-Flow-CSRF": csrf() }, body: JSON.stringify(body) });
         let rep = {};
         try { rep = await res.json(); } catch (e) { rep = { error: { code: String(res.status), message: res.statusText } }; }
         if (!res.ok || rep.error) {
