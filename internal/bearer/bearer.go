@@ -1,6 +1,5 @@
 // Package bearer holds sets of bearer tokens: those configured, and those of a file read again
-// when it changes. The history service checks its HTTP callers with it (services/history); the
-// ingress has its own copy of the same logic (services/ingress/auth.go).
+// when it changes. The ingress and the history service check their HTTP callers with it.
 package bearer
 
 import (
