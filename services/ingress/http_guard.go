@@ -61,6 +61,9 @@ func (s *Service) guard(mux *http.ServeMux, next http.Handler) http.Handler {
 			return
 		}
 		_, pattern := mux.Handler(r)
+		// The mux sets the pattern on the request it gets, a copy below; otelhttp names the span
+		// (traceHTTP) after the pattern of the request it handed on, this one.
+		r.Pattern = pattern
 		if pattern == "/" || pattern == "" {
 			next.ServeHTTP(w, r) // no such route: 404 or 405
 			return
