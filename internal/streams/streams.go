@@ -223,9 +223,9 @@ var ErrConfig = errors.New("streams")
 
 // Ensure creates Flow's streams and buckets that do not exist, and updates existing ones to the
 // fields of cfg that are set. What it creates or updates allows no Nats-Rollup header where Flow
-// needs none (see Provision); it leaves that setting of the streams it only reads alone, so that
-// a process whose NATS user may not update streams (every service but the history service) starts
-// whatever it is.
+// needs none (rollup.go). It updates no stream for that setting alone, so that a process whose
+// NATS user may not update streams (every service but the history service) also starts against
+// streams that still allow rollups: Provision turns them off.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 	return ensure(ctx, js, cfg, false)
 }
@@ -326,8 +326,9 @@ func ensure(ctx context.Context, js jetstream.JetStream, cfg Config, provision b
 }
 
 // ensureObjectStore creates an Object Store bucket that does not exist, and updates an existing
-// one's replicas to cfg's when set. It reports whether it created or updated the bucket's stream,
-// and whether the stream may allow rollups now (nats.go creates object stores allowing them).
+// one's replicas to cfg's when set. It reports whether it created (or found created meanwhile) or
+// updated the bucket's stream, and whether the stream may allow rollups now (nats.go creates
+// object stores allowing them).
 func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstream.ObjectStoreConfig, set Config) (wrote, rollups bool, err error) {
 	st, err := js.Stream(ctx, "OBJ_"+want.Bucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
@@ -379,9 +380,9 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 }
 
 // ensureBucket creates a bucket that does not exist, and updates an existing one to the fields of
-// set that are set. It reports whether it created or updated the bucket's stream, and whether
-// the stream may allow rollups now (nats.go's CreateKeyValue and UpdateKeyValue allow them). It
-// compares no other setting of an existing bucket, AllowRollup included.
+// set that are set. It reports whether it created (or found created meanwhile) or updated the
+// bucket's stream, and whether the stream may allow rollups now (nats.go's CreateKeyValue and
+// UpdateKeyValue allow them). AllowRollup is not among the settings it compares.
 func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, set Config) (wrote, rollups bool, err error) {
 	st, err := js.Stream(ctx, "KV_"+want.Bucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
