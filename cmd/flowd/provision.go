@@ -43,7 +43,8 @@ func awaitStreams(ctx context.Context, cfg natsconn.Config, role, httpAddr strin
 	return nil
 }
 
-// provisionStreams creates or updates Flow's streams and buckets for the history service, trying
+// provisionStreams creates or updates Flow's streams and buckets for the history service
+// (streams.Provision, which also turns rollups off on streams created before), trying
 // again while JetStream cannot do it yet: a cluster that is still forming (no meta leader, too
 // few peers for the replicas asked) answers with errors or not at all for a while, and a
 // service that exited then would leave compose's depends_on and Kubernetes' back-off to bring
@@ -53,7 +54,7 @@ func provisionStreams(ctx context.Context, cfg natsconn.Config, sc streams.Confi
 		func(js jetstream.JetStream, p *probe) error {
 			for {
 				ectx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				err := streams.Ensure(ectx, js, sc)
+				err := streams.Provision(ectx, js, sc)
 				cancel()
 				if err == nil {
 					return nil

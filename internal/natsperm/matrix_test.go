@@ -2,6 +2,7 @@ package natsperm_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -22,13 +23,18 @@ import (
 // operation is one thing a NATS user may try: a publish (a JetStream API request, a write to a
 // stream's subject, a request to a service) or a subscription, and the roles the policy lets do
 // it. The policy is written here by hand, apart from roles.go, so that the test checks the
-// grants against what each role is meant to do, not against themselves.
+// grants against what each role is meant to do, not against themselves. An operation whose what
+// begins with rollUp is a publish with the header `Nats-Rollup: all`, done only if JetStream
+// stores it (and purges its stream), not only if the permissions let it through.
 type operation struct {
 	what    string
 	subject string
 	sub     bool
 	allowed []string
 }
+
+// rollUp begins the what of the operations that roll up a stream (see operation).
+const rollUp = "roll up "
 
 // Role sets of the policy.
 var (
@@ -164,6 +170,23 @@ func operations() []operation {
 	for b, writers := range objectWriters {
 		ops = append(ops, operation{"write an object's chunks in " + b, "$O." + b + ".C.probe", false, writers})
 	}
+	// No role may purge a bucket or the payload store with one message. The history service
+	// rolls up the object stores it alone writes (nats.go's ObjectStore.Put does); the writers of
+	// the buckets with limit markers may roll them up (nats-server requires rollups there).
+	for _, b := range natsperm.AllBuckets {
+		var rollers []string
+		if b == streams.WorkersBucket || b == streams.StartKeysBucket {
+			rollers = bucketWriters[b]
+		}
+		ops = append(ops, operation{rollUp + b, "$KV." + b + ".probe", false, rollers})
+	}
+	for b := range objectWriters {
+		var rollers []string
+		if b != streams.PayloadsBucket {
+			rollers = historyOn
+		}
+		ops = append(ops, operation{rollUp + "OBJ_" + b, "$O." + b + ".M.probe", false, rollers}) // an object's metadata
+	}
 	slices.SortStableFunc(ops, func(a, b operation) int { return strings.Compare(a.what, b.what) })
 	return ops
 }
@@ -212,7 +235,7 @@ func provision(t *testing.T, srv interface{ ClientURL() string }) {
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(t.Context(), failFast*4)
 	defer cancel()
-	require.NoError(t, streams.Ensure(ctx, js, streams.Config{}))
+	require.NoError(t, streams.Provision(ctx, js, streams.Config{}))
 }
 
 // try does op as role on a connection of its own, and reports whether the server allowed it: a
@@ -225,19 +248,43 @@ func try(t *testing.T, srv interface{ ClientURL() string }, role string, op oper
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
 	require.NoError(t, err)
 	defer nc.Close()
-	if op.sub {
+	var acks *nats.Subscription
+	switch {
+	case op.sub:
 		_, err = nc.SubscribeSync(op.subject)
-	} else {
+	case strings.HasPrefix(op.what, rollUp):
+		acks, err = nc.SubscribeSync(r.InboxPrefix + ".rollup")
+		require.NoError(t, err)
+		err = nc.PublishMsg(&nats.Msg{Subject: op.subject, Reply: acks.Subject, Data: []byte(`{}`),
+			Header: nats.Header{jetstream.MsgRollup: []string{jetstream.MsgRollupAll}}})
+	default:
 		err = nc.Publish(op.subject, nil)
 	}
 	require.NoError(t, err)
 	require.NoError(t, nc.Flush())
 	last := nc.LastError()
 	if last == nil {
-		return true
+		return acks == nil || stored(t, acks, role, op)
 	}
 	require.True(t, errors.Is(last, nats.ErrPermissionViolation), "%s: %s: %v", role, op.what, last)
 	require.Contains(t, last.Error(), op.subject)
+	return false
+}
+
+// stored reads JetStream's answer to op's publish on acks and reports whether it stored the
+// message; a refusal must be the refusal of its rollup.
+func stored(t *testing.T, acks *nats.Subscription, role string, op operation) bool {
+	t.Helper()
+	m, err := acks.NextMsg(failFast * 4)
+	require.NoError(t, err, "%s: %s: no answer from JetStream", role, op.what)
+	var ack struct {
+		Error *jetstream.APIError `json:"error"`
+	}
+	require.NoError(t, json.Unmarshal(m.Data, &ack), "%s: %s: %s", role, op.what, m.Data)
+	if ack.Error == nil {
+		return true
+	}
+	require.Equal(t, rollupRefused, int(ack.Error.ErrorCode), "%s: %s: %s", role, op.what, m.Data)
 	return false
 }
 

@@ -14,7 +14,7 @@
 //	client     flow-client     NATS_CLIENT_PASSWORD     _INBOX.client
 //
 // Only the history service provisions: it alone may create and update Flow's streams and
-// buckets (streams.Ensure). The other services call streams.Ensure too, which then only reads
+// buckets (streams.Provision). The other services call streams.Ensure, which then only reads
 // the streams' configuration; they must start after the history service created them (or they
 // fail to start, and are restarted), and their FLOW_STREAMS_* settings must be left unset or
 // agree with the history service's, since an update they would ask for is refused.

@@ -257,8 +257,10 @@ func historyRole() Role {
 	g.objOwn(streams.CheckpointsBucket) // the checkpoints' one writer: it writes them as it follows the history, deletes a deleted run's, repairs them
 	// The payload collector: it reads the payloads a deleted run's archive takes, and deletes
 	// the objects no retained history refers to (a conditional deletion record on the object's
-	// metadata subject, then purges of its chunks and of the record; docs/large-payloads.md).
-	// and the chunks that writers orphaned (an upload that failed, or lost a race).
+	// metadata subject, then purges of its chunks and of the record; docs/large-payloads.md),
+	// the chunks that writers orphaned (an upload that failed, or lost a race), and the metadata
+	// messages that writes and touches superseded (no writer rolls them up: the stream refuses
+	// the Nats-Rollup header, internal/streams).
 	g.objOwn(streams.PayloadsBucket)
 	g.can(streams.History, "purge (one run's subject)")
 	g.publish(jsAPI + "STREAM.PURGE." + streams.History)

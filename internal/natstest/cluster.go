@@ -363,8 +363,10 @@ func (c *Cluster) JetStream(t testing.TB, i int) jetstream.JetStream {
 // this halves the median time of RunCluster. Now and then a follower then creates its replica
 // after the leader's first messages and catches up on the leader's next heartbeat, a second
 // later. Ensure discards what CreateStream and CreateKeyValue return, which lets them return
-// before the stream exists; RunCluster calls the plain Ensure afterwards, which finds every
-// stream in place or fails.
+// before the stream exists; a later read of a stream created so waits for the creations (Ensure
+// reads the buckets it created again once it has asked for every creation, to turn their
+// rollups off); RunCluster calls the plain Ensure afterwards, which finds every stream in place
+// or fails.
 func ensureConcurrently(ctx context.Context, js jetstream.JetStream, cfg streams.Config) error {
 	p := &concurrentCreates{JetStream: js}
 	err := streams.Ensure(ctx, p, cfg)
@@ -376,12 +378,35 @@ func ensureConcurrently(ctx context.Context, js jetstream.JetStream, cfg streams
 
 type concurrentCreates struct {
 	jetstream.JetStream
-	wg   sync.WaitGroup
-	mu   sync.Mutex
-	errs []error
+	wg      sync.WaitGroup
+	mu      sync.Mutex
+	errs    []error
+	created map[string]bool // the streams whose creation was asked for
+}
+
+func (p *concurrentCreates) creating(name string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.created == nil {
+		p.created = map[string]bool{}
+	}
+	p.created[name] = true
+}
+
+// Stream waits for the creations asked for so far before it reads a stream created so. (Ensure
+// calls every method from one goroutine.)
+func (p *concurrentCreates) Stream(ctx context.Context, name string) (jetstream.Stream, error) {
+	p.mu.Lock()
+	created := p.created[name]
+	p.mu.Unlock()
+	if created {
+		p.wg.Wait()
+	}
+	return p.JetStream.Stream(ctx, name)
 }
 
 func (p *concurrentCreates) CreateStream(ctx context.Context, cfg jetstream.StreamConfig) (jetstream.Stream, error) {
+	p.creating(cfg.Name)
 	p.wg.Go(func() {
 		_, err := p.JetStream.CreateStream(ctx, cfg)
 		p.fail(err)
@@ -390,6 +415,7 @@ func (p *concurrentCreates) CreateStream(ctx context.Context, cfg jetstream.Stre
 }
 
 func (p *concurrentCreates) CreateKeyValue(ctx context.Context, cfg jetstream.KeyValueConfig) (jetstream.KeyValue, error) {
+	p.creating("KV_" + cfg.Bucket)
 	p.wg.Go(func() {
 		_, err := p.JetStream.CreateKeyValue(ctx, cfg)
 		if errors.Is(err, jetstream.ErrBucketExists) {

@@ -40,6 +40,9 @@ func TestRunCluster(t *testing.T) {
 		require.Equal(t, 3, info.Config.Replicas, name)
 		require.NotEmpty(t, info.Cluster.Leader, name)
 		require.Len(t, info.Cluster.Replicas, 2, name)
+		if strings.HasPrefix(name, "KV_") {
+			require.False(t, info.Config.AllowRollup, "%s allows rollups", name)
+		}
 	}
 	require.Equal(t, c.Name(leader), func() string {
 		st, err := js.Stream(t.Context(), streams.History)

@@ -227,8 +227,23 @@ const DefaultWorkerTTL = 15 * time.Second
 var ErrConfig = errors.New("streams")
 
 // Ensure creates Flow's streams and buckets that do not exist, and updates existing ones to the
-// fields of cfg that are set.
+// fields of cfg that are set. What it creates or updates allows no Nats-Rollup header where Flow
+// needs none (rollup.go). It updates no stream for that setting alone, so that a process whose
+// NATS user may not update streams (every service but the history service) also starts against
+// streams that still allow rollups: Provision turns them off.
 func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	return ensure(ctx, js, cfg, false)
+}
+
+// Provision is Ensure for the process that provisions Flow's streams (the history service, the
+// one whose NATS user may update them): it also turns rollups off on every stream that allows
+// them though Flow needs none (rollup.go), streams created before Flow turned them off included.
+// Calling it again changes nothing.
+func Provision(ctx context.Context, js jetstream.JetStream, cfg Config) error {
+	return ensure(ctx, js, cfg, true)
+}
+
+func ensure(ctx context.Context, js jetstream.JetStream, cfg Config, provision bool) error {
 	if cfg.Replicas < 0 || cfg.Replicas > 5 {
 		return fmt.Errorf("%w: Replicas must be between 1 and 5, got %d", ErrConfig, cfg.Replicas)
 	}
@@ -236,6 +251,7 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		return fmt.Errorf("%w: WorkerTTL must be at least 1s, got %s", ErrConfig, cfg.WorkerTTL)
 	}
 	d := cfg.withDefaults()
+	var seal []string // the streams to turn rollups off on
 	for _, sc := range []jetstream.StreamConfig{
 		{
 			Name: History, Subjects: []string{historyPrefix + ">"}, Storage: jetstream.FileStorage,
@@ -282,8 +298,12 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{Bucket: BatchesBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, Description: "Flow batch jobs and their target runs"},
 		{Bucket: SecretsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, History: 1, Description: "Flow input signing key, readable by the input writers only"},
 	} {
-		if err := ensureBucket(ctx, js, kc, cfg); err != nil {
+		wrote, rollups, err := ensureBucket(ctx, js, kc, cfg)
+		if err != nil {
 			return err
+		}
+		if rollups && (wrote || provision) {
+			seal = append(seal, "KV_"+kc.Bucket)
 		}
 	}
 	for _, oc := range []jetstream.ObjectStoreConfig{
@@ -292,7 +312,19 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 		{Bucket: PayloadsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow payloads offloaded from histories, by SHA-256"},
 		{Bucket: CheckpointsBucket, Storage: jetstream.FileStorage, Replicas: d.Replicas, Description: "Flow snapshot checkpoints, one per run"},
 	} {
-		if err := ensureObjectStore(ctx, js, oc, cfg); err != nil {
+		wrote, rollups, err := ensureObjectStore(ctx, js, oc, cfg)
+		if err != nil {
+			return err
+		}
+		if rollups && (wrote || provision) && !RollupsNeeded[oc.Bucket] {
+			seal = append(seal, "OBJ_"+oc.Bucket)
+		}
+	}
+	// After every creation (which may return before its stream exists, natstest's
+	// ensureConcurrently). A bucket updated above allowed rollups until now: nats.go's
+	// UpdateKeyValue sets a bucket's whole configuration, rollups allowed.
+	for _, name := range seal {
+		if err := noRollups(ctx, js, name); err != nil {
 			return err
 		}
 	}
@@ -300,27 +332,29 @@ func Ensure(ctx context.Context, js jetstream.JetStream, cfg Config) error {
 }
 
 // ensureObjectStore creates an Object Store bucket that does not exist, and updates an existing
-// one's replicas to cfg's when set.
-func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstream.ObjectStoreConfig, set Config) error {
+// one's replicas to cfg's when set. It reports whether it created (or found created meanwhile) or
+// updated the bucket's stream, and whether the stream may allow rollups now (nats.go creates
+// object stores allowing them).
+func ensureObjectStore(ctx context.Context, js jetstream.JetStream, want jetstream.ObjectStoreConfig, set Config) (wrote, rollups bool, err error) {
 	st, err := js.Stream(ctx, "OBJ_"+want.Bucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		if _, err := js.CreateObjectStore(ctx, want); err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-			return fmt.Errorf("creating object store %s: %w", want.Bucket, err)
+			return false, false, fmt.Errorf("creating object store %s: %w", want.Bucket, err)
 		}
-		return nil
+		return true, true, nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading object store %s: %w", want.Bucket, err)
+		return false, false, fmt.Errorf("reading object store %s: %w", want.Bucket, err)
 	}
 	cur := st.CachedInfo().Config
 	if set.Replicas == 0 || cur.Replicas == set.Replicas {
-		return nil
+		return false, cur.AllowRollup, nil
 	}
 	cur.Replicas = set.Replicas
 	if _, err := js.UpdateStream(ctx, cur); err != nil {
-		return fmt.Errorf("updating object store %s: %w", want.Bucket, err)
+		return false, false, fmt.Errorf("updating object store %s: %w", want.Bucket, err)
 	}
-	return nil
+	return true, cur.AllowRollup, nil
 }
 
 func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.StreamConfig, set Config) error {
@@ -351,7 +385,11 @@ func ensureStream(ctx context.Context, js jetstream.JetStream, want jetstream.St
 	return nil
 }
 
-func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, set Config) error {
+// ensureBucket creates a bucket that does not exist, and updates an existing one to the fields of
+// set that are set. It reports whether it created (or found created meanwhile) or updated the
+// bucket's stream, and whether the stream may allow rollups now (nats.go's CreateKeyValue and
+// UpdateKeyValue allow them). AllowRollup is not among the settings it compares.
+func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.KeyValueConfig, set Config) (wrote, rollups bool, err error) {
 	st, err := js.Stream(ctx, "KV_"+want.Bucket)
 	if errors.Is(err, jetstream.ErrStreamNotFound) {
 		_, err := js.CreateKeyValue(ctx, want)
@@ -361,12 +399,12 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 			_, err = js.CreateKeyValue(ctx, want)
 		}
 		if err != nil && !errors.Is(err, jetstream.ErrBucketExists) {
-			return fmt.Errorf("creating bucket %s: %w", want.Bucket, err)
+			return false, false, fmt.Errorf("creating bucket %s: %w", want.Bucket, err)
 		}
-		return nil
+		return true, true, nil
 	}
 	if err != nil {
-		return fmt.Errorf("reading bucket %s: %w", want.Bucket, err)
+		return false, false, fmt.Errorf("reading bucket %s: %w", want.Bucket, err)
 	}
 	cur := st.CachedInfo().Config
 	update := want
@@ -390,12 +428,12 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 		}
 	}
 	if update.Replicas == cur.Replicas && update.TTL == cur.MaxAge && update.LimitMarkerTTL == cur.SubjectDeleteMarkerTTL {
-		return nil
+		return false, cur.AllowRollup, nil
 	}
 	if _, err := js.UpdateKeyValue(ctx, update); err != nil {
-		return fmt.Errorf("updating bucket %s: %w", want.Bucket, err)
+		return false, false, fmt.Errorf("updating bucket %s: %w", want.Bucket, err)
 	}
-	return nil
+	return true, true, nil
 }
 
 // ErrNotProvisioned is returned by Check when Flow's streams do not exist.

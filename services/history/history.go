@@ -366,7 +366,7 @@ func (s *Service) open(ctx context.Context) error {
 		return err
 	}
 	s.js = js
-	if err := streams.Ensure(ctx, js, s.cfg.Streams); err != nil {
+	if err := streams.Provision(ctx, js, s.cfg.Streams); err != nil {
 		return err
 	}
 	if s.store, err = jsstore.New(ctx, js, &jsstore.Options{Source: "flow/history"}); err != nil {

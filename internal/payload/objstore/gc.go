@@ -22,8 +22,11 @@ import (
 //     object is kept. This is the deletion's commit point; from here a Get finds no object;
 //  2. the purge of the chunks of the version deleted (their subject is that version's own: a
 //     new write of the object puts its chunks under a new one);
-//  3. the purge of the deletion record itself, bounded by its stream sequence, so that a newer
-//     metadata message (the object written again) stays.
+//  3. the purge of the deletion record itself, and of the object's metadata messages before
+//     it, bounded by its stream sequence, so that a newer metadata message (the object written
+//     again) stays.
+//
+// None of them uses the Nats-Rollup header, which OBJ_FLOW_PAYLOADS refuses (internal/streams).
 //
 // A collector that stops after 1 or 2 leaves a deletion record, which Objects lists and
 // FinishDelete completes.
@@ -80,7 +83,6 @@ func (s *Store) DeleteUnchanged(ctx context.Context, name string, cutoff time.Ti
 		return 0, false, err
 	}
 	msg := nats.NewMsg(m.Subject)
-	msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	msg.Data = data
 	ack, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(m.Sequence))
 	if wrongLastSequence(err) {
@@ -107,7 +109,7 @@ func (s *Store) FinishDelete(ctx context.Context, name string) (bool, error) {
 }
 
 // finish purges the chunks stored under nuid and the deletion record at stream sequence seq on
-// subject metaSubject, leaving any later metadata message.
+// subject metaSubject, with the metadata messages before it, leaving any later one.
 func (s *Store) finish(ctx context.Context, metaSubject, nuid string, seq uint64) error {
 	if nuid != "" {
 		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(s.chunkSubject(nuid))); err != nil {
@@ -136,12 +138,41 @@ func (s *Store) forget(name string) {
 	}
 }
 
-// SweepChunks purges the chunks no object's metadata names (not even a deletion record's)
-// whose last message was written before cutoff: those of an upload that failed part way, or
-// that lost its race to another writer of the same object (Put never purges). An upload in
+// SweepChunks purges what writers leave behind, since they never purge (Put): the chunks no
+// object's metadata names (not even a deletion record's) whose last message was written before
+// cutoff, those of an upload that failed part way, or that lost its race to another writer of
+// the same object; and every object's metadata messages before its last, which touches and new
+// writes superseded (trimmed whatever their age: every reader reads the last one). An upload in
 // progress has written its chunks after cutoff, which lies the collector's grace period back.
 // It returns how many chunk subjects it purged.
 func (s *Store) SweepChunks(ctx context.Context, cutoff time.Time) (int, error) {
+	n, err := s.sweepChunks(ctx, cutoff)
+	if err != nil {
+		return n, err
+	}
+	return n, s.trimMeta(ctx)
+}
+
+// trimMeta purges the metadata messages of each object but its last. A purge keeping a subject's
+// last message leaves a conditional write that expects that message (a touch, the collector's
+// deletion) free to succeed, and one racing it, on a message it keeps or on a later one.
+func (s *Store) trimMeta(ctx context.Context) error {
+	si, err := s.stream.Info(ctx, jetstream.WithSubjectFilter("$O."+s.bucket+".M.>"))
+	if err != nil {
+		return fmt.Errorf("listing the metadata of %s: %w", s.bucket, err)
+	}
+	for subject, msgs := range si.State.Subjects {
+		if msgs < 2 {
+			continue
+		}
+		if err := s.stream.Purge(ctx, jetstream.WithPurgeSubject(subject), jetstream.WithPurgeKeep(1)); err != nil {
+			return fmt.Errorf("purging the superseded metadata %s of %s: %w", subject, s.bucket, err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) sweepChunks(ctx context.Context, cutoff time.Time) (int, error) {
 	infos, err := s.obs.List(ctx, jetstream.ListObjectsShowDeleted())
 	if err != nil && !errors.Is(err, jetstream.ErrNoObjectsFound) {
 		return 0, fmt.Errorf("listing the objects of %s: %w", s.bucket, err)

@@ -92,9 +92,7 @@ func TestCollectorDeletes(t *testing.T) {
 	require.Equal(t, data, got)
 
 	// A deletion record left by a collector that stopped after it.
-	obs, err := js.ObjectStore(ctx, streams.PayloadsBucket)
-	require.NoError(t, err)
-	require.NoError(t, obs.Delete(ctx, r.Name()))
+	writeDeletionRecord(t, ctx, js, r.Name())
 	require.True(t, one().Deleted)
 	finished, err := s.FinishDelete(ctx, r.Name())
 	require.NoError(t, err)

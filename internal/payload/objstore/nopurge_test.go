@@ -75,10 +75,7 @@ func TestPutNeedsNoPurge(t *testing.T) {
 	other := []byte(`"` + strings.Repeat("x", 10) + `"`)
 	bad := payload.RefOf(data)
 	// The store is content-addressed: the bad object is written by hand.
-	obs, err := js.ObjectStore(ctx, streams.PayloadsBucket)
-	require.NoError(t, err)
-	_, err = obs.PutBytes(ctx, bad.Name(), other)
-	require.NoError(t, err)
+	writeObject(t, ctx, js, bad.Name(), other)
 	_, err = worker.Get(ctx, bad)
 	require.Error(t, err, "the object holds other bytes")
 	_, err = worker.Put(ctx, data)

@@ -41,13 +41,15 @@ const chunkSize = 512 << 10
 // fails: a writer whose touch fails reads the object again and stores it anew if it was
 // deleted, so that a Put that returns leaves the object there.
 //
-// Put never purges (the workers' and the ingress's NATS users may not, internal/natsperm): it
-// writes an object's chunks under a subject of their own and then its metadata, conditional on
-// the metadata it read, so that of two writers of one name that race, one wins and the other
-// finds the object there. The chunks of the loser, and of an upload that failed part way, are
-// orphans no metadata names: the history service's payload collector purges them
-// (SweepChunks). Unlike nats.go's ObjectStore.Put, which purges the chunks of the object it
-// overwrites, and of its own upload when it fails.
+// Put never purges (the workers' and the ingress's NATS users may not, internal/natsperm), nor
+// rolls up (the stream allows no Nats-Rollup header, internal/streams): it writes an object's
+// chunks under a subject of their own and then its metadata, conditional on the metadata it
+// read, so that of two writers of one name that race, one wins and the other finds the object
+// there. The chunks of the loser, and of an upload that failed part way, are orphans no
+// metadata names, and a name's metadata messages before its last are superseded: the history
+// service's payload collector purges both (SweepChunks). Unlike nats.go's ObjectStore.Put, which
+// purges the chunks of the object it overwrites, and of its own upload when it fails, and rolls
+// up the name's earlier metadata messages.
 type Store struct {
 	obs       jetstream.ObjectStore
 	js        jetstream.JetStream
@@ -162,10 +164,12 @@ func (s *Store) putNew(ctx context.Context, r payload.Ref, data []byte, m *jetst
 }
 
 // store writes data as object r.Name() as nats.go's object store lays objects out, so that its
-// readers read it: the chunks on a subject named by a new NUID, then the metadata (rolling up
-// the name's earlier metadata messages), conditional on the name's last metadata message being
-// at stream sequence *last (0: none) unless last is nil. It purges nothing; chunks it wrote
-// before a failure, or before a refused metadata write, are left to SweepChunks.
+// readers read it: the chunks on a subject named by a new NUID, then the metadata, conditional
+// on the name's last metadata message being at stream sequence *last (0: none) unless last is
+// nil. It purges nothing: chunks it wrote before a failure, or before a refused metadata write,
+// are left to SweepChunks, and so are the name's earlier metadata messages. (nats.go's Put rolls
+// them up with the Nats-Rollup header, which OBJ_FLOW_PAYLOADS refuses, internal/streams: every
+// reader, nats.go's included, reads the last metadata message of a name.)
 func (s *Store) store(ctx context.Context, r payload.Ref, data []byte, last *uint64) error {
 	id := nuid.Next()
 	h := sha256.New()
@@ -189,7 +193,6 @@ func (s *Store) store(ctx context.Context, r payload.Ref, data []byte, last *uin
 		return err
 	}
 	msg := nats.NewMsg(s.metaSubject(r.Name()))
-	msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	msg.Data = b
 	var opts []jetstream.PublishOpt
 	if last != nil {
@@ -228,10 +231,9 @@ func (s *Store) meta(ctx context.Context, name string) (*jetstream.RawStreamMsg,
 
 // touch writes the metadata message m again, as the object's new metadata, unless another
 // message replaced m meanwhile (an error wrongLastSequence reports): the object's modification
-// time becomes now.
+// time becomes now. m stays in the stream until SweepChunks purges it.
 func (s *Store) touch(ctx context.Context, m *jetstream.RawStreamMsg) error {
 	msg := nats.NewMsg(m.Subject)
-	msg.Header.Set(jetstream.MsgRollup, jetstream.MsgRollupSubject)
 	msg.Data = m.Data
 	_, err := s.js.PublishMsg(ctx, msg, jetstream.WithExpectLastSequencePerSubject(m.Sequence))
 	return err
