@@ -12,6 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/kelseyhightower/envconfig"
 	"github.com/spf13/cobra"
 
 	"github.com/flowrun/flow/internal/examples"
@@ -104,7 +105,14 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 		port = -1
 	}
 
-	srv, err := natsserver.Start(natsserver.Config{Dir: filepath.Join(dir, "nats"), Host: host, Port: port, Sync: sync, Logger: logger})
+	// The services' other settings (HTTP bounds, input limits, ...) come from the environment
+	// as for flowd; what flow dev decides (addresses, tokens, the connection) overrides them.
+	var scfg natsserver.Config
+	if err := envconfig.Process("FLOW_NATS_SERVER", &scfg); err != nil {
+		return usageError{fmt.Errorf("reading FLOW_NATS_SERVER_* settings: %w", err)}
+	}
+	scfg.Dir, scfg.Host, scfg.Port, scfg.Sync, scfg.Logger = filepath.Join(dir, "nats"), host, port, sync, logger
+	srv, err := natsserver.Start(scfg)
 	if err != nil {
 		return err
 	}
@@ -125,13 +133,18 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 	// drives a run, and every consequence of a commit follows from it. Its web UI forwards its
 	// actions to the ingress's HTTP API, with the caller's token.
 	var ingressURL atomic.Pointer[string] // set once the ingress listens
-	hcfg := history.Config{Conn: nc, HTTPAddr: httpAddr, Logger: logger, IngressURLOf: func() string {
+	var hcfg history.Config
+	if err := envconfig.Process("FLOW", &hcfg); err != nil {
+		return usageError{fmt.Errorf("reading the history service's settings: %w", err)}
+	}
+	hcfg.Conn, hcfg.HTTPAddr, hcfg.Logger = nc, httpAddr, logger
+	hcfg.IngressURLOf = func() string {
 		if u := ingressURL.Load(); u != nil {
 			return *u
 		}
 		return ""
-	},
-		Tokens: auth.tokens, TokensFile: auth.tokensFile, ReadTokens: auth.readTokens, ReadTokensFile: auth.readTokensFile}
+	}
+	hcfg.Tokens, hcfg.TokensFile, hcfg.ReadTokens, hcfg.ReadTokensFile = auth.tokens, auth.tokensFile, auth.readTokens, auth.readTokensFile
 	if err := devRetention(&hcfg); err != nil { // retention.go
 		return err
 	}
@@ -146,8 +159,13 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 
 	// The ingress takes inputs from outside: the CLI's, other programs', third parties' hook
 	// callbacks.
-	in, err := ingress.New(ingress.Config{Conn: nc, HTTPAddr: o.ingressAddr, Queue: e.queue, Logger: logger,
-		Tokens: auth.tokens, TokensFile: auth.tokensFile})
+	var icfg ingress.Config
+	if err := envconfig.Process("FLOW", &icfg); err != nil {
+		return usageError{fmt.Errorf("reading the ingress's settings: %w", err)}
+	}
+	icfg.Conn, icfg.HTTPAddr, icfg.Queue, icfg.Logger = nc, o.ingressAddr, e.queue, logger
+	icfg.Tokens, icfg.TokensFile = auth.tokens, auth.tokensFile
+	in, err := ingress.New(icfg)
 	if err != nil {
 		return usageError{err}
 	}

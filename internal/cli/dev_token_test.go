@@ -89,10 +89,12 @@ func TestDevToken(t *testing.T) {
 }
 
 // TestDevHonoursIngressTokens: flow dev takes FLOW_INGRESS_TOKENS as flowd's ingress does
-// (item 8: it ignored them), for both HTTP APIs, and writes no token file.
+// (item 8: it ignored them), for both HTTP APIs, and writes no token file; the services' other
+// settings come from the environment too (a body limit here).
 func TestDevHonoursIngressTokens(t *testing.T) {
 	t.Setenv("FLOW_INGRESS_TOKENS", "tok-one, tok-two")
 	t.Setenv("FLOW_READ_TOKENS", "tok-read")
+	t.Setenv("FLOW_INGRESS_MAX_BODY_BYTES", "64")
 	dev := startDev(t, devArgs(t)...)
 	_, err := os.Stat(filepath.Join(dev.dir, "token"))
 	require.ErrorIs(t, err, os.ErrNotExist)
@@ -104,6 +106,15 @@ func TestDevHonoursIngressTokens(t *testing.T) {
 	require.Equal(t, http.StatusOK, status(t, http.MethodGet, "http://"+history+"/v1/runs", "tok-one"))
 	require.Equal(t, http.StatusOK, status(t, http.MethodGet, "http://"+history+"/v1/runs", "tok-read"))
 	require.Equal(t, http.StatusForbidden, status(t, http.MethodPost, "http://"+history+"/v1/runs/nobody/resume", "tok-read"))
+
+	big, err := http.NewRequest(http.MethodPost, "http://"+ingress+"/v1/runs/nobody/cancel", strings.NewReader(`{"reason":"`+strings.Repeat("x", 100)+`"}`))
+	require.NoError(t, err)
+	big.Header.Set("Content-Type", "application/json")
+	big.Header.Set("Authorization", "Bearer tok-one")
+	resp, err := http.DefaultClient.Do(big)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "FLOW_INGRESS_MAX_BODY_BYTES reaches flow dev's ingress")
 	dev.stopAndWait(t)
 }
 

@@ -47,7 +47,7 @@ func checkFiles(logger *slog.Logger, maxConns, reserved int) {
 		return
 	}
 	if need := fileBudget(maxConns, reserved); limit < need {
-		logger.Warn(fmt.Sprintf("the process may open %d files, fewer than its budget of %d (nats-server connections %d, JetStream %d, HTTP %d, other %d): under load JetStream could fail with \"too many open files\"; raise the limit (ulimit -n) or lower the connection caps (natsserver.Config.MaxConns, FLOW_INGRESS_HTTP_MAX_CONNS, FLOW_HISTORY_HTTP_MAX_CONNS)",
+		logger.Warn(fmt.Sprintf("the process may open %d files, fewer than its budget of %d (nats-server connections %d, JetStream %d, HTTP %d, other %d): under load JetStream could fail with \"too many open files\"; raise the limit (ulimit -n) or lower the connection caps (FLOW_NATS_SERVER_MAX_CONNS, FLOW_INGRESS_HTTP_MAX_CONNS, FLOW_HISTORY_HTTP_MAX_CONNS)",
 			limit, need, maxConns, JetStreamFiles, reserved, otherFiles), slog.String("component", "natsserver"))
 	}
 }
