@@ -118,7 +118,7 @@ func operations() []operation {
 		{"dead-letter an input", api.DeadLetterPrefix + "signal", false, []string{natsperm.Ingress}},
 		{"write the history service's lease", "$KV." + streams.LeasesBucket + "." + streams.RetentionLease, false,
 			[]string{natsperm.History, natsperm.Scheduler}},
-		{"send an input to the ingress", api.SignalSubject("r1", "approve"), false, []string{natsperm.History, natsperm.Client}},
+		{"send an input to the ingress", api.SignalSubject("r1", "approve"), false, []string{natsperm.Client}},
 		{"query a run's workflow", api.QueryPrefix + "order.r1", false, []string{natsperm.Ingress, natsperm.Client}},
 		{"claim a hook token", api.SubjectHookClaim, false, []string{natsperm.Worker}},
 		{"park a run", api.SubjectPark, false, []string{natsperm.Worker}},

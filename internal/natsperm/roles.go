@@ -218,8 +218,8 @@ func (g grants) role(name, who string) Role {
 // historyRole: the history service provisions the streams, consumes FLOW_HISTORY (durable
 // consumer "history"), keeps the runs index, the timers, the hook token routes, the parked runs
 // and the damaged runs, dispatches parked runs again, publishes the event feed, answers queries
-// and the workers' claims and parks (a micro service, with $SRV discovery), and forwards the web
-// UI's signals and cancellations to the ingress.
+// and the workers' claims and parks (a micro service, with $SRV discovery). The web UI's actions
+// go to the ingress's HTTP API with the caller's token, not over NATS as this role.
 func historyRole() Role {
 	var g grants
 	g.replies(History)
@@ -265,7 +265,6 @@ func historyRole() Role {
 	g.can(streams.History, "purge (one run's subject)")
 	g.publish(jsAPI + "STREAM.PURGE." + streams.History)
 	g.publish(api.FeedPrefix + ">")
-	g.publish(api.IngressPrefix + ">")
 	g.publish(api.BatchPrefix + ">") // the web UI reads the batch jobs through the ingress
 	g.subscribe("flow.api.>", api.FeedPrefix+">")
 	g.subscribe(api.SubjectHookClaim, api.SubjectPark) // the workers' claims of hook tokens and parks of runs

@@ -58,8 +58,8 @@ func isolate(t *testing.T) {
 	}
 }
 
-// stack is what runAll started: clients connected as flow-client and as flow-history (as the web
-// UI forwards its buttons to the ingress), and a connection as flow-ingress.
+// stack is what runAll started: clients connected as flow-client and as flow-history (to read
+// what only the history service may), and a connection as flow-ingress.
 type stack struct {
 	client, ui              *flow.Client
 	clientNC, uiNC, ingress *nats.Conn
@@ -171,14 +171,15 @@ func exercise(t *testing.T, st stack, v *violations) {
 	_, err = c.DeliverHook(ctx, token, map[string]string{"paid": "yes"}, nil)
 	require.NoError(t, err)
 
-	// The web UI's buttons: the history service forwards them to the ingress.
+	// What the web UI's buttons do: the history service forwards them to the ingress's HTTP API
+	// with the caller's token; over NATS a client asks the ingress.
 	require.Eventually(t, func() bool {
 		s, err := c.Snapshot(ctx, cancelled)
 		return err == nil && len(s.SignalWaits) > 0
 	}, 30*time.Second, 10*time.Millisecond, "the run to cancel waits")
-	_, err = st.ui.Cancel(ctx, cancelled, "cancelled in the UI")
+	_, err = c.Cancel(ctx, cancelled, "cancelled in the UI")
 	require.NoError(t, err)
-	_, err = st.ui.Terminate(ctx, terminated, "terminated in the UI")
+	_, err = c.Terminate(ctx, terminated, "terminated in the UI")
 	require.NoError(t, err)
 
 	var ord examples.OrderResult
