@@ -105,11 +105,19 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 		port = -1
 	}
 
-	// The services' other settings (HTTP bounds, input limits, ...) come from the environment
+	// The services' settings (tokens, HTTP bounds, input limits, ...) come from the environment
 	// as for flowd; what flow dev decides (addresses, tokens, the connection) overrides them.
 	var scfg natsserver.Config
 	if err := envconfig.Process("FLOW_NATS_SERVER", &scfg); err != nil {
 		return usageError{fmt.Errorf("reading FLOW_NATS_SERVER_* settings: %w", err)}
+	}
+	var hcfg history.Config
+	if err := envconfig.Process("FLOW", &hcfg); err != nil {
+		return usageError{fmt.Errorf("reading the history service's settings: %w", err)}
+	}
+	var icfg ingress.Config
+	if err := envconfig.Process("FLOW", &icfg); err != nil {
+		return usageError{fmt.Errorf("reading the ingress's settings: %w", err)}
 	}
 	scfg.Dir, scfg.Host, scfg.Port, scfg.Sync, scfg.Logger = filepath.Join(dir, "nats"), host, port, sync, logger
 	srv, err := natsserver.Start(scfg)
@@ -125,7 +133,7 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 	}
 	defer nc.Close()
 
-	auth, err := devAuthFor(dir, o.insecure)
+	auth, err := devAuthFor(dir, o.insecure, hcfg)
 	if err != nil {
 		return err
 	}
@@ -133,10 +141,6 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 	// drives a run, and every consequence of a commit follows from it. Its web UI forwards its
 	// actions to the ingress's HTTP API, with the caller's token.
 	var ingressURL atomic.Pointer[string] // set once the ingress listens
-	var hcfg history.Config
-	if err := envconfig.Process("FLOW", &hcfg); err != nil {
-		return usageError{fmt.Errorf("reading the history service's settings: %w", err)}
-	}
 	hcfg.Conn, hcfg.HTTPAddr, hcfg.Logger = nc, httpAddr, logger
 	hcfg.IngressURLOf = func() string {
 		if u := ingressURL.Load(); u != nil {
@@ -159,10 +163,6 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 
 	// The ingress takes inputs from outside: the CLI's, other programs', third parties' hook
 	// callbacks.
-	var icfg ingress.Config
-	if err := envconfig.Process("FLOW", &icfg); err != nil {
-		return usageError{fmt.Errorf("reading the ingress's settings: %w", err)}
-	}
 	icfg.Conn, icfg.HTTPAddr, icfg.Queue, icfg.Logger = nc, o.ingressAddr, e.queue, logger
 	icfg.Tokens, icfg.TokensFile = auth.tokens, auth.tokensFile
 	in, err := ingress.New(icfg)

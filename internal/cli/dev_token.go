@@ -8,6 +8,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/flowrun/flow/services/history"
 )
 
 // devTokenFile is the name, in flow dev's data directory, of the bearer token it generates.
@@ -15,8 +17,8 @@ const devTokenFile = "token"
 
 // devAuth is the bearer tokens `flow dev` gives its ingress and history service: those of the
 // environment (FLOW_INGRESS_TOKENS, FLOW_INGRESS_TOKENS_FILE, FLOW_READ_TOKENS,
-// FLOW_READ_TOKENS_FILE), as flowd's services read them; else, unless insecure, one generated
-// at first start and kept in <dir>/token (mode 0600); else none.
+// FLOW_READ_TOKENS_FILE, as the history service's Config reads them); else, unless insecure, one
+// generated at first start and kept in <dir>/token (mode 0600); else none.
 type devAuth struct {
 	tokens, readTokens         []string
 	tokensFile, readTokensFile string
@@ -27,10 +29,10 @@ type devAuth struct {
 	insecure bool
 }
 
-// devAuthFor returns the tokens of a flow dev with data directory dir.
-func devAuthFor(dir string, insecure bool) (devAuth, error) {
-	a := devAuth{tokens: splitTokens(os.Getenv("FLOW_INGRESS_TOKENS")), tokensFile: os.Getenv("FLOW_INGRESS_TOKENS_FILE"),
-		readTokens: splitTokens(os.Getenv("FLOW_READ_TOKENS")), readTokensFile: os.Getenv("FLOW_READ_TOKENS_FILE")}
+// devAuthFor returns the tokens of a flow dev with data directory dir, given the history
+// service's configuration as the environment sets it.
+func devAuthFor(dir string, insecure bool, env history.Config) (devAuth, error) {
+	a := devAuth{tokens: env.Tokens, tokensFile: env.TokensFile, readTokens: env.ReadTokens, readTokensFile: env.ReadTokensFile}
 	if len(a.tokens) > 0 || a.tokensFile != "" {
 		return a, nil
 	}
@@ -81,17 +83,6 @@ func devToken(file string) (token string, fresh bool, err error) {
 		return "", false, fmt.Errorf("writing the token file: %w", err)
 	}
 	return token, true, nil
-}
-
-// splitTokens splits a comma-separated list, as envconfig does FLOW_INGRESS_TOKENS.
-func splitTokens(v string) []string {
-	var out []string
-	for t := range strings.SplitSeq(v, ",") {
-		if t = strings.TrimSpace(t); t != "" {
-			out = append(out, t)
-		}
-	}
-	return out
 }
 
 // text says, for flow dev's banner, how the HTTP APIs are protected.

@@ -16,6 +16,7 @@ import (
 	"golang.org/x/time/rate"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/bearer"
 	"github.com/flowrun/flow/internal/lru"
 )
 
@@ -232,7 +233,7 @@ func retryAfterSeconds(d time.Duration) int {
 // every request has the proxy's address: give each client a token.
 func (s *Service) httpSource(r *http.Request, in *input) string {
 	if in.kind != api.KindHook && s.auth.enabled() {
-		if tok, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && tok != "" {
+		if tok, _ := bearer.FromHeader(r.Header.Get("Authorization")); tok != "" {
 			sum := sha256.Sum256([]byte(tok))
 			return "token " + hex.EncodeToString(sum[:6])
 		}
