@@ -1,7 +1,9 @@
 // Package cloudevent writes the CloudEvents that cross Flow's processes over NATS (history
 // commits, resume tasks, the event feed) in NATS binary mode, from the CloudEvents SDK's event
 // model (event.EventContextV1) and its attribute names (binding/spec). The SDK's NATS binding
-// reads them back (cenats.NewMessage, binding.ToEvent); the tests of each writer do.
+// reads them back (cenats.NewMessage, binding.ToEvent); the tests of each writer do. It also
+// writes and reads the distributed-tracing extension (ce-traceparent, ce-tracestate) that carries
+// a span context from one process to the next.
 package cloudevent
 
 import (

@@ -24,7 +24,6 @@ import (
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/streams"
-	"github.com/flowrun/flow/internal/tracing"
 )
 
 // Host implements engine.Host. It is safe for concurrent use.
@@ -213,9 +212,9 @@ func (h *Host) Resume(ctx context.Context, t engine.Task) error {
 	ec := cloudevent.NewContext(h.source, TaskType)
 	ec.ID, *ec.Subject, ec.Time.Time = id, t.RunID, time.Now().UTC()
 	if t.TraceParent != "" {
-		tracing.SetTraceParent(ec, extensions.DistributedTracingExtension{TraceParent: t.TraceParent})
+		cloudevent.SetTraceParent(ec, extensions.DistributedTracingExtension{TraceParent: t.TraceParent})
 	} else {
-		tracing.SetExtension(ctx, ec)
+		cloudevent.SetTraceExtension(ctx, ec)
 	}
 	cloudevent.WriteHeaders(ec, msg.Header, make([]string, 0, 9))
 	if h.AsyncTasks {

@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natstest"
@@ -42,7 +43,7 @@ func TestResumeCarriesTraceParent(t *testing.T) {
 		m, err := tasks.GetMsg(ctx, uint64(i+1))
 		require.NoError(t, err)
 		require.Equal(t, c.task.RunID, m.Header.Get("ce-subject"))
-		require.Equal(t, c.want, m.Header.Get(tracing.HeaderTraceParent), "task of %s", c.task.RunID)
+		require.Equal(t, c.want, m.Header.Get(cloudevent.HeaderTraceParent), "task of %s", c.task.RunID)
 		require.NotContains(t, string(m.Data), "traceparent", "the trace context is not part of the task's body")
 		require.Empty(t, m.Header.Get("Traceparent"), "only the CloudEvents extension carries it")
 	}

@@ -65,3 +65,40 @@ func BenchmarkParseFormat(b *testing.B) {
 		_ = tracing.Format(sc)
 	}
 }
+
+// remote returns a context carrying a sampled remote span with a tracestate.
+func remote(t *testing.T) (context.Context, trace.SpanContext) {
+	t.Helper()
+	tid, err := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
+	require.NoError(t, err)
+	sid, err := trace.SpanIDFromHex("00f067aa0ba902b7")
+	require.NoError(t, err)
+	ts, err := trace.ParseTraceState("flow=1,vendor=x")
+	require.NoError(t, err)
+	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true})
+	return trace.ContextWithRemoteSpanContext(context.Background(), sc), sc
+}
+
+func TestTraceParentRoundTrip(t *testing.T) {
+	ctx, sc := remote(t)
+	tp := tracing.TraceParent(ctx)
+	require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", tp)
+	got, ok := tracing.Parse(tp)
+	require.True(t, ok)
+	require.Equal(t, sc.TraceID(), got.TraceID())
+	require.Equal(t, sc.SpanID(), got.SpanID())
+	require.True(t, got.IsSampled())
+	require.True(t, got.IsRemote())
+
+	require.Empty(t, tracing.TraceParent(context.Background()), "no span, no traceparent")
+	for _, bad := range []string{"", "00-zz-00f067aa0ba902b7-01", "00-00000000000000000000000000000000-00f067aa0ba902b7-01", "garbage"} {
+		_, ok := tracing.Parse(bad)
+		require.False(t, ok, "%q", bad)
+		_, ok = tracing.Link(bad)
+		require.False(t, ok, "%q", bad)
+		require.Equal(t, context.Background(), tracing.WithRemote(context.Background(), bad))
+	}
+	l, ok := tracing.Link(tp)
+	require.True(t, ok)
+	require.Equal(t, sc.SpanID(), l.SpanContext.SpanID())
+}

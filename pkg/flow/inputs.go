@@ -16,7 +16,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/flowrun/flow/internal/api"
-	"github.com/flowrun/flow/internal/tracing"
+	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -195,7 +195,7 @@ func (c *Client) send(ctx context.Context, subject, kind, id string, data []byte
 	}
 	// The caller's span, if any, becomes the parent of the ingress's span for this input: a run
 	// started from a traced request joins that request's trace.
-	if x := tracing.Extension(ctx); x.TraceParent != "" {
+	if x := cloudevent.TraceExtension(ctx); x.TraceParent != "" {
 		x.AddTracingAttributes(&ev)
 	}
 	if err := ev.SetData(ce.ApplicationJSON, json.RawMessage(data)); err != nil {

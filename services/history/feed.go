@@ -12,7 +12,6 @@ import (
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/core"
-	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -111,7 +110,7 @@ func (p *feed) build(definition, traceParent string, env event.Envelope, ceType 
 	} else if _, had := p.ec.Extensions[extensions.TraceParentExtension]; had {
 		// The headers are reused: the previous event's run had a trace context, this one none.
 		delete(p.ec.Extensions, extensions.TraceParentExtension)
-		delete(p.msg.Header, tracing.HeaderTraceParent)
+		delete(p.msg.Header, cloudevent.HeaderTraceParent)
 	}
 	p.values = cloudevent.WriteHeaders(&p.ec, p.msg.Header, p.values[:0])
 	p.msg.Subject, p.msg.Data = FeedSubject(definition, env.RunID, env.Type()), data

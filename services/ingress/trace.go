@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/tracing"
 )
 
@@ -51,9 +52,9 @@ func tagHTTPSpan(r *http.Request, kind api.InputKind) {
 // message's trace context: the CloudEvents traceparent extension (ce-traceparent in binary
 // mode, the event's traceparent attribute in structured mode), or a plain W3C traceparent header.
 func startNATSSpan(ctx context.Context, m *nats.Msg, ev *ce.Event, kind api.InputKind) (context.Context, trace.Span) {
-	sc, ok := tracing.FromHeaders(m.Header)
+	sc, ok := cloudevent.TraceFromHeaders(m.Header)
 	if !ok && ev != nil {
-		sc, ok = tracing.FromEvent(ev)
+		sc, ok = cloudevent.TraceFromEvent(ev)
 	}
 	if !ok && m.Header != nil {
 		sc, ok = tracing.ParseWithState(m.Header.Get("traceparent"), m.Header.Get("tracestate"))

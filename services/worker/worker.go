@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
@@ -438,7 +439,7 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		_ = msg.Ack() // the run's driver in this process reads up to the task's seq before it stops
 		return
 	}
-	if sc, ok := tracing.FromHeaders(msg.Headers()); ok {
+	if sc, ok := cloudevent.TraceFromHeaders(msg.Headers()); ok {
 		ctx = trace.ContextWithRemoteSpanContext(ctx, sc)
 	}
 	ctx = tracing.WithRunID(ctx, runID)

@@ -59,7 +59,6 @@ import (
 	"github.com/flowrun/flow/internal/inputsig"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/streams"
-	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/internal/wait"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -255,7 +254,7 @@ func (s *Store) message(ctx context.Context, runID string, envs []event.Envelope
 	ec.ID, *ec.Subject, ec.Time.Time = runID+":"+first, runID, envs[len(envs)-1].Time
 	ec.Extensions[extSeq], ec.Extensions[extCount] = first, strconv.Itoa(len(envs))
 	ec.Extensions[extTypes], ec.Extensions[extCommit] = types.String(), commit
-	tracing.SetExtension(ctx, ec)
+	cloudevent.SetTraceExtension(ctx, ec)
 	h := make(nats.Header, 12)
 	cloudevent.WriteHeaders(ec, h, make([]string, 0, 12))
 	s.sign(h, runID, envs, body)

@@ -26,6 +26,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/examples"
 	"github.com/flowrun/flow/internal/ingresstest"
@@ -230,7 +231,7 @@ func TestOrderRunIsOneTraceAndARestartDuplicatesNoSpan(t *testing.T) {
 		m, err := feed.NextMsg(testTimeout)
 		require.NoError(t, err)
 		require.Equal(t, started.RunID, m.Header.Get("ce-subject"))
-		require.Equal(t, rs.TraceParent, m.Header.Get(tracing.HeaderTraceParent), "feed event %s", m.Subject)
+		require.Equal(t, rs.TraceParent, m.Header.Get(cloudevent.HeaderTraceParent), "feed event %s", m.Subject)
 	}
 
 	// The worker ends a decision's span after its commit, which the client may have seen first.
