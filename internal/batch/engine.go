@@ -8,13 +8,18 @@ import (
 )
 
 // Adapt returns the batch operations' view of an engine: its cancel, terminate and signal
-// calls, pause and unpause (Pauser) where this build has them, and reset (Resetter).
+// calls, pause and unpause (Pauser) and reset (Resetter), so every Op is Supported.
 func Adapt(e *engine.Engine) Engine { return adapted{e} }
 
 // adapted is *engine.Engine with the methods the operations need that it does not have in
-// their shape. Pause and Unpause, once on main, are its own, promoted (engine.Pause and
-// engine.Unpause take the delivery ID as Pauser does).
+// their shape: ResetRun. Pause and Unpause are the engine's own, promoted (they take the
+// delivery ID as Pauser does).
 type adapted struct{ *engine.Engine }
+
+var (
+	_ Pauser   = adapted{}
+	_ Resetter = adapted{}
+)
 
 // ResetRun resets run runID as r says, with the job's delivery ID as the reset's request ID:
 // a repeat returns the same new run.

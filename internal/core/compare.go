@@ -14,7 +14,8 @@ import (
 )
 
 // A comparison of a recorded identity with the one the code now gives. Each compare function
-// returns nil or the *NonDeterminismError for the first differing field, in the seed's order.
+// returns nil or the *NonDeterminismError for the first differing field, in the order it lists
+// the fields, so a decision that differs in several fields always reports the same one.
 
 func mismatch(runID, kind, id, field string, recorded, got any, seq uint64) *NonDeterminismError {
 	// A payload recorded by reference is compared by hash: show the new value's reference too

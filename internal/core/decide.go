@@ -21,7 +21,9 @@ type Identity struct {
 	Attributes []event.AttributeDecl
 }
 
-// Decider is the runtime seam, the seed's FlowRuntime::run_workflow: it runs workflow code.
+// Decider is the runtime seam between the core and workflow code: Decide asks it for the next
+// decision of a run, and it runs the code registered for the run's definition (the SDK's
+// registry implements it; tests implement it with scripted decisions).
 type Decider interface {
 	// Identity returns the identity of the code registered for definition, or an error wrapping
 	// ErrNotFound if there is none.

@@ -12,7 +12,7 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// TestNonDeterminism has one row per field the seed lists as compared on replay. Each row
+// TestNonDeterminism has one row per field compared on replay (compare.go). Each row
 // records a decision, then gives the code a decision that differs in that field only.
 func TestNonDeterminism(t *testing.T) {
 	t.Parallel()
