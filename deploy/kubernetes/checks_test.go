@@ -54,7 +54,7 @@ func TestChecksRejectBrokenManifests(t *testing.T) {
 		{"a streams replica per server", "base/flow/config.env", "FLOW_STREAMS_REPLICAS=3", "FLOW_STREAMS_REPLICAS=1",
 			`Deployment flow-history: FLOW_STREAMS_REPLICAS = "1", want 3`},
 
-		// Issue 20, finding 9: what the hardened manifests must keep.
+		// What the hardened manifests must keep.
 		{"no NetworkPolicy", "base/kustomization.yaml", "  - network-policies.yaml\n", "",
 			"manifests: no NetworkPolicy"},
 		{"routes open to every Flow pod", "base/network-policies.yaml",

@@ -16,7 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
-// The checks of issue 20's Kubernetes finding: zone spread, scrape annotations, the NATS pods'
+// The hardening checks of the manifests: zone spread, scrape annotations, the NATS pods'
 // secrets and lame duck, network policies and the ingress's public URL. nats_test.go checks the
 // NATS configuration itself (route authorization and TLS, bcrypt hashes, lame-duck timing).
 

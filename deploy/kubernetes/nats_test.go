@@ -52,7 +52,7 @@ func TestAuthConfIsDeployNATSAuthConf(t *testing.T) {
 
 // nats-server accepts the configuration the overlay gives each pod of the StatefulSet (the
 // ConfigMap and Secrets at their mount paths, the pod's environment), and that configuration
-// holds what issue 20 asked for: routes that authenticate and use mutual TLS, bcrypt hashes for
+// holds what a hardened cluster needs: routes that authenticate and use mutual TLS, bcrypt hashes for
 // every user's password, and lame-duck timing the pod's grace period covers.
 func TestNATSServerAcceptsTheConfigMap(t *testing.T) {
 	r := sortOut(t, mustBuild(t, devOverlay))

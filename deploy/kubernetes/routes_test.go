@@ -21,8 +21,8 @@ import (
 
 // The routes the dev overlay configures form a cluster, and refuse a stranger: one that reaches
 // the route port without the route user's password, and one that has it but no certificate of
-// the routes' CA (issue 20, finding 9: "any pod that reaches the headless service can join as a
-// route and bypass every role"). The servers run here with the rendered configuration of the
+// the routes' CA: otherwise any pod that reaches the headless service could join as a route and
+// bypass every role. The servers run here with the rendered configuration of the
 // pods nats-0 and nats-1, on 127.0.0.1 instead of the pods' names.
 func TestRoutesRefuseStrangers(t *testing.T) {
 	r := sortOut(t, mustBuild(t, devOverlay))

@@ -50,7 +50,7 @@ func devArgs(t *testing.T) []string {
 	return []string{"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--http", "127.0.0.1:0", "--ingress-http", "127.0.0.1:0", "--log-level", "warn", "--no-worker"}
 }
 
-// TestDevToken: flow dev generates a bearer token at first start (finding 2 of item 8: it
+// TestDevToken: flow dev generates a bearer token at first start (it once
 // could not turn tokens on, so any web page could act through its ingress), stores it with
 // mode 0600, shows it once, reuses it on later starts, and both HTTP APIs require it;
 // --insecure requires none.
@@ -89,7 +89,7 @@ func TestDevToken(t *testing.T) {
 }
 
 // TestDevHonoursIngressTokens: flow dev takes FLOW_INGRESS_TOKENS as flowd's ingress does
-// (item 8: it ignored them), for both HTTP APIs, and writes no token file; the services' other
+// (it once ignored them), for both HTTP APIs, and writes no token file; the services' other
 // settings come from the environment too (a body limit here).
 func TestDevHonoursIngressTokens(t *testing.T) {
 	t.Setenv("FLOW_INGRESS_TOKENS", "tok-one, tok-two")
@@ -118,8 +118,8 @@ func TestDevHonoursIngressTokens(t *testing.T) {
 	dev.stopAndWait(t)
 }
 
-// TestStatusSecrets: `flow status` shows a hook's token redacted (finding 6: the client role
-// read every hook token over NATS); --secrets reads it over HTTP with the token flow dev wrote,
+// TestStatusSecrets: `flow status` shows a hook's token redacted (the client
+// role once read every hook token over NATS); --secrets reads it over HTTP with the token flow dev wrote,
 // found through FLOW_DIR, as a user of flow dev does without configuring anything.
 func TestStatusSecrets(t *testing.T) {
 	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))

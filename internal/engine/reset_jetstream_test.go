@@ -366,7 +366,7 @@ func TestResetCrashBetweenWritesIsRepaired(t *testing.T) {
 	b.checkBoth(t, "o7", newID7)
 }
 
-// A reset never leaves two live runs of one chain (issue 19, finding 13). Once a reset ended
+// A reset never leaves two live runs of one chain. Once a reset ended
 // run o9 and its new run is active, a second reset of o9 is refused, naming the run to reset
 // instead, and a signal sent twice under one delivery ID lands once; after the first reset's
 // run ends, o9 may be reset again. Two resets of one active run racing each other: one is

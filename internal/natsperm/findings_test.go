@@ -40,7 +40,7 @@ func dial(t *testing.T, srv interface{ ClientURL() string }, role string) *nats.
 	return nc
 }
 
-// Issue 20, finding 3: the worker purged OBJ_FLOW_PAYLOADS (an offloaded payload was then gone),
+// A worker once purged OBJ_FLOW_PAYLOADS (an offloaded payload was then gone),
 // and the scheduler and the ingress could purge streams too. Now a worker's, the ingress's and
 // the scheduler's purge of any stream is refused and the payload stays; the history service
 // purges FLOW_HISTORY only as retention does (one run's subject; nats-server cannot limit a
@@ -76,7 +76,7 @@ func TestOnlyTheHistoryServicePurges(t *testing.T) {
 	require.JSONEq(t, `"an offloaded signal"`, string(got))
 }
 
-// Issue 20, finding 5: the client role subscribed to _INBOX.> and captured the replies of every
+// The client role once subscribed to _INBOX.> and captured the replies of every
 // role (history events, tasks, KV entries, a hook token) while a run started and was signalled.
 // Now each role subscribes to its own inbox prefix only: the client's subscriptions to every
 // inbox, and to each other role's, are refused, while its own calls (a run started, signalled,
@@ -125,7 +125,7 @@ func TestClientReadsOnlyItsOwnReplies(t *testing.T) {
 	v.mu.Unlock()
 }
 
-// Issue 20, finding 4 (the hook's KV entry): a role that may answer requests (nats-server's
+// The hook's KV entry: a role that may answer requests (nats-server's
 // allow_responses) could publish once to the reply subject of any message it received, and the
 // worker receives its own publishes to flow.history.>: it published one with the reply subject
 // $KV.FLOW_HOOKS.<token> and then a deletion to it. No role has allow_responses now: the

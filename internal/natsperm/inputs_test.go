@@ -22,7 +22,7 @@ import (
 	"github.com/flowrun/flow/pkg/flow"
 )
 
-// Issue 20, finding 4: the worker role may publish to every run's history subject (it drives
+// Forged inputs: the worker role may publish to every run's history subject (it drives
 // runs), so it could append a signal or a hook delivery nobody sent. Input events are signed by
 // the input writers, whose key the worker role cannot read: a worker's forged signal.received or
 // hook.received quarantines the run at the forgery (its history does not go on, and no input is

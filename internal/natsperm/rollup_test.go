@@ -21,7 +21,7 @@ import (
 // stream does not allow ("rollup not permitted").
 const rollupRefused = 10111
 
-// Issue 20, finding 3 (the purge without a purge permission): Flow's buckets and object stores
+// The purge without a purge permission: Flow's buckets and object stores
 // allowed the Nats-Rollup header, so a worker, which may write FLOW_WORKERS, FLOW_HEARTBEATS and
 // OBJ_FLOW_PAYLOADS, purged any of them whole with one `Nats-Rollup: all` message. Now (but on
 // FLOW_WORKERS, whose limit markers need rollups, docs/operations.md) a

@@ -105,7 +105,7 @@ func awaitingRun(t *testing.T, ctx context.Context, client *flow.Client, runID s
 }
 
 // TestHTTPAuth: with tokens configured, the history service's API and web UI refuse callers
-// without a token or session (finding 6: it had no authentication at all), a read-only token
+// without a token or session (it once had no authentication at all), a read-only token
 // reads but cannot act or see secrets, the UI's sign-in sets a session cookie that does not
 // hold the token, its POSTs need the page's CSRF token, and its actions reach the ingress with
 // the caller's own token (a token the ingress does not accept is refused there).
@@ -236,8 +236,8 @@ func TestHTTPAuth(t *testing.T) {
 	})
 }
 
-// TestHTTPHost: the HTTP port answers only for its own host names (finding 6: any Host header
-// was served, so a page whose DNS name was rebound to this address could read the API).
+// TestHTTPHost: the HTTP port answers only for its own host names (it once served any Host
+// header, so a page whose DNS name was rebound to this address could read the API).
 func TestHTTPHost(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
@@ -256,9 +256,9 @@ func TestHTTPHost(t *testing.T) {
 	require.Equal(t, http.StatusOK, httpCall{path: "/healthz", host: "10.1.2.3:8420"}.do(t, base).status, "probes answer any host")
 }
 
-// TestSecretsRedacted: a run's hook tokens and seed are not served to readers (finding 6: the
-// run page showed a hook token ten times, /v1/runs/{id} and the NATS queries served tokens and
-// the seed), neither in the fields recording them nor where the workflow copied them (the
+// TestSecretsRedacted: a run's hook tokens and seed are not served to readers (the run page
+// once showed a hook token ten times, /v1/runs/{id} and the NATS queries served tokens and the
+// seed), neither in the fields recording them nor where the workflow copied them (the
 // webhook example's step input and output); a full token reveals them on request, a read-only
 // one cannot, and the NATS secrets endpoint (granted to no role) reveals them. The redacted
 // history still holds every invariant (flow verify).

@@ -31,7 +31,7 @@ func (b *retentionBundle) requireNoneQuarantined(t *testing.T) {
 	require.Empty(t, ids, "no run is quarantined")
 }
 
-// A deleted run's ID is never taken by another run (issue 19, finding 3): a start under it
+// A deleted run's ID is never taken by another run: a start under it
 // follows the reuse policy as for any ended run, and a new run under the ID gets the next reuse
 // ID; the record of the deletion keeps the stream's account of what was purged, so a restarted
 // history service quarantines nothing.
@@ -65,8 +65,8 @@ func TestDeletedRunIDIsNotReused(t *testing.T) {
 	require.NoError(t, b.client.Result(b.ctx, "live-1", &out))
 }
 
-// A reset and a deletion of one run are ordered by their records in the run (issue 19,
-// finding 4): a reset recorded first is archived with the run; once the deletion is recorded,
+// A reset and a deletion of one run are ordered by their records in the run: a reset
+// recorded first is archived with the run; once the deletion is recorded,
 // a reset is refused. No event ever reaches the stream that the purge removes unarchived, and
 // no run is quarantined afterwards.
 func TestResetRacingDeletionLosesNothing(t *testing.T) {

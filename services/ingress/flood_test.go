@@ -31,7 +31,7 @@ import (
 	"github.com/flowrun/flow/services/worker"
 )
 
-// The signal flood of issue 20, finding 7: many signals to one run from many senders, while
+// The signal flood: many signals to one run from many senders, while
 // other runs are signalled and must still answer quickly.
 
 // sink waits for the signal "never", which never comes: every other signal it receives stays
@@ -346,7 +346,7 @@ func envInt(name string, def int) int {
 	return def
 }
 
-// TestSignalFloodMeasure is the measurement of issue 20's signal flood: 5,000 signals of 1 KB
+// TestSignalFloodMeasure measures the signal flood: 5,000 signals of 1 KB
 // to one run from 16 senders over HTTP, with probes signalling other runs. It only runs with
 // FLOW_FLOOD=1 (not under -race: it measures); FLOW_FLOOD_N, _SENDERS, _BYTES and _PROBES
 // change its size, FLOW_FLOOD_FOR (a duration) stops the senders early, and FLOW_FLOOD_DOOR=nats
@@ -368,7 +368,7 @@ func floodConfig(t *testing.T) ingress.Config {
 	return cfg
 }
 
-// TestSignalFloodLimits is the short signal flood (issue 20, finding 7): a flood over the run's
+// TestSignalFloodLimits is the short signal flood: a flood over the run's
 // rate is refused with 429 and Retry-After, and every signal accepted is in the run's history,
 // while other runs still take their signals. Before the limits, every signal was taken.
 func TestSignalFloodLimits(t *testing.T) {

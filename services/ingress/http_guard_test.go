@@ -140,8 +140,9 @@ func TestUnauthorizedClosesTheConnection(t *testing.T) {
 	require.ErrorIs(t, err, io.EOF, "the server closed the connection")
 }
 
-// TestSmallerFindings covers the smaller findings of issue 20, each refused with a 4xx that
-// says what was wrong, nothing appended.
+// TestSmallerFindings covers malformed and foreign requests (invalid UTF-8 at every door, an
+// unknown spec version, a name that is not a key, a batch body over the limit, a hook posted
+// from another site, ...), each refused with a 4xx that says what was wrong, nothing appended.
 func TestSmallerFindings(t *testing.T) {
 	t.Parallel()
 	b := setup(t, ingress.Config{MaxBodyBytes: 4096})

@@ -29,7 +29,7 @@ func registerVault(reg *flow.Registry) {
 }
 
 // An update that is in flight when its run is reset is answered by the new run the reset carried
-// it on to, never "aborted" by the old one (issue 19, finding 5); and an update the old run was
+// it on to, never "aborted" by the old one; and an update the old run was
 // answered "aborted" for before the reset (the run had ended) stays aborted: the reset neither
 // carries it on nor applies it.
 func TestUpdateFollowsReset(t *testing.T) {

@@ -55,8 +55,8 @@ func asRoles(t *testing.T) (history *objstore.Store, historyJS jetstream.JetStre
 // A writer without the purge permission (a worker, the ingress) stores payloads: new ones, ones
 // there already (a touch), ones the bucket holds under their name with other bytes, and the same
 // payload from several writers at once, each Put returning with the payload readable, and no
-// publish refused. Finding 3 of issue 20: nats.go's ObjectStore.Put purges the chunks of the
-// object it replaces, which is why every writer could purge OBJ_FLOW_PAYLOADS.
+// publish refused. nats.go's ObjectStore.Put purges the chunks of the object it replaces, so a
+// store built on it would need every writer to hold the purge permission on OBJ_FLOW_PAYLOADS.
 func TestPutNeedsNoPurge(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()

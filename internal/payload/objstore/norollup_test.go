@@ -57,7 +57,7 @@ func writeDeletionRecord(t *testing.T, ctx context.Context, js jetstream.JetStre
 	require.NoError(t, err)
 }
 
-// Issue 20, finding 3: OBJ_FLOW_PAYLOADS allowed the Nats-Rollup header, which the store put on
+// OBJ_FLOW_PAYLOADS once allowed the Nats-Rollup header, which the store put on
 // every metadata message, so that a writer (a worker, the ingress) could purge the whole stream
 // with one `Nats-Rollup: all` message. Now the stream refuses the header: the writers store,
 // touch and overwrite payloads without it, readers (this store's, nats.go's) read each object's
