@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/flowrun/flow/internal/schedule"
-	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 )
 
@@ -104,12 +103,4 @@ func scheduleSpec(sp schedule.Spec) string {
 		out += ", jitter " + time.Duration(sp.Jitter).String()
 	}
 	return out
-}
-
-// scheduleSummary renders run.started's schedule for the timeline ("" for none).
-func scheduleSummary(p *event.RunStarted) string {
-	if p.Schedule == nil {
-		return ""
-	}
-	return fmt.Sprintf(", by schedule %s for slot %s (%s)", p.Schedule.Name, p.Schedule.Slot.Format("2006-01-02 15:04:05"), p.Schedule.Action)
 }
