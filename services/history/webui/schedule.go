@@ -1,4 +1,4 @@
-package history
+package webui
 
 import (
 	"context"
@@ -41,15 +41,15 @@ type uiSchedulePage struct {
 }
 
 // mountScheduleUI adds the schedules pages.
-func (s *Service) mountScheduleUI(mux *http.ServeMux, client *flow.Client) {
+func (s *UI) mountScheduleUI(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ui/schedules", func(w http.ResponseWriter, r *http.Request) {
 		page := uiSchedulesPage{Now: time.Now().UTC()}
-		if client == nil {
+		if s.jobs == nil {
 			page.Error = errNoClient.Error()
 		} else {
 			ctx, cancel := context.WithTimeout(r.Context(), uiActionTimeout)
 			defer cancel()
-			list, err := client.ListSchedules(ctx)
+			list, err := s.jobs.ListSchedules(ctx)
 			if err != nil {
 				page.Error = strings.TrimPrefix(err.Error(), "flow: ")
 			}
@@ -60,13 +60,13 @@ func (s *Service) mountScheduleUI(mux *http.ServeMux, client *flow.Client) {
 		s.uiRender(w, http.StatusOK, "schedules.html", page)
 	})
 	mux.HandleFunc("GET /ui/schedules/{name}", func(w http.ResponseWriter, r *http.Request) {
-		if client == nil {
+		if s.jobs == nil {
 			s.uiError(w, http.StatusServiceUnavailable, "Unavailable", errNoClient.Error())
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), uiActionTimeout)
 		defer cancel()
-		d, err := client.DescribeSchedule(ctx, r.PathValue("name"), 10)
+		d, err := s.jobs.DescribeSchedule(ctx, r.PathValue("name"), 10)
 		switch {
 		case errors.Is(err, flow.ErrScheduleNotFound):
 			s.uiError(w, http.StatusNotFound, "Not found", fmt.Sprintf("There is no schedule %q; see the schedules list.", r.PathValue("name")))
