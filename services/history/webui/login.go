@@ -6,7 +6,7 @@ import (
 )
 
 // The web UI's sign-in: a browser cannot send an Authorization header when it navigates, so
-// the sign-in page takes a token once and sets a session cookie (httpauth.go).
+// the sign-in page takes a token once and sets a session cookie (Auth.SignIn).
 //
 //	GET  /ui/login    the sign-in form (?next= the page to go back to)
 //	POST /ui/login    token=...&next=...: sets the session cookie, or shows the form again

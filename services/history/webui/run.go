@@ -69,7 +69,7 @@ type uiSignalWait struct {
 }
 
 // uiRun serves a run page, or its view alone with ?fragment=view.
-// The run's seed and hook tokens are redacted (redact.go) unless a full caller asks for them with
+// The run's seed and hook tokens are redacted (Reader.RunHistory) unless a full caller asks for them with
 // ?reveal=secrets.
 func (s *UI) uiRun(w http.ResponseWriter, r *http.Request) {
 	page, secrets, err := s.uiRunData(r)

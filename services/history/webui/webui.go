@@ -31,20 +31,20 @@ import (
 //	GET  /ui/                       the runs list: ?status=&definition=&prefix=&limit=&cursor=
 //	GET  /ui/runs/{id}              a run: its snapshot at ?at=SEQ (default: the latest), the
 //	                                timeline, the diagnosis of a blocked run
-//	GET  /ui/login, POST /ui/login  the sign-in page, when tokens are configured (ui_login.go)
+//	GET  /ui/login, POST /ui/login  the sign-in page, when tokens are configured (login.go)
 //	POST /ui/logout                 signs out
 //	POST /ui/runs/{id}/signal       {"name": ..., "payload": <JSON>} (or a form): forwarded to
 //	                                the ingress's HTTP API with the caller's token
 //	POST /ui/runs/{id}/cancel       {"reason": ...} (or a form): forwarded to the ingress
-//	GET  /ui/schedules[/{name}]     the schedules, and one schedule (ui_schedule.go)
-//	GET  /ui/batches[/{id}]         the batch jobs and a job's report (ui_batch.go)
+//	GET  /ui/schedules[/{name}]     the schedules, and one schedule (schedule.go)
+//	GET  /ui/batches[/{id}]         the batch jobs and a job's report (batch.go)
 //	POST /ui/runs/{id}/pause        {"reason": ...} (or a form): forwarded to the ingress
 //	POST /ui/runs/{id}/unpause      {"reason": ...} (or a form): forwarded to the ingress
 //	GET  /ui/static/...             the stylesheet and script
 //
 // ?fragment=rows (list) and ?fragment=view (run) return only the part the script swaps in.
-// Who may see and do what is checked before (httpauth.go): the POSTs are refused from another
-// origin, without the page's CSRF token, and from a read-only token.
+// Who may see and do what is checked before, by the history service's middleware: the POSTs
+// are refused from another origin, without the page's CSRF token, and from a read-only token.
 
 //go:embed ui/templates/*.html ui/static/*
 var uiFiles embed.FS
@@ -186,8 +186,8 @@ func (s *UI) uiRender(w http.ResponseWriter, status int, name string, data any) 
 	s.uiRenderScrubbed(w, status, name, data, nil)
 }
 
-// uiRenderScrubbed is uiRender with every occurrence of secrets replaced (redact.go). It fills
-// in the caller's CSRF token and sign-out button (httpauth.go).
+// uiRenderScrubbed is uiRender with every occurrence of secrets replaced (Reader.RunHistory).
+// It fills in the caller's CSRF token and sign-out button (Auth.Page).
 func (s *UI) uiRenderScrubbed(w http.ResponseWriter, status int, name string, data any, secrets []string) {
 	var b bytes.Buffer
 	if err := uiTemplates.ExecuteTemplate(&b, name, data); err != nil {
