@@ -69,8 +69,8 @@ type uiSignalWait struct {
 }
 
 // uiRun serves a run page, or its view alone with ?fragment=view.
-// The run's seed and hook tokens are redacted (Reader.RunHistory) unless a full caller asks for them with
-// ?reveal=secrets.
+// The run's seed and hook tokens are redacted (Reader.RunHistory) unless a full caller asks for
+// them with ?reveal=secrets.
 func (s *UI) uiRun(w http.ResponseWriter, r *http.Request) {
 	page, secrets, err := s.uiRunData(r)
 	if err != nil {
