@@ -108,4 +108,4 @@ K8S_DAYS = $(if $(OVERLAY),$(DAYS),$(or $(DAYS),3650))
 
 .PHONY: screenshot
 screenshot: ## Refresh the web UI screenshot the README shows (docs/images/ui-run.png; needs chromium)
-	FLOW_UI_SCREENSHOT=1 $(GO) test -count=1 -run TestUIBrowser ./services/history
+	FLOW_UI_SCREENSHOT=1 $(GO) test -count=1 -run TestUIBrowser ./services/history/webui

@@ -1,7 +1,7 @@
 #!/bin/sh
 # test-deps.sh installs what the test suite needs beyond Go: Debian's chromium package, which
-# the web UI's browser test (services/history, TestUIBrowser) drives headless. It returns at once
-# when chromium is on PATH already. Installing needs root (or sudo) and apt-get; it runs
+# the web UI's browser test (services/history/webui, TestUIBrowser) drives headless. It returns
+# at once when chromium is on PATH already. Installing needs root (or sudo) and apt-get; it runs
 # apt-get update first, non-interactively. `make test` runs it, then sets FLOW_REQUIRE_BROWSER=1
 # so that the browser test fails instead of skipping when chromium is missing.
 set -eu

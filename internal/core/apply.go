@@ -391,6 +391,12 @@ func (s *Snapshot) checkInFlight(e event.Envelope, id string, attempt int) error
 }
 
 // mutate applies a checked event.
+//
+// It and the checks above switch over the event types on purpose: they are the core's one
+// interpreter of what each event means to a run's state, which no per-type declaration could
+// express without moving the state machine into pkg/event. What code outside the core needs of
+// every event alike (its payload fields, its summary) each type declares next to its payload
+// type instead (event.Described), and nothing else switches for it.
 func (s *Snapshot) mutate(e event.Envelope) {
 	p := &s.Progress
 	switch d := e.Payload.(type) {

@@ -67,6 +67,9 @@ func replayFrom(s *Snapshot, runID string, history []event.Envelope, d Decider, 
 }
 
 // compareRecorded compares the recorded event rec with the event got that replay produced.
+// Its switch, and describeEvent's, cover the decision events only, and say how each is
+// compared (by ID first, member by member) and named in a non-determinism error: the core's
+// rules of determinism, not a second list of the catalogue's payload fields or summaries.
 func compareRecorded(runID string, rec event.Envelope, got event.Payload) error {
 	decisionMismatch := func() error {
 		return &NonDeterminismError{RunID: runID, Kind: "decision", Field: "decision",

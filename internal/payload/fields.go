@@ -4,134 +4,33 @@ import (
 	"bytes"
 	"encoding/json"
 	"regexp"
-	"slices"
 
 	"github.com/flowrun/flow/pkg/event"
 )
 
 // fields calls fn with the address of every payload field of p: the fields Offload may replace
 // by a reference, and so the only fields that may hold one (docs/large-payloads.md lists them).
-// It is the one list of those fields, which offloading, the archive of a deleted run and the
-// payload collector all read: a field added here is offloaded, archived and kept alive at once.
+// Each event type declares them next to its payload type (event.Described.PayloadFields), the
+// one list that offloading, the archive of a deleted run and the payload collector all read: a
+// field declared there is offloaded, archived and kept alive at once.
 //
 // With clone false, fn sees p's own fields and must not change them. With clone true, fields
-// copies p first (the struct, and the slices whose elements hold fields) and fn may change the
-// copy's fields; fields returns the copy. It returns nil for a payload that has no such field.
+// copies p first (event.CopyPayload: the struct, and the slices whose elements hold fields) and
+// fn may change the copy's fields; fields returns the copy. It returns nil for a payload that
+// has no such field.
 func fields(p event.Payload, clone bool, fn func(*json.RawMessage)) event.Payload {
-	switch p := p.(type) {
-	case *event.RunStarted:
-		if clone {
-			c := *p
-			p = &c
-		}
-		fn(&p.Input)
-		return p
-	case *event.StepScheduled:
-		if clone {
-			c := *p
-			c.Steps = slices.Clone(p.Steps)
-			p = &c
-		}
-		for i := range p.Steps {
-			fn(&p.Steps[i].Input)
-		}
-		return p
-	case *event.StepCompleted:
-		if clone {
-			c := *p
-			p = &c
-		}
-		fn(&p.Output)
-		return p
-	case *event.SignalReceived:
-		if clone {
-			c := *p
-			p = &c
-		}
-		fn(&p.Payload)
-		return p
-	case *event.HookCreated:
-		if clone {
-			c := *p
-			p = &c
-		}
-		fn(&p.Metadata)
-		return p
-	case *event.HookReceived:
-		if clone {
-			c := *p
-			p = &c
-		}
-		fn(&p.Payload)
-		return p
-	case *event.ChildScheduled:
-		if clone {
-			c := *p
-			c.Children = slices.Clone(p.Children)
-			p = &c
-		}
-		for i := range p.Children {
-			fn(&p.Children[i].Input)
-		}
-		return p
-	case *event.ChildSettled:
-		if clone {
-			c := *p
-			p = &c
-		}
-		fn(&p.Output)
-		return p
-	case *event.RunCompleted:
-		if clone {
-			c := *p
-			p = &c
-		}
-		fn(&p.Output)
-		return p
-	case *event.RunContinuedAsNew:
-		if clone {
-			c := *p
-			p = &c
-		}
-		fn(&p.Input)
-		return p
-	case *event.RunDebounced:
-		if clone {
-			c := *p
-			p = &c
-		}
-		fn(&p.Input)
-		return p
-	case *event.RunReset:
-		if clone {
-			c := *p
-			p = &c
-		}
-		fn(&p.Input)
-		return p
-	case *event.UpdateReceived:
-		if clone {
-			c := *p
-			p = &c
-		}
-		fn(&p.Payload)
-		return p
-	case *event.UpdateCompleted:
-		if clone {
-			c := *p
-			p = &c
-		}
-		fn(&p.Result)
-		return p
-	case *event.SideEffectRecorded:
-		if clone {
-			c := *p
-			p = &c
-		}
-		fn(&p.Value)
-		return p
+	fs := event.PayloadFields(p)
+	if len(fs) == 0 {
+		return nil
 	}
-	return nil
+	if clone {
+		p = event.CopyPayload(p)
+		fs = event.PayloadFields(p)
+	}
+	for _, f := range fs {
+		fn(f)
+	}
+	return p
 }
 
 // Fields calls fn with the value of every payload field of p, in order: the fields a large

@@ -90,7 +90,7 @@ func TestFieldsCoverEveryPayload(t *testing.T) {
 				require.NotContains(t, visited, r, "%s is listed as not a payload, but the visitor visits it", path)
 				continue
 			}
-			require.Contains(t, visited, r, "%s (event %s) is JSON but not a payload field: add it to payload.fields, or to notPayloads if it is never offloaded", path, typ)
+			require.Contains(t, visited, r, "%s (event %s) is JSON but not a payload field: declare it in its type's PayloadFields (pkg/event), or add it to notPayloads if it is never offloaded", path, typ)
 		}
 		require.LessOrEqual(t, len(visited), len(all), "%s: the visitor visits fields the event does not have", typ)
 	}

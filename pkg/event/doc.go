@@ -16,6 +16,15 @@
 // newer writer may add optional fields without breaking older readers. JSON Schemas for every
 // payload live in the repository's schemas/ directory and are checked against these types.
 //
+// # The catalogue
+//
+// Each event type is a constant of [Type], listed in [Types] and made by [New], and a payload
+// type that declares, next to it, what code treating every event alike needs: [Payload] (its
+// type and validation) and [Described] (its payload fields, which may be offloaded to the
+// payload store, and its one-line summary for humans). Payload offload and resolution, the
+// payload collector and the web UI's timeline read these declarations instead of switching over
+// the types; only the core's state machine (internal/core) interprets each type by itself.
+//
 // # Identifiers
 //
 // Run IDs become NATS subject tokens and key-value keys, and decision IDs become parts of run IDs

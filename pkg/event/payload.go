@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 )
 
@@ -429,6 +430,178 @@ func (*RunCompleted) EventType() Type       { return TypeRunCompleted }
 func (*RunFailed) EventType() Type          { return TypeRunFailed }
 func (*RunCancelled) EventType() Type       { return TypeRunCancelled }
 func (*RunContinuedAsNew) EventType() Type  { return TypeRunContinuedAsNew }
+
+// The payload fields of the events above (Described).
+
+func (p *RunStarted) PayloadFields() []*json.RawMessage { return []*json.RawMessage{&p.Input} }
+func (p *StepScheduled) PayloadFields() []*json.RawMessage {
+	out := make([]*json.RawMessage, len(p.Steps))
+	for i := range p.Steps {
+		out[i] = &p.Steps[i].Input
+	}
+	return out
+}
+func (p *StepCompleted) PayloadFields() []*json.RawMessage    { return []*json.RawMessage{&p.Output} }
+func (*StepFailed) PayloadFields() []*json.RawMessage         { return nil }
+func (*StepRetryScheduled) PayloadFields() []*json.RawMessage { return nil }
+func (*StepRetryFired) PayloadFields() []*json.RawMessage     { return nil }
+func (*StepCancelled) PayloadFields() []*json.RawMessage      { return nil }
+func (*WaitScheduled) PayloadFields() []*json.RawMessage      { return nil }
+func (*WaitFired) PayloadFields() []*json.RawMessage          { return nil }
+func (*SignalAwaited) PayloadFields() []*json.RawMessage      { return nil }
+func (p *SignalReceived) PayloadFields() []*json.RawMessage   { return []*json.RawMessage{&p.Payload} }
+func (p *HookCreated) PayloadFields() []*json.RawMessage      { return []*json.RawMessage{&p.Metadata} }
+func (p *HookReceived) PayloadFields() []*json.RawMessage     { return []*json.RawMessage{&p.Payload} }
+func (p *ChildScheduled) PayloadFields() []*json.RawMessage {
+	out := make([]*json.RawMessage, len(p.Children))
+	for i := range p.Children {
+		out[i] = &p.Children[i].Input
+	}
+	return out
+}
+func (p *ChildSettled) PayloadFields() []*json.RawMessage     { return []*json.RawMessage{&p.Output} }
+func (*RunCancelRequested) PayloadFields() []*json.RawMessage { return nil }
+func (*DecisionFailed) PayloadFields() []*json.RawMessage     { return nil }
+func (p *RunCompleted) PayloadFields() []*json.RawMessage     { return []*json.RawMessage{&p.Output} }
+func (*RunFailed) PayloadFields() []*json.RawMessage          { return nil }
+func (*RunCancelled) PayloadFields() []*json.RawMessage       { return nil }
+func (p *RunContinuedAsNew) PayloadFields() []*json.RawMessage {
+	return []*json.RawMessage{&p.Input}
+}
+
+// The summaries of the events above (Described).
+
+func (p *RunStarted) Summarize() string {
+	s := fmt.Sprintf("%s started, input %s", p.Spec.Definition, inline(p.Input))
+	if p.Spec.BuildID != "" {
+		s += ", build " + p.Spec.BuildID
+	}
+	if p.Parent != nil {
+		s += fmt.Sprintf(", child %s of run %s", p.Parent.ChildID, p.Parent.RunID)
+	}
+	if p.ContinuedFrom != "" {
+		s += fmt.Sprintf(", continues %s (generation %d)", p.ContinuedFrom, p.Generation)
+	}
+	if len(p.Attributes) > 0 {
+		s += ", attributes " + p.Attributes.pairs()
+	}
+	if p.Priority != 0 {
+		s += fmt.Sprintf(", priority %d", p.Priority)
+	}
+	if p.Control != nil {
+		s += ", under flow control: " + p.Control.Describe()
+	}
+	if r := p.ResetFrom; r != nil {
+		s += fmt.Sprintf(", reset from %s at seq %d (%s)", r.RunID, r.Seq, r.Mode)
+	}
+	return s + p.startPolicySummary() + p.Schedule.summary()
+}
+
+func (p *StepScheduled) Summarize() string {
+	parts := make([]string, len(p.Steps))
+	for i, st := range p.Steps {
+		parts[i] = fmt.Sprintf("%s (%s) %s", st.ID, st.Name, inline(st.Input))
+	}
+	return "schedule " + strings.Join(parts, "; ")
+}
+
+func (p *StepCompleted) Summarize() string {
+	return fmt.Sprintf("%s completed, attempt %d → %s", p.StepID, p.Attempt, inline(p.Output))
+}
+
+func (p *StepFailed) Summarize() string {
+	s := fmt.Sprintf("%s attempt %d failed: %s", p.StepID, p.Attempt, p.Error.Error())
+	if p.Final {
+		s += " (final)"
+	} else if p.Retryable {
+		s += " (will retry)"
+	}
+	return s
+}
+
+func (p *StepRetryScheduled) Summarize() string {
+	return fmt.Sprintf("%s attempt %d due %s", p.StepID, p.Attempt, p.Due.Format(summaryClock))
+}
+
+func (p *StepRetryFired) Summarize() string {
+	return fmt.Sprintf("%s attempt %d in flight", p.StepID, p.Attempt)
+}
+
+func (p *StepCancelled) Summarize() string {
+	ids := make([]string, len(p.Steps))
+	for i, st := range p.Steps {
+		ids[i] = st.StepID
+		if st.SideEffectUnknown {
+			ids[i] += " (side effect unknown)"
+		}
+	}
+	return fmt.Sprintf("cancelled %s: %s (%s)", strings.Join(ids, ", "), p.Reason, p.Cause)
+}
+
+func (p *WaitScheduled) Summarize() string {
+	s := fmt.Sprintf("timer %s until %s", p.WaitID, p.Deadline.Format(summaryDate))
+	if p.Duration != 0 {
+		s += fmt.Sprintf(" (%s)", time.Duration(p.Duration))
+	}
+	return s
+}
+
+func (p *WaitFired) Summarize() string { return fmt.Sprintf("timer %s fired", p.WaitID) }
+
+func (p *SignalAwaited) Summarize() string {
+	return fmt.Sprintf("await signal %q as %s", p.Name, p.WaitID)
+}
+
+func (p *SignalReceived) Summarize() string {
+	return fmt.Sprintf("signal %q received %s", p.Name, inline(p.Payload))
+}
+
+func (p *HookCreated) Summarize() string {
+	return fmt.Sprintf("hook %s created, token %s", p.HookID, p.Token)
+}
+
+func (p *HookReceived) Summarize() string {
+	return fmt.Sprintf("hook %s received %s", p.HookID, inline(p.Payload))
+}
+
+func (p *ChildScheduled) Summarize() string {
+	parts := make([]string, len(p.Children))
+	for i, c := range p.Children {
+		parts[i] = fmt.Sprintf("%s (%s) as run %s", c.ChildID, c.Definition, c.RunID)
+	}
+	return "start child " + strings.Join(parts, "; ")
+}
+
+func (p *ChildSettled) Summarize() string {
+	s := fmt.Sprintf("child %s %s", p.ChildID, p.Outcome)
+	switch {
+	case p.Error != nil:
+		s += ": " + p.Error.Error()
+	case len(p.Output) > 0:
+		s += " → " + inline(p.Output)
+	}
+	return s
+}
+
+func (p *RunCancelRequested) Summarize() string { return "cancel requested: " + orNone(p.Reason) }
+
+func (p *DecisionFailed) Summarize() string {
+	return fmt.Sprintf("decision failed [%s] %s: %s", p.Code, p.Kind, clip(p.Detail, 160))
+}
+
+func (p *RunCompleted) Summarize() string { return "completed → " + inline(p.Output) }
+
+func (p *RunFailed) Summarize() string {
+	return fmt.Sprintf("failed: %s (%s)", p.Error.Error(), p.Cause)
+}
+
+func (p *RunCancelled) Summarize() string {
+	return fmt.Sprintf("cancelled: %s (%s)", orNone(p.Reason), p.Cause)
+}
+
+func (p *RunContinuedAsNew) Summarize() string {
+	return fmt.Sprintf("continued as new as run %s, input %s", p.SuccessorRunID, inline(p.Input))
+}
 
 // fieldError names a missing or malformed field.
 func fieldError(field, problem string) error {

@@ -458,6 +458,21 @@ type AttributesUpserted struct {
 // EventType implements Payload.
 func (*AttributesUpserted) EventType() Type { return TypeAttributesUpserted }
 
+func (*AttributesUpserted) PayloadFields() []*json.RawMessage { return nil }
+
+func (p *AttributesUpserted) Summarize() string {
+	return fmt.Sprintf("upsert %s: %s", p.UpsertID, p.Attributes.pairs())
+}
+
+// pairs renders a as name=value pairs sorted by name, clipped, for a summary.
+func (a Attributes) pairs() string {
+	parts := make([]string, 0, len(a))
+	for _, name := range slices.Sorted(maps.Keys(a)) {
+		parts = append(parts, name+"="+a[name].String())
+	}
+	return clip(strings.Join(parts, " "), summaryInline)
+}
+
 // Validate implements Payload.
 func (p *AttributesUpserted) Validate() error {
 	if err := required("upsert_id", p.UpsertID); err != nil {

@@ -1,6 +1,7 @@
 package event
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -83,6 +84,28 @@ func (*StepCancelRequested) EventType() Type  { return TypeStepCancelRequested }
 func (*ChildCancelRequested) EventType() Type { return TypeChildCancelRequested }
 func (*ChildRetryScheduled) EventType() Type  { return TypeChildRetryScheduled }
 func (*ChildRetryFired) EventType() Type      { return TypeChildRetryFired }
+
+func (*StepCancelRequested) PayloadFields() []*json.RawMessage  { return nil }
+func (*ChildCancelRequested) PayloadFields() []*json.RawMessage { return nil }
+func (*ChildRetryScheduled) PayloadFields() []*json.RawMessage  { return nil }
+func (*ChildRetryFired) PayloadFields() []*json.RawMessage      { return nil }
+
+func (p *StepCancelRequested) Summarize() string {
+	return fmt.Sprintf("cancel %s attempt %d requested (%s): %s", p.StepID, p.Attempt, p.Policy, orNone(p.Reason))
+}
+
+func (p *ChildCancelRequested) Summarize() string {
+	return fmt.Sprintf("cancel child %s (run %s) requested (%s): %s", p.ChildID, p.RunID, p.Policy, orNone(p.Reason))
+}
+
+func (p *ChildRetryScheduled) Summarize() string {
+	return fmt.Sprintf("child %s attempt %d as run %s due %s, after run %s failed: %s",
+		p.ChildID, p.Attempt, p.RunID, p.Due.Format(summaryClock), p.FailedRunID, p.Error.Error())
+}
+
+func (p *ChildRetryFired) Summarize() string {
+	return fmt.Sprintf("child %s attempt %d starts as run %s", p.ChildID, p.Attempt, p.RunID)
+}
 
 // Validate implements Payload.
 func (p *StepCancelRequested) Validate() error {

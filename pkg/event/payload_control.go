@@ -1,6 +1,7 @@
 package event
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -130,6 +131,18 @@ type RunAdmitted struct {
 }
 
 func (*RunAdmitted) EventType() Type { return TypeRunAdmitted }
+
+// PayloadFields implements Described.
+func (*RunAdmitted) PayloadFields() []*json.RawMessage { return nil }
+
+// Summarize implements Described.
+func (p *RunAdmitted) Summarize() string {
+	s := "admitted by flow control, group " + p.Group
+	if p.Key != "" {
+		s += fmt.Sprintf(", key %q", p.Key)
+	}
+	return s + fmt.Sprintf(", after %s queued", time.Duration(p.Queued))
+}
 
 // Validate implements Payload.
 func (p *RunAdmitted) Validate() error { return required("group", p.Group) }

@@ -1,6 +1,10 @@
 package event
 
-import "errors"
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+)
 
 // RunDamageAccepted records an operator's release of a run whose stored history was found
 // damaged (a message that does not read back as a commit, a commit whose sequences do not
@@ -26,6 +30,21 @@ type RunDamageAccepted struct {
 
 // EventType implements Payload.
 func (*RunDamageAccepted) EventType() Type { return TypeRunDamageAccepted }
+
+// PayloadFields implements Described.
+func (*RunDamageAccepted) PayloadFields() []*json.RawMessage { return nil }
+
+// Summarize implements Described.
+func (p *RunDamageAccepted) Summarize() string {
+	s := "damage accepted: " + p.Reason
+	if p.By != "" {
+		s += " (" + p.By + ")"
+	}
+	if p.Through > p.After {
+		s += fmt.Sprintf("; stream messages %d to %d void", p.After+1, p.Through)
+	}
+	return s
+}
 
 // Validate implements Payload.
 func (p *RunDamageAccepted) Validate() error {

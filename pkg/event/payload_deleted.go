@@ -3,6 +3,7 @@ package event
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 )
 
 // RunDeleted records the deletion of a run's history after its retention period
@@ -25,6 +26,19 @@ type RunDeleted struct {
 
 // EventType implements Payload.
 func (*RunDeleted) EventType() Type { return TypeRunDeleted }
+
+// PayloadFields implements Described: Summary is the run's own index summary, small and
+// Flow's, never offloaded.
+func (*RunDeleted) PayloadFields() []*json.RawMessage { return nil }
+
+// Summarize implements Described.
+func (p *RunDeleted) Summarize() string {
+	archive := "not archived"
+	if p.Archive != "" {
+		archive = "archived as " + p.Archive
+	}
+	return fmt.Sprintf("deleted: %s (%s, %d commits purged)", p.Reason, archive, p.Msgs)
+}
 
 // Validate implements Payload.
 func (p *RunDeleted) Validate() error {

@@ -1,8 +1,10 @@
 package event
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // PauseCause says why a run was paused.
@@ -56,6 +58,31 @@ type RunUnpaused struct {
 
 func (*RunPaused) EventType() Type   { return TypeRunPaused }
 func (*RunUnpaused) EventType() Type { return TypeRunUnpaused }
+
+func (*RunPaused) PayloadFields() []*json.RawMessage   { return nil }
+func (*RunUnpaused) PayloadFields() []*json.RawMessage { return nil }
+
+func (p *RunPaused) Summarize() string {
+	s := fmt.Sprintf("paused (%s): %s", p.Cause, orNone(p.Reason))
+	if p.By != "" {
+		s += ", by " + p.By
+	}
+	if p.StepID != "" {
+		s += fmt.Sprintf(", step %s attempt %d", p.StepID, p.Attempt)
+		if p.Error != nil {
+			s += " failed: " + p.Error.Error()
+		}
+	}
+	return s
+}
+
+func (p *RunUnpaused) Summarize() string {
+	s := fmt.Sprintf("unpaused after %s: %s", time.Duration(p.Paused), orNone(p.Reason))
+	if p.By != "" {
+		s += ", by " + p.By
+	}
+	return s
+}
 
 // Validate implements Payload.
 func (p *RunPaused) Validate() error {

@@ -104,6 +104,18 @@ type RunReset struct {
 // EventType implements Payload.
 func (*RunReset) EventType() Type { return TypeRunReset }
 
+// PayloadFields implements Described.
+func (p *RunReset) PayloadFields() []*json.RawMessage { return []*json.RawMessage{&p.Input} }
+
+// Summarize implements Described.
+func (p *RunReset) Summarize() string {
+	s := fmt.Sprintf("reset as run %s from seq %d (%s)", p.NewRunID, p.Seq, p.Mode)
+	if p.Terminated {
+		s += ", ending this run"
+	}
+	return s
+}
+
 // Validate implements Payload.
 func (p *RunReset) Validate() error {
 	var mode error

@@ -1,6 +1,9 @@
 package event
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // ScheduleAction says what made a schedule start a run.
 type ScheduleAction string
@@ -22,4 +25,12 @@ type ScheduleRef struct {
 	Name   string         `json:"name"`
 	Slot   time.Time      `json:"slot"`
 	Action ScheduleAction `json:"action"`
+}
+
+// summary renders r for run.started's summary: "" for a nil r.
+func (r *ScheduleRef) summary() string {
+	if r == nil {
+		return ""
+	}
+	return fmt.Sprintf(", by schedule %s for slot %s (%s)", r.Name, r.Slot.Format("2006-01-02 15:04:05"), r.Action)
 }

@@ -3,6 +3,7 @@ package event
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 )
 
 // SideEffectRecorded records, once, the value workflow code computed for side effect
@@ -16,6 +17,14 @@ type SideEffectRecorded struct {
 
 // EventType implements Payload.
 func (*SideEffectRecorded) EventType() Type { return TypeSideEffectRecorded }
+
+// PayloadFields implements Described.
+func (p *SideEffectRecorded) PayloadFields() []*json.RawMessage { return []*json.RawMessage{&p.Value} }
+
+// Summarize implements Described.
+func (p *SideEffectRecorded) Summarize() string {
+	return fmt.Sprintf("side effect %s recorded → %s", p.SideEffectID, inline(p.Value))
+}
 
 // Validate implements Payload.
 func (p *SideEffectRecorded) Validate() error {

@@ -132,6 +132,43 @@ type RunDebounced struct {
 func (*RunDelayFired) EventType() Type { return TypeRunDelayFired }
 func (*RunDebounced) EventType() Type  { return TypeRunDebounced }
 
+func (*RunDelayFired) PayloadFields() []*json.RawMessage  { return nil }
+func (p *RunDebounced) PayloadFields() []*json.RawMessage { return []*json.RawMessage{&p.Input} }
+
+func (p *RunDelayFired) Summarize() string {
+	return "start delay fired (not before " + p.NotBefore.Format(summaryClock) + ")"
+}
+
+func (p *RunDebounced) Summarize() string {
+	return fmt.Sprintf("start debounced: input %s, delayed until %s", inline(p.Input), p.NotBefore.Format(summaryDate))
+}
+
+// startPolicySummary renders what run.started's start policies did, and its delay, for its
+// summary ("" for a plain start).
+func (p *RunStarted) startPolicySummary() string {
+	s := ""
+	if !p.NotBefore.IsZero() {
+		s += ", delayed until " + p.NotBefore.Format(summaryDate)
+	}
+	sp := p.StartPolicy
+	if sp == nil {
+		return s
+	}
+	switch {
+	case sp.Replaces:
+		s += fmt.Sprintf(", replaces run %s (%s)", sp.Previous, ConflictTerminateExisting)
+	case sp.Previous != "":
+		s += fmt.Sprintf(", reuses ID %s after run %s (reuse %s)", sp.RunID, sp.Previous, sp.Reuse)
+	}
+	if sp.DedupKey != "" {
+		s += fmt.Sprintf(", dedup key %q for %s", sp.DedupKey, time.Duration(sp.DedupWindow))
+	}
+	if d := sp.Debounce; d != nil {
+		s += fmt.Sprintf(", debounce key %q, quiet %s", d.Key, time.Duration(d.Period))
+	}
+	return s
+}
+
 // Validate implements Payload.
 func (p *RunDelayFired) Validate() error {
 	if p.NotBefore.IsZero() {

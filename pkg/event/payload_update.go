@@ -3,6 +3,7 @@ package event
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
 )
 
 // The events of updates: a durable, validated request to a running workflow that returns a
@@ -49,6 +50,28 @@ func (*UpdateReceived) EventType() Type  { return TypeUpdateReceived }
 func (*UpdateAccepted) EventType() Type  { return TypeUpdateAccepted }
 func (*UpdateRejected) EventType() Type  { return TypeUpdateRejected }
 func (*UpdateCompleted) EventType() Type { return TypeUpdateCompleted }
+
+func (p *UpdateReceived) PayloadFields() []*json.RawMessage  { return []*json.RawMessage{&p.Payload} }
+func (*UpdateAccepted) PayloadFields() []*json.RawMessage    { return nil }
+func (*UpdateRejected) PayloadFields() []*json.RawMessage    { return nil }
+func (p *UpdateCompleted) PayloadFields() []*json.RawMessage { return []*json.RawMessage{&p.Result} }
+
+func (p *UpdateReceived) Summarize() string {
+	return fmt.Sprintf("update %q (%s) received %s", p.Name, p.UpdateID, inline(p.Payload))
+}
+
+func (p *UpdateAccepted) Summarize() string { return fmt.Sprintf("update %s accepted", p.UpdateID) }
+
+func (p *UpdateRejected) Summarize() string {
+	return fmt.Sprintf("update %s rejected: %s", p.UpdateID, p.Error.Error())
+}
+
+func (p *UpdateCompleted) Summarize() string {
+	if p.Error != nil {
+		return fmt.Sprintf("update %s failed: %s", p.UpdateID, p.Error.Error())
+	}
+	return fmt.Sprintf("update %s completed → %s", p.UpdateID, inline(p.Result))
+}
 
 // Validate implements Payload.
 func (p *UpdateReceived) Validate() error {

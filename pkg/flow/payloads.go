@@ -112,44 +112,19 @@ func (c *Client) Payload(ctx context.Context, raw json.RawMessage) (json.RawMess
 // payload's bytes: the run's input and output, steps' inputs and outputs, signals, hooks,
 // children, updates and side effects. It reads each payload once, and changes s in place.
 func (c *Client) ResolvePayloads(ctx context.Context, s *Snapshot) error {
-	var err error
-	fix := func(raw *json.RawMessage) {
-		if err != nil || !payload.Marked(*raw) {
-			return
-		}
-		var b json.RawMessage
-		if b, err = c.Payload(ctx, *raw); err == nil {
-			*raw = b
-		}
-	}
-	fix(&s.Input)
-	if s.Outcome != nil {
+	if s.Outcome != nil { // shared with the snapshot's clones: set the fields of a copy
 		o := *s.Outcome
-		fix(&o.Output)
-		fix(&o.Input)
 		s.Outcome = &o
 	}
-	for _, st := range s.Steps {
-		fix(&st.Input)
-		fix(&st.Output)
+	for raw := range s.PayloadFields() {
+		if !payload.Marked(*raw) {
+			continue
+		}
+		b, err := c.Payload(ctx, *raw)
+		if err != nil {
+			return err
+		}
+		*raw = b
 	}
-	for _, sig := range s.Signals {
-		fix(&sig.Payload)
-	}
-	for _, h := range s.Hooks {
-		fix(&h.Metadata)
-		fix(&h.Payload)
-	}
-	for _, ch := range s.Children {
-		fix(&ch.Input)
-		fix(&ch.Output)
-	}
-	for _, u := range s.Updates {
-		fix(&u.Payload)
-		fix(&u.Result)
-	}
-	for _, se := range s.SideEffects {
-		fix(&se.Value)
-	}
-	return err
+	return nil
 }

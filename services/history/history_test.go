@@ -18,7 +18,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
-	"github.com/flowrun/flow/internal/ingresstest"
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
@@ -27,11 +27,10 @@ import (
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
-	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
 
-var quiet = natstest.Logger()
+var quiet = historytest.Quiet
 
 type testBundle struct {
 	srv     *natsserver.Server
@@ -42,95 +41,33 @@ type testBundle struct {
 }
 
 // setup starts a server, a history service (HTTP on a free port), a scheduler and a worker of
-// the test workflows, and returns a client.
+// the test workflows, and returns a client (historytest.Setup).
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	srv := natstest.RunJetStream(t)
-	h := startHistory(t, srv)
-	startWorker(t, srv, registry(""))
-	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, s.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, s.Stop()) })
-	// The ingress forwards the changes of schedules and batch jobs to the scheduler's leaders.
-	require.Eventually(t, func() bool { return s.AnswersSchedules() && s.AnswersBatches() }, 20*time.Second, 5*time.Millisecond,
-		"the scheduler leads the schedule runner and the batch executor")
-	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
-	t.Cleanup(cancel)
-	return &testBundle{srv: srv, js: natstest.JetStream(t, srv), history: h, client: c, ctx: ctx}
+	b := historytest.Setup(t)
+	return &testBundle{srv: b.Srv, js: b.JS, history: b.History, client: b.Client, ctx: b.Ctx}
 }
 
 func startHistory(t *testing.T, srv *natsserver.Server) *history.Service {
 	t.Helper()
-	return startHistoryWith(t, srv, history.Config{}, ingress.Config{})
+	return historytest.StartHistory(t, srv)
 }
 
 // startHistoryWith starts a history service configured by hcfg and an ingress configured by
-// icfg (both on srv, HTTP on free loopback ports), the history's web UI forwarding its actions
-// to the ingress.
+// icfg (historytest.StartHistoryWith).
 func startHistoryWith(t *testing.T, srv *natsserver.Server, hcfg history.Config, icfg ingress.Config) *history.Service {
 	t.Helper()
-	icfg.Conn, icfg.HTTPAddr, icfg.Logger = natstest.Connect(t, srv), "127.0.0.1:0", quiet
-	in := ingresstest.Start(t, icfg)
-	hcfg.Conn, hcfg.HTTPAddr, hcfg.Logger = natstest.Connect(t, srv), "127.0.0.1:0", quiet
-	hcfg.IngressURL = "http://" + in.HTTPAddr()
-	h, err := history.New(hcfg)
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	return h
+	return historytest.StartHistoryWith(t, srv, hcfg, icfg)
 }
 
 func startWorker(t *testing.T, srv *natsserver.Server, reg *flow.Registry) *worker.Worker {
 	t.Helper()
-	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, reg)
-	require.NoError(t, err)
-	require.NoError(t, w.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
-	return w
+	return historytest.StartWorker(t, srv, reg)
 }
 
-// registry returns the test workflows of build buildID: steps (n sequential steps), nap (a
-// sleep), hook (a hook with an explicit token) and boom (panics unless fixed).
-func registry(buildID string) *flow.Registry {
-	reg := flow.NewRegistry(&flow.RegistryOptions{BuildID: buildID, Logger: quiet})
-	flow.RegisterWorkflow(reg, "steps", func(ctx *flow.Context, n int) (flow.Decision, error) {
-		v := 0
-		for i := range n {
-			id := fmt.Sprintf("s%d", i)
-			out, ok, err := flow.Output[int](ctx, id)
-			if err != nil || !ok {
-				return ctx.ScheduleStep(id, "inc", v), err
-			}
-			v = out
-		}
-		return ctx.Complete(v), nil
-	})
-	flow.RegisterStep(reg, "inc", func(_ context.Context, n int) (int, error) { return n + 1, nil })
-	flow.RegisterWorkflow(reg, "await", func(ctx *flow.Context, _ any) (flow.Decision, error) {
-		if v := ctx.Signal("go"); v != nil {
-			return ctx.Complete(v), nil
-		}
-		return ctx.AwaitSignal("go", "go"), nil
-	})
-	flow.RegisterWorkflow(reg, "nap", func(ctx *flow.Context, d time.Duration) (flow.Decision, error) {
-		if !ctx.Fired("nap") {
-			return ctx.Sleep("nap", d), nil
-		}
-		return ctx.Complete("rested"), nil
-	})
-	flow.RegisterWorkflow(reg, "hook", func(ctx *flow.Context, token string) (flow.Decision, error) {
-		if v := ctx.Hook("cb"); v != nil {
-			return ctx.Complete(v), nil
-		}
-		return ctx.CreateHook("cb", nil, flow.WithToken(token)), nil
-	})
-	return reg
-}
+// registry returns the test workflows of build buildID (historytest.Registry).
+func registry(buildID string) *flow.Registry { return historytest.Registry(buildID) }
 
-// entry returns run runID's runs index entry.
 func (b *testBundle) entry(t *testing.T, runID string) (core.Summary, bool) {
 	t.Helper()
 	kv, err := b.js.KeyValue(b.ctx, streams.RunsBucket)

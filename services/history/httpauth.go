@@ -16,6 +16,7 @@ import (
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/bearer"
+	"github.com/flowrun/flow/services/history/webui"
 )
 
 // Who may use the HTTP port (docs/operations.md#the-history-services-http-port):
@@ -295,7 +296,7 @@ func (s *Service) authMiddleware(next http.Handler) http.Handler {
 			if want := a.csrfToken(c); want != "" {
 				got := r.Header.Get(csrfHeader)
 				if got == "" {
-					r.Body = http.MaxBytesReader(w, r.Body, maxUIActionBody)
+					r.Body = http.MaxBytesReader(w, r.Body, webui.MaxActionBody)
 					got = r.PostFormValue(csrfField) // a form; a JSON body is not read here
 				}
 				if !hmac.Equal([]byte(got), []byte(want)) {

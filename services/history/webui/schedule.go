@@ -1,4 +1,4 @@
-package history
+package webui
 
 import (
 	"context"
@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/flowrun/flow/internal/schedule"
-	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 )
 
@@ -42,15 +41,15 @@ type uiSchedulePage struct {
 }
 
 // mountScheduleUI adds the schedules pages.
-func (s *Service) mountScheduleUI(mux *http.ServeMux, client *flow.Client) {
+func (s *UI) mountScheduleUI(mux *http.ServeMux) {
 	mux.HandleFunc("GET /ui/schedules", func(w http.ResponseWriter, r *http.Request) {
 		page := uiSchedulesPage{Now: time.Now().UTC()}
-		if client == nil {
+		if s.jobs == nil {
 			page.Error = errNoClient.Error()
 		} else {
 			ctx, cancel := context.WithTimeout(r.Context(), uiActionTimeout)
 			defer cancel()
-			list, err := client.ListSchedules(ctx)
+			list, err := s.jobs.ListSchedules(ctx)
 			if err != nil {
 				page.Error = strings.TrimPrefix(err.Error(), "flow: ")
 			}
@@ -61,13 +60,13 @@ func (s *Service) mountScheduleUI(mux *http.ServeMux, client *flow.Client) {
 		s.uiRender(w, http.StatusOK, "schedules.html", page)
 	})
 	mux.HandleFunc("GET /ui/schedules/{name}", func(w http.ResponseWriter, r *http.Request) {
-		if client == nil {
+		if s.jobs == nil {
 			s.uiError(w, http.StatusServiceUnavailable, "Unavailable", errNoClient.Error())
 			return
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), uiActionTimeout)
 		defer cancel()
-		d, err := client.DescribeSchedule(ctx, r.PathValue("name"), 10)
+		d, err := s.jobs.DescribeSchedule(ctx, r.PathValue("name"), 10)
 		switch {
 		case errors.Is(err, flow.ErrScheduleNotFound):
 			s.uiError(w, http.StatusNotFound, "Not found", fmt.Sprintf("There is no schedule %q; see the schedules list.", r.PathValue("name")))
@@ -104,12 +103,4 @@ func scheduleSpec(sp schedule.Spec) string {
 		out += ", jitter " + time.Duration(sp.Jitter).String()
 	}
 	return out
-}
-
-// scheduleSummary renders run.started's schedule for the timeline ("" for none).
-func scheduleSummary(p *event.RunStarted) string {
-	if p.Schedule == nil {
-		return ""
-	}
-	return fmt.Sprintf(", by schedule %s for slot %s (%s)", p.Schedule.Name, p.Schedule.Slot.Format("2006-01-02 15:04:05"), p.Schedule.Action)
 }

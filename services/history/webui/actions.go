@@ -1,4 +1,4 @@
-package history
+package webui
 
 import (
 	"bytes"
@@ -21,7 +21,7 @@ import (
 // HTTP API (Config.IngressURL) with the caller's bearer token, so that the ingress authorizes
 // the caller: a read-only token, which the ingress does not know, cannot act through the UI.
 type uiActions struct {
-	s *Service
+	s *UI
 	// ingress returns the ingress's base URL; "" when the actions are off.
 	ingress func() string
 	http    *http.Client
@@ -46,7 +46,7 @@ func (a *uiActions) forward(r *http.Request, path string, body []byte) (string, 
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("Accept", "application/json")
-	if t := callerOf(r).token; t != "" {
+	if t := a.s.auth.Token(r); t != "" {
 		req.Header.Set("Authorization", "Bearer "+t)
 	}
 	resp, err := a.http.Do(req)
@@ -97,8 +97,9 @@ type uiActionError struct {
 	Message string `json:"message"`
 }
 
-// maxUIActionBody bounds an action's body.
-const maxUIActionBody = 1 << 20
+// MaxActionBody bounds the body of an action (and of the form the service reads its CSRF token
+// from).
+const MaxActionBody = 1 << 20
 
 func (a *uiActions) signal(w http.ResponseWriter, r *http.Request) {
 	req, form, err := readAction(w, r)
@@ -145,7 +146,7 @@ func (a *uiActions) cancel(w http.ResponseWriter, r *http.Request) {
 // readAction reads a JSON or form body; form says it was a form (answered with a redirect).
 func readAction(w http.ResponseWriter, r *http.Request) (uiActionRequest, bool, error) {
 	var req uiActionRequest
-	r.Body = http.MaxBytesReader(w, r.Body, maxUIActionBody)
+	r.Body = http.MaxBytesReader(w, r.Body, MaxActionBody)
 	mt, _, _ := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	switch mt {
 	case "application/json":
@@ -228,4 +229,12 @@ func actionStatus(err error) (int, string) {
 		return http.StatusServiceUnavailable, "unavailable"
 	}
 	return http.StatusBadGateway, "internal"
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	_ = enc.Encode(v)
 }

@@ -1,4 +1,4 @@
-package history
+package webui
 
 import (
 	"errors"
@@ -39,8 +39,8 @@ type uiListPage struct {
 }
 
 // uiRuns serves the runs list, or its rows alone with ?fragment=rows.
-func (s *Service) uiRuns(w http.ResponseWriter, r *http.Request) {
-	req, err := listRequest(r)
+func (s *UI) uiRuns(w http.ResponseWriter, r *http.Request) {
+	req, err := s.reader.ListRequest(r)
 	if err != nil {
 		s.uiQueryError(w, err)
 		return
@@ -51,7 +51,7 @@ func (s *Service) uiRuns(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	prefix := strings.TrimSpace(q.Get("prefix"))
 	req.Where = strings.TrimSpace(req.Where)
-	resp, err := s.listRuns(req, func(sum core.Summary) bool { return strings.HasPrefix(sum.RunID, prefix) })
+	resp, err := s.reader.ListRuns(req, prefix)
 	status, whereErr := http.StatusOK, ""
 	if err != nil {
 		var ae *api.Error
@@ -65,7 +65,7 @@ func (s *Service) uiRuns(w http.ResponseWriter, r *http.Request) {
 	page := uiListPage{Status: strings.Join(req.Status, ","), Definition: req.Definition, Prefix: prefix, Limit: req.Limit,
 		Runs: resp.Runs, Total: resp.Total, Now: time.Now().UTC(), Where: req.Where, WhereError: whereErr,
 		Fields: s.filterFields(req.Definition)}
-	for _, st := range statuses {
+	for _, st := range s.reader.Statuses() {
 		page.Statuses = append(page.Statuses, string(st))
 	}
 	page.Definitions = s.uiDefinitions(req.Definition)
@@ -95,12 +95,12 @@ func (s *Service) uiRuns(w http.ResponseWriter, r *http.Request) {
 }
 
 // filterFields lists what a filter of the runs of definition may name, "name (type)".
-func (s *Service) filterFields(definition string) []string {
+func (s *UI) filterFields(definition string) []string {
 	var out []string
 	for _, b := range filter.Builtins() {
 		out = append(out, b.Name+" ("+string(b.Type)+")")
 	}
-	sch := s.filterSchema(definition)
+	sch := s.reader.FilterSchema(definition)
 	for _, name := range slices.Sorted(maps.Keys(sch.Attributes)) {
 		out = append(out, name+" ("+string(sch.Attributes[name])+")")
 	}
@@ -109,30 +109,18 @@ func (s *Service) filterFields(definition string) []string {
 
 // uiDefinitions returns the definitions the filter offers: those workers serve, those of
 // indexed runs, and selected, sorted.
-func (s *Service) uiDefinitions(selected string) []string {
+func (s *UI) uiDefinitions(selected string) []string {
 	seen := map[string]bool{}
 	if selected != "" {
 		seen[selected] = true
 	}
-	for _, d := range s.live.List() {
-		seen[d.Definition] = true
+	for _, d := range s.reader.Definitions() {
+		seen[d] = true
 	}
-	s.index.where(func(sum core.Summary) bool {
-		if sum.Definition != "" {
-			seen[sum.Definition] = true
-		}
-		return false
-	})
 	out := make([]string, 0, len(seen))
 	for d := range seen {
 		out = append(out, d)
 	}
 	slices.Sort(out)
 	return out
-}
-
-// listPrefix answers a listing as list does, keeping only the runs whose ID starts with
-// prefix ("" keeps all).
-func (m *readModel) listPrefix(req api.ListRequest, prefix string) (api.ListResponse, error) {
-	return m.listWhere(req, func(sum core.Summary) bool { return strings.HasPrefix(sum.RunID, prefix) })
 }

@@ -1,4 +1,4 @@
-package history_test
+package webui_test
 
 import (
 	"context"
@@ -219,7 +219,7 @@ func saveScreenshot(t *testing.T, name string, png []byte) {
 	require.NoError(t, os.WriteFile(path, png, 0o644))
 	t.Logf("screenshot: %s", path)
 	if name == "ui-run.png" && os.Getenv("FLOW_UI_SCREENSHOT") == "1" {
-		docs := filepath.Join("..", "..", "docs", "images", name)
+		docs := filepath.Join("..", "..", "..", "docs", "images", name)
 		require.NoError(t, os.MkdirAll(filepath.Dir(docs), 0o755))
 		require.NoError(t, os.WriteFile(docs, png, 0o644))
 		t.Logf("screenshot: %s", docs)

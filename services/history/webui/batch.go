@@ -1,4 +1,4 @@
-package history
+package webui
 
 import (
 	"context"
@@ -15,8 +15,7 @@ import (
 //	GET /ui/batches        the jobs, the latest first, with their progress
 //	GET /ui/batches/{id}   a job's report: its counts, skipped runs by reason, failures
 type uiBatches struct {
-	s      *Service
-	client *flow.Client
+	s *UI
 }
 
 type uiBatchesPage struct {
@@ -39,12 +38,12 @@ type uiSkipReason struct {
 
 func (b *uiBatches) list(w http.ResponseWriter, r *http.Request) {
 	page := uiBatchesPage{Now: time.Now().UTC()}
-	if b.client == nil {
+	if b.s.jobs == nil {
 		page.Error = "the web UI has no client to read batch jobs with"
 	} else {
 		ctx, cancel := context.WithTimeout(r.Context(), uiActionTimeout)
 		defer cancel()
-		jobs, err := b.client.Batches(ctx, 200)
+		jobs, err := b.s.jobs.Batches(ctx, 200)
 		if err != nil {
 			page.Error = err.Error()
 		}
@@ -54,13 +53,13 @@ func (b *uiBatches) list(w http.ResponseWriter, r *http.Request) {
 }
 
 func (b *uiBatches) job(w http.ResponseWriter, r *http.Request) {
-	if b.client == nil {
+	if b.s.jobs == nil {
 		b.s.uiError(w, http.StatusServiceUnavailable, "No client", "the web UI has no client to read batch jobs with")
 		return
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), uiActionTimeout)
 	defer cancel()
-	j, err := b.client.Batch(ctx, r.PathValue("id"))
+	j, err := b.s.jobs.Batch(ctx, r.PathValue("id"))
 	switch {
 	case errors.Is(err, flow.ErrBatchNotFound):
 		b.s.uiError(w, http.StatusNotFound, "Batch job not found", err.Error())

@@ -1,4 +1,4 @@
-package history
+package webui
 
 import (
 	"cmp"
@@ -69,9 +69,9 @@ type uiSignalWait struct {
 }
 
 // uiRun serves a run page, or its view alone with ?fragment=view.
-// The run's seed and hook tokens are redacted (redact.go) unless a full caller asks for them with
-// ?reveal=secrets.
-func (s *Service) uiRun(w http.ResponseWriter, r *http.Request) {
+// The run's seed and hook tokens are redacted (Reader.RunHistory) unless a full caller asks for
+// them with ?reveal=secrets.
+func (s *UI) uiRun(w http.ResponseWriter, r *http.Request) {
 	page, secrets, err := s.uiRunData(r)
 	if err != nil {
 		s.uiQueryError(w, err)
@@ -85,7 +85,7 @@ func (s *Service) uiRun(w http.ResponseWriter, r *http.Request) {
 }
 
 // uiRunData returns the run page's data, and the secrets to scrub from it (none when revealed).
-func (s *Service) uiRunData(r *http.Request) (p *uiRunPage, secrets []string, err error) {
+func (s *UI) uiRunData(r *http.Request) (p *uiRunPage, secrets []string, err error) {
 	runID := r.PathValue("id")
 	at, err := uiSeq(r)
 	if err != nil {
@@ -94,16 +94,13 @@ func (s *Service) uiRunData(r *http.Request) (p *uiRunPage, secrets []string, er
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, nil, &api.Error{Code: api.CodeInvalid, Message: err.Error()}
 	}
-	revealed, err := reveal(r)
+	revealed, err := s.auth.Reveal(r)
 	if err != nil {
 		return nil, nil, err
 	}
-	hist, err := s.history(r.Context(), runID, 0, 0)
+	hist, secrets, err := s.reader.RunHistory(r.Context(), runID, revealed)
 	if err != nil {
 		return nil, nil, err
-	}
-	if !revealed {
-		secrets, hist = eventSecrets(hist), redactEvents(hist)
 	}
 	last := hist[len(hist)-1].Seq
 	if at > last {
@@ -130,15 +127,15 @@ func (s *Service) uiRunData(r *http.Request) (p *uiRunPage, secrets []string, er
 		}
 	}
 	p.Redacted = !revealed
-	if s.cfg.IngressURLOf == nil && s.cfg.IngressURL == "off" {
+	if s.ingress == nil {
 		p.ActionsOff = errActionsOff.msg
 	}
 	p.Notice, p.FlashError = clip(r.URL.Query().Get("notice"), 200), clip(r.URL.Query().Get("error"), 500)
-	if entry, ok := s.index.get(runID); ok {
+	if entry, ok := s.reader.Entry(runID); ok {
 		p.Entry = &entry
 	}
 	if p.Following {
-		p.StepWaits = s.control.stepWaits(r.Context(), latest)
+		p.StepWaits = s.reader.StepWaits(r.Context(), latest)
 	}
 	p.Diagnosis = diagnose(p.Snap.Blocked)
 	if p.At < last && latest.Blocked != nil {

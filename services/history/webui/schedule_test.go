@@ -1,4 +1,4 @@
-package history_test
+package webui_test
 
 import (
 	"errors"

@@ -1,12 +1,10 @@
-package history_test
+package webui_test
 
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -19,69 +17,6 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 )
-
-// page is one answer of the web UI.
-type page struct {
-	status int
-	header http.Header
-	body   string
-}
-
-// uiGet fetches path from the history service's HTTP listener, not following redirects.
-func uiGet(t *testing.T, base, path string) page {
-	t.Helper()
-	c := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.Get("http://" + base + path)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return page{status: resp.StatusCode, header: resp.Header, body: string(b)}
-}
-
-// uiPost posts body with contentType and the given Origin ("" sends none).
-func uiPost(t *testing.T, base, path, contentType, origin, body string) page {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, "http://"+base+path, strings.NewReader(body))
-	require.NoError(t, err)
-	req.Header.Set("Content-Type", contentType)
-	if origin != "" {
-		req.Header.Set("Origin", origin)
-		req.Header.Set("Sec-Fetch-Site", map[bool]string{true: "same-origin", false: "cross-site"}[origin == "http://"+base])
-	}
-	if origin == "http://"+base {
-		req.Header.Set("X-Flow-CSRF", uiCSRF(t, base)) // as the page's script does
-	}
-	c := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return page{status: resp.StatusCode, header: resp.Header, body: string(b)}
-}
-
-// uiCSRF returns the CSRF token the web UI's pages carry (for an anonymous caller).
-func uiCSRF(t *testing.T, base string) string {
-	t.Helper()
-	return csrfOf(t, uiGet(t, base, "/ui/").body)
-}
-
-// csrfOf returns the CSRF token of a page.
-func csrfOf(t *testing.T, body string) string {
-	t.Helper()
-	m := regexp.MustCompile(`<meta name="flow-csrf" content="([^"]*)">`).FindStringSubmatch(body)
-	require.NotNil(t, m, "no CSRF token in:\n%s", body)
-	return m[1]
-}
-
-// text returns the text of the first element with id, tags stripped.
-func (p page) text(t *testing.T, id string) string {
-	t.Helper()
-	m := regexp.MustCompile(`id="` + regexp.QuoteMeta(id) + `"[^>]*>((?s).*?)</`).FindStringSubmatch(p.body)
-	require.NotNil(t, m, "no element #%s in:\n%s", id, p.body)
-	return strings.TrimSpace(m[1])
-}
 
 func TestUIPages(t *testing.T) {
 	t.Parallel()

@@ -1,0 +1,75 @@
+package webui_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/flowrun/flow/internal/historytest"
+	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/history"
+	"github.com/flowrun/flow/services/worker"
+)
+
+// The web UI is tested as the history service serves it (historytest), behind its
+// authentication, with an ingress for its actions.
+
+var quiet = historytest.Quiet
+
+type testBundle struct {
+	history *history.Service
+	client  *flow.Client
+	ctx     context.Context
+}
+
+// setup starts a server, a history service (HTTP on a free port), a scheduler and a worker of
+// the test workflows, and returns a client (historytest.Setup).
+func setup(t *testing.T) *testBundle {
+	t.Helper()
+	b := historytest.Setup(t)
+	return &testBundle{history: b.History, client: b.Client, ctx: b.Ctx}
+}
+
+func startHistory(t *testing.T, srv *natsserver.Server) *history.Service {
+	t.Helper()
+	return historytest.StartHistory(t, srv)
+}
+
+func startWorker(t *testing.T, srv *natsserver.Server, reg *flow.Registry) *worker.Worker {
+	t.Helper()
+	return historytest.StartWorker(t, srv, reg)
+}
+
+// page is one answer of the web UI (historytest.Page).
+type page struct {
+	status int
+	header http.Header
+	body   string
+}
+
+func pageOf(p historytest.Page) page { return page{status: p.Status, header: p.Header, body: p.Body} }
+
+// uiGet fetches path from the history service's HTTP listener, not following redirects.
+func uiGet(t *testing.T, base, path string) page {
+	t.Helper()
+	return pageOf(historytest.Get(t, base, path))
+}
+
+// uiPost posts body with contentType and the given Origin ("" sends none).
+func uiPost(t *testing.T, base, path, contentType, origin, body string) page {
+	t.Helper()
+	return pageOf(historytest.Post(t, base, path, contentType, origin, body))
+}
+
+// csrfOf returns the CSRF token of a page.
+func csrfOf(t *testing.T, body string) string {
+	t.Helper()
+	return historytest.CSRFOf(t, body)
+}
+
+// text returns the text of the first element with id, tags stripped.
+func (p page) text(t *testing.T, id string) string {
+	t.Helper()
+	return historytest.Page{Body: p.body}.Text(t, id)
+}
