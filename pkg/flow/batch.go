@@ -2,12 +2,8 @@ package flow
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/batch"
@@ -139,54 +135,7 @@ func (c *Client) AwaitBatch(ctx context.Context, id string, every time.Duration)
 	}
 }
 
-// batchCall asks the ingress's batch API, retrying a request that got no answer.
+// batchCall asks the ingress's batch API; each request is idempotent, so it is retried.
 func (c *Client) batchCall(ctx context.Context, subject string, req, resp any) error {
-	data, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	started := time.Now()
-	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		reply, err := c.request(actx, &nats.Msg{Subject: subject, Data: data})
-		cancel()
-		if err == nil {
-			return decodeBatchReply(subject, reply, resp)
-		}
-		if errors.Is(err, ErrPermissionDenied) {
-			return err
-		}
-		noIngress := errors.Is(err, nats.ErrNoResponders)
-		if ctx.Err() != nil || noIngress && time.Since(started) > noIngressFor ||
-			!noIngress && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-			if noIngress {
-				return fmt.Errorf("%w on %s: start `flow dev`, or `flowd ingress` beside your NATS server", ErrIngressUnavailable, subject)
-			}
-			return fmt.Errorf("asking the ingress (%s): %w", subject, errors.Join(err, ctx.Err()))
-		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-		}
-	}
-}
-
-func decodeBatchReply(subject string, m *nats.Msg, resp any) error {
-	if code := m.Header.Get(api.HeaderBatchError); code != "" {
-		var e api.IngressError
-		if err := json.Unmarshal(m.Data, &e); err != nil || e.Code == "" {
-			e = api.IngressError{Code: api.IngressCode(code), Message: string(m.Data)}
-		}
-		switch e.Code {
-		case api.CodeBatchNotFound:
-			return fmt.Errorf("%w: %s", ErrBatchNotFound, e.Message)
-		case api.CodeBatchExists:
-			return fmt.Errorf("%w: %s", ErrBatchExists, e.Message)
-		}
-		return inputError(&e)
-	}
-	if err := json.Unmarshal(m.Data, resp); err != nil {
-		return fmt.Errorf("decoding the ingress's reply on %s: %w", subject, err)
-	}
-	return nil
+	return c.t.json(ctx, call{to: ingress, subject: subject, retry: true}, req, resp)
 }

@@ -62,7 +62,8 @@ type Client struct {
 	nc      *nats.Conn
 	ownConn bool
 	queue   string
-	logger  *slog.Logger
+	// t sends every request of the client and of its sub-clients (transport.go).
+	t *transport
 	// seen remembers, per run, the last sequence this client was shown, so that its reads
 	// include it (read-your-writes) even where a lagging replica answers.
 	seen seenSeqs
@@ -70,8 +71,6 @@ type Client struct {
 	routes queryRoutes
 	// payloads reads offloaded payloads (payloads.go).
 	payloads clientPayloads
-	// perms ends the requests the server refuses for lack of permission (permissions.go).
-	perms *permWatch
 }
 
 // ClientInboxPrefix is the prefix of the reply inboxes of the client role: under Flow's NATS
@@ -115,7 +114,7 @@ func NewClient(_ context.Context, nc *nats.Conn, opts *ClientOptions) (*Client, 
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	c := &Client{nc: nc, queue: opts.Queue, logger: logger, ownConn: opts.CloseConn, perms: watchPermissions(nc)}
+	c := &Client{nc: nc, queue: opts.Queue, ownConn: opts.CloseConn, t: &transport{nc: nc, logger: logger, perms: watchPermissions(nc)}}
 	if c.queue == "" {
 		c.queue = streams.DefaultQueue
 	}

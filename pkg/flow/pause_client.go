@@ -3,7 +3,6 @@ package flow
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
@@ -59,7 +58,7 @@ func (c *Client) pauseInput(ctx context.Context, subject func(string) string, ki
 	if id == "" {
 		id = nuid.Next()
 	}
-	resp, err := c.send(ctx, subject(runID), kind, id, body, nil)
+	resp, err := c.t.input(ctx, subject(runID), kind, id, body, nil)
 	if err != nil {
 		return "", err
 	}
@@ -130,37 +129,10 @@ func (c *Client) scopeRequest(ctx context.Context, subject string, opts *PauseOp
 	if opts != nil {
 		req = api.PauseRequest{Reason: opts.Reason, By: opts.By}
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
+	var resp api.PausesResponse
+	c0 := call{to: ingress, subject: subject, header: nats.Header{"Content-Type": []string{"application/json"}}, retry: true}
+	if err := c.t.json(ctx, c0, req, &resp); err != nil {
 		return nil, err
 	}
-	msg := &nats.Msg{Subject: subject, Header: nats.Header{"Content-Type": []string{"application/json"}}, Data: body}
-	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		reply, err := c.request(actx, msg)
-		cancel()
-		if err == nil {
-			if code := reply.Header.Get(api.HeaderErrorCode); code != "" {
-				var e api.IngressError
-				if err := json.Unmarshal(reply.Data, &e); err != nil || e.Code == "" {
-					e = api.IngressError{Code: api.IngressCode(code), Message: string(reply.Data)}
-				}
-				return nil, inputError(&e)
-			}
-			var resp api.PausesResponse
-			if err := json.Unmarshal(reply.Data, &resp); err != nil {
-				return nil, fmt.Errorf("decoding the ingress's reply on %s: %w", subject, err)
-			}
-			return &resp, nil
-		}
-		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, fmt.Errorf("%w on %s: start `flow dev`, or `flowd ingress` beside your NATS server", ErrIngressUnavailable, subject)
-		}
-		if errors.Is(err, ErrPermissionDenied) {
-			return nil, err
-		}
-		if ctx.Err() != nil || attempt >= 3 {
-			return nil, fmt.Errorf("asking the ingress (%s): %w", subject, errors.Join(err, ctx.Err()))
-		}
-	}
+	return &resp, nil
 }

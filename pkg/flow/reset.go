@@ -2,12 +2,7 @@ package flow
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/pkg/event"
@@ -93,42 +88,15 @@ func (c *Client) Rerun(ctx context.Context, runID, stepID string, opts RerunOpti
 	return c.reset(ctx, runID, req)
 }
 
-// resetTimeout bounds a reset request whose context has no deadline.
-const resetTimeout = 30 * time.Second
-
+// A reset is sent once, not retried: copying a long history may take longer than a retried
+// request's attempt. Without a deadline in ctx, callTimeout bounds it.
 func (c *Client) reset(ctx context.Context, runID string, req api.ResetRequest) (*ResetResult, error) {
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, resetTimeout)
-		defer cancel()
-	}
-	reply, err := c.request(ctx, &nats.Msg{Subject: api.ResetSubject(runID), Data: body})
-	if errors.Is(err, ErrPermissionDenied) {
-		return nil, err
-	}
-	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, fmt.Errorf("%w on %s: start `flow dev`, or `flowd ingress` beside your NATS server", ErrIngressUnavailable, api.ResetSubject(runID))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("asking the ingress to reset run %q: %w", runID, err)
-	}
-	if code := reply.Header.Get(api.HeaderErrorCode); code != "" {
-		var e api.IngressError
-		if err := json.Unmarshal(reply.Data, &e); err != nil || e.Code == "" {
-			e = api.IngressError{Code: api.IngressCode(code), Message: string(reply.Data)}
-		}
-		return nil, inputError(&e)
-	}
 	var resp api.ResetResponse
-	if err := json.Unmarshal(reply.Data, &resp); err != nil {
-		return nil, fmt.Errorf("reading the ingress's answer to a reset: %w", err)
+	if err := c.t.json(ctx, call{to: ingress, subject: api.ResetSubject(runID)}, req, &resp); err != nil {
+		return nil, err
 	}
 	return &ResetResult{RunID: resp.RunID, NewRunID: resp.NewRunID, Point: resp.Point, Mode: event.ResetMode(resp.Mode), Reapplied: resp.Reapplied}, nil
 }

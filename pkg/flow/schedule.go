@@ -7,8 +7,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/schedule"
 	"github.com/flowrun/flow/pkg/event"
@@ -183,58 +181,7 @@ func (c *Client) DeleteSchedule(ctx context.Context, name string) error {
 	return c.schedule(ctx, api.ScheduleOpDelete, api.ScheduleRequest{Name: name}, nil)
 }
 
-// schedule asks the ingress for schedule operation op.
+// schedule asks the ingress for schedule operation op; each is idempotent, so it is retried.
 func (c *Client) schedule(ctx context.Context, op string, req, out any) error {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	subject := api.ScheduleSubject(op)
-	started := time.Now()
-	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		reply, err := c.request(actx, &nats.Msg{Subject: subject, Data: body})
-		cancel()
-		if err == nil {
-			return decodeScheduleReply(subject, reply, out)
-		}
-		if errors.Is(err, ErrPermissionDenied) {
-			return err
-		}
-		noIngress := errors.Is(err, nats.ErrNoResponders)
-		if ctx.Err() != nil || noIngress && time.Since(started) > noIngressFor ||
-			!noIngress && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-			if noIngress {
-				return fmt.Errorf("%w on %s: start `flow dev`, or `flowd ingress` beside your NATS server", ErrIngressUnavailable, subject)
-			}
-			return fmt.Errorf("asking the ingress (%s): %w", subject, errors.Join(err, ctx.Err()))
-		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-		}
-	}
-}
-
-func decodeScheduleReply(subject string, m *nats.Msg, out any) error {
-	if code := m.Header.Get(api.HeaderErrorCode); code != "" {
-		var e api.IngressError
-		if err := json.Unmarshal(m.Data, &e); err != nil || e.Code == "" {
-			e = api.IngressError{Code: api.IngressCode(code), Message: string(m.Data)}
-		}
-		switch e.Code {
-		case api.CodeScheduleNotFound:
-			return &inputErr{sentinel: ErrScheduleNotFound, msg: e.Message}
-		case api.CodeScheduleExists:
-			return &inputErr{sentinel: ErrScheduleExists, msg: e.Message}
-		}
-		return inputError(&e)
-	}
-	if out == nil {
-		return nil
-	}
-	if err := json.Unmarshal(m.Data, out); err != nil {
-		return fmt.Errorf("decoding the ingress's reply on %s: %w", subject, err)
-	}
-	return nil
+	return c.t.json(ctx, call{to: ingress, subject: api.ScheduleSubject(op), retry: true}, req, out)
 }

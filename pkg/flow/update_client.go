@@ -119,7 +119,7 @@ func (c *Client) Update(ctx context.Context, runID, name string, payload any, op
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.send(ctx, api.UpdateSubject(runID, name), "update", id, p, nil)
+	resp, err := c.t.input(ctx, api.UpdateSubject(runID, name), "update", id, p, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -290,7 +290,7 @@ func (c *Client) withStart(ctx context.Context, subject func(string, string) str
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.send(ctx, subject(definition, name), kind, id, body, nil)
+	resp, err := c.t.input(ctx, subject(definition, name), kind, id, body, nil)
 	if err != nil {
 		return nil, err
 	}
