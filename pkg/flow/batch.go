@@ -44,28 +44,36 @@ const (
 var (
 	// ErrBatchNotFound is wrapped when no batch job has the ID.
 	ErrBatchNotFound = errors.New("flow: no such batch job")
-	// ErrBatchExists is wrapped by StartBatch when the job ID is taken by a job with another
-	// spec.
+	// ErrBatchExists is wrapped by [BatchClient.Start] when the job ID is taken by a job with
+	// another spec.
 	ErrBatchExists = errors.New("flow: a batch job with this ID exists with another spec")
 )
 
-// BatchOptions adjust [Client.StartBatch]. The zero value works.
+// BatchClient starts, lists, follows and stops batch jobs, through the ingress. Get one with
+// [Client.Batches]; it shares the client's connection and is safe for concurrent use.
+type BatchClient struct{ t *transport }
+
+// Batches returns the client's operations on batch jobs.
+func (c *Client) Batches() BatchClient { return BatchClient{t: c.t} }
+
+// BatchOptions adjust [BatchClient.Start]. The zero value works.
 type BatchOptions struct {
 	// ID is the job's ID; empty generates one. Starting a job again with the same ID and spec
 	// returns that job: a retried start creates one job.
 	ID string
 }
 
-// StartBatch creates a batch job: the scheduler's batch executor records the runs spec.Where
-// selects now (started before this call), then applies spec.Op to each at spec.Rate. It
-// returns the job as created (pending); follow it with [Client.Batch].
-func (c *Client) StartBatch(ctx context.Context, spec BatchSpec, opts *BatchOptions) (*BatchJob, error) {
+// Start creates a batch job: the scheduler's batch executor records the runs spec.Where selects
+// now (started before this call), then applies spec.Op to each at spec.Rate. It returns the job
+// as created (pending); follow it with [BatchClient.Get] or [BatchClient.Await]. opts may be
+// nil.
+func (b BatchClient) Start(ctx context.Context, spec BatchSpec, opts *BatchOptions) (*BatchJob, error) {
 	req := api.BatchCreateRequest{Spec: spec}
 	if opts != nil {
 		req.ID = opts.ID
 	}
 	var resp api.BatchResponse
-	if err := c.batchCall(ctx, api.SubjectBatchCreate, req, &resp); err != nil {
+	if err := b.do(ctx, api.SubjectBatchCreate, req, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Job, nil
@@ -78,52 +86,80 @@ type BatchDryRun struct {
 	Sample  []string
 }
 
-// DryRunBatch checks spec (its filter included) and counts the runs it would target now,
-// naming up to sample of them (0: 20). Nothing is created.
-func (c *Client) DryRunBatch(ctx context.Context, spec BatchSpec, sample int) (*BatchDryRun, error) {
+// DryRunOptions adjust [BatchClient.DryRun]. The zero value works.
+type DryRunOptions struct {
+	// Sample is how many of the targeted runs to name. Defaults to 20.
+	Sample int
+}
+
+// DryRun checks spec (its filter included) and counts the runs it would target now, naming
+// some of them. Nothing is created. opts may be nil.
+func (b BatchClient) DryRun(ctx context.Context, spec BatchSpec, opts *DryRunOptions) (*BatchDryRun, error) {
+	req := api.BatchCreateRequest{Spec: spec, DryRun: true}
+	if opts != nil {
+		req.Sample = opts.Sample
+	}
 	var resp api.BatchResponse
-	if err := c.batchCall(ctx, api.SubjectBatchCreate, api.BatchCreateRequest{Spec: spec, DryRun: true, Sample: sample}, &resp); err != nil {
+	if err := b.do(ctx, api.SubjectBatchCreate, req, &resp); err != nil {
 		return nil, err
 	}
 	return &BatchDryRun{Matches: resp.Matches, Sample: resp.Sample}, nil
 }
 
-// Batch returns batch job id as it stands.
-func (c *Client) Batch(ctx context.Context, id string) (*BatchJob, error) {
+// Get returns batch job id as it stands. An unknown job is an error wrapping ErrBatchNotFound.
+func (b BatchClient) Get(ctx context.Context, id string) (*BatchJob, error) {
 	var resp api.BatchResponse
-	if err := c.batchCall(ctx, api.SubjectBatchGet, api.BatchGetRequest{ID: id}, &resp); err != nil {
+	if err := b.do(ctx, api.SubjectBatchGet, api.BatchGetRequest{ID: id}, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Job, nil
 }
 
-// Batches lists the batch jobs, the most recently created first: those in states (all when
-// none), at most limit (0: 50).
-func (c *Client) Batches(ctx context.Context, limit int, states ...BatchState) ([]BatchJob, error) {
+// BatchListOptions adjust [BatchClient.List]. The zero value works.
+type BatchListOptions struct {
+	// States lists the jobs in these states only. Defaults to every state.
+	States []BatchState
+	// Limit is how many jobs to list at most. Defaults to 50.
+	Limit int
+}
+
+// List lists the batch jobs, the most recently created first. opts may be nil.
+func (b BatchClient) List(ctx context.Context, opts *BatchListOptions) ([]BatchJob, error) {
+	var req api.BatchListRequest
+	if opts != nil {
+		req = api.BatchListRequest{State: opts.States, Limit: opts.Limit}
+	}
 	var resp api.BatchListResponse
-	if err := c.batchCall(ctx, api.SubjectBatchList, api.BatchListRequest{State: states, Limit: limit}, &resp); err != nil {
+	if err := b.do(ctx, api.SubjectBatchList, req, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Jobs, nil
 }
 
-// StopBatch stops batch job id: a pending job at once, a running one once its current window
-// of runs is done; the runs after it are left alone. Stopping an ended job changes nothing.
-func (c *Client) StopBatch(ctx context.Context, id, reason string) (*BatchJob, error) {
+// Stop stops batch job id: a pending job at once, a running one once its current window of
+// runs is done; the runs after it are left alone. Stopping an ended job changes nothing.
+func (b BatchClient) Stop(ctx context.Context, id, reason string) (*BatchJob, error) {
 	var resp api.BatchResponse
-	if err := c.batchCall(ctx, api.SubjectBatchStop, api.BatchStopRequest{ID: id, Reason: reason}, &resp); err != nil {
+	if err := b.do(ctx, api.SubjectBatchStop, api.BatchStopRequest{ID: id, Reason: reason}, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Job, nil
 }
 
-// AwaitBatch polls batch job id until it ends, or ctx ends, and returns it.
-func (c *Client) AwaitBatch(ctx context.Context, id string, every time.Duration) (*BatchJob, error) {
-	if every <= 0 {
-		every = 200 * time.Millisecond
+// AwaitBatchOptions adjust [BatchClient.Await]. The zero value works.
+type AwaitBatchOptions struct {
+	// Every is how often to read the job. Defaults to 200ms.
+	Every time.Duration
+}
+
+// Await reads batch job id until it ends, or ctx ends, and returns it. opts may be nil.
+func (b BatchClient) Await(ctx context.Context, id string, opts *AwaitBatchOptions) (*BatchJob, error) {
+	every := 200 * time.Millisecond
+	if opts != nil && opts.Every > 0 {
+		every = opts.Every
 	}
 	for {
-		j, err := c.Batch(ctx, id)
+		j, err := b.Get(ctx, id)
 		if err != nil || j.State.Ended() {
 			return j, err
 		}
@@ -135,7 +171,7 @@ func (c *Client) AwaitBatch(ctx context.Context, id string, every time.Duration)
 	}
 }
 
-// batchCall asks the ingress's batch API; each request is idempotent, so it is retried.
-func (c *Client) batchCall(ctx context.Context, subject string, req, resp any) error {
-	return c.t.json(ctx, call{to: ingress, subject: subject, retry: true}, req, resp)
+// do asks the ingress's batch API; each request is idempotent, so it is retried.
+func (b BatchClient) do(ctx context.Context, subject string, req, resp any) error {
+	return b.t.json(ctx, call{to: ingress, subject: subject, retry: true}, req, resp)
 }

@@ -21,7 +21,7 @@ type RunDescription = api.GetResponse
 type RunDamage = api.RunDamage
 
 // Snapshot returns the projection of run runID's latest history, its hook tokens redacted
-// (secrets.go: SnapshotWithSecrets reveals them to an operator). An unknown run is an error
+// (secrets.go: Secrets().Snapshot reveals them to an operator). An unknown run is an error
 // wrapping ErrNotFound, a run whose history is damaged one wrapping ErrDamaged (Describe shows
 // what of it is valid).
 func (c *Client) Snapshot(ctx context.Context, runID string) (*Snapshot, error) {
@@ -60,7 +60,7 @@ func (c *Client) Describe(ctx context.Context, runID string, at uint64) (*RunDes
 
 // History returns run runID's events after sequence after (0 for all), in order, reading them
 // page by page from the history service, the run's seed and hook tokens redacted
-// (HistoryWithSecrets reveals them to an operator).
+// (Secrets().History reveals them to an operator).
 func (c *Client) History(ctx context.Context, runID string, after uint64) ([]event.Envelope, error) {
 	return c.history(ctx, api.SubjectHistory, runID, after)
 }

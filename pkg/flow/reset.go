@@ -52,8 +52,12 @@ type ResetResult struct {
 // Reset starts a new run that copies run runID's history up to the point opts choose, reapplies
 // (or drops) the inputs recorded after it, and links both runs (run.started's reset_from in the
 // new one, run.reset in the old one, which ends if it was active). Errors wrap ErrNotFound or
-// ErrInvalidInput (a point that is not a reset point, with the nearest ones in the message).
-func (c *Client) Reset(ctx context.Context, runID string, opts ResetOptions) (*ResetResult, error) {
+// ErrInvalidInput (a point that is not a reset point, with the nearest ones in the message; no
+// point chosen, opts nil among them).
+func (c *Client) Reset(ctx context.Context, runID string, opts *ResetOptions) (*ResetResult, error) {
+	if opts == nil {
+		opts = &ResetOptions{}
+	}
 	req := api.ResetRequest{DropInputs: opts.DropInputs, Reason: opts.Reason, RequestID: opts.RequestID}
 	n := 0
 	if opts.Seq > 0 {
@@ -75,8 +79,12 @@ func (c *Client) Reset(ctx context.Context, runID string, opts ResetOptions) (*R
 }
 
 // Rerun is a reset of run runID to just before the decision that scheduled step stepID, so that
-// the step and everything after it run again; opts.Input replaces the run's input.
-func (c *Client) Rerun(ctx context.Context, runID, stepID string, opts RerunOptions) (*ResetResult, error) {
+// the step and everything after it run again; opts.Input replaces the run's input. opts may be
+// nil.
+func (c *Client) Rerun(ctx context.Context, runID, stepID string, opts *RerunOptions) (*ResetResult, error) {
+	if opts == nil {
+		opts = &RerunOptions{}
+	}
 	req := api.ResetRequest{Mode: string(event.ResetRerun), StepID: stepID, DropInputs: opts.DropInputs, Reason: opts.Reason, RequestID: opts.RequestID}
 	if opts.Input != nil {
 		b, err := encode(opts.Input)

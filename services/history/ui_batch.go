@@ -44,7 +44,7 @@ func (b *uiBatches) list(w http.ResponseWriter, r *http.Request) {
 	} else {
 		ctx, cancel := context.WithTimeout(r.Context(), uiActionTimeout)
 		defer cancel()
-		jobs, err := b.client.Batches(ctx, 200)
+		jobs, err := b.client.Batches().List(ctx, &flow.BatchListOptions{Limit: 200})
 		if err != nil {
 			page.Error = err.Error()
 		}
@@ -60,7 +60,7 @@ func (b *uiBatches) job(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), uiActionTimeout)
 	defer cancel()
-	j, err := b.client.Batch(ctx, r.PathValue("id"))
+	j, err := b.client.Batches().Get(ctx, r.PathValue("id"))
 	switch {
 	case errors.Is(err, flow.ErrBatchNotFound):
 		b.s.uiError(w, http.StatusNotFound, "Batch job not found", err.Error())

@@ -50,7 +50,7 @@ func (s *Service) mountScheduleUI(mux *http.ServeMux, client *flow.Client) {
 		} else {
 			ctx, cancel := context.WithTimeout(r.Context(), uiActionTimeout)
 			defer cancel()
-			list, err := client.ListSchedules(ctx)
+			list, err := client.Schedules().List(ctx)
 			if err != nil {
 				page.Error = strings.TrimPrefix(err.Error(), "flow: ")
 			}
@@ -67,7 +67,7 @@ func (s *Service) mountScheduleUI(mux *http.ServeMux, client *flow.Client) {
 		}
 		ctx, cancel := context.WithTimeout(r.Context(), uiActionTimeout)
 		defer cancel()
-		d, err := client.DescribeSchedule(ctx, r.PathValue("name"), 10)
+		d, err := client.Schedules().Describe(ctx, r.PathValue("name"), &flow.DescribeScheduleOptions{Next: 10})
 		switch {
 		case errors.Is(err, flow.ErrScheduleNotFound):
 			s.uiError(w, http.StatusNotFound, "Not found", fmt.Sprintf("There is no schedule %q; see the schedules list.", r.PathValue("name")))
