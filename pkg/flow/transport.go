@@ -222,44 +222,44 @@ func replyError(to service, m *nats.Msg) error {
 	return &qe
 }
 
-// ingressError maps an ingress error to the sentinel callers branch on; the message says what
-// was wrong and what to do.
+// ingressSentinels maps the ingress's error codes to the sentinels callers branch on.
+var ingressSentinels = map[api.IngressCode]error{
+	api.CodeInvalidJSON:      ErrInvalidInput,
+	api.CodeInvalidName:      ErrInvalidInput,
+	api.CodeInvalidEvent:     ErrInvalidInput,
+	api.CodeInvalidRequest:   ErrInvalidInput,
+	api.CodeTooLarge:         ErrInvalidInput,
+	api.CodeMediaType:        ErrInvalidInput,
+	api.CodeRunNotFound:      ErrNotFound,
+	api.CodeHookNotFound:     ErrNotFound,
+	api.CodeRunEnded:         ErrTerminal,
+	api.CodeRunExists:        ErrRunExists,
+	api.CodeDeliveryConflict: ErrDeliveryConflict,
+	api.CodeHookReceived:     ErrAlreadyReceived,
+	api.CodeNoWorker:         ErrNoWorker,
+	api.CodeRunDamaged:       ErrDamaged,
+	api.CodeRunDeleted:       ErrRunDeleted,
+	api.CodeScheduleNotFound: ErrScheduleNotFound,
+	api.CodeScheduleExists:   ErrScheduleExists,
+}
+
+// ingressError maps an ingress error to the sentinel callers branch on (a rate limit to a
+// *RateLimitedError); the message says what was wrong and what to do. A code without a
+// sentinel is e itself.
 func ingressError(e *api.IngressError) error {
 	if err := rateLimitedError(e); err != nil {
 		return err
 	}
-	var sentinel error
 	switch e.Code {
-	case api.CodeInvalidJSON, api.CodeInvalidName, api.CodeInvalidEvent, api.CodeInvalidRequest, api.CodeTooLarge, api.CodeMediaType:
-		sentinel = ErrInvalidInput
-	case api.CodeRunNotFound, api.CodeHookNotFound:
-		sentinel = ErrNotFound
-	case api.CodeRunEnded:
-		sentinel = ErrTerminal
-	case api.CodeRunExists:
-		sentinel = ErrRunExists
-	case api.CodeDeliveryConflict:
-		sentinel = ErrDeliveryConflict
-	case api.CodeHookReceived:
-		sentinel = ErrAlreadyReceived
-	case api.CodeNoWorker:
-		sentinel = ErrNoWorker
-	case api.CodeRunDamaged:
-		sentinel = ErrDamaged
-	case api.CodeRunDeleted:
-		sentinel = ErrRunDeleted
-	case api.CodeScheduleNotFound:
-		sentinel = ErrScheduleNotFound
-	case api.CodeScheduleExists:
-		sentinel = ErrScheduleExists
 	case api.CodeBatchNotFound:
 		return fmt.Errorf("%w: %s", ErrBatchNotFound, e.Message)
 	case api.CodeBatchExists:
 		return fmt.Errorf("%w: %s", ErrBatchExists, e.Message)
-	default:
-		return e
 	}
-	return &inputErr{sentinel: sentinel, msg: e.Message}
+	if sentinel, ok := ingressSentinels[e.Code]; ok {
+		return &inputErr{sentinel: sentinel, msg: e.Message}
+	}
+	return e
 }
 
 // inputErr is a refused input: its message is the ingress's, and it matches its sentinel.
