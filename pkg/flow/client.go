@@ -58,6 +58,11 @@ type ClientOptions struct {
 // it writes through the ingress service and reads through the history service (which `flow dev`,
 // `flowd ingress` and `flowd history` run), and never touches a run's history itself. It is
 // safe for concurrent use.
+//
+// The run operations are its methods; the other operations are grouped in sub-clients, small
+// values that share the client's connection: [Client.Schedules], [Client.Batches],
+// [Client.Pauses], [Client.Definitions] and [Client.Secrets]. A call's optional settings are a
+// pointer to an options struct, its last argument, which may be nil.
 type Client struct {
 	nc      *nats.Conn
 	ownConn bool
