@@ -22,27 +22,30 @@ func TestReplyErrorMapsCodesToSentinels(t *testing.T) {
 		require.NoError(t, err)
 		return &nats.Msg{Header: nats.Header{header: []string{string(e.Code)}}, Data: b}
 	}
-	for code, want := range map[api.IngressCode]error{
-		api.CodeInvalidJSON:      ErrInvalidInput,
-		api.CodeRunNotFound:      ErrNotFound,
-		api.CodeHookNotFound:     ErrNotFound,
-		api.CodeRunEnded:         ErrTerminal,
-		api.CodeRunExists:        ErrRunExists,
-		api.CodeDeliveryConflict: ErrDeliveryConflict,
-		api.CodeHookReceived:     ErrAlreadyReceived,
-		api.CodeNoWorker:         ErrNoWorker,
-		api.CodeRunDamaged:       ErrDamaged,
-		api.CodeRunDeleted:       ErrRunDeleted,
-		api.CodeScheduleNotFound: ErrScheduleNotFound,
-		api.CodeScheduleExists:   ErrScheduleExists,
-		api.CodeBatchNotFound:    ErrBatchNotFound,
-		api.CodeBatchExists:      ErrBatchExists,
-		api.CodeRateLimited:      ErrRateLimited,
-		api.CodeTooManyPending:   ErrRateLimited,
+	for _, tc := range []struct {
+		code api.IngressCode
+		want error
+	}{
+		{api.CodeInvalidJSON, ErrInvalidInput},
+		{api.CodeRunNotFound, ErrNotFound},
+		{api.CodeHookNotFound, ErrNotFound},
+		{api.CodeRunEnded, ErrTerminal},
+		{api.CodeRunExists, ErrRunExists},
+		{api.CodeDeliveryConflict, ErrDeliveryConflict},
+		{api.CodeHookReceived, ErrAlreadyReceived},
+		{api.CodeNoWorker, ErrNoWorker},
+		{api.CodeRunDamaged, ErrDamaged},
+		{api.CodeRunDeleted, ErrRunDeleted},
+		{api.CodeScheduleNotFound, ErrScheduleNotFound},
+		{api.CodeScheduleExists, ErrScheduleExists},
+		{api.CodeBatchNotFound, ErrBatchNotFound},
+		{api.CodeBatchExists, ErrBatchExists},
+		{api.CodeRateLimited, ErrRateLimited},
+		{api.CodeTooManyPending, ErrRateLimited},
 	} {
 		for _, header := range []string{api.HeaderErrorCode, api.HeaderBatchError} {
-			err := replyError(ingress, ingressReply(header, api.IngressError{Code: code, Message: "because"}))
-			require.ErrorIs(t, err, want, "%s in %s", code, header)
+			err := replyError(ingress, ingressReply(header, api.IngressError{Code: tc.code, Message: "because"}))
+			require.ErrorIs(t, err, tc.want, "%s in %s", tc.code, header)
 			require.Contains(t, err.Error(), "because")
 		}
 	}
