@@ -157,9 +157,9 @@ waits for it to end. --json prints the job.`,
 			var j *flow.BatchJob
 			var err error
 			if wait {
-				j, err = client.AwaitBatch(c.Context(), a[0], 200*time.Millisecond)
+				j, err = client.Batches().Await(c.Context(), a[0], &flow.AwaitBatchOptions{Every: 200 * time.Millisecond})
 			} else {
-				j, err = client.Batch(c.Context(), a[0])
+				j, err = client.Batches().Get(c.Context(), a[0])
 			}
 			if err != nil {
 				return err
@@ -187,7 +187,7 @@ func (e *env) batchListCmd() *cobra.Command {
 			for _, s := range states {
 				st = append(st, flow.BatchState(strings.TrimSpace(s)))
 			}
-			jobs, err := client.Batches(c.Context(), limit, st...)
+			jobs, err := client.Batches().List(c.Context(), &flow.BatchListOptions{States: st, Limit: limit})
 			if err != nil {
 				return err
 			}
@@ -217,7 +217,7 @@ func (e *env) batchStopCmd() *cobra.Command {
 done. The runs after it are left alone; the report says how far it got.`,
 		Args: args("JOB"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
-			j, err := client.StopBatch(c.Context(), a[0], reason)
+			j, err := client.Batches().Stop(c.Context(), a[0], reason)
 			if err != nil {
 				return err
 			}
@@ -328,7 +328,7 @@ func printBatch(w io.Writer, j *flow.BatchJob) {
 func (e *env) startBatch(c *cobra.Command, client *flow.Client, spec flow.BatchSpec, id string, dryRun, wait bool, sample int) error {
 	op := spec.Op
 	if dryRun {
-		dr, err := client.DryRunBatch(c.Context(), spec, sample)
+		dr, err := client.Batches().DryRun(c.Context(), spec, &flow.DryRunOptions{Sample: sample})
 		if err != nil {
 			return err
 		}
@@ -344,12 +344,12 @@ func (e *env) startBatch(c *cobra.Command, client *flow.Client, spec flow.BatchS
 		}
 		return nil
 	}
-	j, err := client.StartBatch(c.Context(), spec, &flow.BatchOptions{ID: id})
+	j, err := client.Batches().Start(c.Context(), spec, &flow.BatchOptions{ID: id})
 	if err != nil {
 		return err
 	}
 	if wait {
-		if j, err = client.AwaitBatch(c.Context(), j.ID, 200*time.Millisecond); err != nil {
+		if j, err = client.Batches().Await(c.Context(), j.ID, &flow.AwaitBatchOptions{Every: 200 * time.Millisecond}); err != nil {
 			return err
 		}
 	}

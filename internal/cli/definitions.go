@@ -29,7 +29,7 @@ is listed unless --queue is given.`,
 			if c.Flags().Changed("queue") {
 				queue = e.queue
 			}
-			defs, err := client.ListDefinitions(c.Context(), queue)
+			defs, err := client.Definitions().List(c.Context(), queue)
 			if err != nil {
 				return err
 			}

@@ -70,7 +70,7 @@ the pause for a definition or queue.`,
 				return err
 			}
 			if scope == "run" {
-				to, err := client.PauseRun(c.Context(), name, f.options())
+				to, err := client.Pauses().PauseRun(c.Context(), name, f.options())
 				if err != nil {
 					return err
 				}
@@ -82,9 +82,9 @@ the pause for a definition or queue.`,
 			}
 			var p *flow.ScopePause
 			if scope == "definition" {
-				p, err = client.PauseDefinition(c.Context(), name, f.options())
+				p, err = client.Pauses().PauseDefinition(c.Context(), name, f.options())
 			} else {
-				p, err = client.PauseQueue(c.Context(), name, f.options())
+				p, err = client.Pauses().PauseQueue(c.Context(), name, f.options())
 			}
 			if err != nil {
 				return err
@@ -120,7 +120,7 @@ With --definition or --queue, end that pause: the history service dispatches the
 				return err
 			}
 			if scope == "run" {
-				to, err := client.UnpauseRun(c.Context(), name, f.options())
+				to, err := client.Pauses().UnpauseRun(c.Context(), name, f.options())
 				if err != nil {
 					return err
 				}
@@ -132,9 +132,9 @@ With --definition or --queue, end that pause: the history service dispatches the
 			}
 			var found bool
 			if scope == "definition" {
-				found, err = client.UnpauseDefinition(c.Context(), name, f.options())
+				found, err = client.Pauses().UnpauseDefinition(c.Context(), name, f.options())
 			} else {
-				found, err = client.UnpauseQueue(c.Context(), name, f.options())
+				found, err = client.Pauses().UnpauseQueue(c.Context(), name, f.options())
 			}
 			if err != nil {
 				return err
@@ -162,7 +162,7 @@ func (e *env) pausesCmd() *cobra.Command {
 runs are listed by 'flow runs --status paused'. --json prints the list.`,
 		Args: args(),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, _ []string) error {
-			ps, err := client.Pauses(c.Context())
+			ps, err := client.Pauses().List(c.Context())
 			if err != nil {
 				return err
 			}

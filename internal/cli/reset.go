@@ -26,7 +26,7 @@ due next (see docs/reset.md); --to with another sequence is refused with the nea
 --json prints {"RunID":RUN,"NewRunID":NEW,"Point":SEQ,"Mode":MODE,"Reapplied":N}.`,
 		Args: args("RUN"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
-			r, err := client.Reset(c.Context(), a[0], opts)
+			r, err := client.Reset(c.Context(), a[0], &opts)
 			if err != nil {
 				return err
 			}
@@ -64,7 +64,7 @@ change everything).
 				}
 				opts.Input = json.RawMessage(input)
 			}
-			r, err := client.Rerun(c.Context(), a[0], step, opts)
+			r, err := client.Rerun(c.Context(), a[0], step, &opts)
 			if err != nil {
 				return err
 			}

@@ -38,7 +38,7 @@ the slot (NAME-20260105T080000Z), and its run.started records both.
 }
 
 func (e *env) scheduleCreateCmd(verb string) *cobra.Command {
-	var o flow.ScheduleOptions
+	var o flow.ScheduleConfig
 	var input, overlap string
 	short := "Create a schedule"
 	if verb == "update" {
@@ -85,9 +85,9 @@ are recorded as missed, not started (default 1h).`,
 			var d *flow.ScheduleDescription
 			var err error
 			if verb == "update" {
-				d, err = client.UpdateSchedule(c.Context(), a[0], o)
+				d, err = client.Schedules().Update(c.Context(), a[0], o)
 			} else {
-				d, err = client.CreateSchedule(c.Context(), a[0], o)
+				d, err = client.Schedules().Create(c.Context(), a[0], o)
 			}
 			if err != nil {
 				return err
@@ -160,7 +160,7 @@ func (e *env) scheduleListCmd() *cobra.Command {
 		Short: "List schedules with their state and next action",
 		Args:  args(),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, _ []string) error {
-			list, err := client.ListSchedules(c.Context())
+			list, err := client.Schedules().List(c.Context())
 			if err != nil {
 				return err
 			}
@@ -197,7 +197,7 @@ func (e *env) scheduleDescribeCmd() *cobra.Command {
 		Short: "Show a schedule: spec, state, recent actions (slot, run ID, outcome) and the next action times",
 		Args:  args("NAME"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
-			d, err := client.DescribeSchedule(c.Context(), a[0], next)
+			d, err := client.Schedules().Describe(c.Context(), a[0], &flow.DescribeScheduleOptions{Next: next})
 			if err != nil {
 				return err
 			}
@@ -295,9 +295,9 @@ func (e *env) schedulePauseCmd(pause bool) *cobra.Command {
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
 			var err error
 			if pause {
-				err = client.PauseSchedule(c.Context(), a[0], note)
+				err = client.Schedules().Pause(c.Context(), a[0], note)
 			} else {
-				err = client.UnpauseSchedule(c.Context(), a[0], note)
+				err = client.Schedules().Unpause(c.Context(), a[0], note)
 			}
 			if err != nil {
 				return err
@@ -332,7 +332,7 @@ func (e *env) scheduleTriggerCmd() *cobra.Command {
 			return nil
 		},
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
-			d, err := client.TriggerSchedule(c.Context(), a[0], &o)
+			d, err := client.Schedules().Trigger(c.Context(), a[0], &o)
 			if err != nil {
 				return err
 			}
@@ -375,7 +375,7 @@ func (e *env) scheduleBackfillCmd() *cobra.Command {
 			return nil
 		},
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
-			d, err := client.BackfillSchedule(c.Context(), a[0], from, to, &o)
+			d, err := client.Schedules().Backfill(c.Context(), a[0], from, to, &o)
 			if err != nil {
 				return err
 			}
@@ -404,7 +404,7 @@ func (e *env) scheduleDeleteCmd() *cobra.Command {
 		Short: "Delete a schedule (the runs it started are left alone)",
 		Args:  args("NAME"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
-			if err := client.DeleteSchedule(c.Context(), a[0]); err != nil {
+			if err := client.Schedules().Delete(c.Context(), a[0]); err != nil {
 				return err
 			}
 			if e.json {

@@ -133,7 +133,7 @@ func TestServicesAsProcesses(t *testing.T) {
 	hookToken := func(runID string) string {
 		var tok string
 		require.Eventually(t, func() bool {
-			s, err := client.SnapshotWithSecrets(ctx, runID)
+			s, err := client.Secrets().Snapshot(ctx, runID)
 			if err != nil || s.Hooks["cb"] == nil || s.SignalWaits["stop"] == nil {
 				return false
 			}

@@ -59,7 +59,7 @@ func TestIngressKilledBetweenResetWrites(t *testing.T) {
 	}, testTimeout, 10*time.Millisecond, "the run waits for its signal")
 
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)
-	_, err = client.Reset(rctx, "w-1", flow.ResetOptions{LastDecision: true, RequestID: "reset-1", Reason: "kill test"})
+	_, err = client.Reset(rctx, "w-1", &flow.ResetOptions{LastDecision: true, RequestID: "reset-1", Reason: "kill test"})
 	cancel()
 	require.Error(t, err, "the ingress died before it answered")
 	select {
@@ -88,7 +88,7 @@ func TestIngressKilledBetweenResetWrites(t *testing.T) {
 	// A fresh ingress: a repeat of the reset returns the same run; a signal to the old ID
 	// reaches it.
 	ingresstest.Start(t, ingress.Config{Conn: be.connect(t), HTTPAddr: "off", Logger: natstest.Logger()})
-	r, err := client.Reset(ctx, "w-1", flow.ResetOptions{LastDecision: true, RequestID: "reset-1", Reason: "kill test"})
+	r, err := client.Reset(ctx, "w-1", &flow.ResetOptions{LastDecision: true, RequestID: "reset-1", Reason: "kill test"})
 	require.NoError(t, err)
 	require.Equal(t, newID, r.NewRunID)
 	to, err := client.Signal(ctx, "w-1", "go", "go!", &flow.SignalOptions{DeliveryID: "signal-1"})

@@ -34,7 +34,7 @@ func TestHookRoutesAsTheirRoles(t *testing.T) {
 		return token != "" && s.Hooks[examples.WebhookHook].Token == "redacted:"+examples.WebhookHook
 	}, 30*time.Second, 10*time.Millisecond, "the webhook creates its hook and announces it")
 	// Seq 4, the announcement's step.completed: the new run copies the pending hook.
-	reset, err := c.Reset(ctx, run, flow.ResetOptions{Seq: 4, Reason: "roles"})
+	reset, err := c.Reset(ctx, run, &flow.ResetOptions{Seq: 4, Reason: "roles"})
 	require.NoError(t, err)
 	to, err := c.DeliverHook(ctx, token, map[string]string{"paid": "after the reset"}, nil)
 	require.NoError(t, err)

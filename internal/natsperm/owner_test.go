@@ -31,12 +31,12 @@ func TestSchedulesAndBatchesAsTheirRoles(t *testing.T) {
 	}
 	var err error
 	require.Eventually(t, func() bool {
-		_, err = c.CreateSchedule(ctx, "remind", flow.ScheduleOptions{Every: time.Hour, Definition: "reminder",
+		_, err = c.Schedules().Create(ctx, "remind", flow.ScheduleConfig{Every: time.Hour, Definition: "reminder",
 			Input: examples.ReminderInput{After: "10ms"}})
 		return !notYet(err)
 	}, 30*time.Second, 20*time.Millisecond)
 	require.NoError(t, err)
-	tr, err := c.TriggerSchedule(ctx, "remind", nil)
+	tr, err := c.Schedules().Trigger(ctx, "remind", nil)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		_, err := c.Snapshot(ctx, tr.TriggerRunID)
@@ -44,21 +44,21 @@ func TestSchedulesAndBatchesAsTheirRoles(t *testing.T) {
 	}, 30*time.Second, 20*time.Millisecond, "the scheduler starts the triggered run")
 	var out any
 	require.NoError(t, c.Result(ctx, tr.TriggerRunID, &out))
-	require.NoError(t, c.PauseSchedule(ctx, "remind", "maintenance"))
-	d, err := c.DescribeSchedule(ctx, "remind", 0)
+	require.NoError(t, c.Schedules().Pause(ctx, "remind", "maintenance"))
+	d, err := c.Schedules().Describe(ctx, "remind", nil)
 	require.NoError(t, err)
 	require.True(t, d.Schedule.State.Paused)
-	require.NoError(t, c.DeleteSchedule(ctx, "remind"))
+	require.NoError(t, c.Schedules().Delete(ctx, "remind"))
 
 	var j *flow.BatchJob
 	require.Eventually(t, func() bool {
-		j, err = c.StartBatch(ctx, flow.BatchSpec{Op: flow.BatchCancel, Where: `definition = "reminder"`}, &flow.BatchOptions{ID: "roles"})
+		j, err = c.Batches().Start(ctx, flow.BatchSpec{Op: flow.BatchCancel, Where: `definition = "reminder"`}, &flow.BatchOptions{ID: "roles"})
 		return !notYet(err)
 	}, 30*time.Second, 20*time.Millisecond)
 	require.NoError(t, err)
-	_, err = c.StopBatch(ctx, j.ID, "enough")
+	_, err = c.Batches().Stop(ctx, j.ID, "enough")
 	require.NoError(t, err)
-	j, err = c.AwaitBatch(ctx, j.ID, 20*time.Millisecond)
+	j, err = c.Batches().Await(ctx, j.ID, &flow.AwaitBatchOptions{Every: 20 * time.Millisecond})
 	require.NoError(t, err)
 	require.True(t, j.State.Ended())
 	require.Empty(t, v.Seen(), "a service or a client was refused a subject its role needs")

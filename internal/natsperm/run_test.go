@@ -205,7 +205,7 @@ func exercise(t *testing.T, st stack, v *violations) {
 	s, err := c.Snapshot(ctx, order)
 	require.NoError(t, err)
 	require.Greater(t, s.Steps["charge-payment"].Attempt, 1, "the charge was retried")
-	defs, err := c.ListDefinitions(ctx, "")
+	defs, err := c.Definitions().List(ctx, "")
 	require.NoError(t, err)
 	require.NotEmpty(t, defs)
 	require.Eventually(t, func() bool {

@@ -94,13 +94,16 @@ func TestClientWithAServiceRoleFailsFast(t *testing.T) {
 		{"Snapshot", api.SubjectGet, func(ctx context.Context) error { _, err := c.Snapshot(ctx, "r1"); return err }},
 		{"Result", api.SubjectAwait, func(ctx context.Context) error { return c.Result(ctx, "r1", nil) }},
 		{"ListSchedules", api.ScheduleSubject(api.ScheduleOpList), func(ctx context.Context) error {
-			_, err := c.ListSchedules(ctx)
+			_, err := c.Schedules().List(ctx)
 			return err
 		}},
-		{"Batches", api.SubjectBatchList, func(ctx context.Context) error { _, err := c.Batches(ctx, 10); return err }},
-		{"Pauses", api.SubjectPausesList, func(ctx context.Context) error { _, err := c.Pauses(ctx); return err }},
+		{"Batches", api.SubjectBatchList, func(ctx context.Context) error {
+			_, err := c.Batches().List(ctx, &flow.BatchListOptions{Limit: 10})
+			return err
+		}},
+		{"Pauses", api.SubjectPausesList, func(ctx context.Context) error { _, err := c.Pauses().List(ctx); return err }},
 		{"Reset", api.ResetSubject("r1"), func(ctx context.Context) error {
-			_, err := c.Reset(ctx, "r1", flow.ResetOptions{Seq: 1})
+			_, err := c.Reset(ctx, "r1", &flow.ResetOptions{Seq: 1})
 			return err
 		}},
 	}

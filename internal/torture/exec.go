@@ -143,7 +143,7 @@ func (x *Executor) Apply(ctx context.Context, i int, op Op) error {
 		a.Run, err = c.Signal(octx, o.Run, o.Name, o.Delivery, &flow.SignalOptions{DeliveryID: o.Delivery})
 	case SignalWithStart:
 		a.Asked, a.ID = o.Run, o.Delivery
-		a.Run, _, err = c.SignalWithStart(octx, o.Def, o.In, SignalGo, o.Delivery, flow.WithStartOptions{RunID: o.Run, UpdateID: o.Delivery})
+		a.Run, _, err = c.SignalWithStart(octx, o.Def, o.In, SignalGo, o.Delivery, &flow.WithStartOptions{RunID: o.Run, UpdateID: o.Delivery})
 	case Update:
 		a.Asked, a.ID = o.Run, o.ID
 		x.update(a, func(ctx context.Context) (*flow.UpdateOutcome, error) {
@@ -153,7 +153,7 @@ func (x *Executor) Apply(ctx context.Context, i int, op Op) error {
 	case UpdateWithStart:
 		a.Asked, a.ID = o.Run, o.ID
 		x.update(a, func(ctx context.Context) (*flow.UpdateOutcome, error) {
-			return c.UpdateWithStart(ctx, o.Def, o.In, UpdateAdd, o.Amount, flow.WithStartOptions{RunID: o.Run, UpdateID: o.ID, Wait: true})
+			return c.UpdateWithStart(ctx, o.Def, o.In, UpdateAdd, o.Amount, &flow.WithStartOptions{RunID: o.Run, UpdateID: o.ID, Wait: true})
 		})
 		return nil
 	case Query:
@@ -170,16 +170,16 @@ func (x *Executor) Apply(ctx context.Context, i int, op Op) error {
 		a.Asked, a.ID = o.Run, fmt.Sprintf("p%d", i)
 		opts := &flow.PauseOptions{Reason: "torture", RequestID: a.ID}
 		if o.Unpause {
-			a.Run, err = c.UnpauseRun(octx, o.Run, opts)
+			a.Run, err = c.Pauses().UnpauseRun(octx, o.Run, opts)
 		} else {
-			a.Run, err = c.PauseRun(octx, o.Run, opts)
+			a.Run, err = c.Pauses().PauseRun(octx, o.Run, opts)
 		}
 	case PauseDef:
 		a.Asked = o.Def
 		if o.Unpause {
-			_, err = c.UnpauseDefinition(octx, o.Def, nil)
+			_, err = c.Pauses().UnpauseDefinition(octx, o.Def, nil)
 		} else {
-			_, err = c.PauseDefinition(octx, o.Def, &flow.PauseOptions{Reason: "torture"})
+			_, err = c.Pauses().PauseDefinition(octx, o.Def, &flow.PauseOptions{Reason: "torture"})
 		}
 		if err == nil {
 			x.ledger.mu.Lock()
@@ -191,7 +191,7 @@ func (x *Executor) Apply(ctx context.Context, i int, op Op) error {
 		var res *flow.ResetResult
 		switch o.Mode {
 		case ResetRerun:
-			res, err = c.Rerun(octx, o.Run, "s0", flow.RerunOptions{DropInputs: o.Drop, Reason: "torture", RequestID: o.Request})
+			res, err = c.Rerun(octx, o.Run, "s0", &flow.RerunOptions{DropInputs: o.Drop, Reason: "torture", RequestID: o.Request})
 		default:
 			opts := flow.ResetOptions{DropInputs: o.Drop, Reason: "torture", RequestID: o.Request}
 			switch o.Mode {
@@ -202,7 +202,7 @@ func (x *Executor) Apply(ctx context.Context, i int, op Op) error {
 			default:
 				opts.LastDecision = true
 			}
-			res, err = c.Reset(octx, o.Run, opts)
+			res, err = c.Reset(octx, o.Run, &opts)
 		}
 		if res != nil {
 			a.Run, a.NewRun = res.RunID, res.NewRunID
@@ -216,10 +216,10 @@ func (x *Executor) Apply(ctx context.Context, i int, op Op) error {
 		case "reset":
 			spec.Reset = &flow.BatchReset{Mode: string(event.ResetToLastDecision)}
 		}
-		_, err = c.StartBatch(octx, spec, &flow.BatchOptions{ID: o.ID})
+		_, err = c.Batches().Start(octx, spec, &flow.BatchOptions{ID: o.ID})
 	case Schedule:
 		a.Asked = o.Name
-		_, err = c.CreateSchedule(octx, o.Name, flow.ScheduleOptions{Every: time.Duration(o.EveryMs) * time.Millisecond,
+		_, err = c.Schedules().Create(octx, o.Name, flow.ScheduleConfig{Every: time.Duration(o.EveryMs) * time.Millisecond,
 			Definition: o.Def, Input: o.In, Overlap: flow.Overlap(o.Overlap)})
 		if err == nil {
 			x.ledger.mu.Lock()
@@ -235,28 +235,28 @@ func (x *Executor) Apply(ctx context.Context, i int, op Op) error {
 			var berr error
 			var bd *flow.ScheduleDescription
 			wg.Go(func() {
-				bd, berr = c.TriggerSchedule(octx, o.Name, &flow.TriggerOptions{Overlap: flow.Overlap(o.Overlap), RequestID: b.ID})
+				bd, berr = c.Schedules().Trigger(octx, o.Name, &flow.TriggerOptions{Overlap: flow.Overlap(o.Overlap), RequestID: b.ID})
 			})
-			d, err := c.TriggerSchedule(octx, o.Name, &flow.TriggerOptions{Overlap: flow.Overlap(o.Overlap), RequestID: a.ID})
+			d, err := c.Schedules().Trigger(octx, o.Name, &flow.TriggerOptions{Overlap: flow.Overlap(o.Overlap), RequestID: a.ID})
 			wg.Wait()
 			x.trigger(b, bd, berr)
 			x.trigger(a, d, err)
 			return nil
 		}
-		d, err := c.TriggerSchedule(octx, o.Name, &flow.TriggerOptions{Overlap: flow.Overlap(o.Overlap), RequestID: o.Request})
+		d, err := c.Schedules().Trigger(octx, o.Name, &flow.TriggerOptions{Overlap: flow.Overlap(o.Overlap), RequestID: o.Request})
 		x.trigger(a, d, err)
 		return nil
 	case Backfill:
 		a.Asked, a.ID, a.Overlap = o.Name, o.Request, o.Overlap
 		end := time.Now().Add(-time.Millisecond)
-		_, err = c.BackfillSchedule(octx, o.Name, end.Add(-time.Duration(o.SpanMs)*time.Millisecond), end,
+		_, err = c.Schedules().Backfill(octx, o.Name, end.Add(-time.Duration(o.SpanMs)*time.Millisecond), end,
 			&flow.TriggerOptions{Overlap: flow.Overlap(o.Overlap), RequestID: o.Request})
 	case SchedulePause:
 		a.Asked = o.Name
 		if o.Unpause {
-			err = c.UnpauseSchedule(octx, o.Name, "torture")
+			err = c.Schedules().Unpause(octx, o.Name, "torture")
 		} else {
-			err = c.PauseSchedule(octx, o.Name, "torture")
+			err = c.Schedules().Pause(octx, o.Name, "torture")
 		}
 	case ScheduleDelete:
 		a.Asked = o.Name
@@ -302,7 +302,7 @@ func (x *Executor) trigger(a Ack, d *flow.ScheduleDescription, err error) {
 }
 
 func (x *Executor) deleteSchedule(ctx context.Context, name string) error {
-	err := x.client.DeleteSchedule(ctx, name)
+	err := x.client.Schedules().Delete(ctx, name)
 	if err == nil {
 		x.ledger.mu.Lock()
 		for i := range x.ledger.schedules {

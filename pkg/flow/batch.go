@@ -4,72 +4,214 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"time"
 
-	"github.com/nats-io/nats.go"
-
 	"github.com/flowrun/flow/internal/api"
-	"github.com/flowrun/flow/internal/batch"
 )
 
 // Batch jobs apply one operation to every run a list filter selects, durably, at a rate, with
-// a report (docs/batch.md).
-type (
-	// BatchJob is a batch job as it stands: its spec, state, progress and report.
-	BatchJob = batch.Job
-	// BatchSpec says what a batch job does.
-	BatchSpec = batch.Spec
-	// BatchOp is a batch job's operation.
-	BatchOp = batch.Op
-	// BatchState is where a batch job is in its life.
-	BatchState = batch.State
-	// BatchReset says how each run of a reset job is reset.
-	BatchReset = batch.ResetSpec
+// a report (docs/batch.md). The types below are the batch API's JSON, as the ingress sends and
+// takes it.
+
+// BatchOp is a batch job's operation.
+type BatchOp string
+
+// The operations of batch jobs.
+const (
+	BatchCancel    BatchOp = "cancel"
+	BatchTerminate BatchOp = "terminate"
+	BatchSignal    BatchOp = "signal"
+	BatchResetOp   BatchOp = "reset"
+	BatchPause     BatchOp = "pause"
+	BatchUnpause   BatchOp = "unpause"
 )
 
-// The operations and states of batch jobs.
-const (
-	BatchCancel    = batch.OpCancel
-	BatchTerminate = batch.OpTerminate
-	BatchSignal    = batch.OpSignal
-	BatchResetOp   = batch.OpReset
-	BatchPause     = batch.OpPause
-	BatchUnpause   = batch.OpUnpause
+// BatchState is where a batch job is in its life.
+type BatchState string
 
-	BatchPending   = batch.StatePending
-	BatchRunning   = batch.StateRunning
-	BatchCompleted = batch.StateCompleted
-	BatchStopped   = batch.StateStopped
-	BatchFailed    = batch.StateFailed
+// The states of batch jobs.
+const (
+	BatchPending   BatchState = "pending"
+	BatchRunning   BatchState = "running"
+	BatchCompleted BatchState = "completed"
+	BatchStopped   BatchState = "stopped"
+	BatchFailed    BatchState = "failed"
+)
+
+// Ended reports whether st is final: completed, stopped or failed.
+func (st BatchState) Ended() bool {
+	return st == BatchCompleted || st == BatchStopped || st == BatchFailed
+}
+
+// BatchDefaultRate is a job's rate, in operations per second, when its spec names none.
+const BatchDefaultRate = 50
+
+// BatchSpec says what a batch job does, fixed at its creation.
+type BatchSpec struct {
+	Op BatchOp `json:"op"`
+	// Where is the list filter (docs/search.md) selecting the runs, as `flow runs --where`.
+	// Required: a job over every run says so.
+	Where string `json:"where"`
+	// Definition narrows the runs to one definition, and the filter's attributes to its
+	// declarations, as `flow runs --definition`. "" for every definition.
+	Definition string `json:"definition,omitempty"`
+	// Reason is recorded with each cancellation, termination, pause or reset.
+	Reason string `json:"reason,omitempty"`
+	// Signal and Payload are the signal's name and JSON payload (BatchSignal).
+	Signal  string          `json:"signal,omitempty"`
+	Payload json.RawMessage `json:"payload,omitempty"`
+	// Reset says where to reset each run to (BatchResetOp).
+	Reset *BatchReset `json:"reset,omitempty"`
+	// Rate is the operations per second; 0 is BatchDefaultRate.
+	Rate float64 `json:"rate,omitempty"`
+}
+
+// EffectiveRate returns the spec's rate, BatchDefaultRate when it names none.
+func (s BatchSpec) EffectiveRate() float64 {
+	if s.Rate == 0 {
+		return BatchDefaultRate
+	}
+	return s.Rate
+}
+
+// BatchReset says how each run of a reset job is reset (docs/reset.md).
+type BatchReset struct {
+	// Mode is seq, step, last_decision or rerun.
+	Mode string `json:"mode"`
+	// Seq (mode seq) and StepID (modes step and rerun) say where.
+	Seq    uint64 `json:"seq,omitempty"`
+	StepID string `json:"step_id,omitempty"`
+	// Input replaces the input of the new run (mode rerun); nil keeps it.
+	Input json.RawMessage `json:"input,omitempty"`
+	// DropInputs drops the signals, hooks and updates recorded after the point.
+	DropInputs bool `json:"drop_inputs,omitempty"`
+}
+
+// BatchJob is a batch job as it stands: its spec, state, progress and report.
+type BatchJob struct {
+	ID    string     `json:"id"`
+	Spec  BatchSpec  `json:"spec"`
+	State BatchState `json:"state"`
+	// CreatedAt is when the job was created: runs started after are never targets.
+	CreatedAt time.Time `json:"created_at"`
+	// StartedAt is when its targets were recorded; EndedAt when it reached a final state.
+	StartedAt time.Time `json:"started_at,omitzero"`
+	EndedAt   time.Time `json:"ended_at,omitzero"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// Total is the number of targets, in Chunks chunks; Cursor the number done, in order.
+	Total  int `json:"total"`
+	Chunks int `json:"chunks"`
+	Cursor int `json:"cursor"`
+	// Applied counts the targets the operation was applied to; Skipped those it did not apply
+	// to, by reason ("already completed", "cancellation already requested", ...); Failed those
+	// whose operation failed.
+	Applied int            `json:"applied"`
+	Skipped map[string]int `json:"skipped,omitempty"`
+	Failed  int            `json:"failed"`
+	// Failures and Skips name the first failed and skipped runs (at most 100 each); the
+	// counts cover every run.
+	Failures []BatchNote `json:"failures,omitempty"`
+	Skips    []BatchNote `json:"skips,omitempty"`
+	// StopRequested is set by [BatchClient.Stop]; the job stops at the end of its current
+	// window.
+	StopRequested bool   `json:"stop_requested,omitempty"`
+	StopReason    string `json:"stop_reason,omitempty"`
+	// Error says why a failed job failed.
+	Error string `json:"error,omitempty"`
+	// Executor is the scheduler replica that last advanced the job.
+	Executor string `json:"executor,omitempty"`
+}
+
+// BatchNote is one run's result, named in a job's report.
+type BatchNote struct {
+	RunID  string `json:"run_id"`
+	Reason string `json:"reason"`
+}
+
+// SkippedTotal counts the targets the job skipped, whatever the reason.
+func (j *BatchJob) SkippedTotal() int {
+	n := 0
+	for _, c := range j.Skipped {
+		n += c
+	}
+	return n
+}
+
+// Rate is the job's observed rate: targets done per second since its targets were recorded,
+// until now or its end.
+func (j *BatchJob) Rate(now time.Time) float64 {
+	if j.StartedAt.IsZero() || j.Cursor == 0 {
+		return 0
+	}
+	end := now
+	if !j.EndedAt.IsZero() {
+		end = j.EndedAt
+	}
+	d := end.Sub(j.StartedAt).Seconds()
+	if d <= 0 {
+		return 0
+	}
+	return float64(j.Cursor) / d
+}
+
+// The batch API's requests and replies that hold the types above: api.BatchCreateRequest,
+// api.BatchResponse, api.BatchListRequest and api.BatchListResponse, with the SDK's types
+// (TestBatchWire checks that both encode alike).
+type (
+	batchCreateRequest struct {
+		ID     string    `json:"id,omitempty"`
+		Spec   BatchSpec `json:"spec"`
+		DryRun bool      `json:"dry_run,omitempty"`
+		Sample int       `json:"sample,omitempty"`
+	}
+	batchResponse struct {
+		Job     *BatchJob `json:"job,omitempty"`
+		Matches int       `json:"matches,omitempty"`
+		Sample  []string  `json:"sample,omitempty"`
+	}
+	batchListRequest struct {
+		State []BatchState `json:"state,omitempty"`
+		Limit int          `json:"limit,omitempty"`
+	}
+	batchListResponse struct {
+		Jobs []BatchJob `json:"jobs"`
+	}
 )
 
 // Errors of batch jobs.
 var (
 	// ErrBatchNotFound is wrapped when no batch job has the ID.
 	ErrBatchNotFound = errors.New("flow: no such batch job")
-	// ErrBatchExists is wrapped by StartBatch when the job ID is taken by a job with another
-	// spec.
+	// ErrBatchExists is wrapped by [BatchClient.Start] when the job ID is taken by a job with
+	// another spec.
 	ErrBatchExists = errors.New("flow: a batch job with this ID exists with another spec")
 )
 
-// BatchOptions adjust [Client.StartBatch]. The zero value works.
+// BatchClient starts, lists, follows and stops batch jobs, through the ingress. Get one with
+// [Client.Batches]; it shares the client's connection and is safe for concurrent use.
+type BatchClient struct{ t *transport }
+
+// Batches returns the client's operations on batch jobs.
+func (c *Client) Batches() BatchClient { return BatchClient{t: c.t} }
+
+// BatchOptions adjust [BatchClient.Start]. The zero value works.
 type BatchOptions struct {
 	// ID is the job's ID; empty generates one. Starting a job again with the same ID and spec
 	// returns that job: a retried start creates one job.
 	ID string
 }
 
-// StartBatch creates a batch job: the scheduler's batch executor records the runs spec.Where
-// selects now (started before this call), then applies spec.Op to each at spec.Rate. It
-// returns the job as created (pending); follow it with [Client.Batch].
-func (c *Client) StartBatch(ctx context.Context, spec BatchSpec, opts *BatchOptions) (*BatchJob, error) {
-	req := api.BatchCreateRequest{Spec: spec}
+// Start creates a batch job: the scheduler's batch executor records the runs spec.Where selects
+// now (started before this call), then applies spec.Op to each at spec.Rate. It returns the job
+// as created (pending); follow it with [BatchClient.Get] or [BatchClient.Await]. opts may be
+// nil.
+func (b BatchClient) Start(ctx context.Context, spec BatchSpec, opts *BatchOptions) (*BatchJob, error) {
+	req := batchCreateRequest{Spec: spec}
 	if opts != nil {
 		req.ID = opts.ID
 	}
-	var resp api.BatchResponse
-	if err := c.batchCall(ctx, api.SubjectBatchCreate, req, &resp); err != nil {
+	var resp batchResponse
+	if err := b.do(ctx, api.SubjectBatchCreate, req, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Job, nil
@@ -82,52 +224,80 @@ type BatchDryRun struct {
 	Sample  []string
 }
 
-// DryRunBatch checks spec (its filter included) and counts the runs it would target now,
-// naming up to sample of them (0: 20). Nothing is created.
-func (c *Client) DryRunBatch(ctx context.Context, spec BatchSpec, sample int) (*BatchDryRun, error) {
-	var resp api.BatchResponse
-	if err := c.batchCall(ctx, api.SubjectBatchCreate, api.BatchCreateRequest{Spec: spec, DryRun: true, Sample: sample}, &resp); err != nil {
+// DryRunOptions adjust [BatchClient.DryRun]. The zero value works.
+type DryRunOptions struct {
+	// Sample is how many of the targeted runs to name. Defaults to 20.
+	Sample int
+}
+
+// DryRun checks spec (its filter included) and counts the runs it would target now, naming
+// some of them. Nothing is created. opts may be nil.
+func (b BatchClient) DryRun(ctx context.Context, spec BatchSpec, opts *DryRunOptions) (*BatchDryRun, error) {
+	req := batchCreateRequest{Spec: spec, DryRun: true}
+	if opts != nil {
+		req.Sample = opts.Sample
+	}
+	var resp batchResponse
+	if err := b.do(ctx, api.SubjectBatchCreate, req, &resp); err != nil {
 		return nil, err
 	}
 	return &BatchDryRun{Matches: resp.Matches, Sample: resp.Sample}, nil
 }
 
-// Batch returns batch job id as it stands.
-func (c *Client) Batch(ctx context.Context, id string) (*BatchJob, error) {
-	var resp api.BatchResponse
-	if err := c.batchCall(ctx, api.SubjectBatchGet, api.BatchGetRequest{ID: id}, &resp); err != nil {
+// Get returns batch job id as it stands. An unknown job is an error wrapping ErrBatchNotFound.
+func (b BatchClient) Get(ctx context.Context, id string) (*BatchJob, error) {
+	var resp batchResponse
+	if err := b.do(ctx, api.SubjectBatchGet, api.BatchGetRequest{ID: id}, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Job, nil
 }
 
-// Batches lists the batch jobs, the most recently created first: those in states (all when
-// none), at most limit (0: 50).
-func (c *Client) Batches(ctx context.Context, limit int, states ...BatchState) ([]BatchJob, error) {
-	var resp api.BatchListResponse
-	if err := c.batchCall(ctx, api.SubjectBatchList, api.BatchListRequest{State: states, Limit: limit}, &resp); err != nil {
+// BatchListOptions adjust [BatchClient.List]. The zero value works.
+type BatchListOptions struct {
+	// States lists the jobs in these states only. Defaults to every state.
+	States []BatchState
+	// Limit is how many jobs to list at most. Defaults to 50.
+	Limit int
+}
+
+// List lists the batch jobs, the most recently created first. opts may be nil.
+func (b BatchClient) List(ctx context.Context, opts *BatchListOptions) ([]BatchJob, error) {
+	var req batchListRequest
+	if opts != nil {
+		req = batchListRequest{State: opts.States, Limit: opts.Limit}
+	}
+	var resp batchListResponse
+	if err := b.do(ctx, api.SubjectBatchList, req, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Jobs, nil
 }
 
-// StopBatch stops batch job id: a pending job at once, a running one once its current window
-// of runs is done; the runs after it are left alone. Stopping an ended job changes nothing.
-func (c *Client) StopBatch(ctx context.Context, id, reason string) (*BatchJob, error) {
-	var resp api.BatchResponse
-	if err := c.batchCall(ctx, api.SubjectBatchStop, api.BatchStopRequest{ID: id, Reason: reason}, &resp); err != nil {
+// Stop stops batch job id: a pending job at once, a running one once its current window of
+// runs is done; the runs after it are left alone. Stopping an ended job changes nothing.
+func (b BatchClient) Stop(ctx context.Context, id, reason string) (*BatchJob, error) {
+	var resp batchResponse
+	if err := b.do(ctx, api.SubjectBatchStop, api.BatchStopRequest{ID: id, Reason: reason}, &resp); err != nil {
 		return nil, err
 	}
 	return resp.Job, nil
 }
 
-// AwaitBatch polls batch job id until it ends, or ctx ends, and returns it.
-func (c *Client) AwaitBatch(ctx context.Context, id string, every time.Duration) (*BatchJob, error) {
-	if every <= 0 {
-		every = 200 * time.Millisecond
+// AwaitBatchOptions adjust [BatchClient.Await]. The zero value works.
+type AwaitBatchOptions struct {
+	// Every is how often to read the job. Defaults to 200ms.
+	Every time.Duration
+}
+
+// Await reads batch job id until it ends, or ctx ends, and returns it. opts may be nil.
+func (b BatchClient) Await(ctx context.Context, id string, opts *AwaitBatchOptions) (*BatchJob, error) {
+	every := 200 * time.Millisecond
+	if opts != nil && opts.Every > 0 {
+		every = opts.Every
 	}
 	for {
-		j, err := c.Batch(ctx, id)
+		j, err := b.Get(ctx, id)
 		if err != nil || j.State.Ended() {
 			return j, err
 		}
@@ -139,54 +309,7 @@ func (c *Client) AwaitBatch(ctx context.Context, id string, every time.Duration)
 	}
 }
 
-// batchCall asks the ingress's batch API, retrying a request that got no answer.
-func (c *Client) batchCall(ctx context.Context, subject string, req, resp any) error {
-	data, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	started := time.Now()
-	for backoff := 10 * time.Millisecond; ; backoff = min(2*backoff, time.Second) {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		reply, err := c.request(actx, &nats.Msg{Subject: subject, Data: data})
-		cancel()
-		if err == nil {
-			return decodeBatchReply(subject, reply, resp)
-		}
-		if errors.Is(err, ErrPermissionDenied) {
-			return err
-		}
-		noIngress := errors.Is(err, nats.ErrNoResponders)
-		if ctx.Err() != nil || noIngress && time.Since(started) > noIngressFor ||
-			!noIngress && !errors.Is(err, context.DeadlineExceeded) && !errors.Is(err, nats.ErrTimeout) {
-			if noIngress {
-				return fmt.Errorf("%w on %s: start `flow dev`, or `flowd ingress` beside your NATS server", ErrIngressUnavailable, subject)
-			}
-			return fmt.Errorf("asking the ingress (%s): %w", subject, errors.Join(err, ctx.Err()))
-		}
-		select {
-		case <-time.After(backoff):
-		case <-ctx.Done():
-		}
-	}
-}
-
-func decodeBatchReply(subject string, m *nats.Msg, resp any) error {
-	if code := m.Header.Get(api.HeaderBatchError); code != "" {
-		var e api.IngressError
-		if err := json.Unmarshal(m.Data, &e); err != nil || e.Code == "" {
-			e = api.IngressError{Code: api.IngressCode(code), Message: string(m.Data)}
-		}
-		switch e.Code {
-		case api.CodeBatchNotFound:
-			return fmt.Errorf("%w: %s", ErrBatchNotFound, e.Message)
-		case api.CodeBatchExists:
-			return fmt.Errorf("%w: %s", ErrBatchExists, e.Message)
-		}
-		return inputError(&e)
-	}
-	if err := json.Unmarshal(m.Data, resp); err != nil {
-		return fmt.Errorf("decoding the ingress's reply on %s: %w", subject, err)
-	}
-	return nil
+// do asks the ingress's batch API; each request is idempotent, so it is retried.
+func (b BatchClient) do(ctx context.Context, subject string, req, resp any) error {
+	return b.t.json(ctx, call{to: ingress, subject: subject, retry: true}, req, resp)
 }

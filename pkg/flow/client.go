@@ -58,11 +58,17 @@ type ClientOptions struct {
 // it writes through the ingress service and reads through the history service (which `flow dev`,
 // `flowd ingress` and `flowd history` run), and never touches a run's history itself. It is
 // safe for concurrent use.
+//
+// The run operations are its methods; the other operations are grouped in sub-clients, small
+// values that share the client's connection: [Client.Schedules], [Client.Batches],
+// [Client.Pauses], [Client.Definitions] and [Client.Secrets]. A call's optional settings are a
+// pointer to an options struct, its last argument, which may be nil.
 type Client struct {
 	nc      *nats.Conn
 	ownConn bool
 	queue   string
-	logger  *slog.Logger
+	// t sends every request of the client and of its sub-clients (transport.go).
+	t *transport
 	// seen remembers, per run, the last sequence this client was shown, so that its reads
 	// include it (read-your-writes) even where a lagging replica answers.
 	seen seenSeqs
@@ -70,8 +76,6 @@ type Client struct {
 	routes queryRoutes
 	// payloads reads offloaded payloads (payloads.go).
 	payloads clientPayloads
-	// perms ends the requests the server refuses for lack of permission (permissions.go).
-	perms *permWatch
 }
 
 // ClientInboxPrefix is the prefix of the reply inboxes of the client role: under Flow's NATS
@@ -115,7 +119,7 @@ func NewClient(_ context.Context, nc *nats.Conn, opts *ClientOptions) (*Client, 
 	if logger == nil {
 		logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	}
-	c := &Client{nc: nc, queue: opts.Queue, logger: logger, ownConn: opts.CloseConn, perms: watchPermissions(nc)}
+	c := &Client{nc: nc, queue: opts.Queue, ownConn: opts.CloseConn, t: &transport{nc: nc, logger: logger, perms: watchPermissions(nc)}}
 	if c.queue == "" {
 		c.queue = streams.DefaultQueue
 	}

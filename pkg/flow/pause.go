@@ -11,7 +11,7 @@ const StatusPaused = core.StatusPaused
 
 // ExhaustionPauseRun, as a retry policy's OnExhaustion, pauses the run when the step exhausts
 // its attempts with a retryable error, instead of failing it: fix what fails, unpause the run
-// (`flow unpause RUN`, Client.UnpauseRun), and the step gets a fresh attempt. PauseRun is the
+// (`flow unpause RUN`, PauseClient.UnpauseRun), and the step gets a fresh attempt. PauseRun is the
 // same value:
 //
 //	flow.RetryPolicy{MaxAttempts: 3, OnExhaustion: flow.PauseRun}

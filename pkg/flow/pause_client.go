@@ -3,7 +3,6 @@ package flow
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go"
@@ -27,24 +26,32 @@ type PauseOptions struct {
 // ScopePause is a paused definition or queue.
 type ScopePause = api.ScopePause
 
+// PauseClient pauses and unpauses runs, definitions and task queues, through the ingress
+// (docs/pause.md). Get one with [Client.Pauses]; it shares the client's connection and is safe
+// for concurrent use.
+type PauseClient struct{ t *transport }
+
+// Pauses returns the client's operations on pauses.
+func (c *Client) Pauses() PauseClient { return PauseClient{t: c.t} }
+
 // PauseRun pauses run runID (or the latest run it continued as) and returns the ID of the run
 // it paused: until UnpauseRun it makes no decision and starts no step attempt, while its
 // signals, hook deliveries, updates, cancellation requests and timers are still recorded; an
 // attempt already running finishes and its result is recorded. Pausing a paused run is
-// accepted without effect. See docs/pause.md.
-func (c *Client) PauseRun(ctx context.Context, runID string, opts *PauseOptions) (string, error) {
-	return c.pauseInput(ctx, api.PauseSubject, "pause", runID, opts)
+// accepted without effect. opts may be nil.
+func (p PauseClient) PauseRun(ctx context.Context, runID string, opts *PauseOptions) (string, error) {
+	return p.run(ctx, api.PauseSubject, "pause", runID, opts)
 }
 
 // UnpauseRun ends the pause of run runID (or of the latest run it continued as) and returns the
 // ID of that run: the decision that is due is made, held attempts start, and each step that
 // exhausted its attempts under PauseRun gets a fresh attempt. Unpausing a run that is not
-// paused is accepted without effect.
-func (c *Client) UnpauseRun(ctx context.Context, runID string, opts *PauseOptions) (string, error) {
-	return c.pauseInput(ctx, api.UnpauseSubject, "unpause", runID, opts)
+// paused is accepted without effect. opts may be nil.
+func (p PauseClient) UnpauseRun(ctx context.Context, runID string, opts *PauseOptions) (string, error) {
+	return p.run(ctx, api.UnpauseSubject, "unpause", runID, opts)
 }
 
-func (c *Client) pauseInput(ctx context.Context, subject func(string) string, kind, runID string, opts *PauseOptions) (string, error) {
+func (p PauseClient) run(ctx context.Context, subject func(string) string, kind, runID string, opts *PauseOptions) (string, error) {
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return "", err
 	}
@@ -59,7 +66,7 @@ func (c *Client) pauseInput(ctx context.Context, subject func(string) string, ki
 	if id == "" {
 		id = nuid.Next()
 	}
-	resp, err := c.send(ctx, subject(runID), kind, id, body, nil)
+	resp, err := p.t.input(ctx, subject(runID), kind, id, body, nil)
 	if err != nil {
 		return "", err
 	}
@@ -68,41 +75,41 @@ func (c *Client) pauseInput(ctx context.Context, subject func(string) string, ki
 
 // PauseDefinition pauses every run of definition: workers make no decision and start no step
 // attempt of them until UnpauseDefinition, while the runs keep recording inputs and timers.
-// Pausing it again replaces the note.
-func (c *Client) PauseDefinition(ctx context.Context, definition string, opts *PauseOptions) (*ScopePause, error) {
-	return c.pauseScope(ctx, "definition", definition, opts)
+// Pausing it again replaces the note. opts may be nil.
+func (p PauseClient) PauseDefinition(ctx context.Context, definition string, opts *PauseOptions) (*ScopePause, error) {
+	return p.pauseScope(ctx, "definition", definition, opts)
 }
 
 // UnpauseDefinition ends the pause of definition, and reports whether it was paused. The runs
-// it held are dispatched again.
-func (c *Client) UnpauseDefinition(ctx context.Context, definition string, opts *PauseOptions) (bool, error) {
-	return c.unpauseScope(ctx, "definition", definition, opts)
+// it held are dispatched again. opts may be nil.
+func (p PauseClient) UnpauseDefinition(ctx context.Context, definition string, opts *PauseOptions) (bool, error) {
+	return p.unpauseScope(ctx, "definition", definition, opts)
 }
 
 // PauseQueue pauses every run on task queue queue, as PauseDefinition does a definition's.
-func (c *Client) PauseQueue(ctx context.Context, queue string, opts *PauseOptions) (*ScopePause, error) {
-	return c.pauseScope(ctx, "queue", queue, opts)
+func (p PauseClient) PauseQueue(ctx context.Context, queue string, opts *PauseOptions) (*ScopePause, error) {
+	return p.pauseScope(ctx, "queue", queue, opts)
 }
 
 // UnpauseQueue ends the pause of queue, as UnpauseDefinition does a definition's.
-func (c *Client) UnpauseQueue(ctx context.Context, queue string, opts *PauseOptions) (bool, error) {
-	return c.unpauseScope(ctx, "queue", queue, opts)
+func (p PauseClient) UnpauseQueue(ctx context.Context, queue string, opts *PauseOptions) (bool, error) {
+	return p.unpauseScope(ctx, "queue", queue, opts)
 }
 
-// Pauses lists the paused definitions and queues.
-func (c *Client) Pauses(ctx context.Context) ([]ScopePause, error) {
-	resp, err := c.scopeRequest(ctx, api.SubjectPausesList, nil)
+// List lists the paused definitions and queues.
+func (p PauseClient) List(ctx context.Context) ([]ScopePause, error) {
+	resp, err := p.scope(ctx, api.SubjectPausesList, nil)
 	if err != nil {
 		return nil, err
 	}
 	return resp.Pauses, nil
 }
 
-func (c *Client) pauseScope(ctx context.Context, scope, name string, opts *PauseOptions) (*ScopePause, error) {
+func (p PauseClient) pauseScope(ctx context.Context, scope, name string, opts *PauseOptions) (*ScopePause, error) {
 	if err := event.ValidateName(scope, name); err != nil {
 		return nil, err
 	}
-	resp, err := c.scopeRequest(ctx, api.PauseScopeSubject("pause", scope, name), opts)
+	resp, err := p.scope(ctx, api.PauseScopeSubject("pause", scope, name), opts)
 	if err != nil {
 		return nil, err
 	}
@@ -112,55 +119,28 @@ func (c *Client) pauseScope(ctx context.Context, scope, name string, opts *Pause
 	return &resp.Pauses[0], nil
 }
 
-func (c *Client) unpauseScope(ctx context.Context, scope, name string, opts *PauseOptions) (bool, error) {
+func (p PauseClient) unpauseScope(ctx context.Context, scope, name string, opts *PauseOptions) (bool, error) {
 	if err := event.ValidateName(scope, name); err != nil {
 		return false, err
 	}
-	resp, err := c.scopeRequest(ctx, api.PauseScopeSubject("unpause", scope, name), opts)
+	resp, err := p.scope(ctx, api.PauseScopeSubject("unpause", scope, name), opts)
 	if err != nil {
 		return false, err
 	}
 	return resp.Found, nil
 }
 
-// scopeRequest asks the ingress for a definition or queue pause, unpause or list, as plain JSON.
-// Each is idempotent, so an unanswered request is retried as is.
-func (c *Client) scopeRequest(ctx context.Context, subject string, opts *PauseOptions) (*api.PausesResponse, error) {
+// scope asks the ingress for a definition or queue pause, unpause or list, as plain JSON. Each
+// is idempotent, so an unanswered request is retried as is.
+func (p PauseClient) scope(ctx context.Context, subject string, opts *PauseOptions) (*api.PausesResponse, error) {
 	var req api.PauseRequest
 	if opts != nil {
 		req = api.PauseRequest{Reason: opts.Reason, By: opts.By}
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
+	var resp api.PausesResponse
+	c := call{to: ingress, subject: subject, header: nats.Header{"Content-Type": []string{"application/json"}}, retry: true}
+	if err := p.t.json(ctx, c, req, &resp); err != nil {
 		return nil, err
 	}
-	msg := &nats.Msg{Subject: subject, Header: nats.Header{"Content-Type": []string{"application/json"}}, Data: body}
-	for attempt := 0; ; attempt++ {
-		actx, cancel := context.WithTimeout(ctx, attemptTimeout)
-		reply, err := c.request(actx, msg)
-		cancel()
-		if err == nil {
-			if code := reply.Header.Get(api.HeaderErrorCode); code != "" {
-				var e api.IngressError
-				if err := json.Unmarshal(reply.Data, &e); err != nil || e.Code == "" {
-					e = api.IngressError{Code: api.IngressCode(code), Message: string(reply.Data)}
-				}
-				return nil, inputError(&e)
-			}
-			var resp api.PausesResponse
-			if err := json.Unmarshal(reply.Data, &resp); err != nil {
-				return nil, fmt.Errorf("decoding the ingress's reply on %s: %w", subject, err)
-			}
-			return &resp, nil
-		}
-		if errors.Is(err, nats.ErrNoResponders) {
-			return nil, fmt.Errorf("%w on %s: start `flow dev`, or `flowd ingress` beside your NATS server", ErrIngressUnavailable, subject)
-		}
-		if errors.Is(err, ErrPermissionDenied) {
-			return nil, err
-		}
-		if ctx.Err() != nil || attempt >= 3 {
-			return nil, fmt.Errorf("asking the ingress (%s): %w", subject, errors.Join(err, ctx.Err()))
-		}
-	}
+	return &resp, nil
 }

@@ -187,15 +187,15 @@ func (w *permWatch) await(subject string, cancel context.CancelCauseFunc) func()
 // request sends msg and returns the reply, as nc.RequestMsgWithContext does, except that a
 // request the server refuses for lack of permission ends at once with a *PermissionError (which
 // callers must not retry), instead of waiting out ctx.
-func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
-	if err := c.perms.refused(c.nc); err != nil {
+func (t *transport) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) {
+	if err := t.perms.refused(t.nc); err != nil {
 		return nil, err
 	}
 	rctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	done := c.perms.await(msg.Subject, cancel)
+	done := t.perms.await(msg.Subject, cancel)
 	defer done()
-	reply, err := c.nc.RequestMsgWithContext(rctx, msg)
+	reply, err := t.nc.RequestMsgWithContext(rctx, msg)
 	if err == nil {
 		return reply, nil
 	}
@@ -206,7 +206,7 @@ func (c *Client) request(ctx context.Context, msg *nats.Msg) (*nats.Msg, error) 
 	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) {
 		// The watch may have been bypassed (the error handler replaced): the connection's last
 		// error may still tell.
-		if pe, ok := violation(c.nc.LastError(), c.perms.user); ok && pe.Op == PermissionPublish && pe.Subject == msg.Subject {
+		if pe, ok := violation(t.nc.LastError(), t.perms.user); ok && pe.Op == PermissionPublish && pe.Subject == msg.Subject {
 			return nil, pe
 		}
 	}

@@ -2,14 +2,9 @@ package flow
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"sync"
-	"time"
-
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/pkg/event"
@@ -26,7 +21,7 @@ type RunDescription = api.GetResponse
 type RunDamage = api.RunDamage
 
 // Snapshot returns the projection of run runID's latest history, its hook tokens redacted
-// (secrets.go: SnapshotWithSecrets reveals them to an operator). An unknown run is an error
+// (secrets.go: Secrets().Snapshot reveals them to an operator). An unknown run is an error
 // wrapping ErrNotFound, a run whose history is damaged one wrapping ErrDamaged (Describe shows
 // what of it is valid).
 func (c *Client) Snapshot(ctx context.Context, runID string) (*Snapshot, error) {
@@ -65,7 +60,7 @@ func (c *Client) Describe(ctx context.Context, runID string, at uint64) (*RunDes
 
 // History returns run runID's events after sequence after (0 for all), in order, reading them
 // page by page from the history service, the run's seed and hook tokens redacted
-// (HistoryWithSecrets reveals them to an operator).
+// (Secrets().History reveals them to an operator).
 func (c *Client) History(ctx context.Context, runID string, after uint64) ([]event.Envelope, error) {
 	return c.history(ctx, api.SubjectHistory, runID, after)
 }
@@ -153,54 +148,6 @@ func (c *Client) Resume(ctx context.Context, runID string, opts *ResumeOptions) 
 		return nil, err
 	}
 	return &resp, nil
-}
-
-// queryTimeout bounds a query without a deadline of its own.
-const queryTimeout = 30 * time.Second
-
-// query sends req to the history service on subject and decodes the reply into resp.
-func (c *Client) query(ctx context.Context, subject string, req, resp any) error {
-	body, err := json.Marshal(req)
-	if err != nil {
-		return err
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, queryTimeout)
-		defer cancel()
-	}
-	msg, err := c.request(ctx, &nats.Msg{Subject: subject, Data: body})
-	if errors.Is(err, ErrPermissionDenied) {
-		return err
-	}
-	if errors.Is(err, nats.ErrNoResponders) {
-		return fmt.Errorf("%w on %s: start `flow dev`, or `flowd history` beside your NATS server", ErrHistoryUnavailable, subject)
-	}
-	if err != nil {
-		return fmt.Errorf("asking the history service (%s): %w", subject, err)
-	}
-	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		return replyError(api.Code(code), msg.Header.Get(micro.ErrorHeader))
-	}
-	if err := json.Unmarshal(msg.Data, resp); err != nil {
-		return fmt.Errorf("decoding the history service's reply on %s: %w", subject, err)
-	}
-	return nil
-}
-
-// replyError maps an error reply to the sentinel callers branch on.
-func replyError(code api.Code, message string) error {
-	switch code {
-	case api.CodeNotFound:
-		return fmt.Errorf("%w: %s", ErrNotFound, message)
-	case api.CodeInvalid:
-		return fmt.Errorf("%w: %s", ErrInvalidInput, message)
-	case api.CodeDamaged:
-		return fmt.Errorf("%w: %s", ErrDamaged, message)
-	case api.CodeDeleted:
-		return fmt.Errorf("%w: %s", ErrRunDeleted, message)
-	}
-	return &api.Error{Code: code, Message: message}
 }
 
 // seenSeqs remembers the last sequence a client was shown per run, for its later reads. It is

@@ -8,7 +8,6 @@ import (
 	"sync"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/pkg/event"
@@ -64,7 +63,7 @@ func (c *Client) QueryRaw(ctx context.Context, runID, name string, args json.Raw
 	}
 	if _, ok := ctx.Deadline(); !ok {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, queryTimeout)
+		ctx, cancel = context.WithTimeout(ctx, callTimeout)
 		defer cancel()
 	}
 	for attempt := 0; ; attempt++ {
@@ -72,7 +71,7 @@ func (c *Client) QueryRaw(ctx context.Context, runID, name string, args json.Raw
 		if err != nil {
 			return nil, err
 		}
-		ans, err := c.ask(ctx, runID, name, rt, body)
+		ans, err := c.t.ask(ctx, runID, name, rt, body)
 		var qe *api.QueryError
 		if errors.As(err, &qe) && qe.Code == api.QueryMisrouted && attempt == 0 {
 			// The run ID now names another run (its ID was reused): find its code again.
@@ -84,9 +83,10 @@ func (c *Client) QueryRaw(ctx context.Context, runID, name string, args json.Raw
 }
 
 // ask sends a query to the workers that run the code of the run rt routes to.
-func (c *Client) ask(ctx context.Context, runID, name string, rt queryRoute, body []byte) (*QueryAnswer, error) {
+func (t *transport) ask(ctx context.Context, runID, name string, rt queryRoute, body []byte) (*QueryAnswer, error) {
 	subject := api.QuerySubject(rt.queue, rt.build, rt.definition, runID)
-	msg, err := c.request(ctx, &nats.Msg{Subject: subject, Data: body})
+	c := call{to: worker, subject: subject}
+	msg, err := t.do(ctx, c, body)
 	if errors.Is(err, ErrPermissionDenied) {
 		return nil, err
 	}
@@ -97,12 +97,9 @@ func (c *Client) ask(ctx context.Context, runID, name string, rt queryRoute, bod
 	if err != nil {
 		return nil, fmt.Errorf("asking query %q of run %q (%s): %w", name, runID, subject, err)
 	}
-	if code := msg.Header.Get(micro.ErrorCodeHeader); code != "" {
-		var qe api.QueryError
-		if json.Unmarshal(msg.Data, &qe) != nil || qe.Code == "" {
-			qe = api.QueryError{Code: api.QueryInternal, Message: msg.Header.Get(micro.ErrorHeader)}
-		}
-		return nil, queryReplyError(runID, name, rt.definition, &qe)
+	var qe *api.QueryError
+	if errors.As(replyError(worker, msg), &qe) {
+		return nil, queryReplyError(runID, name, rt.definition, qe)
 	}
 	var ans QueryAnswer
 	if err := json.Unmarshal(msg.Data, &ans); err != nil {

@@ -2,12 +2,7 @@ package flow
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
-	"time"
-
-	"github.com/nats-io/nats.go"
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/pkg/event"
@@ -57,8 +52,12 @@ type ResetResult struct {
 // Reset starts a new run that copies run runID's history up to the point opts choose, reapplies
 // (or drops) the inputs recorded after it, and links both runs (run.started's reset_from in the
 // new one, run.reset in the old one, which ends if it was active). Errors wrap ErrNotFound or
-// ErrInvalidInput (a point that is not a reset point, with the nearest ones in the message).
-func (c *Client) Reset(ctx context.Context, runID string, opts ResetOptions) (*ResetResult, error) {
+// ErrInvalidInput (a point that is not a reset point, with the nearest ones in the message; no
+// point chosen, opts nil among them).
+func (c *Client) Reset(ctx context.Context, runID string, opts *ResetOptions) (*ResetResult, error) {
+	if opts == nil {
+		opts = &ResetOptions{}
+	}
 	req := api.ResetRequest{DropInputs: opts.DropInputs, Reason: opts.Reason, RequestID: opts.RequestID}
 	n := 0
 	if opts.Seq > 0 {
@@ -80,8 +79,12 @@ func (c *Client) Reset(ctx context.Context, runID string, opts ResetOptions) (*R
 }
 
 // Rerun is a reset of run runID to just before the decision that scheduled step stepID, so that
-// the step and everything after it run again; opts.Input replaces the run's input.
-func (c *Client) Rerun(ctx context.Context, runID, stepID string, opts RerunOptions) (*ResetResult, error) {
+// the step and everything after it run again; opts.Input replaces the run's input. opts may be
+// nil.
+func (c *Client) Rerun(ctx context.Context, runID, stepID string, opts *RerunOptions) (*ResetResult, error) {
+	if opts == nil {
+		opts = &RerunOptions{}
+	}
 	req := api.ResetRequest{Mode: string(event.ResetRerun), StepID: stepID, DropInputs: opts.DropInputs, Reason: opts.Reason, RequestID: opts.RequestID}
 	if opts.Input != nil {
 		b, err := encode(opts.Input)
@@ -93,42 +96,15 @@ func (c *Client) Rerun(ctx context.Context, runID, stepID string, opts RerunOpti
 	return c.reset(ctx, runID, req)
 }
 
-// resetTimeout bounds a reset request whose context has no deadline.
-const resetTimeout = 30 * time.Second
-
+// A reset is sent once, not retried: copying a long history may take longer than a retried
+// request's attempt. Without a deadline in ctx, callTimeout bounds it.
 func (c *Client) reset(ctx context.Context, runID string, req api.ResetRequest) (*ResetResult, error) {
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, err
 	}
-	body, err := json.Marshal(req)
-	if err != nil {
-		return nil, err
-	}
-	if _, ok := ctx.Deadline(); !ok {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, resetTimeout)
-		defer cancel()
-	}
-	reply, err := c.request(ctx, &nats.Msg{Subject: api.ResetSubject(runID), Data: body})
-	if errors.Is(err, ErrPermissionDenied) {
-		return nil, err
-	}
-	if errors.Is(err, nats.ErrNoResponders) {
-		return nil, fmt.Errorf("%w on %s: start `flow dev`, or `flowd ingress` beside your NATS server", ErrIngressUnavailable, api.ResetSubject(runID))
-	}
-	if err != nil {
-		return nil, fmt.Errorf("asking the ingress to reset run %q: %w", runID, err)
-	}
-	if code := reply.Header.Get(api.HeaderErrorCode); code != "" {
-		var e api.IngressError
-		if err := json.Unmarshal(reply.Data, &e); err != nil || e.Code == "" {
-			e = api.IngressError{Code: api.IngressCode(code), Message: string(reply.Data)}
-		}
-		return nil, inputError(&e)
-	}
 	var resp api.ResetResponse
-	if err := json.Unmarshal(reply.Data, &resp); err != nil {
-		return nil, fmt.Errorf("reading the ingress's answer to a reset: %w", err)
+	if err := c.t.json(ctx, call{to: ingress, subject: api.ResetSubject(runID)}, req, &resp); err != nil {
+		return nil, err
 	}
 	return &ResetResult{RunID: resp.RunID, NewRunID: resp.NewRunID, Point: resp.Point, Mode: event.ResetMode(resp.Mode), Reapplied: resp.Reapplied}, nil
 }

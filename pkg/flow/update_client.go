@@ -119,7 +119,7 @@ func (c *Client) Update(ctx context.Context, runID, name string, payload any, op
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.send(ctx, api.UpdateSubject(runID, name), "update", id, p, nil)
+	resp, err := c.t.input(ctx, api.UpdateSubject(runID, name), "update", id, p, nil)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +201,9 @@ func UpdateOutcomeOf(st *api.UpdateState) (*UpdateOutcome, error) {
 	return nil, e
 }
 
-// WithStartOptions adjust [Client.UpdateWithStart] and [Client.SignalWithStart].
+// WithStartOptions adjust [Client.UpdateWithStart] and [Client.SignalWithStart]. RunID is
+// required: without it (or with nil options) those calls return an error wrapping
+// ErrInvalidInput.
 type WithStartOptions struct {
 	// RunID is the run to start or to deliver to; required, so that a retry finds the run its
 	// first attempt started.
@@ -223,7 +225,10 @@ type WithStartOptions struct {
 // if the run exists (started with the same definition and input, else ErrRunExists), the
 // update is sent to it as Update does. The outcome's Created says whether this call started
 // the run.
-func (c *Client) UpdateWithStart(ctx context.Context, definition string, input any, name string, payload any, opts WithStartOptions) (*UpdateOutcome, error) {
+func (c *Client) UpdateWithStart(ctx context.Context, definition string, input any, name string, payload any, opts *WithStartOptions) (*UpdateOutcome, error) {
+	if opts == nil {
+		opts = &WithStartOptions{}
+	}
 	id, err := updateID(opts.UpdateID)
 	if err != nil {
 		return nil, err
@@ -247,7 +252,10 @@ func (c *Client) UpdateWithStart(ctx context.Context, definition string, input a
 // signal name (payload) recorded in the same commit; if the run exists (started with the same
 // definition and input, else ErrRunExists), the signal is delivered to it as Signal does. It
 // returns the run that received the signal and whether this call started it.
-func (c *Client) SignalWithStart(ctx context.Context, definition string, input any, name string, payload any, opts WithStartOptions) (runID string, created bool, err error) {
+func (c *Client) SignalWithStart(ctx context.Context, definition string, input any, name string, payload any, opts *WithStartOptions) (runID string, created bool, err error) {
+	if opts == nil {
+		opts = &WithStartOptions{}
+	}
 	id := deliveryID(opts.UpdateID)
 	resp, err := c.withStart(ctx, api.SignalWithStartSubject, "signal_with_start", definition, input, name, payload, opts, id)
 	if err != nil {
@@ -257,7 +265,7 @@ func (c *Client) SignalWithStart(ctx context.Context, definition string, input a
 }
 
 func (c *Client) withStart(ctx context.Context, subject func(string, string) string, kind, definition string, input any, name string, payload any,
-	opts WithStartOptions, id string) (*api.InputResponse, error) {
+	opts *WithStartOptions, id string) (*api.InputResponse, error) {
 	in, err := encode(input)
 	if err != nil {
 		return nil, fmt.Errorf("%w: encoding the input: %w", ErrInvalidInput, err)
@@ -290,7 +298,7 @@ func (c *Client) withStart(ctx context.Context, subject func(string, string) str
 	if err != nil {
 		return nil, err
 	}
-	resp, err := c.send(ctx, subject(definition, name), kind, id, body, nil)
+	resp, err := c.t.input(ctx, subject(definition, name), kind, id, body, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -63,7 +63,7 @@ func TestListDefinitions(t *testing.T) {
 	}
 	var all []flow.DefinitionInfo
 	require.Eventually(t, func() bool {
-		all, err = client.ListDefinitions(ctx, "")
+		all, err = client.Definitions().List(ctx, "")
 		return err == nil && len(served(all, "default", "steps")) == 1 && len(served(all, "other", "steps")) == 1 &&
 			registered(all, "default", "steps") && idleSeen()
 	}, 10*time.Second, 5*time.Millisecond)
@@ -85,13 +85,13 @@ func TestListDefinitions(t *testing.T) {
 		}
 	}
 
-	mine, err := client.ListDefinitions(ctx, "other")
+	mine, err := client.Definitions().List(ctx, "other")
 	require.NoError(t, err)
 	require.NotEmpty(t, mine)
 	for _, d := range mine {
 		require.Equal(t, "other", d.Queue)
 	}
-	none, err := client.ListDefinitions(ctx, "nobody-here")
+	none, err := client.Definitions().List(ctx, "nobody-here")
 	require.NoError(t, err)
 	require.Empty(t, none)
 	require.NotNil(t, none)
@@ -107,7 +107,7 @@ func TestListDefinitions(t *testing.T) {
 
 	require.NoError(t, other.Stop(context.Background()))
 	require.Eventually(t, func() bool {
-		defs, err := client.ListDefinitions(ctx, "other")
+		defs, err := client.Definitions().List(ctx, "other")
 		return err == nil && len(defs) > 0 && served(defs, "other", "steps") != nil && len(served(defs, "other", "steps")) == 0
 	}, 10*time.Second, 5*time.Millisecond, "a stopped worker's definitions stay listed, with no workers")
 }

@@ -279,7 +279,7 @@ func TestSecretsRedacted(t *testing.T) {
 	require.NoError(t, err)
 	var token string
 	require.Eventually(t, func() bool {
-		s, err := client.SnapshotWithSecrets(ctx, runID)
+		s, err := client.Secrets().Snapshot(ctx, runID)
 		if err != nil || s.Hooks[examples.WebhookHook] == nil || len(s.Steps) == 0 || !s.Steps["announce-hook"].Status.Settled() {
 			return false
 		}
@@ -339,7 +339,7 @@ func TestSecretsRedacted(t *testing.T) {
 		s, err := client.Snapshot(ctx, runID)
 		require.NoError(t, err)
 		require.Equal(t, "redacted:callback", s.Hooks[examples.WebhookHook].Token)
-		got, err := client.HookToken(ctx, runID, examples.WebhookHook)
+		got, err := client.Secrets().HookToken(ctx, runID, examples.WebhookHook)
 		require.NoError(t, err)
 		require.Equal(t, token, got)
 		all, err := client.History(ctx, runID, 0)

@@ -110,7 +110,7 @@ func (b *gcBundle) run(t *testing.T, h *history.Service, definition string, inpu
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { sum, ok := h.IndexedEntry(runID); return ok && sum.Status == want },
 		30*time.Second, 5*time.Millisecond, "run %s reaches %s in the collector's index", runID, want)
-	hist, err := b.client.HistoryWithSecrets(b.ctx, runID, 0)
+	hist, err := b.client.Secrets().History(b.ctx, runID, 0)
 	require.NoError(t, err)
 	return hist
 }
@@ -184,7 +184,7 @@ func TestPayloadGC(t *testing.T) {
 
 	// The deleted run reads back whole: its history as stored, and every payload it refers to
 	// from its archive.
-	got, err := b.client.HistoryWithSecrets(b.ctx, "echo-1", 0)
+	got, err := b.client.Secrets().History(b.ctx, "echo-1", 0)
 	require.NoError(t, err)
 	require.Equal(t, encoded(t, echoed), encoded(t, got[:len(got)-1]), "the archived history, then run.deleted")
 	all, err := archive.ReadAll(b.ctx, b.js, b.entry(t, "echo-1").Deleted.Archive)

@@ -132,7 +132,7 @@ func TestReconcilerRepairsAPausedQueuedRun(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Start(ctx, "limited", nil, &flow.StartOptions{RunID: "p-1"})
 	require.NoError(t, err)
-	_, err = c.PauseRun(ctx, "p-1", nil)
+	_, err = c.Pauses().PauseRun(ctx, "p-1", nil)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
 		sum, ok := h.IndexedEntry("p-1")

@@ -82,7 +82,7 @@ func TestResetRacingDeletionLosesNothing(t *testing.T) {
 	b.clock.advance(2 * time.Hour)
 	_, err := h.Sweep(b.ctx)
 	require.ErrorIs(t, err, fault.ErrInjected)
-	_, err = b.client.Reset(b.ctx, "r-1", flow.ResetOptions{Seq: 1})
+	_, err = b.client.Reset(b.ctx, "r-1", &flow.ResetOptions{Seq: 1})
 	require.ErrorIs(t, err, flow.ErrRunDeleted)
 	require.NoError(t, h.Stop())
 	h = b.sweeper(t, archive.ObjectStore, nil) // restarted: its next pass finishes the deletion
@@ -100,7 +100,7 @@ func TestResetRacingDeletionLosesNothing(t *testing.T) {
 	b.clock.advance(2 * time.Hour)
 	_, err = h.Sweep(b.ctx)
 	require.ErrorIs(t, err, fault.ErrInjected)
-	r, err := b.client.Reset(b.ctx, "r-2", flow.ResetOptions{Seq: 1})
+	r, err := b.client.Reset(b.ctx, "r-2", &flow.ResetOptions{Seq: 1})
 	require.NoError(t, err)
 	var out string
 	require.NoError(t, b.client.Result(b.ctx, r.NewRunID, &out))
@@ -144,7 +144,7 @@ func TestInputsToADeletedRunFollowItsChain(t *testing.T) {
 	require.NoError(t, err)
 	require.Eventually(t, func() bool { sum, ok := h.IndexedEntry("head"); return ok && sum.Status.Terminal() },
 		20*time.Second, 5*time.Millisecond, "the head continued as new, in the sweeper's index")
-	hist, err := b.client.HistoryWithSecrets(b.ctx, "head", 0)
+	hist, err := b.client.Secrets().History(b.ctx, "head", 0)
 	require.NoError(t, err)
 	b.clock.advance(2 * time.Hour)
 	_, err = h.Sweep(b.ctx)

@@ -117,7 +117,7 @@ func (b *retentionBundle) start(t *testing.T, h *history.Service, definition str
 	}
 	require.Eventually(t, func() bool { sum, ok := h.IndexedEntry(runID); return ok && sum.Status == want },
 		20*time.Second, 5*time.Millisecond, "run %s reaches %s in the sweeper's index", runID, want)
-	hist, err := b.client.HistoryWithSecrets(b.ctx, runID, 0)
+	hist, err := b.client.Secrets().History(b.ctx, runID, 0)
 	require.NoError(t, err)
 	return hist
 }
@@ -177,7 +177,7 @@ func (b *retentionBundle) requireDeleted(t *testing.T, runID string, want []even
 	require.Equal(t, ended.Status, sum.Status, "the tombstone keeps the summary")
 	require.Contains(t, sum.Deleted.Reason, "retention")
 	require.NotEmpty(t, sum.Deleted.Archive)
-	got, err := b.client.HistoryWithSecrets(b.ctx, runID, 0)
+	got, err := b.client.Secrets().History(b.ctx, runID, 0)
 	require.NoError(t, err)
 	require.Equal(t, encoded(t, want), encoded(t, got), "the archive holds the whole history of %s", runID)
 	d, err := b.client.Deletion(b.ctx, runID)

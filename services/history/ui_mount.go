@@ -24,7 +24,7 @@ func (s *Service) mountUI(mux *http.ServeMux) {
 	if err != nil {
 		s.logger.Error("the web UI cannot list schedules and batch jobs", slog.String("error", err.Error()))
 	} else {
-		cfg.Jobs = client
+		cfg.Jobs = uiJobs{client}
 	}
 	switch {
 	case s.cfg.IngressURLOf != nil:
@@ -33,6 +33,25 @@ func (s *Service) mountUI(mux *http.ServeMux) {
 		cfg.IngressURL = func() string { return s.cfg.IngressURL }
 	}
 	webui.New(cfg).Mount(mux)
+}
+
+// uiJobs is the client's schedule and batch reads as the web UI reads them (webui.Jobs).
+type uiJobs struct{ c *flow.Client }
+
+func (j uiJobs) ListSchedules(ctx context.Context) ([]flow.ScheduleDescription, error) {
+	return j.c.Schedules().List(ctx)
+}
+
+func (j uiJobs) DescribeSchedule(ctx context.Context, name string, recent int) (*flow.ScheduleDescription, error) {
+	return j.c.Schedules().Describe(ctx, name, &flow.DescribeScheduleOptions{Next: recent})
+}
+
+func (j uiJobs) Batches(ctx context.Context, limit int, states ...flow.BatchState) ([]flow.BatchJob, error) {
+	return j.c.Batches().List(ctx, &flow.BatchListOptions{Limit: limit, States: states})
+}
+
+func (j uiJobs) Batch(ctx context.Context, id string) (*flow.BatchJob, error) {
+	return j.c.Batches().Get(ctx, id)
 }
 
 // uiReader is the read API as the web UI reads it (webui.Reader).

@@ -50,21 +50,21 @@ func TestBatchDoors(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 
 	spec := flow.BatchSpec{Op: flow.BatchCancel, Where: `definition = "invoice"`, Reason: "duplicate invoices"}
-	dr, err := client.DryRunBatch(ctx, spec, 2)
+	dr, err := client.Batches().DryRun(ctx, spec, &flow.DryRunOptions{Sample: 2})
 	require.NoError(t, err)
 	require.Equal(t, 4, dr.Matches)
 	require.Len(t, dr.Sample, 2)
 
-	j, err := client.StartBatch(ctx, spec, &flow.BatchOptions{ID: "dedupe"})
+	j, err := client.Batches().Start(ctx, spec, &flow.BatchOptions{ID: "dedupe"})
 	require.NoError(t, err)
 	require.Equal(t, flow.BatchPending, j.State)
-	again, err := client.StartBatch(ctx, spec, &flow.BatchOptions{ID: "dedupe"})
+	again, err := client.Batches().Start(ctx, spec, &flow.BatchOptions{ID: "dedupe"})
 	require.NoError(t, err, "a retried create returns the job")
 	require.Equal(t, j.CreatedAt, again.CreatedAt)
-	_, err = client.StartBatch(ctx, flow.BatchSpec{Op: flow.BatchTerminate, Where: `definition = "invoice"`}, &flow.BatchOptions{ID: "dedupe"})
+	_, err = client.Batches().Start(ctx, flow.BatchSpec{Op: flow.BatchTerminate, Where: `definition = "invoice"`}, &flow.BatchOptions{ID: "dedupe"})
 	require.ErrorIs(t, err, flow.ErrBatchExists)
 
-	j, err = client.AwaitBatch(ctx, "dedupe", 20*time.Millisecond)
+	j, err = client.Batches().Await(ctx, "dedupe", &flow.AwaitBatchOptions{Every: 20 * time.Millisecond})
 	require.NoError(t, err)
 	require.Equal(t, flow.BatchCompleted, j.State)
 	require.Equal(t, 4, j.Applied)
@@ -73,19 +73,19 @@ func TestBatchDoors(t *testing.T) {
 		require.NoError(t, err)
 		require.True(t, snap.CancelRequested)
 	}
-	jobs, err := client.Batches(ctx, 0)
+	jobs, err := client.Batches().List(ctx, nil)
 	require.NoError(t, err)
 	require.Len(t, jobs, 1)
-	stopped, err := client.StopBatch(ctx, "dedupe", "")
+	stopped, err := client.Batches().Stop(ctx, "dedupe", "")
 	require.NoError(t, err)
 	require.Equal(t, flow.BatchCompleted, stopped.State, "stopping an ended job changes nothing")
 
-	_, err = client.Batch(ctx, "nope")
+	_, err = client.Batches().Get(ctx, "nope")
 	require.ErrorIs(t, err, flow.ErrBatchNotFound)
-	_, err = client.StartBatch(ctx, flow.BatchSpec{Op: flow.BatchCancel, Where: `defintion = "invoice"`}, nil)
+	_, err = client.Batches().Start(ctx, flow.BatchSpec{Op: flow.BatchCancel, Where: `defintion = "invoice"`}, nil)
 	require.ErrorIs(t, err, flow.ErrInvalidInput)
 	require.ErrorContains(t, err, `unknown attribute "defintion"`)
-	_, err = client.StartBatch(ctx, flow.BatchSpec{Op: flow.BatchCancel}, nil)
+	_, err = client.Batches().Start(ctx, flow.BatchSpec{Op: flow.BatchCancel}, nil)
 	require.ErrorContains(t, err, "no filter")
 
 	// HTTP.

@@ -101,7 +101,7 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 func (b *bundle) hookToken(t *testing.T, runID string) string {
 	var tok string
 	waitFor(t, "the hook is created", func() bool {
-		s, err := b.client.SnapshotWithSecrets(t.Context(), runID)
+		s, err := b.client.Secrets().Snapshot(t.Context(), runID)
 		if err != nil || s.Hooks["cb"] == nil || s.SignalWaits["go"] == nil {
 			return false
 		}

@@ -54,17 +54,17 @@ func TestScheduleAndBatchChangesNeedTheScheduler(t *testing.T) {
 		require.Equal(t, api.CodeIngressBusy, e.Code, e.Message)
 		require.Contains(t, e.Message, "the scheduler is not running")
 	}
-	_, err = client.CreateSchedule(ctx, "nightly", flow.ScheduleOptions{Every: time.Minute, Definition: "gaet"})
+	_, err = client.Schedules().Create(ctx, "nightly", flow.ScheduleConfig{Every: time.Minute, Definition: "gaet"})
 	require.ErrorIs(t, err, flow.ErrNoWorker, "the ingress checks a definition itself")
 	// The worker registers "gate" a moment after it started.
 	require.Eventually(t, func() bool {
-		_, err = client.CreateSchedule(ctx, "nightly", flow.ScheduleOptions{Every: time.Minute, Definition: "gate"})
+		_, err = client.Schedules().Create(ctx, "nightly", flow.ScheduleConfig{Every: time.Minute, Definition: "gate"})
 		return !errors.Is(err, flow.ErrNoWorker)
 	}, 20*time.Second, 20*time.Millisecond)
 	notRunning(err)
-	_, err = client.TriggerSchedule(ctx, "nightly", &flow.TriggerOptions{RequestID: "t-1"})
+	_, err = client.Schedules().Trigger(ctx, "nightly", &flow.TriggerOptions{RequestID: "t-1"})
 	notRunning(err)
-	_, err = client.StartBatch(ctx, flow.BatchSpec{Op: flow.BatchCancel, Where: `definition = "gate"`}, &flow.BatchOptions{ID: "b1"})
+	_, err = client.Batches().Start(ctx, flow.BatchSpec{Op: flow.BatchCancel, Where: `definition = "gate"`}, &flow.BatchOptions{ID: "b1"})
 	notRunning(err)
 
 	post := func(path, body string) (int, api.IngressError) {

@@ -165,13 +165,13 @@ func TestPauseRunMidFlow(t *testing.T) {
 	runID, err := ps.client.Start(ctx, "midflow", nil, &flow.StartOptions{RunID: "mid-1"})
 	require.NoError(t, err)
 	<-started // attempt 1 of step a runs
-	to, err := ps.client.PauseRun(ctx, runID, &flow.PauseOptions{Reason: "deploy in progress", By: "ann", RequestID: "p-1"})
+	to, err := ps.client.Pauses().PauseRun(ctx, runID, &flow.PauseOptions{Reason: "deploy in progress", By: "ann", RequestID: "p-1"})
 	require.NoError(t, err)
 	require.Equal(t, runID, to)
 	// Repeating the request, or pausing again, changes nothing.
-	_, err = ps.client.PauseRun(ctx, runID, &flow.PauseOptions{RequestID: "p-1"})
+	_, err = ps.client.Pauses().PauseRun(ctx, runID, &flow.PauseOptions{RequestID: "p-1"})
 	require.NoError(t, err)
-	_, err = ps.client.PauseRun(ctx, runID, &flow.PauseOptions{RequestID: "p-2"})
+	_, err = ps.client.Pauses().PauseRun(ctx, runID, &flow.PauseOptions{RequestID: "p-2"})
 	require.NoError(t, err)
 	close(release) // attempt 1 fails now, while the run is paused
 
@@ -211,7 +211,7 @@ func TestPauseRunMidFlow(t *testing.T) {
 		return err == nil && len(page.Runs) == 1 && page.Runs[0].RunID == runID && strings.Contains(page.Runs[0].Detail, "deploy in progress")
 	})
 
-	_, err = ps.client.UnpauseRun(ctx, runID, &flow.PauseOptions{Reason: "deployed", By: "bob", RequestID: "u-1"})
+	_, err = ps.client.Pauses().UnpauseRun(ctx, runID, &flow.PauseOptions{Reason: "deployed", By: "bob", RequestID: "u-1"})
 	require.NoError(t, err)
 	var out string
 	waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
@@ -244,10 +244,10 @@ func TestPauseDefinitionHoldsNewRuns(t *testing.T) {
 	})
 	ps := newPauseStack(t, reg)
 	ctx := t.Context()
-	p, err := ps.client.PauseDefinition(ctx, "held", &flow.PauseOptions{Reason: "bad deploy", By: "ops"})
+	p, err := ps.client.Pauses().PauseDefinition(ctx, "held", &flow.PauseOptions{Reason: "bad deploy", By: "ops"})
 	require.NoError(t, err)
 	require.Equal(t, "held", p.Name)
-	list, err := ps.client.Pauses(ctx)
+	list, err := ps.client.Pauses().List(ctx)
 	require.NoError(t, err)
 	require.Len(t, list, 1)
 	require.Equal(t, "bad deploy", list[0].Note)
@@ -288,7 +288,7 @@ func TestPauseDefinitionHoldsNewRuns(t *testing.T) {
 	}
 	require.Zero(t, steps.Load(), "no step ran while the definition was paused")
 
-	found, err := ps.client.UnpauseDefinition(ctx, "held", nil)
+	found, err := ps.client.Pauses().UnpauseDefinition(ctx, "held", nil)
 	require.NoError(t, err)
 	require.True(t, found)
 	for _, id := range runs {
@@ -299,10 +299,10 @@ func TestPauseDefinitionHoldsNewRuns(t *testing.T) {
 		require.Empty(t, core.Check(id, ps.history(t, id)))
 	}
 	require.Equal(t, int32(n), steps.Load())
-	found, err = ps.client.UnpauseDefinition(ctx, "held", nil)
+	found, err = ps.client.Pauses().UnpauseDefinition(ctx, "held", nil)
 	require.NoError(t, err)
 	require.False(t, found)
-	list, err = ps.client.Pauses(ctx)
+	list, err = ps.client.Pauses().List(ctx)
 	require.NoError(t, err)
 	require.Empty(t, list)
 }
@@ -351,7 +351,7 @@ func TestPauseOnExhaustedRetries(t *testing.T) {
 	require.Nil(t, s.Outcome)
 
 	broken.Store(false) // the fix is deployed
-	_, err = ps.client.UnpauseRun(ctx, runID, &flow.PauseOptions{Reason: "tax table fixed"})
+	_, err = ps.client.Pauses().UnpauseRun(ctx, runID, &flow.PauseOptions{Reason: "tax table fixed"})
 	require.NoError(t, err)
 	waitCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
@@ -422,7 +422,7 @@ func TestPauseReleaseSurvivesCrashes(t *testing.T) {
 		}
 	}
 	pause := func() {
-		_, err := ps.client.PauseDefinition(ctx, "crashy", nil)
+		_, err := ps.client.Pauses().PauseDefinition(ctx, "crashy", nil)
 		require.NoError(t, err)
 		waitFor(t, "the worker holds the definition", func() bool { return ps.w.Holds("crashy") })
 	}
@@ -430,7 +430,7 @@ func TestPauseReleaseSurvivesCrashes(t *testing.T) {
 	start("c-1", "c-2", "c-3")
 	waitFor(t, "the unacknowledged task comes back and is parked again", func() bool { return wf.Hits(fault.PauseParkBeforeAck) >= 4 })
 	require.Zero(t, steps.Load())
-	_, err := ps.client.UnpauseDefinition(ctx, "crashy", nil)
+	_, err := ps.client.Pauses().UnpauseDefinition(ctx, "crashy", nil)
 	require.NoError(t, err)
 	complete("c-1", "c-2", "c-3")
 	require.Equal(t, 1, ps.parkedEntries(t), "the dispatch that died before its delete left its entry")
@@ -439,7 +439,7 @@ func TestPauseReleaseSurvivesCrashes(t *testing.T) {
 	pause()
 	start("c-4", "c-5")
 	require.NoError(t, ps.h.Stop())
-	_, err = ps.client.UnpauseDefinition(ctx, "crashy", nil)
+	_, err = ps.client.Pauses().UnpauseDefinition(ctx, "crashy", nil)
 	require.NoError(t, err)
 	ps.hsFaults = nil
 	ps.startHistory(t)

@@ -95,7 +95,7 @@ func TestClientNeedsOnlyIngressAndQuerySubjects(t *testing.T) {
 	require.NoError(t, err)
 	var tok string
 	require.Eventually(t, func() bool {
-		s, err := admin.SnapshotWithSecrets(ctx, run2)
+		s, err := admin.Secrets().Snapshot(ctx, run2)
 		if err != nil || s.Hooks["cb"] == nil {
 			return false
 		}

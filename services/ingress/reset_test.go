@@ -31,22 +31,22 @@ func TestResetDoors(t *testing.T) {
 	require.NoError(t, b.client.Result(ctx, "g1", &out))
 	// 1 run.started 2 hook.created 3 signal.awaited 4 signal.received 5 run.completed
 
-	r, err := b.client.Reset(ctx, "g1", flow.ResetOptions{LastDecision: true, Reason: "again"})
+	r, err := b.client.Reset(ctx, "g1", &flow.ResetOptions{LastDecision: true, Reason: "again"})
 	require.NoError(t, err)
 	require.Equal(t, uint64(4), r.Point)
 	require.Equal(t, event.ResetToLastDecision, r.Mode)
 	var again string
 	require.NoError(t, b.client.Result(ctx, r.NewRunID, &again))
 	require.Equal(t, "went", again)
-	r2, err := b.client.Reset(ctx, "g1", flow.ResetOptions{LastDecision: true, Reason: "again"})
+	r2, err := b.client.Reset(ctx, "g1", &flow.ResetOptions{LastDecision: true, Reason: "again"})
 	require.NoError(t, err)
 	require.Equal(t, r.NewRunID, r2.NewRunID, "a repeat returns the same run")
-	_, err = b.client.Reset(ctx, "g1", flow.ResetOptions{Seq: 2})
+	_, err = b.client.Reset(ctx, "g1", &flow.ResetOptions{Seq: 2})
 	require.ErrorIs(t, err, flow.ErrInvalidInput)
 	require.ErrorContains(t, err, "nearest reset points: 1 (before), 4 (after)")
-	_, err = b.client.Reset(ctx, "g1", flow.ResetOptions{Seq: 2, LastDecision: true})
+	_, err = b.client.Reset(ctx, "g1", &flow.ResetOptions{Seq: 2, LastDecision: true})
 	require.ErrorIs(t, err, flow.ErrInvalidInput)
-	_, err = b.client.Reset(ctx, "nope", flow.ResetOptions{Seq: 1})
+	_, err = b.client.Reset(ctx, "nope", &flow.ResetOptions{Seq: 1})
 	require.ErrorIs(t, err, flow.ErrNotFound)
 
 	last, before := b.historyState(t, "g1")

@@ -45,7 +45,7 @@ func TestUpdateFollowsReset(t *testing.T) {
 		out, err = b.client.UpdateResult(ctx, "vault-1", "u-1")
 		return err == nil && out.Status == flow.UpdateAccepted
 	})
-	r, err := b.client.Reset(ctx, "vault-1", flow.ResetOptions{Seq: 1, Reason: "new code"})
+	r, err := b.client.Reset(ctx, "vault-1", &flow.ResetOptions{Seq: 1, Reason: "new code"})
 	require.NoError(t, err)
 	now, err := b.client.UpdateResult(ctx, "vault-1", "u-1")
 	require.NoError(t, err, "the old run does not answer aborted")
@@ -75,7 +75,7 @@ func TestUpdateFollowsReset(t *testing.T) {
 	var ue *flow.UpdateError
 	require.ErrorAs(t, err, &ue)
 	require.Equal(t, flow.UpdateStatus("aborted"), ue.Status)
-	r2, err := b.client.Reset(ctx, "vault-2", flow.ResetOptions{LastDecision: true})
+	r2, err := b.client.Reset(ctx, "vault-2", &flow.ResetOptions{LastDecision: true})
 	require.NoError(t, err)
 	_, err = b.client.Signal(ctx, r2.NewRunID, "commit", nil, nil)
 	require.NoError(t, err)

@@ -240,14 +240,14 @@ func TestWithStartRacesStart(t *testing.T) {
 		return err
 	}
 	update := func(runID string) error {
-		out, err := b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 2, flow.WithStartOptions{RunID: runID, UpdateID: "u-" + runID, Wait: true})
+		out, err := b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 2, &flow.WithStartOptions{RunID: runID, UpdateID: "u-" + runID, Wait: true})
 		if err == nil && string(out.Result) != "3" {
 			err = fmt.Errorf("update of %s returned %s, want 3", runID, out.Result)
 		}
 		return err
 	}
 	signal := func(runID string) error {
-		_, _, err := b.client.SignalWithStart(ctx, "ledger", 1, "close", nil, flow.WithStartOptions{RunID: runID, UpdateID: "s-" + runID})
+		_, _, err := b.client.SignalWithStart(ctx, "ledger", 1, "close", nil, &flow.WithStartOptions{RunID: runID, UpdateID: "s-" + runID})
 		return err
 	}
 	for i := range 6 {
@@ -325,17 +325,17 @@ func TestWithStartWithoutWorker(t *testing.T) {
 		_, err := b.client.Start(ctx, "ledger", 1, &flow.StartOptions{RunID: "probe"})
 		return errors.Is(err, flow.ErrNoWorker)
 	})
-	out, err := b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 2, flow.WithStartOptions{RunID: "ledger-nw", UpdateID: "nw-1"})
+	out, err := b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 2, &flow.WithStartOptions{RunID: "ledger-nw", UpdateID: "nw-1"})
 	require.NoError(t, err)
 	require.False(t, out.Created)
-	_, created, err := b.client.SignalWithStart(ctx, "ledger", 1, "close", nil, flow.WithStartOptions{RunID: "ledger-nw"})
+	_, created, err := b.client.SignalWithStart(ctx, "ledger", 1, "close", nil, &flow.WithStartOptions{RunID: "ledger-nw"})
 	require.NoError(t, err)
 	require.False(t, created)
 	require.Equal(t, 1, b.count(t, "ledger-nw", event.TypeUpdateReceived, nil))
 	require.Equal(t, 1, b.count(t, "ledger-nw", event.TypeSignalReceived, nil))
-	_, err = b.client.UpdateWithStart(ctx, "ledger", 2, "deposit", 2, flow.WithStartOptions{RunID: "ledger-nw", UpdateID: "nw-2"})
+	_, err = b.client.UpdateWithStart(ctx, "ledger", 2, "deposit", 2, &flow.WithStartOptions{RunID: "ledger-nw", UpdateID: "nw-2"})
 	require.ErrorIs(t, err, flow.ErrRunExists)
-	_, err = b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 2, flow.WithStartOptions{RunID: "ledger-new", UpdateID: "nw-3"})
+	_, err = b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 2, &flow.WithStartOptions{RunID: "ledger-new", UpdateID: "nw-3"})
 	require.ErrorIs(t, err, flow.ErrNoWorker)
 }
 
@@ -399,21 +399,21 @@ func TestWithStartAttributes(t *testing.T) {
 	b := setupLedger(t, nil)
 	ctx := t.Context()
 	opts := flow.WithStartOptions{RunID: "ledger-a", UpdateID: "a1", Wait: true, Attributes: flow.Attrs{"owner": "ann"}}
-	out, err := b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 1, opts)
+	out, err := b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 1, &opts)
 	require.NoError(t, err)
 	require.True(t, out.Created)
 	s, err := b.client.Snapshot(ctx, "ledger-a")
 	require.NoError(t, err)
 	require.Contains(t, fmt.Sprint(s.Attributes), "ann")
 	opts.UpdateID = "a2"
-	out, err = b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 1, opts)
+	out, err = b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 1, &opts)
 	require.NoError(t, err)
 	require.False(t, out.Created)
 	require.JSONEq(t, `3`, string(out.Result))
 	opts.UpdateID, opts.Attributes = "a3", flow.Attrs{"owner": "bob"}
-	_, err = b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 1, opts)
+	_, err = b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 1, &opts)
 	require.ErrorIs(t, err, flow.ErrRunExists)
 	opts.Attributes = flow.Attrs{"undeclared": "x"}
-	_, err = b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 1, opts)
+	_, err = b.client.UpdateWithStart(ctx, "ledger", 1, "deposit", 1, &opts)
 	require.ErrorIs(t, err, flow.ErrInvalidInput)
 }

@@ -28,7 +28,7 @@ func TestResetIsAdmittedAnew(t *testing.T) {
 	e.start("a-2", "a", 2, nil)
 	e.status("a-2", core.StatusQueued)
 
-	r, err := e.client.Reset(e.ctx, "a-1", flow.ResetOptions{LastDecision: true})
+	r, err := e.client.Reset(e.ctx, "a-1", &flow.ResetOptions{LastDecision: true})
 	require.NoError(t, err)
 	s := e.status(r.NewRunID, core.StatusSuspended)
 	require.Greater(t, s.AdmittedSeq, s.ResetFrom.Seq, "admitted by an admission of its own, after the copy")
@@ -40,7 +40,7 @@ func TestResetIsAdmittedAnew(t *testing.T) {
 	// A reset of an ended run queues too, and runs only once the key's slot is free.
 	e.start("a-3", "a", 3, nil)
 	e.status("a-3", core.StatusSuspended)
-	r2, err := e.client.Reset(e.ctx, "a-2", flow.ResetOptions{Seq: 2, DropInputs: true}) // right after its admission
+	r2, err := e.client.Reset(e.ctx, "a-2", &flow.ResetOptions{Seq: 2, DropInputs: true}) // right after its admission
 	require.NoError(t, err)
 	e.status(r2.NewRunID, core.StatusQueued)
 	e.done("a-3")
@@ -90,7 +90,7 @@ func TestResetKeepsTheOldRunsTurn(t *testing.T) {
 	// first commit, after it in the stream, fails 5 times (about 3 s of retries) before it is
 	// applied and the new run queues.
 	hf.Arm(fault.HistoryBeforeEffects, fault.Fail, 1, 5)
-	r, err := e.client.Reset(e.ctx, "a-1", flow.ResetOptions{LastDecision: true})
+	r, err := e.client.Reset(e.ctx, "a-1", &flow.ResetOptions{LastDecision: true})
 	require.NoError(t, err)
 	e.status(r.NewRunID, core.StatusSuspended)
 	require.Equal(t, core.StatusQueued, e.status("a-2", core.StatusQueued).Status, "a-2 waited behind a-1, whose place the reset run keeps")
@@ -108,7 +108,7 @@ func TestResetRunAdmittedBesideItsOldRunsSlot(t *testing.T) {
 	e.scheduler(nil)
 	e.start("a-1", "a", 1, nil)
 	e.status("a-1", core.StatusSuspended)
-	r, err := e.client.Reset(e.ctx, "a-1", flow.ResetOptions{LastDecision: true})
+	r, err := e.client.Reset(e.ctx, "a-1", &flow.ResetOptions{LastDecision: true})
 	require.NoError(t, err)
 	e.status(r.NewRunID, core.StatusSuspended)
 	var st *limits.State

@@ -35,13 +35,13 @@ func TestDoorsFollowTheLeader(t *testing.T) {
 
 	// The worker registers "tick" a moment after it started.
 	require.Eventually(t, func() bool {
-		_, err = client.CreateSchedule(ctx, "daily", flow.ScheduleOptions{Every: 24 * time.Hour, Definition: "tick"})
+		_, err = client.Schedules().Create(ctx, "daily", flow.ScheduleConfig{Every: 24 * time.Hour, Definition: "tick"})
 		return !errors.Is(err, flow.ErrNoWorker)
 	}, 20*time.Second, 20*time.Millisecond)
 	require.NoError(t, err)
 	triggered := func(id string) {
 		t.Helper()
-		tr, err := client.TriggerSchedule(ctx, "daily", &flow.TriggerOptions{RequestID: id})
+		tr, err := client.Schedules().Trigger(ctx, "daily", &flow.TriggerOptions{RequestID: id})
 		require.NoError(t, err)
 		require.True(t, tr.Accepted)
 		require.Eventually(t, func() bool {
@@ -51,10 +51,10 @@ func TestDoorsFollowTheLeader(t *testing.T) {
 	}
 	batched := func(id string) {
 		t.Helper()
-		j, err := client.StartBatch(ctx, flow.BatchSpec{Op: flow.BatchCancel, Where: `definition = "tick"`}, &flow.BatchOptions{ID: id})
+		j, err := client.Batches().Start(ctx, flow.BatchSpec{Op: flow.BatchCancel, Where: `definition = "tick"`}, &flow.BatchOptions{ID: id})
 		require.NoError(t, err)
 		require.Equal(t, flow.BatchPending, j.State)
-		j, err = client.AwaitBatch(ctx, id, 20*time.Millisecond)
+		j, err = client.Batches().Await(ctx, id, &flow.AwaitBatchOptions{Every: 20 * time.Millisecond})
 		require.NoError(t, err)
 		require.Equal(t, flow.BatchCompleted, j.State)
 	}
@@ -65,10 +65,10 @@ func TestDoorsFollowTheLeader(t *testing.T) {
 	require.NoError(t, s1.Stop())
 	require.Eventually(t, answers(s2), 60*time.Second, 5*time.Millisecond, "s2 takes the leases over")
 	triggered("after")
-	_, err = client.CreateSchedule(ctx, "weekly", flow.ScheduleOptions{Every: 7 * 24 * time.Hour, Definition: "tick"})
+	_, err = client.Schedules().Create(ctx, "weekly", flow.ScheduleConfig{Every: 7 * 24 * time.Hour, Definition: "tick"})
 	require.NoError(t, err)
 	batched("after")
-	all, err := client.ListSchedules(ctx)
+	all, err := client.Schedules().List(ctx)
 	require.NoError(t, err)
 	require.Len(t, all, 2)
 }

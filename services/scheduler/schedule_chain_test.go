@@ -170,7 +170,7 @@ func TestScheduleSkipFollowsResetRun(t *testing.T) {
 	e.trigger("reset", "", time.Now(), "r1")
 	old := last(e.waitState("reset", "the first trigger starts a run", func(st *schedule.State) bool { return st.Started == 1 })).RunID
 	e.waitEvent(old, event.TypeSignalAwaited)
-	res, err := client.Reset(ctx, old, flow.ResetOptions{Seq: 1, Reason: "test"})
+	res, err := client.Reset(ctx, old, &flow.ResetOptions{Seq: 1, Reason: "test"})
 	require.NoError(t, err)
 	e.waitEvent(old, event.TypeRunReset)
 	e.waitEvent(res.NewRunID, event.TypeSignalAwaited)
@@ -212,7 +212,7 @@ func TestScheduleRerunOfEndedRunIsNotCounted(t *testing.T) {
 	_, err := client.Signal(ctx, old, "go", nil, nil)
 	require.NoError(t, err)
 	e.waitEvent(old, event.TypeRunCompleted)
-	res, err := client.Reset(ctx, old, flow.ResetOptions{Seq: 1, DropInputs: true, Reason: "test"})
+	res, err := client.Reset(ctx, old, &flow.ResetOptions{Seq: 1, DropInputs: true, Reason: "test"})
 	require.NoError(t, err)
 	e.waitEvent(res.NewRunID, event.TypeSignalAwaited)
 	require.Equal(t, event.TypeSignalAwaited, e.runHistory(res.NewRunID)[1].Type(), "the rerun waits for its signal")

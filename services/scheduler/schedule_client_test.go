@@ -30,21 +30,21 @@ func TestScheduleThroughClient(t *testing.T) {
 	ctx := e.ctx
 
 	for _, bad := range []struct {
-		opts flow.ScheduleOptions
+		opts flow.ScheduleConfig
 		is   error
 		says string
 	}{
-		{flow.ScheduleOptions{Cron: "0 9 * * MUN-FRI", Definition: "tick"}, flow.ErrInvalidInput, "write five fields"},
-		{flow.ScheduleOptions{Cron: "0 9 * * MON-FRI", TZ: "Europe/Berlyn", Definition: "tick"}, flow.ErrInvalidInput, `unknown time zone "Europe/Berlyn"; give an IANA name such as Europe/Berlin`},
-		{flow.ScheduleOptions{Every: time.Minute, Definition: "tikc"}, flow.ErrNoWorker, `"tikc"`},
-		{flow.ScheduleOptions{Every: time.Minute, Definition: "tick", Overlap: "bufer_one"}, flow.ErrInvalidInput, "is not one of skip, buffer_one"},
-		{flow.ScheduleOptions{Definition: "tick"}, flow.ErrInvalidInput, "needs a cron expression"},
+		{flow.ScheduleConfig{Cron: "0 9 * * MUN-FRI", Definition: "tick"}, flow.ErrInvalidInput, "write five fields"},
+		{flow.ScheduleConfig{Cron: "0 9 * * MON-FRI", TZ: "Europe/Berlyn", Definition: "tick"}, flow.ErrInvalidInput, `unknown time zone "Europe/Berlyn"; give an IANA name such as Europe/Berlin`},
+		{flow.ScheduleConfig{Every: time.Minute, Definition: "tikc"}, flow.ErrNoWorker, `"tikc"`},
+		{flow.ScheduleConfig{Every: time.Minute, Definition: "tick", Overlap: "bufer_one"}, flow.ErrInvalidInput, "is not one of skip, buffer_one"},
+		{flow.ScheduleConfig{Definition: "tick"}, flow.ErrInvalidInput, "needs a cron expression"},
 	} {
-		_, err := client.CreateSchedule(ctx, "bad", bad.opts)
+		_, err := client.Schedules().Create(ctx, "bad", bad.opts)
 		require.ErrorIs(t, err, bad.is, "%+v", bad.opts)
 		require.ErrorContains(t, err, bad.says)
 	}
-	_, err = client.DescribeSchedule(ctx, "nope", 0)
+	_, err = client.Schedules().Describe(ctx, "nope", nil)
 	require.ErrorIs(t, err, flow.ErrScheduleNotFound)
 
 	s1 := e.scheduler("s1", nil, 100*time.Millisecond)
@@ -52,17 +52,17 @@ func TestScheduleThroughClient(t *testing.T) {
 	var d *flow.ScheduleDescription
 	// The worker registers "tick" a moment after it started.
 	require.Eventually(t, func() bool {
-		d, err = client.CreateSchedule(ctx, "tick", flow.ScheduleOptions{Every: time.Second, Definition: "tick", Input: map[string]int{"n": 7},
+		d, err = client.Schedules().Create(ctx, "tick", flow.ScheduleConfig{Every: time.Second, Definition: "tick", Input: map[string]int{"n": 7},
 			Overlap: flow.OverlapAllowAll})
 		return !errors.Is(err, flow.ErrNoWorker)
 	}, 20*time.Second, 20*time.Millisecond)
 	require.NoError(t, err)
 	require.Len(t, d.Next, api.DefaultScheduleNext)
-	_, err = client.CreateSchedule(ctx, "tick", flow.ScheduleOptions{Every: time.Second, Definition: "tick"})
+	_, err = client.Schedules().Create(ctx, "tick", flow.ScheduleConfig{Every: time.Second, Definition: "tick"})
 	require.ErrorIs(t, err, flow.ErrScheduleExists)
 
 	require.Eventually(t, func() bool {
-		d, err = client.DescribeSchedule(ctx, "tick", 3)
+		d, err = client.Schedules().Describe(ctx, "tick", &flow.DescribeScheduleOptions{Next: 3})
 		return err == nil && d.Schedule.State.Started >= 2
 	}, 20*time.Second, 20*time.Millisecond)
 	first := d.Schedule.State.Recent[0]
@@ -75,18 +75,18 @@ func TestScheduleThroughClient(t *testing.T) {
 	require.Equal(t, &event.ScheduleRef{Name: "tick", Slot: first.Slot, Action: event.ScheduleScheduled}, snap.Schedule)
 
 	// Paused, it starts no slot; a trigger (asked for twice) and a backfill act all the same.
-	require.NoError(t, client.PauseSchedule(ctx, "tick", "maintenance"))
-	tr, err := client.TriggerSchedule(ctx, "tick", &flow.TriggerOptions{RequestID: "now-1"})
+	require.NoError(t, client.Schedules().Pause(ctx, "tick", "maintenance"))
+	tr, err := client.Schedules().Trigger(ctx, "tick", &flow.TriggerOptions{RequestID: "now-1"})
 	require.NoError(t, err)
 	require.True(t, tr.Accepted)
-	again, err := client.TriggerSchedule(ctx, "tick", &flow.TriggerOptions{RequestID: "now-1"})
+	again, err := client.Schedules().Trigger(ctx, "tick", &flow.TriggerOptions{RequestID: "now-1"})
 	require.NoError(t, err)
 	require.False(t, again.Accepted)
 	end := time.Now().Add(-time.Hour).Truncate(time.Second)
-	bf, err := client.BackfillSchedule(ctx, "tick", end.Add(-3*time.Second), end, &flow.TriggerOptions{RequestID: "bf-1"})
+	bf, err := client.Schedules().Backfill(ctx, "tick", end.Add(-3*time.Second), end, &flow.TriggerOptions{RequestID: "bf-1"})
 	require.NoError(t, err)
 	require.True(t, bf.Accepted)
-	_, err = client.BackfillSchedule(ctx, "tick", end, end.Add(3*time.Hour), nil)
+	_, err = client.Schedules().Backfill(ctx, "tick", end, end.Add(3*time.Hour), nil)
 	require.ErrorIs(t, err, flow.ErrInvalidInput)
 	require.ErrorContains(t, err, "in the future")
 
@@ -108,7 +108,7 @@ func TestScheduleThroughClient(t *testing.T) {
 	}, 20*time.Second, 20*time.Millisecond)
 	require.Equal(t, event.ScheduleTrigger, trigger.Action)
 
-	d, err = client.DescribeSchedule(ctx, "tick", 0)
+	d, err = client.Schedules().Describe(ctx, "tick", nil)
 	require.NoError(t, err)
 	require.True(t, d.Schedule.State.Paused)
 	require.Equal(t, "maintenance", d.Schedule.State.Note)
@@ -141,11 +141,11 @@ func TestScheduleThroughClient(t *testing.T) {
 		require.Contains(t, openapi.Paths[p], m, p)
 	}
 
-	require.NoError(t, client.UnpauseSchedule(ctx, "tick", ""))
-	require.NoError(t, client.DeleteSchedule(ctx, "tick"))
-	all, err := client.ListSchedules(ctx)
+	require.NoError(t, client.Schedules().Unpause(ctx, "tick", ""))
+	require.NoError(t, client.Schedules().Delete(ctx, "tick"))
+	all, err := client.Schedules().List(ctx)
 	require.NoError(t, err)
 	require.Empty(t, all)
-	err = client.PauseSchedule(ctx, "tick", "")
+	err = client.Schedules().Pause(ctx, "tick", "")
 	require.True(t, errors.Is(err, flow.ErrScheduleNotFound), "%v", err)
 }

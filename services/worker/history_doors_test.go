@@ -95,7 +95,7 @@ func hookToken(t *testing.T, ctx context.Context, c *flow.Client, runID string) 
 	t.Helper()
 	var token string
 	require.Eventually(t, func() bool {
-		s, err := c.SnapshotWithSecrets(ctx, runID)
+		s, err := c.Secrets().Snapshot(ctx, runID)
 		if err != nil || s.Hooks["cb"] == nil {
 			return false
 		}
@@ -141,7 +141,7 @@ func TestWorkerNeverWritesHooksOrParked(t *testing.T) {
 	token := hookToken(t, ctx, c, "hk-2")
 	_, err = c.Signal(ctx, "hk-2", "nudge", nil, nil)
 	require.NoError(t, err)
-	reset, err := c.Reset(ctx, "hk-2", flow.ResetOptions{Seq: 3})
+	reset, err := c.Reset(ctx, "hk-2", &flow.ResetOptions{Seq: 3})
 	require.NoError(t, err)
 	to, err := c.DeliverHook(ctx, token, map[string]string{"paid": "later"}, nil)
 	require.NoError(t, err)

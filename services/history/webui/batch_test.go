@@ -29,9 +29,9 @@ func TestUIBatches(t *testing.T) {
 	require.Equal(t, http.StatusOK, p.status)
 	require.Contains(t, p.body, "No batch jobs yet")
 
-	_, err = b.client.StartBatch(b.ctx, flow.BatchSpec{Op: flow.BatchCancel, Where: `run_id = "ui-batch-done"`}, &flow.BatchOptions{ID: "ui-job"})
+	_, err = b.client.Batches().Start(b.ctx, flow.BatchSpec{Op: flow.BatchCancel, Where: `run_id = "ui-batch-done"`}, &flow.BatchOptions{ID: "ui-job"})
 	require.NoError(t, err)
-	j, err := b.client.AwaitBatch(b.ctx, "ui-job", 20*time.Millisecond)
+	j, err := b.client.Batches().Await(b.ctx, "ui-job", &flow.AwaitBatchOptions{Every: 20 * time.Millisecond})
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"already completed": 1}, j.Skipped)
 

@@ -21,7 +21,7 @@ func TestUIResetLinks(t *testing.T) {
 	require.NoError(t, err)
 	var out int
 	require.NoError(t, b.client.Result(b.ctx, runID, &out))
-	r, err := b.client.Reset(b.ctx, runID, flow.ResetOptions{LastDecision: true, Reason: "ui"})
+	r, err := b.client.Reset(b.ctx, runID, &flow.ResetOptions{LastDecision: true, Reason: "ui"})
 	require.NoError(t, err)
 	require.NoError(t, b.client.Result(b.ctx, r.NewRunID, &out))
 

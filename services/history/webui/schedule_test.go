@@ -25,17 +25,17 @@ func TestUISchedules(t *testing.T) {
 	var err error
 	// The worker registers "steps" a moment after it started.
 	require.Eventually(t, func() bool {
-		_, err = b.client.CreateSchedule(b.ctx, "ui-tick", flow.ScheduleOptions{Every: time.Second, Definition: "steps", Input: 1,
+		_, err = b.client.Schedules().Create(b.ctx, "ui-tick", flow.ScheduleConfig{Every: time.Second, Definition: "steps", Input: 1,
 			Overlap: flow.OverlapAllowAll})
 		return !errors.Is(err, flow.ErrNoWorker)
 	}, 20*time.Second, 20*time.Millisecond)
 	require.NoError(t, err)
 	var d *flow.ScheduleDescription
 	require.Eventually(t, func() bool {
-		d, err = b.client.DescribeSchedule(b.ctx, "ui-tick", 0)
+		d, err = b.client.Schedules().Describe(b.ctx, "ui-tick", nil)
 		return err == nil && d.Schedule.State.Started >= 1
 	}, 20*time.Second, 20*time.Millisecond)
-	require.NoError(t, b.client.PauseSchedule(b.ctx, "ui-tick", "ui test"))
+	require.NoError(t, b.client.Schedules().Pause(b.ctx, "ui-tick", "ui test"))
 	run := d.Schedule.State.Recent[0].RunID
 
 	p = uiGet(t, base, "/ui/schedules")
@@ -60,5 +60,5 @@ func TestUISchedules(t *testing.T) {
 
 	p = uiGet(t, base, "/ui/schedules/nope")
 	require.Equal(t, http.StatusNotFound, p.status)
-	require.NoError(t, b.client.DeleteSchedule(b.ctx, "ui-tick"))
+	require.NoError(t, b.client.Schedules().Delete(b.ctx, "ui-tick"))
 }
