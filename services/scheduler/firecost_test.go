@@ -52,6 +52,7 @@ func BenchmarkFireCost(b *testing.B) {
 			if err := s.open(ctx); err != nil {
 				b.Fatal(err)
 			}
+			s.wire()
 			js, err := jetstream.New(nc)
 			if err != nil {
 				b.Fatal(err)
@@ -91,13 +92,13 @@ func BenchmarkFireCost(b *testing.B) {
 			}
 			if preload {
 				for i := range jobs {
-					jobs[i].tail = s.preload(ctx, jobs[i].t, false)
+					jobs[i].tail = s.timers.preload(ctx, jobs[i].t, false)
 				}
 			}
 			cpu0 := processCPU(b)
 			b.ResetTimer()
 			for _, j := range jobs {
-				if err := s.fire(ctx, j.t, firing{rev: j.rev, tail: j.tail}); err != nil {
+				if err := s.timers.fire(ctx, j.t, firing{rev: j.rev, tail: j.tail}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -116,7 +116,7 @@ func startBeatScheduler(t *testing.T, srv *natsserver.Server, name string, watch
 		Streams: streams.Config{LeaseTTL: time.Second}})
 	require.NoError(t, err)
 	if watches != nil {
-		s.watchBeats = watches.watch
+		s.beats.watch = watches.watch
 	}
 	require.NoError(t, s.Start(t.Context()))
 	t.Cleanup(func() { _ = s.Stop() })

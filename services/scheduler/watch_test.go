@@ -40,7 +40,7 @@ func (r *watchRecorder) watch(ctx context.Context) (jetstream.KeyWatcher, error)
 		r.refused++
 		return nil, errors.New("test: watch refused")
 	}
-	w, err := r.s.timers.WatchAll(ctx)
+	w, err := r.s.timerIndex.Watch(ctx)
 	if err == nil {
 		r.opened = append(r.opened, w)
 	}
@@ -187,7 +187,7 @@ func startScheduler(t *testing.T, srv *natsserver.Server, name string, rec *watc
 	require.NoError(t, err)
 	if rec != nil {
 		rec.s = s
-		s.watchTimers = rec.watch
+		s.timers.watch = rec.watch
 	}
 	require.NoError(t, s.Start(t.Context()))
 	t.Cleanup(func() { _ = s.Stop() })
