@@ -14,11 +14,11 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
-	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/timerindex"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -84,7 +84,7 @@ func BenchmarkFireCost(b *testing.B) {
 				}
 				t := core.Timer{RunID: id, Kind: core.TimerWait, ID: "nap", Due: due, Seq: 2}
 				v, _ := json.Marshal(t)
-				rev, err := kv.Put(ctx, jshost.TimerKey(t), v)
+				rev, err := kv.Put(ctx, timerindex.Key(t), v)
 				if err != nil {
 					b.Fatal(err)
 				}

@@ -18,6 +18,7 @@ import (
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/timerindex"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -161,7 +162,7 @@ func (f *timerFixture) register(t *testing.T, tm core.Timer) {
 	t.Helper()
 	b, err := json.Marshal(tm)
 	require.NoError(t, err)
-	_, err = f.timers.Put(t.Context(), jshost.TimerKey(tm), b)
+	_, err = f.timers.Put(t.Context(), timerindex.Key(tm), b)
 	require.NoError(t, err)
 }
 
