@@ -58,12 +58,8 @@ func New(ctx context.Context, js jetstream.JetStream, source string, logger *slo
 	if h.timers, err = timerindex.Open(ctx, js); err != nil {
 		return nil, err
 	}
-	for name, kv := range map[string]*jetstream.KeyValue{streams.HooksBucket: &h.hooks} {
-		b, err := js.KeyValue(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("opening bucket %s: %w (start `flow dev` or a worker to create Flow's streams)", name, err)
-		}
-		*kv = b
+	if h.hooks, err = js.KeyValue(ctx, streams.HooksBucket); err != nil {
+		return nil, fmt.Errorf("opening bucket %s: %w (start `flow dev` or a worker to create Flow's streams)", streams.HooksBucket, err)
 	}
 	return h, nil
 }

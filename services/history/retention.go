@@ -108,10 +108,8 @@ func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config) (*re
 	if r.archive, err = archive.Open(ctx, js, cfg.Archive); err != nil {
 		return nil, fmt.Errorf("history: FLOW_ARCHIVE: %w", err)
 	}
-	for name, kv := range map[string]*jetstream.KeyValue{streams.HooksBucket: &r.hooks} {
-		if *kv, err = js.KeyValue(ctx, name); err != nil {
-			return nil, fmt.Errorf("opening bucket %s: %w", name, err)
-		}
+	if r.hooks, err = js.KeyValue(ctx, streams.HooksBucket); err != nil {
+		return nil, fmt.Errorf("opening bucket %s: %w", streams.HooksBucket, err)
 	}
 	if r.timers, err = timerindex.Open(ctx, js); err != nil {
 		return nil, err
@@ -403,10 +401,8 @@ func (s *Service) purgeDerived(ctx context.Context, snap *core.Snapshot) error {
 			return fmt.Errorf("deleting the hook token of run %q: %w", runID, err)
 		}
 	}
-	for _, kv := range []jetstream.KeyValue{s.parked} {
-		if err := kv.Delete(ctx, runID); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return fmt.Errorf("deleting run %q from %s: %w", runID, kv.Bucket(), err)
-		}
+	if err := s.parked.Delete(ctx, runID); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("deleting run %q from %s: %w", runID, streams.ParkedBucket, err)
 	}
 	if err := r.queue.Delete(ctx, runID, 0); err != nil {
 		return fmt.Errorf("deleting run %q from %s: %w", runID, streams.QueueBucket, err)
