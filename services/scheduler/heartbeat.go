@@ -30,21 +30,12 @@ import (
 // only while that attempt is in flight (engine.TimeoutStep).
 //
 // The watcher never writes FLOW_HEARTBEATS: the workers are its one writer. Whether an entry's
-// attempt is still in flight is history's answer, not the entry'hw. Nothing the watcher keeps is
+// attempt is still in flight is history's answer, not the entry's. Nothing the watcher keeps is
 // durable: a watcher that starts (a restart, a new leader) reads every entry again, recomputes
 // the deadlines, and checks each passed one against history once (a timeout appended before
 // finds the attempt settled, and appends nothing). An entry checked is forgotten until its next
 // write; checked records which revisions were, so that a watch that starts again in this
 // process does not check them again. Entries leave the bucket with its TTL.
-
-// beatConcurrency caps the timeouts being appended at once.
-const beatConcurrency = 16
-
-// checkedCap bounds the record of checked entries: past it, the oldest are forgotten, and a
-// watch that starts again checks those once more (history guards the append).
-const checkedCap = 1 << 14
-
-// heartbeatWatcher is the heartbeat watcher: see above.
 type heartbeatWatcher struct {
 	logger *slog.Logger
 	// Set by wire, before Run.
@@ -60,6 +51,13 @@ type heartbeatWatcher struct {
 	beatChecks atomic.Int64
 	checked    checkedBeats
 }
+
+// beatConcurrency caps the timeouts being appended at once.
+const beatConcurrency = 16
+
+// checkedCap bounds the record of checked entries: past it, the oldest are forgotten, and a
+// watch that starts again checks those once more (history guards the append).
+const checkedCap = 1 << 14
 
 // checkedBeats records the FLOW_HEARTBEATS entries, by key and revision, whose deadline the
 // watcher checked against history: the attempt timed out, or was found no longer in flight. It
@@ -262,7 +260,7 @@ func (hw *heartbeatWatcher) timeoutAttempt(ctx context.Context, w *watched) erro
 				slog.String("step_id", e.StepID), slog.Int("attempt", e.Attempt), slog.String("error", err.Error()))
 			return err
 		}
-		// The run recorded no such timeout for the step: the entry's is not the history'hw.
+		// The run recorded no such timeout for the step: the entry's is not the history's.
 	}
 	if appended {
 		hw.timedOut.Add(1)

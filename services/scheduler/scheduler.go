@@ -136,7 +136,8 @@ type Config struct {
 // FLOW_SCHEDULER_HTTP_ADDR says otherwise.
 const DefaultHTTPAddr = "127.0.0.1:8422"
 
-// leaseKey is the scheduler's key in FLOW_LEASES.
+// leaseKey is the key in FLOW_LEASES of the timer firer and the heartbeat watcher, which run
+// together.
 const leaseKey = "scheduler"
 
 // Scheduler hosts the scheduler role's background jobs. Start it once; Stop it once.
@@ -268,7 +269,8 @@ func New(cfg Config) (*Scheduler, error) {
 	return s, nil
 }
 
-// Start connects, creates Flow's streams if needed, and starts competing for the lease.
+// Start connects, creates Flow's streams if needed, and starts competing for the leases of the
+// jobs this replica may run.
 func (s *Scheduler) Start(ctx context.Context) error {
 	var err error
 	if s.nc, s.ownConn, err = s.cfg.NATS.As(natsconn.RoleScheduler).Use(s.cfg.Conn, "flow-scheduler"); err != nil {
