@@ -210,6 +210,11 @@ type admissionController struct {
 	cancelledByControl atomic.Int64
 }
 
+// wire hands the controller its repositories, the runs index and the engine, before Run.
+func (c *admissionController) wire(queue *limits.Queue, st *limits.Store, runs jetstream.KeyValue, e *engine.Engine) {
+	c.queue, c.limits, c.runs, c.engine = queue, st, runs, e
+}
+
 // admitter is the state of the admission controller while it leads.
 type admitter struct {
 	c      *admissionController
@@ -905,4 +910,7 @@ const admissionLease = "admission"
 func (s *Scheduler) Admitting() bool { return s.admissionLease.Leading() }
 
 // Admitted returns the number of runs this replica admitted.
-func (s *Scheduler) Admitted() int64 { return s.admission.admitted.Load() }
+func (s *Scheduler) Admitted() int64 { return s.admission.Admitted() }
+
+// Admitted returns the number of runs the controller admitted.
+func (c *admissionController) Admitted() int64 { return c.admitted.Load() }

@@ -51,6 +51,11 @@ type batchExecutor struct {
 	door atomic.Bool
 }
 
+// wire hands the executor its connection, repository and engine, before Run.
+func (x *batchExecutor) wire(nc *nats.Conn, js jetstream.JetStream, batches *batch.Store, e *engine.Engine) {
+	x.nc, x.js, x.batches, x.engine = nc, js, batches, e
+}
+
 // Run watches FLOW_BATCHES and runs every job that has not ended, up to BatchConcurrency at
 // once, each in its own goroutine, and serves the door of the creations and
 // stops the ingress forwards (batch_door.go). It returns when ctx ends, the watch fails, or a

@@ -79,4 +79,8 @@ func (x *batchExecutor) stopBatch(ctx context.Context, req api.BatchStopRequest)
 
 // AnswersBatches reports whether this replica serves the creations and stops of batch jobs: it
 // leads the batch executor, and the server has its door's subscriptions.
-func (s *Scheduler) AnswersBatches() bool { return s.batches.door.Load() }
+func (s *Scheduler) AnswersBatches() bool { return s.batches.Answering() }
+
+// Answering reports whether the executor serves its door: it leads, and the server has the
+// door's subscriptions.
+func (x *batchExecutor) Answering() bool { return x.door.Load() }

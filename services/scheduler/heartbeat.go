@@ -52,6 +52,11 @@ type heartbeatWatcher struct {
 	checked    checkedBeats
 }
 
+// wire hands the watcher its repository and engine, before Run.
+func (hw *heartbeatWatcher) wire(beats *heartbeats.Store, e *engine.Engine) {
+	hw.beats, hw.engine = beats, e
+}
+
 // beatConcurrency caps the timeouts being appended at once.
 const beatConcurrency = 16
 
@@ -271,9 +276,15 @@ func (hw *heartbeatWatcher) timeoutAttempt(ctx context.Context, w *watched) erro
 }
 
 // TimedOut returns the number of step attempts this replica's heartbeat watcher timed out.
-func (s *Scheduler) TimedOut() int64 { return s.beats.timedOut.Load() }
+func (s *Scheduler) TimedOut() int64 { return s.beats.TimedOut() }
+
+// TimedOut returns the number of step attempts the watcher timed out.
+func (hw *heartbeatWatcher) TimedOut() int64 { return hw.timedOut.Load() }
 
 // BeatChecks returns the number of entries' passed deadlines this replica's heartbeat watcher
 // checked against history (the attempt timed out, or found no longer in flight), each counted
 // once recorded as checked.
-func (s *Scheduler) BeatChecks() int64 { return s.beats.beatChecks.Load() }
+func (s *Scheduler) BeatChecks() int64 { return s.beats.Checks() }
+
+// Checks returns the number of passed deadlines the watcher checked against history.
+func (hw *heartbeatWatcher) Checks() int64 { return hw.beatChecks.Load() }

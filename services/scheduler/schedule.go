@@ -102,6 +102,13 @@ type trackedSchedule struct {
 	lookedAt time.Time
 }
 
+// wire hands the runner its connection, repository, the runs index, the store and the engine,
+// before Run.
+func (r *scheduleRunner) wire(nc *nats.Conn, js jetstream.JetStream, schedules *schedstore.Store, runs jetstream.KeyValue,
+	st *jsstore.Store, e *engine.Engine) {
+	r.nc, r.js, r.schedules, r.runs, r.store, r.engine = nc, js, schedules, runs, st, e
+}
+
 // FiringSchedules reports whether this replica holds the schedules lease and fires schedules.
 func (s *Scheduler) FiringSchedules() bool { return s.schedulesLease.Leading() }
 

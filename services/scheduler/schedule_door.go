@@ -43,4 +43,8 @@ func (r *scheduleRunner) serveDoor() (close func(), err error) {
 
 // AnswersSchedules reports whether this replica serves the changes of schedules: it leads the
 // schedule runner, and the server has its door's subscriptions.
-func (s *Scheduler) AnswersSchedules() bool { return s.schedules.door.Load() }
+func (s *Scheduler) AnswersSchedules() bool { return s.schedules.Answering() }
+
+// Answering reports whether the runner serves its door: it leads, and the server has the door's
+// subscriptions.
+func (r *scheduleRunner) Answering() bool { return r.door.Load() }

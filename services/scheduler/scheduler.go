@@ -376,18 +376,14 @@ func (s *Scheduler) open(ctx context.Context) error {
 	return err
 }
 
-// wire hands each job what open opened: the connection, its buckets' repositories, the store
-// and the engine.
+// wire hands each job what open opened: the connection, the repositories of the buckets it
+// reads and writes, the store and the engine. A job reaches no other bucket.
 func (s *Scheduler) wire() {
-	t := s.timers
-	t.nc, t.index, t.beats, t.history, t.store, t.engine = s.nc, s.timerIndex, s.beatStore, s.history, s.store, s.engine
-	s.beats.beats, s.beats.engine = s.beatStore, s.engine
-	a := s.admission
-	a.queue, a.limits, a.runs, a.engine = s.queue, s.limits, s.runs, s.engine
-	b := s.batches
-	b.nc, b.js, b.batches, b.engine = s.nc, s.js, s.batchStore, s.engine
-	r := s.schedules
-	r.nc, r.js, r.schedules, r.runs, r.store, r.engine = s.nc, s.js, s.schedStore, s.runs, s.store, s.engine
+	s.timers.wire(s.nc, s.timerIndex, s.beatStore, s.history, s.store, s.engine)
+	s.beats.wire(s.beatStore, s.engine)
+	s.admission.wire(s.queue, s.limits, s.runs, s.engine)
+	s.batches.wire(s.nc, s.js, s.batchStore, s.engine)
+	s.schedules.wire(s.nc, s.js, s.schedStore, s.runs, s.store, s.engine)
 	for _, l := range []*maintenance.Lease{s.timerLease, s.admissionLease, s.batchLease, s.schedulesLease} {
 		l.Leases = s.leases
 	}
@@ -402,7 +398,7 @@ func (s *Scheduler) runJob(ctx context.Context, l *maintenance.Lease, job mainte
 func (s *Scheduler) Leader() bool { return s.timerLease.Leading() }
 
 // Fired returns the number of timers this replica fired.
-func (s *Scheduler) Fired() int64 { return s.timers.fired.Load() }
+func (s *Scheduler) Fired() int64 { return s.timers.Fired() }
 
 // Stop stops every job, releases their leases so that a standby takes over at once, and waits.
 // It is idempotent and safe before Start.

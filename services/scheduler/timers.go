@@ -87,6 +87,15 @@ func newTimerFirer(cfg Config, logger *slog.Logger) *timerFirer {
 		preloadWindow: cfg.PreloadWindow, ignoreCommits: cfg.IgnoreCommits}
 }
 
+// wire hands the firer its connection, repositories, store and engine, before Run.
+func (fr *timerFirer) wire(nc *nats.Conn, index *timerindex.Index, beats *heartbeats.Store, history jetstream.Stream,
+	st *jsstore.Store, e *engine.Engine) {
+	fr.nc, fr.index, fr.beats, fr.history, fr.store, fr.engine = nc, index, beats, history, st, e
+}
+
+// Fired returns the number of timers the firer fired (or found moot).
+func (fr *timerFirer) Fired() int64 { return fr.fired.Load() }
+
 // attemptStarted reports whether a worker recorded the start of timer t's attempt (a
 // schedule-to-start timer) in FLOW_HEARTBEATS: the timer is then moot.
 func (fr *timerFirer) attemptStarted(ctx context.Context, t core.Timer) (bool, error) {
