@@ -110,19 +110,6 @@ func (x *Index) ByRun(ctx context.Context) (map[string][]string, error) {
 	return byRun, nil
 }
 
-// Get returns the timer of key; found is false when it has no entry.
-func (x *Index) Get(ctx context.Context, key string) (t core.Timer, found bool, err error) {
-	e, err := x.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return core.Timer{}, false, nil
-	}
-	if err != nil {
-		return core.Timer{}, false, err
-	}
-	t, err = Decode(e.Value())
-	return t, err == nil, err
-}
-
 // Watch watches every entry: the existing ones first, then a nil entry, then every change.
 // Decode an entry's value with Decode.
 func (x *Index) Watch(ctx context.Context) (jetstream.KeyWatcher, error) {
