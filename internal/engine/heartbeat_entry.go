@@ -7,8 +7,9 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// HeartbeatEntry is a step's entry in FLOW_HEARTBEATS (key HeartbeatKey): the latest attempt
-// that started, when, its timeouts, and the details of the latest heartbeat of any attempt.
+// HeartbeatEntry is a step's entry in FLOW_HEARTBEATS (internal/heartbeats keys it): the latest
+// attempt that started, when, its timeouts, and the details of the latest heartbeat of any
+// attempt.
 // Workers alone write it; the scheduler's watcher reads the deadlines from it, and asks the
 // run's history whether the attempt is still in flight (docs/timeouts.md). An entry written by
 // an earlier version may carry "settled", which is ignored.
@@ -29,10 +30,6 @@ type HeartbeatEntry struct {
 	// Worker is the worker that runs Attempt.
 	Worker string `json:"worker,omitempty"`
 }
-
-// HeartbeatKey is step stepID of run runID's key in FLOW_HEARTBEATS. Run and step IDs hold no
-// '.', so the key has two tokens.
-func HeartbeatKey(runID, stepID string) string { return runID + "." + stepID }
 
 // Deadline returns the entry's next deadline, with the timeout kind that passes then, given
 // written, the time of the entry's latest write: the heartbeat timeout counts from written,

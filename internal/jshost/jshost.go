@@ -24,12 +24,13 @@ import (
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/timerindex"
 )
 
 // Host implements engine.Host. It is safe for concurrent use.
 type Host struct {
 	js     jetstream.JetStream
-	timers jetstream.KeyValue
+	timers *timerindex.Index
 	hooks  jetstream.KeyValue
 	source types.URIRef
 	logger *slog.Logger
@@ -52,32 +53,25 @@ func New(ctx context.Context, js jetstream.JetStream, source string, logger *slo
 		logger = slog.Default()
 	}
 	h := &Host{js: js, source: cloudevent.Source(source), logger: logger}
-	for name, kv := range map[string]*jetstream.KeyValue{streams.TimersBucket: &h.timers, streams.HooksBucket: &h.hooks} {
-		b, err := js.KeyValue(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("opening bucket %s: %w (start `flow dev` or a worker to create Flow's streams)", name, err)
-		}
-		*kv = b
+	var err error
+	if h.timers, err = timerindex.Open(ctx, js); err != nil {
+		return nil, err
+	}
+	if h.hooks, err = js.KeyValue(ctx, streams.HooksBucket); err != nil {
+		return nil, fmt.Errorf("opening bucket %s: %w (start `flow dev` or a worker to create Flow's streams)", streams.HooksBucket, err)
 	}
 	return h, nil
 }
-
-// TimerKey is the FLOW_TIMERS key of a timer.
-func TimerKey(t core.Timer) string { return t.RunID + "." + t.Key() }
 
 // ScheduleTimers implements engine.Host: one entry per timer, overwritten with the same value on
 // repair.
 func (h *Host) ScheduleTimers(ctx context.Context, ts []core.Timer) error {
 	for _, t := range ts {
-		b, err := json.Marshal(t)
-		if err != nil {
-			return err
-		}
 		if err := h.Faults.Hit(fault.TimerPut); err != nil {
 			return err
 		}
-		if _, err := h.timers.Put(ctx, TimerKey(t), b); err != nil {
-			return fmt.Errorf("registering timer %s: %w", TimerKey(t), err)
+		if err := h.timers.Put(ctx, t); err != nil {
+			return err
 		}
 	}
 	return nil
@@ -87,17 +81,8 @@ func (h *Host) ScheduleTimers(ctx context.Context, ts []core.Timer) error {
 // nothing is written for entries the scheduler already removed.
 func (h *Host) DeleteTimers(ctx context.Context, ts []core.Timer) error {
 	for _, t := range ts {
-		e, err := h.timers.Get(ctx, TimerKey(t))
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
-		}
-		if err != nil {
-			return fmt.Errorf("reading timer %s: %w", TimerKey(t), err)
-		}
-		err = h.timers.Delete(ctx, TimerKey(t), jetstream.LastRevision(e.Revision()))
-		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
-			// A revision mismatch means the entry changed meanwhile: it is not the one to delete.
-			return fmt.Errorf("deleting timer %s: %w", TimerKey(t), err)
+		if err := h.timers.DeleteTimer(ctx, t); err != nil {
+			return err
 		}
 	}
 	return nil

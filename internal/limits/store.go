@@ -44,8 +44,28 @@ func open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, e
 	return &Store{kv: kv, bucket: bucket}, nil
 }
 
-// KV returns the bucket, for watchers.
-func (s *Store) KV() jetstream.KeyValue { return s.kv }
+// WatchGroups watches the groups' entries of FLOW_LIMITS for changes from now on (no existing
+// entry, no end-of-initial-values marker); an entry's key is the group's GroupKey, its state
+// read with LoadKey.
+func (s *Store) WatchGroups(ctx context.Context) (jetstream.KeyWatcher, error) {
+	return s.kv.Watch(ctx, "g.>", jetstream.UpdatesOnly())
+}
+
+// GroupKeys lists the keys of the groups' entries of FLOW_LIMITS.
+func (s *Store) GroupKeys(ctx context.Context) ([]string, error) {
+	keys, err := s.kv.ListKeysFiltered(ctx, "g.>")
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for k := range keys.Keys() {
+		out = append(out, k)
+	}
+	return out, nil
+}
 
 // GroupKey is the FLOW_LIMITS key of flow-control group group.
 func GroupKey(group string) string { return "g." + streams.BuildToken(group) }

@@ -2,8 +2,6 @@ package history
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -11,7 +9,6 @@ import (
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/limits"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -22,15 +19,15 @@ import (
 // admission controller (in the scheduler) reads it, and is the one writer of the slots
 // (FLOW_LIMITS): it releases an ended run's slot when the runs index shows its end.
 type control struct {
-	queue jetstream.KeyValue
+	queue *limits.Queue
 	// steps reads the step limits' waiting attempts (FLOW_STEP_LIMITS), for the run's status.
 	steps *limits.Store
 }
 
 func openControl(ctx context.Context, js jetstream.JetStream) (*control, error) {
-	queue, err := js.KeyValue(ctx, streams.QueueBucket)
+	queue, err := limits.OpenQueue(ctx, js)
 	if err != nil {
-		return nil, fmt.Errorf("opening bucket %s: %w", streams.QueueBucket, err)
+		return nil, err
 	}
 	steps, err := limits.OpenSteps(ctx, js)
 	if err != nil {
@@ -61,16 +58,12 @@ func (c *control) apply(ctx context.Context, s *core.Snapshot, commit []event.En
 		return nil
 	}
 	if want, ok := queueEntry(s); ok {
-		b, err := json.Marshal(want)
-		if err != nil {
-			return err
-		}
-		if _, err := c.queue.Put(ctx, s.RunID, b); err != nil {
+		if err := c.queue.Put(ctx, want); err != nil {
 			return fmt.Errorf("queueing run %q for admission: %w", s.RunID, err)
 		}
 		return nil
 	}
-	if err := c.queue.Delete(ctx, s.RunID); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err := c.queue.Delete(ctx, s.RunID, 0); err != nil {
 		return fmt.Errorf("taking run %q off the admission queue: %w", s.RunID, err)
 	}
 	return nil

@@ -24,6 +24,7 @@ import (
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/timerindex"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
@@ -124,7 +125,7 @@ func TestHistoryService(t *testing.T) {
 		require.NoError(t, err)
 		runID, err := b.client.Start(b.ctx, "nap", time.Hour, &flow.StartOptions{RunID: "long-nap"})
 		require.NoError(t, err)
-		key := jshost.TimerKey(core.Timer{RunID: runID, Kind: core.TimerWait, ID: "nap"})
+		key := timerindex.Key(core.Timer{RunID: runID, Kind: core.TimerWait, ID: "nap"})
 		require.Eventually(t, func() bool { _, err := timers.Get(b.ctx, key); return err == nil }, 10*time.Second, 5*time.Millisecond,
 			"the history service registers the timer of wait.scheduled")
 		_, err = b.client.Cancel(b.ctx, runID, "no more napping")

@@ -2,21 +2,17 @@ package history
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/flowrun/flow/internal/core"
-	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/internal/timerindex"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -99,17 +95,9 @@ const timerBatch = 500
 // of up to timerBatch active runs a pass (those with entries first, then the others in turn) are
 // compared with their snapshots on their lanes.
 func (s *Service) reconcileTimers(ctx context.Context) (int, error) {
-	byRun := map[string][]string{}
-	keys, err := s.retention.timers.ListKeys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+	byRun, err := s.retention.timers.ByRun(ctx)
+	if err != nil {
 		return 0, err
-	}
-	if err == nil {
-		for k := range keys.Keys() {
-			if run, _, ok := strings.Cut(k, "."); ok {
-				byRun[run] = append(byRun[run], k)
-			}
-		}
 	}
 	repairs := 0
 	var check []string
@@ -120,7 +108,7 @@ func (s *Service) reconcileTimers(ctx context.Context) (int, error) {
 			continue // not indexed yet: its entries are younger than the index
 		case sum.Status.Terminal() || sum.Deleted != nil:
 			for _, k := range byRun[run] {
-				if err := s.retention.timers.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+				if err := s.retention.timers.Delete(ctx, k); err != nil {
 					return repairs, err
 				}
 				repairs++
@@ -171,14 +159,14 @@ func (s *Service) repairTimers(ctx context.Context, runID string, have []string)
 		}
 		want := map[string]core.Timer{}
 		for _, t := range core.Timers(snap) {
-			want[jshost.TimerKey(t)] = t
+			want[timerindex.Key(t)] = t
 		}
 		for _, k := range have {
 			if _, ok := want[k]; ok {
 				delete(want, k)
 				continue
 			}
-			if err := s.retention.timers.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			if err := s.retention.timers.Delete(ctx, k); err != nil {
 				return err
 			}
 			n++
@@ -215,14 +203,12 @@ func (s *Service) repaired(ctx context.Context, state, runID, diff string) {
 // snapshot, on its lane.
 func (s *Service) reconcileQueue(ctx context.Context) (int, error) {
 	queued := map[string]bool{}
-	keys, err := s.control.queue.ListKeys(ctx)
-	if err != nil && !errors.Is(err, jetstream.ErrNoKeysFound) {
+	runs, err := s.control.queue.Runs(ctx)
+	if err != nil {
 		return 0, err
 	}
-	if err == nil {
-		for k := range keys.Keys() {
-			queued[k] = true
-		}
+	for _, k := range runs {
+		queued[k] = true
 	}
 	candidates := map[string]bool{}
 	for id := range queued {
@@ -273,24 +259,19 @@ func (s *Service) repairQueueEntry(ctx context.Context, runID string) (bool, err
 		if snap != nil {
 			want, wanted = queueEntry(snap)
 		}
-		e, err := s.control.queue.Get(ctx, runID)
-		has := err == nil
-		if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		_, rev, has, err := s.control.queue.Get(ctx, runID)
+		if err != nil {
 			return err
 		}
 		switch {
 		case wanted && !has:
-			b, err := json.Marshal(want)
-			if err != nil {
-				return err
-			}
-			if _, err := s.control.queue.Put(ctx, runID, b); err != nil {
+			if err := s.control.queue.Put(ctx, want); err != nil {
 				return err
 			}
 			fixed = true
 			s.repaired(ctx, metrics.StateQueue, runID, "the run waits for admission without its queue entry: written")
 		case !wanted && has:
-			if err := s.control.queue.Delete(ctx, runID, jetstream.LastRevision(e.Revision())); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+			if err := s.control.queue.Delete(ctx, runID, rev); err != nil {
 				return err
 			}
 			fixed = true

@@ -10,12 +10,12 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/ingresstest"
-	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/timerindex"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
@@ -61,7 +61,7 @@ func TestReconcilerRepairsDrift(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Start(ctx, "nap", time.Hour, &flow.StartOptions{RunID: "n-1"})
 	require.NoError(t, err)
-	napKey := jshost.TimerKey(core.Timer{RunID: "n-1", Kind: core.TimerWait, ID: "nap"})
+	napKey := timerindex.Key(core.Timer{RunID: "n-1", Kind: core.TimerWait, ID: "nap"})
 	require.Eventually(t, func() bool { _, err := timers.Get(ctx, napKey); return err == nil }, 20*time.Second, 5*time.Millisecond)
 	_, err = c.Start(ctx, "limited", nil, &flow.StartOptions{RunID: "q-1"})
 	require.NoError(t, err)

@@ -19,10 +19,12 @@ import (
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/limits"
+	"github.com/flowrun/flow/internal/maintenance"
 	"github.com/flowrun/flow/internal/payload/objstore"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/streams"
-	"github.com/flowrun/flow/internal/wait"
+	"github.com/flowrun/flow/internal/timerindex"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -85,10 +87,10 @@ func retentionDefaults(cfg *Config) error {
 // retention is the sweeper's state.
 type retention struct {
 	archive archive.Archive
-	timers  jetstream.KeyValue
+	timers  *timerindex.Index
 	hooks   jetstream.KeyValue
-	queue   jetstream.KeyValue
-	leases  jetstream.KeyValue
+	queue   *limits.Queue
+	leases  *maintenance.Leases
 	history jetstream.Stream
 	keys    *jshost.StartKeys
 	// checkpoints holds the runs' snapshot checkpoints, deleted with their histories.
@@ -106,11 +108,17 @@ func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config) (*re
 	if r.archive, err = archive.Open(ctx, js, cfg.Archive); err != nil {
 		return nil, fmt.Errorf("history: FLOW_ARCHIVE: %w", err)
 	}
-	for name, kv := range map[string]*jetstream.KeyValue{streams.TimersBucket: &r.timers, streams.HooksBucket: &r.hooks,
-		streams.QueueBucket: &r.queue, streams.LeasesBucket: &r.leases} {
-		if *kv, err = js.KeyValue(ctx, name); err != nil {
-			return nil, fmt.Errorf("opening bucket %s: %w", name, err)
-		}
+	if r.hooks, err = js.KeyValue(ctx, streams.HooksBucket); err != nil {
+		return nil, fmt.Errorf("opening bucket %s: %w", streams.HooksBucket, err)
+	}
+	if r.timers, err = timerindex.Open(ctx, js); err != nil {
+		return nil, err
+	}
+	if r.queue, err = limits.OpenQueue(ctx, js); err != nil {
+		return nil, err
+	}
+	if r.leases, err = maintenance.OpenLeases(ctx, js); err != nil {
+		return nil, err
 	}
 	if r.history, err = js.Stream(ctx, streams.History); err != nil {
 		return nil, fmt.Errorf("opening stream %s: %w", streams.History, err)
@@ -132,91 +140,48 @@ func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config) (*re
 	return r, nil
 }
 
-// startRetention runs the sweeper under the retention lease, the reconciler (reconcile.go)
-// under the reconcile lease and the payload collector (payload_gc.go) under the payloads lease,
-// each unless it is disabled.
+// startRetention runs the history service's background jobs, each a maintenance.Job run under
+// its lease of FLOW_LEASES by the replica that holds it (internal/maintenance, as the
+// scheduler's jobs are), unless it is disabled:
+//
+//   - the retention sweeper, under the retention lease, every Config.RetentionSweep: deletes
+//     the ended runs past their retention period (Sweep). It alone purges FLOW_HISTORY, which
+//     the history role alone may do (internal/natsperm), so it is hosted here;
+//   - the reconciler (reconcile.go), under the reconcile lease, every Config.ReconcileInterval:
+//     repairs the state derived from history;
+//   - the payload collector (payload_gc.go), under the payloads lease, every
+//     Config.PayloadGCInterval: deletes the payloads no run refers to.
+//
+// Each pass's writes are idempotent or compare-and-set, so two replicas that overlap for a
+// moment (one that lost its lease and has not seen it yet) are harmless; a replica that loses its
+// lease stops its pass at once.
 func (s *Service) startRetention(ctx context.Context) {
 	if s.cfg.RetentionSweep >= 0 {
-		s.workers.Go(func() {
-			s.runLeased(ctx, streams.RetentionLease, "the retention sweeper", s.cfg.RetentionSweep, func(ctx context.Context) {
-				if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
-					s.logger.Warn("a retention sweep stopped short; the next one continues", slog.String("error", err.Error()))
-				}
-			})
-		})
+		s.runLeased(ctx, streams.RetentionLease, "the retention sweeper", maintenance.Periodic(s.cfg.RetentionSweep, func(ctx context.Context) {
+			if _, err := s.Sweep(ctx); err != nil && ctx.Err() == nil {
+				s.logger.Warn("a retention sweep stopped short; the next one continues", slog.String("error", err.Error()))
+			}
+		}))
 	}
 	if s.cfg.ReconcileInterval > 0 {
-		s.workers.Go(func() {
-			s.runLeased(ctx, streams.ReconcileLease, "the reconciler", s.cfg.ReconcileInterval, func(ctx context.Context) {
-				if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
-					s.logger.Warn("a reconciliation stopped short; the next one continues", slog.String("error", err.Error()))
-				}
-			})
-		})
+		s.runLeased(ctx, streams.ReconcileLease, "the reconciler", maintenance.Periodic(s.cfg.ReconcileInterval, func(ctx context.Context) {
+			if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
+				s.logger.Warn("a reconciliation stopped short; the next one continues", slog.String("error", err.Error()))
+			}
+		}))
 	}
 	if s.cfg.PayloadGCInterval > 0 {
-		s.workers.Go(func() {
-			s.runLeased(ctx, streams.PayloadsLease, "the payload collector", s.cfg.PayloadGCInterval, func(ctx context.Context) {
-				_, _ = s.CollectPayloads(ctx) // it logs what it did, and why it stopped short
-			})
-		})
+		s.runLeased(ctx, streams.PayloadsLease, "the payload collector", maintenance.Periodic(s.cfg.PayloadGCInterval, func(ctx context.Context) {
+			_, _ = s.CollectPayloads(ctx) // it logs what it did, and why it stopped short
+		}))
 	}
 }
 
-// runLeased competes for lease key and, while it holds it, calls pass at once and then every
-// interval, until ctx ends. A replica that loses its lease stops at once; two that overlap for a
-// moment are harmless, since each pass's writes are idempotent or compare-and-set.
-func (s *Service) runLeased(ctx context.Context, key, role string, interval time.Duration, pass func(context.Context)) {
-	r := s.retention
-	for ctx.Err() == nil {
-		renew := s.leaseRenew(ctx)
-		rev, err := r.leases.Create(ctx, key, []byte(r.name))
-		if err != nil {
-			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
-				s.logger.Warn("cannot reach the lease bucket", slog.String("error", err.Error()))
-			}
-			wait.For(ctx, renew)
-			continue
-		}
-		s.logger.Info(role + " leads")
-		s.leadLeased(ctx, key, rev, renew, interval, pass)
-	}
-}
-
-func (s *Service) leadLeased(ctx context.Context, key string, rev uint64, renew, interval time.Duration, pass func(context.Context)) {
-	r := s.retention
-	defer func() {
-		rctx, stop := context.WithTimeout(context.Background(), time.Second)
-		defer stop()
-		_ = r.leases.Delete(rctx, key, jetstream.LastRevision(rev))
-	}()
-	next := time.Now()
-	for {
-		if !time.Now().Before(next) {
-			pass(ctx)
-			next = time.Now().Add(interval)
-		}
-		if !wait.For(ctx, max(min(renew, time.Until(next)), 0)) {
-			return
-		}
-		nrev, err := r.leases.Update(ctx, key, []byte(r.name), rev)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.logger.Warn("lost the "+key+" lease", slog.String("error", err.Error()))
-			}
-			return
-		}
-		rev = nrev
-	}
-}
-
-// leaseRenew returns how often a lease of FLOW_LEASES must be renewed: a third of its TTL.
-func (s *Service) leaseRenew(ctx context.Context) time.Duration {
-	ttl := cmp.Or(s.cfg.Streams.LeaseTTL, 10*time.Second)
-	if st, err := s.retention.leases.Status(ctx); err == nil && st.TTL() > 0 {
-		ttl = st.TTL()
-	}
-	return max(ttl/3, 100*time.Millisecond)
+// runLeased runs job under lease key, on the service's workers, until ctx ends.
+func (s *Service) runLeased(ctx context.Context, key, role string, job maintenance.Job) {
+	l := &maintenance.Lease{Leases: s.retention.leases, Key: key, Holder: s.retention.name, Role: role, Doing: "running " + role,
+		TTL: cmp.Or(s.cfg.Streams.LeaseTTL, 10*time.Second), Backoff: time.Second, Logger: s.logger}
+	s.workers.Go(func() { l.Run(ctx, job) })
 }
 
 // SweepReport says what one retention sweep did.
@@ -428,24 +393,19 @@ func (s *Service) finishLegacyDeletion(ctx context.Context, cur core.Summary, re
 func (s *Service) purgeDerived(ctx context.Context, snap *core.Snapshot) error {
 	r := s.retention
 	runID := snap.RunID
-	keys, err := r.timers.ListKeysFiltered(ctx, runID+".>")
-	if err != nil {
-		return fmt.Errorf("listing the timers of run %q: %w", runID, err)
-	}
-	for k := range keys.Keys() {
-		if err := r.timers.Delete(ctx, k); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return fmt.Errorf("deleting timer %s: %w", k, err)
-		}
+	if err := r.timers.DeleteRun(ctx, runID); err != nil {
+		return fmt.Errorf("deleting the timers of run %q: %w", runID, err)
 	}
 	for _, h := range snap.Hooks {
 		if err := deleteIfNames(ctx, r.hooks, h.Token, runID); err != nil {
 			return fmt.Errorf("deleting the hook token of run %q: %w", runID, err)
 		}
 	}
-	for _, kv := range []jetstream.KeyValue{s.parked, r.queue} {
-		if err := kv.Delete(ctx, runID); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return fmt.Errorf("deleting run %q from %s: %w", runID, kv.Bucket(), err)
-		}
+	if err := s.parked.Delete(ctx, runID); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("deleting run %q from %s: %w", runID, streams.ParkedBucket, err)
+	}
+	if err := r.queue.Delete(ctx, runID, 0); err != nil {
+		return fmt.Errorf("deleting run %q from %s: %w", runID, streams.QueueBucket, err)
 	}
 	if p := snap.StartPolicy; p != nil {
 		var startKeys []string

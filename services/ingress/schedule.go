@@ -14,12 +14,10 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/schedule"
 	"github.com/flowrun/flow/internal/schedule/schedstore"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -150,13 +148,13 @@ func (s *Service) scheduleOp(ctx context.Context, op string, data []byte) (any, 
 	default:
 		return nil, &api.IngressError{Code: api.CodeRouteNotFound, Message: fmt.Sprintf("no schedule operation %q; the operations are create, update, describe, list, pause, unpause, trigger, backfill and delete", op)}
 	}
-	kv, err := s.js.KeyValue(ctx, streams.SchedulesBucket)
+	st, err := schedstore.Open(ctx, s.js)
 	if err != nil {
-		return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("cannot open %s: %v; retry", streams.SchedulesBucket, err)}
+		return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("%v; retry", err)}
 	}
-	st, now := schedstore.New(kv), time.Now()
+	now := time.Now()
 	if op == api.ScheduleOpList {
-		return listSchedules(ctx, kv, st, now)
+		return listSchedules(ctx, st, now)
 	}
 	sch, _, t, e := st.Get(ctx, req.Name)
 	if e != nil {
@@ -206,15 +204,11 @@ func (s *Service) putSchedule(ctx context.Context, op string, req *api.ScheduleC
 	return &d, nil
 }
 
-// listSchedules lists every schedule of kv (st), sorted by name.
-func listSchedules(ctx context.Context, kv jetstream.KeyValue, st *schedstore.Store, now time.Time) (*api.ScheduleList, *api.IngressError) {
-	lister, err := kv.ListKeys(ctx)
+// listSchedules lists every schedule of st, sorted by name.
+func listSchedules(ctx context.Context, st *schedstore.Store, now time.Time) (*api.ScheduleList, *api.IngressError) {
+	names, err := st.Names(ctx)
 	if err != nil {
 		return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("listing schedules: %v; retry", err)}
-	}
-	var names []string
-	for k := range lister.Keys() {
-		names = append(names, k)
 	}
 	slices.Sort(names)
 	out := &api.ScheduleList{Schedules: []api.ScheduleDescription{}}

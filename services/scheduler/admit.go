@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -183,9 +184,40 @@ func (g *admitGroup) remove(key, runID string) bool {
 	return true
 }
 
+// admissionController is the admission controller described above. It runs while its replica
+// holds the admission lease (admissionLease), a lease of its own so that admission and the
+// timers may lead in different replicas.
+//
+// Reads: FLOW_QUEUE (limits.Queue), whose one writer is the history service; FLOW_RUNS, the
+// runs index, for the ends of the runs holding slots; the runs' histories. Writes: FLOW_LIMITS's
+// groups (limits.Store), of which it is the one writer, each write a compare-and-set; run.admitted
+// and flow-control cancellations, through the engine.
+type admissionController struct {
+	logger *slog.Logger
+	faults *fault.Injector
+	// batch and reconcileInterval are Config's AdmitBatch and ReconcileInterval.
+	batch             int
+	reconcileInterval time.Duration
+
+	// Set by wire, before Run.
+	queue  *limits.Queue
+	limits *limits.Store
+	runs   jetstream.KeyValue
+	engine *engine.Engine
+
+	// admitted and cancelledByControl count its admissions and the runs its policies cancelled.
+	admitted           atomic.Int64
+	cancelledByControl atomic.Int64
+}
+
+// wire hands the controller its repositories, the runs index and the engine, before Run.
+func (c *admissionController) wire(queue *limits.Queue, st *limits.Store, runs jetstream.KeyValue, e *engine.Engine) {
+	c.queue, c.limits, c.runs, c.engine = queue, st, runs, e
+}
+
 // admitter is the state of the admission controller while it leads.
 type admitter struct {
-	s      *Scheduler
+	c      *admissionController
 	limits *limits.Store
 	groups map[string]*admitGroup
 	// byRun finds a queued run's group and key.
@@ -202,14 +234,14 @@ type admitter struct {
 	runs jetstream.KeyValue
 }
 
-// serveAdmission watches the admission queue and the limits, and admits runs, until ctx ends
-// (it returns nil) or a watch fails (it returns why).
-func (s *Scheduler) serveAdmission(ctx context.Context) error {
-	a := &admitter{s: s, limits: s.limits, groups: map[string]*admitGroup{}, byRun: map[string]*queued{}, byKey: map[string]string{},
-		holding: map[string]string{}, awaiting: map[string]string{}, runs: s.runs}
+// Run watches the admission queue and the limits, and admits runs, until ctx ends (it returns
+// nil) or a watch fails (it returns why).
+func (c *admissionController) Run(ctx context.Context) error {
+	a := &admitter{c: c, limits: c.limits, groups: map[string]*admitGroup{}, byRun: map[string]*queued{}, byKey: map[string]string{},
+		holding: map[string]string{}, awaiting: map[string]string{}, runs: c.runs}
 	// The holders' ends: every update of the runs index from now on; what ended before is found
 	// by the rounds' repair of the slots this leader has not verified.
-	rw, err := s.runs.WatchAll(ctx, jetstream.UpdatesOnly())
+	rw, err := c.runs.WatchAll(ctx, jetstream.UpdatesOnly())
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -223,7 +255,7 @@ func (s *Scheduler) serveAdmission(ctx context.Context) error {
 		}
 		return err
 	}
-	qw, err := s.queue.WatchAll(ctx)
+	qw, err := c.queue.Watch(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -231,7 +263,7 @@ func (s *Scheduler) serveAdmission(ctx context.Context) error {
 		return fmt.Errorf("cannot watch the admission queue: %w", err)
 	}
 	defer func() { _ = qw.Stop() }()
-	lw, err := s.limits.KV().Watch(ctx, "g.>", jetstream.UpdatesOnly())
+	lw, err := c.limits.WatchGroups(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -242,7 +274,7 @@ func (s *Scheduler) serveAdmission(ctx context.Context) error {
 	loaded := false
 	wake := time.NewTimer(time.Hour)
 	defer wake.Stop()
-	reconcile := time.NewTicker(s.cfg.ReconcileInterval)
+	reconcile := time.NewTicker(c.reconcileInterval)
 	defer reconcile.Stop()
 	for {
 		next := time.Hour
@@ -259,7 +291,7 @@ func (s *Scheduler) serveAdmission(ctx context.Context) error {
 							return nil
 						}
 						if !errors.Is(err, errRound) {
-							s.logger.Warn("an admission round failed; retrying", slog.String("group", g.name), slog.String("error", err.Error()))
+							c.logger.Warn("an admission round failed; retrying", slog.String("group", g.name), slog.String("error", err.Error()))
 							g.due = time.Now().Add(200 * time.Millisecond)
 						} else {
 							g.dirty = true
@@ -368,14 +400,11 @@ func (a *admitter) onRuns(e jetstream.KeyValueEntry, ok bool) error {
 // round checks their slots against history: a new leader releases the slots of runs that ended
 // while no controller led.
 func (a *admitter) loadGroups(ctx context.Context) error {
-	keys, err := a.limits.KV().ListKeysFiltered(ctx, "g.>")
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil
-	}
+	keys, err := a.limits.GroupKeys(ctx)
 	if err != nil {
 		return fmt.Errorf("listing the flow-control groups: %w", err)
 	}
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		st, _, err := a.limits.LoadKey(ctx, k)
 		if err != nil {
 			return err
@@ -459,9 +488,9 @@ func (a *admitter) applyQueue(e jetstream.KeyValueEntry) {
 		}
 		return
 	}
-	var w limits.Waiting
-	if err := json.Unmarshal(e.Value(), &w); err != nil || w.RunID == "" || w.Control == nil || w.Control.Validate() != nil {
-		a.s.logger.Error("ignoring a malformed admission queue entry", slog.String("key", e.Key()))
+	w, err := limits.DecodeWaiting(e.Value())
+	if err != nil {
+		a.c.logger.Error("ignoring a malformed admission queue entry", slog.String("key", e.Key()))
 		return
 	}
 	if _, ok := a.byRun[w.RunID]; ok {
@@ -553,7 +582,7 @@ func (a *admitter) round(ctx context.Context, g *admitGroup) error {
 		due = handoverDue
 	}
 	g.due = due
-	a.s.logger.Debug("admission round", slog.String("group", g.name), slog.Int("waiting", g.waiting()), slog.Int("holders", len(st.Holders)),
+	a.c.logger.Debug("admission round", slog.String("group", g.name), slog.Int("waiting", g.waiting()), slog.Int("holders", len(st.Holders)),
 		slog.Int("admitting", len(picks)), slog.Int("releasing", released), slog.Int("cancelling", len(cancels)), slog.Time("due", due))
 	a.hold(g, st)
 	if len(picks) > 0 || released > 0 {
@@ -573,7 +602,7 @@ func (a *admitter) round(ctx context.Context, g *admitGroup) error {
 	if len(picks) == 0 {
 		return nil
 	}
-	if err := a.s.cfg.Faults.Hit(fault.AdmitAfterReserve); err != nil {
+	if err := a.c.faults.Hit(fault.AdmitAfterReserve); err != nil {
 		g.dirty = true // the next round finds the reservations unverified and completes them
 		return nil
 	}
@@ -598,7 +627,7 @@ func (a *admitter) hold(g *admitGroup, st *limits.State) {
 // repaired counts and logs a repair of a slot of run runID in group g.
 func (a *admitter) repaired(ctx context.Context, g *admitGroup, runID, what string) {
 	metrics.Repair(ctx, metrics.StateSlots, 1)
-	a.s.logger.Warn("flow-control slot repaired", slog.String("state", metrics.StateSlots), slog.String("group", g.name),
+	a.c.logger.Warn("flow-control slot repaired", slog.String("state", metrics.StateSlots), slog.String("group", g.name),
 		slog.String("run_id", runID), slog.String("repair", what))
 }
 
@@ -613,7 +642,7 @@ type cancellation struct {
 // choose picks the runs of g to admit now, taking their slots and tokens in st, and the runs to
 // cancel; due is when a rate token keeping a run waiting comes back.
 func (a *admitter) choose(g *admitGroup, st *limits.State, now time.Time) (picks []pick, cancels []cancellation, due time.Time) {
-	batch := a.s.cfg.AdmitBatch
+	batch := a.c.batch
 	// taken counts, per key, the waiting runs this round passed: the key's next candidate.
 	taken := map[string]int{}
 	// evict holds the holders this round cancels (cancel_oldest).
@@ -685,7 +714,7 @@ func (a *admitter) choose(g *admitGroup, st *limits.State, now time.Time) (picks
 			break
 		}
 		if err := st.Take(best.w.RunID, best.w.Control, bestAt); err != nil {
-			a.s.logger.Error("taking a flow-control slot failed", slog.String("run_id", best.w.RunID), slog.String("error", err.Error()))
+			a.c.logger.Error("taking a flow-control slot failed", slog.String("run_id", best.w.RunID), slog.String("error", err.Error()))
 			break
 		}
 		picks = append(picks, pick{q: best, at: bestAt})
@@ -756,7 +785,7 @@ func (a *admitter) admit(ctx context.Context, g *admitGroup, picks []pick) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			out[i] = outcome{p: p, err: a.s.engine.Admit(ctx, p.q.w.RunID, p.at)}
+			out[i] = outcome{p: p, err: a.c.engine.Admit(ctx, p.q.w.RunID, p.at)}
 		})
 	}
 	wg.Wait()
@@ -766,11 +795,11 @@ func (a *admitter) admit(ctx context.Context, g *admitGroup, picks []pick) {
 		switch {
 		case o.err == nil:
 			g.verified[run] = true
-			a.s.admitted.Add(1)
+			a.c.admitted.Add(1)
 		case errors.As(o.err, &late):
 			// Admitted again later, at a time no earlier than the run's latest event.
 			if err := a.limits.Update(ctx, g.name, func(st *limits.State) bool { return st.Unreserve(run) }); err != nil {
-				a.s.logger.Warn("giving back a reservation failed; the next round repairs it", slog.String("run_id", run), slog.String("error", err.Error()))
+				a.c.logger.Warn("giving back a reservation failed; the next round repairs it", slog.String("run_id", run), slog.String("error", err.Error()))
 				continue
 			}
 			q := &queued{w: o.p.q.w, notBefore: late.Latest}
@@ -783,11 +812,11 @@ func (a *admitter) admit(ctx context.Context, g *admitGroup, picks []pick) {
 			// Ended or being cancelled before any admission: no run.admitted holds its token, so
 			// the slot and the token go back.
 			if err := a.limits.Update(ctx, g.name, func(st *limits.State) bool { return st.Unreserve(run) }); err != nil {
-				a.s.logger.Warn("giving back a reservation failed; the next round repairs it", slog.String("run_id", run), slog.String("error", err.Error()))
+				a.c.logger.Warn("giving back a reservation failed; the next round repairs it", slog.String("run_id", run), slog.String("error", err.Error()))
 			}
 		default:
 			if ctx.Err() == nil {
-				a.s.logger.Warn("appending run.admitted failed; the next round completes it", slog.String("run_id", run), slog.String("error", o.err.Error()))
+				a.c.logger.Warn("appending run.admitted failed; the next round completes it", slog.String("run_id", run), slog.String("error", o.err.Error()))
 			}
 		}
 	}
@@ -796,7 +825,7 @@ func (a *admitter) admit(ctx context.Context, g *admitGroup, picks []pick) {
 // repair settles a slot held by run runID that this leader does not know to be admitted: it
 // reports whether it changed the group's state.
 func (a *admitter) repair(ctx context.Context, g *admitGroup, runID string, h limits.Holder) (bool, error) {
-	s, err := a.s.engine.Snapshot(ctx, runID)
+	s, err := a.c.engine.Snapshot(ctx, runID)
 	if errors.Is(err, core.ErrNotFound) || errors.Is(err, store.ErrDeleted) {
 		// A slot of a run that does not exist (or no longer): nothing will ever release it.
 		a.repaired(ctx, g, runID, "the run does not exist; its slot was given back")
@@ -807,7 +836,7 @@ func (a *admitter) repair(ctx context.Context, g *admitGroup, runID string, h li
 		// ends, as the key's holder; released now, another run of the key would be admitted
 		// beside it. Its slot goes when the runs index shows it ended (flow terminate).
 		if !g.damaged[runID] {
-			a.s.logger.Error("a flow-control slot is held by a run whose history is damaged; it stays held until the run is released (flow resume --accept-damage) or terminated",
+			a.c.logger.Error("a flow-control slot is held by a run whose history is damaged; it stays held until the run is released (flow resume --accept-damage) or terminated",
 				slog.String("run_id", runID), slog.String("group", g.name), slog.String("error", err.Error()))
 		}
 		g.verified[runID], g.damaged[runID] = true, true
@@ -826,7 +855,7 @@ func (a *admitter) repair(ctx context.Context, g *admitGroup, runID string, h li
 		g.verified[runID] = true
 		return false, nil
 	}
-	err = a.s.engine.Admit(ctx, runID, h.At)
+	err = a.c.engine.Admit(ctx, runID, h.At)
 	var late *engine.LateAdmissionError
 	switch {
 	case errors.Is(err, core.ErrAdmitted):
@@ -834,7 +863,7 @@ func (a *admitter) repair(ctx context.Context, g *admitGroup, runID string, h li
 		return false, nil
 	case err == nil:
 		g.verified[runID] = true
-		a.s.admitted.Add(1)
+		a.c.admitted.Add(1)
 		a.repaired(ctx, g, runID, "a reservation whose run.admitted was never appended was completed")
 		if q, ok := a.byRun[runID]; ok {
 			a.forget(g, q)
@@ -854,7 +883,7 @@ func (a *admitter) repair(ctx context.Context, g *admitGroup, runID string, h li
 
 // cancel carries out a cancellation a full limit's policy asks for.
 func (a *admitter) cancel(ctx context.Context, g *admitGroup, c cancellation) {
-	err := a.s.engine.CancelByControl(ctx, c.runID, c.reason)
+	err := a.c.engine.CancelByControl(ctx, c.runID, c.reason)
 	switch {
 	case err == nil, errors.Is(err, core.ErrTerminal):
 		if c.queued != nil {
@@ -862,11 +891,26 @@ func (a *admitter) cancel(ctx context.Context, g *admitGroup, c cancellation) {
 		} else {
 			g.evicting[c.runID] = true // until its slot is released
 		}
-		a.s.cancelledByControl.Add(1)
+		a.c.cancelledByControl.Add(1)
 	default:
 		if ctx.Err() == nil {
-			a.s.logger.Warn("cancelling a run by flow control failed; retrying", slog.String("run_id", c.runID), slog.String("error", err.Error()))
+			a.c.logger.Warn("cancelling a run by flow control failed; retrying", slog.String("run_id", c.runID), slog.String("error", err.Error()))
 		}
 		g.due = time.Now().Add(200 * time.Millisecond)
 	}
 }
+
+// admissionLease is the admission controller's key in FLOW_LEASES. It is a lease of its own, not
+// the timers' one, so that the two may lead in different replicas. A leader that overlaps a new
+// one for a moment cannot admit past the limits, since every admission is a compare-and-set of
+// the group's state.
+const admissionLease = "admission"
+
+// Admitting reports whether this replica holds the admission lease and admits runs.
+func (s *Scheduler) Admitting() bool { return s.admissionLease.Leading() }
+
+// Admitted returns the number of runs this replica admitted.
+func (s *Scheduler) Admitted() int64 { return s.admission.Admitted() }
+
+// Admitted returns the number of runs the controller admitted.
+func (c *admissionController) Admitted() int64 { return c.admitted.Load() }

@@ -27,7 +27,7 @@ func TestResetRunWaitsForItsOldRunsSlot(t *testing.T) {
 		{holder: "r2", queued: "r1=_reset-0a1b2c3d4e5f6a7b", cancelled: true},
 		{holder: "r1", queued: "r3", cancelled: true},
 	} {
-		a := &admitter{s: &Scheduler{cfg: Config{AdmitBatch: 10}}, groups: map[string]*admitGroup{}, byRun: map[string]*queued{},
+		a := &admitter{c: &admissionController{batch: 10}, groups: map[string]*admitGroup{}, byRun: map[string]*queued{},
 			byKey: map[string]string{}, holding: map[string]string{}, awaiting: map[string]string{}}
 		g := a.group("g")
 		q := &queued{w: limits.Waiting{RunID: c.queued, Control: control, StartedAt: now.Add(-time.Second)}}

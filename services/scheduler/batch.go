@@ -6,13 +6,15 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/batch"
+	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
-	"github.com/flowrun/flow/internal/wait"
 )
 
 // batchLease is the batch executor's key in FLOW_LEASES: a lease of its own, as admission's, so
@@ -23,94 +25,52 @@ const batchLease = "batch"
 // (more than BatchConcurrency at once, or a run that failed and is tried again).
 const batchRescan = 2 * time.Second
 
-// runBatches competes for the batch lease and executes batch jobs while it holds it, until ctx
-// ends, or until an injected fault "kills" the executor (then it stops competing, without
-// releasing its lease: a standby takes over once the lease expires, as after a crash).
-func (s *Scheduler) runBatches(ctx context.Context) {
-	defer close(s.batchDone)
-	for ctx.Err() == nil {
-		renew := s.renewInterval(ctx)
-		rev, err := s.acquireLease(ctx, batchLease)
-		if err != nil {
-			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
-				s.logger.Warn("cannot reach the lease bucket", slog.String("error", err.Error()))
-			}
-			wait.For(ctx, renew)
-			continue
-		}
-		crashed, servingEnded := s.leadBatches(ctx, rev, renew)
-		if crashed {
-			return
-		}
-		if servingEnded {
-			wait.For(ctx, restartBackoff)
-		}
-	}
+// batchExecutor is the batch executor (docs/batch.md). It runs while its replica holds the batch
+// lease (batchLease), and serves the door of the creations and stops of jobs the ingress
+// forwards meanwhile (batch_door.go).
+//
+// Reads and writes: FLOW_BATCHES (batch.Store), of which it is the one writer: each job's
+// targets and progress, each write a compare-and-set. Reads the runs index and the runs'
+// histories to select a job's targets; writes the operations' events (cancel, terminate, reset,
+// signal, ...) to the targets' histories, through the engine.
+type batchExecutor struct {
+	logger *slog.Logger
+	faults *fault.Injector
+	// name is the replica's; concurrency, window and opConcurrency are Config's
+	// BatchConcurrency, BatchWindow and BatchOpConcurrency.
+	name                               string
+	concurrency, window, opConcurrency int
+
+	// Set by wire, before Run.
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	batches *batch.Store
+	engine  *engine.Engine
+
+	// door is set while the executor serves its door.
+	door atomic.Bool
 }
 
-// leadBatches executes jobs while renewing the batch lease.
-func (s *Scheduler) leadBatches(ctx context.Context, rev uint64, renew time.Duration) (crashed, servingEnded bool) {
-	s.logger.Info("batch executor leads")
-	s.batching.Store(true)
-	defer s.batching.Store(false)
-	leadCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- s.serveBatches(leadCtx) }()
-	t := time.NewTicker(renew)
-	defer t.Stop()
-	release := func() {
-		rctx, stop := context.WithTimeout(context.Background(), time.Second)
-		defer stop()
-		_ = s.leases.Delete(rctx, batchLease, jetstream.LastRevision(rev))
-	}
-	for {
-		select {
-		case <-t.C:
-			r, err := s.leases.Update(leadCtx, batchLease, []byte(s.cfg.Name), rev)
-			if err != nil {
-				s.logger.Warn("lost the batch lease", slog.String("error", err.Error()))
-				cancel()
-				<-served
-				return false, false
-			}
-			rev = r
-		case err := <-served:
-			if errors.Is(err, fault.ErrInjected) {
-				s.logger.Warn("injected fault: the batch executor dies", slog.String("error", err.Error()))
-				return true, false
-			}
-			release()
-			if ctx.Err() != nil {
-				return false, false
-			}
-			s.logger.Warn("stopped executing batch jobs; released the batch lease to compete again",
-				slog.String("error", err.Error()), slog.Duration("backoff", restartBackoff))
-			return false, true
-		case <-ctx.Done():
-			cancel()
-			<-served
-			release()
-			return false, false
-		}
-	}
+// wire hands the executor its connection, repository and engine, before Run.
+func (x *batchExecutor) wire(nc *nats.Conn, js jetstream.JetStream, batches *batch.Store, e *engine.Engine) {
+	x.nc, x.js, x.batches, x.engine = nc, js, batches, e
 }
 
-// serveBatches watches FLOW_BATCHES and runs every job that has not ended, up to
-// BatchConcurrency at once, each in its own goroutine, and serves the door of the creations and
+// Run watches FLOW_BATCHES and runs every job that has not ended, up to BatchConcurrency at
+// once, each in its own goroutine, and serves the door of the creations and
 // stops the ingress forwards (batch_door.go). It returns when ctx ends, the watch fails, or a
 // job's run hits an injected fault (the executor's death).
-func (s *Scheduler) serveBatches(ctx context.Context) error {
-	x := &batch.Executor{Store: s.batches, JS: s.js, Engine: batch.Adapt(s.engine), Name: s.cfg.Name, Window: s.cfg.BatchWindow,
-		Concurrency: s.cfg.BatchOpConcurrency, Faults: s.cfg.Faults, Logger: s.logger}
-	closeDoor, err := s.serveBatchDoor()
+func (x *batchExecutor) Run(ctx context.Context) error {
+	ex := &batch.Executor{Store: x.batches, JS: x.js, Engine: batch.Adapt(x.engine), Name: x.name, Window: x.window,
+		Concurrency: x.opConcurrency, Faults: x.faults, Logger: x.logger}
+	closeDoor, err := x.serveDoor()
 	if err != nil {
 		return err
 	}
 	defer closeDoor()
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	w, err := s.batches.Watch(ctx)
+	w, err := x.batches.Watch(ctx)
 	if err != nil {
 		return err
 	}
@@ -128,12 +88,12 @@ func (s *Scheduler) serveBatches(ctx context.Context) error {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		if running[j.ID] || len(running) >= s.cfg.BatchConcurrency {
+		if running[j.ID] || len(running) >= x.concurrency {
 			return
 		}
 		running[j.ID] = true
 		wg.Go(func() {
-			err := x.Run(ctx, j.ID)
+			err := ex.Run(ctx, j.ID)
 			mu.Lock()
 			delete(running, j.ID)
 			mu.Unlock()
@@ -144,7 +104,7 @@ func (s *Scheduler) serveBatches(ctx context.Context) error {
 				default:
 				}
 			case err != nil && ctx.Err() == nil && !errors.Is(err, batch.ErrLost):
-				s.logger.Warn("batch job interrupted; trying again", slog.String("job", j.ID), slog.String("error", err.Error()))
+				x.logger.Warn("batch job interrupted; trying again", slog.String("job", j.ID), slog.String("error", err.Error()))
 			}
 		})
 	}
@@ -169,12 +129,12 @@ func (s *Scheduler) serveBatches(ctx context.Context) error {
 				start(j)
 			}
 		case <-rescan.C:
-			jobs, err := s.batches.List(ctx)
+			jobs, err := x.batches.List(ctx)
 			if err != nil {
 				if ctx.Err() != nil {
 					return ctx.Err()
 				}
-				s.logger.Warn("cannot list the batch jobs", slog.String("error", err.Error()))
+				x.logger.Warn("cannot list the batch jobs", slog.String("error", err.Error()))
 				continue
 			}
 			for i := len(jobs) - 1; i >= 0; i-- { // oldest first
@@ -185,4 +145,4 @@ func (s *Scheduler) serveBatches(ctx context.Context) error {
 }
 
 // Batching reports whether this replica holds the batch lease and executes batch jobs.
-func (s *Scheduler) Batching() bool { return s.batching.Load() }
+func (s *Scheduler) Batching() bool { return s.batchLease.Leading() }

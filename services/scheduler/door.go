@@ -7,6 +7,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowrun/flow/internal/api"
@@ -31,8 +32,8 @@ type doorOp func(ctx context.Context, data []byte) (any, *api.IngressError)
 // its requests one at a time, in order, each within doorTimeout whatever becomes of the lease
 // meanwhile (every write is a compare-and-set: an answer from a replica that just lost its lease
 // is harmless).
-func (s *Scheduler) openDoor(name, description, group string, ops map[string]doorOp, open *atomic.Bool) (close func(), err error) {
-	svc, err := micro.AddService(s.nc, micro.Config{Name: name, Version: "1.0.0", Description: description})
+func openDoor(nc *nats.Conn, logger *slog.Logger, name, description, group string, ops map[string]doorOp, open *atomic.Bool) (close func(), err error) {
+	svc, err := micro.AddService(nc, micro.Config{Name: name, Version: "1.0.0", Description: description})
 	if err != nil {
 		return nil, fmt.Errorf("starting the %s service: %w", name, err)
 	}
@@ -49,7 +50,7 @@ func (s *Scheduler) openDoor(name, description, group string, ops map[string]doo
 				err = r.RespondJSON(resp)
 			}
 			if err != nil {
-				s.logger.Warn("answering the ingress failed", slog.String("subject", r.Subject()), slog.String("error", err.Error()))
+				logger.Warn("answering the ingress failed", slog.String("subject", r.Subject()), slog.String("error", err.Error()))
 			}
 		}))
 		if err != nil {
@@ -57,7 +58,7 @@ func (s *Scheduler) openDoor(name, description, group string, ops map[string]doo
 			return nil, fmt.Errorf("adding the %s.%s endpoint: %w", group, op, err)
 		}
 	}
-	if err := s.nc.FlushTimeout(10 * time.Second); err != nil {
+	if err := nc.FlushTimeout(10 * time.Second); err != nil {
 		_ = svc.Stop()
 		return nil, fmt.Errorf("subscribing the %s endpoints: %w", group, err)
 	}

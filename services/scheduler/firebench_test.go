@@ -27,11 +27,11 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fanout"
-	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/timerindex"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/services/scheduler"
 )
@@ -112,7 +112,7 @@ func benchTimerFire(b *testing.B, n int) {
 		if err != nil {
 			return err
 		}
-		_, err = kv.Put(ctx, jshost.TimerKey(t), v)
+		_, err = kv.Put(ctx, timerindex.Key(t), v)
 		return err
 	}); err != nil {
 		b.Fatal(err)

@@ -14,11 +14,11 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
-	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/timerindex"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -52,6 +52,7 @@ func BenchmarkFireCost(b *testing.B) {
 			if err := s.open(ctx); err != nil {
 				b.Fatal(err)
 			}
+			s.wire()
 			js, err := jetstream.New(nc)
 			if err != nil {
 				b.Fatal(err)
@@ -83,7 +84,7 @@ func BenchmarkFireCost(b *testing.B) {
 				}
 				t := core.Timer{RunID: id, Kind: core.TimerWait, ID: "nap", Due: due, Seq: 2}
 				v, _ := json.Marshal(t)
-				rev, err := kv.Put(ctx, jshost.TimerKey(t), v)
+				rev, err := kv.Put(ctx, timerindex.Key(t), v)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -91,13 +92,13 @@ func BenchmarkFireCost(b *testing.B) {
 			}
 			if preload {
 				for i := range jobs {
-					jobs[i].tail = s.preload(ctx, jobs[i].t, false)
+					jobs[i].tail = s.timers.preload(ctx, jobs[i].t, false)
 				}
 			}
 			cpu0 := processCPU(b)
 			b.ResetTimer()
 			for _, j := range jobs {
-				if err := s.fire(ctx, j.t, firing{rev: j.rev, tail: j.tail}); err != nil {
+				if err := s.timers.fire(ctx, j.t, firing{rev: j.rev, tail: j.tail}); err != nil {
 					b.Fatal(err)
 				}
 			}

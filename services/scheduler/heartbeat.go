@@ -3,19 +3,26 @@ package scheduler
 import (
 	"container/heap"
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/heartbeats"
 	"github.com/flowrun/flow/internal/wait"
 )
 
-// The heartbeat watcher (docs/timeouts.md) runs while this replica holds the scheduler's lease.
+// heartbeatWatcher times out step attempts (docs/timeouts.md). It runs while its replica holds
+// the scheduler's lease, beside the timer firer.
+//
+// Reads: FLOW_HEARTBEATS (internal/heartbeats), whose one writer is the workers, and the runs'
+// histories. Writes: the step.failed of each attempt whose heartbeat or start-to-close
+// deadline passed, through the engine, at the expected sequence.
+//
 // It watches FLOW_HEARTBEATS, where workers record each step attempt's start and heartbeats,
 // keeps every entry's next deadline in memory (the heartbeat timeout from the entry's latest
 // write, by the server's clock; the start-to-close timeout from the attempt's start), and when
@@ -29,6 +36,26 @@ import (
 // finds the attempt settled, and appends nothing). An entry checked is forgotten until its next
 // write; checked records which revisions were, so that a watch that starts again in this
 // process does not check them again. Entries leave the bucket with its TTL.
+type heartbeatWatcher struct {
+	logger *slog.Logger
+	// Set by wire, before Run.
+	beats  *heartbeats.Store
+	engine *engine.Engine
+	// watch opens the watch on FLOW_HEARTBEATS; nil means beats.Watch. Tests replace it.
+	watch func(context.Context) (jetstream.KeyWatcher, error)
+
+	// timedOut counts the attempts it timed out, beatChecks the passed deadlines it checked
+	// against history; checked is its record of the entries it checked, kept across its
+	// watches (and leaderships) in this process.
+	timedOut   atomic.Int64
+	beatChecks atomic.Int64
+	checked    checkedBeats
+}
+
+// wire hands the watcher its repository and engine, before Run.
+func (hw *heartbeatWatcher) wire(beats *heartbeats.Store, e *engine.Engine) {
+	hw.beats, hw.engine = beats, e
+}
 
 // beatConcurrency caps the timeouts being appended at once.
 const beatConcurrency = 16
@@ -115,24 +142,25 @@ type beatDone struct {
 	retry bool
 }
 
-// watchHeartbeats runs the watcher until ctx ends, starting it again after a failed watch.
-func (s *Scheduler) watchHeartbeats(ctx context.Context) {
+// Run runs the watcher until ctx ends, starting it again after a failed watch; it returns nil.
+func (hw *heartbeatWatcher) Run(ctx context.Context) error {
 	for ctx.Err() == nil {
-		err := s.watchHeartbeatsOnce(ctx)
+		err := hw.watchOnce(ctx)
 		if ctx.Err() != nil {
-			return
+			return nil
 		}
-		s.logger.Warn("the heartbeat watch ended; watching again", slog.String("error", err.Error()))
+		hw.logger.Warn("the heartbeat watch ended; watching again", slog.String("error", err.Error()))
 		wait.For(ctx, restartBackoff)
 	}
+	return nil
 }
 
 var errBeatWatchEnded = errors.New("the heartbeat watch ended")
 
-func (s *Scheduler) watchHeartbeatsOnce(ctx context.Context) error {
-	watch := s.watchBeats
+func (hw *heartbeatWatcher) watchOnce(ctx context.Context) error {
+	watch := hw.watch
 	if watch == nil {
-		watch = func(ctx context.Context) (jetstream.KeyWatcher, error) { return s.heartbeats.WatchAll(ctx) }
+		watch = hw.beats.Watch
 	}
 	kw, err := watch(ctx)
 	if err != nil {
@@ -170,15 +198,15 @@ func (s *Scheduler) watchHeartbeatsOnce(ctx context.Context) error {
 			}
 			remove(e.Key())
 			if e.Operation() != jetstream.KeyValuePut {
-				s.checked.forget(e.Key())
+				hw.checked.forget(e.Key())
 				continue
 			}
-			if s.checked.seen(e.Key(), e.Revision()) {
+			if hw.checked.seen(e.Key(), e.Revision()) {
 				continue // its deadline passed and was checked: nothing is left to watch
 			}
-			var entry engine.HeartbeatEntry
-			if err := json.Unmarshal(e.Value(), &entry); err != nil {
-				s.logger.Warn("a FLOW_HEARTBEATS entry does not decode; ignored", slog.String("key", e.Key()), slog.String("error", err.Error()))
+			entry, err := heartbeats.Decode(e.Value())
+			if err != nil {
+				hw.logger.Warn("a FLOW_HEARTBEATS entry does not decode; ignored", slog.String("key", e.Key()), slog.String("error", err.Error()))
 				continue
 			}
 			at, kind, ok := entry.Deadline(e.Created())
@@ -200,7 +228,7 @@ func (s *Scheduler) watchHeartbeatsOnce(ctx context.Context) error {
 				go func() {
 					sem <- struct{}{}
 					defer func() { <-sem }()
-					retry := s.timeoutAttempt(ctx, w) != nil
+					retry := hw.timeoutAttempt(ctx, w) != nil
 					select {
 					case done <- beatDone{w: w, retry: retry}:
 					case <-ctx.Done():
@@ -210,8 +238,8 @@ func (s *Scheduler) watchHeartbeatsOnce(ctx context.Context) error {
 		case d := <-done:
 			delete(firing, d.w.key)
 			if !d.retry {
-				s.checked.add(d.w.key, d.w.rev)
-				s.beatChecks.Add(1)
+				hw.checked.add(d.w.key, d.w.rev)
+				hw.beatChecks.Add(1)
 				continue
 			}
 			if _, newer := byKey[d.w.key]; !newer {
@@ -225,49 +253,38 @@ func (s *Scheduler) watchHeartbeatsOnce(ctx context.Context) error {
 
 // timeoutAttempt appends the timeout of w's attempt if it is still in flight. It returns an
 // error when that could not be told, and the check is to be tried again.
-func (s *Scheduler) timeoutAttempt(ctx context.Context, w *watched) error {
+func (hw *heartbeatWatcher) timeoutAttempt(ctx context.Context, w *watched) error {
 	e := w.entry
-	appended, err := s.engine.TimeoutStep(ctx, e.RunID, e.StepID, e.Attempt, w.kind)
+	appended, err := hw.engine.TimeoutStep(ctx, e.RunID, e.StepID, e.Attempt, w.kind)
 	if err != nil {
 		if ctx.Err() != nil {
 			return err
 		}
 		if !errors.Is(err, core.ErrInvalidInput) {
-			s.logger.Warn("appending a step timeout failed; trying again", slog.String("run_id", e.RunID),
+			hw.logger.Warn("appending a step timeout failed; trying again", slog.String("run_id", e.RunID),
 				slog.String("step_id", e.StepID), slog.Int("attempt", e.Attempt), slog.String("error", err.Error()))
 			return err
 		}
 		// The run recorded no such timeout for the step: the entry's is not the history's.
 	}
 	if appended {
-		s.timedOut.Add(1)
-		s.logger.Info("step attempt timed out", slog.String("run_id", e.RunID), slog.String("step_id", e.StepID),
+		hw.timedOut.Add(1)
+		hw.logger.Info("step attempt timed out", slog.String("run_id", e.RunID), slog.String("step_id", e.StepID),
 			slog.Int("attempt", e.Attempt), slog.String("timeout", w.kind))
 	}
 	return nil
 }
 
-// attemptStarted reports whether a worker recorded the start of timer t's attempt (a
-// schedule-to-start timer) in FLOW_HEARTBEATS: the timer is then moot.
-func (s *Scheduler) attemptStarted(ctx context.Context, t core.Timer) (bool, error) {
-	kve, err := s.heartbeats.Get(ctx, engine.HeartbeatKey(t.RunID, t.ID))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	var entry engine.HeartbeatEntry
-	if err := json.Unmarshal(kve.Value(), &entry); err != nil {
-		return false, nil // an entry that does not decode records no start
-	}
-	return entry.Attempt >= t.Attempt, nil
-}
-
 // TimedOut returns the number of step attempts this replica's heartbeat watcher timed out.
-func (s *Scheduler) TimedOut() int64 { return s.timedOut.Load() }
+func (s *Scheduler) TimedOut() int64 { return s.beats.TimedOut() }
+
+// TimedOut returns the number of step attempts the watcher timed out.
+func (hw *heartbeatWatcher) TimedOut() int64 { return hw.timedOut.Load() }
 
 // BeatChecks returns the number of entries' passed deadlines this replica's heartbeat watcher
 // checked against history (the attempt timed out, or found no longer in flight), each counted
 // once recorded as checked.
-func (s *Scheduler) BeatChecks() int64 { return s.beatChecks.Load() }
+func (s *Scheduler) BeatChecks() int64 { return s.beats.Checks() }
+
+// Checks returns the number of passed deadlines the watcher checked against history.
+func (hw *heartbeatWatcher) Checks() int64 { return hw.beatChecks.Load() }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/heartbeats"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
@@ -81,7 +82,7 @@ func (f *beatFixture) started(t *testing.T, runID string, hb time.Duration) uint
 	b, err := json.Marshal(&engine.HeartbeatEntry{RunID: runID, StepID: "s", Attempt: 1, Started: now,
 		Heartbeat: event.Duration(hb), Worker: "test"})
 	require.NoError(t, err)
-	rev, err := f.beats.Create(ctx, engine.HeartbeatKey(runID, "s"), b)
+	rev, err := f.beats.Create(ctx, heartbeats.Key(runID, "s"), b)
 	require.NoError(t, err)
 	return rev
 }
@@ -105,7 +106,7 @@ func (f *beatFixture) timeouts(t *testing.T, runID string) int {
 // revision returns the revision of run runID's entry.
 func (f *beatFixture) revision(t *testing.T, runID string) uint64 {
 	t.Helper()
-	e, err := f.beats.Get(t.Context(), engine.HeartbeatKey(runID, "s"))
+	e, err := f.beats.Get(t.Context(), heartbeats.Key(runID, "s"))
 	require.NoError(t, err)
 	return e.Revision()
 }
@@ -116,7 +117,7 @@ func startBeatScheduler(t *testing.T, srv *natsserver.Server, name string, watch
 		Streams: streams.Config{LeaseTTL: time.Second}})
 	require.NoError(t, err)
 	if watches != nil {
-		s.watchBeats = watches.watch
+		s.beats.watch = watches.watch
 	}
 	require.NoError(t, s.Start(t.Context()))
 	t.Cleanup(func() { _ = s.Stop() })

@@ -20,14 +20,14 @@ func TestTimerFiresOnItsCommitBeforeItsEntry(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	f := newTimerFixture(t, srv)
 	s := startScheduler(t, srv, "only", nil)
-	require.Eventually(t, s.following.Load, 10*time.Second, time.Millisecond)
+	require.Eventually(t, s.timers.following.Load, 10*time.Second, time.Millisecond)
 	tm := f.sleeping(t, "r", "w", time.Now().Add(100*time.Millisecond))
 
 	require.Eventually(t, func() bool { return f.fired(t, "r", "w") }, 10*time.Second, 10*time.Millisecond,
 		"the timer fires with no entry")
-	require.Positive(t, s.hints.Load(), "learnt of from its commit")
+	require.Positive(t, s.timers.hints.Load(), "learnt of from its commit")
 	f.register(t, tm)
-	require.Eventually(t, func() bool { return s.pendingTimers.Load() == 0 && s.seenEntries.Load() > 0 }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return s.timers.pendingTimers.Load() == 0 && s.timers.seenEntries.Load() > 0 }, 10*time.Second, 10*time.Millisecond,
 		"the entry written after the firing is forgotten")
 	require.Equal(t, 1, countFired(f.history(t, "r")), "fired once")
 	require.EqualValues(t, 1, s.Fired())
@@ -40,7 +40,7 @@ func TestTimerOfARefusedCommitNeverFires(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	f := newTimerFixture(t, srv)
 	s := startScheduler(t, srv, "only", nil)
-	require.Eventually(t, s.following.Load, 10*time.Second, time.Millisecond)
+	require.Eventually(t, s.timers.following.Load, 10*time.Second, time.Millisecond)
 	ctx := t.Context()
 	now := time.Now().UTC()
 	_, err := f.st.Append(ctx, "r", 0, event.Event{Time: now, Payload: &event.RunStarted{
@@ -59,7 +59,7 @@ func TestTimerOfARefusedCommitNeverFires(t *testing.T) {
 
 	require.Eventually(t, func() bool { return f.fired(t, "r", "stands") }, 10*time.Second, 10*time.Millisecond,
 		"the timer of the commit that stands fires")
-	require.Eventually(t, func() bool { return s.unconfirmed.Load() > 0 }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return s.timers.unconfirmed.Load() > 0 }, 10*time.Second, 10*time.Millisecond,
 		"the refused commit's timer is dropped")
 	require.False(t, f.fired(t, "r", "refused"))
 	require.Equal(t, 1, countFired(f.history(t, "r")))
@@ -72,14 +72,14 @@ func TestEntryOfATimerFiredOnItsCommitByAnEarlierLeader(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	f := newTimerFixture(t, srv)
 	first := startScheduler(t, srv, "first", nil)
-	require.Eventually(t, first.following.Load, 10*time.Second, time.Millisecond)
+	require.Eventually(t, first.timers.following.Load, 10*time.Second, time.Millisecond)
 	tm := f.sleeping(t, "r", "w", time.Now().Add(100*time.Millisecond))
 	require.Eventually(t, func() bool { return f.fired(t, "r", "w") }, 10*time.Second, 10*time.Millisecond)
 	require.NoError(t, first.Stop())
 
 	f.register(t, tm)
 	second := startScheduler(t, srv, "second", nil)
-	require.Eventually(t, func() bool { return second.Fired() > 0 && second.pendingTimers.Load() == 0 }, 10*time.Second, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return second.Fired() > 0 && second.timers.pendingTimers.Load() == 0 }, 10*time.Second, 10*time.Millisecond,
 		"the next leader finds the timer moot")
 	require.Equal(t, 1, countFired(f.history(t, "r")), "fired once")
 }
@@ -97,7 +97,7 @@ func TestIgnoreCommits(t *testing.T) {
 	f.waitingRun(t, "r", "w", time.Now())
 	require.Eventually(t, func() bool { return f.entryGone(t, "r", "w") }, 10*time.Second, 10*time.Millisecond)
 	require.Equal(t, 1, countFired(f.history(t, "r")))
-	require.Zero(t, s.hints.Load())
+	require.Zero(t, s.timers.hints.Load())
 }
 
 // A fault at each point of a firing on a timer's commit loses nothing: a firing that failed is
@@ -116,7 +116,7 @@ func TestFiringOnACommitFaults(t *testing.T) {
 			require.NoError(t, err)
 			require.NoError(t, s.Start(t.Context()))
 			t.Cleanup(func() { _ = s.Stop() })
-			require.Eventually(t, s.following.Load, 10*time.Second, time.Millisecond)
+			require.Eventually(t, s.timers.following.Load, 10*time.Second, time.Millisecond)
 			tm := f.sleeping(t, "r", "w", time.Now().Add(50*time.Millisecond))
 			require.Eventually(t, func() bool { return faults.Hits(p) > 0 }, 10*time.Second, time.Millisecond,
 				"the firing on the commit reaches %s", p)

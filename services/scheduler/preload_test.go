@@ -15,6 +15,7 @@ import (
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/timerindex"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -53,7 +54,7 @@ func (f *timerFixture) history(t *testing.T, runID string) []event.Envelope {
 
 // entryGone reports whether the timer entry of wait waitID of run runID is deleted.
 func (f *timerFixture) entryGone(t *testing.T, runID, waitID string) bool {
-	_, err := f.timers.Get(t.Context(), jshost.TimerKey(core.Timer{RunID: runID, Kind: core.TimerWait, ID: waitID}))
+	_, err := f.timers.Get(t.Context(), timerindex.Key(core.Timer{RunID: runID, Kind: core.TimerWait, ID: waitID}))
 	return errors.Is(err, jetstream.ErrKeyNotFound)
 }
 

@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync/atomic"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/core"
@@ -16,6 +18,8 @@ import (
 	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/schedule"
+	"github.com/flowrun/flow/internal/schedule/schedstore"
+	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -49,15 +53,42 @@ const schedulesLease = "schedules"
 // SchedulePollDefault is how often a schedule whose runs are active looks at them.
 const SchedulePollDefault = time.Second
 
-// scheduleRunner fires schedules while its replica holds the schedules lease.
+// scheduleRunner is the schedule runner described above. It runs while its replica holds the
+// schedules lease (schedulesLease), and serves the door of the changes of schedules the ingress
+// forwards meanwhile (schedule_door.go).
+//
+// Reads and writes: FLOW_SCHEDULES (schedstore), of which it is the one writer, each write a
+// compare-and-set. Reads the runs' histories and the runs index (FLOW_RUNS) for the chains of
+// the runs it started, and the workers' definitions (liveness); writes the runs it starts,
+// cancels or terminates, through the engine.
 type scheduleRunner struct {
-	s  *Scheduler
-	kv jetstream.KeyValue
-	// runs is the runs index, read for the tombstones of deleted runs (schedule_chain.go).
-	runs jetstream.KeyValue
-	defs *liveness.View
+	logger *slog.Logger
+	faults *fault.Injector
+	// poll is Config.SchedulePoll.
 	poll time.Duration
-	done chan struct{}
+
+	// Set by wire, before Run.
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	schedules *schedstore.Store
+	// runs is the runs index, read for the tombstones of deleted runs (schedule_chain.go).
+	runs   jetstream.KeyValue
+	store  *jsstore.Store
+	engine *engine.Engine
+	// defs is the view of the workers and definitions while it leads.
+	defs *liveness.View
+
+	// actions counts the effects its rounds stored; door is set while it serves its door.
+	actions atomic.Int64
+	door    atomic.Bool
+}
+
+func newScheduleRunner(cfg Config, logger *slog.Logger) *scheduleRunner {
+	r := &scheduleRunner{logger: logger, faults: cfg.Faults, poll: cfg.SchedulePoll}
+	if r.poll <= 0 {
+		r.poll = SchedulePollDefault
+	}
+	return r
 }
 
 // trackedSchedule is what the runner keeps of one schedule.
@@ -71,62 +102,26 @@ type trackedSchedule struct {
 	lookedAt time.Time
 }
 
-// startSchedules starts the schedule runner (nil when disabled); its done channel closes once it
-// stopped.
-func (s *Scheduler) startSchedules(ctx context.Context) *scheduleRunner {
-	r := &scheduleRunner{s: s, poll: s.cfg.SchedulePoll, done: make(chan struct{})}
-	if r.poll <= 0 {
-		r.poll = SchedulePollDefault
-	}
-	if s.cfg.NoSchedules {
-		close(r.done)
-		return r
-	}
-	go r.run(ctx)
-	return r
-}
-
-// wait returns once the runner stopped.
-func (r *scheduleRunner) wait() {
-	if r != nil {
-		<-r.done
-	}
+// wire hands the runner its connection, repository, the runs index, the store and the engine,
+// before Run.
+func (r *scheduleRunner) wire(nc *nats.Conn, js jetstream.JetStream, schedules *schedstore.Store, runs jetstream.KeyValue,
+	st *jsstore.Store, e *engine.Engine) {
+	r.nc, r.js, r.schedules, r.runs, r.store, r.engine = nc, js, schedules, runs, st, e
 }
 
 // FiringSchedules reports whether this replica holds the schedules lease and fires schedules.
-func (s *Scheduler) FiringSchedules() bool { return s.firingSchedules.Load() }
+func (s *Scheduler) FiringSchedules() bool { return s.schedulesLease.Leading() }
 
-func (r *scheduleRunner) run(ctx context.Context) {
-	defer close(r.done)
-	r.s.runLeased(ctx, leased{key: schedulesLease, role: "schedule runner", doing: "firing schedules",
-		leading: &r.s.firingSchedules, serve: r.serve})
-}
-
-// serve watches FLOW_SCHEDULES and runs each schedule's rounds when due, and serves the door of
+// Run watches FLOW_SCHEDULES and runs each schedule's rounds when due, and serves the door of
 // the changes the ingress forwards (schedule_door.go), until ctx ends (nil) or the watch fails
 // (why).
-func (r *scheduleRunner) serve(ctx context.Context) error {
-	s := r.s
-	js, err := jetstream.New(s.nc)
-	if err != nil {
-		return err
-	}
-	if r.kv == nil {
-		if r.kv, err = js.KeyValue(ctx, streams.SchedulesBucket); err != nil {
-			return fmt.Errorf("cannot open %s: %w", streams.SchedulesBucket, err)
-		}
-	}
-	if r.runs == nil {
-		if r.runs, err = js.KeyValue(ctx, streams.RunsBucket); err != nil {
-			return fmt.Errorf("cannot open %s: %w", streams.RunsBucket, err)
-		}
-	}
-	closeDoor, err := r.serveScheduleDoor()
+func (r *scheduleRunner) Run(ctx context.Context) error {
+	closeDoor, err := r.serveDoor()
 	if err != nil {
 		return err
 	}
 	defer closeDoor()
-	defs, err := liveness.Watch(ctx, js, s.logger)
+	defs, err := liveness.Watch(ctx, r.js, r.logger)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -135,7 +130,7 @@ func (r *scheduleRunner) serve(ctx context.Context) error {
 	}
 	defer defs.Stop()
 	r.defs = defs
-	w, err := r.kv.WatchAll(ctx)
+	w, err := r.schedules.Watch(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -212,25 +207,13 @@ func (r *scheduleRunner) apply(e jetstream.KeyValueEntry, tracked map[string]*tr
 	if cur, ok := tracked[e.Key()]; ok && cur.rev >= e.Revision() {
 		return // our own write, applied already
 	}
-	ts, err := decodeSchedule(e.Value(), e.Revision())
+	sch, t, err := schedstore.Decode(e.Value())
 	if err != nil {
-		r.s.logger.Error("ignoring a malformed schedule entry", slog.String("schedule", e.Key()), slog.String("error", err.Error()))
+		r.logger.Error("ignoring a malformed schedule entry", slog.String("schedule", e.Key()), slog.String("error", err.Error()))
 		delete(tracked, e.Key())
 		return
 	}
-	tracked[e.Key()] = ts
-}
-
-func decodeSchedule(data []byte, rev uint64) (*trackedSchedule, error) {
-	var sch schedule.Schedule
-	if err := json.Unmarshal(data, &sch); err != nil {
-		return nil, err
-	}
-	t, err := sch.Validate()
-	if err != nil {
-		return nil, err
-	}
-	return &trackedSchedule{sch: &sch, t: t, rev: rev}, nil
+	tracked[e.Key()] = &trackedSchedule{sch: sch, t: t, rev: e.Revision()}
 }
 
 // errDeleted reports a schedule deleted while its round ran.
@@ -258,7 +241,7 @@ func (r *scheduleRunner) round(ctx context.Context, name string, ts *trackedSche
 		return
 	}
 	if ctx.Err() == nil {
-		r.s.logger.Warn("a schedule's round failed; retrying", slog.String("schedule", name), slog.String("error", err.Error()),
+		r.logger.Warn("a schedule's round failed; retrying", slog.String("schedule", name), slog.String("error", err.Error()),
 			slog.Duration("in", r.poll))
 	}
 	ts.retryAt = time.Now().Add(r.poll)
@@ -295,54 +278,40 @@ func (r *scheduleRunner) roundOnce(ctx context.Context, name string, ts *tracked
 			}
 		}
 		if len(effects) > 0 {
-			if err := r.s.cfg.Faults.Hit(fault.ScheduleAfterStartBeforeState); err != nil {
+			if err := r.faults.Hit(fault.ScheduleAfterStartBeforeState); err != nil {
 				return err
 			}
 		}
 		if !changed {
 			return nil
 		}
-		out, err := json.Marshal(&sch)
-		if err != nil {
-			return err
-		}
-		rev, err := r.kv.Update(ctx, name, out, ts.rev)
+		rev, err := r.schedules.Save(ctx, &sch, ts.rev)
 		if err == nil {
 			ts.sch, ts.rev = &sch, rev
-			r.s.scheduleActions.Add(int64(len(effects)))
+			r.actions.Add(int64(len(effects)))
 			return nil
 		}
-		if !isWrongRevision(err) {
+		if !errors.Is(err, schedstore.ErrConflict) {
 			return fmt.Errorf("storing the state of schedule %q: %w", name, err)
 		}
 		// Changed meanwhile (paused, triggered, deleted): read it again and repeat the round.
-		e, gerr := r.kv.Get(ctx, name)
-		if errors.Is(gerr, jetstream.ErrKeyNotFound) || errors.Is(gerr, jetstream.ErrKeyDeleted) {
+		fresh, t, rev, gerr := r.schedules.Load(ctx, name)
+		if errors.Is(gerr, schedstore.ErrNotFound) {
 			return errDeleted
 		}
 		if gerr != nil {
 			return gerr
 		}
-		fresh, derr := decodeSchedule(e.Value(), e.Revision())
-		if derr != nil {
-			return derr
-		}
-		*ts = *fresh
+		*ts = trackedSchedule{sch: fresh, t: t, rev: rev}
 	}
 	return fmt.Errorf("schedule %q changed under %d rounds in a row", name, roundAttempts)
-}
-
-// isWrongRevision reports a compare-and-set that lost.
-func isWrongRevision(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
 
 // execute carries out one effect of sch's round. A start refused for good (the run ID taken by
 // a run with another input, a definition never registered) is recorded in sch as failed; an
 // error that may pass (NATS unreachable) is returned, and the round is tried again.
 func (r *scheduleRunner) execute(ctx context.Context, sch *schedule.Schedule, eff schedule.Effect, now time.Time) error {
-	e := r.s.engine
+	e := r.engine
 	switch eff.Kind {
 	case schedule.CancelRun:
 		_, err := e.Cancel(ctx, eff.RunID, eff.Reason)
@@ -357,7 +326,7 @@ func (r *scheduleRunner) execute(ctx context.Context, sch *schedule.Schedule, ef
 		}
 		return nil
 	}
-	if err := r.s.cfg.Faults.Hit(fault.ScheduleBeforeStart); err != nil {
+	if err := r.faults.Hit(fault.ScheduleBeforeStart); err != nil {
 		return err
 	}
 	def, derr := r.defs.Require(sch.Queue, sch.Definition)
@@ -385,7 +354,7 @@ func (r *scheduleRunner) execute(ctx context.Context, sch *schedule.Schedule, ef
 	case err != nil:
 		return fmt.Errorf("starting run %q of schedule %q: %w", eff.RunID, sch.Name, err)
 	}
-	r.s.logger.Debug("schedule started a run", slog.String("schedule", sch.Name), slog.String("run_id", eff.RunID),
+	r.logger.Debug("schedule started a run", slog.String("schedule", sch.Name), slog.String("run_id", eff.RunID),
 		slog.Time("slot", ref.Slot), slog.String("action", string(ref.Action)), slog.Bool("created", created))
 	return nil
 }

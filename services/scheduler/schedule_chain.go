@@ -76,7 +76,7 @@ func (r *scheduleRunner) runChain(ctx context.Context, id string) (schedule.Run,
 // of it yet. A quarantined (damaged) run counts as active: it has not ended, and an operator
 // releases or ends it.
 func (r *scheduleRunner) link(ctx context.Context, id string) (chainLink, error) {
-	commit, err := r.s.store.LastCommit(ctx, id)
+	commit, err := r.store.LastCommit(ctx, id)
 	switch {
 	case errors.Is(err, store.ErrDamaged):
 		return chainLink{}, nil
@@ -93,7 +93,7 @@ func (r *scheduleRunner) link(ctx context.Context, id string) (chainLink, error)
 		next := cmp.Or(sum.ResetTo, sum.ContinuedAs)
 		return chainLink{deleted: true, next: next, ended: next == ""}, nil
 	}
-	hist, err := r.s.store.LoadAtLeast(ctx, id, 0, 1)
+	hist, err := r.store.LoadAtLeast(ctx, id, 0, 1)
 	switch {
 	case errors.Is(err, store.ErrDamaged):
 		return chainLink{}, nil
@@ -147,7 +147,7 @@ func (r *scheduleRunner) indexEntry(ctx context.Context, id string) (*core.Summa
 	}
 	var sum core.Summary
 	if err := json.Unmarshal(e.Value(), &sum); err != nil {
-		r.s.logger.Warn("ignoring a malformed runs index entry", slog.String("run_id", id), slog.String("error", err.Error()))
+		r.logger.Warn("ignoring a malformed runs index entry", slog.String("run_id", id), slog.String("error", err.Error()))
 		return nil, nil
 	}
 	return &sum, nil

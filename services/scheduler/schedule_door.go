@@ -7,15 +7,14 @@ import (
 	"time"
 
 	"github.com/flowrun/flow/internal/api"
-	"github.com/flowrun/flow/internal/schedule/schedstore"
 )
 
 // serveScheduleDoor serves the changes of schedules the ingress forwards (create, update,
 // delete, pause, unpause, trigger, backfill) while the runner leads; close stops it. Each is a
 // compare-and-set of the schedule's entry, as the runner's rounds are: the one that loses reads
 // the entry again and repeats.
-func (r *scheduleRunner) serveScheduleDoor() (close func(), err error) {
-	st := schedstore.New(r.kv)
+func (r *scheduleRunner) serveDoor() (close func(), err error) {
+	st := r.schedules
 	put := func(create bool) doorOp {
 		return func(ctx context.Context, data []byte) (any, *api.IngressError) {
 			var p api.SchedulePut
@@ -38,10 +37,14 @@ func (r *scheduleRunner) serveScheduleDoor() (close func(), err error) {
 			return st.Apply(ctx, op, req, time.Now())
 		}
 	}
-	return r.s.openDoor(api.SchedulerSchedulesService, "Flow's schedule runner: the one writer of FLOW_SCHEDULES (changes forwarded by the ingress)",
-		api.SchedulerSchedulesGroup, ops, &r.s.scheduleDoor)
+	return openDoor(r.nc, r.logger, api.SchedulerSchedulesService, "Flow's schedule runner: the one writer of FLOW_SCHEDULES (changes forwarded by the ingress)",
+		api.SchedulerSchedulesGroup, ops, &r.door)
 }
 
 // AnswersSchedules reports whether this replica serves the changes of schedules: it leads the
 // schedule runner, and the server has its door's subscriptions.
-func (s *Scheduler) AnswersSchedules() bool { return s.scheduleDoor.Load() }
+func (s *Scheduler) AnswersSchedules() bool { return s.schedules.Answering() }
+
+// Answering reports whether the runner serves its door: it leads, and the server has the door's
+// subscriptions.
+func (r *scheduleRunner) Answering() bool { return r.door.Load() }

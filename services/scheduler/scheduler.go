@@ -1,42 +1,35 @@
-// Package scheduler fires Flow's durable timers: waits (Sleep, WaitUntil) and retry backoffs.
+// Package scheduler hosts Flow's background jobs that the scheduler role runs, each a small type
+// that owns its state, counters and goroutines, run through a lease of FLOW_LEASES
+// (internal/maintenance) so that the replica holding the lease runs it and the others wait to
+// take over:
 //
-// The history service registers every pending timer in the FLOW_TIMERS bucket, as it follows
-// the history stream, and deletes each entry once a commit makes its timer moot: it is the
-// bucket's one writer. The scheduler that holds the lease watches the bucket, keeps the pending
-// timers in memory in due order (one goroutine for all of them, none per run), and when one
-// falls due appends its firing event to the run's history (wait.fired or step.retry_fired) and
-// sends the run's resume task as a fast path (the history service derives it too); the firing's
-// commit makes the entry moot.
+//   - the timer firer (timers.go), under the "scheduler" lease: fires the durable timers of
+//     FLOW_TIMERS (waits, retry backoffs, delayed starts, schedule-to-start timeouts), which the
+//     history service writes;
+//   - the heartbeat watcher (heartbeat.go), under the same lease: times out the step attempts
+//     whose heartbeat or start-to-close deadline passed, from FLOW_HEARTBEATS, which the workers
+//     write;
+//   - the admission controller (admit.go), under the "admission" lease: admits the runs under
+//     flow control waiting in FLOW_QUEUE (the history service's), the one writer of FLOW_LIMITS;
+//   - the batch executor (batch.go), under the "batch" lease: the one writer of FLOW_BATCHES,
+//     which executes the batch jobs;
+//   - the schedule runner (schedule.go), under the "schedules" lease: the one writer of
+//     FLOW_SCHEDULES, which fires the schedules.
 //
-// The leader also follows the history stream's commits as they are published (a core NATS
-// subscription), and so knows of a timer the moment its commit is made, however far behind the
-// history service is; such a timer fires only once its run's history shows the commit, and its
-// entry, when the history service writes it, is only forgotten. Timers falling due within
-// PreloadWindow have their runs read ahead: the run's first and last commits, two direct gets,
-// when the timer's event is the run's last (the firing is then one append right after it, at
-// the expected sequence), else the run's snapshot. Up to FireConcurrency timers fire at once.
-// A timer never fires before it is due.
-//
-// Nothing is missed across restarts: the bucket is durable, and a scheduler that starts fires
-// every overdue timer at once, in due order. Firing twice never changes history: the core
-// appends a firing only while the timer is pending in the run's history, at the expected
-// sequence. Several replicas may run; one holds the lease in FLOW_LEASES and fires, the others
-// wait to take over. Precision is that of the Go runtime timer, well under a second.
-//
-// The leader also times out step attempts whose heartbeat or start-to-close deadline passed
-// (heartbeat.go): it watches FLOW_HEARTBEATS, which the workers alone write, and asks history.
+// Each job writes the runs' histories through the engine only, at the expected sequence, so
+// that two leaders overlapping for a moment are harmless. The Scheduler connects, opens the
+// buckets' repositories, wires the engine, and runs the leases; Config.NoAdmission, NoSchedules
+// and NoBatches keep a replica out of a lease. Retention, which purges streams, is the history
+// service's job (services/history), under the same lease loop.
 package scheduler
 
 import (
-	"container/heap"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"os"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -44,19 +37,19 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/flowrun/flow/internal/batch"
-	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/health"
+	"github.com/flowrun/flow/internal/heartbeats"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/limits"
-	"github.com/flowrun/flow/internal/metrics"
+	"github.com/flowrun/flow/internal/maintenance"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/payload/objstore"
-	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/internal/schedule/schedstore"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
-	"github.com/flowrun/flow/internal/wait"
+	"github.com/flowrun/flow/internal/timerindex"
 )
 
 // Config configures a Scheduler. The zero value works against a local `flow dev`. Load it from
@@ -143,80 +136,50 @@ type Config struct {
 // FLOW_SCHEDULER_HTTP_ADDR says otherwise.
 const DefaultHTTPAddr = "127.0.0.1:8422"
 
-// leaseKey is the scheduler's key in FLOW_LEASES.
+// leaseKey is the key in FLOW_LEASES of the timer firer and the heartbeat watcher, which run
+// together.
 const leaseKey = "scheduler"
 
-// Scheduler fires timers. Start it once; Stop it once.
+// Scheduler hosts the scheduler role's background jobs. Start it once; Stop it once.
 type Scheduler struct {
 	cfg    Config
 	logger *slog.Logger
 
 	nc      *nats.Conn
 	ownConn bool
-	timers  jetstream.KeyValue
-	leases  jetstream.KeyValue
+	js      jetstream.JetStream
 	history jetstream.Stream
 	store   *jsstore.Store
 	engine  *engine.Engine
-	// watchTimers opens the watch on FLOW_TIMERS; nil means s.timers.WatchAll. Tests replace it.
-	watchTimers func(context.Context) (jetstream.KeyWatcher, error)
-	// watchBeats opens the watch on FLOW_HEARTBEATS; nil means s.heartbeats.WatchAll. Tests
-	// replace it.
-	watchBeats func(context.Context) (jetstream.KeyWatcher, error)
+	// The repositories of the buckets the jobs read and write, opened by open. runs is the
+	// runs index (FLOW_RUNS), the history service's.
+	leases     *maintenance.Leases
+	timerIndex *timerindex.Index
+	beatStore  *heartbeats.Store
+	queue      *limits.Queue
+	limits     *limits.Store
+	batchStore *batch.Store
+	schedStore *schedstore.Store
+	runs       jetstream.KeyValue
 
 	// probes serves /healthz, /readyz and /metrics (nil when off); readiness follows Start and Stop.
 	probes    *health.Server
 	readiness health.State
 
-	leader atomic.Bool
-	fired  atomic.Int64
-	// pendingTimers is the number of timers the leader keeps pending; seenEntries counts the
-	// timer entries its watch brought (for tests).
-	pendingTimers, seenEntries atomic.Int64
-	// hints counts the timers learnt of from their commits before their entries, and
-	// unconfirmed those of them dropped because their runs' tails did not show their commits.
-	hints, unconfirmed atomic.Int64
-	// following is set while the leader follows the history stream's commits.
-	following atomic.Bool
-	// limits and queue are the flow-control state and the admission queue; admitting is set
-	// while this replica holds the admission lease; admitted and cancelledByControl count its
-	// admissions and the runs its policies cancelled. admitDone closes when admission stops.
-	limits *limits.Store
-	queue  jetstream.KeyValue
-	// runs is the runs index (FLOW_RUNS), read by the admission controller for the ends of the
-	// runs holding slots.
-	runs               jetstream.KeyValue
-	admitting          atomic.Bool
-	admitted           atomic.Int64
-	cancelledByControl atomic.Int64
-	admitDone          chan struct{}
-	// heartbeats is FLOW_HEARTBEATS, which the heartbeat watcher follows (and never writes)
-	// while this replica leads (heartbeat.go); timedOut counts the attempts it timed out,
-	// beatChecks the passed deadlines it checked against history; checked is the watcher's
-	// record of the entries it checked, kept across its watches.
-	heartbeats jetstream.KeyValue
-	timedOut   atomic.Int64
-	beatChecks atomic.Int64
-	checked    checkedBeats
-	// js and batches are JetStream and FLOW_BATCHES; batching is set while this replica holds
-	// the batch lease; batchDone closes when the batch executor stops.
-	js        jetstream.JetStream
-	batches   *batch.Store
-	batching  atomic.Bool
-	batchDone chan struct{}
-	cancel    context.CancelFunc
-	// schedules fires the schedules while firingSchedules (schedule.go); scheduleActions
-	// counts the effects its rounds stored.
-	schedules       *scheduleRunner
-	firingSchedules atomic.Bool
-	scheduleActions atomic.Int64
-	done            chan struct{}
-	started         chan struct{}
-	once            sync.Once
+	// The jobs, made by New and wired by wire.
+	timers    *timerFirer
+	beats     *heartbeatWatcher
+	admission *admissionController
+	batches   *batchExecutor
+	schedules *scheduleRunner
+	// The leases they run under: the timers' (with the heartbeat watcher), admission's, the
+	// batch executor's and the schedule runner's.
+	timerLease, admissionLease, batchLease, schedulesLease *maintenance.Lease
 
-	// scheduleDoor and batchDoor are set while this replica serves the doors of FLOW_SCHEDULES
-	// and FLOW_BATCHES (door.go).
-	scheduleDoor, batchDoor atomic.Bool
+	cancel  context.CancelFunc
+	jobs    sync.WaitGroup
+	started chan struct{}
+	once    sync.Once
 }
 
 // New returns a scheduler.
@@ -284,11 +247,30 @@ func New(cfg Config) (*Scheduler, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Scheduler{cfg: cfg, logger: logger.With(slog.String("component", "scheduler"), slog.String("replica", cfg.Name)),
-		done: make(chan struct{}), started: make(chan struct{}), admitDone: make(chan struct{}), batchDone: make(chan struct{})}, nil
+	logger = logger.With(slog.String("component", "scheduler"), slog.String("replica", cfg.Name))
+	s := &Scheduler{cfg: cfg, logger: logger, started: make(chan struct{})}
+	s.timers = newTimerFirer(cfg, logger)
+	s.beats = &heartbeatWatcher{logger: logger}
+	s.admission = &admissionController{logger: logger, faults: cfg.Faults, batch: cfg.AdmitBatch, reconcileInterval: cfg.ReconcileInterval}
+	s.batches = &batchExecutor{logger: logger, faults: cfg.Faults, name: cfg.Name, concurrency: cfg.BatchConcurrency,
+		window: cfg.BatchWindow, opConcurrency: cfg.BatchOpConcurrency}
+	s.schedules = newScheduleRunner(cfg, logger)
+	lease := func(key, role, doing string) *maintenance.Lease {
+		return &maintenance.Lease{Key: key, Holder: cfg.Name, Role: role, Doing: doing, TTL: cfg.Streams.LeaseTTL,
+			Backoff: restartBackoff, Logger: logger}
+	}
+	s.timerLease = lease(leaseKey, "scheduler", "serving timers")
+	s.admissionLease = lease(admissionLease, "admission controller", "admitting runs")
+	s.batchLease = lease(batchLease, "batch executor", "executing batch jobs")
+	// An injected fault "kills" the batch executor: it stops competing without releasing its
+	// lease, and a standby takes over once the lease expires, as after a crash.
+	s.batchLease.Dies = func(err error) bool { return errors.Is(err, fault.ErrInjected) }
+	s.schedulesLease = lease(schedulesLease, "schedule runner", "firing schedules")
+	return s, nil
 }
 
-// Start connects, creates Flow's streams if needed, and starts competing for the lease.
+// Start connects, creates Flow's streams if needed, and starts competing for the leases of the
+// jobs this replica may run.
 func (s *Scheduler) Start(ctx context.Context) error {
 	var err error
 	if s.nc, s.ownConn, err = s.cfg.NATS.As(natsconn.RoleScheduler).Use(s.cfg.Conn, "flow-scheduler"); err != nil {
@@ -296,6 +278,7 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	err = s.open(ctx)
 	if err == nil {
+		s.wire()
 		if s.probes, err = health.Listen(s.cfg.HTTPAddr, s.Ready, s.logger); err != nil {
 			err = fmt.Errorf("scheduler: listening on %s for /healthz, /readyz and /metrics: %w (set FLOW_SCHEDULER_HTTP_ADDR to another address, or \"off\")", s.cfg.HTTPAddr, err)
 		}
@@ -308,17 +291,24 @@ func (s *Scheduler) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
-	go s.run(runCtx)
-	if s.cfg.NoAdmission {
-		close(s.admitDone)
-	} else {
-		go s.runAdmission(runCtx)
+	// The heartbeat watcher runs beside the timer firer, under its lease; the lease goes when
+	// the timer firer fails, the watcher restarting its own watch.
+	s.runJob(runCtx, s.timerLease, maintenance.JobFunc(func(ctx context.Context) error {
+		var beats sync.WaitGroup
+		defer beats.Wait()
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		beats.Go(func() { _ = s.beats.Run(ctx) })
+		return s.timers.Run(ctx)
+	}))
+	if !s.cfg.NoAdmission {
+		s.runJob(runCtx, s.admissionLease, s.admission)
 	}
-	s.schedules = s.startSchedules(runCtx)
-	if s.cfg.NoBatches {
-		close(s.batchDone)
-	} else {
-		go s.runBatches(runCtx)
+	if !s.cfg.NoSchedules {
+		s.runJob(runCtx, s.schedulesLease, s.schedules)
+	}
+	if !s.cfg.NoBatches {
+		s.runJob(runCtx, s.batchLease, s.batches)
 	}
 	close(s.started)
 	s.readiness.Started()
@@ -333,16 +323,16 @@ func (s *Scheduler) open(ctx context.Context) error {
 	if err := streams.Ensure(ctx, js, s.cfg.Streams); err != nil {
 		return err
 	}
-	if s.timers, err = js.KeyValue(ctx, streams.TimersBucket); err != nil {
+	if s.timerIndex, err = timerindex.Open(ctx, js); err != nil {
 		return err
 	}
-	if s.leases, err = js.KeyValue(ctx, streams.LeasesBucket); err != nil {
+	if s.leases, err = maintenance.OpenLeases(ctx, js); err != nil {
 		return err
 	}
 	if s.history, err = js.Stream(ctx, streams.History); err != nil {
 		return err
 	}
-	if s.queue, err = js.KeyValue(ctx, streams.QueueBucket); err != nil {
+	if s.queue, err = limits.OpenQueue(ctx, js); err != nil {
 		return err
 	}
 	if s.runs, err = js.KeyValue(ctx, streams.RunsBucket); err != nil {
@@ -351,11 +341,14 @@ func (s *Scheduler) open(ctx context.Context) error {
 	if s.limits, err = limits.Open(ctx, js); err != nil {
 		return err
 	}
-	if s.heartbeats, err = js.KeyValue(ctx, streams.HeartbeatsBucket); err != nil {
+	if s.beatStore, err = heartbeats.Open(ctx, js); err != nil {
 		return err
 	}
 	s.js = js
-	if s.batches, err = batch.Open(ctx, js); err != nil {
+	if s.batchStore, err = batch.Open(ctx, js); err != nil {
+		return err
+	}
+	if s.schedStore, err = schedstore.Open(ctx, js); err != nil {
 		return err
 	}
 	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/scheduler"})
@@ -383,20 +376,32 @@ func (s *Scheduler) open(ctx context.Context) error {
 	return err
 }
 
-// Leader reports whether this replica holds the lease and fires timers.
-func (s *Scheduler) Leader() bool { return s.leader.Load() }
+// wire hands each job what open opened: the connection, the repositories of the buckets it
+// reads and writes, the store and the engine. A job reaches no other bucket.
+func (s *Scheduler) wire() {
+	s.timers.wire(s.nc, s.timerIndex, s.beatStore, s.history, s.store, s.engine)
+	s.beats.wire(s.beatStore, s.engine)
+	s.admission.wire(s.queue, s.limits, s.runs, s.engine)
+	s.batches.wire(s.nc, s.js, s.batchStore, s.engine)
+	s.schedules.wire(s.nc, s.js, s.schedStore, s.runs, s.store, s.engine)
+	for _, l := range []*maintenance.Lease{s.timerLease, s.admissionLease, s.batchLease, s.schedulesLease} {
+		l.Leases = s.leases
+	}
+}
 
-// Admitting reports whether this replica holds the admission lease and admits runs.
-func (s *Scheduler) Admitting() bool { return s.admitting.Load() }
+// runJob runs job under lease l until ctx ends (or the job dies); Stop waits for it.
+func (s *Scheduler) runJob(ctx context.Context, l *maintenance.Lease, job maintenance.Job) {
+	s.jobs.Go(func() { l.Run(ctx, job) })
+}
 
-// Admitted returns the number of runs this replica admitted.
-func (s *Scheduler) Admitted() int64 { return s.admitted.Load() }
+// Leader reports whether this replica holds the scheduler's lease and fires timers.
+func (s *Scheduler) Leader() bool { return s.timerLease.Leading() }
 
 // Fired returns the number of timers this replica fired.
-func (s *Scheduler) Fired() int64 { return s.fired.Load() }
+func (s *Scheduler) Fired() int64 { return s.timers.Fired() }
 
-// Stop stops firing, releases the lease so that a standby takes over at once, and waits. It is
-// idempotent and safe before Start.
+// Stop stops every job, releases their leases so that a standby takes over at once, and waits.
+// It is idempotent and safe before Start.
 func (s *Scheduler) Stop() error {
 	s.once.Do(func() {
 		select {
@@ -406,10 +411,7 @@ func (s *Scheduler) Stop() error {
 		}
 		s.readiness.Stopping()
 		s.cancel()
-		<-s.done
-		<-s.admitDone
-		s.schedules.wait()
-		<-s.batchDone
+		s.jobs.Wait()
 		if s.ownConn {
 			s.nc.Close()
 		}
@@ -420,564 +422,7 @@ func (s *Scheduler) Stop() error {
 	return nil
 }
 
-// restartBackoff is how long a replica whose timer watch ended waits, without the lease, before
-// it competes again: long enough not to spin on a watch that keeps failing, short enough that
-// timers fire on time once the watch works again, here or in a standby.
+// restartBackoff is how long a replica whose job failed (its watch ended) waits, without the
+// job's lease, before it competes again: long enough not to spin on a watch that keeps failing,
+// short enough that timers fire on time once the watch works again, here or in a standby.
 const restartBackoff = time.Second
-
-// run competes for the lease and serves while it holds it.
-func (s *Scheduler) run(ctx context.Context) {
-	defer close(s.done)
-	for ctx.Err() == nil {
-		renew := s.renewInterval(ctx)
-		rev, err := s.acquire(ctx)
-		if err != nil {
-			if !errors.Is(err, jetstream.ErrKeyExists) && ctx.Err() == nil {
-				s.logger.Warn("cannot reach the lease bucket", slog.String("error", err.Error()))
-			}
-			wait.For(ctx, renew)
-			continue
-		}
-		if s.lead(ctx, rev, renew) {
-			wait.For(ctx, restartBackoff)
-		}
-	}
-}
-
-// renewInterval is a third of the lease bucket's TTL as configured on the server, which the last
-// process to call streams.Ensure set, whatever this replica's own configuration says.
-func (s *Scheduler) renewInterval(ctx context.Context) time.Duration {
-	ttl := s.cfg.Streams.LeaseTTL
-	if st, err := s.leases.Status(ctx); err == nil && st.TTL() > 0 {
-		ttl = st.TTL()
-	}
-	return max(ttl/3, 100*time.Millisecond)
-}
-
-// acquire takes the lease if it is free, or if it is held under this replica's name (the same
-// replica, restarted before its lease expired).
-func (s *Scheduler) acquire(ctx context.Context) (uint64, error) {
-	rev, err := s.leases.Create(ctx, leaseKey, []byte(s.cfg.Name))
-	if !errors.Is(err, jetstream.ErrKeyExists) {
-		return rev, err
-	}
-	held, gerr := s.leases.Get(ctx, leaseKey)
-	if gerr != nil || string(held.Value()) != s.cfg.Name {
-		return 0, err
-	}
-	return s.leases.Update(ctx, leaseKey, []byte(s.cfg.Name), held.Revision())
-}
-
-// lead serves while renewing the lease. It releases the lease when ctx ends, and when serving
-// ends on its own (the timer watch failed or closed), so that no replica holds the lease while
-// nothing fires; it then reports true and the caller backs off before competing again.
-func (s *Scheduler) lead(ctx context.Context, rev uint64, renew time.Duration) (servingEnded bool) {
-	s.logger.Info("scheduler leads")
-	s.leader.Store(true)
-	defer s.leader.Store(false)
-	leadCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	served := make(chan error, 1)
-	go func() { served <- s.serve(leadCtx) }()
-	beats := make(chan struct{})
-	go func() { defer close(beats); s.watchHeartbeats(leadCtx) }()
-	defer func() { cancel(); <-beats }()
-	t := time.NewTicker(renew)
-	defer t.Stop()
-	for {
-		select {
-		case <-t.C:
-			r, err := s.leases.Update(leadCtx, leaseKey, []byte(s.cfg.Name), rev)
-			if err != nil {
-				s.logger.Warn("lost the scheduler lease", slog.String("error", err.Error()))
-				cancel()
-				<-served
-				return false
-			}
-			rev = r
-		case err := <-served:
-			s.release(rev)
-			if ctx.Err() != nil {
-				return false
-			}
-			s.logger.Warn("stopped serving timers; released the scheduler lease to compete again",
-				slog.String("error", err.Error()), slog.Duration("backoff", restartBackoff))
-			return true
-		case <-ctx.Done():
-			cancel()
-			<-served
-			s.release(rev)
-			return false
-		}
-	}
-}
-
-// release deletes the lease if it is still the one this replica last wrote, at revision rev.
-func (s *Scheduler) release(rev uint64) {
-	ctx, stop := context.WithTimeout(context.Background(), time.Second)
-	defer stop()
-	_ = s.leases.Delete(ctx, leaseKey, jetstream.LastRevision(rev))
-}
-
-// pending is a timer known from the bucket, or from its commit only (rev 0: a hint, until the
-// history service writes its entry).
-type pending struct {
-	key   string
-	timer core.Timer
-	rev   uint64
-	// done is set once the timer's firing is committed or found moot, on a hint, while its entry
-	// was written: only the entry is left to delete.
-	done bool
-	// due and ahead are its places in the heap of timers to fire and in the heap of timers to
-	// preload, -1 when in neither.
-	due, ahead int
-	// preloaded is set once its run was handed to a preload, until it fires or goes.
-	preloaded bool
-	// tail is what the preload read of the run, when the run's last event is the one that
-	// scheduled the timer: firing it then reads nothing (engine.FireOnTail).
-	tail   *engine.RunTail
-	firing bool
-}
-
-// timerHeap orders timers by due time (then key); at says which of a timer's places it keeps.
-type timerHeap struct {
-	items []*pending
-	at    func(*pending) *int
-}
-
-func byDue(p *pending) *int   { return &p.due }
-func byAhead(p *pending) *int { return &p.ahead }
-
-func (h *timerHeap) Len() int { return len(h.items) }
-func (h *timerHeap) Less(i, j int) bool {
-	a, b := h.items[i], h.items[j]
-	if !a.timer.Due.Equal(b.timer.Due) {
-		return a.timer.Due.Before(b.timer.Due)
-	}
-	return a.key < b.key
-}
-func (h *timerHeap) Swap(i, j int) {
-	h.items[i], h.items[j] = h.items[j], h.items[i]
-	*h.at(h.items[i]), *h.at(h.items[j]) = i, j
-}
-func (h *timerHeap) Push(x any) {
-	p := x.(*pending)
-	*h.at(p) = len(h.items)
-	h.items = append(h.items, p)
-}
-func (h *timerHeap) Pop() any {
-	p := h.items[len(h.items)-1]
-	h.items = h.items[:len(h.items)-1]
-	*h.at(p) = -1
-	return p
-}
-func (h *timerHeap) peek() *pending { return h.items[0] }
-
-// remove takes p out of h if it is there.
-func (h *timerHeap) remove(p *pending) {
-	if i := *h.at(p); i >= 0 {
-		heap.Remove(h, i)
-	}
-}
-
-// fix restores h's order after p's due time changed, if p is there.
-func (h *timerHeap) fix(p *pending) {
-	if i := *h.at(p); i >= 0 {
-		heap.Fix(h, i)
-	}
-}
-
-// firing is a timer handed to a fire worker: rev is its entry's revision (0 for a hint), and
-// done says that only the entry is left to delete.
-type firing struct {
-	p    *pending
-	rev  uint64
-	done bool
-	tail *engine.RunTail
-	err  error
-}
-
-// preload asks a preload worker to read the run of timer t, pending p (which the worker does
-// not touch), and comes back with the run's tail when it lets the timer fire without a read.
-type preload struct {
-	p    *pending
-	t    core.Timer
-	hint bool
-	tail *engine.RunTail
-}
-
-// errWatchEnded reports that the timer watch closed its updates while the scheduler served.
-var errWatchEnded = errors.New("the timer watch ended")
-
-// timers is the leader's pending set: every timer of the bucket, by key, in the heap of timers
-// to fire (due) until handed to a fire worker, and in the heap of timers to preload (ahead)
-// until handed to a preload worker. It is owned by serve's goroutine.
-type timers struct {
-	byKey map[string]*pending
-	due   timerHeap
-	ahead timerHeap
-	// preloaded counts the pending timers handed to a preload that have not fired yet: what
-	// the scheduler keeps of their runs until they fire (bounded by PreloadMax).
-	preloaded int
-	// fired holds the timers fired on a hint whose entries have not been seen yet: an entry for
-	// one of them is deleted without firing the timer again.
-	fired firedSet
-}
-
-func newTimers() *timers {
-	return &timers{byKey: map[string]*pending{}, due: timerHeap{at: byDue}, ahead: timerHeap{at: byAhead},
-		fired: firedSet{m: map[string]core.Timer{}}}
-}
-
-// firedMax bounds the timers fired on a hint that the leader remembers until their entries come:
-// one whose entry comes later is fired again when due, and found moot.
-const firedMax = 100_000
-
-// firedSet is a bounded set of timers by key, the oldest forgotten first.
-type firedSet struct {
-	m     map[string]core.Timer
-	order []string
-}
-
-func (f *firedSet) add(key string, t core.Timer) {
-	if len(f.order) >= firedMax {
-		delete(f.m, f.order[0])
-		f.order = f.order[1:]
-	}
-	f.m[key] = t
-	f.order = append(f.order, key)
-}
-
-// take reports whether timer t was fired on a hint, and forgets it.
-func (f *firedSet) take(key string, t core.Timer) bool {
-	ft, ok := f.m[key]
-	f.forget(key)
-	return ok && sameTimer(ft, t)
-}
-
-// forget forgets the timer of key, if any.
-func (f *firedSet) forget(key string) {
-	delete(f.m, key) // its key stays in order until it is the oldest
-}
-
-// sameTimer reports whether a and b are the same timer of the same run.
-func sameTimer(a, b core.Timer) bool {
-	return a.RunID == b.RunID && a.Kind == b.Kind && a.ID == b.ID && a.Attempt == b.Attempt && a.Seq == b.Seq && a.Due.Equal(b.Due)
-}
-
-// add starts keeping p: to fire when due, and to preload before, unless only its entry is left
-// to delete.
-func (ts *timers) add(p *pending) {
-	p.due, p.ahead = -1, -1
-	ts.byKey[p.key] = p
-	heap.Push(&ts.due, p)
-	if !p.done {
-		heap.Push(&ts.ahead, p)
-	}
-}
-
-// forget stops keeping p (it fired, or its entry went).
-func (ts *timers) forget(p *pending) {
-	delete(ts.byKey, p.key)
-	ts.due.remove(p)
-	ts.ahead.remove(p)
-	ts.unload(p)
-}
-
-// unload clears p's preloaded mark.
-func (ts *timers) unload(p *pending) {
-	if p.preloaded {
-		p.preloaded = false
-		ts.preloaded--
-	}
-}
-
-// serve watches the bucket and fires timers as they fall due, until ctx ends (it returns nil)
-// or the watch cannot be opened or ends (it returns why). Timers falling due within the
-// preload window have their runs read into the engine's cache ahead of time (Engine.Preload),
-// so that firing one is a single append; a timer fires when it is due, never before, whether
-// its preload finished or not.
-func (s *Scheduler) serve(ctx context.Context) error {
-	watch := s.watchTimers
-	if watch == nil {
-		watch = func(ctx context.Context) (jetstream.KeyWatcher, error) { return s.timers.WatchAll(ctx) }
-	}
-	w, err := watch(ctx)
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("cannot watch timers: %w", err)
-	}
-	defer func() { _ = w.Stop() }()
-	hints := make(chan core.Timer, hintBuffer)
-	if !s.cfg.IgnoreCommits {
-		sub, err := s.nc.Subscribe(streams.HistorySubject("*"), func(m *nats.Msg) {
-			if t, ok := hintOf(m); ok {
-				select {
-				case hints <- t:
-				default: // a hint only: the timer's entry still comes
-				}
-			}
-		})
-		if err == nil {
-			// Once the server knows of the subscription, every commit published reaches it.
-			fctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			err = s.nc.FlushWithContext(fctx)
-			cancel()
-		}
-		if err != nil {
-			if sub != nil {
-				_ = sub.Unsubscribe()
-			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("cannot follow the history stream's commits: %w", err)
-		}
-		s.following.Store(true)
-		defer func() { s.following.Store(false); _ = sub.Unsubscribe() }()
-	}
-
-	ts := newTimers()
-	fireCap, preloadCap, aheadCap := s.cfg.FireConcurrency, s.cfg.PreloadConcurrency, s.cfg.PreloadMax
-	window := s.cfg.PreloadWindow
-	if window < 0 {
-		preloadCap = 0
-	}
-	queue := make(chan firing, fireCap)
-	results := make(chan firing, fireCap)
-	preloads := make(chan preload, max(preloadCap, 1))
-	preloaded := make(chan preload, max(preloadCap, 1))
-	var workers sync.WaitGroup
-	for range fireCap {
-		workers.Go(func() {
-			for f := range queue {
-				f.err = s.fire(ctx, f.p.timer, f)
-				results <- f
-			}
-		})
-	}
-	for range preloadCap {
-		workers.Go(func() {
-			for job := range preloads {
-				job.tail = s.preload(ctx, job.t, job.hint)
-				preloaded <- job
-			}
-		})
-	}
-	defer func() { close(queue); close(preloads); workers.Wait() }()
-	inflight, preloading := 0, 0
-	wake := time.NewTimer(time.Hour)
-	defer wake.Stop()
-
-	for {
-		s.pendingTimers.Store(int64(len(ts.byKey)))
-		now := time.Now()
-		// Hand every due timer to the fire workers, as far as they have room.
-		for ts.due.Len() > 0 && !ts.due.peek().timer.Due.After(now) && inflight < fireCap {
-			p := heap.Pop(&ts.due).(*pending)
-			ts.ahead.remove(p)
-			ts.unload(p)
-			p.firing = true
-			inflight++
-			queue <- firing{p: p, rev: p.rev, done: p.done, tail: p.tail}
-		}
-		// Read ahead the runs of the timers that fall due within the window, as far as the
-		// preload workers have room and PreloadMax allows.
-		horizon := now.Add(window)
-		for ts.ahead.Len() > 0 && !ts.ahead.peek().timer.Due.After(horizon) && preloading < preloadCap && ts.preloaded < aheadCap {
-			p := heap.Pop(&ts.ahead).(*pending)
-			p.preloaded = true
-			ts.preloaded++
-			preloading++
-			preloads <- preload{p: p, t: p.timer, hint: p.rev == 0}
-		}
-		next := time.Hour
-		if ts.due.Len() > 0 && inflight < fireCap {
-			next = time.Until(ts.due.peek().timer.Due)
-		}
-		if ts.ahead.Len() > 0 && preloading < preloadCap && ts.preloaded < aheadCap {
-			next = min(next, time.Until(ts.ahead.peek().timer.Due.Add(-window)))
-		}
-		wake.Reset(next)
-
-		select {
-		case <-ctx.Done():
-			return nil
-		case <-wake.C:
-		case r := <-preloaded:
-			preloading--
-			if cur, ok := ts.byKey[r.p.key]; ok && cur == r.p && !cur.firing && cur.timer == r.t {
-				cur.tail = r.tail
-			}
-		case e, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errWatchEnded
-			}
-			if e == nil {
-				s.logger.Debug("timers loaded", slog.Int("pending", len(ts.byKey)))
-				continue
-			}
-			s.seenEntries.Add(1)
-			s.apply(e, ts)
-		case t := <-hints:
-			key := jshost.TimerKey(t)
-			_, known := ts.byKey[key]
-			if _, fired := ts.fired.m[key]; !known && !fired {
-				s.hints.Add(1)
-				ts.add(&pending{key: key, timer: t})
-			}
-		case r := <-results:
-			inflight--
-			r.p.firing = false
-			cur, ok := ts.byKey[r.p.key]
-			switch {
-			case !ok || cur != r.p:
-			case r.rev == 0 && r.err != nil:
-				// A hint that its run's tail did not confirm (a commit the stream refused, or a
-				// run that moved on), or whose firing failed: left to its entry, if it comes.
-				if errors.Is(r.err, errUnconfirmed) {
-					s.unconfirmed.Add(1)
-				} else if ctx.Err() == nil {
-					s.logger.Debug("firing a timer on its commit failed; its entry fires it", slog.String("run_id", r.p.timer.RunID),
-						slog.String("timer", r.p.timer.Key()), slog.String("error", r.err.Error()))
-				}
-				if cur.rev == 0 {
-					ts.forget(cur)
-				} else {
-					heap.Push(&ts.due, cur) // the entry came meanwhile
-				}
-			case r.err != nil:
-				if ctx.Err() != nil {
-					return nil
-				}
-				s.logger.Warn("firing a timer failed; retrying in 1s", slog.String("run_id", r.p.timer.RunID),
-					slog.String("timer", r.p.timer.Key()), slog.String("error", r.err.Error()))
-				retry := &pending{key: r.p.key, timer: r.p.timer, rev: r.p.rev, done: r.p.done}
-				retry.timer.Due = time.Now().Add(time.Second)
-				ts.forget(r.p)
-				ts.add(retry)
-			case r.rev == 0:
-				// Fired (or found moot) on a hint: the entry, once written, is only deleted.
-				if cur.rev == 0 {
-					ts.forget(cur)
-					ts.fired.add(cur.key, cur.timer)
-				} else {
-					cur.done = true
-					heap.Push(&ts.due, cur)
-				}
-			case cur.rev == r.rev:
-				ts.forget(cur)
-			default:
-				heap.Push(&ts.due, cur) // re-registered while firing: fire again, it will be found moot
-			}
-		}
-	}
-}
-
-// apply folds one bucket change into the pending set.
-func (s *Scheduler) apply(e jetstream.KeyValueEntry, ts *timers) {
-	cur, known := ts.byKey[e.Key()]
-	if e.Operation() != jetstream.KeyValuePut {
-		if known {
-			// A firing in flight finishes; its result finds the timer gone.
-			ts.forget(cur)
-		}
-		ts.fired.forget(e.Key())
-		return
-	}
-	var t core.Timer
-	if err := json.Unmarshal(e.Value(), &t); err != nil || t.RunID == "" {
-		s.logger.Error("ignoring a malformed timer entry", slog.String("key", e.Key()))
-		return
-	}
-	if known {
-		cur.rev = e.Revision()
-		if !cur.firing && !cur.timer.Due.Equal(t.Due) {
-			cur.timer = t
-			ts.due.fix(cur)
-			ts.ahead.fix(cur)
-		}
-		return
-	}
-	// An entry whose timer fired on its commit's hint already is only forgotten.
-	ts.add(&pending{key: e.Key(), timer: t, rev: e.Revision(), done: ts.fired.take(e.Key(), t)})
-}
-
-// preload reads ahead what firing timer t will need: the run's tail when the timer's event is
-// the run's last (the firing then reads nothing), else, for a timer with an entry, the run's
-// snapshot, into the engine's cache. It returns the tail, or nil. A failed preload only means
-// that the firing reads.
-func (s *Scheduler) preload(ctx context.Context, t core.Timer, hint bool) *engine.RunTail {
-	tail, err := s.readTail(ctx, t.RunID)
-	if err == nil {
-		if tail.Fires(t) {
-			return &tail
-		}
-		if hint {
-			return nil // the firing confirms it
-		}
-		err = s.engine.Preload(ctx, t)
-	}
-	if err != nil && ctx.Err() == nil {
-		s.logger.Debug("preloading a timer's run failed; firing it reads the run", slog.String("run_id", t.RunID),
-			slog.String("timer", t.Key()), slog.String("error", err.Error()))
-	}
-	return nil
-}
-
-// errUnconfirmed reports a hint that its run's tail does not confirm.
-var errUnconfirmed = errors.New("the timer's commit is not its run's last")
-
-// fire appends the timer's firing to its run, or finds it moot. With the run's tail, as
-// preloaded, it reads nothing unless the run moved on since. A hint (no entry, f.rev 0) fires
-// only on a tail that shows its commit; an entry whose timer fired on its hint (f.done) is only
-// forgotten. The scheduler never writes the timer index: the history service, its one writer,
-// deletes an entry once the firing's commit (or anything else) makes its timer moot.
-func (s *Scheduler) fire(ctx context.Context, t core.Timer, f firing) error {
-	firing := time.Now()
-	tail := f.tail
-	var err error
-	if f.done {
-		return nil
-	}
-	if t.Kind == core.TimerStepStart {
-		// A schedule-to-start timer is moot once a worker recorded the attempt's start.
-		started, serr := s.attemptStarted(ctx, t)
-		if serr != nil || started {
-			return serr
-		}
-	}
-	switch {
-	case f.rev == 0:
-		if tail == nil || !tail.Fires(t) {
-			if tail, err = s.confirm(ctx, t); err != nil {
-				return err
-			}
-		}
-		err = s.engine.FireOnTail(ctx, t, *tail)
-	case tail != nil:
-		err = s.engine.FireOnTail(ctx, t, *tail)
-	default:
-		// Not preloaded (yet): the run's tail is two direct gets, where reading its history
-		// scans every message of the runs committed in between.
-		if rt, rerr := s.readTail(ctx, t.RunID); rerr == nil && rt.Fires(t) {
-			err = s.engine.FireOnTail(ctx, t, rt)
-		} else {
-			err = s.engine.Fire(ctx, t)
-		}
-	}
-	if err != nil && !errors.Is(err, core.ErrNotFound) && !errors.Is(err, core.ErrTerminal) && !errors.Is(err, store.ErrDeleted) {
-		return err
-	}
-	s.fired.Add(1)
-	lateness := firing.Sub(t.Due)
-	metrics.TimerLateness(ctx, string(t.Kind), lateness.Seconds())
-	s.logger.Debug("timer fired", slog.String("run_id", t.RunID), slog.String("timer", t.Key()),
-		slog.Duration("lateness", lateness))
-	return nil
-}

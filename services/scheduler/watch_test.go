@@ -18,6 +18,7 @@ import (
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/timerindex"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -40,7 +41,7 @@ func (r *watchRecorder) watch(ctx context.Context) (jetstream.KeyWatcher, error)
 		r.refused++
 		return nil, errors.New("test: watch refused")
 	}
-	w, err := r.s.timers.WatchAll(ctx)
+	w, err := r.s.timerIndex.Watch(ctx)
 	if err == nil {
 		r.opened = append(r.opened, w)
 	}
@@ -161,7 +162,7 @@ func (f *timerFixture) register(t *testing.T, tm core.Timer) {
 	t.Helper()
 	b, err := json.Marshal(tm)
 	require.NoError(t, err)
-	_, err = f.timers.Put(t.Context(), jshost.TimerKey(tm), b)
+	_, err = f.timers.Put(t.Context(), timerindex.Key(tm), b)
 	require.NoError(t, err)
 }
 
@@ -187,7 +188,7 @@ func startScheduler(t *testing.T, srv *natsserver.Server, name string, rec *watc
 	require.NoError(t, err)
 	if rec != nil {
 		rec.s = s
-		s.watchTimers = rec.watch
+		s.timers.watch = rec.watch
 	}
 	require.NoError(t, s.Start(t.Context()))
 	t.Cleanup(func() { _ = s.Stop() })

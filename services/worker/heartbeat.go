@@ -15,7 +15,7 @@ import (
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
-	"github.com/flowrun/flow/internal/streams"
+	hbstore "github.com/flowrun/flow/internal/heartbeats"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -39,7 +39,7 @@ import (
 // superseded (a retry started elsewhere after a timeout) stops instead of overwriting it.
 // Workers are the bucket's one writer; the scheduler's watcher only reads it.
 type heartbeats struct {
-	kv     jetstream.KeyValue
+	store  *hbstore.Store
 	worker string
 	logger *slog.Logger
 	faults *fault.Injector
@@ -53,7 +53,7 @@ const maxBeatInterval = time.Second
 
 // Begin implements engine.Heartbeats.
 func (h *heartbeats) Begin(ctx context.Context, a core.Attempt, check func(context.Context) (core.AttemptCheck, error)) (context.Context, func(*core.StepOutcome)) {
-	b := &beater{h: h, a: a, check: check, key: engine.HeartbeatKey(a.RunID, a.StepID), interval: maxBeatInterval}
+	b := &beater{h: h, a: a, check: check, interval: maxBeatInterval}
 	to := a.Timeouts
 	if to != nil && to.Heartbeat > 0 {
 		b.interval = min(maxBeatInterval, time.Duration(to.Heartbeat)*8/10)
@@ -96,7 +96,6 @@ type beater struct {
 	h        *heartbeats
 	a        core.Attempt
 	check    func(context.Context) (core.AttemptCheck, error)
-	key      string
 	interval time.Duration
 	cancel   context.CancelCauseFunc
 
@@ -121,17 +120,14 @@ func (b *beater) load(ctx context.Context) error {
 	if b.loaded {
 		return nil
 	}
-	kve, err := b.h.kv.Get(ctx, b.key)
+	entry, rev, err := b.h.store.Get(ctx, b.a.RunID, b.a.StepID)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
-		b.entry = engine.HeartbeatEntry{RunID: b.a.RunID, StepID: b.a.StepID}
 	case err != nil:
 		return err
+	case rev == 0:
+		b.entry = engine.HeartbeatEntry{RunID: b.a.RunID, StepID: b.a.StepID}
 	default:
-		if err := json.Unmarshal(kve.Value(), &b.entry); err != nil {
-			return fmt.Errorf("decoding heartbeat entry %s: %w", b.key, err)
-		}
-		b.rev = kve.Revision()
+		b.entry, b.rev = entry, rev
 		if b.entry.Attempt > b.a.Attempt {
 			b.superseded = true
 		}
@@ -169,30 +165,20 @@ func (b *beater) write(ctx context.Context) error {
 	if err := b.h.faults.Hit(fault.HeartbeatPut); err != nil {
 		return err
 	}
-	val, err := json.Marshal(&b.entry)
-	if err != nil {
-		return err
-	}
-	var rev uint64
-	if b.rev == 0 {
-		rev, err = b.h.kv.Create(ctx, b.key, val)
-	} else {
-		rev, err = b.h.kv.Update(ctx, b.key, val, b.rev)
-	}
+	rev, err := b.h.store.Put(ctx, &b.entry, b.rev)
 	if err != nil {
 		// Another writer was first: a later attempt (stop), or this attempt's own start on
 		// a worker that died (take the entry over).
-		kve, gerr := b.h.kv.Get(ctx, b.key)
-		if gerr != nil {
+		cur, curRev, gerr := b.h.store.Get(ctx, b.a.RunID, b.a.StepID)
+		if gerr != nil && !errors.Is(gerr, hbstore.ErrMalformed) || curRev == 0 {
 			return err
 		}
-		var cur engine.HeartbeatEntry
-		if json.Unmarshal(kve.Value(), &cur) == nil && cur.Attempt > b.a.Attempt {
+		if gerr == nil && cur.Attempt > b.a.Attempt {
 			b.superseded = true
 			b.cancel(fmt.Errorf("attempt %d of step %q started after this attempt %d", cur.Attempt, b.a.StepID, b.a.Attempt))
 			return nil
 		}
-		if rev, err = b.h.kv.Update(ctx, b.key, val, kve.Revision()); err != nil {
+		if rev, err = b.h.store.Put(ctx, &b.entry, curRev); err != nil {
 			return err
 		}
 	}
@@ -286,10 +272,10 @@ func (b *beater) Details(ctx context.Context) (json.RawMessage, bool, error) {
 
 // heartbeats opens FLOW_HEARTBEATS for the engine's step attempts.
 func (w *Worker) heartbeats(ctx context.Context, js jetstream.JetStream) (engine.Heartbeats, error) {
-	kv, err := js.KeyValue(ctx, streams.HeartbeatsBucket)
+	store, err := hbstore.Open(ctx, js)
 	if err != nil {
 		return nil, err
 	}
 	hostname, _ := os.Hostname()
-	return &heartbeats{kv: kv, worker: fmt.Sprintf("%s-%d", hostname, os.Getpid()), logger: w.logger, faults: w.cfg.Faults}, nil
+	return &heartbeats{store: store, worker: fmt.Sprintf("%s-%d", hostname, os.Getpid()), logger: w.logger, faults: w.cfg.Faults}, nil
 }

@@ -8,7 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
-	"github.com/flowrun/flow/internal/engine"
+	hbstore "github.com/flowrun/flow/internal/heartbeats"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
@@ -78,7 +78,7 @@ func TestAbandonedStepHeartbeatsAfterRunEnds(t *testing.T) {
 	// the refresher) writes again, so at least one answer was given after the run ended.
 	kv, err := natstest.JetStream(t, srv).KeyValue(ctx, streams.HeartbeatsBucket)
 	require.NoError(t, err)
-	key := engine.HeartbeatKey(runID, "beat")
+	key := hbstore.Key(runID, "beat")
 	e, err := kv.Get(ctx, key)
 	require.NoError(t, err)
 	ended := e.Revision()

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/engine"
+	hbstore "github.com/flowrun/flow/internal/heartbeats"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsserver"
@@ -145,7 +146,7 @@ func TestDeadWorkerStepRetriedWithinHeartbeatTimeout(t *testing.T) {
 	kv, err := natstest.JetStream(t, srv).KeyValue(t.Context(), streams.HeartbeatsBucket)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		e, err := kv.Get(t.Context(), engine.HeartbeatKey(runID, "crunch"))
+		e, err := kv.Get(t.Context(), hbstore.Key(runID, "crunch"))
 		if err != nil {
 			return false
 		}

@@ -21,6 +21,7 @@ import (
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/schedule"
+	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -32,8 +33,83 @@ type Store struct {
 	kv jetstream.KeyValue
 }
 
-// New returns the store of bucket kv (FLOW_SCHEDULES).
-func New(kv jetstream.KeyValue) *Store { return &Store{kv: kv} }
+// Open opens FLOW_SCHEDULES, which streams.Ensure creates. Its entries are keyed by the
+// schedules' names and hold each schedule.Schedule (spec and state) as JSON.
+func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	kv, err := js.KeyValue(ctx, streams.SchedulesBucket)
+	if err != nil {
+		return nil, fmt.Errorf("cannot open %s: %w", streams.SchedulesBucket, err)
+	}
+	return &Store{kv: kv}, nil
+}
+
+// ErrNotFound is wrapped by Load when the schedule does not exist (or was deleted).
+var ErrNotFound = errors.New("schedstore: no such schedule")
+
+// ErrConflict is wrapped by Save when the entry changed since it was read.
+var ErrConflict = errors.New("schedstore: the schedule changed since it was read")
+
+// Load reads schedule name, its timing and the revision of its entry, for the schedule runner.
+func (s *Store) Load(ctx context.Context, name string) (*schedule.Schedule, *schedule.Timing, uint64, error) {
+	e, err := s.kv.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, nil, 0, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	sch, t, err := Decode(e.Value())
+	return sch, t, e.Revision(), err
+}
+
+// Save stores sch, the state of schedule sch.Name a round computed, if its entry is still at
+// revision rev, and returns the new revision, or an error wrapping ErrConflict.
+func (s *Store) Save(ctx context.Context, sch *schedule.Schedule, rev uint64) (uint64, error) {
+	out, err := json.Marshal(sch)
+	if err != nil {
+		return 0, err
+	}
+	rev, err = s.kv.Update(ctx, sch.Name, out, rev)
+	if err != nil && isWrongRevision(err) {
+		return 0, fmt.Errorf("%w: %w", ErrConflict, err)
+	}
+	return rev, err
+}
+
+// Names lists the names of every schedule, in no order.
+func (s *Store) Names(ctx context.Context) ([]string, error) {
+	lister, err := s.kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for k := range lister.Keys() {
+		names = append(names, k)
+	}
+	return names, nil
+}
+
+// Watch watches every entry: the existing ones first, then a nil entry, then every change. An
+// entry's key is its schedule's name; decode its value with Decode.
+func (s *Store) Watch(ctx context.Context) (jetstream.KeyWatcher, error) {
+	return s.kv.WatchAll(ctx)
+}
+
+// Decode decodes the value of an entry and checks it: the schedule and its timing.
+func Decode(value []byte) (*schedule.Schedule, *schedule.Timing, error) {
+	var sch schedule.Schedule
+	if err := json.Unmarshal(value, &sch); err != nil {
+		return nil, nil, err
+	}
+	t, err := sch.Validate()
+	if err != nil {
+		return nil, nil, err
+	}
+	return &sch, t, nil
+}
 
 func trimFlow(err error) string { return strings.TrimPrefix(err.Error(), "flow: ") }
 

@@ -1,0 +1,83 @@
+// Package heartbeats is the FLOW_HEARTBEATS bucket (docs/timeouts.md): one entry per step of a
+// run, keyed "<run>.<step>", holding the engine.HeartbeatEntry of the step's latest attempt as
+// JSON. Workers are its one writer, each write a compare-and-set on the entry's revision
+// (services/worker); the scheduler's heartbeat timeouts watch it, and its timers read it to find
+// a schedule-to-start timer moot. Entries leave the bucket with its TTL.
+package heartbeats
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/streams"
+)
+
+// Store reads and writes FLOW_HEARTBEATS. It is safe for concurrent use.
+type Store struct {
+	kv jetstream.KeyValue
+}
+
+// Open opens FLOW_HEARTBEATS, which streams.Ensure creates.
+func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
+	kv, err := js.KeyValue(ctx, streams.HeartbeatsBucket)
+	if err != nil {
+		return nil, fmt.Errorf("opening bucket %s: %w", streams.HeartbeatsBucket, err)
+	}
+	return &Store{kv: kv}, nil
+}
+
+// Key is step stepID of run runID's key. Run and step IDs hold no '.', so the key has two
+// tokens.
+func Key(runID, stepID string) string { return runID + "." + stepID }
+
+// ErrMalformed is wrapped by Get when the entry does not decode.
+var ErrMalformed = errors.New("heartbeats: malformed entry")
+
+// Get returns the entry of step stepID of run runID and its revision; rev 0 means it has none.
+// An entry that does not decode returns its revision and an error wrapping ErrMalformed.
+func (s *Store) Get(ctx context.Context, runID, stepID string) (e engine.HeartbeatEntry, rev uint64, err error) {
+	kve, err := s.kv.Get(ctx, Key(runID, stepID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return engine.HeartbeatEntry{}, 0, nil
+	}
+	if err != nil {
+		return engine.HeartbeatEntry{}, 0, err
+	}
+	e, err = Decode(kve.Value())
+	if err != nil {
+		return engine.HeartbeatEntry{}, kve.Revision(), fmt.Errorf("%w %s: %w", ErrMalformed, kve.Key(), err)
+	}
+	return e, kve.Revision(), nil
+}
+
+// Put writes entry e of step e.StepID of run e.RunID if its entry is still at revision rev (0:
+// if it has none), and returns the new revision; it fails when another writer was first.
+func (s *Store) Put(ctx context.Context, e *engine.HeartbeatEntry, rev uint64) (uint64, error) {
+	val, err := json.Marshal(e)
+	if err != nil {
+		return 0, err
+	}
+	if rev == 0 {
+		return s.kv.Create(ctx, Key(e.RunID, e.StepID), val)
+	}
+	return s.kv.Update(ctx, Key(e.RunID, e.StepID), val, rev)
+}
+
+// Watch watches every entry: the existing ones first, then a nil entry, then every change.
+// Decode an entry's value with Decode; its Created time is when it was last written, by the
+// server's clock.
+func (s *Store) Watch(ctx context.Context) (jetstream.KeyWatcher, error) {
+	return s.kv.WatchAll(ctx)
+}
+
+// Decode decodes the value of an entry.
+func Decode(value []byte) (engine.HeartbeatEntry, error) {
+	var e engine.HeartbeatEntry
+	err := json.Unmarshal(value, &e)
+	return e, err
+}

@@ -1,0 +1,105 @@
+package limits
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/streams"
+)
+
+// Queue is the admission queue, the FLOW_QUEUE bucket: one Waiting entry per run under flow
+// control that waits for admission, keyed by the run's ID. The history service is its one
+// writer (a projection of each run's latest snapshot, repaired by its reconciler and purged by
+// retention); the admission controller (services/scheduler) watches it. It is safe for
+// concurrent use.
+type Queue struct {
+	kv jetstream.KeyValue
+}
+
+// OpenQueue opens FLOW_QUEUE, which streams.Ensure creates.
+func OpenQueue(ctx context.Context, js jetstream.JetStream) (*Queue, error) {
+	kv, err := js.KeyValue(ctx, streams.QueueBucket)
+	if err != nil {
+		return nil, fmt.Errorf("opening bucket %s: %w", streams.QueueBucket, err)
+	}
+	return &Queue{kv: kv}, nil
+}
+
+// Put queues w, overwriting its run's entry.
+func (q *Queue) Put(ctx context.Context, w Waiting) error {
+	b, err := json.Marshal(w)
+	if err != nil {
+		return err
+	}
+	_, err = q.kv.Put(ctx, w.RunID, b)
+	return err
+}
+
+// Get returns run runID's entry and its revision; found is false when it has none.
+func (q *Queue) Get(ctx context.Context, runID string) (w Waiting, rev uint64, found bool, err error) {
+	e, err := q.kv.Get(ctx, runID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Waiting{}, 0, false, nil
+	}
+	if err != nil {
+		return Waiting{}, 0, false, err
+	}
+	// A malformed entry is an entry all the same, for its writer to overwrite or delete.
+	_ = json.Unmarshal(e.Value(), &w)
+	return w, e.Revision(), true, nil
+}
+
+// Delete takes run runID off the queue; rev, when not 0, is the revision the entry must still
+// have. An entry that is gone is no error.
+func (q *Queue) Delete(ctx context.Context, runID string, rev uint64) error {
+	var opts []jetstream.KVDeleteOpt
+	if rev != 0 {
+		opts = append(opts, jetstream.LastRevision(rev))
+	}
+	if err := q.kv.Delete(ctx, runID, opts...); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return err
+	}
+	return nil
+}
+
+// Runs lists the IDs of the runs queued.
+func (q *Queue) Runs(ctx context.Context) ([]string, error) {
+	keys, err := q.kv.ListKeys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for k := range keys.Keys() {
+		out = append(out, k)
+	}
+	return out, nil
+}
+
+// Watch watches every entry: the existing ones first, then a nil entry, then every change. An
+// entry's key is its run's ID; decode its value with DecodeWaiting.
+func (q *Queue) Watch(ctx context.Context) (jetstream.KeyWatcher, error) {
+	return q.kv.WatchAll(ctx)
+}
+
+// DecodeWaiting decodes a FLOW_QUEUE entry's value; an entry without a run or with an invalid
+// control is malformed.
+func DecodeWaiting(value []byte) (Waiting, error) {
+	var w Waiting
+	if err := json.Unmarshal(value, &w); err != nil {
+		return Waiting{}, err
+	}
+	if w.RunID == "" || w.Control == nil {
+		return Waiting{}, errors.New("limits: a queue entry names no run or no control")
+	}
+	if err := w.Control.Validate(); err != nil {
+		return Waiting{}, err
+	}
+	return w, nil
+}
