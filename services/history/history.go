@@ -56,6 +56,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/flowrun/flow/internal/backend"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/health"
@@ -369,21 +370,17 @@ func (s *Service) open(ctx context.Context) error {
 	if err := streams.Provision(ctx, js, s.cfg.Streams); err != nil {
 		return err
 	}
-	if s.store, err = jsstore.New(ctx, js, &jsstore.Options{Source: "flow/history"}); err != nil {
-		return err
-	}
-	if s.host, err = jshost.New(ctx, js, "flow/history", s.logger); err != nil {
-		return err
-	}
-	s.host.Faults = s.cfg.Faults
 	// Start keys: the service is the bucket's one writer (startkeys.go); its engine releases a
 	// debounce key when its run's delay fires.
 	if s.keys, err = jshost.NewStartKeys(ctx, js); err != nil {
 		return err
 	}
-	if s.engine, err = engine.New(engine.Config{Store: s.store, Host: s.host, Logger: s.logger, CacheSize: -1, Faults: s.cfg.Faults, Keys: s.keys}); err != nil {
+	be, err := backend.Open(ctx, js, backend.Role{Source: "flow/history", Logger: s.logger, Faults: s.cfg.Faults, HostFaults: s.cfg.Faults},
+		engine.Config{CacheSize: -1, Keys: s.keys})
+	if err != nil {
 		return err
 	}
+	s.store, s.host, s.engine = be.Store, be.Host, be.Engine
 	for name, kv := range map[string]*jetstream.KeyValue{streams.RunsBucket: &s.runs, streams.ParkedBucket: &s.parked,
 		streams.DamagedBucket: &s.damaged, streams.DefinitionsBucket: &s.defs} {
 		if *kv, err = js.KeyValue(ctx, name); err != nil {

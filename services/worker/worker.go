@@ -28,6 +28,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/flowrun/flow/internal/backend"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
@@ -35,9 +36,7 @@ import (
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
-	"github.com/flowrun/flow/internal/payload/objstore"
 	"github.com/flowrun/flow/internal/store"
-	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/internal/wait"
@@ -211,41 +210,24 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := streams.Ensure(ctx, js, w.cfg.Streams); err != nil {
 		return err
 	}
-	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/worker/" + w.cfg.Queue, Unsigned: true})
-	if err != nil {
-		return err
-	}
-	host, err := jshost.New(ctx, js, "flow/worker/"+w.cfg.Queue, w.logger)
-	if err != nil {
-		return err
-	}
-	host.Faults = w.cfg.Faults
 	if w.pauses, err = jshost.NewPauses(ctx, js, jshost.PausesOptions{Watch: true, Logger: w.logger}); err != nil {
 		return err
 	}
-	ecfg := engine.Config{Store: st, Runtime: w.reg, Host: &historyHost{Host: host, nc: w.nc}, BuildID: w.reg.BuildID(), Logger: w.logger,
-		StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize, Faults: w.cfg.Faults, Pauses: w.pauses}
+	ecfg := engine.Config{Runtime: w.reg, BuildID: w.reg.BuildID(), StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize, Pauses: w.pauses}
 	if ecfg.StepLimits, err = w.stepLimits(ctx, js); err != nil {
 		return err
-	}
-	if ecfg.Payloads, err = objstore.Open(ctx, js, streams.PayloadsBucket, w.cfg.PayloadThreshold); err != nil {
-		return err
-	}
-	w.reg.UsePayloads(ecfg.Payloads)
-	if w.cfg.CheckpointEvery >= 0 {
-		if ecfg.Checkpoints, err = objstore.OpenCheckpoints(ctx, js, streams.CheckpointsBucket); err != nil {
-			return err
-		}
 	}
 	if !w.cfg.SkipReplayCheck {
 		ecfg.Replayer = w.reg.Replaying()
 	}
-	if ecfg.Heartbeats, err = w.heartbeats(ctx, js); err != nil {
+	be, err := backend.Open(ctx, js, backend.Role{Source: "flow/worker/" + w.cfg.Queue, Unsigned: true, Logger: w.logger, Faults: w.cfg.Faults, HostFaults: w.cfg.Faults,
+		Payloads: true, PayloadThreshold: w.cfg.PayloadThreshold, Checkpoints: w.cfg.CheckpointEvery >= 0, Heartbeats: true,
+		Host: func(h *jshost.Host) engine.Host { return &historyHost{Host: h, nc: w.nc} }}, ecfg)
+	if err != nil {
 		return err
 	}
-	if w.engine, err = engine.New(ecfg); err != nil {
-		return err
-	}
+	w.reg.UsePayloads(be.Payloads)
+	w.engine = be.Engine
 	hostname, _ := os.Hostname()
 	w.id = liveness.NewID(hostname, os.Getpid()) // before any handler parks a run
 	// The view before the first task, the entry before the registration: a worker that reads

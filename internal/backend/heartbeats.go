@@ -1,4 +1,4 @@
-package worker
+package backend
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -282,14 +280,4 @@ func (b *beater) Details(ctx context.Context) (json.RawMessage, bool, error) {
 		return nil, false, err
 	}
 	return b.prev, b.hasPrev, nil
-}
-
-// heartbeats opens FLOW_HEARTBEATS for the engine's step attempts.
-func (w *Worker) heartbeats(ctx context.Context, js jetstream.JetStream) (engine.Heartbeats, error) {
-	kv, err := js.KeyValue(ctx, streams.HeartbeatsBucket)
-	if err != nil {
-		return nil, err
-	}
-	hostname, _ := os.Hostname()
-	return &heartbeats{kv: kv, worker: fmt.Sprintf("%s-%d", hostname, os.Getpid()), logger: w.logger, faults: w.cfg.Faults}, nil
 }
