@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/flowrun/flow/pkg/event"
 )
 
 // Streams and buckets.
@@ -41,7 +39,7 @@ const (
 	// it.
 	RunsBucket = "FLOW_RUNS"
 	// DefinitionsBucket records the latest registration of each definition: key
-	// "<queue>.<definition>", value a JSON Definition. Workers write it at start and never remove
+	// "<queue>.<definition>", value a JSON definitions.Definition (internal/definitions). Workers write it at start and never remove
 	// it; which workers are alive is in WorkersBucket.
 	DefinitionsBucket = "FLOW_DEFINITIONS"
 	// LeasesBucket holds leader leases (the scheduler's), expiring after Config.LeaseTTL.
@@ -471,34 +469,6 @@ func TaskConsumer(ctx context.Context, js jetstream.JetStream, queue, build stri
 		return nil, fmt.Errorf("creating the task consumer of queue %q: %w", queue, err)
 	}
 	return c, nil
-}
-
-// Definition is what a worker publishes about a workflow it runs, under DefinitionKey in the
-// FLOW_DEFINITIONS bucket. Clients read it to start runs with the right spec.
-type Definition struct {
-	Definition string    `json:"definition"`
-	Queue      string    `json:"queue"`
-	BuildID    string    `json:"build_id,omitempty"`
-	Patches    []string  `json:"patches,omitempty"`
-	UpdatedAt  time.Time `json:"updated_at"`
-	Host       string    `json:"host,omitempty"`
-	// Attributes are the search attributes the definition declares, sorted by name.
-	Attributes []event.AttributeDecl `json:"attributes,omitempty"`
-	// Control is the definition's flow control, with its key path (see liveness.Registration).
-	Control *event.FlowControl `json:"control,omitempty"`
-	// Timeouts are the definition's default run timeouts (see liveness.Registration).
-	Timeouts *event.RunTimeouts `json:"timeouts,omitempty"`
-	// Retention is how long the history of an ended run of the definition is kept
-	// (flow.WithRetention); 0 for the retention sweeper's default (docs/retention.md).
-	Retention event.Duration `json:"retention,omitempty"`
-}
-
-// DefinitionKey is the FLOW_DEFINITIONS key of definition on queue.
-func DefinitionKey(queue, definition string) string {
-	if queue == "" {
-		queue = DefaultQueue
-	}
-	return queue + "." + definition
 }
 
 // Parked is a FLOW_PARKED entry: a run no worker of its queue could drive, and why. The

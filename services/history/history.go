@@ -57,6 +57,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowrun/flow/internal/backend"
+	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/health"
@@ -198,7 +199,7 @@ type Service struct {
 	runs    jetstream.KeyValue
 	parked  jetstream.KeyValue
 	damaged jetstream.KeyValue
-	defs    jetstream.KeyValue
+	defs    *definitions.Store
 	// control keeps the admission queue and releases ended runs' flow-control slots.
 	control *control
 
@@ -381,8 +382,11 @@ func (s *Service) open(ctx context.Context) error {
 		return err
 	}
 	s.store, s.host, s.engine = be.Store, be.Host, be.Engine
+	if s.defs, err = definitions.Open(ctx, js); err != nil {
+		return err
+	}
 	for name, kv := range map[string]*jetstream.KeyValue{streams.RunsBucket: &s.runs, streams.ParkedBucket: &s.parked,
-		streams.DamagedBucket: &s.damaged, streams.DefinitionsBucket: &s.defs} {
+		streams.DamagedBucket: &s.damaged} {
 		if *kv, err = js.KeyValue(ctx, name); err != nil {
 			return fmt.Errorf("opening bucket %s: %w", name, err)
 		}

@@ -12,6 +12,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/streams"
@@ -27,7 +28,7 @@ type parking struct {
 	parked map[string]parkedRun
 	// latest holds the latest registration of each definition, by DefinitionKey, and
 	// latestRev its FLOW_DEFINITIONS revision.
-	latest    map[string]streams.Definition
+	latest    map[string]definitions.Definition
 	latestRev map[string]uint64
 	// pauses follows FLOW_PAUSES (pause.go).
 	pauses *jshost.Pauses
@@ -39,7 +40,7 @@ type parkedRun struct {
 }
 
 func newParking(s *Service) *parking {
-	return &parking{s: s, parked: map[string]parkedRun{}, latest: map[string]streams.Definition{}, latestRev: map[string]uint64{}}
+	return &parking{s: s, parked: map[string]parkedRun{}, latest: map[string]definitions.Definition{}, latestRev: map[string]uint64{}}
 }
 
 // revision returns the FLOW_PARKED revision of run runID's entry, or 0.
@@ -61,7 +62,7 @@ func (p *parking) reason(sum core.Summary) string {
 	if sum.Status.Terminal() || sum.BuildID == "" {
 		return ""
 	}
-	d, ok := p.latest[streams.DefinitionKey(sum.Queue, sum.Definition)]
+	d, ok := p.latest[definitions.Key(sum.Queue, sum.Definition)]
 	if !ok || d.BuildID == sum.BuildID {
 		return ""
 	}
@@ -78,7 +79,7 @@ func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
 	if err != nil {
 		return fmt.Errorf("watching parked runs: %w", err)
 	}
-	defsW, err := p.s.defs.WatchAll(ctx)
+	defsW, err := p.s.defs.Watch(ctx)
 	if err != nil {
 		_ = parkedW.Stop()
 		return fmt.Errorf("watching definitions: %w", err)
@@ -87,7 +88,7 @@ func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
 	wg.Go(func() {
 		defer func() { _ = parkedW.Stop(); _ = defsW.Stop() }()
 		parkedUpdates, defsUpdates := parkedW.Updates(), defsW.Updates()
-		var defs []streams.Definition // registrations seen before the parked runs were known
+		var defs []definitions.Definition // registrations seen before the parked runs were known
 		loaded := false
 		for parkedUpdates != nil || defsUpdates != nil {
 			select {
@@ -110,20 +111,17 @@ func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
 				switch {
 				case !ok:
 					defsUpdates = nil
-				case e == nil || e.Operation() != jetstream.KeyValuePut:
+				case e == nil || e.Deleted || e.Err != nil:
 				default:
-					var d streams.Definition
-					if err := json.Unmarshal(e.Value(), &d); err != nil {
-						continue
-					}
+					d := e.Value
 					p.mu.Lock()
-					p.latest[e.Key()], p.latestRev[e.Key()] = d, e.Revision()
+					p.latest[e.Key], p.latestRev[e.Key] = d, e.Revision
 					p.mu.Unlock()
 					if !loaded {
 						defs = append(defs, d)
 						continue
 					}
-					p.registered(ctx, d, e.Revision())
+					p.registered(ctx, d, e.Revision)
 				}
 			case <-ctx.Done():
 				return
@@ -154,7 +152,7 @@ func (p *parking) apply(ctx context.Context, e jetstream.KeyValueEntry, loaded b
 			return
 		}
 		p.parked[runID] = parkedRun{Parked: pr, rev: e.Revision()}
-		k := streams.DefinitionKey(pr.Queue, pr.Definition)
+		k := definitions.Key(pr.Queue, pr.Definition)
 		if loaded && p.releasable(pr) {
 			unheld = &parkedRun{Parked: pr, rev: e.Revision()}
 		} else if d, ok := p.latest[k]; ok && loaded && (pr.Build == "" || pr.Build == d.BuildID) && pr.ParkedAt.Before(d.UpdatedAt) {
@@ -202,7 +200,7 @@ func (p *parking) reindex(ctx context.Context, runID string) {
 // want of it, and those blocked (the worker may run fixed code). rev, the registration's
 // revision in FLOW_DEFINITIONS, makes the tasks of one registration distinct from those of the
 // next, and the same on every replica.
-func (p *parking) registered(ctx context.Context, d streams.Definition, rev uint64) {
+func (p *parking) registered(ctx context.Context, d definitions.Definition, rev uint64) {
 	canDrive := func(queue, definition, build string) bool {
 		return queue == d.Queue && definition == d.Definition && (build == "" || build == d.BuildID)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
@@ -27,9 +28,9 @@ func TestRunParkedAfterItsRegistrationIsDispatched(t *testing.T) {
 	defs, err := js.KeyValue(ctx, streams.DefinitionsBucket)
 	require.NoError(t, err)
 	registered := time.Now().UTC()
-	b, err := json.Marshal(streams.Definition{Definition: "steps", Queue: streams.DefaultQueue, UpdatedAt: registered})
+	b, err := json.Marshal(definitions.Definition{Definition: "steps", Queue: streams.DefaultQueue, UpdatedAt: registered})
 	require.NoError(t, err)
-	_, err = defs.Put(ctx, streams.DefinitionKey(streams.DefaultQueue, "steps"), b)
+	_, err = defs.Put(ctx, definitions.Key(streams.DefaultQueue, "steps"), b)
 	require.NoError(t, err)
 	client, err := flow.NewClient(ctx, natstest.Connect(t, srv), nil)
 	require.NoError(t, err)

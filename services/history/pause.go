@@ -8,6 +8,7 @@ import (
 
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/pauses"
 	"github.com/flowrun/flow/internal/streams"
 )
 
@@ -24,7 +25,7 @@ import (
 // startPauses follows FLOW_PAUSES, and returns once the pauses that exist are loaded.
 func (p *parking) startPauses(ctx context.Context, wg *sync.WaitGroup) error {
 	pauses, err := jshost.NewPauses(ctx, p.s.js, jshost.PausesOptions{Watch: true, Logger: p.s.logger,
-		OnChange: func(key string, v *streams.Pause) {
+		OnChange: func(key string, v *pauses.Pause) {
 			if v == nil {
 				p.released(ctx, key)
 			}

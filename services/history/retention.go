@@ -16,6 +16,7 @@ import (
 
 	"github.com/flowrun/flow/internal/archive"
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/jshost"
@@ -267,17 +268,16 @@ func (s *Service) Sweep(ctx context.Context) (SweepReport, error) {
 // the latest registration in FLOW_DEFINITIONS says, else the default. periods caches the
 // definitions read in one sweep.
 func (s *Service) retentionOf(ctx context.Context, sum core.Summary, periods map[string]time.Duration) time.Duration {
-	key := streams.DefinitionKey(sum.Queue, sum.Definition)
+	key := definitions.Key(sum.Queue, sum.Definition)
 	if d, ok := periods[key]; ok {
 		return d
 	}
 	d := s.cfg.Retention
-	if e, err := s.defs.Get(ctx, key); err == nil {
-		var def streams.Definition
-		if json.Unmarshal(e.Value(), &def) == nil && def.Retention > 0 {
+	if def, found, err := s.defs.Get(ctx, sum.Queue, sum.Definition); err == nil {
+		if found && def.Retention > 0 {
 			d = time.Duration(def.Retention)
 		}
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+	} else {
 		// Unknown: keep the run this sweep rather than apply a default that may be shorter.
 		return time.Duration(1<<63 - 1)
 	}

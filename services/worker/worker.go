@@ -30,6 +30,7 @@ import (
 
 	"github.com/flowrun/flow/internal/backend"
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/health"
@@ -300,7 +301,7 @@ func (w *Worker) publishLiveness(ctx context.Context, js jetstream.JetStream, ho
 }
 
 func (w *Worker) publishDefinitions(ctx context.Context, js jetstream.JetStream) error {
-	kv, err := js.KeyValue(ctx, streams.DefinitionsBucket)
+	defs, err := definitions.Open(ctx, js)
 	if err != nil {
 		return err
 	}
@@ -310,13 +311,10 @@ func (w *Worker) publishDefinitions(ctx context.Context, js jetstream.JetStream)
 		if err != nil {
 			return err
 		}
-		b, err := json.Marshal(streams.Definition{Definition: name, Queue: w.cfg.Queue, BuildID: id.BuildID, Patches: id.Patches,
+		d := definitions.Definition{Definition: name, Queue: w.cfg.Queue, BuildID: id.BuildID, Patches: id.Patches,
 			UpdatedAt: time.Now().UTC(), Host: host, Attributes: id.Attributes, Control: w.reg.FlowControl(name),
-			Timeouts: w.reg.RunTimeouts(name), Retention: event.Duration(w.reg.Retention(name))})
-		if err != nil {
-			return err
-		}
-		if _, err := kv.Put(ctx, streams.DefinitionKey(w.cfg.Queue, name), b); err != nil {
+			Timeouts: w.reg.RunTimeouts(name), Retention: event.Duration(w.reg.Retention(name))}
+		if err := defs.Put(ctx, d); err != nil {
 			return fmt.Errorf("publishing definition %q: %w", name, err)
 		}
 	}
