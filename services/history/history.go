@@ -65,6 +65,7 @@ import (
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
+	"github.com/flowrun/flow/internal/parked"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 )
@@ -197,8 +198,8 @@ type Service struct {
 	// keys is the start key index, which the service alone writes (startkeys.go).
 	keys    *jshost.StartKeys
 	runs    jetstream.KeyValue
-	parked  jetstream.KeyValue
-	damaged jetstream.KeyValue
+	parked  *parked.Store
+	damaged *jsstore.DamagedRuns
 	defs    *definitions.Store
 	// control keeps the admission queue and releases ended runs' flow-control slots.
 	control *control
@@ -385,8 +386,13 @@ func (s *Service) open(ctx context.Context) error {
 	if s.defs, err = definitions.Open(ctx, js); err != nil {
 		return err
 	}
-	for name, kv := range map[string]*jetstream.KeyValue{streams.RunsBucket: &s.runs, streams.ParkedBucket: &s.parked,
-		streams.DamagedBucket: &s.damaged} {
+	if s.parked, err = parked.Open(ctx, js); err != nil {
+		return err
+	}
+	if s.damaged, err = jsstore.OpenDamaged(ctx, js); err != nil {
+		return err
+	}
+	for name, kv := range map[string]*jetstream.KeyValue{streams.RunsBucket: &s.runs} {
 		if *kv, err = js.KeyValue(ctx, name); err != nil {
 			return fmt.Errorf("opening bucket %s: %w", name, err)
 		}

@@ -2,7 +2,6 @@ package history
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,7 +14,7 @@ import (
 	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/jshost"
-	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/parked"
 )
 
 // parking keeps the runs workers asked this service to park (FLOW_PARKED, written by parkRun) and
@@ -35,7 +34,7 @@ type parking struct {
 }
 
 type parkedRun struct {
-	streams.Parked
+	parked.Run
 	rev uint64
 }
 
@@ -75,7 +74,7 @@ func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
 	if err := p.startPauses(ctx, wg); err != nil {
 		return err
 	}
-	parkedW, err := p.s.parked.WatchAll(ctx)
+	parkedW, err := p.s.parked.Watch(ctx)
 	if err != nil {
 		return fmt.Errorf("watching parked runs: %w", err)
 	}
@@ -139,24 +138,24 @@ func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
 // apply folds one FLOW_PARKED change in and brings the run's index entry up to date. Once
 // the parked runs are loaded, a run parked before a registration that can drive it, which this
 // service applied first (the two buckets' changes arrive in either order), is dispatched at once.
-func (p *parking) apply(ctx context.Context, e jetstream.KeyValueEntry, loaded bool) {
-	runID := e.Key()
+func (p *parking) apply(ctx context.Context, e *parked.Entry, loaded bool) {
+	runID := e.Key
 	p.mu.Lock()
 	var late *parkedRun // parked before the latest registration that can drive it
 	var lateRev uint64
 	var unheld *parkedRun // parked for a pause that is gone
-	if e.Operation() == jetstream.KeyValuePut {
-		var pr streams.Parked
-		if err := json.Unmarshal(e.Value(), &pr); err != nil {
+	if !e.Deleted {
+		if e.Err != nil {
 			p.mu.Unlock()
 			return
 		}
-		p.parked[runID] = parkedRun{Parked: pr, rev: e.Revision()}
+		pr := e.Value
+		p.parked[runID] = parkedRun{Run: pr, rev: e.Revision}
 		k := definitions.Key(pr.Queue, pr.Definition)
 		if loaded && p.releasable(pr) {
-			unheld = &parkedRun{Parked: pr, rev: e.Revision()}
+			unheld = &parkedRun{Run: pr, rev: e.Revision}
 		} else if d, ok := p.latest[k]; ok && loaded && (pr.Build == "" || pr.Build == d.BuildID) && pr.ParkedAt.Before(d.UpdatedAt) {
-			late, lateRev = &parkedRun{Parked: pr, rev: e.Revision()}, p.latestRev[k]
+			late, lateRev = &parkedRun{Run: pr, rev: e.Revision}, p.latestRev[k]
 		}
 	} else {
 		delete(p.parked, runID)
@@ -211,7 +210,7 @@ func (p *parking) registered(ctx context.Context, d definitions.Definition, rev 
 	p.mu.RLock()
 	var parked []parkedRun
 	for _, pr := range p.parked {
-		if canDrive(pr.Queue, pr.Definition, pr.Build) && pr.ParkedAt.Before(d.UpdatedAt) && !p.heldByPause(pr.Parked) {
+		if canDrive(pr.Queue, pr.Definition, pr.Build) && pr.ParkedAt.Before(d.UpdatedAt) && !p.heldByPause(pr.Run) {
 			parked = append(parked, pr)
 		}
 	}
@@ -259,7 +258,7 @@ func (p *parking) dispatch(ctx context.Context, runID, queue, build string, seq 
 	if parkedRev == 0 {
 		return nil
 	}
-	err := p.s.parked.Delete(ctx, runID, jetstream.LastRevision(parkedRev))
+	err := p.s.parked.Delete(ctx, runID, parkedRev)
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return err
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/parked"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
 )
@@ -36,14 +37,14 @@ func TestRunParkedAfterItsRegistrationIsDispatched(t *testing.T) {
 	require.NoError(t, err)
 	runID := ingresstest.Accepted(t, natstest.Connect(t, srv), "steps", "parked-late", 1, "")
 
-	parked, err := js.KeyValue(ctx, streams.ParkedBucket)
+	parkedKV, err := js.KeyValue(ctx, streams.ParkedBucket)
 	require.NoError(t, err)
-	b, err = json.Marshal(streams.Parked{RunID: runID, Queue: streams.DefaultQueue, Definition: "steps",
+	b, err = json.Marshal(parked.Run{RunID: runID, Queue: streams.DefaultQueue, Definition: "steps",
 		Reason: `waiting for a worker that registers workflow "steps"`, Seq: 1, ParkedAt: registered.Add(-time.Second)})
 	require.NoError(t, err)
-	_, err = parked.Put(ctx, runID, b)
+	_, err = parkedKV.Put(ctx, runID, b)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool { _, err := parked.Get(ctx, runID); return errors.Is(err, jetstream.ErrKeyNotFound) },
+	require.Eventually(t, func() bool { _, err := parkedKV.Get(ctx, runID); return errors.Is(err, jetstream.ErrKeyNotFound) },
 		20*time.Second, 10*time.Millisecond, "the run was dispatched and its parked entry removed")
 
 	startWorker(t, srv, registry(""))

@@ -442,10 +442,11 @@ func (s *Service) purgeDerived(ctx context.Context, snap *core.Snapshot) error {
 			return fmt.Errorf("deleting the hook token of run %q: %w", runID, err)
 		}
 	}
-	for _, kv := range []jetstream.KeyValue{s.parked, r.queue} {
-		if err := kv.Delete(ctx, runID); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
-			return fmt.Errorf("deleting run %q from %s: %w", runID, kv.Bucket(), err)
-		}
+	if err := s.parked.Delete(ctx, runID, 0); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("deleting run %q from %s: %w", runID, streams.ParkedBucket, err)
+	}
+	if err := r.queue.Delete(ctx, runID); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return fmt.Errorf("deleting run %q from %s: %w", runID, r.queue.Bucket(), err)
 	}
 	if p := snap.StartPolicy; p != nil {
 		var startKeys []string

@@ -37,6 +37,7 @@ import (
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
+	"github.com/flowrun/flow/internal/parked"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/tracing"
@@ -443,7 +444,7 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	case errors.As(err, &wrongBuild):
 		// Tasks of pinned runs reach only their build's workers; one that did not (published
 		// by an older version) is parked until a worker of its build registers.
-		w.park(ctx, msg, streams.Parked{RunID: runID, Queue: wrongBuild.Queue, Definition: wrongBuild.Definition, Build: wrongBuild.RunBuild,
+		w.park(ctx, msg, parked.Run{RunID: runID, Queue: wrongBuild.Queue, Definition: wrongBuild.Definition, Build: wrongBuild.RunBuild,
 			Reason: fmt.Sprintf("pinned to build %q; waiting for a worker of that build on queue %q (this worker runs build %q)",
 				wrongBuild.RunBuild, w.cfg.Queue, wrongBuild.EngineBuild), Seq: task.Seq})
 	case errors.As(err, &unknown):
@@ -453,7 +454,7 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		if w.handBack(ctx, msg, unknown) {
 			return
 		}
-		w.park(ctx, msg, streams.Parked{RunID: runID, Queue: unknown.Queue, Definition: unknown.Definition, Build: unknown.RunBuild,
+		w.park(ctx, msg, parked.Run{RunID: runID, Queue: unknown.Queue, Definition: unknown.Definition, Build: unknown.RunBuild,
 			Reason: fmt.Sprintf("waiting for a worker that registers workflow %q on queue %q", unknown.Definition, w.cfg.Queue), Seq: task.Seq,
 			ParkedAt: parkedAt})
 	case errors.Is(err, store.ErrDamaged):
@@ -537,7 +538,7 @@ func handBackDelay(msg jetstream.Msg) time.Duration {
 // to show and to dispatch the run again when a worker that can registers, then acknowledges the
 // task. p.ParkedAt zero is now. If the history service does not record it the task is
 // redelivered later.
-func (w *Worker) park(ctx context.Context, msg jetstream.Msg, p streams.Parked) {
+func (w *Worker) park(ctx context.Context, msg jetstream.Msg, p parked.Run) {
 	if p.ParkedAt.IsZero() {
 		p.ParkedAt = time.Now().UTC()
 	}
