@@ -66,6 +66,7 @@ import (
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/parked"
+	"github.com/flowrun/flow/internal/runsindex"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 )
@@ -197,7 +198,7 @@ type Service struct {
 	engine  *engine.Engine
 	// keys is the start key index, which the service alone writes (startkeys.go).
 	keys    *jshost.StartKeys
-	runs    jetstream.KeyValue
+	runs    *runsindex.Store
 	parked  *parked.Store
 	damaged *jsstore.DamagedRuns
 	defs    *definitions.Store
@@ -392,10 +393,8 @@ func (s *Service) open(ctx context.Context) error {
 	if s.damaged, err = jsstore.OpenDamaged(ctx, js); err != nil {
 		return err
 	}
-	for name, kv := range map[string]*jetstream.KeyValue{streams.RunsBucket: &s.runs} {
-		if *kv, err = js.KeyValue(ctx, name); err != nil {
-			return fmt.Errorf("opening bucket %s: %w", name, err)
-		}
+	if s.runs, err = runsindex.Open(ctx, js); err != nil {
+		return err
 	}
 	if s.control, err = openControl(ctx, js); err != nil {
 		return err
