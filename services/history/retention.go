@@ -87,7 +87,7 @@ func retentionDefaults(cfg *Config) error {
 type retention struct {
 	archive archive.Archive
 	timers  jetstream.KeyValue
-	hooks   jetstream.KeyValue
+	hooks   *jshost.HookRoutes
 	queue   jetstream.KeyValue
 	leases  jetstream.KeyValue
 	history jetstream.Stream
@@ -107,7 +107,10 @@ func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config) (*re
 	if r.archive, err = archive.Open(ctx, js, cfg.Archive); err != nil {
 		return nil, fmt.Errorf("history: FLOW_ARCHIVE: %w", err)
 	}
-	for name, kv := range map[string]*jetstream.KeyValue{streams.TimersBucket: &r.timers, streams.HooksBucket: &r.hooks,
+	if r.hooks, err = jshost.OpenHookRoutes(ctx, js); err != nil {
+		return nil, err
+	}
+	for name, kv := range map[string]*jetstream.KeyValue{streams.TimersBucket: &r.timers,
 		streams.QueueBucket: &r.queue, streams.LeasesBucket: &r.leases} {
 		if *kv, err = js.KeyValue(ctx, name); err != nil {
 			return nil, fmt.Errorf("opening bucket %s: %w", name, err)
@@ -438,7 +441,7 @@ func (s *Service) purgeDerived(ctx context.Context, snap *core.Snapshot) error {
 		}
 	}
 	for _, h := range snap.Hooks {
-		if err := deleteIfNames(ctx, r.hooks, h.Token, runID); err != nil {
+		if err := r.hooks.DeleteIfRoutes(ctx, h.Token, runID); err != nil {
 			return fmt.Errorf("deleting the hook token of run %q: %w", runID, err)
 		}
 	}
@@ -483,28 +486,6 @@ func (s *Service) purgedMsgs() uint64 {
 		n += sum.Deleted.Msgs
 	}
 	return n
-}
-
-// deleteIfNames deletes hook token's entry if it routes to run runID.
-func deleteIfNames(ctx context.Context, kv jetstream.KeyValue, token, runID string) error {
-	e, err := kv.Get(ctx, token)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var route struct {
-		RunID string `json:"run_id"`
-	}
-	if json.Unmarshal(e.Value(), &route) != nil || route.RunID != runID {
-		return nil
-	}
-	err = kv.Delete(ctx, token, jetstream.LastRevision(e.Revision()))
-	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyExists) {
-		return err
-	}
-	return nil
 }
 
 // deletedError is the answer to a read of a run whose history was deleted and not archived.
