@@ -25,7 +25,7 @@ type parking struct {
 
 	mu     sync.RWMutex
 	parked map[string]parkedRun
-	// latest holds the latest registration of each definition, by DefinitionKey, and
+	// latest holds the latest registration of each definition, by definitions.Key, and
 	// latestRev its FLOW_DEFINITIONS revision.
 	latest    map[string]definitions.Definition
 	latestRev map[string]uint64
