@@ -6,7 +6,7 @@ package api
 // commits the hook.created, and to park a run it cannot drive:
 //
 //	flow.derived.hooks.claim   HookClaim      -> HookClaimResponse
-//	flow.derived.runs.park     streams.Parked -> ParkResponse
+//	flow.derived.runs.park     parked.Run -> ParkResponse
 //
 // The doors are not under flow.api.>, which clients may publish to: only workers ask them (a
 // client could otherwise take tokens its runs never created, or park runs). With no history

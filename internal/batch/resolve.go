@@ -2,7 +2,6 @@ package batch
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -11,7 +10,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/filter"
-	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/runsindex"
 )
 
 // Compile compiles the spec's filter against schema (the declarations of spec.Definition's
@@ -38,18 +37,18 @@ func Resolve(ctx context.Context, js jetstream.JetStream, j *Job, limit int) (id
 	if err != nil {
 		return nil, 0, err
 	}
-	kv, err := js.KeyValue(ctx, streams.RunsBucket)
+	runs, err := runsindex.Open(ctx, js)
 	if err != nil {
-		return nil, 0, fmt.Errorf("batch: opening the runs index %s: %w", streams.RunsBucket, err)
+		return nil, 0, fmt.Errorf("batch: opening the runs index: %w", err)
 	}
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	w, err := runs.Watch(ctx, jetstream.IgnoreDeletes())
 	if err != nil {
 		return nil, 0, fmt.Errorf("batch: reading the runs index: %w", err)
 	}
 	defer func() { _ = w.Stop() }()
 	seen := map[string]bool{}
 	for {
-		var e jetstream.KeyValueEntry
+		var e *runsindex.Entry
 		var ok bool
 		select {
 		case <-ctx.Done():
@@ -62,12 +61,12 @@ func Resolve(ctx context.Context, js jetstream.JetStream, j *Job, limit int) (id
 		if e == nil {
 			break
 		}
-		if seen[e.Key()] {
+		if seen[e.Key] {
 			continue // changed after the watch began: its value then was read
 		}
-		seen[e.Key()] = true
-		var sum core.Summary
-		if json.Unmarshal(e.Value(), &sum) != nil || !Selects(j, f, sum) {
+		seen[e.Key] = true
+		sum := e.Value
+		if e.Deleted || e.Err != nil || !Selects(j, f, sum) {
 			continue
 		}
 		total++

@@ -13,8 +13,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/backend"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/payload"
 	"github.com/flowrun/flow/internal/payload/objstore"
@@ -180,16 +182,12 @@ func runLongRun(r *rep) (map[string]float64, error) {
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
 	registerLarge(reg)
 	newEngine := func(checkpoints bool) (*engine.Engine, *jsstore.Store, error) {
-		st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/bench"})
+		be, err := backend.Open(ctx, js, backend.Role{Source: "flow/bench", Logger: slog.New(slog.DiscardHandler),
+			Host: func(*jshost.Host) engine.Host { return nopHost{} }, Checkpoints: checkpoints}, engine.Config{Runtime: reg})
 		if err != nil {
 			return nil, nil, err
 		}
-		cfg := engine.Config{Store: st, Runtime: reg, Host: nopHost{}, Logger: slog.New(slog.DiscardHandler)}
-		if checkpoints {
-			cfg.Checkpoints = cps
-		}
-		e, err := engine.New(cfg)
-		return e, st, err
+		return be.Engine, be.Store, nil
 	}
 
 	writer, wst, err := newEngine(false)

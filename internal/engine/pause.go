@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/pauses"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -23,13 +24,13 @@ import (
 type Pauses interface {
 	// Held returns the pause that holds runs of definition on queue ("" is the default
 	// queue), if any: the definition's, else the queue's. It answers from memory, at once.
-	Held(definition, queue string) (streams.Pause, bool)
+	Held(definition, queue string) (pauses.Pause, bool)
 	// Put records p, replacing a pause of the same scope and name.
-	Put(ctx context.Context, p streams.Pause) error
+	Put(ctx context.Context, p pauses.Pause) error
 	// Delete removes the pause of scope and name, and reports whether there was one.
 	Delete(ctx context.Context, scope, name string) (bool, error)
 	// List returns the pauses, read from the bucket.
-	List(ctx context.Context) ([]streams.Pause, error)
+	List(ctx context.Context) ([]pauses.Pause, error)
 }
 
 // ErrNoPauses is returned by the definition and queue pause calls of an engine without
@@ -42,7 +43,7 @@ type HeldError struct {
 	RunID, Definition, Queue, Build string
 	// Seq is the run's sequence when the drive stopped.
 	Seq   uint64
-	Pause streams.Pause
+	Pause pauses.Pause
 }
 
 func (e *HeldError) Error() string {
@@ -96,45 +97,45 @@ func (e *Engine) Unpause(ctx context.Context, runID, reason, deliveryID string) 
 // PauseDefinition pauses every run of definition: workers make no decision and start no step
 // attempt of them until UnpauseDefinition, while their inputs and timers are still recorded.
 // Pausing a paused definition again replaces its note.
-func (e *Engine) PauseDefinition(ctx context.Context, definition, note string) (streams.Pause, error) {
-	return e.pauseScope(ctx, streams.PauseDefinition, definition, note)
+func (e *Engine) PauseDefinition(ctx context.Context, definition, note string) (pauses.Pause, error) {
+	return e.pauseScope(ctx, pauses.ScopeDefinition, definition, note)
 }
 
 // PauseQueue pauses every run on task queue queue, as PauseDefinition does a definition's.
-func (e *Engine) PauseQueue(ctx context.Context, queue, note string) (streams.Pause, error) {
-	return e.pauseScope(ctx, streams.PauseQueue, queue, note)
+func (e *Engine) PauseQueue(ctx context.Context, queue, note string) (pauses.Pause, error) {
+	return e.pauseScope(ctx, pauses.ScopeQueue, queue, note)
 }
 
 // UnpauseDefinition ends the pause of definition and reports whether it was paused. The runs it
 // held are dispatched again by the history service, which follows FLOW_PAUSES.
 func (e *Engine) UnpauseDefinition(ctx context.Context, definition string) (bool, error) {
-	return e.unpauseScope(ctx, streams.PauseDefinition, definition)
+	return e.unpauseScope(ctx, pauses.ScopeDefinition, definition)
 }
 
 // UnpauseQueue ends the pause of queue, as UnpauseDefinition does a definition's.
 func (e *Engine) UnpauseQueue(ctx context.Context, queue string) (bool, error) {
-	return e.unpauseScope(ctx, streams.PauseQueue, queue)
+	return e.unpauseScope(ctx, pauses.ScopeQueue, queue)
 }
 
 // PausedScopes returns the definition and queue pauses.
-func (e *Engine) PausedScopes(ctx context.Context) ([]streams.Pause, error) {
+func (e *Engine) PausedScopes(ctx context.Context) ([]pauses.Pause, error) {
 	if e.pauses == nil {
 		return nil, ErrNoPauses
 	}
 	return e.pauses.List(ctx)
 }
 
-func (e *Engine) pauseScope(ctx context.Context, scope, name, note string) (streams.Pause, error) {
+func (e *Engine) pauseScope(ctx context.Context, scope, name, note string) (pauses.Pause, error) {
 	if e.pauses == nil {
-		return streams.Pause{}, ErrNoPauses
+		return pauses.Pause{}, ErrNoPauses
 	}
-	if scope == streams.PauseQueue && name == "" {
+	if scope == pauses.ScopeQueue && name == "" {
 		name = streams.DefaultQueue
 	}
 	if err := event.ValidateName(scope, name); err != nil {
-		return streams.Pause{}, fmt.Errorf("%w: %w", core.ErrInvalidInput, err)
+		return pauses.Pause{}, fmt.Errorf("%w: %w", core.ErrInvalidInput, err)
 	}
-	p := streams.Pause{Scope: scope, Name: name, Note: note, By: Actor(ctx), At: e.clock.Now().UTC().Truncate(time.Millisecond)}
+	p := pauses.Pause{Scope: scope, Name: name, Note: note, By: Actor(ctx), At: e.clock.Now().UTC().Truncate(time.Millisecond)}
 	return p, e.pauses.Put(ctx, p)
 }
 
@@ -142,7 +143,7 @@ func (e *Engine) unpauseScope(ctx context.Context, scope, name string) (bool, er
 	if e.pauses == nil {
 		return false, ErrNoPauses
 	}
-	if scope == streams.PauseQueue && name == "" {
+	if scope == pauses.ScopeQueue && name == "" {
 		name = streams.DefaultQueue
 	}
 	if err := event.ValidateName(scope, name); err != nil {
@@ -152,9 +153,9 @@ func (e *Engine) unpauseScope(ctx context.Context, scope, name string) (bool, er
 }
 
 // held returns the definition or queue pause that holds the driver's run, if any.
-func (d *driver) held() (streams.Pause, bool) {
+func (d *driver) held() (pauses.Pause, bool) {
 	if d.e.pauses == nil || d.s == nil {
-		return streams.Pause{}, false
+		return pauses.Pause{}, false
 	}
 	return d.e.pauses.Held(d.s.Spec.Definition, d.s.Queue)
 }
@@ -171,6 +172,6 @@ func (d *driver) holds() bool {
 }
 
 // heldError is the error of a drive that stops because pause p holds its run.
-func (d *driver) heldError(p streams.Pause) error {
+func (d *driver) heldError(p pauses.Pause) error {
 	return &HeldError{RunID: d.runID, Definition: d.s.Spec.Definition, Queue: d.s.Queue, Build: d.s.Spec.BuildID, Seq: d.s.Seq, Pause: p}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/pauses"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
 )
@@ -19,23 +20,23 @@ import (
 // memPauses is an in-memory engine.Pauses.
 type memPauses struct {
 	mu sync.Mutex
-	m  map[string]streams.Pause
+	m  map[string]pauses.Pause
 }
 
-func (p *memPauses) Held(definition, queue string) (streams.Pause, bool) {
+func (p *memPauses) Held(definition, queue string) (pauses.Pause, bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if e, ok := p.m[streams.PauseKey(streams.PauseDefinition, definition)]; ok {
+	if e, ok := p.m[pauses.Key(pauses.ScopeDefinition, definition)]; ok {
 		return e, true
 	}
 	if queue == "" {
 		queue = streams.DefaultQueue
 	}
-	e, ok := p.m[streams.PauseKey(streams.PauseQueue, queue)]
+	e, ok := p.m[pauses.Key(pauses.ScopeQueue, queue)]
 	return e, ok
 }
 
-func (p *memPauses) Put(_ context.Context, e streams.Pause) error {
+func (p *memPauses) Put(_ context.Context, e pauses.Pause) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.m[e.Key()] = e
@@ -45,15 +46,15 @@ func (p *memPauses) Put(_ context.Context, e streams.Pause) error {
 func (p *memPauses) Delete(_ context.Context, scope, name string) (bool, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	_, ok := p.m[streams.PauseKey(scope, name)]
-	delete(p.m, streams.PauseKey(scope, name))
+	_, ok := p.m[pauses.Key(scope, name)]
+	delete(p.m, pauses.Key(scope, name))
 	return ok, nil
 }
 
-func (p *memPauses) List(context.Context) ([]streams.Pause, error) {
+func (p *memPauses) List(context.Context) ([]pauses.Pause, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	var out []streams.Pause
+	var out []pauses.Pause
 	for _, e := range p.m {
 		out = append(out, e)
 	}
@@ -114,7 +115,7 @@ func TestDriveHeldDefinition(t *testing.T) {
 			return ctx.ScheduleStep("s", "work", nil), nil
 		})
 	})
-	pauses := &memPauses{m: map[string]streams.Pause{}}
+	pauses := &memPauses{m: map[string]pauses.Pause{}}
 	e, err := engine.New(engine.Config{Store: b.store, Runtime: b.reg, Host: b.host, Pauses: pauses})
 	require.NoError(t, err)
 	_, err = e.PauseDefinition(engine.WithActor(t.Context(), "ops"), "w", "bad deploy")

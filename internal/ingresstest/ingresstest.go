@@ -10,9 +10,8 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/backend"
 	"github.com/flowrun/flow/internal/engine"
-	"github.com/flowrun/flow/internal/jshost"
-	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/services/ingress"
@@ -45,18 +44,11 @@ func Accepted(t testing.TB, nc *nats.Conn, definition, runID string, input any, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	st, err := jsstore.New(t.Context(), js, &jsstore.Options{Source: "flow/test"})
+	be, err := backend.Open(t.Context(), js, backend.Role{Source: "flow/test", Logger: slog.New(slog.DiscardHandler)}, engine.Config{CacheSize: -1})
 	if err != nil {
 		t.Fatal(err)
 	}
-	host, err := jshost.New(t.Context(), js, "flow/test", slog.New(slog.DiscardHandler))
-	if err != nil {
-		t.Fatal(err)
-	}
-	eng, err := engine.New(engine.Config{Store: st, Host: host, Logger: slog.New(slog.DiscardHandler), CacheSize: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	eng := be.Engine
 	in, err := json.Marshal(input)
 	if err != nil {
 		t.Fatal(err)

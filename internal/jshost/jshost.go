@@ -31,7 +31,7 @@ import (
 type Host struct {
 	js     jetstream.JetStream
 	timers *timerindex.Index
-	hooks  jetstream.KeyValue
+	hooks  *HookRoutes
 	source types.URIRef
 	logger *slog.Logger
 	// Faults fails timer writes and task publishes at fault.TimerPut and fault.TaskPublish, for
@@ -57,8 +57,8 @@ func New(ctx context.Context, js jetstream.JetStream, source string, logger *slo
 	if h.timers, err = timerindex.Open(ctx, js); err != nil {
 		return nil, err
 	}
-	if h.hooks, err = js.KeyValue(ctx, streams.HooksBucket); err != nil {
-		return nil, fmt.Errorf("opening bucket %s: %w (start `flow dev` or a worker to create Flow's streams)", streams.HooksBucket, err)
+	if h.hooks, err = OpenHookRoutes(ctx, js); err != nil {
+		return nil, err
 	}
 	return h, nil
 }
@@ -88,25 +88,12 @@ func (h *Host) DeleteTimers(ctx context.Context, ts []core.Timer) error {
 	return nil
 }
 
-// HookRoute is a FLOW_HOOKS entry, keyed by the token. Released is set once the run ended: the
-// token still routes there, so that a late redelivery is answered as the duplicate it is, until
-// another run's hook takes the token over.
-type HookRoute struct {
-	RunID    string `json:"run_id"`
-	HookID   string `json:"hook_id"`
-	Released bool   `json:"released,omitempty"`
-}
-
 // RegisterHook implements engine.Host with one entry per token, created only if the token is
 // free or released.
 func (h *Host) RegisterHook(ctx context.Context, token, runID, hookID string) error {
 	want := HookRoute{RunID: runID, HookID: hookID}
-	b, err := json.Marshal(want)
-	if err != nil {
-		return err
-	}
 	for {
-		_, err = h.hooks.Create(ctx, token, b)
+		_, err := h.hooks.Create(ctx, token, want)
 		if !errors.Is(err, jetstream.ErrKeyExists) {
 			return err
 		}
@@ -127,7 +114,7 @@ func (h *Host) RegisterHook(ctx context.Context, token, runID, hookID string) er
 		case !got.Released:
 			return &engine.TokenTakenError{RunID: got.RunID, HookID: got.HookID}
 		}
-		if _, err = h.hooks.Update(ctx, token, b, rev); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
+		if _, err = h.hooks.Update(ctx, token, want, rev); !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 			return err // taken over, or a failure; a revision mismatch looks again
 		}
 	}
@@ -147,11 +134,7 @@ func (h *Host) ReleaseHook(ctx context.Context, token, runID, hookID string) err
 		return nil
 	}
 	r.Released = true
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	_, err = h.hooks.Update(ctx, token, b, rev)
+	_, err = h.hooks.Update(ctx, token, r, rev)
 	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return fmt.Errorf("releasing hook token: %w", err)
 	}
@@ -165,15 +148,14 @@ func (h *Host) LookupHook(ctx context.Context, token string) (string, string, er
 }
 
 func (h *Host) lookup(ctx context.Context, token string) (HookRoute, uint64, error) {
-	var r HookRoute
-	e, err := h.hooks.Get(ctx, token)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
-		return r, 0, fmt.Errorf("%w: no hook has this token", core.ErrNotFound)
+	e, found, err := h.hooks.Get(ctx, token)
+	if err != nil && !errors.Is(err, jetstream.ErrInvalidKey) {
+		return HookRoute{}, 0, fmt.Errorf("looking up a hook token: %w", err)
 	}
-	if err != nil {
-		return r, 0, fmt.Errorf("looking up a hook token: %w", err)
+	if !found {
+		return HookRoute{}, 0, fmt.Errorf("%w: no hook has this token", core.ErrNotFound)
 	}
-	return r, e.Revision(), json.Unmarshal(e.Value(), &r)
+	return e.Value, e.Revision, e.Err
 }
 
 // TaskType is the ce-type of resume tasks.

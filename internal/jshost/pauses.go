@@ -10,6 +10,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/pauses"
 	"github.com/flowrun/flow/internal/streams"
 )
 
@@ -20,10 +21,10 @@ import (
 type Pauses struct {
 	kv       jetstream.KeyValue
 	logger   *slog.Logger
-	onChange func(key string, p *streams.Pause)
+	onChange func(key string, p *pauses.Pause)
 
 	mu      sync.RWMutex
-	entries map[string]streams.Pause
+	entries map[string]pauses.Pause
 	watcher jetstream.KeyWatcher
 	done    chan struct{}
 }
@@ -35,7 +36,7 @@ type PausesOptions struct {
 	Watch bool
 	// OnChange, with Watch, is called after each change the watch delivers once loaded, with
 	// the entry's key and its new value (nil once deleted), on the watch's goroutine.
-	OnChange func(key string, p *streams.Pause)
+	OnChange func(key string, p *pauses.Pause)
 	Logger   *slog.Logger
 }
 
@@ -45,7 +46,7 @@ func NewPauses(ctx context.Context, js jetstream.JetStream, opts PausesOptions) 
 	if err != nil {
 		return nil, fmt.Errorf("opening bucket %s: %w (start `flow dev` or a worker to create Flow's streams)", streams.PausesBucket, err)
 	}
-	p := &Pauses{kv: kv, logger: opts.Logger, onChange: opts.OnChange, entries: map[string]streams.Pause{}, done: make(chan struct{})}
+	p := &Pauses{kv: kv, logger: opts.Logger, onChange: opts.OnChange, entries: map[string]pauses.Pause{}, done: make(chan struct{})}
 	if p.logger == nil {
 		p.logger = slog.Default()
 	}
@@ -78,10 +79,10 @@ func (p *Pauses) follow(loaded chan struct{}) {
 			}
 			continue
 		}
-		var v *streams.Pause
+		var v *pauses.Pause
 		p.mu.Lock()
 		if e.Operation() == jetstream.KeyValuePut {
-			var pause streams.Pause
+			var pause pauses.Pause
 			if err := json.Unmarshal(e.Value(), &pause); err != nil {
 				p.mu.Unlock()
 				p.logger.Warn("ignoring a malformed pause entry", slog.String("key", e.Key()), slog.String("error", err.Error()))
@@ -108,19 +109,19 @@ func (p *Pauses) Stop() {
 }
 
 // Held implements engine.Pauses.
-func (p *Pauses) Held(definition, queue string) (streams.Pause, bool) {
+func (p *Pauses) Held(definition, queue string) (pauses.Pause, bool) {
 	if queue == "" {
 		queue = streams.DefaultQueue
 	}
 	p.mu.RLock()
 	defer p.mu.RUnlock()
 	if len(p.entries) == 0 {
-		return streams.Pause{}, false
+		return pauses.Pause{}, false
 	}
-	if e, ok := p.entries[streams.PauseKey(streams.PauseDefinition, definition)]; ok {
+	if e, ok := p.entries[pauses.Key(pauses.ScopeDefinition, definition)]; ok {
 		return e, true
 	}
-	e, ok := p.entries[streams.PauseKey(streams.PauseQueue, queue)]
+	e, ok := p.entries[pauses.Key(pauses.ScopeQueue, queue)]
 	return e, ok
 }
 
@@ -133,7 +134,7 @@ func (p *Pauses) Active(key string) bool {
 }
 
 // Put implements engine.Pauses.
-func (p *Pauses) Put(ctx context.Context, pause streams.Pause) error {
+func (p *Pauses) Put(ctx context.Context, pause pauses.Pause) error {
 	b, err := json.Marshal(pause)
 	if err != nil {
 		return err
@@ -149,7 +150,7 @@ func (p *Pauses) Put(ctx context.Context, pause streams.Pause) error {
 
 // Delete implements engine.Pauses.
 func (p *Pauses) Delete(ctx context.Context, scope, name string) (bool, error) {
-	key := streams.PauseKey(scope, name)
+	key := pauses.Key(scope, name)
 	_, err := p.kv.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return false, nil
@@ -167,7 +168,7 @@ func (p *Pauses) Delete(ctx context.Context, scope, name string) (bool, error) {
 }
 
 // List implements engine.Pauses.
-func (p *Pauses) List(ctx context.Context) ([]streams.Pause, error) {
+func (p *Pauses) List(ctx context.Context) ([]pauses.Pause, error) {
 	keys, err := p.kv.ListKeys(ctx)
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		return nil, nil
@@ -175,7 +176,7 @@ func (p *Pauses) List(ctx context.Context) ([]streams.Pause, error) {
 	if err != nil {
 		return nil, fmt.Errorf("listing pauses: %w", err)
 	}
-	var out []streams.Pause
+	var out []pauses.Pause
 	for key := range keys.Keys() {
 		e, err := p.kv.Get(ctx, key)
 		if errors.Is(err, jetstream.ErrKeyNotFound) {
@@ -184,7 +185,7 @@ func (p *Pauses) List(ctx context.Context) ([]streams.Pause, error) {
 		if err != nil {
 			return nil, fmt.Errorf("reading pause %s: %w", key, err)
 		}
-		var pause streams.Pause
+		var pause pauses.Pause
 		if err := json.Unmarshal(e.Value(), &pause); err != nil {
 			continue
 		}

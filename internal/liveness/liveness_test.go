@@ -11,6 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
@@ -36,9 +37,9 @@ func TestViewFollowsWorkers(t *testing.T) {
 	defs, err := js.KeyValue(ctx, streams.DefinitionsBucket)
 	require.NoError(t, err)
 	old := time.Now().Add(-2 * time.Hour).UTC()
-	b, err := json.Marshal(streams.Definition{Definition: "legacy", Queue: "q", BuildID: "v0", UpdatedAt: old})
+	b, err := json.Marshal(definitions.Definition{Definition: "legacy", Queue: "q", BuildID: "v0", UpdatedAt: old})
 	require.NoError(t, err)
-	_, err = defs.Put(ctx, streams.DefinitionKey("q", "legacy"), b)
+	_, err = defs.Put(ctx, definitions.Key("q", "legacy"), b)
 	require.NoError(t, err)
 
 	a, err := liveness.Publish(ctx, natstest.JetStream(t, srv), worker("a", "q", "v1", "beta", "alpha"), quiet)

@@ -13,6 +13,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -55,10 +56,10 @@ type View struct {
 	mu sync.RWMutex
 	// workers are the entries of FLOW_WORKERS by key, with when the View received them.
 	workers map[string]seen
-	// records are the FLOW_DEFINITIONS registrations by streams.DefinitionKey.
-	records map[string]streams.Definition
+	// records are the FLOW_DEFINITIONS registrations by definitions.Key.
+	records map[string]definitions.Definition
 	// lastSeen is the latest heartbeat of a worker registering a definition, by
-	// streams.DefinitionKey.
+	// definitions.Key.
 	lastSeen map[string]time.Time
 
 	cancel context.CancelFunc
@@ -80,9 +81,9 @@ func Watch(ctx context.Context, js jetstream.JetStream, logger *slog.Logger) (*V
 	if err != nil {
 		return nil, fmt.Errorf("liveness: opening bucket %s: %w (streams.Ensure creates it)", streams.WorkersBucket, err)
 	}
-	defs, err := js.KeyValue(ctx, streams.DefinitionsBucket)
+	defs, err := definitions.Open(ctx, js)
 	if err != nil {
-		return nil, fmt.Errorf("liveness: opening bucket %s: %w (streams.Ensure creates it)", streams.DefinitionsBucket, err)
+		return nil, fmt.Errorf("liveness: %w", err)
 	}
 	ttl, err := bucketTTL(ctx, kv)
 	if err != nil {
@@ -94,14 +95,14 @@ func Watch(ctx context.Context, js jetstream.JetStream, logger *slog.Logger) (*V
 		cancel()
 		return nil, fmt.Errorf("liveness: watching bucket %s: %w", streams.WorkersBucket, err)
 	}
-	defsW, err := defs.WatchAll(runCtx)
+	defsW, err := defs.Watch(runCtx)
 	if err != nil {
 		_ = workersW.Stop()
 		cancel()
-		return nil, fmt.Errorf("liveness: watching bucket %s: %w", streams.DefinitionsBucket, err)
+		return nil, fmt.Errorf("liveness: %w", err)
 	}
 	v := &View{kv: kv, ttl: ttl, logger: logger.With(slog.String("component", "liveness")), workers: map[string]seen{},
-		records: map[string]streams.Definition{}, lastSeen: map[string]time.Time{}, cancel: cancel, done: make(chan struct{})}
+		records: map[string]definitions.Definition{}, lastSeen: map[string]time.Time{}, cancel: cancel, done: make(chan struct{})}
 	ready := make(chan struct{})
 	go v.follow(runCtx, workersW, defsW, ready)
 	select {
@@ -120,7 +121,7 @@ func Watch(ctx context.Context, js jetstream.JetStream, logger *slog.Logger) (*V
 
 // follow applies the buckets' changes until ctx ends or both watchers close, and closes ready
 // once it applied both buckets' current entries.
-func (v *View) follow(ctx context.Context, workersW, defsW jetstream.KeyWatcher, ready chan struct{}) {
+func (v *View) follow(ctx context.Context, workersW jetstream.KeyWatcher, defsW *definitions.Watcher, ready chan struct{}) {
 	defer close(v.done)
 	defer func() { _ = workersW.Stop(); _ = defsW.Stop() }()
 	workers, defs := workersW.Updates(), defsW.Updates()
@@ -176,26 +177,25 @@ func (v *View) applyWorker(e jetstream.KeyValueEntry) {
 	}
 	v.workers[e.Key()] = seen{Worker: w, received: time.Now()}
 	for _, r := range w.Definitions {
-		k := streams.DefinitionKey(w.Queue, r.Definition)
+		k := definitions.Key(w.Queue, r.Definition)
 		if w.BeatAt.After(v.lastSeen[k]) {
 			v.lastSeen[k] = w.BeatAt
 		}
 	}
 }
 
-func (v *View) applyDefinition(e jetstream.KeyValueEntry) {
+func (v *View) applyDefinition(e *definitions.Entry) {
 	v.mu.Lock()
 	defer v.mu.Unlock()
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(v.records, e.Key())
+	if e.Deleted {
+		delete(v.records, e.Key)
 		return
 	}
-	var d streams.Definition
-	if err := json.Unmarshal(e.Value(), &d); err != nil {
-		v.logger.Warn("ignoring a definition entry that is not JSON", slog.String("key", e.Key()), slog.String("error", err.Error()))
+	if e.Err != nil {
+		v.logger.Warn("ignoring a definition entry that is not JSON", slog.String("key", e.Key), slog.String("error", e.Err.Error()))
 		return
 	}
-	v.records[e.Key()] = d
+	v.records[e.Key] = e.Value
 }
 
 // sweep drops the workers whose entries the View should have seen expire.
@@ -287,7 +287,7 @@ func (v *View) Require(queue, definition string) (Definition, error) {
 // definition assembles definition on queue from the live workers of the queue; its caller
 // holds v.mu.
 func (v *View) definition(queue, definition string, live []Worker) Definition {
-	k := streams.DefinitionKey(queue, definition)
+	k := definitions.Key(queue, definition)
 	d := Definition{Definition: definition, Queue: queue, LastSeen: v.lastSeen[k], Workers: []Worker{}}
 	if r, ok := v.records[k]; ok {
 		d.BuildID, d.Patches, d.UpdatedAt, d.Attributes = r.BuildID, r.Patches, r.UpdatedAt, r.Attributes

@@ -13,8 +13,6 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/flowrun/flow/pkg/event"
 )
 
 // Streams and buckets.
@@ -41,13 +39,13 @@ const (
 	// it.
 	RunsBucket = "FLOW_RUNS"
 	// DefinitionsBucket records the latest registration of each definition: key
-	// "<queue>.<definition>", value a JSON Definition. Workers write it at start and never remove
+	// "<queue>.<definition>", value a JSON definitions.Definition (internal/definitions). Workers write it at start and never remove
 	// it; which workers are alive is in WorkersBucket.
 	DefinitionsBucket = "FLOW_DEFINITIONS"
 	// LeasesBucket holds leader leases (the scheduler's), expiring after Config.LeaseTTL.
 	LeasesBucket = "FLOW_LEASES"
 	// ParkedBucket holds the runs that no worker of their queue can drive now: key run ID, value
-	// a JSON Parked. The history service is its one writer: it writes an entry when a worker
+	// a JSON parked.Run (internal/parked). The history service is its one writer: it writes an entry when a worker
 	// asks it to park a run (internal/api/derived.go), dispatches the runs again when a worker
 	// that can registers, and deletes the entries.
 	ParkedBucket = "FLOW_PARKED"
@@ -56,7 +54,7 @@ const (
 	// and deletes it when it stops; the entry of a worker that died expires after WorkerTTL.
 	WorkersBucket = "FLOW_WORKERS"
 	// DamagedBucket lists runs whose history was found damaged: key run ID, value a JSON
-	// Damaged. The history service writes it; every store refuses to serve those runs.
+	// jsstore.Damaged (internal/store/jsstore). The history service writes it; every store refuses to serve those runs.
 	DamagedBucket = "FLOW_DAMAGED"
 	// StartKeysBucket maps start keys to the run started under them: key
 	// "dedup.<definition>.<digest>" or "debounce.<definition>.<digest>", value a JSON
@@ -113,8 +111,8 @@ const (
 	// only reads the bucket). See docs/batch.md.
 	BatchesBucket = "FLOW_BATCHES"
 	// PausesBucket holds the paused definitions and queues: key "definition.<name>" or
-	// "queue.<name>", value a JSON Pause (pauses.go). The ingress writes and deletes entries;
-	// workers and the history service watch it. See docs/pause.md.
+	// "queue.<name>", value a JSON pauses.Pause (internal/pauses). The ingress writes and
+	// deletes entries; workers and the history service watch it. See docs/pause.md.
 	PausesBucket = "FLOW_PAUSES"
 	// PayloadsBucket is the object store of offloaded payloads, each named by the hex SHA-256
 	// of its bytes (internal/payload, docs/large-payloads.md).
@@ -471,62 +469,4 @@ func TaskConsumer(ctx context.Context, js jetstream.JetStream, queue, build stri
 		return nil, fmt.Errorf("creating the task consumer of queue %q: %w", queue, err)
 	}
 	return c, nil
-}
-
-// Definition is what a worker publishes about a workflow it runs, under DefinitionKey in the
-// FLOW_DEFINITIONS bucket. Clients read it to start runs with the right spec.
-type Definition struct {
-	Definition string    `json:"definition"`
-	Queue      string    `json:"queue"`
-	BuildID    string    `json:"build_id,omitempty"`
-	Patches    []string  `json:"patches,omitempty"`
-	UpdatedAt  time.Time `json:"updated_at"`
-	Host       string    `json:"host,omitempty"`
-	// Attributes are the search attributes the definition declares, sorted by name.
-	Attributes []event.AttributeDecl `json:"attributes,omitempty"`
-	// Control is the definition's flow control, with its key path (see liveness.Registration).
-	Control *event.FlowControl `json:"control,omitempty"`
-	// Timeouts are the definition's default run timeouts (see liveness.Registration).
-	Timeouts *event.RunTimeouts `json:"timeouts,omitempty"`
-	// Retention is how long the history of an ended run of the definition is kept
-	// (flow.WithRetention); 0 for the retention sweeper's default (docs/retention.md).
-	Retention event.Duration `json:"retention,omitempty"`
-}
-
-// DefinitionKey is the FLOW_DEFINITIONS key of definition on queue.
-func DefinitionKey(queue, definition string) string {
-	if queue == "" {
-		queue = DefaultQueue
-	}
-	return queue + "." + definition
-}
-
-// Parked is a FLOW_PARKED entry: a run no worker of its queue could drive, and why. The
-// history service dispatches it again when a worker registers Definition on Queue with a build
-// that can drive it (Build, or any build when Build is empty), or on `flow resume`.
-type Parked struct {
-	RunID      string `json:"run_id"`
-	Queue      string `json:"queue"`
-	Definition string `json:"definition"`
-	// Build is the build the run is pinned to; empty when any build may drive it.
-	Build string `json:"build_id,omitempty"`
-	// Reason says why, for `flow runs` and `flow status`.
-	Reason string `json:"reason"`
-	// Seq is the run's sequence when it was parked.
-	Seq      uint64    `json:"seq"`
-	ParkedAt time.Time `json:"parked_at"`
-	// By names the worker that parked it.
-	By string `json:"by,omitempty"`
-	// Pause is the FLOW_PAUSES key of the definition or queue pause that holds the run
-	// ("definition.<name>", "queue.<name>"); empty for other reasons. The history service
-	// dispatches the run again once that pause is gone.
-	Pause string `json:"pause,omitempty"`
-}
-
-// Damaged is a FLOW_DAMAGED entry.
-type Damaged struct {
-	RunID string `json:"run_id"`
-	// Reason says what was found, in which stream.
-	Reason     string    `json:"reason"`
-	DetectedAt time.Time `json:"detected_at"`
 }

@@ -2,7 +2,6 @@ package history
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -15,6 +14,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -239,11 +239,7 @@ func (s *Service) registerHooks(ctx context.Context, snap *core.Snapshot) {
 // then on, and its index entry says why. FLOW_DAMAGED decides; the index entry follows it, and
 // is brought in line at start (showQuarantine) if the service dies between the two writes.
 func (s *Service) quarantine(ctx context.Context, runID, reason string) error {
-	b, err := json.Marshal(streams.Damaged{RunID: runID, Reason: reason, DetectedAt: time.Now().UTC()})
-	if err != nil {
-		return err
-	}
-	if _, err := s.damaged.Put(ctx, runID, b); err != nil {
+	if err := s.damaged.Mark(ctx, jsstore.Damaged{RunID: runID, Reason: reason, DetectedAt: time.Now().UTC()}); err != nil {
 		return fmt.Errorf("quarantining run %q: %w", runID, err)
 	}
 	s.store.Quarantine(runID, reason)

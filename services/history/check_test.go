@@ -17,6 +17,7 @@ import (
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
@@ -248,7 +249,7 @@ func TestIndexShowsTheQuarantineAfterACrash(t *testing.T) {
 	js := natstest.JetStream(t, srv)
 	damaged, err := js.KeyValue(ctx, streams.DamagedBucket)
 	require.NoError(t, err)
-	b, err := json.Marshal(streams.Damaged{RunID: "quarantined", Reason: "lost its tail", DetectedAt: time.Now().UTC()})
+	b, err := json.Marshal(jsstore.Damaged{RunID: "quarantined", Reason: "lost its tail", DetectedAt: time.Now().UTC()})
 	require.NoError(t, err)
 	_, err = damaged.Put(ctx, "quarantined", b)
 	require.NoError(t, err)

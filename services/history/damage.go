@@ -53,7 +53,7 @@ func (s *Service) salvaged(ctx context.Context, runID string) *core.Snapshot {
 
 // release lifts the quarantine of run runID.
 func (s *Service) release(ctx context.Context, runID string) error {
-	err := s.damaged.Delete(ctx, runID)
+	err := s.damaged.Release(ctx, runID)
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return err
 	}

@@ -2,7 +2,6 @@ package history
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,7 +12,7 @@ import (
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/engine"
-	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/parked"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -76,18 +75,14 @@ func (s *Service) claimHook(ctx context.Context, req api.HookClaim) (*api.HookCl
 
 // parkRun writes run p.RunID's FLOW_PARKED entry, p, unless the runs index says the run ended
 // (or was deleted): such an entry would only wait for the reconciler.
-func (s *Service) parkRun(ctx context.Context, p streams.Parked) (*api.ParkResponse, error) {
+func (s *Service) parkRun(ctx context.Context, p parked.Run) (*api.ParkResponse, error) {
 	if err := event.ValidateDerivedRunID(p.RunID); err != nil {
 		return nil, &api.Error{Code: api.CodeInvalid, Message: "a park request's run: " + err.Error()}
 	}
 	if sum, ok := s.index.get(p.RunID); ok && (sum.Status.Terminal() || sum.Deleted != nil) {
 		return &api.ParkResponse{}, nil
 	}
-	b, err := json.Marshal(p)
-	if err != nil {
-		return nil, err
-	}
-	if _, err := s.parked.Put(ctx, p.RunID, b); err != nil {
+	if err := s.parked.Put(ctx, p); err != nil {
 		return nil, fmt.Errorf("parking run %q: %w", p.RunID, err)
 	}
 	s.logger.DebugContext(ctx, "run parked", slog.String("run_id", p.RunID), slog.String("by", p.By), slog.String("reason", p.Reason))

@@ -56,6 +56,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nats.go/micro"
 
+	"github.com/flowrun/flow/internal/backend"
+	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/health"
@@ -63,6 +65,8 @@ import (
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
+	"github.com/flowrun/flow/internal/parked"
+	"github.com/flowrun/flow/internal/runsindex"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 )
@@ -194,10 +198,10 @@ type Service struct {
 	engine  *engine.Engine
 	// keys is the start key index, which the service alone writes (startkeys.go).
 	keys    *jshost.StartKeys
-	runs    jetstream.KeyValue
-	parked  jetstream.KeyValue
-	damaged jetstream.KeyValue
-	defs    jetstream.KeyValue
+	runs    *runsindex.Store
+	parked  *parked.Store
+	damaged *jsstore.DamagedRuns
+	defs    *definitions.Store
 	// control keeps the admission queue and releases ended runs' flow-control slots.
 	control *control
 
@@ -369,26 +373,28 @@ func (s *Service) open(ctx context.Context) error {
 	if err := streams.Provision(ctx, js, s.cfg.Streams); err != nil {
 		return err
 	}
-	if s.store, err = jsstore.New(ctx, js, &jsstore.Options{Source: "flow/history"}); err != nil {
-		return err
-	}
-	if s.host, err = jshost.New(ctx, js, "flow/history", s.logger); err != nil {
-		return err
-	}
-	s.host.Faults = s.cfg.Faults
 	// Start keys: the service is the bucket's one writer (startkeys.go); its engine releases a
 	// debounce key when its run's delay fires.
 	if s.keys, err = jshost.NewStartKeys(ctx, js); err != nil {
 		return err
 	}
-	if s.engine, err = engine.New(engine.Config{Store: s.store, Host: s.host, Logger: s.logger, CacheSize: -1, Faults: s.cfg.Faults, Keys: s.keys}); err != nil {
+	be, err := backend.Open(ctx, js, backend.Role{Source: "flow/history", Logger: s.logger, Faults: s.cfg.Faults, HostFaults: s.cfg.Faults},
+		engine.Config{CacheSize: -1, Keys: s.keys})
+	if err != nil {
 		return err
 	}
-	for name, kv := range map[string]*jetstream.KeyValue{streams.RunsBucket: &s.runs, streams.ParkedBucket: &s.parked,
-		streams.DamagedBucket: &s.damaged, streams.DefinitionsBucket: &s.defs} {
-		if *kv, err = js.KeyValue(ctx, name); err != nil {
-			return fmt.Errorf("opening bucket %s: %w", name, err)
-		}
+	s.store, s.host, s.engine = be.Store, be.Host, be.Engine
+	if s.defs, err = definitions.Open(ctx, js); err != nil {
+		return err
+	}
+	if s.parked, err = parked.Open(ctx, js); err != nil {
+		return err
+	}
+	if s.damaged, err = jsstore.OpenDamaged(ctx, js); err != nil {
+		return err
+	}
+	if s.runs, err = runsindex.Open(ctx, js); err != nil {
+		return err
 	}
 	if s.control, err = openControl(ctx, js); err != nil {
 		return err

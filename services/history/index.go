@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"context"
 	"encoding/base64"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -19,6 +18,7 @@ import (
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/runsindex"
 	"github.com/flowrun/flow/internal/streams"
 )
 
@@ -80,17 +80,14 @@ func (s *Service) putEntry(ctx context.Context, sum core.Summary, rev uint64) (u
 	if err := s.cfg.Faults.Hit(fault.IndexPut); err != nil {
 		return 0, err
 	}
-	b, err := json.Marshal(sum)
-	if err != nil {
-		return 0, err
-	}
+	var err error
 	if rev == 0 {
-		rev, err = s.runs.Create(ctx, sum.RunID, b)
+		rev, err = s.runs.Create(ctx, sum)
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			err = fmt.Errorf("%w: %w", err, jetstream.ErrKeyRevisionMismatch)
 		}
 	} else {
-		rev, err = s.runs.Update(ctx, sum.RunID, b, rev)
+		rev, err = s.runs.Update(ctx, sum, rev)
 	}
 	if err != nil && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return 0, fmt.Errorf("writing the runs index entry of run %q: %w", sum.RunID, err)
@@ -127,24 +124,23 @@ func (s *Service) showRepairs(ctx context.Context) error {
 // readEntry returns run runID's runs index entry and its revision; revision 0 when absent.
 // An entry that does not decode is returned as one that holds only the run ID, to be replaced.
 func (s *Service) readEntry(ctx context.Context, runID string) (core.Summary, uint64, error) {
-	sum := core.Summary{RunID: runID}
-	e, err := s.runs.Get(ctx, runID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return sum, 0, nil
-	}
+	e, found, err := s.runs.Get(ctx, runID)
 	if err != nil {
-		return sum, 0, fmt.Errorf("reading the runs index entry of run %q: %w", runID, err)
+		return core.Summary{RunID: runID}, 0, fmt.Errorf("reading the runs index entry of run %q: %w", runID, err)
 	}
-	if err := json.Unmarshal(e.Value(), &sum); err != nil || sum.RunID != runID {
-		return core.Summary{RunID: runID}, e.Revision(), nil
+	if !found {
+		return core.Summary{RunID: runID}, 0, nil
 	}
-	return sum, e.Revision(), nil
+	if e.Err != nil || e.Value.RunID != runID {
+		return core.Summary{RunID: runID}, e.Revision, nil
+	}
+	return e.Value, e.Revision, nil
 }
 
 // readModel is this replica's copy of the runs index, kept by watching FLOW_RUNS: it answers
 // listings without reading the bucket, and finds the parked runs of a definition.
 type readModel struct {
-	kv     jetstream.KeyValue
+	bucket *runsindex.Store
 	logger *slog.Logger
 
 	mu    sync.RWMutex
@@ -160,13 +156,13 @@ type readModel struct {
 	beforeApply func()
 }
 
-func newReadModel(kv jetstream.KeyValue, logger *slog.Logger) *readModel {
-	return &readModel{kv: kv, logger: logger, runs: map[string]core.Summary{}, ready: make(chan struct{}), grew: make(chan struct{})}
+func newReadModel(runs *runsindex.Store, logger *slog.Logger) *readModel {
+	return &readModel{bucket: runs, logger: logger, runs: map[string]core.Summary{}, ready: make(chan struct{}), grew: make(chan struct{})}
 }
 
 // start watches the bucket and returns once the model holds every entry.
 func (m *readModel) start(ctx context.Context, wg *sync.WaitGroup) error {
-	w, err := m.kv.WatchAll(ctx)
+	w, err := m.bucket.Watch(ctx)
 	if err != nil {
 		return fmt.Errorf("watching the runs index: %w", err)
 	}
@@ -195,7 +191,7 @@ func (m *readModel) start(ctx context.Context, wg *sync.WaitGroup) error {
 	}
 }
 
-func (m *readModel) apply(e jetstream.KeyValueEntry) {
+func (m *readModel) apply(e *runsindex.Entry) {
 	if e == nil {
 		close(m.ready)
 		return
@@ -205,23 +201,23 @@ func (m *readModel) apply(e jetstream.KeyValueEntry) {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if rev := e.Revision(); rev > m.applied {
+	if rev := e.Revision; rev > m.applied {
 		m.applied = rev
 		close(m.grew)
 		m.grew = make(chan struct{})
 	}
-	if e.Operation() != jetstream.KeyValuePut {
-		m.countBlocked(e.Key(), nil)
-		delete(m.runs, e.Key())
+	if e.Deleted {
+		m.countBlocked(e.Key, nil)
+		delete(m.runs, e.Key)
 		return
 	}
-	var sum core.Summary
-	if err := json.Unmarshal(e.Value(), &sum); err != nil || sum.RunID != e.Key() {
-		m.logger.Warn("ignoring a malformed runs index entry", slog.String("key", e.Key()))
+	sum := e.Value
+	if e.Err != nil || sum.RunID != e.Key {
+		m.logger.Warn("ignoring a malformed runs index entry", slog.String("key", e.Key))
 		return
 	}
-	m.countBlocked(e.Key(), &sum)
-	m.runs[e.Key()] = sum
+	m.countBlocked(e.Key, &sum)
+	m.runs[e.Key] = sum
 }
 
 // waitApplied returns once the model applied revision rev of FLOW_RUNS or a later one, or with

@@ -2,7 +2,6 @@ package history
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -12,9 +11,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/jshost"
-	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/parked"
 )
 
 // parking keeps the runs workers asked this service to park (FLOW_PARKED, written by parkRun) and
@@ -25,21 +25,21 @@ type parking struct {
 
 	mu     sync.RWMutex
 	parked map[string]parkedRun
-	// latest holds the latest registration of each definition, by DefinitionKey, and
+	// latest holds the latest registration of each definition, by definitions.Key, and
 	// latestRev its FLOW_DEFINITIONS revision.
-	latest    map[string]streams.Definition
+	latest    map[string]definitions.Definition
 	latestRev map[string]uint64
 	// pauses follows FLOW_PAUSES (pause.go).
 	pauses *jshost.Pauses
 }
 
 type parkedRun struct {
-	streams.Parked
+	parked.Run
 	rev uint64
 }
 
 func newParking(s *Service) *parking {
-	return &parking{s: s, parked: map[string]parkedRun{}, latest: map[string]streams.Definition{}, latestRev: map[string]uint64{}}
+	return &parking{s: s, parked: map[string]parkedRun{}, latest: map[string]definitions.Definition{}, latestRev: map[string]uint64{}}
 }
 
 // revision returns the FLOW_PARKED revision of run runID's entry, or 0.
@@ -61,7 +61,7 @@ func (p *parking) reason(sum core.Summary) string {
 	if sum.Status.Terminal() || sum.BuildID == "" {
 		return ""
 	}
-	d, ok := p.latest[streams.DefinitionKey(sum.Queue, sum.Definition)]
+	d, ok := p.latest[definitions.Key(sum.Queue, sum.Definition)]
 	if !ok || d.BuildID == sum.BuildID {
 		return ""
 	}
@@ -74,11 +74,11 @@ func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
 	if err := p.startPauses(ctx, wg); err != nil {
 		return err
 	}
-	parkedW, err := p.s.parked.WatchAll(ctx)
+	parkedW, err := p.s.parked.Watch(ctx)
 	if err != nil {
 		return fmt.Errorf("watching parked runs: %w", err)
 	}
-	defsW, err := p.s.defs.WatchAll(ctx)
+	defsW, err := p.s.defs.Watch(ctx)
 	if err != nil {
 		_ = parkedW.Stop()
 		return fmt.Errorf("watching definitions: %w", err)
@@ -87,7 +87,7 @@ func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
 	wg.Go(func() {
 		defer func() { _ = parkedW.Stop(); _ = defsW.Stop() }()
 		parkedUpdates, defsUpdates := parkedW.Updates(), defsW.Updates()
-		var defs []streams.Definition // registrations seen before the parked runs were known
+		var defs []definitions.Definition // registrations seen before the parked runs were known
 		loaded := false
 		for parkedUpdates != nil || defsUpdates != nil {
 			select {
@@ -110,20 +110,17 @@ func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
 				switch {
 				case !ok:
 					defsUpdates = nil
-				case e == nil || e.Operation() != jetstream.KeyValuePut:
+				case e == nil || e.Deleted || e.Err != nil:
 				default:
-					var d streams.Definition
-					if err := json.Unmarshal(e.Value(), &d); err != nil {
-						continue
-					}
+					d := e.Value
 					p.mu.Lock()
-					p.latest[e.Key()], p.latestRev[e.Key()] = d, e.Revision()
+					p.latest[e.Key], p.latestRev[e.Key] = d, e.Revision
 					p.mu.Unlock()
 					if !loaded {
 						defs = append(defs, d)
 						continue
 					}
-					p.registered(ctx, d, e.Revision())
+					p.registered(ctx, d, e.Revision)
 				}
 			case <-ctx.Done():
 				return
@@ -141,24 +138,24 @@ func (p *parking) start(ctx context.Context, wg *sync.WaitGroup) error {
 // apply folds one FLOW_PARKED change in and brings the run's index entry up to date. Once
 // the parked runs are loaded, a run parked before a registration that can drive it, which this
 // service applied first (the two buckets' changes arrive in either order), is dispatched at once.
-func (p *parking) apply(ctx context.Context, e jetstream.KeyValueEntry, loaded bool) {
-	runID := e.Key()
+func (p *parking) apply(ctx context.Context, e *parked.Entry, loaded bool) {
+	runID := e.Key
 	p.mu.Lock()
 	var late *parkedRun // parked before the latest registration that can drive it
 	var lateRev uint64
 	var unheld *parkedRun // parked for a pause that is gone
-	if e.Operation() == jetstream.KeyValuePut {
-		var pr streams.Parked
-		if err := json.Unmarshal(e.Value(), &pr); err != nil {
+	if !e.Deleted {
+		if e.Err != nil {
 			p.mu.Unlock()
 			return
 		}
-		p.parked[runID] = parkedRun{Parked: pr, rev: e.Revision()}
-		k := streams.DefinitionKey(pr.Queue, pr.Definition)
+		pr := e.Value
+		p.parked[runID] = parkedRun{Run: pr, rev: e.Revision}
+		k := definitions.Key(pr.Queue, pr.Definition)
 		if loaded && p.releasable(pr) {
-			unheld = &parkedRun{Parked: pr, rev: e.Revision()}
+			unheld = &parkedRun{Run: pr, rev: e.Revision}
 		} else if d, ok := p.latest[k]; ok && loaded && (pr.Build == "" || pr.Build == d.BuildID) && pr.ParkedAt.Before(d.UpdatedAt) {
-			late, lateRev = &parkedRun{Parked: pr, rev: e.Revision()}, p.latestRev[k]
+			late, lateRev = &parkedRun{Run: pr, rev: e.Revision}, p.latestRev[k]
 		}
 	} else {
 		delete(p.parked, runID)
@@ -202,7 +199,7 @@ func (p *parking) reindex(ctx context.Context, runID string) {
 // want of it, and those blocked (the worker may run fixed code). rev, the registration's
 // revision in FLOW_DEFINITIONS, makes the tasks of one registration distinct from those of the
 // next, and the same on every replica.
-func (p *parking) registered(ctx context.Context, d streams.Definition, rev uint64) {
+func (p *parking) registered(ctx context.Context, d definitions.Definition, rev uint64) {
 	canDrive := func(queue, definition, build string) bool {
 		return queue == d.Queue && definition == d.Definition && (build == "" || build == d.BuildID)
 	}
@@ -213,7 +210,7 @@ func (p *parking) registered(ctx context.Context, d streams.Definition, rev uint
 	p.mu.RLock()
 	var parked []parkedRun
 	for _, pr := range p.parked {
-		if canDrive(pr.Queue, pr.Definition, pr.Build) && pr.ParkedAt.Before(d.UpdatedAt) && !p.heldByPause(pr.Parked) {
+		if canDrive(pr.Queue, pr.Definition, pr.Build) && pr.ParkedAt.Before(d.UpdatedAt) && !p.heldByPause(pr.Run) {
 			parked = append(parked, pr)
 		}
 	}
@@ -261,7 +258,7 @@ func (p *parking) dispatch(ctx context.Context, runID, queue, build string, seq 
 	if parkedRev == 0 {
 		return nil
 	}
-	err := p.s.parked.Delete(ctx, runID, jetstream.LastRevision(parkedRev))
+	err := p.s.parked.Delete(ctx, runID, parkedRev)
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		return err
 	}

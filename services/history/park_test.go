@@ -18,6 +18,7 @@ import (
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/parked"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/worker"
@@ -214,12 +215,12 @@ func TestRunParkedWhileTheServiceWasDownIsShownParked(t *testing.T) {
 
 	// A worker parks the run while the service is down.
 	js := natstest.JetStream(t, srv)
-	parked, err := js.KeyValue(ctx, streams.ParkedBucket)
+	parkedKV, err := js.KeyValue(ctx, streams.ParkedBucket)
 	require.NoError(t, err)
-	b, err := json.Marshal(streams.Parked{RunID: runID, Queue: streams.DefaultQueue, Definition: "steps",
+	b, err := json.Marshal(parked.Run{RunID: runID, Queue: streams.DefaultQueue, Definition: "steps",
 		Reason: "waiting for a worker that registers workflow \"steps\"", Seq: 1, ParkedAt: time.Now().UTC()})
 	require.NoError(t, err)
-	_, err = parked.Put(ctx, runID, b)
+	_, err = parkedKV.Put(ctx, runID, b)
 	require.NoError(t, err)
 
 	startHistory(t, srv)

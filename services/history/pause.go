@@ -8,7 +8,8 @@ import (
 
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/jshost"
-	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/parked"
+	"github.com/flowrun/flow/internal/pauses"
 )
 
 // Definition and queue pauses (docs/pause.md). A worker parks a run that a FLOW_PAUSES entry
@@ -24,7 +25,7 @@ import (
 // startPauses follows FLOW_PAUSES, and returns once the pauses that exist are loaded.
 func (p *parking) startPauses(ctx context.Context, wg *sync.WaitGroup) error {
 	pauses, err := jshost.NewPauses(ctx, p.s.js, jshost.PausesOptions{Watch: true, Logger: p.s.logger,
-		OnChange: func(key string, v *streams.Pause) {
+		OnChange: func(key string, v *pauses.Pause) {
 			if v == nil {
 				p.released(ctx, key)
 			}
@@ -38,12 +39,12 @@ func (p *parking) startPauses(ctx context.Context, wg *sync.WaitGroup) error {
 }
 
 // heldByPause reports whether pr was parked for a pause that still holds it.
-func (p *parking) heldByPause(pr streams.Parked) bool {
+func (p *parking) heldByPause(pr parked.Run) bool {
 	return pr.Pause != "" && p.pauses != nil && p.pauses.Active(pr.Pause)
 }
 
 // releasable reports whether pr was parked for a pause that is gone.
-func (p *parking) releasable(pr streams.Parked) bool {
+func (p *parking) releasable(pr parked.Run) bool {
 	return pr.Pause != "" && p.pauses != nil && !p.pauses.Active(pr.Pause)
 }
 
@@ -53,7 +54,7 @@ func (p *parking) released(ctx context.Context, key string) {
 	p.mu.RLock()
 	var due []parkedRun
 	for _, pr := range p.parked {
-		if (key == "" || pr.Pause == key) && p.releasable(pr.Parked) {
+		if (key == "" || pr.Pause == key) && p.releasable(pr.Run) {
 			due = append(due, pr)
 		}
 	}

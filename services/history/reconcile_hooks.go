@@ -2,7 +2,6 @@ package history
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -43,13 +42,13 @@ type route struct {
 // its lane.
 func (s *Service) reconcileHooks(ctx context.Context) (int, error) {
 	byRun := map[string][]route{}
-	entries, err := readAll(ctx, s.retention.hooks)
+	entries, err := s.retention.hooks.List(ctx)
 	if err != nil {
 		return 0, err
 	}
 	for _, e := range entries {
-		r := route{token: e.Key(), rev: e.Revision(), created: e.Created()}
-		if json.Unmarshal(e.Value(), &r.HookRoute) != nil || r.RunID == "" {
+		r := route{token: e.Key, HookRoute: e.Value, rev: e.Revision, created: e.Created}
+		if e.Err != nil || r.RunID == "" {
 			continue // not a route this service wrote; left for an operator
 		}
 		byRun[r.RunID] = append(byRun[r.RunID], r)
@@ -158,7 +157,7 @@ func (s *Service) repairRoute(ctx context.Context, snap *core.Snapshot, deleted 
 		if mayCommit && time.Since(r.created) < s.hookClaimGrace {
 			return 0, nil
 		}
-		err := kv.Delete(ctx, r.token, jetstream.LastRevision(r.rev))
+		err := kv.Delete(ctx, r.token, r.rev)
 		if skipRevision(err) {
 			return 0, nil
 		}
@@ -177,11 +176,7 @@ func (s *Service) repairRoute(ctx context.Context, snap *core.Snapshot, deleted 
 	case core.RouteRelease, core.RouteHold:
 		want := r.HookRoute
 		want.Released = snap.Terminal()
-		b, err := json.Marshal(want)
-		if err != nil {
-			return 0, err
-		}
-		_, err = kv.Update(ctx, r.token, b, r.rev)
+		_, err := kv.Update(ctx, r.token, want, r.rev)
 		if skipRevision(err) {
 			return 0, nil
 		}
@@ -202,16 +197,14 @@ func (s *Service) repairRoute(ctx context.Context, snap *core.Snapshot, deleted 
 // (engine.ClaimHook: created, or taken over from a run that ended). A token a live run's other
 // hook holds is logged, not repaired: history alone cannot tell which of the two keeps it.
 func (s *Service) routePending(ctx context.Context, snap *core.Snapshot, h core.Hook) (int, error) {
-	e, err := s.retention.hooks.Get(ctx, h.Token)
+	e, found, err := s.retention.hooks.Get(ctx, h.Token)
 	switch {
-	case errors.Is(err, jetstream.ErrKeyNotFound):
 	case errors.Is(err, jetstream.ErrInvalidKey):
 		return 0, nil
 	case err != nil:
 		return 0, fmt.Errorf("reading the route of hook token %q: %w", h.Token, err)
-	default:
-		var r jshost.HookRoute
-		if json.Unmarshal(e.Value(), &r) == nil && r.RunID == snap.RunID && r.HookID == h.ID {
+	case found:
+		if r := e.Value; e.Err == nil && r.RunID == snap.RunID && r.HookID == h.ID {
 			return 0, nil // repairRoute holds a released one
 		}
 	}
@@ -234,28 +227,4 @@ func (s *Service) routePending(ctx context.Context, snap *core.Snapshot, h core.
 // to an entry gone): the entry changed since the pass read it, and the next pass looks again.
 func skipRevision(err error) bool {
 	return errors.Is(err, jetstream.ErrKeyRevisionMismatch) || errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyNotFound)
-}
-
-// readAll returns the entries of bucket kv (deletes left out), read by one watch.
-func readAll(ctx context.Context, kv jetstream.KeyValue) ([]jetstream.KeyValueEntry, error) {
-	w, err := kv.WatchAll(ctx, jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, fmt.Errorf("reading bucket %s: %w", kv.Bucket(), err)
-	}
-	defer func() { _ = w.Stop() }()
-	var out []jetstream.KeyValueEntry
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return out, fmt.Errorf("reading bucket %s: the watch stopped", kv.Bucket())
-			}
-			if e == nil {
-				return out, nil
-			}
-			out = append(out, e)
-		case <-ctx.Done():
-			return out, ctx.Err()
-		}
-	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/parked"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
@@ -46,7 +47,7 @@ func TestReconcilerRepairsHookRoutesAndParked(t *testing.T) {
 	js := natstest.JetStream(t, srv)
 	hooks, err := js.KeyValue(ctx, streams.HooksBucket)
 	require.NoError(t, err)
-	parked, err := js.KeyValue(ctx, streams.ParkedBucket)
+	parkedKV, err := js.KeyValue(ctx, streams.ParkedBucket)
 	require.NoError(t, err)
 	route := func(token string) (hookRoute, bool) {
 		e, err := hooks.Get(ctx, token)
@@ -95,9 +96,9 @@ func TestReconcilerRepairsHookRoutesAndParked(t *testing.T) {
 	put("tok-ghost", hookRoute{RunID: "w-1", HookID: "ghost"})
 	put("tok-done", hookRoute{RunID: "d-1", HookID: "cb"})
 	put("tok-nobody", hookRoute{RunID: "nobody", HookID: "cb"})
-	b, err := json.Marshal(streams.Parked{RunID: "d-1", Queue: streams.DefaultQueue, Definition: "hook", Reason: "drift", ParkedAt: time.Now().UTC()})
+	b, err := json.Marshal(parked.Run{RunID: "d-1", Queue: streams.DefaultQueue, Definition: "hook", Reason: "drift", ParkedAt: time.Now().UTC()})
 	require.NoError(t, err)
-	_, err = parked.Put(ctx, "d-1", b)
+	_, err = parkedKV.Put(ctx, "d-1", b)
 	require.NoError(t, err)
 
 	before := metrics.Repairs(metrics.StateHooks) + metrics.Repairs(metrics.StateParked)
@@ -116,7 +117,7 @@ func TestReconcilerRepairsHookRoutesAndParked(t *testing.T) {
 	require.True(t, ok, "a claim younger than the grace may still be committed")
 	_, ok = route("tok-ghost")
 	require.True(t, ok, "a claim younger than the grace may still be committed")
-	_, err = parked.Get(ctx, "d-1")
+	_, err = parkedKV.Get(ctx, "d-1")
 	require.ErrorIs(t, err, jetstream.ErrKeyNotFound)
 
 	// Past the grace, the claim w-1 never committed goes, and so does the route to no run.

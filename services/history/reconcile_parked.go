@@ -6,10 +6,9 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/metrics"
+	"github.com/flowrun/flow/internal/parked"
 	"github.com/flowrun/flow/internal/store"
 )
 
@@ -18,20 +17,20 @@ import (
 // wait for a worker. The runs index picks the candidates; each is decided on the run's latest
 // snapshot, on its lane, and deleted at the revision the pass read.
 func (s *Service) reconcileParked(ctx context.Context) (int, error) {
-	entries, err := readAll(ctx, s.parked)
+	entries, err := s.parked.List(ctx)
 	if err != nil {
 		return 0, err
 	}
-	slices.SortFunc(entries, func(a, b jetstream.KeyValueEntry) int { return cmpString(a.Key(), b.Key()) })
+	slices.SortFunc(entries, func(a, b parked.Entry) int { return cmpString(a.Key, b.Key) })
 	repairs := 0
 	for _, e := range entries {
-		sum, ok := s.index.get(e.Key())
+		sum, ok := s.index.get(e.Key)
 		if !ok || sum.Damaged != "" || !sum.Status.Terminal() && sum.Deleted == nil {
 			continue
 		}
-		fixed, err := s.repairParked(ctx, e.Key(), e.Revision())
+		fixed, err := s.repairParked(ctx, e.Key, e.Revision)
 		if err != nil {
-			return repairs, fmt.Errorf("run %q: %w", e.Key(), err)
+			return repairs, fmt.Errorf("run %q: %w", e.Key, err)
 		}
 		repairs += fixed
 	}
@@ -53,7 +52,7 @@ func (s *Service) repairParked(ctx context.Context, runID string, rev uint64) (i
 		if !core.ParkedStale(snap) {
 			return nil
 		}
-		err = s.parked.Delete(ctx, runID, jetstream.LastRevision(rev))
+		err = s.parked.Delete(ctx, runID, rev)
 		if skipRevision(err) {
 			return nil
 		}

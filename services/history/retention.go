@@ -16,6 +16,7 @@ import (
 
 	"github.com/flowrun/flow/internal/archive"
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/jshost"
@@ -88,7 +89,7 @@ func retentionDefaults(cfg *Config) error {
 type retention struct {
 	archive archive.Archive
 	timers  *timerindex.Index
-	hooks   jetstream.KeyValue
+	hooks   *jshost.HookRoutes
 	queue   *limits.Queue
 	leases  *maintenance.Leases
 	history jetstream.Stream
@@ -108,8 +109,8 @@ func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config) (*re
 	if r.archive, err = archive.Open(ctx, js, cfg.Archive); err != nil {
 		return nil, fmt.Errorf("history: FLOW_ARCHIVE: %w", err)
 	}
-	if r.hooks, err = js.KeyValue(ctx, streams.HooksBucket); err != nil {
-		return nil, fmt.Errorf("opening bucket %s: %w", streams.HooksBucket, err)
+	if r.hooks, err = jshost.OpenHookRoutes(ctx, js); err != nil {
+		return nil, err
 	}
 	if r.timers, err = timerindex.Open(ctx, js); err != nil {
 		return nil, err
@@ -232,17 +233,16 @@ func (s *Service) Sweep(ctx context.Context) (SweepReport, error) {
 // the latest registration in FLOW_DEFINITIONS says, else the default. periods caches the
 // definitions read in one sweep.
 func (s *Service) retentionOf(ctx context.Context, sum core.Summary, periods map[string]time.Duration) time.Duration {
-	key := streams.DefinitionKey(sum.Queue, sum.Definition)
+	key := definitions.Key(sum.Queue, sum.Definition)
 	if d, ok := periods[key]; ok {
 		return d
 	}
 	d := s.cfg.Retention
-	if e, err := s.defs.Get(ctx, key); err == nil {
-		var def streams.Definition
-		if json.Unmarshal(e.Value(), &def) == nil && def.Retention > 0 {
+	if def, found, err := s.defs.Get(ctx, sum.Queue, sum.Definition); err == nil {
+		if found && def.Retention > 0 {
 			d = time.Duration(def.Retention)
 		}
-	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+	} else {
 		// Unknown: keep the run this sweep rather than apply a default that may be shorter.
 		return time.Duration(1<<63 - 1)
 	}
@@ -397,11 +397,11 @@ func (s *Service) purgeDerived(ctx context.Context, snap *core.Snapshot) error {
 		return fmt.Errorf("deleting the timers of run %q: %w", runID, err)
 	}
 	for _, h := range snap.Hooks {
-		if err := deleteIfNames(ctx, r.hooks, h.Token, runID); err != nil {
+		if err := r.hooks.DeleteIfRoutes(ctx, h.Token, runID); err != nil {
 			return fmt.Errorf("deleting the hook token of run %q: %w", runID, err)
 		}
 	}
-	if err := s.parked.Delete(ctx, runID); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err := s.parked.Delete(ctx, runID, 0); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("deleting run %q from %s: %w", runID, streams.ParkedBucket, err)
 	}
 	if err := r.queue.Delete(ctx, runID, 0); err != nil {
@@ -442,28 +442,6 @@ func (s *Service) purgedMsgs() uint64 {
 		n += sum.Deleted.Msgs
 	}
 	return n
-}
-
-// deleteIfNames deletes hook token's entry if it routes to run runID.
-func deleteIfNames(ctx context.Context, kv jetstream.KeyValue, token, runID string) error {
-	e, err := kv.Get(ctx, token)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrInvalidKey) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	var route struct {
-		RunID string `json:"run_id"`
-	}
-	if json.Unmarshal(e.Value(), &route) != nil || route.RunID != runID {
-		return nil
-	}
-	err = kv.Delete(ctx, token, jetstream.LastRevision(e.Revision()))
-	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyExists) {
-		return err
-	}
-	return nil
 }
 
 // deletedError is the answer to a read of a run whose history was deleted and not archived.

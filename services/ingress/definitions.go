@@ -9,15 +9,15 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/api"
+	defs "github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/liveness"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // definitions resolves the definition a start names to the spec its run records.
 type definitions interface {
 	// require returns the definition a live worker serves as name on queue, or an error saying
 	// why a run of it cannot start now.
-	require(ctx context.Context, queue, name string) (streams.Definition, *api.IngressError)
+	require(ctx context.Context, queue, name string) (defs.Definition, *api.IngressError)
 	stop()
 }
 
@@ -37,18 +37,18 @@ func newDefinitions(ctx context.Context, js jetstream.JetStream, logger *slog.Lo
 
 func (d *liveDefinitions) stop() { d.view.Stop() }
 
-func (d *liveDefinitions) require(ctx context.Context, queue, name string) (streams.Definition, *api.IngressError) {
+func (d *liveDefinitions) require(ctx context.Context, queue, name string) (defs.Definition, *api.IngressError) {
 	def, err := d.view.Require(queue, name)
 	if err == nil {
-		return streams.Definition{Definition: name, Queue: queue, BuildID: def.BuildID, Patches: def.Patches, Attributes: def.Attributes,
+		return defs.Definition{Definition: name, Queue: queue, BuildID: def.BuildID, Patches: def.Patches, Attributes: def.Attributes,
 			Control: def.Control, Timeouts: def.Timeouts}, nil
 	}
 	if !errors.Is(err, liveness.ErrNoWorker) {
-		return streams.Definition{}, &api.IngressError{Code: api.CodeIngressInternal, Message: err.Error()}
+		return defs.Definition{}, &api.IngressError{Code: api.CodeIngressInternal, Message: err.Error()}
 	}
 	workers, ferr := d.view.Fetch(ctx, queue)
 	if ferr != nil {
-		return streams.Definition{}, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("%v; retry", ferr)}
+		return defs.Definition{}, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("%v; retry", ferr)}
 	}
 	// The worker that started last decides the build and patches, as the view does.
 	var found *liveness.Worker
@@ -58,9 +58,9 @@ func (d *liveDefinitions) require(ctx context.Context, queue, name string) (stre
 		}
 	}
 	if found == nil {
-		return streams.Definition{}, &api.IngressError{Code: api.CodeNoWorker, Message: trimFlow(err)}
+		return defs.Definition{}, &api.IngressError{Code: api.CodeNoWorker, Message: trimFlow(err)}
 	}
-	out := streams.Definition{Definition: name, Queue: queue, BuildID: found.BuildID}
+	out := defs.Definition{Definition: name, Queue: queue, BuildID: found.BuildID}
 	for _, r := range found.Definitions {
 		if r.Definition == name {
 			out.Patches, out.Attributes, out.Control, out.Timeouts = r.Patches, r.Attributes, r.Control, r.Timeouts

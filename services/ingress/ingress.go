@@ -28,14 +28,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/backend"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/health"
 	"github.com/flowrun/flow/internal/httpserve"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsconn"
-	"github.com/flowrun/flow/internal/payload/objstore"
-	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 )
 
@@ -267,34 +266,22 @@ func (s *Service) start(ctx context.Context) error {
 	if err := streams.Ensure(ctx, s.js, s.cfg.Streams); err != nil {
 		return err
 	}
-	st, err := jsstore.New(ctx, s.js, &jsstore.Options{Source: "flow/ingress"})
-	if err != nil {
-		return err
-	}
-	if s.host, err = jshost.New(ctx, s.js, "flow/ingress", s.logger); err != nil {
-		return err
-	}
 	// Dedup and debounce keys: the history service writes them, asked over request/reply.
 	keys := jshost.NewRemoteStartKeys(s.nc)
 	pauses, err := jshost.NewPauses(ctx, s.js, jshost.PausesOptions{Logger: s.logger})
 	if err != nil {
 		return err
 	}
-	payloads, err := objstore.Open(ctx, s.js, streams.PayloadsBucket, s.cfg.PayloadThreshold)
-	if err != nil {
-		return err
-	}
 	// An input to a run not in the cache reads its latest checkpoint and the history after it,
 	// not the whole run; one to a cached run reads only the events after its snapshot.
-	checkpoints, err := objstore.OpenCheckpoints(ctx, s.js, streams.CheckpointsBucket)
+	be, err := backend.Open(ctx, s.js, backend.Role{Source: "flow/ingress", Logger: s.logger, Faults: s.cfg.Faults,
+		Payloads: true, PayloadThreshold: s.cfg.PayloadThreshold, Checkpoints: true},
+		engine.Config{CacheSize: s.cfg.CacheSize, Keys: keys, Pauses: pauses,
+			Pending: engine.PendingLimits{Count: max(0, s.cfg.MaxPendingInputs), Bytes: max(0, s.cfg.MaxPendingBytes)}})
 	if err != nil {
 		return err
 	}
-	if s.engine, err = engine.New(engine.Config{Store: st, Host: s.host, Logger: s.logger, CacheSize: s.cfg.CacheSize, Keys: keys, Faults: s.cfg.Faults,
-		Pauses: pauses, Payloads: payloads, Checkpoints: checkpoints,
-		Pending: engine.PendingLimits{Count: max(0, s.cfg.MaxPendingInputs), Bytes: max(0, s.cfg.MaxPendingBytes)}}); err != nil {
-		return err
-	}
+	s.host, s.engine = be.Host, be.Engine
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	s.cancel = cancel
 	if s.defs, err = newDefinitions(runCtx, s.js, s.logger); err != nil {

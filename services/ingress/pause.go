@@ -14,7 +14,7 @@ import (
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
-	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/pauses"
 )
 
 // The pause doors (docs/pause.md): a run's pause and unpause are inputs like a cancel
@@ -45,7 +45,7 @@ func (s *Service) applyPause(ctx context.Context, in *input) (string, error) {
 func (s *Service) pauseRoutes(mux *routes, route func(string, api.InputKind, bool, func(*http.Request, *input))) {
 	route("POST /v1/runs/{run}/pause", api.KindPause, true, func(r *http.Request, in *input) { in.runID = r.PathValue("run") })
 	route("POST /v1/runs/{run}/unpause", api.KindUnpause, true, func(r *http.Request, in *input) { in.runID = r.PathValue("run") })
-	for _, scope := range []string{streams.PauseDefinition, streams.PauseQueue} {
+	for _, scope := range []string{pauses.ScopeDefinition, pauses.ScopeQueue} {
 		for _, op := range []string{"pause", "unpause"} {
 			mux.HandleFunc("POST /v1/"+scope+"s/{name}/"+op, func(w http.ResponseWriter, r *http.Request) {
 				if !s.authorized(w, r) {
@@ -126,7 +126,7 @@ func (s *Service) pauseScope(ctx context.Context, op, scope, name string, req ap
 		}
 		return &api.IngressError{Code: api.CodeIngressInternal, Message: trimFlow(err)}
 	}
-	if op != "list" && scope != streams.PauseDefinition && scope != streams.PauseQueue {
+	if op != "list" && scope != pauses.ScopeDefinition && scope != pauses.ScopeQueue {
 		return nil, &api.IngressError{Code: api.CodeInvalidName, Message: fmt.Sprintf("%q is not a pause scope; pause a definition or a queue", scope)}
 	}
 	if op != "list" {
@@ -137,9 +137,9 @@ func (s *Service) pauseScope(ctx context.Context, op, scope, name string, req ap
 	resp := &api.PausesResponse{Pauses: []api.ScopePause{}}
 	switch op {
 	case "pause":
-		var p streams.Pause
+		var p pauses.Pause
 		var err error
-		if scope == streams.PauseDefinition {
+		if scope == pauses.ScopeDefinition {
 			p, err = s.engine.PauseDefinition(ctx, name, req.Reason)
 		} else {
 			p, err = s.engine.PauseQueue(ctx, name, req.Reason)
@@ -150,7 +150,7 @@ func (s *Service) pauseScope(ctx context.Context, op, scope, name string, req ap
 		resp.Pauses = append(resp.Pauses, scopePause(p))
 	case "unpause":
 		var err error
-		if scope == streams.PauseDefinition {
+		if scope == pauses.ScopeDefinition {
 			resp.Found, err = s.engine.UnpauseDefinition(ctx, name)
 		} else {
 			resp.Found, err = s.engine.UnpauseQueue(ctx, name)
@@ -170,6 +170,6 @@ func (s *Service) pauseScope(ctx context.Context, op, scope, name string, req ap
 	return resp, nil
 }
 
-func scopePause(p streams.Pause) api.ScopePause {
+func scopePause(p pauses.Pause) api.ScopePause {
 	return api.ScopePause{Scope: p.Scope, Name: p.Name, Note: p.Note, By: p.By, At: p.At}
 }

@@ -2,12 +2,10 @@ package ingress
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"time"
 
-	"github.com/flowrun/flow/internal/core"
-	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/runsindex"
 )
 
 // deleted returns why run runID takes no input when its runs index entry is the tombstone of a
@@ -19,18 +17,15 @@ func (s *Service) deleted(runID string) string {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
-	kv, err := s.js.KeyValue(ctx, streams.RunsBucket)
+	runs, err := runsindex.Open(ctx, s.js)
 	if err != nil {
 		return ""
 	}
-	e, err := kv.Get(ctx, runID)
-	if err != nil {
+	e, found, err := runs.Get(ctx, runID)
+	if err != nil || !found || e.Err != nil || e.Value.Deleted == nil {
 		return ""
 	}
-	var sum core.Summary
-	if json.Unmarshal(e.Value(), &sum) != nil || sum.Deleted == nil {
-		return ""
-	}
+	sum := e.Value
 	return fmt.Sprintf("run %q was deleted at %s (%s); it takes no more inputs (`flow runs --include-deleted` lists it)",
 		runID, sum.Deleted.At.UTC().Format(time.RFC3339), sum.Deleted.Reason)
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
@@ -439,7 +440,7 @@ func TestDamagedHolderKeepsItsSlotUntilItEnds(t *testing.T) {
 	require.NoError(t, first.Stop())
 	damaged, err := e.js.KeyValue(e.ctx, streams.DamagedBucket)
 	require.NoError(t, err)
-	mark, err := json.Marshal(streams.Damaged{RunID: "a-1", Reason: "test", DetectedAt: time.Now().UTC()})
+	mark, err := json.Marshal(jsstore.Damaged{RunID: "a-1", Reason: "test", DetectedAt: time.Now().UTC()})
 	require.NoError(t, err)
 	_, err = damaged.Put(e.ctx, "a-1", mark)
 	require.NoError(t, err)

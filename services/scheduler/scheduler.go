@@ -36,6 +36,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
+	"github.com/flowrun/flow/internal/backend"
 	"github.com/flowrun/flow/internal/batch"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
@@ -45,7 +46,6 @@ import (
 	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/maintenance"
 	"github.com/flowrun/flow/internal/natsconn"
-	"github.com/flowrun/flow/internal/payload/objstore"
 	"github.com/flowrun/flow/internal/schedule/schedstore"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
@@ -351,28 +351,17 @@ func (s *Scheduler) open(ctx context.Context) error {
 	if s.schedStore, err = schedstore.Open(ctx, js); err != nil {
 		return err
 	}
-	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/scheduler"})
-	if err != nil {
-		return err
-	}
-	s.store = st
-	host, err := jshost.New(ctx, js, "flow/scheduler", s.logger)
-	if err != nil {
-		return err
-	}
-	host.Faults = s.cfg.Faults
 	// The history service derives every resume task the scheduler sends; the scheduler's copy
 	// is a fast path, sent as soon as the firing is committed, and no firing waits for its ack.
-	host.AsyncTasks = true
 	// A timer of a run this scheduler does not hold reads its checkpoint and the tail only.
-	checkpoints, err := objstore.OpenCheckpoints(ctx, js, streams.CheckpointsBucket)
+	// The batch jobs' resets hold their workflows' reset locks, entries of the start key index,
+	// which the history service writes, asked over request/reply.
+	be, err := backend.Open(ctx, js, backend.Role{Source: "flow/scheduler", Logger: s.logger, Faults: s.cfg.Faults, HostFaults: s.cfg.Faults, AsyncTasks: true, Checkpoints: true},
+		engine.Config{CacheSize: s.cfg.CacheSize, Keys: jshost.NewRemoteStartKeys(s.nc)})
 	if err != nil {
 		return err
 	}
-	// The batch jobs' resets hold their workflows' reset locks, entries of the start key index,
-	// which the history service writes, asked over request/reply.
-	s.engine, err = engine.New(engine.Config{Store: st, Host: host, Logger: s.logger, Faults: s.cfg.Faults, CacheSize: s.cfg.CacheSize,
-		Checkpoints: checkpoints, Keys: jshost.NewRemoteStartKeys(s.nc)})
+	s.store, s.engine = be.Store, be.Engine
 	return err
 }
 

@@ -13,7 +13,7 @@ import (
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/jshost"
-	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/parked"
 )
 
 // A worker writes neither FLOW_HOOKS nor FLOW_PARKED: the history service is their one writer
@@ -57,7 +57,7 @@ func (h *historyHost) ReleaseHook(context.Context, string, string, string) error
 
 // askPark asks the history service to park run p.RunID, and reports whether it did (not for a
 // run that ended).
-func askPark(ctx context.Context, nc *nats.Conn, p streams.Parked) (bool, error) {
+func askPark(ctx context.Context, nc *nats.Conn, p parked.Run) (bool, error) {
 	var resp api.ParkResponse
 	if err := askHistory(ctx, nc, api.SubjectPark, p, &resp); err != nil {
 		return false, fmt.Errorf("parking run %q: %w", p.RunID, err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/parked"
 	"github.com/flowrun/flow/internal/streams"
 )
 
@@ -21,7 +22,7 @@ import (
 // that a worker that dies in between, or no answer, leaves the task to be redelivered
 // (docs/pause.md).
 func (w *Worker) parkHeld(ctx context.Context, msg jetstream.Msg, held *engine.HeldError, seq uint64) {
-	p := streams.Parked{RunID: held.RunID, Queue: queueOf(held.Queue), Definition: held.Definition, Build: held.Build,
+	p := parked.Run{RunID: held.RunID, Queue: queueOf(held.Queue), Definition: held.Definition, Build: held.Build,
 		Reason: held.Pause.Describe(), Seq: max(seq, held.Seq), Pause: held.Pause.Key(), ParkedAt: time.Now().UTC(), By: w.id}
 	_, err := askPark(ctx, w.nc, p)
 	if err != nil {

@@ -28,17 +28,18 @@ import (
 	"github.com/nats-io/nats.go/micro"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/flowrun/flow/internal/backend"
 	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/health"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
-	"github.com/flowrun/flow/internal/payload/objstore"
+	"github.com/flowrun/flow/internal/parked"
 	"github.com/flowrun/flow/internal/store"
-	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/internal/wait"
@@ -212,41 +213,24 @@ func (w *Worker) start(ctx context.Context) error {
 	if err := streams.Ensure(ctx, js, w.cfg.Streams); err != nil {
 		return err
 	}
-	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/worker/" + w.cfg.Queue, Unsigned: true})
-	if err != nil {
-		return err
-	}
-	host, err := jshost.New(ctx, js, "flow/worker/"+w.cfg.Queue, w.logger)
-	if err != nil {
-		return err
-	}
-	host.Faults = w.cfg.Faults
 	if w.pauses, err = jshost.NewPauses(ctx, js, jshost.PausesOptions{Watch: true, Logger: w.logger}); err != nil {
 		return err
 	}
-	ecfg := engine.Config{Store: st, Runtime: w.reg, Host: &historyHost{Host: host, nc: w.nc}, BuildID: w.reg.BuildID(), Logger: w.logger,
-		StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize, Faults: w.cfg.Faults, Pauses: w.pauses}
+	ecfg := engine.Config{Runtime: w.reg, BuildID: w.reg.BuildID(), StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize, Pauses: w.pauses}
 	if ecfg.StepLimits, err = w.stepLimits(ctx, js); err != nil {
 		return err
-	}
-	if ecfg.Payloads, err = objstore.Open(ctx, js, streams.PayloadsBucket, w.cfg.PayloadThreshold); err != nil {
-		return err
-	}
-	w.reg.UsePayloads(ecfg.Payloads)
-	if w.cfg.CheckpointEvery >= 0 {
-		if ecfg.Checkpoints, err = objstore.OpenCheckpoints(ctx, js, streams.CheckpointsBucket); err != nil {
-			return err
-		}
 	}
 	if !w.cfg.SkipReplayCheck {
 		ecfg.Replayer = w.reg.Replaying()
 	}
-	if ecfg.Heartbeats, err = w.heartbeats(ctx, js); err != nil {
+	be, err := backend.Open(ctx, js, backend.Role{Source: "flow/worker/" + w.cfg.Queue, Unsigned: true, Logger: w.logger, Faults: w.cfg.Faults, HostFaults: w.cfg.Faults,
+		Payloads: true, PayloadThreshold: w.cfg.PayloadThreshold, Checkpoints: w.cfg.CheckpointEvery >= 0, Heartbeats: true,
+		Host: func(h *jshost.Host) engine.Host { return &historyHost{Host: h, nc: w.nc} }}, ecfg)
+	if err != nil {
 		return err
 	}
-	if w.engine, err = engine.New(ecfg); err != nil {
-		return err
-	}
+	w.reg.UsePayloads(be.Payloads)
+	w.engine = be.Engine
 	hostname, _ := os.Hostname()
 	w.id = liveness.NewID(hostname, os.Getpid()) // before any handler parks a run
 	// The view before the first task, the entry before the registration: a worker that reads
@@ -319,7 +303,7 @@ func (w *Worker) publishLiveness(ctx context.Context, js jetstream.JetStream, ho
 }
 
 func (w *Worker) publishDefinitions(ctx context.Context, js jetstream.JetStream) error {
-	kv, err := js.KeyValue(ctx, streams.DefinitionsBucket)
+	defs, err := definitions.Open(ctx, js)
 	if err != nil {
 		return err
 	}
@@ -329,13 +313,10 @@ func (w *Worker) publishDefinitions(ctx context.Context, js jetstream.JetStream)
 		if err != nil {
 			return err
 		}
-		b, err := json.Marshal(streams.Definition{Definition: name, Queue: w.cfg.Queue, BuildID: id.BuildID, Patches: id.Patches,
+		d := definitions.Definition{Definition: name, Queue: w.cfg.Queue, BuildID: id.BuildID, Patches: id.Patches,
 			UpdatedAt: time.Now().UTC(), Host: host, Attributes: id.Attributes, Control: w.reg.FlowControl(name),
-			Timeouts: w.reg.RunTimeouts(name), Retention: event.Duration(w.reg.Retention(name))})
-		if err != nil {
-			return err
-		}
-		if _, err := kv.Put(ctx, streams.DefinitionKey(w.cfg.Queue, name), b); err != nil {
+			Timeouts: w.reg.RunTimeouts(name), Retention: event.Duration(w.reg.Retention(name))}
+		if err := defs.Put(ctx, d); err != nil {
 			return fmt.Errorf("publishing definition %q: %w", name, err)
 		}
 	}
@@ -464,7 +445,7 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	case errors.As(err, &wrongBuild):
 		// Tasks of pinned runs reach only their build's workers; one that did not (published
 		// by an older version) is parked until a worker of its build registers.
-		w.park(ctx, msg, streams.Parked{RunID: runID, Queue: wrongBuild.Queue, Definition: wrongBuild.Definition, Build: wrongBuild.RunBuild,
+		w.park(ctx, msg, parked.Run{RunID: runID, Queue: wrongBuild.Queue, Definition: wrongBuild.Definition, Build: wrongBuild.RunBuild,
 			Reason: fmt.Sprintf("pinned to build %q; waiting for a worker of that build on queue %q (this worker runs build %q)",
 				wrongBuild.RunBuild, w.cfg.Queue, wrongBuild.EngineBuild), Seq: task.Seq})
 	case errors.As(err, &unknown):
@@ -474,7 +455,7 @@ func (w *Worker) handle(msg jetstream.Msg) {
 		if w.handBack(ctx, msg, unknown) {
 			return
 		}
-		w.park(ctx, msg, streams.Parked{RunID: runID, Queue: unknown.Queue, Definition: unknown.Definition, Build: unknown.RunBuild,
+		w.park(ctx, msg, parked.Run{RunID: runID, Queue: unknown.Queue, Definition: unknown.Definition, Build: unknown.RunBuild,
 			Reason: fmt.Sprintf("waiting for a worker that registers workflow %q on queue %q", unknown.Definition, w.cfg.Queue), Seq: task.Seq,
 			ParkedAt: parkedAt})
 	case errors.Is(err, store.ErrDamaged):
@@ -558,7 +539,7 @@ func handBackDelay(msg jetstream.Msg) time.Duration {
 // to show and to dispatch the run again when a worker that can registers, then acknowledges the
 // task. p.ParkedAt zero is now. If the history service does not record it the task is
 // redelivered later.
-func (w *Worker) park(ctx context.Context, msg jetstream.Msg, p streams.Parked) {
+func (w *Worker) park(ctx context.Context, msg jetstream.Msg, p parked.Run) {
 	if p.ParkedAt.IsZero() {
 		p.ParkedAt = time.Now().UTC()
 	}

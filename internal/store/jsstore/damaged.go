@@ -7,12 +7,50 @@ import (
 	"fmt"
 	"maps"
 	"sync"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/typedkv"
 )
+
+// Damaged is a FLOW_DAMAGED entry: a run whose stored history does not read back whole, and
+// why. Its key is the run ID.
+type Damaged struct {
+	RunID string `json:"run_id"`
+	// Reason says what was found, in which stream.
+	Reason     string    `json:"reason"`
+	DetectedAt time.Time `json:"detected_at"`
+}
+
+// DamagedRuns is the FLOW_DAMAGED repository. The history service is its one writer: it marks
+// the runs its checks find damaged and releases them on an operator's accept-damage; every Store
+// follows the bucket and refuses the runs it lists. It is safe for concurrent use.
+type DamagedRuns struct {
+	b *typedkv.Bucket[Damaged]
+}
+
+// OpenDamaged opens FLOW_DAMAGED on js.
+func OpenDamaged(ctx context.Context, js jetstream.JetStream) (*DamagedRuns, error) {
+	b, err := typedkv.Open[Damaged](ctx, js, streams.DamagedBucket)
+	if err != nil {
+		return nil, err
+	}
+	return &DamagedRuns{b: b}, nil
+}
+
+// Mark records d, quarantining run d.RunID in every store.
+func (r *DamagedRuns) Mark(ctx context.Context, d Damaged) error {
+	_, err := r.b.Put(ctx, d.RunID, d)
+	return err
+}
+
+// Release deletes run runID's entry, lifting its quarantine; a run not marked is left alone.
+func (r *DamagedRuns) Release(ctx context.Context, runID string) error {
+	return r.b.Delete(ctx, runID, 0)
+}
 
 // quarantine is the set of runs the history service found damaged (FLOW_DAMAGED), kept by a
 // watch for as long as the store's connection is open. The store refuses to append to them or
@@ -71,7 +109,7 @@ func (q *quarantine) apply(e jetstream.KeyValueEntry) {
 		delete(q.runs, e.Key())
 		return
 	}
-	var d streams.Damaged
+	var d Damaged
 	if err := json.Unmarshal(e.Value(), &d); err != nil || d.Reason == "" {
 		d.Reason = "found damaged"
 	}

@@ -1,4 +1,4 @@
-package worker
+package backend
 
 import (
 	"context"
@@ -6,11 +6,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"sync"
 	"time"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
@@ -268,14 +265,4 @@ func (b *beater) Details(ctx context.Context) (json.RawMessage, bool, error) {
 		return nil, false, err
 	}
 	return b.prev, b.hasPrev, nil
-}
-
-// heartbeats opens FLOW_HEARTBEATS for the engine's step attempts.
-func (w *Worker) heartbeats(ctx context.Context, js jetstream.JetStream) (engine.Heartbeats, error) {
-	store, err := hbstore.Open(ctx, js)
-	if err != nil {
-		return nil, err
-	}
-	hostname, _ := os.Hostname()
-	return &heartbeats{store: store, worker: fmt.Sprintf("%s-%d", hostname, os.Getpid()), logger: w.logger, faults: w.cfg.Faults}, nil
 }

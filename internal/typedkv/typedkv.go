@@ -1,0 +1,210 @@
+// Package typedkv is the JSON layer under Flow's bucket repositories: a Bucket[T] reads and
+// writes a JetStream key-value bucket whose values are JSON T. A repository (definitions.Store,
+// parked.Store, runsindex.Store, ...) wraps one, owns the bucket's key format and names its
+// methods for its domain; services hold repositories, never a Bucket or a raw
+// jetstream.KeyValue.
+package typedkv
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// Bucket is a key-value bucket of JSON T values. It is safe for concurrent use.
+type Bucket[T any] struct {
+	kv jetstream.KeyValue
+}
+
+// Open opens bucket name on js; streams.Ensure creates Flow's buckets.
+func Open[T any](ctx context.Context, js jetstream.JetStream, name string) (*Bucket[T], error) {
+	kv, err := js.KeyValue(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("opening bucket %s: %w (streams.Ensure creates it)", name, err)
+	}
+	return &Bucket[T]{kv: kv}, nil
+}
+
+// Name returns the bucket's name.
+func (b *Bucket[T]) Name() string { return b.kv.Bucket() }
+
+// Entry is one entry of a bucket as read or watched.
+type Entry[T any] struct {
+	Key      string
+	Value    T
+	Revision uint64
+	Created  time.Time
+	// Deleted is set on a watched deletion or purge (Value is zero).
+	Deleted bool
+	// Err is set when the entry's value is not a JSON T (Value is zero): an entry some other
+	// writer left, for the caller to skip, log or replace.
+	Err error
+}
+
+func decode[T any](e jetstream.KeyValueEntry) Entry[T] {
+	out := Entry[T]{Key: e.Key(), Revision: e.Revision(), Created: e.Created()}
+	if e.Operation() != jetstream.KeyValuePut {
+		out.Deleted = true
+		return out
+	}
+	if err := json.Unmarshal(e.Value(), &out.Value); err != nil {
+		var zero T
+		out.Value, out.Err = zero, fmt.Errorf("entry %s of bucket %s: %w", e.Key(), e.Bucket(), err)
+	}
+	return out
+}
+
+// Get returns the entry of key; found is false when there is none. An entry whose value does
+// not decode is returned found, with Err set.
+func (b *Bucket[T]) Get(ctx context.Context, key string) (e Entry[T], found bool, err error) {
+	kve, err := b.kv.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return Entry[T]{Key: key}, false, nil
+	}
+	if err != nil {
+		return Entry[T]{Key: key}, false, err
+	}
+	return decode[T](kve), true, nil
+}
+
+// Put writes v under key, whatever is there, and returns the entry's new revision.
+func (b *Bucket[T]) Put(ctx context.Context, key string, v T) (uint64, error) {
+	val, err := json.Marshal(v)
+	if err != nil {
+		return 0, err
+	}
+	return b.kv.Put(ctx, key, val)
+}
+
+// Create writes v under key if key has no entry (or a deleted one), and returns the entry's
+// revision; otherwise an error wrapping jetstream.ErrKeyExists.
+func (b *Bucket[T]) Create(ctx context.Context, key string, v T) (uint64, error) {
+	val, err := json.Marshal(v)
+	if err != nil {
+		return 0, err
+	}
+	return b.kv.Create(ctx, key, val)
+}
+
+// Update writes v under key if the entry is at revision rev, and returns its new revision;
+// otherwise an error wrapping jetstream.ErrKeyExists or jetstream.ErrKeyRevisionMismatch
+// (nats.go reports a lost compare-and-set either way, by server version).
+func (b *Bucket[T]) Update(ctx context.Context, key string, v T, rev uint64) (uint64, error) {
+	val, err := json.Marshal(v)
+	if err != nil {
+		return 0, err
+	}
+	return b.kv.Update(ctx, key, val, rev)
+}
+
+// Delete deletes key's entry, leaving a delete marker. With rev > 0 it deletes only the entry
+// at that revision, else returns an error wrapping jetstream.ErrKeyRevisionMismatch or
+// jetstream.ErrKeyExists.
+func (b *Bucket[T]) Delete(ctx context.Context, key string, rev uint64) error {
+	if rev == 0 {
+		return b.kv.Delete(ctx, key)
+	}
+	return b.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+}
+
+// Keys returns the keys that have an entry.
+func (b *Bucket[T]) Keys(ctx context.Context) ([]string, error) {
+	keys, err := b.kv.Keys(ctx)
+	if errors.Is(err, jetstream.ErrNoKeysFound) {
+		return nil, nil
+	}
+	return keys, err
+}
+
+// List returns the bucket's entries (deletions left out), read by one watch.
+func (b *Bucket[T]) List(ctx context.Context) ([]Entry[T], error) {
+	w, err := b.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, fmt.Errorf("reading bucket %s: %w", b.kv.Bucket(), err)
+	}
+	defer func() { _ = w.Stop() }()
+	var out []Entry[T]
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return out, fmt.Errorf("reading bucket %s: the watch stopped", b.kv.Bucket())
+			}
+			if e == nil {
+				return out, nil
+			}
+			out = append(out, decode[T](e))
+		case <-ctx.Done():
+			return out, ctx.Err()
+		}
+	}
+}
+
+// Watcher delivers a bucket's entries as they change.
+type Watcher[T any] struct {
+	w       jetstream.KeyWatcher
+	updates chan *Entry[T]
+	stop    chan struct{}
+	once    sync.Once
+}
+
+// Watch follows the bucket's entries: first every entry there is (deletions included unless
+// opts ignore them), then nil, then each change as it is made, until Stop or the end of ctx,
+// which close Updates.
+func (b *Bucket[T]) Watch(ctx context.Context, opts ...jetstream.WatchOpt) (*Watcher[T], error) {
+	return b.watch(ctx, nil, opts)
+}
+
+// WatchKeys is Watch for the keys that match filters (NATS subject wildcards).
+func (b *Bucket[T]) WatchKeys(ctx context.Context, filters []string, opts ...jetstream.WatchOpt) (*Watcher[T], error) {
+	return b.watch(ctx, filters, opts)
+}
+
+func (b *Bucket[T]) watch(ctx context.Context, filters []string, opts []jetstream.WatchOpt) (*Watcher[T], error) {
+	var kw jetstream.KeyWatcher
+	var err error
+	if filters == nil {
+		kw, err = b.kv.WatchAll(ctx, opts...)
+	} else {
+		kw, err = b.kv.WatchFiltered(ctx, filters, opts...)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("watching bucket %s: %w", b.kv.Bucket(), err)
+	}
+	w := &Watcher[T]{w: kw, updates: make(chan *Entry[T]), stop: make(chan struct{})}
+	go func() {
+		defer close(w.updates)
+		for e := range kw.Updates() {
+			var out *Entry[T]
+			if e != nil {
+				d := decode[T](e)
+				out = &d
+			}
+			select {
+			case w.updates <- out:
+			case <-w.stop:
+				return
+			}
+		}
+	}()
+	return w, nil
+}
+
+// Updates returns the channel of changes: the entries there were, nil once they are all
+// delivered, then each change.
+func (w *Watcher[T]) Updates() <-chan *Entry[T] { return w.updates }
+
+// Stop ends the watch; Updates is closed soon after. It may be called more than once.
+func (w *Watcher[T]) Stop() error {
+	var err error
+	w.once.Do(func() {
+		close(w.stop)
+		err = w.w.Stop()
+	})
+	return err
+}

@@ -1,0 +1,118 @@
+package typedkv_test
+
+import (
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/typedkv"
+)
+
+type rec struct {
+	Name string `json:"name"`
+	N    int    `json:"n"`
+}
+
+func open(t *testing.T) (*typedkv.Bucket[rec], jetstream.KeyValue) {
+	t.Helper()
+	js := natstest.JetStream(t, natstest.RunJetStream(t))
+	kv, err := js.CreateKeyValue(t.Context(), jetstream.KeyValueConfig{Bucket: "T"})
+	require.NoError(t, err)
+	b, err := typedkv.Open[rec](t.Context(), js, "T")
+	require.NoError(t, err)
+	return b, kv
+}
+
+// Values are JSON; writes by revision fail once the entry changed; an entry that is not JSON is
+// read with Err set.
+func TestBucketReadsAndWrites(t *testing.T) {
+	ctx := t.Context()
+	b, raw := open(t)
+	require.Equal(t, "T", b.Name())
+	_, found, err := b.Get(ctx, "a")
+	require.NoError(t, err)
+	require.False(t, found)
+
+	rev, err := b.Create(ctx, "a", rec{Name: "a", N: 1})
+	require.NoError(t, err)
+	_, err = b.Create(ctx, "a", rec{Name: "a", N: 2})
+	require.ErrorIs(t, err, jetstream.ErrKeyExists)
+	e, found, err := b.Get(ctx, "a")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, typedkv.Entry[rec]{Key: "a", Value: rec{Name: "a", N: 1}, Revision: rev, Created: e.Created}, e)
+
+	rev2, err := b.Update(ctx, "a", rec{Name: "a", N: 3}, rev)
+	require.NoError(t, err)
+	_, err = b.Update(ctx, "a", rec{Name: "a", N: 4}, rev)
+	require.True(t, errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch), "%v", err)
+	require.Error(t, b.Delete(ctx, "a", rev), "a delete at a stale revision")
+	require.NoError(t, b.Delete(ctx, "a", rev2))
+	_, found, err = b.Get(ctx, "a")
+	require.NoError(t, err)
+	require.False(t, found)
+
+	_, err = b.Put(ctx, "b", rec{Name: "b"})
+	require.NoError(t, err)
+	_, err = raw.Put(ctx, "c", []byte("not json"))
+	require.NoError(t, err)
+	e, found, err = b.Get(ctx, "c")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Error(t, e.Err)
+
+	keys, err := b.Keys(ctx)
+	require.NoError(t, err)
+	require.ElementsMatch(t, []string{"b", "c"}, keys)
+	list, err := b.List(ctx)
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	require.Equal(t, rec{Name: "b"}, list[0].Value)
+	require.Error(t, list[1].Err)
+}
+
+// A watch delivers the entries there are, nil, then each change, deletions included.
+func TestBucketWatch(t *testing.T) {
+	ctx := t.Context()
+	b, _ := open(t)
+	_, err := b.Put(ctx, "a", rec{Name: "a"})
+	require.NoError(t, err)
+	w, err := b.Watch(ctx)
+	require.NoError(t, err)
+	next := func() *typedkv.Entry[rec] {
+		t.Helper()
+		select {
+		case e, ok := <-w.Updates():
+			require.True(t, ok)
+			return e
+		case <-time.After(5 * time.Second):
+			t.Fatal("no update")
+			return nil
+		}
+	}
+	require.Equal(t, rec{Name: "a"}, next().Value)
+	require.Nil(t, next())
+	_, err = b.Put(ctx, "b", rec{Name: "b", N: 1})
+	require.NoError(t, err)
+	e := next()
+	require.Equal(t, "b", e.Key)
+	require.Equal(t, 1, e.Value.N)
+	require.NoError(t, b.Delete(ctx, "a", 0))
+	e = next()
+	require.Equal(t, "a", e.Key)
+	require.True(t, e.Deleted)
+	require.NoError(t, w.Stop())
+	require.NoError(t, w.Stop())
+	require.Eventually(t, func() bool {
+		select {
+		case _, ok := <-w.Updates():
+			return !ok
+		default:
+			return false
+		}
+	}, 5*time.Second, 10*time.Millisecond, "Updates closes after Stop")
+}
