@@ -14,6 +14,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -126,8 +127,8 @@ const (
 	HistoryConsumer = "history"
 )
 
-// DefaultQueue is the task queue of runs started without one.
-const DefaultQueue = "default"
+// DefaultQueue is the task queue of runs started without one (core.DefaultQueue).
+const DefaultQueue = core.DefaultQueue
 
 const (
 	historyPrefix = "flow.history."
