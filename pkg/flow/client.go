@@ -64,8 +64,6 @@ type Client struct {
 	seen seenSeqs
 	// routes remembers, per run, where its queries go (query_client.go).
 	routes queryRoutes
-	// payloads reads offloaded payloads (payloads.go).
-	payloads clientPayloads
 	// perms ends the requests the server refuses for lack of permission (permissions.go).
 	perms *permWatch
 }
