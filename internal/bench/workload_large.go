@@ -18,6 +18,7 @@ import (
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/payload"
 	"github.com/flowrun/flow/internal/payload/objstore"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
@@ -184,7 +185,7 @@ func runLongRun(r *rep) (map[string]float64, error) {
 		if err != nil {
 			return nil, nil, err
 		}
-		cfg := engine.Config{Store: st, Runtime: reg, Host: nopHost{}, Logger: slog.New(slog.DiscardHandler)}
+		cfg := engine.Config{Store: st, Runtime: sdk.RuntimeOf(reg), Host: nopHost{}, Logger: slog.New(slog.DiscardHandler)}
 		if checkpoints {
 			cfg.Checkpoints = cps
 		}
@@ -196,7 +197,7 @@ func runLongRun(r *rep) (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec, err := reg.Spec(defTicker, []byte("null"))
+	spec, err := sdk.RuntimeOf(reg).Spec(defTicker, []byte("null"))
 	if err != nil {
 		return nil, err
 	}

@@ -32,10 +32,10 @@ func (p *payloadSource) get() payload.Getter {
 	return p.g
 }
 
-// UsePayloads makes the registry's workflow code read the payloads a history holds by reference
+// usePayloads makes the registry's workflow code read the payloads a history holds by reference
 // from g (the worker sets the FLOW_PAYLOADS store). Without it, code reads the references
 // themselves.
-func (r *Registry) UsePayloads(g payload.Getter) {
+func (r *Registry) usePayloads(g payload.Getter) {
 	r.payloads.mu.Lock()
 	defer r.payloads.mu.Unlock()
 	r.payloads.g = g

@@ -36,6 +36,7 @@ import (
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/payload/objstore"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
@@ -102,7 +103,7 @@ const DefaultHTTPAddr = "127.0.0.1:8423"
 // Worker runs the workflows and steps of a registry. Start it once; Stop it once.
 type Worker struct {
 	cfg    Config
-	reg    *flow.Registry
+	reg    sdk.Runtime
 	logger *slog.Logger
 
 	nc      *nats.Conn
@@ -171,7 +172,7 @@ func New(cfg Config, reg *flow.Registry) (*Worker, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Worker{cfg: cfg, reg: reg, logger: logger.With(slog.String("component", "worker"), slog.String("queue", cfg.Queue)),
+	return &Worker{cfg: cfg, reg: sdk.RuntimeOf(reg), logger: logger.With(slog.String("component", "worker"), slog.String("queue", cfg.Queue)),
 		fetchDone: make(chan struct{}), started: make(chan struct{})}, nil
 }
 
