@@ -10,38 +10,38 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowrun/flow/internal/api"
-	"github.com/flowrun/flow/internal/batch"
+	"github.com/flowrun/flow/internal/batchspec"
 )
 
 // Batch jobs apply one operation to every run a list filter selects, durably, at a rate, with
 // a report (docs/batch.md).
 type (
 	// BatchJob is a batch job as it stands: its spec, state, progress and report.
-	BatchJob = batch.Job
+	BatchJob = batchspec.Job
 	// BatchSpec says what a batch job does.
-	BatchSpec = batch.Spec
+	BatchSpec = batchspec.Spec
 	// BatchOp is a batch job's operation.
-	BatchOp = batch.Op
+	BatchOp = batchspec.Op
 	// BatchState is where a batch job is in its life.
-	BatchState = batch.State
+	BatchState = batchspec.State
 	// BatchReset says how each run of a reset job is reset.
-	BatchReset = batch.ResetSpec
+	BatchReset = batchspec.ResetSpec
 )
 
 // The operations and states of batch jobs.
 const (
-	BatchCancel    = batch.OpCancel
-	BatchTerminate = batch.OpTerminate
-	BatchSignal    = batch.OpSignal
-	BatchResetOp   = batch.OpReset
-	BatchPause     = batch.OpPause
-	BatchUnpause   = batch.OpUnpause
+	BatchCancel    = batchspec.OpCancel
+	BatchTerminate = batchspec.OpTerminate
+	BatchSignal    = batchspec.OpSignal
+	BatchResetOp   = batchspec.OpReset
+	BatchPause     = batchspec.OpPause
+	BatchUnpause   = batchspec.OpUnpause
 
-	BatchPending   = batch.StatePending
-	BatchRunning   = batch.StateRunning
-	BatchCompleted = batch.StateCompleted
-	BatchStopped   = batch.StateStopped
-	BatchFailed    = batch.StateFailed
+	BatchPending   = batchspec.StatePending
+	BatchRunning   = batchspec.StateRunning
+	BatchCompleted = batchspec.StateCompleted
+	BatchStopped   = batchspec.StateStopped
+	BatchFailed    = batchspec.StateFailed
 )
 
 // Errors of batch jobs.
