@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"time"
 
+	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/payload"
 	"github.com/flowrun/flow/internal/sdk"
@@ -21,6 +22,7 @@ func init() {
 		}
 		return nil
 	})
+	sdk.SetUpdateOutcomeOf(func(st *api.UpdateState) (any, error) { return updateOutcomeOf(st) })
 }
 
 // registryRuntime is a Registry seen as the engine's runtime (sdk.Runtime).
