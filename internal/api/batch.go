@@ -1,7 +1,7 @@
 package api
 
 import (
-	"github.com/flowrun/flow/internal/batch"
+	"github.com/flowrun/flow/internal/batchspec"
 )
 
 // Batch jobs (docs/batch.md) are created, read, listed and stopped through the ingress, which
@@ -31,8 +31,8 @@ type BatchCreateRequest struct {
 	// ID is the job's ID: 1-128 letters, digits, '-' or '_'. Empty generates one. Creating an
 	// existing ID with the same spec returns that job (a retried create); with another spec
 	// is refused (409).
-	ID   string     `json:"id,omitempty"`
-	Spec batch.Spec `json:"spec"`
+	ID   string         `json:"id,omitempty"`
+	Spec batchspec.Spec `json:"spec"`
 	// DryRun creates nothing: the answer counts the runs the filter selects now and names up
 	// to Sample of them.
 	DryRun bool `json:"dry_run,omitempty"`
@@ -42,7 +42,7 @@ type BatchCreateRequest struct {
 
 // BatchResponse is a job as it stands, or a dry run's answer.
 type BatchResponse struct {
-	Job *batch.Job `json:"job,omitempty"`
+	Job *batchspec.Job `json:"job,omitempty"`
 	// Created is set when this request created the job.
 	Created bool `json:"created,omitempty"`
 	// DryRun: Matches counts the runs the filter selects now, Sample names some of them.
@@ -59,14 +59,14 @@ type BatchGetRequest struct {
 // BatchListRequest lists the jobs, the most recently created first.
 type BatchListRequest struct {
 	// State keeps the jobs in any of these states.
-	State []batch.State `json:"state,omitempty"`
+	State []batchspec.State `json:"state,omitempty"`
 	// Limit bounds the answer. Defaults to 50; at most 1000.
 	Limit int `json:"limit,omitempty"`
 }
 
 // BatchListResponse lists jobs.
 type BatchListResponse struct {
-	Jobs []batch.Job `json:"jobs"`
+	Jobs []batchspec.Job `json:"jobs"`
 	// Total counts the jobs that match, beyond Limit.
 	Total int `json:"total"`
 }

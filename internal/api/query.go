@@ -6,7 +6,6 @@ import (
 	"net/http"
 
 	"github.com/flowrun/flow/internal/core"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // Queries are answered by workers, not by a service: each worker serves a nats.go micro service
@@ -16,7 +15,7 @@ import (
 //	flow.query.<queue>.<definition>.<run>                     runs any build may decide
 //	flow.query.<queue>.b.<build token>.<definition>.<run>     runs pinned to a build
 //
-// (the build token is streams.BuildToken of the build ID, as in task subjects). The request is a
+// (the build token is core.BuildToken of the build ID, as in task subjects). The request is a
 // QueryRequest; the reply a QueryResponse, or an error: the micro headers
 // Nats-Service-Error-Code (the HTTP status of the QueryCode) and Nats-Service-Error, with a
 // QueryError as the body.
@@ -26,12 +25,12 @@ const QueryPrefix = "flow.query."
 // pinned to build (none: "").
 func QuerySubject(queue, build, definition, runID string) string {
 	if queue == "" {
-		queue = streams.DefaultQueue
+		queue = core.DefaultQueue
 	}
 	if build == "" {
 		return QueryPrefix + queue + "." + definition + "." + runID
 	}
-	return QueryPrefix + queue + ".b." + streams.BuildToken(build) + "." + definition + "." + runID
+	return QueryPrefix + queue + ".b." + core.BuildToken(build) + "." + definition + "." + runID
 }
 
 // QueryRequest asks a run's workflow a query.

@@ -3,7 +3,7 @@ package api
 import (
 	"time"
 
-	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/core"
 )
 
 // The start key index (FLOW_START_KEYS, docs/start-policies.md) has one writer, the history
@@ -35,7 +35,7 @@ const (
 type StartKeyRequest struct {
 	Key string `json:"key"`
 	// Entry is the entry to create (claim, replace); for a release, the run whose entry it is.
-	Entry engine.KeyEntry `json:"entry"`
+	Entry core.KeyEntry `json:"entry"`
 	// TTL is how long a created entry lives; 0: until it is released or replaced.
 	TTL time.Duration `json:"ttl,omitempty"`
 	// Revision is the revision of the entry a replace replaces.
@@ -46,7 +46,7 @@ type StartKeyRequest struct {
 // for when Done, else the one the key holds) and its revision; for a replace, the new entry's
 // revision when Done (false: the entry changed since the revision read, and nothing was written).
 type StartKeyResponse struct {
-	Entry    engine.KeyEntry `json:"entry"`
-	Revision uint64          `json:"revision,omitempty"`
-	Done     bool            `json:"done"`
+	Entry    core.KeyEntry `json:"entry"`
+	Revision uint64        `json:"revision,omitempty"`
+	Done     bool          `json:"done"`
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/payload"
 	"github.com/flowrun/flow/internal/payload/objstore"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
@@ -183,7 +184,7 @@ func runLongRun(r *rep) (map[string]float64, error) {
 	registerLarge(reg)
 	newEngine := func(checkpoints bool) (*engine.Engine, *jsstore.Store, error) {
 		be, err := backend.Open(ctx, js, backend.Role{Source: "flow/bench", Logger: slog.New(slog.DiscardHandler),
-			Host: func(*jshost.Host) engine.Host { return nopHost{} }, Checkpoints: checkpoints}, engine.Config{Runtime: reg})
+			Host: func(*jshost.Host) engine.Host { return nopHost{} }, Checkpoints: checkpoints}, engine.Config{Runtime: sdk.RuntimeOf(reg)})
 		if err != nil {
 			return nil, nil, err
 		}
@@ -194,7 +195,7 @@ func runLongRun(r *rep) (map[string]float64, error) {
 	if err != nil {
 		return nil, err
 	}
-	spec, err := reg.Spec(defTicker, []byte("null"))
+	spec, err := sdk.RuntimeOf(reg).Spec(defTicker, []byte("null"))
 	if err != nil {
 		return nil, err
 	}

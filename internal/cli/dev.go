@@ -17,6 +17,7 @@ import (
 
 	"github.com/flowrun/flow/internal/examples"
 	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/telemetry"
 	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/pkg/flow"
@@ -199,7 +200,7 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 	}
 
 	url := srv.ClientURL()
-	workflows := fmt.Sprintf("%s on queue %q", strings.Join(reg.Workflows(), ", "), e.queue)
+	workflows := fmt.Sprintf("%s on queue %q", strings.Join(sdk.RuntimeOf(reg).Workflows(), ", "), e.queue)
 	if o.noWorker {
 		workflows = fmt.Sprintf("none (--no-worker): start your own worker on queue %q", e.queue)
 	}

@@ -30,7 +30,19 @@ var (
 	// ErrDeliveryConflict: a delivery ID already recorded was reused with another name or
 	// payload. The recorded delivery stands; the new one is refused, not dropped in silence.
 	ErrDeliveryConflict = errors.New("flow: delivery ID reused with a different payload")
+	// ErrRunExists: a start named the ID of an existing run whose definition, spec or input
+	// differs (engine.RunExistsError matches it).
+	ErrRunExists = errors.New("flow: run exists")
+	// ErrNoWorker: no live worker serves the workflow definition on the queue
+	// (liveness.NoWorkerError wraps it).
+	ErrNoWorker = errors.New("flow: no live worker serves the workflow definition")
+	// ErrDamaged: a run's stored history was found damaged (lost or truncated by a disk or a
+	// server crash, or holding messages that are not its history); store.DamagedError matches it.
+	ErrDamaged = errors.New("flow: run history damaged")
 )
+
+// DefaultQueue is the task queue of runs started without one.
+const DefaultQueue = "default"
 
 // Error codes, each documented in docs/errors.md.
 const (

@@ -18,6 +18,7 @@ import (
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
@@ -100,11 +101,11 @@ func startWorkload(t *testing.T, ctx context.Context, reg *flow.Registry, inputs
 	t.Helper()
 	for k := range copies {
 		for _, r := range faultRuns {
-			spec, err := reg.Spec(r.definition, json.RawMessage(r.input))
+			spec, err := sdk.RuntimeOf(reg).Spec(r.definition, json.RawMessage(r.input))
 			require.NoError(t, err)
-			attrs, err := reg.StartAttributes(r.definition, faultStartAttrs[r.definition])
+			attrs, err := sdk.RuntimeOf(reg).StartAttributes(r.definition, faultStartAttrs[r.definition])
 			require.NoError(t, err)
-			control, err := limits.Resolve(r.definition, reg.FlowControl(r.definition), nil, json.RawMessage(r.input))
+			control, err := limits.Resolve(r.definition, sdk.RuntimeOf(reg).FlowControl(r.definition), nil, json.RawMessage(r.input))
 			require.NoError(t, err)
 			retry(t, ctx, func() error {
 				_, _, err := inputs.Start(ctx, engine.StartParams{RunID: workloadID(r.id, k), Spec: spec, Input: json.RawMessage(r.input),

@@ -13,6 +13,7 @@ import (
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/payload/objstore"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
@@ -44,14 +45,14 @@ func TestColdLoadFromCheckpointReadsOnlyTheTail(t *testing.T) {
 		require.NoError(t, err)
 		host, err := jshost.New(ctx, js, "flow/test", natstest.Logger())
 		require.NoError(t, err)
-		e, err := engine.New(engine.Config{Store: st, Runtime: reg, Host: host, Replayer: reg.Replaying(), Logger: natstest.Logger(),
+		e, err := engine.New(engine.Config{Store: st, Runtime: sdk.RuntimeOf(reg), Host: host, Replayer: sdk.RuntimeOf(reg).Replaying(), Logger: natstest.Logger(),
 			Checkpoints: checkpoints})
 		require.NoError(t, err)
 		return e, st
 	}
 
 	e1, st1 := newEngine(cps)
-	spec, err := reg.Spec("ticks", []byte("null"))
+	spec, err := sdk.RuntimeOf(reg).Spec("ticks", []byte("null"))
 	require.NoError(t, err)
 	runID, _, err := e1.Start(ctx, engine.StartParams{RunID: "ticks-1", Spec: spec})
 	require.NoError(t, err)

@@ -15,6 +15,7 @@ import (
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/memstore"
 	"github.com/flowrun/flow/pkg/event"
@@ -50,7 +51,7 @@ var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 // engines (another process, as far as the engine can tell). clock may be nil.
 func (b *testBundle) engineOn(t *testing.T, st store.EventStore, clock engine.Clock) *engine.Engine {
 	t.Helper()
-	e, err := engine.New(engine.Config{Store: st, Runtime: b.reg, Host: b.host, Replayer: b.reg.Replaying(),
+	e, err := engine.New(engine.Config{Store: st, Runtime: sdk.RuntimeOf(b.reg), Host: b.host, Replayer: sdk.RuntimeOf(b.reg).Replaying(),
 		StepConcurrency: 4, Clock: clock})
 	require.NoError(t, err)
 	return e
@@ -465,7 +466,7 @@ func TestCancelEndsRunBlockedByReplayCheck(t *testing.T) {
 
 	reg2 := flow.NewRegistry(nil) // v2: schedules step "a" with another input
 	registerReplayed(reg2, 2)
-	v2, err := engine.New(engine.Config{Store: b.store, Runtime: reg2, Host: b.host, Replayer: reg2.Replaying()})
+	v2, err := engine.New(engine.Config{Store: b.store, Runtime: sdk.RuntimeOf(reg2), Host: b.host, Replayer: sdk.RuntimeOf(reg2).Replaying()})
 	require.NoError(t, err)
 
 	res, err = v2.Drive(t.Context(), runID, 0)
@@ -523,10 +524,10 @@ func TestJoinedCancelEndsRunBeingBlocked(t *testing.T) {
 	})
 	reg2 := flow.NewRegistry(nil)
 	registerReplayed(reg2, 2)
-	v1, err := engine.New(engine.Config{Store: mem, Runtime: reg1, Host: h})
+	v1, err := engine.New(engine.Config{Store: mem, Runtime: sdk.RuntimeOf(reg1), Host: h})
 	require.NoError(t, err)
 	start := func(def string) string {
-		spec, err := reg1.Spec(def, []byte("null"))
+		spec, err := sdk.RuntimeOf(reg1).Spec(def, []byte("null"))
 		require.NoError(t, err)
 		runID, _, err := v1.Start(t.Context(), engine.StartParams{Spec: spec})
 		require.NoError(t, err)
@@ -548,7 +549,7 @@ func TestJoinedCancelEndsRunBeingBlocked(t *testing.T) {
 		{"hook token taken", start("hooked"), reg1, takenHost{h}, []event.Type{event.TypeRunStarted, event.TypeDecisionFailed}},
 	} {
 		ps := newPausingStore(mem, event.TypeDecisionFailed)
-		e, err := engine.New(engine.Config{Store: ps, Runtime: tc.rt, Host: tc.host, Replayer: tc.rt.Replaying()})
+		e, err := engine.New(engine.Config{Store: ps, Runtime: sdk.RuntimeOf(tc.rt), Host: tc.host, Replayer: sdk.RuntimeOf(tc.rt).Replaying()})
 		require.NoError(t, err)
 		done := driveAsync(t, e, tc.runID)
 		blockedSeq := ps.awaitPause(t)
@@ -585,7 +586,7 @@ func TestInputsFollowContinuations(t *testing.T) {
 		})
 	})
 	e := b.engine(t, 1)
-	spec, err := b.reg.Spec("gen", []byte(`0`))
+	spec, err := sdk.RuntimeOf(b.reg).Spec("gen", []byte(`0`))
 	require.NoError(t, err)
 	startChain := func(root string) {
 		_, created, err := e.Start(t.Context(), engine.StartParams{RunID: root, Spec: spec, Input: []byte(`0`)})
@@ -620,7 +621,7 @@ func TestInputsFollowContinuations(t *testing.T) {
 	// the end-of-run work) is started by the input that follows the chain.
 	inj := &fault.Injector{}
 	inj.Arm(fault.AfterTerminalBeforeEnd, fault.Fail, 0, 1)
-	ef, err := engine.New(engine.Config{Store: b.store, Runtime: b.reg, Host: b.host, Faults: inj})
+	ef, err := engine.New(engine.Config{Store: b.store, Runtime: sdk.RuntimeOf(b.reg), Host: b.host, Faults: inj})
 	require.NoError(t, err)
 	startChain("q")
 	res, err := ef.Drive(t.Context(), "q", 0)
@@ -659,9 +660,9 @@ func TestReappliedChildScheduledKeepsChild(t *testing.T) {
 	// v1 decides the child; its fast path (starting the child at once) does not happen.
 	inj := &fault.Injector{}
 	inj.Arm(fault.AfterDecisionBeforeChildren, fault.Fail, 0, 1)
-	v1, err := engine.New(engine.Config{Store: st, Runtime: reg1, Host: h, BuildID: "v1", Faults: inj})
+	v1, err := engine.New(engine.Config{Store: st, Runtime: sdk.RuntimeOf(reg1), Host: h, BuildID: "v1", Faults: inj})
 	require.NoError(t, err)
-	spec, err := reg1.Spec("parent", []byte("null"))
+	spec, err := sdk.RuntimeOf(reg1).Spec("parent", []byte("null"))
 	require.NoError(t, err)
 	parentID, _, err := v1.Start(t.Context(), engine.StartParams{Spec: spec})
 	require.NoError(t, err)
@@ -676,7 +677,7 @@ func TestReappliedChildScheduledKeepsChild(t *testing.T) {
 	childID := childSpec.RunID
 
 	// After the deploy the history service (an engine of build v2) applies the commit, twice.
-	v2, err := engine.New(engine.Config{Store: st, Runtime: reg2, Host: h, BuildID: "v2"})
+	v2, err := engine.New(engine.Config{Store: st, Runtime: sdk.RuntimeOf(reg2), Host: h, BuildID: "v2"})
 	require.NoError(t, err)
 	for range 2 {
 		s, err := v2.Snapshot(t.Context(), parentID)
@@ -715,7 +716,7 @@ func TestUnknownDefinitionRecordsNothing(t *testing.T) {
 		flow.RegisterWorkflow(reg, "wf", func(ctx *flow.Context, _ any) (flow.Decision, error) { return ctx.Complete(nil), nil })
 	})
 	verifying := b.engine(t, 1)
-	plain, err := engine.New(engine.Config{Store: b.store, Runtime: b.reg, Host: b.host})
+	plain, err := engine.New(engine.Config{Store: b.store, Runtime: sdk.RuntimeOf(b.reg), Host: b.host})
 	require.NoError(t, err)
 	_, _, err = verifying.Start(t.Context(), engine.StartParams{RunID: "ghost-1", Spec: event.Spec{Definition: "ghost"}, Queue: "reports"})
 	require.NoError(t, err)
@@ -761,7 +762,7 @@ func TestApplyCommitTimersAndEnd(t *testing.T) {
 		})
 	})
 	h := &releasingHost{host: b.host}
-	e, err := engine.New(engine.Config{Store: b.store, Runtime: b.reg, Host: h, Replayer: b.reg.Replaying()})
+	e, err := engine.New(engine.Config{Store: b.store, Runtime: sdk.RuntimeOf(b.reg), Host: h, Replayer: sdk.RuntimeOf(b.reg).Replaying()})
 	require.NoError(t, err)
 	runID := b.start(t, e, "wf")
 	res, err := e.Drive(t.Context(), runID, 0)

@@ -313,8 +313,8 @@ type RunExistsError struct {
 	Field string
 }
 
-// ErrRunExists matches *RunExistsError.
-var ErrRunExists = errors.New("flow: run exists")
+// ErrRunExists matches *RunExistsError. It is core.ErrRunExists, which the SDK re-exports.
+var ErrRunExists = core.ErrRunExists
 
 func (e *RunExistsError) Error() string {
 	return fmt.Sprintf("flow: run %q already exists with a different %s; starting it again needs the same definition, spec and input, or choose another run ID", e.RunID, e.Field)

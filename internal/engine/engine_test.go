@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/memstore"
 	"github.com/flowrun/flow/pkg/event"
@@ -112,14 +113,14 @@ func setup(t *testing.T, register func(reg *flow.Registry)) *testBundle {
 
 func (b *testBundle) engine(t *testing.T, concurrency int) *engine.Engine {
 	t.Helper()
-	e, err := engine.New(engine.Config{Store: b.store, Runtime: b.reg, Host: b.host, Replayer: b.reg.Replaying(), StepConcurrency: concurrency})
+	e, err := engine.New(engine.Config{Store: b.store, Runtime: sdk.RuntimeOf(b.reg), Host: b.host, Replayer: sdk.RuntimeOf(b.reg).Replaying(), StepConcurrency: concurrency})
 	require.NoError(t, err)
 	return e
 }
 
 func (b *testBundle) start(t *testing.T, e *engine.Engine, def string) string {
 	t.Helper()
-	spec, err := b.reg.Spec(def, []byte("null"))
+	spec, err := sdk.RuntimeOf(b.reg).Spec(def, []byte("null"))
 	require.NoError(t, err)
 	runID, created, err := e.Start(t.Context(), engine.StartParams{Spec: spec})
 	require.NoError(t, err)

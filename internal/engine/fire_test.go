@@ -10,6 +10,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/memstore"
 	"github.com/flowrun/flow/pkg/event"
@@ -289,7 +290,7 @@ func TestFiringTaskCarriesTheFiring(t *testing.T) {
 			b := setup(t, sleeper)
 			st := &positionedStore{EventStore: memstore.New(), observed: map[string][2]uint64{}}
 			h := &taskHost{host: b.host}
-			worker, err := engine.New(engine.Config{Store: st, Runtime: b.reg, Host: h, Replayer: b.reg.Replaying()})
+			worker, err := engine.New(engine.Config{Store: st, Runtime: sdk.RuntimeOf(b.reg), Host: h, Replayer: sdk.RuntimeOf(b.reg).Replaying()})
 			require.NoError(t, err)
 			timer := suspended(t, b, worker)
 			runID := timer.RunID

@@ -10,6 +10,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/memstore"
 	"github.com/flowrun/flow/pkg/event"
@@ -65,7 +66,7 @@ func TestNewRunTaskCarriesItsHistory(t *testing.T) {
 	b := setup(t, sequentialSteps(1, &runs))
 	st := &positionedStore{EventStore: memstore.New(), observed: map[string][2]uint64{}}
 	h := &taskHost{host: b.host}
-	e, err := engine.New(engine.Config{Store: st, Runtime: b.reg, Host: h, Replayer: b.reg.Replaying()})
+	e, err := engine.New(engine.Config{Store: st, Runtime: sdk.RuntimeOf(b.reg), Host: h, Replayer: sdk.RuntimeOf(b.reg).Replaying()})
 	require.NoError(t, err)
 	runID := b.start(t, e, "seq")
 	require.Len(t, h.tasks, 1)
@@ -74,7 +75,7 @@ func TestNewRunTaskCarriesItsHistory(t *testing.T) {
 	require.EqualValues(t, 10, task.Head.Position)
 
 	// Another engine, as another process: nothing cached.
-	worker, err := engine.New(engine.Config{Store: st, Runtime: b.reg, Host: h, Replayer: b.reg.Replaying()})
+	worker, err := engine.New(engine.Config{Store: st, Runtime: sdk.RuntimeOf(b.reg), Host: h, Replayer: sdk.RuntimeOf(b.reg).Replaying()})
 	require.NoError(t, err)
 	reads := st.reads.Load()
 	res, err := worker.DriveTask(t.Context(), task)

@@ -2,11 +2,11 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"time"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -61,25 +61,11 @@ type Heartbeats interface {
 }
 
 // Beater is what step code's flow.Heartbeat and flow.HeartbeatDetails reach through the
-// attempt's context.
-type Beater interface {
-	// Beat records details (JSON) as the attempt's progress, throttled; it may learn that the
-	// attempt should stop, and then cancels the attempt's context.
-	Beat(ctx context.Context, details json.RawMessage) error
-	// Details returns the details the latest heartbeat of an earlier attempt of the step
-	// recorded, and whether there were any.
-	Details(ctx context.Context) (json.RawMessage, bool, error)
-}
+// attempt's context (sdk.Beater, the seam pkg/flow reads).
+type Beater = sdk.Beater
 
-type beaterKey struct{}
-
-// WithBeater returns ctx carrying b.
-func WithBeater(ctx context.Context, b Beater) context.Context {
-	return context.WithValue(ctx, beaterKey{}, b)
-}
+// WithBeater returns ctx carrying b, where pkg/flow finds it (sdk.WithBeater).
+func WithBeater(ctx context.Context, b Beater) context.Context { return sdk.WithBeater(ctx, b) }
 
 // BeaterOf returns the Beater ctx carries, or nil outside a step attempt with heartbeats.
-func BeaterOf(ctx context.Context) Beater {
-	b, _ := ctx.Value(beaterKey{}).(Beater)
-	return b
-}
+func BeaterOf(ctx context.Context) Beater { return sdk.BeaterOf(ctx) }

@@ -13,6 +13,7 @@ import (
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/pauses"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
 )
@@ -116,7 +117,7 @@ func TestDriveHeldDefinition(t *testing.T) {
 		})
 	})
 	pauses := &memPauses{m: map[string]pauses.Pause{}}
-	e, err := engine.New(engine.Config{Store: b.store, Runtime: b.reg, Host: b.host, Pauses: pauses})
+	e, err := engine.New(engine.Config{Store: b.store, Runtime: sdk.RuntimeOf(b.reg), Host: b.host, Pauses: pauses})
 	require.NoError(t, err)
 	_, err = e.PauseDefinition(engine.WithActor(t.Context(), "ops"), "w", "bad deploy")
 	require.NoError(t, err)

@@ -13,6 +13,7 @@ import (
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/payload"
 	"github.com/flowrun/flow/internal/payload/objstore"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
@@ -37,7 +38,7 @@ func TestOffloadFaultBetweenObjectAndEvent(t *testing.T) {
 	big := strings.Repeat("z", 600<<10)
 	runs := 0
 	reg := flow.NewRegistry(nil)
-	reg.UsePayloads(store)
+	sdk.RuntimeOf(reg).UsePayloads(store)
 	flow.RegisterWorkflow(reg, "big", func(ctx *flow.Context, _ any) (flow.Decision, error) {
 		out, ok, err := flow.Output[string](ctx, "make")
 		if err != nil || !ok {
@@ -51,9 +52,9 @@ func TestOffloadFaultBetweenObjectAndEvent(t *testing.T) {
 	})
 	faults := &fault.Injector{}
 	faults.Arm(fault.AfterPayloadBeforeAppend, fault.Fail, 0, 1)
-	e, err := engine.New(engine.Config{Store: st, Runtime: reg, Host: h, Logger: natstest.Logger(), Payloads: store, Faults: faults})
+	e, err := engine.New(engine.Config{Store: st, Runtime: sdk.RuntimeOf(reg), Host: h, Logger: natstest.Logger(), Payloads: store, Faults: faults})
 	require.NoError(t, err)
-	spec, err := reg.Spec("big", []byte("null"))
+	spec, err := sdk.RuntimeOf(reg).Spec("big", []byte("null"))
 	require.NoError(t, err)
 	runID, _, err := e.Start(ctx, engine.StartParams{RunID: "big-1", Spec: spec})
 	require.NoError(t, err)

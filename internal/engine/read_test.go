@@ -12,6 +12,7 @@ import (
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 )
@@ -137,7 +138,7 @@ func TestSideEffectRecordedOnceAfterAFailedAppend(t *testing.T) {
 	runID := b.start(t, e, "numbered")
 	inj := &fault.Injector{}
 	inj.Arm(fault.StoreAppend, fault.Fail, 0, 1)
-	faulty, err := engine.New(engine.Config{Store: b.store, Runtime: b.reg, Host: b.host, Faults: inj})
+	faulty, err := engine.New(engine.Config{Store: b.store, Runtime: sdk.RuntimeOf(b.reg), Host: b.host, Faults: inj})
 	require.NoError(t, err)
 	_, err = faulty.Drive(t.Context(), runID, 1)
 	require.ErrorIs(t, err, fault.ErrInjected)

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/memstore"
 	"github.com/flowrun/flow/pkg/event"
@@ -91,7 +92,7 @@ func TestStepResultAndNextDecisionShareACommit(t *testing.T) {
 	require.EqualValues(t, 3, runs.Load())
 
 	// Replaying the history (as a cold load does) decides the same at every decision point.
-	_, err = core.Replay(runID, hist, b.reg.Replaying(), core.DecideOptions{})
+	_, err = core.Replay(runID, hist, sdk.RuntimeOf(b.reg).Replaying(), core.DecideOptions{})
 	require.NoError(t, err)
 }
 
@@ -135,7 +136,7 @@ func TestStepResultAfterAConflictingWriteIsRecordedOnce(t *testing.T) {
 	hist := load(t, st, runID)
 	require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeStepScheduled, event.TypeSignalReceived,
 		event.TypeStepCompleted, event.TypeSignalAwaited, event.TypeRunCompleted}, typesOf(hist))
-	_, err = core.Replay(runID, hist, b.reg.Replaying(), core.DecideOptions{})
+	_, err = core.Replay(runID, hist, sdk.RuntimeOf(b.reg).Replaying(), core.DecideOptions{})
 	require.NoError(t, err)
 }
 

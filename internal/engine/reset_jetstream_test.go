@@ -15,6 +15,7 @@ import (
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
@@ -85,7 +86,7 @@ func resetSetup(t *testing.T) *resetBed {
 	})
 	keys, err := jshost.NewStartKeys(ctx, js)
 	require.NoError(t, err)
-	b.e, err = engine.New(engine.Config{Store: st, Host: host, Runtime: reg, Replayer: reg.Replaying(), Logger: natstest.Logger(),
+	b.e, err = engine.New(engine.Config{Store: st, Host: host, Runtime: sdk.RuntimeOf(reg), Replayer: sdk.RuntimeOf(reg).Replaying(), Logger: natstest.Logger(),
 		CacheSize: -1, Faults: b.f, Keys: keys})
 	require.NoError(t, err)
 	return b

@@ -47,16 +47,8 @@ type StartKeys interface {
 // a run without history, which the retry starts (see StartKeys).
 var ErrStartKeysUnavailable = errors.New("flow: the start key index is unavailable")
 
-// KeyEntry is one entry of the start key index.
-type KeyEntry struct {
-	// RunID is the run started under the key.
-	RunID string `json:"run_id"`
-	// Key is the caller's key, as given (the index key is a digest of it).
-	Key string `json:"key"`
-	// Until is when a dedup entry's window ends; zero for a debounce entry, which lasts until
-	// its run's delay fires.
-	Until time.Time `json:"until,omitzero"`
-}
+// KeyEntry is one entry of the start key index (core.KeyEntry, which the wire types carry).
+type KeyEntry = core.KeyEntry
 
 // DedupIndexKey and DebounceIndexKey name a key's entry in the index: per definition, the
 // caller's key as a SHA-256 digest (keys may hold any text; index keys may not).

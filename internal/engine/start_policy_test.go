@@ -12,6 +12,7 @@ import (
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 )
@@ -45,7 +46,7 @@ func policySetup(t *testing.T) *policyBundle {
 	})
 	pb := &policyBundle{testBundle: b, clock: newTestClock(t0), f: &fault.Injector{}}
 	pb.keys = &engine.MemoryKeys{Now: pb.clock.Now}
-	e, err := engine.New(engine.Config{Store: b.store, Runtime: b.reg, Host: b.host, Replayer: b.reg.Replaying(),
+	e, err := engine.New(engine.Config{Store: b.store, Runtime: sdk.RuntimeOf(b.reg), Host: b.host, Replayer: sdk.RuntimeOf(b.reg).Replaying(),
 		Clock: pb.clock, Keys: pb.keys, Faults: pb.f})
 	require.NoError(t, err)
 	pb.e = e
@@ -55,7 +56,7 @@ func policySetup(t *testing.T) *policyBundle {
 // params returns the start of definition def with input in under run ID id.
 func (b *policyBundle) params(t *testing.T, def, id, in string) engine.StartParams {
 	t.Helper()
-	spec, err := b.reg.Spec(def, []byte(in))
+	spec, err := sdk.RuntimeOf(b.reg).Spec(def, []byte(in))
 	require.NoError(t, err)
 	return engine.StartParams{RunID: id, Spec: spec, Input: []byte(in)}
 }

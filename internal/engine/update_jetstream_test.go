@@ -12,6 +12,7 @@ import (
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natstest"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
@@ -49,7 +50,7 @@ func TestWithStartOnJetStream(t *testing.T) {
 	for i := range engines {
 		engines[i], st = newEngine(nil)
 	}
-	driver, _ := newEngine(reg)
+	driver, _ := newEngine(sdk.RuntimeOf(reg))
 	spec := event.Spec{Definition: "counter"}
 	for i := range 5 {
 		runID := fmt.Sprintf("counter-%d", i)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/examples"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/pkg/flowtest"
 )
@@ -70,6 +71,6 @@ func TestRegister(t *testing.T) {
 	t.Parallel()
 	reg := flow.NewRegistry(nil)
 	examples.Register(reg)
-	require.Equal(t, []string{"approval", "child", "fanout", "invoice", "order", "parent", "reminder", "webhook"}, reg.Workflows())
-	require.Equal(t, []string{"announceHook", "chargePayment", "computeTax", "processItem", "reserveStock", "sendReminder", "shipOrder"}, reg.Steps())
+	require.Equal(t, []string{"approval", "child", "fanout", "invoice", "order", "parent", "reminder", "webhook"}, sdk.RuntimeOf(reg).Workflows())
+	require.Equal(t, []string{"announceHook", "chargePayment", "computeTax", "processItem", "reserveStock", "sendReminder", "shipOrder"}, sdk.RuntimeOf(reg).Steps())
 }

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -19,30 +20,10 @@ var ErrNoKey = errors.New("flow: no flow-control key in the input")
 const MaxKeyLength = 256
 
 // CheckPath checks a key path: "$" then one or more ".name" segments (letters, digits, '_' or
-// '-'), such as "$.customer" or "$.order.region".
-func CheckPath(path string) error {
-	_, err := splitPath(path)
-	return err
-}
+// '-'), such as "$.customer" or "$.order.region" (core.CheckKeyPath).
+func CheckPath(path string) error { return core.CheckKeyPath(path) }
 
-func splitPath(path string) ([]string, error) {
-	rest, ok := strings.CutPrefix(path, "$.")
-	if !ok || rest == "" {
-		return nil, fmt.Errorf("flow: key path %q must start with \"$.\" and name a field, such as \"$.customer\"", path)
-	}
-	parts := strings.Split(rest, ".")
-	for _, p := range parts {
-		if p == "" {
-			return nil, fmt.Errorf("flow: key path %q has an empty segment", path)
-		}
-		for _, r := range p {
-			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '_' || r == '-') {
-				return nil, fmt.Errorf("flow: key path %q: segment %q may hold only letters, digits, '_' and '-'", path, p)
-			}
-		}
-	}
-	return parts, nil
-}
+func splitPath(path string) ([]string, error) { return core.SplitKeyPath(path) }
 
 // KeyOf returns the key at path in input, a JSON object: a string as is, a number or a bool as
 // its JSON text. Anything else (absent, null, an object, an array) is an error wrapping ErrNoKey.

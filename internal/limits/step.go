@@ -7,29 +7,13 @@ import (
 	"slices"
 	"sync"
 	"time"
+
+	"github.com/flowrun/flow/internal/core"
 )
 
-// StepLimit caps the attempts of one step name, shared by every worker: at most Concurrency in
-// flight at once and at most Rate started in any window of Period (a sliding-window log, as for
-// runs). A zero limit is no limit.
-type StepLimit struct {
-	Concurrency int
-	Rate        int
-	Period      time.Duration
-}
-
-// Validate reports a limit no attempt could run under.
-func (l StepLimit) Validate() error {
-	switch {
-	case l.Concurrency < 0 || l.Rate < 0:
-		return fmt.Errorf("flow: a step limit must not be negative (concurrency %d, rate %d)", l.Concurrency, l.Rate)
-	case l.Rate > 0 && l.Period <= 0:
-		return fmt.Errorf("flow: a step limit with a rate needs a positive period")
-	case l.Concurrency == 0 && l.Rate == 0:
-		return fmt.Errorf("flow: a step limit sets no limit; set Concurrency or Rate")
-	}
-	return nil
-}
+// StepLimit caps the attempts of one step name, shared by every worker (core.StepLimit, which
+// the SDK declares).
+type StepLimit = core.StepLimit
 
 // StepState is the FLOW_LIMITS entry of one limited step name.
 type StepState struct {

@@ -17,7 +17,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -27,6 +26,7 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -237,8 +237,9 @@ func (p *Publisher) Stop(ctx context.Context) error {
 	return p.stopErr
 }
 
-// ErrNoWorker is wrapped by View.Require's error when no live worker serves a definition.
-var ErrNoWorker = errors.New("flow: no live worker serves the workflow definition")
+// ErrNoWorker is wrapped by View.Require's error when no live worker serves a definition. It
+// is core.ErrNoWorker, which the SDK re-exports.
+var ErrNoWorker = core.ErrNoWorker
 
 // NoWorkerError is View.Require's error; it wraps ErrNoWorker.
 type NoWorkerError struct {

@@ -97,7 +97,7 @@ var readers = map[string][]string{
 	"KV_" + streams.PausesBucket:       {natsperm.History, natsperm.Ingress, natsperm.Worker},
 	"KV_" + streams.SecretsBucket:      {natsperm.History, natsperm.Scheduler, natsperm.Ingress}, // the input writers
 	"OBJ_" + streams.ArchiveBucket:     historyOn,
-	"OBJ_" + streams.PayloadsBucket:    {natsperm.History, natsperm.Ingress, natsperm.Worker, natsperm.Client},
+	"OBJ_" + streams.PayloadsBucket:    {natsperm.History, natsperm.Ingress, natsperm.Worker},
 	"OBJ_" + streams.CheckpointsBucket: engines,
 }
 

@@ -377,13 +377,13 @@ func workerRole() Role {
 }
 
 // clientRole: clients start, signal, deliver to hooks, cancel and terminate through the ingress,
-// query the history service and watch the event feed. The only stream they touch is the
-// object store of offloaded payloads, which they read (Client.Payload, Client.Result).
+// query the history service and watch the event feed. They touch no stream: the history service
+// reads offloaded payloads for them (api.SubjectPayload, under flow.api.>: Client.Payload,
+// Client.Result).
 func clientRole() Role {
 	var g grants
 	g.publish(api.IngressPrefix+">", "flow.api.>", api.QueryPrefix+">")
 	g.replies(Client)
 	g.subscribe(api.FeedPrefix + ">")
-	g.objRead(streams.PayloadsBucket)
 	return g.role(Client, "clients: `flow.Client`, the `flow` CLI, your programs")
 }

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -123,8 +124,8 @@ func (e *DeletedError) Is(target error) bool { return target == ErrDeleted }
 // damaged (lost or truncated by a disk or a server crash, or holding messages that are not its
 // history, written by hand or by a faulty writer): serving it as if nothing happened would run
 // its lost steps again, or act on events nobody decided. See DamagedError, which a quarantined
-// run gets.
-var ErrDamaged = errors.New("flow: run history damaged")
+// run gets. It is core.ErrDamaged, which the SDK re-exports.
+var ErrDamaged = core.ErrDamaged
 
 // DamagedError reports a run whose history was found damaged. It matches ErrDamaged.
 type DamagedError struct {

@@ -5,14 +5,14 @@ package streams
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/flowrun/flow/internal/core"
 )
 
 // Streams and buckets.
@@ -124,8 +124,8 @@ const (
 	HistoryConsumer = "history"
 )
 
-// DefaultQueue is the task queue of runs started without one.
-const DefaultQueue = "default"
+// DefaultQueue is the task queue of runs started without one (core.DefaultQueue).
+const DefaultQueue = core.DefaultQueue
 
 const (
 	historyPrefix = "flow.history."
@@ -151,16 +151,7 @@ func TaskSubject(queue, build, runID string) string {
 // BuildToken returns build ID id as a subject token and consumer name part: id itself when it
 // holds only letters, digits, '-' and '_', else "~" and the first 16 hex digits of its SHA-256
 // (a build ID such as "v1.2.3" cannot be a token).
-func BuildToken(id string) string {
-	for i := 0; i < len(id); i++ {
-		c := id[i]
-		if !('a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '-' || c == '_') {
-			sum := sha256.Sum256([]byte(id))
-			return "~" + hex.EncodeToString(sum[:8])
-		}
-	}
-	return id
-}
+func BuildToken(id string) string { return core.BuildToken(id) }
 
 // RunOfTask returns the run ID of a task subject.
 func RunOfTask(subject string) (string, error) {

@@ -146,9 +146,9 @@ func (c *Context) Attribute(name string, v any) (bool, error) {
 	return true, nil
 }
 
-// StartAttributes types the search attributes a new run of definition starts with, by the
+// startAttributes types the search attributes a new run of definition starts with, by the
 // definition's declarations: the values the engine records in run.started.
-func (r *Registry) StartAttributes(definition string, attrs Attrs) (event.Attributes, error) {
+func (r *Registry) startAttributes(definition string, attrs Attrs) (event.Attributes, error) {
 	if len(attrs) == 0 {
 		return nil, nil
 	}

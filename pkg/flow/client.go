@@ -11,11 +11,7 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowrun/flow/internal/core"
-	"github.com/flowrun/flow/internal/engine"
-	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
-	"github.com/flowrun/flow/internal/store"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // ErrUnreachable is wrapped by Dial when NATS does not answer.
@@ -23,7 +19,7 @@ var ErrUnreachable = natsconn.ErrUnreachable
 
 // ErrRunExists is wrapped by Start when the run ID is taken by a run with another definition,
 // spec or input.
-var ErrRunExists = engine.ErrRunExists
+var ErrRunExists = core.ErrRunExists
 
 // ErrDeliveryConflict is wrapped by Signal and DeliverHook when the delivery ID was recorded
 // with another payload (or signal name): the recorded delivery stands, the new one is refused.
@@ -31,7 +27,7 @@ var ErrDeliveryConflict = core.ErrDeliveryConflict
 
 // ErrNoWorker is wrapped by Start when no live worker serves the definition on the queue: start
 // a worker that registers it (docs/operations.md).
-var ErrNoWorker = liveness.ErrNoWorker
+var ErrNoWorker = core.ErrNoWorker
 
 // ErrIngressUnavailable is wrapped by the errors of writes when no ingress service answers.
 var ErrIngressUnavailable = errors.New("flow: no ingress service answers")
@@ -42,7 +38,7 @@ type RunSummary = core.Summary
 // ErrDamaged is wrapped by the errors of calls on a run whose history was found damaged (lost
 // or truncated by a disk or a server crash): Flow quarantines it instead of running its lost
 // steps again.
-var ErrDamaged = store.ErrDamaged
+var ErrDamaged = core.ErrDamaged
 
 // ClientOptions configure a Client. The zero value works.
 type ClientOptions struct {
@@ -74,8 +70,6 @@ type Client struct {
 	seen seenSeqs
 	// routes remembers, per run, where its queries go (query_client.go).
 	routes queryRoutes
-	// payloads reads offloaded payloads (payloads.go).
-	payloads clientPayloads
 }
 
 // ClientInboxPrefix is the prefix of the reply inboxes of the client role: under Flow's NATS
@@ -121,7 +115,7 @@ func NewClient(_ context.Context, nc *nats.Conn, opts *ClientOptions) (*Client, 
 	}
 	c := &Client{nc: nc, queue: opts.Queue, ownConn: opts.CloseConn, t: &transport{nc: nc, logger: logger, perms: watchPermissions(nc)}}
 	if c.queue == "" {
-		c.queue = streams.DefaultQueue
+		c.queue = core.DefaultQueue
 	}
 	return c, nil
 }

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/flowrun/flow/internal/api"
-	"github.com/flowrun/flow/internal/limits"
+	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -98,7 +98,7 @@ func checkControl(definition string, c *event.FlowControl) error {
 		return nil
 	}
 	if c.KeyPath != "" {
-		if err := limits.CheckPath(c.KeyPath); err != nil {
+		if err := core.CheckKeyPath(c.KeyPath); err != nil {
 			return err
 		}
 	}
@@ -112,9 +112,9 @@ func checkControl(definition string, c *event.FlowControl) error {
 	return check.Validate()
 }
 
-// FlowControl returns the flow control definition's runs start under, with its key path; nil
+// flowControl returns the flow control definition's runs start under, with its key path; nil
 // for a definition without one, or not registered.
-func (r *Registry) FlowControl(definition string) *event.FlowControl {
+func (r *Registry) flowControl(definition string) *event.FlowControl {
 	w, err := r.workflow(definition)
 	if err != nil || w.control == nil {
 		return nil
@@ -146,7 +146,7 @@ func controlExtensions(ext map[string]string, opts *StartOptions) error {
 // takes a slot (in FLOW_LIMITS) before it runs an attempt; when none is free the run's task is
 // redelivered later and the attempt waits without holding a worker, listed as waiting with the
 // reason (docs/flow-control.md). Attempts of runs of higher priority take a freed slot first.
-type StepLimit = limits.StepLimit
+type StepLimit = core.StepLimit
 
 // LimitStep limits the attempts of step name, registered or to be registered in r. It panics on
 // a limit no attempt could run under, as registration does on a programming error.
@@ -162,16 +162,16 @@ func LimitStep(r *Registry, name string, l StepLimit) {
 	r.stepLimits[name] = l
 }
 
-// StepLimit returns the limit of step name, if LimitStep set one.
-func (r *Registry) StepLimit(name string) (StepLimit, bool) {
+// stepLimit returns the limit of step name, if LimitStep set one.
+func (r *Registry) stepLimit(name string) (StepLimit, bool) {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	l, ok := r.stepLimits[name]
 	return l, ok
 }
 
-// StepLimits reports whether any step of r is limited.
-func (r *Registry) StepLimits() bool {
+// anyStepLimits reports whether any step of r is limited.
+func (r *Registry) anyStepLimits() bool {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return len(r.stepLimits) > 0

@@ -5,7 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 
-	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/sdk"
 )
 
 // Heartbeat records details (encoded to JSON) as the progress of the step attempt that ctx
@@ -18,7 +18,7 @@ import (
 // then ctx is cancelled, and context.Cause(ctx) says why. Outside a step attempt run by a
 // worker it does nothing. It returns an error only when details do not encode.
 func Heartbeat(ctx context.Context, details any) error {
-	b := engine.BeaterOf(ctx)
+	b := sdk.BeaterOf(ctx)
 	if b == nil {
 		return nil
 	}
@@ -34,7 +34,7 @@ func Heartbeat(ctx context.Context, details any) error {
 // and reports whether there were any: an attempt resumes from there. It returns false outside a
 // step attempt run by a worker.
 func HeartbeatDetails(ctx context.Context, v any) (bool, error) {
-	b := engine.BeaterOf(ctx)
+	b := sdk.BeaterOf(ctx)
 	if b == nil {
 		return false, nil
 	}

@@ -3,15 +3,13 @@ package flow
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
+	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/payload"
-	"github.com/flowrun/flow/internal/payload/objstore"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // Large payloads (docs/large-payloads.md): a payload over the offload threshold is kept in the
@@ -34,10 +32,10 @@ func (p *payloadSource) get() payload.Getter {
 	return p.g
 }
 
-// UsePayloads makes the registry's workflow code read the payloads a history holds by reference
+// usePayloads makes the registry's workflow code read the payloads a history holds by reference
 // from g (the worker sets the FLOW_PAYLOADS store). Without it, code reads the references
 // themselves.
-func (r *Registry) UsePayloads(g payload.Getter) {
+func (r *Registry) usePayloads(g payload.Getter) {
 	r.payloads.mu.Lock()
 	defer r.payloads.mu.Unlock()
 	r.payloads.g = g
@@ -77,34 +75,35 @@ func (c *Context) resolved(raw json.RawMessage) json.RawMessage {
 	return b
 }
 
-// clientPayloads is the client's handle on the payload store, opened on first use.
-type clientPayloads struct {
-	once  sync.Once
-	store *objstore.Store
-	err   error
-}
-
 // Payload returns the bytes raw holds: raw itself, or, when it is a reference to an offloaded
-// payload (a snapshot's or an event's field), the payload read from the FLOW_PAYLOADS object
-// store and checked against its hash. Client.Result resolves the run's output this way itself.
+// payload (a snapshot's or an event's field), the payload, which the history service reads from
+// the FLOW_PAYLOADS object store, and which is checked against its hash. A payload the store no
+// longer holds is an error wrapping payload.ErrNotFound ("flow: offloaded payload not found").
+// Client.Result resolves the run's output this way itself.
 func (c *Client) Payload(ctx context.Context, raw json.RawMessage) (json.RawMessage, error) {
 	r, ok := payload.Parse(raw)
 	if !ok {
 		return raw, nil
 	}
-	cp := &c.payloads
-	cp.once.Do(func() {
-		js, err := jetstream.New(c.nc)
-		if err != nil {
-			cp.err = err
-			return
+	b := make([]byte, 0, min(r.Size, 64<<20))
+	for {
+		var resp api.PayloadResponse
+		err := c.query(ctx, api.SubjectPayload, api.PayloadRequest{SHA256: r.SHA256, Size: r.Size, Offset: int64(len(b))}, &resp)
+		if errors.Is(err, ErrNotFound) {
+			return nil, fmt.Errorf("%w: %s", payload.ErrNotFound, r)
 		}
-		cp.store, cp.err = objstore.Open(ctx, js, streams.PayloadsBucket, 0)
-	})
-	if cp.err != nil {
-		return nil, fmt.Errorf("flow: opening the payload store: %w", cp.err)
+		if err != nil {
+			return nil, fmt.Errorf("flow: reading offloaded payload %s: %w", r, err)
+		}
+		b = append(b, resp.Data...)
+		if int64(len(b)) >= r.Size || len(resp.Data) == 0 {
+			break
+		}
 	}
-	return cp.store.Get(ctx, r)
+	if !r.Matches(b) {
+		return nil, fmt.Errorf("flow: reading offloaded payload %s: the history service answered %d bytes that do not match its hash", r, len(b))
+	}
+	return b, nil
 }
 
 // ResolvePayloads replaces every reference to an offloaded payload in s (a snapshot from

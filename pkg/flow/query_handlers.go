@@ -175,14 +175,14 @@ func encodeQueryResult(ctx *Context, name string, res any) (json.RawMessage, err
 // quiet discards the logs of code evaluated to answer a query.
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// Queries returns the query names RegisterQuery registered for definition, sorted.
-func (r *Registry) Queries(definition string) []string {
+// queryNames returns the query names RegisterQuery registered for definition, sorted.
+func (r *Registry) queryNames(definition string) []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return slices.Sorted(maps.Keys(r.queries[definition]))
 }
 
-// Query answers query name of the run whose snapshot is s with args (JSON; empty means null):
+// query answers query name of the run whose snapshot is s with args (JSON; empty means null):
 // with the handler RegisterQuery registered for the run's definition, else with the one the
 // workflow function declares with HandleQuery when evaluated on s in query mode. Nothing is
 // recorded; s is only read. It returns an error wrapping ErrNotFound when the definition is not
@@ -190,7 +190,7 @@ func (r *Registry) Queries(definition string) []string {
 // ErrInvalidInput for args that do not decode, and a *QueryFailedError when the handler (or
 // the workflow function evaluated for it) returned an error or panicked. Query is safe for
 // concurrent use on distinct snapshots.
-func (r *Registry) Query(s *Snapshot, name string, args json.RawMessage) (json.RawMessage, error) {
+func (r *Registry) query(s *Snapshot, name string, args json.RawMessage) (json.RawMessage, error) {
 	w, err := r.workflow(s.Spec.Definition)
 	if err != nil {
 		return nil, err
@@ -208,7 +208,7 @@ func (r *Registry) Query(s *Snapshot, name string, args json.RawMessage) (json.R
 			return nil, err
 		}
 		if fn = ctx.query.handlers[name]; fn == nil {
-			names := append(r.Queries(s.Spec.Definition), slices.Collect(maps.Keys(ctx.query.handlers))...)
+			names := append(r.queryNames(s.Spec.Definition), slices.Collect(maps.Keys(ctx.query.handlers))...)
 			slices.Sort(names)
 			return nil, &UnknownQueryError{RunID: s.RunID, Definition: s.Spec.Definition, Name: name, Registered: slices.Compact(names)}
 		}

@@ -102,7 +102,7 @@ func TestRegistryQuery(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			before := tt.s.Clone()
-			out, err := reg.Query(tt.s, tt.query, json.RawMessage(tt.args))
+			out, err := reg.query(tt.s, tt.query, json.RawMessage(tt.args))
 			if tt.wantErr != nil {
 				require.Error(t, err)
 				tt.wantErr(t, err)
@@ -116,7 +116,7 @@ func TestRegistryQuery(t *testing.T) {
 	require.Zero(t, decided, "queries evaluate the code in query mode only")
 
 	t.Run("HandleQueryIsInertWhileDeciding", func(t *testing.T) {
-		d, err := reg.RunWorkflow("order", nil, running)
+		d, err := reg.runWorkflow("order", nil, running)
 		require.NoError(t, err)
 		require.Equal(t, `ScheduleStep("charge")`, d.Describe())
 		require.Equal(t, 1, decided)
@@ -130,6 +130,6 @@ func TestRegistryQuery(t *testing.T) {
 			RegisterQuery(reg, "order", "bad.name", func(*Context, struct{}) (int, error) { return 0, nil })
 		})
 		require.Panics(t, func() { RegisterQuery[struct{}, int](reg, "order", "nil", nil) })
-		require.Equal(t, []string{"status", "unencodable"}, reg.Queries("order"))
+		require.Equal(t, []string{"status", "unencodable"}, reg.queryNames("order"))
 	})
 }

@@ -26,9 +26,8 @@ type RegistryOptions struct {
 	Logger *slog.Logger
 }
 
-// Registry holds the workflow definitions and step functions of one build of the code. It is
-// the runtime seam of the engine (the seed's FlowRuntime): [Registry.RunWorkflow] asks a workflow
-// for its next decision and [Registry.RunStep] runs one step attempt.
+// Registry holds the workflow definitions and step functions of one build of the code. Hand it
+// to a worker (package pkg/flow/worker) or to the test kit (pkg/flowtest), which run its code.
 //
 // Register everything before handing the registry to a worker. Registration panics on a
 // programming error (an empty or duplicate name), as http.HandleFunc does. After registration a
@@ -182,15 +181,15 @@ func RegisterStep[I, O any](r *Registry, name string, fn func(ctx context.Contex
 	r.steps[name] = run
 }
 
-// Workflows returns the registered workflow names, sorted.
-func (r *Registry) Workflows() []string {
+// workflowNames returns the registered workflow names, sorted.
+func (r *Registry) workflowNames() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return slices.Sorted(maps.Keys(r.workflows))
 }
 
-// Steps returns the registered step names, sorted.
-func (r *Registry) Steps() []string {
+// stepNames returns the registered step names, sorted.
+func (r *Registry) stepNames() []string {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	return slices.Sorted(maps.Keys(r.steps))
@@ -201,15 +200,15 @@ func (r *Registry) workflow(name string) (*workflowEntry, error) {
 	w, ok := r.workflows[name]
 	r.mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("%w: workflow definition %q is not registered (registered: %v)", ErrNotFound, name, r.Workflows())
+		return nil, fmt.Errorf("%w: workflow definition %q is not registered (registered: %v)", ErrNotFound, name, r.workflowNames())
 	}
 	return w, nil
 }
 
-// Spec returns the spec a new run of definition records: its name, this build ID and the
+// spec returns the spec a new run of definition records: its name, this build ID and the
 // declared patch markers. It checks that input decodes into the workflow's input type, so bad
 // input is refused before anything is appended.
-func (r *Registry) Spec(definition string, input json.RawMessage) (event.Spec, error) {
+func (r *Registry) spec(definition string, input json.RawMessage) (event.Spec, error) {
 	w, err := r.workflow(definition)
 	if err != nil {
 		return event.Spec{}, err
@@ -220,8 +219,8 @@ func (r *Registry) Spec(definition string, input json.RawMessage) (event.Spec, e
 	return event.Spec{Definition: definition, BuildID: r.buildID, Patches: slices.Clone(w.patches)}, nil
 }
 
-// Identity implements the runtime seam: this build ID and the definition's patch markers.
-func (r *Registry) Identity(definition string) (core.Identity, error) {
+// identity implements the runtime seam: this build ID and the definition's patch markers.
+func (r *Registry) identity(definition string) (core.Identity, error) {
 	w, err := r.workflow(definition)
 	if err != nil {
 		return core.Identity{}, err
@@ -229,22 +228,22 @@ func (r *Registry) Identity(definition string) (core.Identity, error) {
 	return core.Identity{BuildID: r.buildID, Patches: w.patches, Attributes: w.attributes}, nil
 }
 
-// Replaying returns a view of the registry whose workflows see [Context.IsReplaying] true and
+// replayingView returns a view of the registry whose workflows see [Context.IsReplaying] true and
 // log nothing. Replay tools use it.
-func (r *Registry) Replaying() *Registry {
+func (r *Registry) replayingView() *Registry {
 	c := *r
 	c.replaying = true
 	c.logger = slog.New(slog.NewTextHandler(io.Discard, nil))
 	return &c
 }
 
-// RunWorkflow implements the runtime seam (the seed's FlowRuntime::run_workflow): it asks the
+// runWorkflow implements the runtime seam (sdk.Runtime, core.Decider): it asks the
 // workflow code of definition for exactly one decision, given the run's history as a snapshot.
 //
 // A panic is recovered into a *core.PanicError. A returned error becomes a Fail decision. If
 // cancellation was requested and the code did not call [Context.CancelRequested], the decision
 // is replaced by a Cancel: unsettled steps are cancelled and the run ends cancelled.
-func (r *Registry) RunWorkflow(definition string, input json.RawMessage, history *Snapshot) (dec Decision, err error) {
+func (r *Registry) runWorkflow(definition string, input json.RawMessage, history *Snapshot) (dec Decision, err error) {
 	w, err := r.workflow(definition)
 	if err != nil {
 		return nil, err
@@ -269,9 +268,9 @@ func (r *Registry) RunWorkflow(definition string, input json.RawMessage, history
 	return d, nil
 }
 
-// RunStep implements the runtime seam: it runs one attempt of a step, recovering a panic into a
+// runStep implements the runtime seam: it runs one attempt of a step, recovering a panic into a
 // retryable error of kind "panic". The function sees [StepInfoFrom] and [IdempotencyKey] in ctx.
-func (r *Registry) RunStep(ctx context.Context, a core.Attempt) core.StepOutcome {
+func (r *Registry) runStep(ctx context.Context, a core.Attempt) core.StepOutcome {
 	name, input := a.Name, a.Input
 	info := StepInfo{RunID: a.RunID, StepID: a.StepID, Name: a.Name, Attempt: a.Attempt}
 	r.mu.RLock()
@@ -279,7 +278,7 @@ func (r *Registry) RunStep(ctx context.Context, a core.Attempt) core.StepOutcome
 	r.mu.RUnlock()
 	if !ok {
 		return core.StepOutcome{Err: &event.ErrorInfo{Kind: KindUnknownStep,
-			Message: fmt.Sprintf("step function %q is not registered in this worker (registered: %v)", name, r.Steps())}}
+			Message: fmt.Sprintf("step function %q is not registered in this worker (registered: %v)", name, r.stepNames())}}
 	}
 	ctx = context.WithValue(ctx, stepInfoKey{}, info)
 	out, err := func() (out json.RawMessage, err error) {

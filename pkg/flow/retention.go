@@ -31,9 +31,9 @@ func WithRetention(d time.Duration) WorkflowOption {
 	return func(w *workflowEntry) { w.retention = d }
 }
 
-// Retention returns how long the ended runs of definition are kept (WithRetention); 0 when the
+// retention returns how long the ended runs of definition are kept (WithRetention); 0 when the
 // registration does not say, or definition is not registered.
-func (r *Registry) Retention(definition string) time.Duration {
+func (r *Registry) retention(definition string) time.Duration {
 	w, err := r.workflow(definition)
 	if err != nil {
 		return 0

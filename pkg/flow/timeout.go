@@ -68,9 +68,9 @@ func WithRunTimeouts(execution, run time.Duration) WorkflowOption {
 	}
 }
 
-// RunTimeouts returns the default run timeouts of definition's runs (WithRunTimeouts), nil for
+// runTimeouts returns the default run timeouts of definition's runs (WithRunTimeouts), nil for
 // none.
-func (r *Registry) RunTimeouts(definition string) *event.RunTimeouts {
+func (r *Registry) runTimeouts(definition string) *event.RunTimeouts {
 	r.mu.RLock()
 	defer r.mu.RUnlock()
 	if w, ok := r.workflows[definition]; ok && w.timeouts != nil {

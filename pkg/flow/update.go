@@ -110,14 +110,12 @@ func RegisterUpdate[I any](r *Registry, definition, name string, h UpdateHandler
 	r.updates[definition][name] = fn
 }
 
-var _ core.UpdateDecider = (*Registry)(nil)
-
-// DecideUpdate implements core.UpdateDecider: it runs the handler registered for update u of a
-// run of definition. With accepted set (replay of a commit that recorded u's acceptance) the
+// decideUpdate implements core.UpdateDecider for the registry's runtime (runtime.go): it runs
+// the handler registered for update u of a run of definition. With accepted set (replay of a commit that recorded u's acceptance) the
 // validator does not run and only the handler's at-once completion is decided; with no handler
 // registered the recorded acceptance stands alone. A panic is recovered into a
 // *core.PanicError, which blocks the run as a panic of the workflow does.
-func (r *Registry) DecideUpdate(definition string, _ json.RawMessage, history *Snapshot, u *Update, accepted bool) (dec core.UpdateDecision, err error) {
+func (r *Registry) decideUpdate(definition string, _ json.RawMessage, history *Snapshot, u *Update, accepted bool) (dec core.UpdateDecision, err error) {
 	r.mu.RLock()
 	fn := r.updates[definition][u.Name]
 	r.mu.RUnlock()

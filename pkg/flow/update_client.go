@@ -180,12 +180,13 @@ func (c *Client) updateState(ctx context.Context, runID, updateID string, wait t
 		}
 		return nil, err
 	}
-	return UpdateOutcomeOf(&st)
+	return updateOutcomeOf(&st)
 }
 
-// UpdateOutcomeOf maps an update's state, as the history service reports it, to its outcome,
-// or to an *UpdateError when it settled without a result.
-func UpdateOutcomeOf(st *api.UpdateState) (*UpdateOutcome, error) {
+// updateOutcomeOf maps an update's state, as the history service reports it, to its outcome,
+// or to an *UpdateError when it settled without a result. The test kit reaches it through
+// sdk.UpdateOutcomeOf (runtime.go).
+func updateOutcomeOf(st *api.UpdateState) (*UpdateOutcome, error) {
 	out := &UpdateOutcome{RunID: st.RunID, UpdateID: st.UpdateID, Name: st.Name, Status: st.Status, Result: st.Result}
 	if !st.Settled && st.Blocked != nil {
 		return nil, &RunError{RunID: st.RunID, Status: StatusBlocked, Kind: st.Blocked.Kind,

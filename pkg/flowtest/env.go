@@ -26,6 +26,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/memstore"
 	"github.com/flowrun/flow/pkg/event"
@@ -117,10 +118,11 @@ func New(reg *flow.Registry, opts *Options) (*Env, error) {
 func (e *Env) Deploy(reg *flow.Registry) error {
 	e.driving.Lock()
 	defer e.driving.Unlock()
-	cfg := engine.Config{Store: e.store, Runtime: runtimeView{e, reg}, Host: hostView{e}, Clock: e, Logger: e.logger,
+	rt := sdk.RuntimeOf(reg)
+	cfg := engine.Config{Store: e.store, Runtime: runtimeView{e, rt}, Host: hostView{e}, Clock: e, Logger: e.logger,
 		BuildID: reg.BuildID(), StepConcurrency: 1, CacheSize: e.opts.CacheSize, Keys: e.keys}
 	if !e.opts.SkipReplayCheck {
-		cfg.Replayer = reg.Replaying()
+		cfg.Replayer = rt.Replaying()
 	}
 	eng, err := engine.New(cfg)
 	if err != nil {
@@ -434,16 +436,17 @@ func (e *Env) eng() *engine.Engine {
 	return e.engine
 }
 
-func (e *Env) registry() *flow.Registry {
+// registry returns the deployed registry's runtime.
+func (e *Env) registry() sdk.Runtime {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.reg
+	return sdk.RuntimeOf(e.reg)
 }
 
 // runtimeView is the engine's runtime: the deployed registry, with the Env's step mocks.
 type runtimeView struct {
 	*Env
-	reg *flow.Registry
+	reg sdk.Runtime
 }
 
 // Identity implements engine.Runtime.

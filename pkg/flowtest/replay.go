@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 )
@@ -40,7 +41,7 @@ func ReplayHistory(hist []event.Envelope, reg *flow.Registry) error {
 	if len(hist) == 0 {
 		return fmt.Errorf("%w: empty history", flow.ErrInvalidHistory)
 	}
-	_, err := core.Replay(hist[0].RunID, hist, reg.Replaying(), core.DecideOptions{IgnoreBuildID: true})
+	_, err := core.Replay(hist[0].RunID, hist, sdk.RuntimeOf(reg).Replaying(), core.DecideOptions{IgnoreBuildID: true})
 	return err
 }
 

@@ -8,6 +8,7 @@ import (
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/pkg/flow"
 )
 
@@ -77,5 +78,9 @@ func (e *Env) UpdateResult(ctx context.Context, runID, updateID string) (*flow.U
 	if !ok {
 		return nil, fmt.Errorf("%w: run %q has no update %q", flow.ErrNotFound, runID, updateID)
 	}
-	return flow.UpdateOutcomeOf(st)
+	o, err := sdk.UpdateOutcomeOf(st)
+	if err != nil {
+		return nil, err
+	}
+	return o.(*flow.UpdateOutcome), nil
 }

@@ -250,6 +250,8 @@ type Service struct {
 	reconciler reconciler
 	// payloadGC is the payload collector's state between passes (payload_gc.go).
 	payloadGC payloadGC
+	// payloadReads serves the offloaded payloads clients read (payloads.go).
+	payloadReads payloadReads
 	// hookClaimGrace is how long the reconciler leaves alone a route to a live run that has
 	// not committed the hook (reconcile_hooks.go).
 	hookClaimGrace time.Duration

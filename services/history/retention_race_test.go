@@ -11,6 +11,7 @@ import (
 	"github.com/flowrun/flow/internal/archive"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
@@ -180,7 +181,7 @@ func TestReplacingADeletedRunStallsNothing(t *testing.T) {
 	require.NoError(t, h.Stop())
 	h = b.sweeper(t, archive.ObjectStore, nil)
 
-	spec, err := retentionRegistry().Spec("short", json.RawMessage(`null`))
+	spec, err := sdk.RuntimeOf(retentionRegistry()).Spec("short", json.RawMessage(`null`))
 	require.NoError(t, err)
 	st, err := jsstore.New(b.ctx, b.js, nil)
 	require.NoError(t, err)

@@ -64,6 +64,7 @@ func (s *Service) serve() error {
 		}),
 		api.SubjectResume:          handle(s.resume),
 		api.SubjectDefinitions:     handle(s.listDefinitions),
+		api.SubjectPayload:         handle(s.getPayload),
 		api.SubjectStartKeyClaim:   handle(s.claimStartKey),
 		api.SubjectStartKeyReplace: handle(s.replaceStartKey),
 		api.SubjectStartKeyRelease: handle(s.releaseStartKey),

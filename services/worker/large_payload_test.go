@@ -16,6 +16,7 @@ import (
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/payload"
 	"github.com/flowrun/flow/internal/payload/objstore"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
@@ -160,8 +161,8 @@ func TestLargePayloads(t *testing.T) {
 		reg := flow.NewRegistry(nil)
 		registerLarge(suffix)(reg)
 		cg := &countingGetter{g: store, read: map[string]int{}}
-		reg.UsePayloads(cg)
-		_, err := core.Replay(runID, hist, reg.Replaying(), core.DecideOptions{})
+		sdk.RuntimeOf(reg).UsePayloads(cg)
+		_, err := core.Replay(runID, hist, sdk.RuntimeOf(reg).Replaying(), core.DecideOptions{})
 		return cg, err
 	}
 	cg, err := replay("!")

@@ -143,7 +143,7 @@ func (w *Worker) answer(ctx context.Context, subject string, data []byte, defini
 	return &api.QueryResponse{Result: out, Seq: s.Seq, Status: s.Status}, nil
 }
 
-// queryError classifies the error of Registry.Query.
+// queryError classifies the error of the registry runtime's Query (sdk.Runtime).
 func queryError(err error) *api.QueryError {
 	var unknown *flow.UnknownQueryError
 	var failed *flow.QueryFailedError

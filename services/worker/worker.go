@@ -39,6 +39,7 @@ import (
 	"github.com/flowrun/flow/internal/liveness"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/parked"
+	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/tracing"
@@ -104,7 +105,7 @@ const DefaultHTTPAddr = "127.0.0.1:8423"
 // Worker runs the workflows and steps of a registry. Start it once; Stop it once.
 type Worker struct {
 	cfg    Config
-	reg    *flow.Registry
+	reg    sdk.Runtime
 	logger *slog.Logger
 
 	nc      *nats.Conn
@@ -173,7 +174,7 @@ func New(cfg Config, reg *flow.Registry) (*Worker, error) {
 	if logger == nil {
 		logger = slog.Default()
 	}
-	return &Worker{cfg: cfg, reg: reg, logger: logger.With(slog.String("component", "worker"), slog.String("queue", cfg.Queue)),
+	return &Worker{cfg: cfg, reg: sdk.RuntimeOf(reg), logger: logger.With(slog.String("component", "worker"), slog.String("queue", cfg.Queue)),
 		fetchDone: make(chan struct{}), started: make(chan struct{})}, nil
 }
 

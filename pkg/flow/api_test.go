@@ -1,0 +1,24 @@
+package flow_test
+
+import (
+	"flag"
+	"testing"
+
+	"github.com/flowrun/flow/internal/apisurface"
+)
+
+var rewriteAPI = flag.Bool("rewrite", false, "rewrite api.txt, the description of the package's exported surface")
+
+// api.txt describes the package's exported surface, one line per exported name with its
+// signature: a change to the public API shows in review as a change to it. Run
+// `go test ./pkg/flow -run TestAPI -rewrite` after changing the surface on purpose.
+func TestAPI(t *testing.T) {
+	msg, err := apisurface.Check(".", "api.txt", *rewriteAPI)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg != "" {
+		t.Fatalf("the exported surface of pkg/flow differs from api.txt (- api.txt only, + the package only):\n%s"+
+			"run `go test ./pkg/flow -run TestAPI -rewrite` if the change is deliberate, and review the diff", msg)
+	}
+}
