@@ -8,7 +8,6 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/pauses"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -130,7 +129,7 @@ func (e *Engine) pauseScope(ctx context.Context, scope, name, note string) (paus
 		return pauses.Pause{}, ErrNoPauses
 	}
 	if scope == pauses.ScopeQueue && name == "" {
-		name = streams.DefaultQueue
+		name = core.DefaultQueue
 	}
 	if err := event.ValidateName(scope, name); err != nil {
 		return pauses.Pause{}, fmt.Errorf("%w: %w", core.ErrInvalidInput, err)
@@ -144,7 +143,7 @@ func (e *Engine) unpauseScope(ctx context.Context, scope, name string) (bool, er
 		return false, ErrNoPauses
 	}
 	if scope == pauses.ScopeQueue && name == "" {
-		name = streams.DefaultQueue
+		name = core.DefaultQueue
 	}
 	if err := event.ValidateName(scope, name); err != nil {
 		return false, fmt.Errorf("%w: %w", core.ErrInvalidInput, err)
