@@ -227,3 +227,220 @@ func diff(file, pkg string) string {
 	}
 	return b.String()
 }
+
+// Undocumented returns the exported names of the package in dir (its non-test files) that lack
+// a doc comment, sorted, each with the reason, e.g. "func Dial: no doc comment". A name counts
+// as documented when:
+//
+//   - a type, a func or a method (also one of an exported interface) has a doc comment whose
+//     first word, after an optional "A", "An" or "The", is its name (as go doc and golint expect);
+//   - a const or a var has a doc comment or a line comment of its own, or is declared in a
+//     parenthesised group that has a doc comment;
+//   - an exported field of an exported struct has a doc comment or a line comment, or shares
+//     its line with a field that has one ("A, B int // ..."), or follows without a blank line
+//     a field whose doc comment names it ("Total is ..., in Chunks chunks").
+//
+// A method that implements an interface needs no comment of its own: one named like a method
+// of a standard interface (Error, Unwrap, String, MarshalJSON, ...), or like a documented
+// method of an interface the package declares (event.Payload's EventType). go doc shows the
+// interface's contract for it. Embedded fields and interfaces are not checked: their names are
+// documented where declared. Fields are checked when fields is set.
+func Undocumented(dir string, fields bool) ([]string, error) {
+	fset := token.NewFileSet()
+	pkgs, err := parser.ParseDir(fset, dir, func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+	if err != nil {
+		return nil, err
+	}
+	if len(pkgs) != 1 {
+		return nil, fmt.Errorf("apisurface: %s holds %d packages, want 1", dir, len(pkgs))
+	}
+	implemented := interfaceMethods(pkgs)
+	var missing []string
+	add := func(format string, args ...any) { missing = append(missing, fmt.Sprintf(format, args...)) }
+	// named checks the doc comment of a type, func or method: full is how the report names
+	// it (Recv.Name for a method), name what its comment must start with.
+	named := func(what, full, name string, cg *ast.CommentGroup) {
+		switch text := cg.Text(); {
+		case strings.TrimSpace(text) == "":
+			add("%s %s: no doc comment", what, full)
+		case !startsWith(text, name):
+			add("%s %s: the doc comment does not start with %q", what, full, name)
+		}
+	}
+	for _, p := range pkgs {
+		for _, f := range p.Files {
+			for _, decl := range f.Decls {
+				switch d := decl.(type) {
+				case *ast.FuncDecl:
+					if !d.Name.IsExported() {
+						continue
+					}
+					if d.Recv == nil {
+						named("func", d.Name.Name, d.Name.Name, d.Doc)
+						continue
+					}
+					recv := receiverName(d.Recv.List[0].Type)
+					if !ast.IsExported(recv) || (d.Doc == nil && implemented[d.Name.Name]) {
+						continue
+					}
+					named("method", recv+"."+d.Name.Name, d.Name.Name, d.Doc)
+				case *ast.GenDecl:
+					for _, spec := range d.Specs {
+						switch s := spec.(type) {
+						case *ast.TypeSpec:
+							if !s.Name.IsExported() {
+								continue
+							}
+							doc := s.Doc
+							if doc == nil && !d.Lparen.IsValid() {
+								doc = d.Doc
+							}
+							named("type", s.Name.Name, s.Name.Name, doc)
+							missing = append(missing, undocumentedMembers(fset, s, fields)...)
+						case *ast.ValueSpec:
+							if s.Doc != nil || s.Comment != nil || d.Doc != nil {
+								continue
+							}
+							for _, n := range s.Names {
+								if n.IsExported() {
+									add("%s %s: no doc comment", d.Tok, n.Name)
+								}
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+	slices.Sort(missing)
+	return missing, nil
+}
+
+// undocumentedMembers returns the exported fields of struct type s, and the methods of
+// interface type s, that lack a comment; struct fields only when fields is set. A field
+// without a comment of its own is documented by the doc comment of the fields it follows
+// without a blank line when that comment names it ("Total is ..., in Chunks chunks").
+func undocumentedMembers(fset *token.FileSet, s *ast.TypeSpec, fields bool) []string {
+	var missing []string
+	switch u := s.Type.(type) {
+	case *ast.StructType:
+		if !fields {
+			break
+		}
+		// group is the doc comment of the run of fields (no blank line between) f belongs to.
+		group, prevEnd := "", 0
+		for _, f := range u.Fields.List {
+			line := fset.Position(f.Pos()).Line
+			switch {
+			case f.Doc != nil:
+				group = f.Doc.Text()
+			case line > prevEnd+1:
+				group = ""
+			}
+			prevEnd = fset.Position(f.End()).Line
+			if f.Doc != nil || f.Comment != nil {
+				continue
+			}
+			for _, n := range f.Names {
+				if n.IsExported() && !mentions(group, n.Name) {
+					missing = append(missing, fmt.Sprintf("field %s.%s: no doc comment", s.Name.Name, n.Name))
+				}
+			}
+		}
+	case *ast.InterfaceType:
+		for _, m := range u.Methods.List {
+			for _, n := range m.Names {
+				if !n.IsExported() {
+					continue
+				}
+				name := s.Name.Name + "." + n.Name
+				switch text := m.Doc.Text(); {
+				case strings.TrimSpace(text) == "" && m.Comment == nil:
+					missing = append(missing, fmt.Sprintf("method %s: no doc comment", name))
+				case text != "" && !startsWith(text, n.Name):
+					missing = append(missing, fmt.Sprintf("method %s: the doc comment does not start with %q", name, n.Name))
+				}
+			}
+		}
+	}
+	return missing
+}
+
+// startsWith reports whether doc's first word, after an optional article, is name.
+func startsWith(doc, name string) bool {
+	words := strings.Fields(doc)
+	if len(words) > 1 && (words[0] == "A" || words[0] == "An" || words[0] == "The") {
+		words = words[1:]
+	}
+	if len(words) == 0 {
+		return false
+	}
+	w := strings.TrimRight(words[0], ".,:;")
+	return w == name || strings.TrimSuffix(w, "'s") == name
+}
+
+// receiverName returns the name of a receiver's type: T for T, *T, T[P] and *T[P].
+func receiverName(x ast.Expr) string {
+	for {
+		switch t := x.(type) {
+		case *ast.StarExpr:
+			x = t.X
+		case *ast.IndexExpr:
+			x = t.X
+		case *ast.IndexListExpr:
+			x = t.X
+		case *ast.Ident:
+			return t.Name
+		default:
+			return ""
+		}
+	}
+}
+
+// standardMethods are the methods of the standard library's common interfaces (error, errors'
+// Unwrap/Is/As, fmt.Stringer, fmt.Formatter, encoding's marshalers).
+var standardMethods = []string{"Error", "Unwrap", "Is", "As", "String", "GoString", "Format",
+	"MarshalJSON", "UnmarshalJSON", "MarshalText", "UnmarshalText", "MarshalBinary", "UnmarshalBinary"}
+
+// interfaceMethods returns the names a method may have to need no comment of its own: the
+// standard ones, and those of the documented methods of the exported interfaces in pkgs.
+func interfaceMethods(pkgs map[string]*ast.Package) map[string]bool {
+	names := map[string]bool{}
+	for _, n := range standardMethods {
+		names[n] = true
+	}
+	for _, p := range pkgs {
+		for _, f := range p.Files {
+			ast.Inspect(f, func(n ast.Node) bool {
+				ts, ok := n.(*ast.TypeSpec)
+				if !ok || !ts.Name.IsExported() {
+					return true
+				}
+				if it, ok := ts.Type.(*ast.InterfaceType); ok {
+					for _, m := range it.Methods.List {
+						if m.Doc == nil && m.Comment == nil {
+							continue
+						}
+						for _, n := range m.Names {
+							names[n.Name] = true
+						}
+					}
+				}
+				return false
+			})
+		}
+	}
+	return names
+}
+
+// mentions reports whether text holds name as a word.
+func mentions(text, name string) bool {
+	for _, w := range strings.FieldsFunc(text, func(r rune) bool {
+		return !(r == '_' || r >= '0' && r <= '9' || r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z')
+	}) {
+		if w == name {
+			return true
+		}
+	}
+	return false
+}

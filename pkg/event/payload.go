@@ -304,6 +304,8 @@ type ChildScheduled struct {
 // Outcome is how a run ended.
 type Outcome string
 
+// The outcomes a run ends with, recorded by its terminal event (run.completed, run.failed,
+// run.cancelled, run.continued_as_new) and by a parent's child.settled.
 const (
 	OutcomeCompleted      Outcome = "completed"
 	OutcomeFailed         Outcome = "failed"

@@ -48,6 +48,8 @@ const BatchDefaultRate = 50
 
 // BatchSpec says what a batch job does, fixed at its creation.
 type BatchSpec struct {
+	// Op is the operation applied to each run: cancel, terminate, signal, pause, unpause or
+	// reset.
 	Op BatchOp `json:"op"`
 	// Where is the list filter (docs/search.md) selecting the runs, as `flow runs --where`.
 	// Required: a job over every run says so.
@@ -89,6 +91,7 @@ type BatchReset struct {
 
 // BatchJob is a batch job as it stands: its spec, state, progress and report.
 type BatchJob struct {
+	// ID names the job; Spec is what it does, State where it stands.
 	ID    string     `json:"id"`
 	Spec  BatchSpec  `json:"spec"`
 	State BatchState `json:"state"`
@@ -97,6 +100,7 @@ type BatchJob struct {
 	// StartedAt is when its targets were recorded; EndedAt when it reached a final state.
 	StartedAt time.Time `json:"started_at,omitzero"`
 	EndedAt   time.Time `json:"ended_at,omitzero"`
+	// UpdatedAt is when the job last changed.
 	UpdatedAt time.Time `json:"updated_at"`
 	// Total is the number of targets, in Chunks chunks; Cursor the number done, in order.
 	Total  int `json:"total"`
@@ -112,8 +116,8 @@ type BatchJob struct {
 	// counts cover every run.
 	Failures []BatchNote `json:"failures,omitempty"`
 	Skips    []BatchNote `json:"skips,omitempty"`
-	// StopRequested is set by [BatchClient.Stop]; the job stops at the end of its current
-	// window.
+	// StopRequested is set by [BatchClient.Stop], with StopReason; the job stops at the end
+	// of its current window.
 	StopRequested bool   `json:"stop_requested,omitempty"`
 	StopReason    string `json:"stop_reason,omitempty"`
 	// Error says why a failed job failed.
@@ -124,6 +128,7 @@ type BatchJob struct {
 
 // BatchNote is one run's result, named in a job's report.
 type BatchNote struct {
+	// RunID is the run; Reason why it was skipped, or the error it failed with.
 	RunID  string `json:"run_id"`
 	Reason string `json:"reason"`
 }

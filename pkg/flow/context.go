@@ -160,7 +160,8 @@ func (c *Context) Snapshot() *Snapshot { return c.s }
 // ChildResult is how a child workflow ended.
 type ChildResult struct {
 	// RunID is the run that ended: the child run or the last run it continued as.
-	RunID   string
+	RunID string
+	// Outcome is completed, failed or cancelled.
 	Outcome event.Outcome
 	// Output is the child's output when it completed.
 	Output json.RawMessage
@@ -170,9 +171,12 @@ type ChildResult struct {
 
 // ChildFailure is the error of a child that failed or was cancelled.
 type ChildFailure struct {
+	// ChildID is the child's ID in the parent; RunID the child's run that ended.
 	ChildID, RunID string
-	Outcome        event.Outcome
-	Kind, Message  string
+	// Outcome is failed or cancelled.
+	Outcome event.Outcome
+	// Kind and Message are the child's error (Kind "cancelled" when it was cancelled).
+	Kind, Message string
 }
 
 func (e *ChildFailure) Error() string {
@@ -185,11 +189,14 @@ func (e *ChildFailure) ErrorKind() string { return e.Kind }
 
 // StepFailure is the error of a step that settled without completing.
 type StepFailure struct {
+	// StepID is the step's ID in the run; Name the registered step function.
 	StepID, Name string
 	// Attempt is the last attempt.
-	Attempt   int
-	Kind      string
-	Message   string
+	Attempt int
+	// Kind and Message are the last attempt's error.
+	Kind    string
+	Message string
+	// Cancelled is set when the step was cancelled rather than failed.
 	Cancelled bool
 }
 

@@ -44,6 +44,7 @@ func (r *Registry) usePayloads(g payload.Getter) {
 // PayloadError is what a Context reader panics with when an offloaded payload cannot be read:
 // the decision fails (the run shows blocked with this error) and is tried again.
 type PayloadError struct {
+	// Ref is the reference that could not be resolved; Err why (Unwrap returns it).
 	Ref payload.Ref
 	Err error
 }

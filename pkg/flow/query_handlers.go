@@ -26,6 +26,7 @@ var ErrQueryFailed = errors.New("flow: query failed")
 // UnknownQueryError reports a query name that the run's workflow does not handle. It matches
 // ErrUnknownQuery.
 type UnknownQueryError struct {
+	// RunID is the run queried, Definition its workflow, Name the query asked for.
 	RunID, Definition, Name string
 	// Registered are the query names the workflow handles, sorted: those of RegisterQuery and
 	// those its code declared with HandleQuery when evaluated on the run's snapshot.
@@ -47,10 +48,12 @@ func (e *UnknownQueryError) Is(target error) bool { return target == ErrUnknownQ
 // QueryFailedError reports that a query handler returned an error or panicked. It matches
 // ErrQueryFailed.
 type QueryFailedError struct {
+	// RunID is the run queried, Name the query.
 	RunID, Name string
 	// Kind is the error's kind ([KindOf]); KindPanic for a panic, KindInvalidOutput for a result
 	// that does not encode to JSON.
-	Kind    string
+	Kind string
+	// Message is the handler's error message.
 	Message string
 }
 

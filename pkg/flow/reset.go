@@ -22,7 +22,8 @@ type ResetOptions struct {
 	// DropInputs drops the signals, hook deliveries and updates recorded after the point instead
 	// of reapplying them in the new run.
 	DropInputs bool
-	Reason     string
+	// Reason is recorded in both runs' reset events.
+	Reason string
 	// RequestID makes the reset idempotent: a repeat with it returns the same new run. Without
 	// it, a repeat with the same point and options does.
 	RequestID string
@@ -33,7 +34,8 @@ type RerunOptions struct {
 	// Input, when not nil, replaces the run's input in the new run (encoded to JSON). The
 	// copied decisions before the step are checked against it on replay: one that now differs
 	// blocks the new run with a non-determinism error naming the field.
-	Input      any
+	Input any
+	// DropInputs, Reason and RequestID are as in [ResetOptions].
 	DropInputs bool
 	Reason     string
 	RequestID  string
@@ -44,7 +46,8 @@ type ResetResult struct {
 	// RunID is the old run, NewRunID the new one; Point is the old run's last copied event.
 	RunID, NewRunID string
 	Point           uint64
-	Mode            event.ResetMode
+	// Mode says how the point was chosen: seq, step, last_decision or rerun.
+	Mode event.ResetMode
 	// Reapplied counts the inputs after the point reapplied in the new run.
 	Reapplied int
 }

@@ -14,6 +14,7 @@ var ErrNotEnded = errors.New("flow: run has not ended")
 // RunError reports a run that did not complete: it failed, was cancelled, is blocked, or has
 // not ended yet (then it matches ErrNotEnded).
 type RunError struct {
+	// RunID is the run; Status how it stands (failed, cancelled, blocked, or still active).
 	RunID  string
 	Status Status
 	// Kind and Message describe the failure, the cancellation reason or the blocking diagnosis.

@@ -57,10 +57,18 @@ const (
 // ScheduleConfig describes a schedule for [ScheduleClient.Create] and [ScheduleClient.Update]:
 // either Cron (with TZ, default UTC) or Every (with Offset), and the start of its runs.
 type ScheduleConfig struct {
-	Cron   string
-	TZ     string
+	// Cron is a five-field cron expression (minute, hour, day of month, month, day of week;
+	// names such as MON-FRI and descriptors such as @daily work), read as wall-clock time in
+	// TZ, an IANA zone name.
+	Cron string
+	TZ   string
+	// Every is a fixed interval (at least a second), counted from the Unix epoch plus Offset
+	// (at least 0 and shorter than Every): Every 1h with Offset 15m fires at 00:15, 01:15, ...
+	// UTC.
 	Every  time.Duration
 	Offset time.Duration
+	// Jitter delays each slot by a pseudo-random amount in [0, Jitter), the same for the same
+	// schedule and slot, so that schedules with the same timing do not all fire at once.
 	Jitter time.Duration
 	// Definition, Queue ("" for the ingress's) and Input (encoded to JSON) start each run.
 	Definition string

@@ -36,7 +36,9 @@ const (
 // Period into one run, started once Period has passed since the latest of them, with the
 // latest one's input. Every start returns that run's ID.
 type Debounce struct {
-	Key    string
+	// Key groups the starts to collapse; required.
+	Key string
+	// Period is the quiet period: the run starts once no start with Key came for Period.
 	Period time.Duration
 }
 

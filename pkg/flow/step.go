@@ -8,6 +8,7 @@ import (
 
 // StepInfo describes the attempt a step function is running.
 type StepInfo struct {
+	// RunID is the run the step belongs to; StepID the step's ID in it.
 	RunID  string
 	StepID string
 	// Name is the registered step function.
@@ -59,7 +60,10 @@ const (
 // Error is an error with a kind, which retry policies match (RetryPolicy.NonRetryable) and
 // which is recorded in history. Return it, or wrap it, from a step or workflow.
 type Error struct {
-	Kind    string
+	// Kind classifies the error (one of the Kind constants or the application's own);
+	// RetryPolicy.NonRetryable and [KindOf] match it.
+	Kind string
+	// Message is recorded in history; Error returns it.
 	Message string
 	// NonRetryable fails the step at once, whatever attempts are left.
 	NonRetryable bool

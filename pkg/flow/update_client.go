@@ -28,6 +28,7 @@ var (
 // because its run ended first. It matches ErrUpdateRejected, ErrUpdateFailed or
 // ErrUpdateAborted.
 type UpdateError struct {
+	// RunID is the run, UpdateID and Name the update's ID and registered name.
 	RunID, UpdateID, Name string
 	// Status is UpdateRejected, UpdateCompleted (failed) or UpdateAborted.
 	Status UpdateStatus
@@ -61,7 +62,8 @@ func (e *UpdateError) Is(target error) bool {
 type UpdateOutcome struct {
 	// RunID is the run that received the update: the run asked for, or the latest run it
 	// continued as.
-	RunID    string
+	RunID string
+	// UpdateID identifies the update in its run; Name is its registered name.
 	UpdateID string
 	Name     string
 	// Status is received or accepted while the update waits, completed once it has its Result.

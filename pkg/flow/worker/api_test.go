@@ -2,6 +2,7 @@ package worker_test
 
 import (
 	"flag"
+	"strings"
 	"testing"
 
 	"github.com/flowrun/flow/internal/apisurface"
@@ -11,8 +12,17 @@ var rewriteAPI = flag.Bool("rewrite", false, "rewrite api.txt, the description o
 
 // api.txt describes the package's exported surface, one line per exported name with its
 // signature: a change to the public API shows in review as a change to it. Run
-// `go test ./pkg/flow/worker -run TestAPI -rewrite` after changing the surface on purpose.
+// `go test ./pkg/flow/worker -run TestAPI -rewrite` after changing the surface on purpose. Every exported
+// name has a doc comment (apisurface.Undocumented says which do not).
 func TestAPI(t *testing.T) {
+	undocumented, err := apisurface.Undocumented(".", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(undocumented) > 0 {
+		t.Errorf("%d exported names of pkg/flow/worker lack a doc comment that starts with the name:\n  %s",
+			len(undocumented), strings.Join(undocumented, "\n  "))
+	}
 	msg, err := apisurface.Check(".", "api.txt", *rewriteAPI)
 	if err != nil {
 		t.Fatal(err)
