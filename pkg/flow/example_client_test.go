@@ -308,3 +308,104 @@ func ExamplePauseClient_PauseDefinition() {
 	// ended while paused: false
 	// report sent
 }
+
+// expense registers "expense": a run holds an amount (its input plus the accepted "add"
+// updates), answers the query "amount", and waits for the signal "approve".
+func expense(reg *flow.Registry) {
+	total := func(ctx *flow.Context) int {
+		var amount int
+		_ = ctx.Input(&amount)
+		for _, u := range ctx.Updates() {
+			var n int
+			if u.Status != flow.UpdateRejected && flow.DecodeUpdate(u, &n) == nil {
+				amount += n
+			}
+		}
+		return amount
+	}
+	flow.RegisterWorkflow(reg, "expense", func(ctx *flow.Context, _ int) (flow.Decision, error) {
+		flow.HandleQuery(ctx, "amount", func(struct{}) (int, error) { return total(ctx), nil })
+		if ctx.Signal("approve") == nil {
+			return ctx.AwaitSignal("approve", "approve"), nil
+		}
+		return ctx.Complete(total(ctx)), nil
+	})
+	flow.RegisterUpdate(reg, "expense", "add", flow.UpdateHandler[int]{
+		Validate: func(_ *flow.Context, _ *flow.Update, n int) error {
+			if n <= 0 {
+				return flow.NewError("invalid_amount", "add a positive amount")
+			}
+			return nil
+		},
+		Complete: func(ctx *flow.Context, _ *flow.Update, _ int) (any, error) { return total(ctx), nil },
+	})
+}
+
+// A query reads a run's state from its workflow code, on a worker; it records nothing.
+func ExampleClient_Query() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
+	expense(reg)
+	client, stop, err := startFlow(ctx, reg, "expense")
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	defer stop()
+
+	runID, err := client.Start(ctx, "expense", 120, &flow.StartOptions{RunID: "expense-8"})
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	var amount int
+	if err := client.Query(ctx, runID, "amount", nil, &amount); err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	fmt.Println("amount:", amount)
+	err = client.Query(ctx, runID, "approver", nil, nil)
+	fmt.Println("unknown query:", errors.Is(err, flow.ErrUnknownQuery))
+	// Output:
+	// amount: 120
+	// unknown query: true
+}
+
+// An update is a request the run answers: validated by the workflow, recorded in history, and
+// completed with a result. Update with Wait returns the result, or an *UpdateError.
+func ExampleClient_Update() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
+	expense(reg)
+	client, stop, err := startFlow(ctx, reg, "expense")
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	defer stop()
+
+	runID, err := client.Start(ctx, "expense", 120, &flow.StartOptions{RunID: "expense-9"})
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	out, err := client.Update(ctx, runID, "add", 30, &flow.UpdateOptions{UpdateID: "taxi", Wait: true})
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	var amount int
+	_ = out.Decode(&amount)
+	fmt.Println("amount after the taxi:", amount)
+
+	_, err = client.Update(ctx, runID, "add", -5, &flow.UpdateOptions{Wait: true})
+	var ue *flow.UpdateError
+	if errors.As(err, &ue) {
+		fmt.Println("rejected:", ue.Status, ue.Kind)
+	}
+	// Output:
+	// amount after the taxi: 150
+	// rejected: rejected invalid_amount
+}
