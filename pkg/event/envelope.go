@@ -17,15 +17,18 @@ var ErrMalformed = errors.New("flow: malformed event")
 
 // Event is one event a writer appends: the payload and the UTC time it records.
 type Event struct {
+	// Time is when the event happens; Payload its typed data.
 	Time    time.Time
 	Payload Payload
 }
 
 // Envelope is one committed event of a run.
 type Envelope struct {
+	// RunID is the run the event belongs to.
 	RunID string
 	// Seq is the per-run sequence: 1 for run.started, then 2, 3, ... without gaps.
-	Seq  uint64
+	Seq uint64
+	// Time is when the event was appended.
 	Time time.Time
 	// Payload holds the typed data; its EventType is the envelope's type.
 	Payload Payload
@@ -42,6 +45,7 @@ func (e Envelope) Type() Type {
 // RawEnvelope is an envelope as encoded, with its payload's JSON undecoded: for readers that
 // pass the payload on as it is (the event feed) as well as decode it.
 type RawEnvelope struct {
+	// RunID, Seq and Time are those of Envelope; Type names the payload, and Data is its JSON.
 	RunID string          `json:"run_id"`
 	Seq   uint64          `json:"seq"`
 	Time  time.Time       `json:"time"`

@@ -30,6 +30,7 @@ type Spec struct {
 
 // ParentRef links a child run to the parent that scheduled it.
 type ParentRef struct {
+	// RunID is the parent run; ChildID the child's ID in it.
 	RunID   string `json:"run_id"`
 	ChildID string `json:"child_id"`
 	// Attempt is the child's attempt this run (or the run it continues) is, under the child's
@@ -39,13 +40,15 @@ type ParentRef struct {
 
 // RunStarted is always the first event of a run, and only the first.
 type RunStarted struct {
+	// Spec is the code identity the run is decided with; Input the run's input (JSON).
 	Spec  Spec            `json:"spec"`
 	Input json.RawMessage `json:"input"`
 	// Queue is the task queue whose workers drive the run. Empty means the default queue.
 	Queue string `json:"queue,omitempty"`
 	// Seed is random text chosen at start; generated hook tokens are derived from it so that a
 	// replay derives the same token.
-	Seed   string     `json:"seed"`
+	Seed string `json:"seed"`
+	// Parent links a child run to its parent; nil for a run started by a client.
 	Parent *ParentRef `json:"parent,omitempty"`
 	// ContinuedFrom is the run this one continues, with Generation counting continuations.
 	ContinuedFrom string `json:"continued_from,omitempty"`
@@ -83,6 +86,8 @@ type RunStarted struct {
 
 // StepSpec is one scheduled step.
 type StepSpec struct {
+	// ID is the step's ID, unique in the run; Name the registered step function; Input its input
+	// (JSON); Retry its retry policy, normalized.
 	ID    string          `json:"id"`
 	Name  string          `json:"name"`
 	Input json.RawMessage `json:"input"`
@@ -94,11 +99,13 @@ type StepSpec struct {
 // StepScheduled records one decision scheduling one step or a batch. Its members are dispatched
 // together; attempt 1 of each is in flight from this event on.
 type StepScheduled struct {
+	// Steps are the steps the decision schedules, in decision order.
 	Steps []StepSpec `json:"steps"`
 }
 
 // StepCompleted settles a step with its output. Nothing about the step follows it.
 type StepCompleted struct {
+	// StepID is the step; Attempt the attempt that completed; Output its result (JSON).
 	StepID  string          `json:"step_id"`
 	Attempt int             `json:"attempt"`
 	Output  json.RawMessage `json:"output"`
@@ -107,7 +114,8 @@ type StepCompleted struct {
 // ErrorInfo describes a failure durably.
 type ErrorInfo struct {
 	// Kind classifies the error for retry policies (RetryPolicy.NonRetryable) and for callers.
-	Kind    string `json:"kind"`
+	Kind string `json:"kind"`
+	// Message is the error's text.
 	Message string `json:"message"`
 }
 
@@ -121,11 +129,15 @@ func (e ErrorInfo) Error() string {
 // StepFailed records a failed attempt. When Final is true the step has settled as failed and
 // no retry follows; otherwise a step.retry_scheduled follows in the same commit.
 type StepFailed struct {
-	StepID    string    `json:"step_id"`
-	Attempt   int       `json:"attempt"`
-	Error     ErrorInfo `json:"error"`
-	Retryable bool      `json:"retryable"`
-	Final     bool      `json:"final"`
+	// StepID is the step; Attempt the attempt that failed; Error its error.
+	StepID  string    `json:"step_id"`
+	Attempt int       `json:"attempt"`
+	Error   ErrorInfo `json:"error"`
+	// Retryable is false when the error may not be retried (non-retryable, or a kind the policy
+	// does not retry); Final is set when no attempt follows: the error was not retryable or the
+	// attempts ran out.
+	Retryable bool `json:"retryable"`
+	Final     bool `json:"final"`
 	// Timeout names the step timeout that ended the attempt (TimeoutScheduleToStart,
 	// TimeoutStartToClose, TimeoutHeartbeat), empty when the step code failed. Error.Kind is the
 	// same name, so that a retry policy can list it as non-retryable.
@@ -134,6 +146,7 @@ type StepFailed struct {
 
 // StepRetryScheduled records that Attempt will run once Due has passed.
 type StepRetryScheduled struct {
+	// StepID is the step; Attempt the attempt scheduled; Due when its backoff ends.
 	StepID  string    `json:"step_id"`
 	Attempt int       `json:"attempt"`
 	Due     time.Time `json:"due"`
@@ -141,6 +154,7 @@ type StepRetryScheduled struct {
 
 // StepRetryFired records that a retry's backoff has elapsed: Attempt is in flight from here on.
 type StepRetryFired struct {
+	// StepID is the step; Attempt the attempt now due.
 	StepID  string `json:"step_id"`
 	Attempt int    `json:"attempt"`
 }
@@ -174,6 +188,7 @@ func (c Cause) valid() bool {
 
 // CancelledStep is one step settled by step.cancelled.
 type CancelledStep struct {
+	// StepID is the step cancelled.
 	StepID string `json:"step_id"`
 	// Attempt is the attempt that was in flight or due next.
 	Attempt int `json:"attempt"`
@@ -185,6 +200,7 @@ type CancelledStep struct {
 // StepCancelled settles steps that will not run again. It precedes the terminal event of a run
 // that ends while steps are unsettled.
 type StepCancelled struct {
+	// Steps are the steps cancelled; Reason why; Cause who cancelled them.
 	Steps  []CancelledStep `json:"steps"`
 	Reason string          `json:"reason"`
 	Cause  Cause           `json:"cause"`
@@ -219,6 +235,8 @@ func (d *Duration) UnmarshalJSON(b []byte) error {
 // WaitScheduled records a durable timer. Duration is set when the workflow asked to sleep for
 // a duration; Deadline is then the recorded time of the preceding event plus Duration.
 type WaitScheduled struct {
+	// WaitID is the timer's ID in the run; Deadline when it fires; Duration what the workflow
+	// asked for (ctx.Sleep's), when it gave one.
 	WaitID   string    `json:"wait_id"`
 	Deadline time.Time `json:"deadline"`
 	Duration Duration  `json:"duration,omitempty"`
@@ -226,18 +244,22 @@ type WaitScheduled struct {
 
 // WaitFired records that a timer's deadline passed.
 type WaitFired struct {
+	// WaitID is the timer that fired.
 	WaitID string `json:"wait_id"`
 }
 
 // SignalAwaited records that the run waits for a signal called Name under WaitID. It binds the
 // oldest unconsumed signal of that name, already received or still to come.
 type SignalAwaited struct {
+	// WaitID is the wait's ID in the run; Name the signal it waits for.
 	WaitID string `json:"wait_id"`
 	Name   string `json:"name"`
 }
 
 // SignalReceived records a delivered signal. DeliveryID deduplicates redeliveries.
 type SignalReceived struct {
+	// Name is the signal; Payload its data (JSON); DeliveryID identifies the delivery, so that a
+	// repeat is recorded once.
 	Name       string          `json:"name"`
 	Payload    json.RawMessage `json:"payload"`
 	DeliveryID string          `json:"delivery_id"`
@@ -248,6 +270,8 @@ type SignalReceived struct {
 
 // HookCreated records a callback endpoint. Token routes deliveries to this run and hook.
 type HookCreated struct {
+	// HookID is the hook's ID in the run; Token the secret that routes a delivery to it; Metadata
+	// what the workflow attached (JSON), if anything.
 	HookID   string          `json:"hook_id"`
 	Token    string          `json:"token"`
 	Metadata json.RawMessage `json:"metadata,omitempty"`
@@ -255,6 +279,8 @@ type HookCreated struct {
 
 // HookReceived records the delivery to a hook. A hook receives one delivery.
 type HookReceived struct {
+	// HookID is the hook delivered to; Payload the delivery (JSON); DeliveryID identifies it, so
+	// that a repeat is recorded once.
 	HookID     string          `json:"hook_id"`
 	Payload    json.RawMessage `json:"payload"`
 	DeliveryID string          `json:"delivery_id"`
@@ -280,11 +306,15 @@ func (p CancelPolicy) Valid() bool {
 
 // ChildSpec is one scheduled child workflow.
 type ChildSpec struct {
-	ChildID      string          `json:"child_id"`
-	RunID        string          `json:"run_id"`
-	Definition   string          `json:"definition"`
-	Input        json.RawMessage `json:"input"`
-	CancelPolicy CancelPolicy    `json:"cancel_policy"`
+	// ChildID is the child's ID, unique in the parent; RunID the child run's ID,
+	// "<parent>=<ChildID>".
+	ChildID string `json:"child_id"`
+	RunID   string `json:"run_id"`
+	// Definition is the child's workflow; Input its input (JSON).
+	Definition string          `json:"definition"`
+	Input      json.RawMessage `json:"input"`
+	// CancelPolicy says what the parent's end does to the child while it runs.
+	CancelPolicy CancelPolicy `json:"cancel_policy"`
 	// BuildID and Patches are the spec the child run starts with: the identity of the code
 	// that decided to start it, so that whoever starts (or restarts) the child after a deploy
 	// starts the same run. Empty in histories recorded before they were; not compared on replay.
@@ -298,6 +328,7 @@ type ChildSpec struct {
 
 // ChildScheduled records one decision starting one child or a batch of children.
 type ChildScheduled struct {
+	// Children are the children the decision starts, in decision order.
 	Children []ChildSpec `json:"children"`
 }
 
@@ -326,8 +357,12 @@ func (o Outcome) Valid() bool {
 // the last successor it continued as. Output is set when completed, Error when failed or
 // cancelled.
 type ChildSettled struct {
-	ChildID string          `json:"child_id"`
-	RunID   string          `json:"run_id"`
+	// ChildID is the child; RunID the child run that ended (the last of its continuations and
+	// retries).
+	ChildID string `json:"child_id"`
+	RunID   string `json:"run_id"`
+	// Outcome is how the child ended; Output its output when it completed, Error its error when it
+	// failed or was cancelled.
 	Outcome Outcome         `json:"outcome"`
 	Output  json.RawMessage `json:"output,omitempty"`
 	Error   *ErrorInfo      `json:"error,omitempty"`
@@ -340,6 +375,7 @@ type ChildSettled struct {
 // RunCancelRequested asks the run to cancel. The workflow sees ctx.CancelRequested(); a workflow
 // that does not look at it is cancelled at its next decision.
 type RunCancelRequested struct {
+	// Reason says why the cancellation was asked for.
 	Reason string `json:"reason"`
 	// TraceParent is the W3C traceparent of the span that requested the cancellation, when there was one:
 	// the span of the decision that consumes this input links to it.
@@ -359,9 +395,12 @@ type RunCancelRequested struct {
 // non-determinism error, a panic, an invalid decision). It is recorded once per distinct failure
 // and leaves the run Blocked until a later decision succeeds or an operator ends it.
 type DecisionFailed struct {
-	Kind    string `json:"kind"`
-	Code    string `json:"code"`
-	Detail  string `json:"detail"`
+	// Kind classifies the failure (a panic, an error, non-determinism, ...); Code is its stable
+	// code (FLOW-REPLAY-2, ...), Detail the message.
+	Kind   string `json:"kind"`
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+	// BuildID is the build of the worker whose decision failed.
 	BuildID string `json:"build_id,omitempty"`
 	// Mismatch is what differs, for a non-determinism failure; nil for other kinds (and in
 	// histories recorded before it existed, whose Detail says the same in words).
@@ -386,11 +425,14 @@ type Mismatch struct {
 
 // RunCompleted ends the run with its output.
 type RunCompleted struct {
+	// Output is the run's result (JSON).
 	Output json.RawMessage `json:"output"`
 }
 
 // RunFailed ends the run with an error.
 type RunFailed struct {
+	// Error is the run's error; Cause says who failed it (the workflow, an exhausted step, a
+	// timeout, an operator, ...).
 	Error ErrorInfo `json:"error"`
 	Cause Cause     `json:"cause"`
 	// DeliveryID identifies an operator's termination request, when it named one (a batch
@@ -400,6 +442,7 @@ type RunFailed struct {
 
 // RunCancelled ends the run as cancelled.
 type RunCancelled struct {
+	// Reason is the cancellation's; Cause says who ended the run.
 	Reason string `json:"reason"`
 	Cause  Cause  `json:"cause"`
 }
@@ -407,6 +450,7 @@ type RunCancelled struct {
 // RunContinuedAsNew ends the run and names its successor, which starts with Input and the same
 // Spec.
 type RunContinuedAsNew struct {
+	// SuccessorRunID is the run that continues this one; Input its input (JSON).
 	SuccessorRunID string          `json:"successor_run_id"`
 	Input          json.RawMessage `json:"input"`
 }

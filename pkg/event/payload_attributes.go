@@ -88,6 +88,7 @@ func ValidateAttributeName(name string) error {
 // definition publishes its declarations with its registration (FLOW_DEFINITIONS), so that the
 // ingress can type a start's attributes and the history service a filter's.
 type AttributeDecl struct {
+	// Name is the attribute's name, as filters and upserts write it; Type its type.
 	Name string        `json:"name"`
 	Type AttributeType `json:"type"`
 }
@@ -116,6 +117,7 @@ func attributeTypeNames() string {
 // Value is canonical JSON for the type: a string (keyword, text, time in RFC 3339 UTC), an integer
 // (int), a number (float), true or false (bool), or an array of strings (keyword_list).
 type AttributeValue struct {
+	// Type is the attribute's declared type; Value its JSON value, of that type.
 	Type  AttributeType   `json:"type"`
 	Value json.RawMessage `json:"value"`
 }
@@ -451,6 +453,8 @@ func listValue(l []string) (AttributeValue, error) {
 // decision's stable ID, in the run's one namespace of decision IDs, so that replay can tell which
 // upsert the code re-issues and compare its values.
 type AttributesUpserted struct {
+	// UpsertID is the decision's ID (ctx.UpsertAttributes), unique in the run; Attributes the
+	// values set.
 	UpsertID   string     `json:"upsert_id"`
 	Attributes Attributes `json:"attributes"`
 }

@@ -43,6 +43,8 @@ func validCancellation(field string, c Cancellation, optional bool) error {
 // (returns an error wrapping context.Canceled) or fails settles the step as cancelled
 // (step.cancelled with policy wait_cancelled); one that completes settles it as completed.
 type StepCancelRequested struct {
+	// StepID is the step; Attempt the attempt in flight; Policy the cancellation ctx.CancelStep
+	// asked for; Reason why.
 	StepID  string       `json:"step_id"`
 	Attempt int          `json:"attempt"`
 	Policy  Cancellation `json:"policy"`
@@ -54,20 +56,26 @@ type StepCancelRequested struct {
 // (run.cancel_requested, appended by whoever follows the history), and the child settles with
 // child.settled when that run ends, however it ends.
 type ChildCancelRequested struct {
-	ChildID string       `json:"child_id"`
-	RunID   string       `json:"run_id"`
-	Policy  Cancellation `json:"policy"`
-	Reason  string       `json:"reason,omitempty"`
+	// ChildID is the child's ID in the parent; RunID the child run asked to cancel.
+	ChildID string `json:"child_id"`
+	RunID   string `json:"run_id"`
+	// Policy is the cancellation ctx.CancelChild asked for; Reason is recorded in the child's
+	// run.cancel_requested.
+	Policy Cancellation `json:"policy"`
+	Reason string       `json:"reason,omitempty"`
 }
 
 // ChildRetryScheduled records that the run of attempt Attempt-1 of child ChildID, FailedRunID,
 // failed with Error, and that the child's retry policy starts attempt Attempt as run RunID once
 // Due has passed. The parent sees child.settled only after the last attempt.
 type ChildRetryScheduled struct {
-	ChildID     string    `json:"child_id"`
-	Attempt     int       `json:"attempt"`
-	RunID       string    `json:"run_id"`
-	Due         time.Time `json:"due"`
+	// ChildID is the child; Attempt the attempt scheduled and RunID the run it will start
+	// (ChildAttemptRunID); Due when it starts.
+	ChildID string    `json:"child_id"`
+	Attempt int       `json:"attempt"`
+	RunID   string    `json:"run_id"`
+	Due     time.Time `json:"due"`
+	// FailedRunID is the child run that failed, and Error its error.
 	FailedRunID string    `json:"failed_run_id"`
 	Error       ErrorInfo `json:"error"`
 }
@@ -75,6 +83,8 @@ type ChildRetryScheduled struct {
 // ChildRetryFired records that a child retry's backoff has elapsed: the run RunID of attempt
 // Attempt is started from here on (by whoever follows the history).
 type ChildRetryFired struct {
+	// ChildID is the child; Attempt the attempt now due; RunID the new child run it starts
+	// (ChildAttemptRunID).
 	ChildID string `json:"child_id"`
 	Attempt int    `json:"attempt"`
 	RunID   string `json:"run_id"`

@@ -29,6 +29,7 @@ func (c PauseCause) valid() bool { return c == PauseOperator || c == PauseStepEx
 // A run is paused once: a second run.paused while paused is allowed only with cause
 // step_exhausted, for another step of the run that exhausted its attempts.
 type RunPaused struct {
+	// Reason says why; Cause what paused the run (an operator, or a step's exhausted retries).
 	Reason string     `json:"reason,omitempty"`
 	Cause  PauseCause `json:"cause"`
 	// By names who paused the run (an operator, a batch job); empty for a step's exhaustion.
@@ -48,12 +49,16 @@ type RunPaused struct {
 // start, and each step paused by its exhaustion gets a fresh attempt, recorded in the same
 // commit (step.retry_scheduled due at once, then step.retry_fired).
 type RunUnpaused struct {
+	// Reason says why; By who asked; DeliveryID identifies the request, so that a repeat is
+	// applied once.
 	Reason     string `json:"reason,omitempty"`
 	By         string `json:"by,omitempty"`
 	DeliveryID string `json:"delivery_id,omitempty"`
 	// Paused is how long the run was paused, from its first run.paused.
-	Paused      Duration `json:"paused,omitempty"`
-	TraceParent string   `json:"traceparent,omitempty"`
+	Paused Duration `json:"paused,omitempty"`
+	// TraceParent is the W3C traceparent of the span that asked for the unpause, when there was
+	// one.
+	TraceParent string `json:"traceparent,omitempty"`
 }
 
 func (*RunPaused) EventType() Type   { return TypeRunPaused }

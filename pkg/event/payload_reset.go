@@ -36,11 +36,13 @@ func (m ResetMode) Valid() bool {
 // (up to CopiedTo) that the reset reapplied, with their delivery and update IDs.
 type ResetFrom struct {
 	// RunID is the old run, Seq the reset point: the old run's last event that was copied.
-	RunID string    `json:"run_id"`
-	Seq   uint64    `json:"seq"`
-	Mode  ResetMode `json:"mode"`
+	RunID string `json:"run_id"`
+	Seq   uint64 `json:"seq"`
+	// Mode says how the point was chosen.
+	Mode ResetMode `json:"mode"`
 	// StepID is the step a step reset or a rerun runs again.
 	StepID string `json:"step_id,omitempty"`
+	// Reason is the operator's, as given to the reset.
 	Reason string `json:"reason,omitempty"`
 	// RequestID identifies the reset request; a repeat with it returns this run.
 	RequestID string `json:"request_id,omitempty"`
@@ -87,14 +89,18 @@ func (r *ResetFrom) validate() error {
 // cause operator) in the same commit. It is the reset's commit point: the new run's first
 // commit is derived from it and the old run's events before it (docs/reset.md).
 type RunReset struct {
+	// NewRunID is the run the reset created; Seq the reset point (this run's last event copied);
+	// Mode how it was chosen; StepID the step run again, for a step reset or a rerun; Reason the
+	// operator's.
 	NewRunID string    `json:"new_run_id"`
 	Seq      uint64    `json:"seq"`
 	Mode     ResetMode `json:"mode"`
 	StepID   string    `json:"step_id,omitempty"`
 	Reason   string    `json:"reason,omitempty"`
 	// RequestID identifies the reset request, as the new run's reset_from records it.
-	RequestID  string `json:"request_id,omitempty"`
-	DropInputs bool   `json:"drop_inputs,omitempty"`
+	RequestID string `json:"request_id,omitempty"`
+	// DropInputs is set when the inputs after the point were dropped instead of reapplied.
+	DropInputs bool `json:"drop_inputs,omitempty"`
 	// Terminated is set when the reset ended this run (it was active).
 	Terminated bool `json:"terminated,omitempty"`
 	// Input is a rerun's new input, which replaces the run's in the new run.started.

@@ -22,6 +22,8 @@ const (
 // (the nominal time the run is for, before jitter; for a trigger, when it was asked for) and
 // what made it start (docs/schedules.md).
 type ScheduleRef struct {
+	// Name is the schedule; Slot the slot of its timetable the run is for; Action how the run came
+	// (a scheduled slot, a trigger or a backfill).
 	Name   string         `json:"name"`
 	Slot   time.Time      `json:"slot"`
 	Action ScheduleAction `json:"action"`

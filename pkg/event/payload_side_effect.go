@@ -11,6 +11,8 @@ import (
 // of computing it again. The ID shares the run's namespace of decision IDs (steps, waits, signal
 // waits, hooks, children).
 type SideEffectRecorded struct {
+	// SideEffectID is the side effect's ID in the run; Value its recorded result (JSON), which
+	// every replay reads instead of running it again.
 	SideEffectID string          `json:"side_effect_id"`
 	Value        json.RawMessage `json:"value"`
 }

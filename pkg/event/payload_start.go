@@ -59,6 +59,7 @@ func (p ReusePolicy) Valid() bool {
 // Debounce collapses the starts that share Key within a quiet period of Period into one run,
 // started once Period has passed since the latest of them, with the latest one's input.
 type Debounce struct {
+	// Key groups the starts collapsed into one run; Period is the quiet period.
 	Key    string   `json:"key"`
 	Period Duration `json:"period"`
 }
@@ -119,6 +120,7 @@ type RunDelayFired struct {
 // RunDebounced records a start collapsed into this run, which is still delayed: the run's input
 // becomes Input and its NotBefore moves to NotBefore.
 type RunDebounced struct {
+	// Input is the collapsed start's input; NotBefore the run's new start time.
 	Input     json.RawMessage `json:"input"`
 	NotBefore time.Time       `json:"not_before"`
 	// TraceParent is the W3C traceparent of the start that was collapsed, when there was one.

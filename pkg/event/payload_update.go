@@ -18,6 +18,8 @@ import (
 // UpdateReceived records an update sent to the run. UpdateID identifies it within the run: the
 // same ID is recorded once.
 type UpdateReceived struct {
+	// UpdateID identifies the update in the run; Name is its registered name; Payload its data
+	// (JSON).
 	UpdateID string          `json:"update_id"`
 	Name     string          `json:"name"`
 	Payload  json.RawMessage `json:"payload"`
@@ -28,12 +30,14 @@ type UpdateReceived struct {
 // UpdateAccepted records that the workflow's validator accepted update UpdateID. Its result
 // follows in update.completed.
 type UpdateAccepted struct {
+	// UpdateID is the update the workflow's validator accepted.
 	UpdateID string `json:"update_id"`
 }
 
 // UpdateRejected records that the workflow's validator rejected update UpdateID with Error (or
 // that the workflow registers no handler for its name). Nothing about the update follows.
 type UpdateRejected struct {
+	// UpdateID is the update; Error why the validator rejected it.
 	UpdateID string    `json:"update_id"`
 	Error    ErrorInfo `json:"error"`
 }
@@ -41,6 +45,7 @@ type UpdateRejected struct {
 // UpdateCompleted records the outcome of an accepted update: its Result (absent means null), or
 // the Error its handler returned. Nothing about the update follows.
 type UpdateCompleted struct {
+	// UpdateID is the update; Result its result (JSON), or Error the error its handler returned.
 	UpdateID string          `json:"update_id"`
 	Result   json.RawMessage `json:"result,omitempty"`
 	Error    *ErrorInfo      `json:"error,omitempty"`
