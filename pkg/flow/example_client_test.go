@@ -259,7 +259,8 @@ func ExampleBatchClient_Start() {
 }
 
 // Pausing a definition holds every run of it: runs start and record their inputs, but workers
-// make no decision for them until the definition is unpaused.
+// make no decision for them until the definition is unpaused. Workers see the pause through a
+// watch, within milliseconds of PauseDefinition returning (docs/pause.md).
 func ExamplePauseClient_PauseDefinition() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
