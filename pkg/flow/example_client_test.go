@@ -36,7 +36,7 @@ func approval(reg *flow.Registry) {
 
 // startFlow starts Flow and a worker serving reg, and dials a client. It returns once every
 // definition of reg has a live worker, with a function that stops everything.
-func startFlow(ctx context.Context, reg *flow.Registry, definitions ...string) (*flow.Client, func(), error) {
+func startFlow(ctx context.Context, reg *flow.Registry, definitions ...string) (*flow.Client, *worker.Worker, func(), error) {
 	quiet := slog.New(slog.DiscardHandler)
 	var stops []func()
 	stop := func() {
@@ -44,10 +44,10 @@ func startFlow(ctx context.Context, reg *flow.Registry, definitions ...string) (
 			stops[i]()
 		}
 	}
-	fail := func(err error) (*flow.Client, func(), error) { stop(); return nil, nil, err }
+	fail := func(err error) (*flow.Client, *worker.Worker, func(), error) { stop(); return nil, nil, nil, err }
 	dir, err := os.MkdirTemp("", "flow-example-")
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	stops = append(stops, func() { os.RemoveAll(dir) })
 	srv, err := natsserver.Start(natsserver.Config{Dir: dir, Port: -1, Logger: quiet})
@@ -110,7 +110,7 @@ func startFlow(ctx context.Context, reg *flow.Registry, definitions ...string) (
 			}
 		}
 	}
-	return client, stop, nil
+	return client, w, stop, nil
 }
 
 // Start a run, signal it, and read its result.
@@ -119,7 +119,7 @@ func ExampleClient_Signal() {
 	defer cancel()
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
 	approval(reg)
-	client, stop, err := startFlow(ctx, reg, "approval")
+	client, _, stop, err := startFlow(ctx, reg, "approval")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -152,7 +152,7 @@ func ExampleClient_Schedules() {
 	defer cancel()
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
 	approval(reg)
-	client, stop, err := startFlow(ctx, reg, "approval")
+	client, _, stop, err := startFlow(ctx, reg, "approval")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -204,7 +204,7 @@ func ExampleBatchClient_Start() {
 	defer cancel()
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
 	approval(reg)
-	client, stop, err := startFlow(ctx, reg, "approval")
+	client, _, stop, err := startFlow(ctx, reg, "approval")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -260,7 +260,8 @@ func ExampleBatchClient_Start() {
 
 // Pausing a definition holds every run of it: runs start and record their inputs, but workers
 // make no decision for them until the definition is unpaused. Workers see the pause through a
-// watch, within milliseconds of PauseDefinition returning (docs/pause.md).
+// watch, within milliseconds of PauseDefinition returning (docs/pause.md); the example waits for
+// its worker to hold the definition before it starts a run.
 func ExamplePauseClient_PauseDefinition() {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
@@ -268,7 +269,7 @@ func ExamplePauseClient_PauseDefinition() {
 	flow.RegisterWorkflow(reg, "report", func(ctx *flow.Context, _ any) (flow.Decision, error) {
 		return ctx.Complete("report sent"), nil
 	})
-	client, stop, err := startFlow(ctx, reg, "report")
+	client, w, stop, err := startFlow(ctx, reg, "report")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -279,6 +280,14 @@ func ExamplePauseClient_PauseDefinition() {
 	if _, err := pauses.PauseDefinition(ctx, "report", &flow.PauseOptions{Reason: "mail server down", By: "ann"}); err != nil {
 		fmt.Println("error:", err)
 		return
+	}
+	for !w.Holds("report") {
+		select {
+		case <-ctx.Done():
+			fmt.Println("error:", ctx.Err())
+			return
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 	paused, _ := pauses.List(ctx)
 	for _, p := range paused {
@@ -348,7 +357,7 @@ func ExampleClient_Query() {
 	defer cancel()
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
 	expense(reg)
-	client, stop, err := startFlow(ctx, reg, "expense")
+	client, _, stop, err := startFlow(ctx, reg, "expense")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -380,7 +389,7 @@ func ExampleClient_Update() {
 	defer cancel()
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
 	expense(reg)
-	client, stop, err := startFlow(ctx, reg, "expense")
+	client, _, stop, err := startFlow(ctx, reg, "expense")
 	if err != nil {
 		fmt.Println("error:", err)
 		return

@@ -123,5 +123,10 @@ func (w *Worker) Run(ctx context.Context) error {
 	return w.Stop(sctx)
 }
 
+// Holds reports whether the worker holds the runs of definition: it has seen a pause of the
+// definition or of its queue (client.Pauses()), which reaches workers through a watch within
+// milliseconds of the pause, and starts no decision or attempt of them until the pause ends.
+func (w *Worker) Holds(definition string) bool { return w.w.Holds(definition) }
+
 // ID returns the worker's ID, as FLOW_WORKERS and the runs it parks name it; "" before Start.
 func (w *Worker) ID() string { return w.w.ID() }
