@@ -16,6 +16,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"testing"
 )
 
 // Describe returns the exported surface of the package in dir (its non-test files): sorted
@@ -443,4 +444,27 @@ func mentions(text, name string) bool {
 		}
 	}
 	return false
+}
+
+// Test fails t when a name of the package in the working directory (pkg, as the messages name
+// it: "pkg/flow") lacks a doc comment (Undocumented, fields included), or when its surface
+// differs from api.txt (Check), which it rewrites instead with rewrite.
+func Test(t testing.TB, pkg string, rewrite bool) {
+	t.Helper()
+	undocumented, err := Undocumented(".", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(undocumented) > 0 {
+		t.Errorf("%d exported names of %s lack a doc comment that starts with the name:\n  %s",
+			len(undocumented), pkg, strings.Join(undocumented, "\n  "))
+	}
+	msg, err := Check(".", "api.txt", rewrite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if msg != "" {
+		t.Fatalf("the exported surface of %s differs from api.txt (- api.txt only, + the package only):\n%s"+
+			"run `go test ./%s -run TestAPI -rewrite` if the change is deliberate, and review the diff", pkg, msg, pkg)
+	}
 }
