@@ -1,8 +1,11 @@
 package flow
 
 import (
+	"cmp"
 	"encoding/json"
 	"iter"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/flowrun/flow/internal/core"
@@ -66,9 +69,11 @@ type Snapshot struct {
 	Priority int `json:"priority,omitempty"`
 	// Control is the flow control the run started under; nil for none.
 	Control *event.FlowControl `json:"control,omitempty"`
-	// Admitted is set once flow control admitted the run, at AdmittedAt.
-	Admitted   bool      `json:"admitted,omitempty"`
-	AdmittedAt time.Time `json:"admitted_at,omitzero"`
+	// Admitted is set once flow control admitted the run, at sequence AdmittedSeq and time
+	// AdmittedAt.
+	Admitted    bool      `json:"admitted,omitempty"`
+	AdmittedSeq uint64    `json:"admitted_seq,omitempty"`
+	AdmittedAt  time.Time `json:"admitted_at,omitzero"`
 	// Timeouts are the run's timeouts and the deadlines they give; nil for none.
 	Timeouts *event.RunTimeouts `json:"timeouts,omitempty"`
 	// Schedule is the schedule that started the run; nil for a run no schedule started.
@@ -119,8 +124,10 @@ type RunStep struct {
 	SettledSeq uint64 `json:"settled_seq,omitempty"`
 	// Timeouts are the step's per-attempt timeouts; nil for none.
 	Timeouts *event.StepTimeouts `json:"timeouts,omitempty"`
-	// Cancellation is the policy the workflow cancelled the step with; empty if it did not.
+	// Cancellation is the policy the workflow cancelled the step with, recorded at CancelSeq;
+	// empty if it did not.
 	Cancellation Cancellation `json:"cancellation,omitempty"`
+	CancelSeq    uint64       `json:"cancel_seq,omitempty"`
 	// Held is set while the step, which exhausted its attempts under a pausing policy, waits for
 	// the run's unpause to get a fresh attempt (docs/pause.md).
 	Held bool `json:"held,omitempty"`
@@ -197,9 +204,19 @@ type RunChild struct {
 	Attempt      int          `json:"attempt,omitempty"`
 	AttemptRunID string       `json:"attempt_run_id,omitempty"`
 	RetryDue     time.Time    `json:"retry_due,omitzero"`
-	// Cancellation is the policy the workflow cancelled the child with; empty if it did not.
+	// Cancellation is the policy the workflow cancelled the child with, recorded at CancelSeq;
+	// empty if it did not.
 	Cancellation Cancellation `json:"cancellation,omitempty"`
+	CancelSeq    uint64       `json:"cancel_seq,omitempty"`
 }
+
+// CancelPending reports whether a WaitCancelled cancellation of the step waits for its attempt
+// to end.
+func (st *RunStep) CancelPending() bool { return st.CancelSeq != 0 && !st.Status.Settled() }
+
+// CancelPending reports whether a WaitCancelled cancellation of the child waits for its run to
+// end.
+func (c *RunChild) CancelPending() bool { return c.CancelSeq != 0 && !c.Settled }
 
 // RunBlocked describes the latest failed decision of a blocked run.
 type RunBlocked struct {
@@ -287,6 +304,15 @@ type RunPause struct {
 	Steps []HeldStep `json:"steps,omitempty"`
 }
 
+// Describe says why the run runID is paused and what unpauses it, as `flow status` shows it.
+func (p *RunPause) Describe(runID string) string {
+	cp := core.Pause{Reason: p.Reason, Cause: p.Cause, By: p.By, Seq: p.Seq, At: p.At}
+	for _, h := range p.Steps {
+		cp.Steps = append(cp.Steps, core.HeldStep(h))
+	}
+	return cp.Describe(runID)
+}
+
 // HeldStep is a step that exhausted its attempts under a pausing policy.
 type HeldStep struct {
 	StepID  string          `json:"step_id"`
@@ -327,6 +353,21 @@ func (s *Snapshot) IsPaused() bool { return s.Paused != nil && s.Outcome == nil 
 
 // Queued reports whether the run waits for admission under flow control.
 func (s *Snapshot) Queued() bool { return s.Control != nil && !s.Admitted && s.Outcome == nil }
+
+// QueuedReason says why a queued run waits ("" for a run without flow control).
+func (s *Snapshot) QueuedReason() string {
+	if s.Control == nil {
+		return ""
+	}
+	return "waiting for admission under flow control (" + s.Control.Describe() + ")"
+}
+
+// UpdateList returns the run's updates in the order they were received.
+func (s *Snapshot) UpdateList() []*Update {
+	out := slices.Collect(maps.Values(s.Updates))
+	slices.SortFunc(out, func(a, b *Update) int { return cmp.Compare(a.Seq, b.Seq) })
+	return out
+}
 
 // payloadFields returns the addresses of the snapshot's payload fields, which hold a
 // reference where history holds one (docs/large-payloads.md): the run's input, its outcome's
@@ -394,14 +435,14 @@ func viewOf(s *core.Snapshot) *Snapshot {
 		CancelRequested: s.CancelRequested, CancelReason: s.CancelReason, Progress: RunProgress(s.Progress),
 		Attributes: s.Attributes, Delayed: s.Delayed, NotBefore: s.NotBefore, StartPolicy: s.StartPolicy,
 		Debounced: s.Debounced, Priority: s.Priority, Control: s.Control, Admitted: s.Admitted,
-		AdmittedAt: s.AdmittedAt, Timeouts: s.Timeouts, Schedule: s.Schedule, ResetFrom: s.ResetFrom,
+		AdmittedSeq: s.AdmittedSeq, AdmittedAt: s.AdmittedAt, Timeouts: s.Timeouts, Schedule: s.Schedule, ResetFrom: s.ResetFrom,
 		Pauses: s.Pauses,
 	}
 	for id, st := range s.Steps {
 		v.Steps[id] = &RunStep{ID: st.ID, Name: st.Name, Input: st.Input, Retry: st.Retry, BatchSeq: st.BatchSeq,
 			Status: st.Status, Attempt: st.Attempt, RetryDue: st.RetryDue, Output: st.Output, Error: st.Error,
 			SideEffectUnknown: st.SideEffectUnknown, SettledSeq: st.SettledSeq, Timeouts: st.Timeouts,
-			Cancellation: st.Cancellation, Held: st.Held}
+			Cancellation: st.Cancellation, CancelSeq: st.CancelSeq, Held: st.Held}
 	}
 	for id, w := range s.Waits {
 		v.Waits[id] = new(RunWait(*w))
@@ -420,7 +461,7 @@ func viewOf(s *core.Snapshot) *Snapshot {
 			CancelPolicy: ch.CancelPolicy, BuildID: ch.BuildID, Patches: ch.Patches, BatchSeq: ch.BatchSeq,
 			Settled: ch.Settled, Outcome: ch.Outcome, EndedRunID: ch.EndedRunID, Output: ch.Output, Error: ch.Error,
 			SettledSeq: ch.SettledSeq, Retry: ch.Retry, Attempt: ch.Attempt, AttemptRunID: ch.AttemptRunID,
-			RetryDue: ch.RetryDue, Cancellation: ch.Cancellation}
+			RetryDue: ch.RetryDue, Cancellation: ch.Cancellation, CancelSeq: ch.CancelSeq}
 	}
 	if s.Blocked != nil {
 		v.Blocked = new(RunBlocked(*s.Blocked))
