@@ -1,7 +1,6 @@
 package flow
 
 import (
-
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
