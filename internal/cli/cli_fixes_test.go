@@ -458,14 +458,14 @@ func TestTruncateCutsAtRunes(t *testing.T) {
 func TestPrintSnapshotOfEndedRun(t *testing.T) {
 	t.Parallel()
 	due := time.Date(2026, 12, 1, 11, 0, 0, 0, time.UTC)
-	snapshot := func(outcome *core.Outcome) *flow.Snapshot {
-		s := core.New("r1")
+	snapshot := func(outcome *flow.RunOutcome) *flow.Snapshot {
+		s := &flow.Snapshot{RunID: "r1", Steps: map[string]*flow.RunStep{}, Signals: []*flow.RunSignal{}}
 		s.Spec = event.Spec{Definition: "d"}
-		s.Waits["nap"] = &core.Wait{ID: "nap", Deadline: due, Seq: 3}
-		s.Waits["early"] = &core.Wait{ID: "early", Deadline: due, Seq: 2, Fired: true, FiredSeq: 4}
-		s.SignalWaits["approval"] = &core.SignalWait{ID: "approval", Name: "approve", Seq: 5, Signal: -1}
-		s.Hooks["callback"] = &core.Hook{ID: "callback", Token: "tok", Seq: 6}
-		s.Children["kid"] = &core.Child{ID: "kid", RunID: "r1-kid", BatchSeq: 7}
+		s.Waits = map[string]*flow.RunWait{"nap": {ID: "nap", Deadline: due, Seq: 3},
+			"early": {ID: "early", Deadline: due, Seq: 2, Fired: true, FiredSeq: 4}}
+		s.SignalWaits = map[string]*flow.RunSignalWait{"approval": {ID: "approval", Name: "approve", Seq: 5, Signal: -1}}
+		s.Hooks = map[string]*flow.RunHook{"callback": {ID: "callback", Token: "tok", Seq: 6}}
+		s.Children = map[string]*flow.RunChild{"kid": {ID: "kid", RunID: "r1-kid", BatchSeq: 7}}
 		s.Status, s.Outcome = core.StatusSuspended, outcome
 		if outcome != nil {
 			s.Status = core.StatusCancelled
@@ -474,7 +474,7 @@ func TestPrintSnapshotOfEndedRun(t *testing.T) {
 	}
 	for _, tt := range []struct {
 		name    string
-		outcome *core.Outcome
+		outcome *flow.RunOutcome
 		want    []string
 		notWant []string
 	}{
@@ -484,7 +484,7 @@ func TestPrintSnapshotOfEndedRun(t *testing.T) {
 			"Hook callback: token tok waiting\n",
 			"Child kid: run r1-kid running\n",
 		}, nil},
-		{"Ended", &core.Outcome{Outcome: event.OutcomeCancelled, Reason: "stop", Seq: 9}, []string{
+		{"Ended", &flow.RunOutcome{Outcome: event.OutcomeCancelled, Reason: "stop", Seq: 9}, []string{
 			"  early  fired at seq 4\n  nap  never fired (due 2026-12-01T11:00:00Z; the run ended at seq 9)\n",
 			"Signal wait approval (approve): never received (the run ended)\n",
 			"Hook callback: token tok never received (the run ended)\n",

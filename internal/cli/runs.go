@@ -386,11 +386,11 @@ func printSnapshot(w io.Writer, s *flow.Snapshot) {
 		fmt.Fprintln(w, "\nSteps")
 		tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 		fmt.Fprintln(tw, "  ID\tNAME\tSTATUS\tATTEMPT\tRESULT")
-		steps := make([]*core.Step, 0, len(s.Steps))
+		steps := make([]*flow.RunStep, 0, len(s.Steps))
 		for _, st := range s.Steps {
 			steps = append(steps, st)
 		}
-		slices.SortFunc(steps, func(a, b *core.Step) int {
+		slices.SortFunc(steps, func(a, b *flow.RunStep) int {
 			return cmp.Or(cmp.Compare(a.BatchSeq, b.BatchSeq), strings.Compare(a.ID, b.ID))
 		})
 		for _, st := range steps {
@@ -417,11 +417,11 @@ func printSnapshot(w io.Writer, s *flow.Snapshot) {
 	ended := s.Terminal()
 	if len(s.Waits) > 0 {
 		fmt.Fprintln(w, "\nWaits")
-		waits := make([]*core.Wait, 0, len(s.Waits))
+		waits := make([]*flow.RunWait, 0, len(s.Waits))
 		for _, wt := range s.Waits {
 			waits = append(waits, wt)
 		}
-		slices.SortFunc(waits, func(a, b *core.Wait) int { return cmp.Compare(a.Seq, b.Seq) })
+		slices.SortFunc(waits, func(a, b *flow.RunWait) int { return cmp.Compare(a.Seq, b.Seq) })
 		for _, wt := range waits {
 			state := "pending until " + wt.Deadline.Format(time.RFC3339Nano)
 			switch {
@@ -433,11 +433,11 @@ func printSnapshot(w io.Writer, s *flow.Snapshot) {
 			fmt.Fprintf(w, "  %s  %s\n", wt.ID, state)
 		}
 	}
-	signalWaits := make([]*core.SignalWait, 0, len(s.SignalWaits))
+	signalWaits := make([]*flow.RunSignalWait, 0, len(s.SignalWaits))
 	for _, sw := range s.SignalWaits {
 		signalWaits = append(signalWaits, sw)
 	}
-	slices.SortFunc(signalWaits, func(a, b *core.SignalWait) int { return cmp.Compare(a.Seq, b.Seq) })
+	slices.SortFunc(signalWaits, func(a, b *flow.RunSignalWait) int { return cmp.Compare(a.Seq, b.Seq) })
 	for _, sw := range signalWaits {
 		state := "waiting"
 		switch {
@@ -448,11 +448,11 @@ func printSnapshot(w io.Writer, s *flow.Snapshot) {
 		}
 		fmt.Fprintf(w, "Signal wait %s (%s): %s\n", sw.ID, sw.Name, state)
 	}
-	hooks := make([]*core.Hook, 0, len(s.Hooks))
+	hooks := make([]*flow.RunHook, 0, len(s.Hooks))
 	for _, h := range s.Hooks {
 		hooks = append(hooks, h)
 	}
-	slices.SortFunc(hooks, func(a, b *core.Hook) int { return cmp.Compare(a.Seq, b.Seq) })
+	slices.SortFunc(hooks, func(a, b *flow.RunHook) int { return cmp.Compare(a.Seq, b.Seq) })
 	for _, h := range hooks {
 		state := "waiting"
 		switch {
@@ -464,11 +464,11 @@ func printSnapshot(w io.Writer, s *flow.Snapshot) {
 		fmt.Fprintf(w, "Hook %s: token %s %s\n", h.ID, h.Token, state)
 	}
 	printUpdates(w, s, ended)
-	children := make([]*core.Child, 0, len(s.Children))
+	children := make([]*flow.RunChild, 0, len(s.Children))
 	for _, ch := range s.Children {
 		children = append(children, ch)
 	}
-	slices.SortFunc(children, func(a, b *core.Child) int {
+	slices.SortFunc(children, func(a, b *flow.RunChild) int {
 		return cmp.Or(cmp.Compare(a.BatchSeq, b.BatchSeq), strings.Compare(a.ID, b.ID))
 	})
 	for _, ch := range children {

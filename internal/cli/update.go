@@ -66,7 +66,7 @@ payload is applied once and has one outcome; see docs/updates.md. The same updat
 }
 
 // printUpdates lists a run's updates for `flow status`, in the order received.
-func printUpdates(w io.Writer, s *core.Snapshot, ended bool) {
+func printUpdates(w io.Writer, s *flow.Snapshot, ended bool) {
 	for _, u := range s.UpdateList() {
 		state := string(u.Status)
 		switch {

@@ -33,6 +33,8 @@ type Context struct {
 	attributes []SearchAttribute
 	// payloads reads the payloads the history holds by reference; nil reads none.
 	payloads payload.Getter
+	// view is the read-only view of s, made on the first call of Snapshot.
+	view *Snapshot
 }
 
 // RunID returns the ID of the run.
@@ -153,9 +155,15 @@ func (c *Context) Logger() *slog.Logger {
 	return c.runLogger
 }
 
-// Snapshot returns the projection of the run's history, for reading only. Workflow code must
-// not modify it.
-func (c *Context) Snapshot() *Snapshot { return c.s }
+// Snapshot returns the projection of the run's history, for reading only: the same view for
+// every call during one decision. Payload fields hold what history holds (a reference for an
+// offloaded payload); read payloads through the Context's readers, which resolve them.
+func (c *Context) Snapshot() *Snapshot {
+	if c.view == nil {
+		c.view = viewOf(c.s)
+	}
+	return c.view
+}
 
 // ChildResult is how a child workflow ended.
 type ChildResult struct {

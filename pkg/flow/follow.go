@@ -132,7 +132,11 @@ func (c *Client) awaitEnd(ctx context.Context, runID string, mustExist bool) (_ 
 		if d, ok := ctx.Deadline(); ok {
 			wait = min(wait, max(time.Until(d), time.Millisecond))
 		}
-		var resp api.AwaitResponse
+		var resp struct { // api.AwaitResponse, its snapshot decoded into the view
+			Ended    bool      `json:"ended"`
+			Snapshot *Snapshot `json:"snapshot,omitempty"`
+			ReusedBy string    `json:"reused_by,omitempty"`
+		}
 		qctx, cancel := context.WithTimeout(ctx, wait+5*time.Second)
 		err := c.query(qctx, api.SubjectAwait, api.AwaitRequest{RunID: runID, MustExist: mustExist, Wait: wait}, &resp)
 		cancel()

@@ -112,11 +112,7 @@ func (c *Client) Payload(ctx context.Context, raw json.RawMessage) (json.RawMess
 // payload's bytes: the run's input and output, steps' inputs and outputs, signals, hooks,
 // children, updates and side effects. It reads each payload once, and changes s in place.
 func (c *Client) ResolvePayloads(ctx context.Context, s *Snapshot) error {
-	if s.Outcome != nil { // shared with the snapshot's clones: set the fields of a copy
-		o := *s.Outcome
-		s.Outcome = &o
-	}
-	for raw := range s.PayloadFields() {
+	for raw := range s.payloadFields() {
 		if !payload.Marked(*raw) {
 			continue
 		}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/pkg/event"
@@ -14,11 +15,40 @@ import (
 var ErrHistoryUnavailable = errors.New("flow: no history service answers")
 
 // RunDescription is what the history service knows of a run: its snapshot (at a sequence, or
-// the latest), its index entry, and its last sequence.
-type RunDescription = api.GetResponse
+// the latest), its index entry, and its last sequence. It decodes the history service's answer
+// (api.GetResponse) field for field.
+type RunDescription struct {
+	Snapshot *Snapshot `json:"snapshot"`
+	// Entry is the run's runs index entry (with why it is parked, if it is).
+	Entry *RunSummary `json:"entry,omitempty"`
+	// Last is the run's last sequence: Snapshot.Seq unless an earlier one was asked for.
+	Last uint64 `json:"last"`
+	// StepWaits lists the attempts in flight that wait for a slot of their step's limit
+	// (LimitStep), with why; only for the latest snapshot.
+	StepWaits []StepWait `json:"step_waits,omitempty"`
+	// Damage is set for a run whose stored history is damaged: Snapshot then projects the
+	// history's longest valid prefix, which ends at Damage.ValidThrough (and Last).
+	Damage *RunDamage `json:"damage,omitempty"`
+}
+
+// StepWait is an attempt in flight waiting for a slot of its step's limit.
+type StepWait struct {
+	StepID  string    `json:"step_id"`
+	Name    string    `json:"name"`
+	Attempt int       `json:"attempt"`
+	Why     string    `json:"why"`
+	Since   time.Time `json:"since"`
+}
 
 // RunDamage is RunDescription.Damage: why a run's history is damaged, and how far it is valid.
-type RunDamage = api.RunDamage
+type RunDamage struct {
+	Reason string `json:"reason"`
+	// ValidThrough is the last sequence of the history's longest valid prefix.
+	ValidThrough uint64 `json:"valid_through"`
+	// Quarantined is set when the run is quarantined: no worker drives it until an operator
+	// releases it (flow resume RUN --accept-damage, or flow terminate RUN).
+	Quarantined bool `json:"quarantined"`
+}
 
 // Snapshot returns the projection of run runID's latest history, its hook tokens redacted
 // (secrets.go: Secrets().Snapshot reveals them to an operator). An unknown run is an error
@@ -50,7 +80,7 @@ func (c *Client) Describe(ctx context.Context, runID string, at uint64) (*RunDes
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, err
 	}
-	var resp api.GetResponse
+	var resp RunDescription
 	if err := c.query(ctx, api.SubjectGet, api.GetRequest{RunID: runID, At: at, AtLeast: c.seen.get(runID)}, &resp); err != nil {
 		return nil, err
 	}

@@ -193,7 +193,7 @@ func (r *Registry) queryNames(definition string) []string {
 // ErrInvalidInput for args that do not decode, and a *QueryFailedError when the handler (or
 // the workflow function evaluated for it) returned an error or panicked. Query is safe for
 // concurrent use on distinct snapshots.
-func (r *Registry) query(s *Snapshot, name string, args json.RawMessage) (json.RawMessage, error) {
+func (r *Registry) query(s *core.Snapshot, name string, args json.RawMessage) (json.RawMessage, error) {
 	w, err := r.workflow(s.Spec.Definition)
 	if err != nil {
 		return nil, err

@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -51,7 +52,7 @@ func TestRegistryQuery(t *testing.T) {
 
 	tests := []struct {
 		name    string
-		s       *Snapshot
+		s       *core.Snapshot
 		query   string
 		args    string
 		want    string

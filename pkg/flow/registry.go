@@ -243,7 +243,7 @@ func (r *Registry) replayingView() *Registry {
 // A panic is recovered into a *core.PanicError. A returned error becomes a Fail decision. If
 // cancellation was requested and the code did not call [Context.CancelRequested], the decision
 // is replaced by a Cancel: unsettled steps are cancelled and the run ends cancelled.
-func (r *Registry) runWorkflow(definition string, input json.RawMessage, history *Snapshot) (dec Decision, err error) {
+func (r *Registry) runWorkflow(definition string, input json.RawMessage, history *core.Snapshot) (dec Decision, err error) {
 	w, err := r.workflow(definition)
 	if err != nil {
 		return nil, err

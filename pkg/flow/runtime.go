@@ -23,6 +23,7 @@ func init() {
 		return nil
 	})
 	sdk.SetUpdateOutcomeOf(func(st *api.UpdateState) (any, error) { return updateOutcomeOf(st) })
+	sdk.SetSnapshotView(func(s *core.Snapshot) any { return viewOf(s) })
 }
 
 // registryRuntime is a Registry seen as the engine's runtime (sdk.Runtime).

@@ -31,7 +31,7 @@ func (s SecretClient) Snapshot(ctx context.Context, runID string) (*Snapshot, er
 		return nil, err
 	}
 	c := s.c
-	var resp api.GetResponse
+	var resp RunDescription
 	if err := c.query(ctx, api.SubjectSecretsGet, api.GetRequest{RunID: runID, AtLeast: c.seen.get(runID)}, &resp); err != nil {
 		return nil, err
 	}

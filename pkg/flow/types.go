@@ -5,10 +5,6 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// Snapshot is the projection of a run's history: status, steps, waits, signals, hooks, children,
-// progress and terminal outcome. It is rebuilt from history and never a second truth.
-type Snapshot = core.Snapshot
-
 // Status is a run's projected status.
 type Status = core.Status
 

@@ -1,8 +1,6 @@
 package flow
 
 import (
-	"github.com/flowrun/flow/internal/payload"
-
 	"encoding/json"
 	"fmt"
 	"runtime/debug"
@@ -10,10 +8,6 @@ import (
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/pkg/event"
 )
-
-// Update is one update of a run as its history records it: ID, name, payload, status and, once
-// completed, its result or error. See docs/updates.md.
-type Update = core.Update
 
 // UpdateStatus is the state of an update: received, accepted, rejected or completed.
 type UpdateStatus = core.UpdateStatus
@@ -115,7 +109,8 @@ func RegisterUpdate[I any](r *Registry, definition, name string, h UpdateHandler
 // validator does not run and only the handler's at-once completion is decided; with no handler
 // registered the recorded acceptance stands alone. A panic is recovered into a
 // *core.PanicError, which blocks the run as a panic of the workflow does.
-func (r *Registry) decideUpdate(definition string, _ json.RawMessage, history *Snapshot, u *Update, accepted bool) (dec core.UpdateDecision, err error) {
+func (r *Registry) decideUpdate(definition string, _ json.RawMessage, history *core.Snapshot, cu *core.Update, accepted bool) (dec core.UpdateDecision, err error) {
+	u := updateOf(cu)
 	r.mu.RLock()
 	fn := r.updates[definition][u.Name]
 	r.mu.RUnlock()
@@ -132,23 +127,31 @@ func (r *Registry) decideUpdate(definition string, _ json.RawMessage, history *S
 			dec, err = core.UpdateDecision{}, &core.PanicError{Value: p, Stack: debug.Stack()}
 		}
 	}()
-	if payload.Marked(u.Payload) {
-		resolved := *u
-		resolved.Payload = ctx.resolved(u.Payload)
-		u = &resolved
-	}
+	u.Payload = ctx.resolved(u.Payload) // u is the handler's own copy
 	return fn(ctx, u, accepted), nil
 }
 
 // Updates returns the run's updates in the order they were received.
-func (c *Context) Updates() []*Update { return c.s.UpdateList() }
+func (c *Context) Updates() []*Update { return updatesOf(c.s.UpdateList()) }
 
 // OpenUpdates returns the accepted updates that wait for their result, in the order they were
 // received: the ones to complete with [Context.CompleteUpdate].
-func (c *Context) OpenUpdates() []*Update { return c.s.OpenUpdates() }
+func (c *Context) OpenUpdates() []*Update { return updatesOf(c.s.OpenUpdates()) }
 
 // Update returns update id of the run, or nil if it has none.
-func (c *Context) Update(id string) *Update { return c.s.Updates[id] }
+func (c *Context) Update(id string) *Update { return updateOf(c.s.Updates[id]) }
+
+// updatesOf returns the views of us, in order.
+func updatesOf(us []*core.Update) []*Update {
+	if us == nil {
+		return nil
+	}
+	out := make([]*Update, len(us))
+	for i, u := range us {
+		out[i] = updateOf(u)
+	}
+	return out
+}
 
 // CompleteUpdate is the decision that completes accepted update id with result (encoded to
 // JSON): the caller waiting on the update gets it. Completing an update that is not open is an

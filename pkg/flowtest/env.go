@@ -363,9 +363,13 @@ func (e *Env) Now() time.Time {
 	return e.now
 }
 
-// Snapshot returns the projection of run runID.
+// Snapshot returns the projection of run runID, as flow.Client.Snapshot shows it.
 func (e *Env) Snapshot(ctx context.Context, runID string) (*flow.Snapshot, error) {
-	return e.eng().Snapshot(ctx, runID)
+	s, err := e.eng().Snapshot(ctx, runID)
+	if err != nil {
+		return nil, err
+	}
+	return sdk.SnapshotView(s).(*flow.Snapshot), nil
 }
 
 // History returns the events of run runID.

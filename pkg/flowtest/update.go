@@ -70,7 +70,7 @@ func (e *Env) UpdateWithStart(ctx context.Context, definition string, input any,
 // UpdateResult returns where update updateID of run runID stands, as flow.Client.UpdateResult
 // does.
 func (e *Env) UpdateResult(ctx context.Context, runID, updateID string) (*flow.UpdateOutcome, error) {
-	s, err := e.Snapshot(ctx, runID)
+	s, err := e.eng().Snapshot(ctx, runID)
 	if err != nil {
 		return nil, err
 	}

@@ -109,7 +109,7 @@ func (e *controlEnv) status(id string, want core.Status) *flow.Snapshot {
 			if err != nil {
 				e.t.Fatalf("run %s never reached %s: %v", id, want, err)
 			}
-			e.t.Fatalf("run %s never reached %s: it is %s (%s)", id, want, s.Status, s.Summary().Detail)
+			e.t.Fatalf("run %s never reached %s: it is %s (blocked: %+v, outcome: %+v)", id, want, s.Status, s.Blocked, s.Outcome)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
@@ -190,7 +190,7 @@ func TestPriorityOrdersTheQueue(t *testing.T) {
 	e.start("high", "x", 3, &flow.StartOptions{Priority: 5})
 	s := e.status("high", core.StatusQueued)
 	require.Equal(t, 5, s.Priority)
-	require.Contains(t, s.Summary().Detail, "waiting for admission")
+	require.Contains(t, s.QueuedReason(), "waiting for admission") // a queued run's summary detail
 	for _, next := range []string{"first", "high", "low-1", "low-2"} {
 		e.status(next, core.StatusSuspended)
 		for _, other := range []string{"high", "low-1", "low-2"} {
