@@ -13,6 +13,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/typedkv"
 )
 
 // Errors of the store.
@@ -190,7 +191,23 @@ func (s *Store) Targets(ctx context.Context, id string, n int) ([]string, error)
 	return ids, nil
 }
 
-// Watch follows the jobs' entries: the current ones, then every change, until ctx ends.
-func (s *Store) Watch(ctx context.Context) (jetstream.KeyWatcher, error) {
-	return s.kv.Watch(ctx, "job.*", jetstream.IgnoreDeletes())
+// JobEntry is a job's entry as watched: its Value the job, Err set when the entry does not
+// decode (Value zero). Deletions are not watched.
+type JobEntry = typedkv.Entry[Job]
+
+// JobWatcher follows the jobs (Store.Watch).
+type JobWatcher = typedkv.Watcher[Job]
+
+// Watch follows the jobs' entries: the current ones, then nil, then every change (deletions
+// left out), until JobWatcher.Stop or the end of ctx, which close its Updates.
+func (s *Store) Watch(ctx context.Context) (*JobWatcher, error) {
+	kw, err := s.kv.Watch(ctx, "job.*", jetstream.IgnoreDeletes())
+	if err != nil {
+		return nil, err
+	}
+	return typedkv.Follow(kw, func(value []byte) (Job, error) {
+		var j Job
+		err := json.Unmarshal(value, &j)
+		return j, err
+	}), nil
 }

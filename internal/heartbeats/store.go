@@ -15,6 +15,7 @@ import (
 
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/typedkv"
 )
 
 // Store reads and writes FLOW_HEARTBEATS. It is safe for concurrent use.
@@ -68,11 +69,22 @@ func (s *Store) Put(ctx context.Context, e *engine.HeartbeatEntry, rev uint64) (
 	return s.kv.Update(ctx, Key(e.RunID, e.StepID), val, rev)
 }
 
-// Watch watches every entry: the existing ones first, then a nil entry, then every change.
-// Decode an entry's value with Decode; its Created time is when it was last written, by the
-// server's clock.
-func (s *Store) Watch(ctx context.Context) (jetstream.KeyWatcher, error) {
-	return s.kv.WatchAll(ctx)
+// Entry is a FLOW_HEARTBEATS entry as watched: its Key is its step's Key, its Value the
+// step's latest attempt, its Created time when it was last written, by the server's clock;
+// Deleted marks a deletion or a purge (or the bucket's TTL), Err an entry that does not decode.
+type Entry = typedkv.Entry[engine.HeartbeatEntry]
+
+// Watcher follows FLOW_HEARTBEATS (Store.Watch).
+type Watcher = typedkv.Watcher[engine.HeartbeatEntry]
+
+// Watch watches every entry: the existing ones first, then nil, then every change, until
+// Watcher.Stop or the end of ctx, which close its Updates.
+func (s *Store) Watch(ctx context.Context) (*Watcher, error) {
+	kw, err := s.kv.WatchAll(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return typedkv.Follow(kw, Decode), nil
 }
 
 // Decode decodes the value of an entry.

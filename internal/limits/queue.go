@@ -9,6 +9,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/typedkv"
 )
 
 // Queue is the admission queue, the FLOW_QUEUE bucket: one Waiting entry per run under flow
@@ -82,10 +83,22 @@ func (q *Queue) Runs(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
-// Watch watches every entry: the existing ones first, then a nil entry, then every change. An
-// entry's key is its run's ID; decode its value with DecodeWaiting.
-func (q *Queue) Watch(ctx context.Context) (jetstream.KeyWatcher, error) {
-	return q.kv.WatchAll(ctx)
+// QueueEntry is a FLOW_QUEUE entry as watched: its Key is its run's ID, its Value the Waiting
+// run; Deleted marks a run taken off the queue (a deletion or a purge), Err a malformed entry
+// (DecodeWaiting's error).
+type QueueEntry = typedkv.Entry[Waiting]
+
+// QueueWatcher follows the admission queue (Queue.Watch).
+type QueueWatcher = typedkv.Watcher[Waiting]
+
+// Watch watches every entry: the existing ones first, then nil, then every change, until
+// QueueWatcher.Stop or the end of ctx, which close its Updates.
+func (q *Queue) Watch(ctx context.Context) (*QueueWatcher, error) {
+	kw, err := q.kv.WatchAll(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return typedkv.Follow(kw, DecodeWaiting), nil
 }
 
 // DecodeWaiting decodes a FLOW_QUEUE entry's value; an entry without a run or with an invalid

@@ -10,6 +10,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/typedkv"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -44,25 +45,51 @@ func open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, e
 	return &Store{kv: kv, bucket: bucket}, nil
 }
 
+// GroupEntry is a change of a group's entry of FLOW_LIMITS as watched: its Key is the group's
+// GroupKey, its Value the group's state; Deleted marks a deletion or a purge, Err an entry that
+// does not decode.
+type GroupEntry = typedkv.Entry[*State]
+
+// GroupWatcher follows the groups' entries of FLOW_LIMITS (Store.WatchGroups).
+type GroupWatcher = typedkv.Watcher[*State]
+
 // WatchGroups watches the groups' entries of FLOW_LIMITS for changes from now on (no existing
-// entry, no end-of-initial-values marker); an entry's key is the group's GroupKey, its state
-// read with LoadKey.
-func (s *Store) WatchGroups(ctx context.Context) (jetstream.KeyWatcher, error) {
-	return s.kv.Watch(ctx, "g.>", jetstream.UpdatesOnly())
+// entry, no nil marking their end), until GroupWatcher.Stop or the end of ctx.
+func (s *Store) WatchGroups(ctx context.Context) (*GroupWatcher, error) {
+	kw, err := s.kv.Watch(ctx, "g.>", jetstream.UpdatesOnly())
+	if err != nil {
+		return nil, err
+	}
+	return typedkv.Follow(kw, func(value []byte) (*State, error) {
+		st := &State{}
+		return st, json.Unmarshal(value, st)
+	}), nil
 }
 
-// GroupKeys lists the keys of the groups' entries of FLOW_LIMITS.
-func (s *Store) GroupKeys(ctx context.Context) ([]string, error) {
+// Groups lists the flow-control groups that FLOW_LIMITS holds state of, reading each entry for
+// its group's name. An entry written before entries named their group is left out: its group
+// is known once a run of it queues.
+func (s *Store) Groups(ctx context.Context) ([]string, error) {
 	keys, err := s.kv.ListKeysFiltered(ctx, "g.>")
 	if errors.Is(err, jetstream.ErrNoKeysFound) {
 		return nil, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("listing the flow-control groups: %w", err)
+	}
+	var all []string
+	for k := range keys.Keys() {
+		all = append(all, k)
 	}
 	var out []string
-	for k := range keys.Keys() {
-		out = append(out, k)
+	for _, k := range all {
+		st := &State{}
+		if _, err := s.load(ctx, k, st); err != nil {
+			return nil, err
+		}
+		if st.Group != "" {
+			out = append(out, st.Group)
+		}
 	}
 	return out, nil
 }
@@ -114,13 +141,6 @@ func (s *Store) save(ctx context.Context, key string, v any, rev uint64) (uint64
 func (s *Store) Load(ctx context.Context, group string) (*State, uint64, error) {
 	st := &State{}
 	rev, err := s.load(ctx, GroupKey(group), st)
-	return st, rev, err
-}
-
-// LoadKey returns the state of the group whose FLOW_LIMITS key is key, and its revision.
-func (s *Store) LoadKey(ctx context.Context, key string) (*State, uint64, error) {
-	st := &State{}
-	rev, err := s.load(ctx, key, st)
 	return st, rev, err
 }
 

@@ -7,6 +7,7 @@ package runsindex
 
 import (
 	"context"
+	"errors"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -36,9 +37,14 @@ func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 	return &Store{b: b}, nil
 }
 
-// Get returns run runID's entry; found is false when the index has none.
+// Get returns run runID's entry; found is false when the index has none, as for an ID that
+// cannot be a key. An entry whose value is not a summary is returned found, with Err set.
 func (s *Store) Get(ctx context.Context, runID string) (e Entry, found bool, err error) {
-	return s.b.Get(ctx, runID)
+	e, found, err = s.b.Get(ctx, runID)
+	if errors.Is(err, jetstream.ErrInvalidKey) {
+		return Entry{Key: runID}, false, nil
+	}
+	return e, found, err
 }
 
 // Create writes sum as its run's entry if the run has none, and returns the entry's revision;
@@ -57,4 +63,11 @@ func (s *Store) Update(ctx context.Context, sum core.Summary, rev uint64) (uint6
 // the end of ctx. opts are nats.go's (jetstream.IgnoreDeletes to read current entries only).
 func (s *Store) Watch(ctx context.Context, opts ...jetstream.WatchOpt) (*Watcher, error) {
 	return s.b.Watch(ctx, opts...)
+}
+
+// WatchChanges follows the index's changes from now on, without the entries there are and
+// without the nil that ends them in Watch: each entry as it is written, and each deletion or
+// purge (Deleted), its Key the run ID, until Watcher.Stop or the end of ctx.
+func (s *Store) WatchChanges(ctx context.Context) (*Watcher, error) {
+	return s.b.Watch(ctx, jetstream.UpdatesOnly())
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/typedkv"
 )
 
 // Index reads and writes FLOW_TIMERS. It is safe for concurrent use.
@@ -110,10 +111,22 @@ func (x *Index) ByRun(ctx context.Context) (map[string][]string, error) {
 	return byRun, nil
 }
 
-// Watch watches every entry: the existing ones first, then a nil entry, then every change.
-// Decode an entry's value with Decode.
-func (x *Index) Watch(ctx context.Context) (jetstream.KeyWatcher, error) {
-	return x.kv.WatchAll(ctx)
+// Entry is a FLOW_TIMERS entry as watched: its Key is its timer's Key, its Value the timer;
+// Deleted marks a deletion or a purge (Value zero), Err an entry that does not decode (Decode's
+// error).
+type Entry = typedkv.Entry[core.Timer]
+
+// Watcher follows FLOW_TIMERS (Index.Watch).
+type Watcher = typedkv.Watcher[core.Timer]
+
+// Watch watches every entry: the existing ones first, then nil, then every change, until
+// Watcher.Stop or the end of ctx, which close its Updates.
+func (x *Index) Watch(ctx context.Context) (*Watcher, error) {
+	kw, err := x.kv.WatchAll(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return typedkv.Follow(kw, Decode), nil
 }
 
 // Decode decodes the value of an entry; a timer without a run is malformed.

@@ -38,9 +38,8 @@ func TestIndex(t *testing.T) {
 		if e == nil {
 			break
 		}
-		tm, err := timerindex.Decode(e.Value())
-		require.NoError(t, err)
-		got[e.Key()] = tm
+		require.NoError(t, e.Err)
+		got[e.Key] = e.Value
 	}
 	require.NoError(t, w.Stop())
 	require.Len(t, got, 3)

@@ -46,16 +46,29 @@ type Entry[T any] struct {
 	Err error
 }
 
-func decode[T any](e jetstream.KeyValueEntry) Entry[T] {
+func decode[T any](e jetstream.KeyValueEntry) Entry[T] { return decodeWith(e, decodeJSON[T]) }
+
+func decodeJSON[T any](value []byte) (T, error) {
+	var v T
+	err := json.Unmarshal(value, &v)
+	return v, err
+}
+
+// decodeWith makes e an Entry, its value decoded by dec: a deletion or a purge is Deleted, a
+// value dec refuses has Err set and a zero Value.
+func decodeWith[T any](e jetstream.KeyValueEntry, dec func([]byte) (T, error)) Entry[T] {
 	out := Entry[T]{Key: e.Key(), Revision: e.Revision(), Created: e.Created()}
 	if e.Operation() != jetstream.KeyValuePut {
 		out.Deleted = true
 		return out
 	}
-	if err := json.Unmarshal(e.Value(), &out.Value); err != nil {
+	v, err := dec(e.Value())
+	if err != nil {
+		err = fmt.Errorf("entry %s of bucket %s: %w", e.Key(), e.Bucket(), err)
 		var zero T
-		out.Value, out.Err = zero, fmt.Errorf("entry %s of bucket %s: %w", e.Key(), e.Bucket(), err)
+		v = zero
 	}
+	out.Value, out.Err = v, err
 	return out
 }
 
@@ -176,13 +189,22 @@ func (b *Bucket[T]) watch(ctx context.Context, filters []string, opts []jetstrea
 	if err != nil {
 		return nil, fmt.Errorf("watching bucket %s: %w", b.kv.Bucket(), err)
 	}
+	return Follow(kw, decodeJSON[T]), nil
+}
+
+// Follow delivers the entries of kw, a watch a repository opened on its bucket, as Entries
+// whose values dec decodes (an entry dec refuses has Err set): the repositories whose values
+// are not plain JSON T watch through it. kw's nil entry (the end of the initial values, when
+// the watch has one) is delivered as nil. The Watcher owns kw: its Stop stops kw, and Updates
+// closes once kw's updates close.
+func Follow[T any](kw jetstream.KeyWatcher, dec func(value []byte) (T, error)) *Watcher[T] {
 	w := &Watcher[T]{w: kw, updates: make(chan *Entry[T]), stop: make(chan struct{})}
 	go func() {
 		defer close(w.updates)
 		for e := range kw.Updates() {
 			var out *Entry[T]
 			if e != nil {
-				d := decode[T](e)
+				d := decodeWith(e, dec)
 				out = &d
 			}
 			select {
@@ -192,7 +214,7 @@ func (b *Bucket[T]) watch(ctx context.Context, filters []string, opts []jetstrea
 			}
 		}
 	}()
-	return w, nil
+	return w
 }
 
 // Updates returns the channel of changes: the entries there were, nil once they are all

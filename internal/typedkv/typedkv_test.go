@@ -116,3 +116,46 @@ func TestBucketWatch(t *testing.T) {
 		}
 	}, 5*time.Second, 10*time.Millisecond, "Updates closes after Stop")
 }
+
+// Follow decodes a repository's watch with its own decoder: a value it refuses has Err set, a
+// deletion is Deleted, and nil ends the initial values.
+func TestFollowDecodes(t *testing.T) {
+	ctx := t.Context()
+	_, raw := open(t)
+	_, err := raw.Put(ctx, "a", []byte("1"))
+	require.NoError(t, err)
+	kw, err := raw.WatchAll(ctx)
+	require.NoError(t, err)
+	w := typedkv.Follow(kw, func(v []byte) (int, error) {
+		if string(v) == "bad" {
+			return 7, errors.New("refused")
+		}
+		return len(v), nil
+	})
+	defer func() { _ = w.Stop() }()
+	next := func() *typedkv.Entry[int] {
+		t.Helper()
+		select {
+		case e, ok := <-w.Updates():
+			require.True(t, ok)
+			return e
+		case <-time.After(5 * time.Second):
+			t.Fatal("no update")
+			return nil
+		}
+	}
+	e := next()
+	require.Equal(t, "a", e.Key)
+	require.Equal(t, 1, e.Value)
+	require.NoError(t, e.Err)
+	require.Nil(t, next())
+	_, err = raw.Put(ctx, "b", []byte("bad"))
+	require.NoError(t, err)
+	e = next()
+	require.Error(t, e.Err)
+	require.Zero(t, e.Value, "a refused value is zero")
+	require.NoError(t, raw.Delete(ctx, "a"))
+	e = next()
+	require.True(t, e.Deleted)
+	require.Equal(t, "a", e.Key)
+}

@@ -3,7 +3,6 @@ package scheduler
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -13,13 +12,12 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/metrics"
+	"github.com/flowrun/flow/internal/runsindex"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -128,12 +126,12 @@ const handoverGrace = 10 * time.Second
 // it, or shows it queued (or paused, which a queued run may be). A run indexed otherwise
 // (admitted, ended, deleted) never will.
 func (a *admitter) mayQueue(ctx context.Context, id string) bool {
-	e, err := a.runs.Get(ctx, id)
-	if err != nil {
+	e, found, err := a.runs.Get(ctx, id)
+	if err != nil || !found {
 		return true // not indexed yet (or unreachable): the grace bounds the wait
 	}
-	var sum core.Summary
-	return json.Unmarshal(e.Value(), &sum) == nil && (sum.Status == core.StatusQueued || sum.Status == core.StatusPaused) && sum.Deleted == nil
+	sum := e.Value
+	return e.Err == nil && (sum.Status == core.StatusQueued || sum.Status == core.StatusPaused) && sum.Deleted == nil
 }
 
 func (g *admitGroup) waiting() int {
@@ -202,7 +200,7 @@ type admissionController struct {
 	// Set by wire, before Run.
 	queue  *limits.Queue
 	limits *limits.Store
-	runs   jetstream.KeyValue
+	runs   *runsindex.Store
 	engine *engine.Engine
 
 	// admitted and cancelledByControl count its admissions and the runs its policies cancelled.
@@ -211,7 +209,7 @@ type admissionController struct {
 }
 
 // wire hands the controller its repositories, the runs index and the engine, before Run.
-func (c *admissionController) wire(queue *limits.Queue, st *limits.Store, runs jetstream.KeyValue, e *engine.Engine) {
+func (c *admissionController) wire(queue *limits.Queue, st *limits.Store, runs *runsindex.Store, e *engine.Engine) {
 	c.queue, c.limits, c.runs, c.engine = queue, st, runs, e
 }
 
@@ -231,7 +229,7 @@ type admitter struct {
 	// runs index updates wake that group.
 	awaiting map[string]string
 	// runs is the runs index (FLOW_RUNS), which tells the holders' ends.
-	runs jetstream.KeyValue
+	runs *runsindex.Store
 }
 
 // Run watches the admission queue and the limits, and admits runs, until ctx ends (it returns
@@ -241,7 +239,7 @@ func (c *admissionController) Run(ctx context.Context) error {
 		holding: map[string]string{}, awaiting: map[string]string{}, runs: c.runs}
 	// The holders' ends: every update of the runs index from now on; what ended before is found
 	// by the rounds' repair of the slots this leader has not verified.
-	rw, err := c.runs.WatchAll(ctx, jetstream.UpdatesOnly())
+	rw, err := c.runs.WatchChanges(ctx)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil
@@ -357,7 +355,7 @@ const drainBatch = 1024
 
 // onQueue folds one update of the admission queue's watch (ok false: the watch ended, an
 // error); nil marks the end of the entries that were there when the watch began.
-func (a *admitter) onQueue(e jetstream.KeyValueEntry, ok bool, loaded *bool) error {
+func (a *admitter) onQueue(e *limits.QueueEntry, ok bool, loaded *bool) error {
 	switch {
 	case !ok:
 		return errors.New("the admission queue watch ended")
@@ -371,12 +369,12 @@ func (a *admitter) onQueue(e jetstream.KeyValueEntry, ok bool, loaded *bool) err
 
 // onLimits folds one update of the flow-control state's watch: another leader overlapping this
 // one for a moment wrote a group, which the next round reads again.
-func (a *admitter) onLimits(e jetstream.KeyValueEntry, ok bool) error {
+func (a *admitter) onLimits(e *limits.GroupEntry, ok bool) error {
 	if !ok {
 		return errors.New("the flow-control state watch ended")
 	}
 	if e != nil {
-		if name, known := a.byKey[e.Key()]; known {
+		if name, known := a.byKey[e.Key]; known {
 			if g := a.groups[name]; g != nil {
 				g.dirty = true
 			}
@@ -386,7 +384,7 @@ func (a *admitter) onLimits(e jetstream.KeyValueEntry, ok bool) error {
 }
 
 // onRuns folds one update of the runs index's watch: a holder's end.
-func (a *admitter) onRuns(e jetstream.KeyValueEntry, ok bool) error {
+func (a *admitter) onRuns(e *runsindex.Entry, ok bool) error {
 	if !ok {
 		return errors.New("the runs index watch ended")
 	}
@@ -400,45 +398,38 @@ func (a *admitter) onRuns(e jetstream.KeyValueEntry, ok bool) error {
 // round checks their slots against history: a new leader releases the slots of runs that ended
 // while no controller led.
 func (a *admitter) loadGroups(ctx context.Context) error {
-	keys, err := a.limits.GroupKeys(ctx)
+	groups, err := a.limits.Groups(ctx)
 	if err != nil {
-		return fmt.Errorf("listing the flow-control groups: %w", err)
+		return err
 	}
-	for _, k := range keys {
-		st, _, err := a.limits.LoadKey(ctx, k)
-		if err != nil {
-			return err
-		}
-		if st.Group == "" {
-			continue // written before entries named their group; found when a run of it queues
-		}
-		a.group(st.Group).dirty = true
+	for _, name := range groups {
+		a.group(name).dirty = true
 	}
 	return nil
 }
 
 // applyRun takes note of a runs index update: the end of a run holding a slot is released in
 // its group's next round.
-func (a *admitter) applyRun(e jetstream.KeyValueEntry) {
-	if name, ok := a.awaiting[e.Key()]; ok {
+func (a *admitter) applyRun(e *runsindex.Entry) {
+	if name, ok := a.awaiting[e.Key]; ok {
 		if g := a.groups[name]; g != nil {
 			g.dirty = true // a slot handed over to this run may go now (mayQueue)
 		}
 	}
-	name, held := a.holding[e.Key()]
-	if !held || e.Operation() != jetstream.KeyValuePut {
+	name, held := a.holding[e.Key]
+	if !held || e.Deleted {
 		return
 	}
-	var sum core.Summary
-	if err := json.Unmarshal(e.Value(), &sum); err != nil || !(sum.Status.Terminal() || sum.Deleted != nil) {
+	sum := e.Value
+	if e.Err != nil || !(sum.Status.Terminal() || sum.Deleted != nil) {
 		return
 	}
 	g := a.group(name)
-	if _, repairing := g.ended[e.Key()]; !repairing {
-		g.ended[e.Key()] = false
+	if _, repairing := g.ended[e.Key]; !repairing {
+		g.ended[e.Key] = false
 	}
-	if _, known := g.handover[e.Key()]; !known && sum.ResetTo != "" && sum.Deleted == nil {
-		g.handover[e.Key()] = handover{to: sum.ResetTo, since: time.Now()}
+	if _, known := g.handover[e.Key]; !known && sum.ResetTo != "" && sum.Deleted == nil {
+		g.handover[e.Key] = handover{to: sum.ResetTo, since: time.Now()}
 		a.awaiting[sum.ResetTo] = name
 	}
 	g.dirty = true
@@ -457,12 +448,11 @@ func (a *admitter) reconcile(ctx context.Context) {
 		if _, known := g.ended[run]; known {
 			continue
 		}
-		e, err := a.runs.Get(ctx, run)
-		if err != nil {
+		e, found, err := a.runs.Get(ctx, run)
+		if err != nil || !found {
 			continue // no entry yet, or unreachable: the next reconciliation looks again
 		}
-		var sum core.Summary
-		if json.Unmarshal(e.Value(), &sum) == nil && (sum.Status.Terminal() || sum.Deleted != nil) {
+		if sum := e.Value; e.Err == nil && (sum.Status.Terminal() || sum.Deleted != nil) {
 			g.ended[run], g.dirty = true, true
 		}
 	}
@@ -480,19 +470,19 @@ func (a *admitter) group(name string) *admitGroup {
 }
 
 // applyQueue folds one FLOW_QUEUE change into the waiting runs.
-func (a *admitter) applyQueue(e jetstream.KeyValueEntry) {
-	if e.Operation() != jetstream.KeyValuePut {
-		if q, ok := a.byRun[e.Key()]; ok {
+func (a *admitter) applyQueue(e *limits.QueueEntry) {
+	if e.Deleted {
+		if q, ok := a.byRun[e.Key]; ok {
 			a.groups[q.w.Control.Group].remove(q.w.Control.Key, q.w.RunID)
-			delete(a.byRun, e.Key())
+			delete(a.byRun, e.Key)
 		}
 		return
 	}
-	w, err := limits.DecodeWaiting(e.Value())
-	if err != nil {
-		a.c.logger.Error("ignoring a malformed admission queue entry", slog.String("key", e.Key()))
+	if e.Err != nil {
+		a.c.logger.Error("ignoring a malformed admission queue entry", slog.String("key", e.Key))
 		return
 	}
+	w := e.Value
 	if _, ok := a.byRun[w.RunID]; ok {
 		return
 	}

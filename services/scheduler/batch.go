@@ -2,7 +2,6 @@ package scheduler
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"log/slog"
 	"sync"
@@ -124,9 +123,8 @@ func (x *batchExecutor) Run(ctx context.Context) error {
 			if e == nil {
 				continue
 			}
-			var j batch.Job
-			if json.Unmarshal(e.Value(), &j) == nil {
-				start(j)
+			if e.Err == nil {
+				start(e.Value)
 			}
 		case <-rescan.C:
 			jobs, err := x.batches.List(ctx)

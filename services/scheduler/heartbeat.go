@@ -8,8 +8,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/nats-io/nats.go/jetstream"
-
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/heartbeats"
@@ -42,7 +40,7 @@ type heartbeatWatcher struct {
 	beats  *heartbeats.Store
 	engine *engine.Engine
 	// watch opens the watch on FLOW_HEARTBEATS; nil means beats.Watch. Tests replace it.
-	watch func(context.Context) (jetstream.KeyWatcher, error)
+	watch func(context.Context) (*heartbeats.Watcher, error)
 
 	// timedOut counts the attempts it timed out, beatChecks the passed deadlines it checked
 	// against history; checked is its record of the entries it checked, kept across its
@@ -196,24 +194,24 @@ func (hw *heartbeatWatcher) watchOnce(ctx context.Context) error {
 			if e == nil {
 				continue // the initial values are in
 			}
-			remove(e.Key())
-			if e.Operation() != jetstream.KeyValuePut {
-				hw.checked.forget(e.Key())
+			remove(e.Key)
+			if e.Deleted {
+				hw.checked.forget(e.Key)
 				continue
 			}
-			if hw.checked.seen(e.Key(), e.Revision()) {
+			if hw.checked.seen(e.Key, e.Revision) {
 				continue // its deadline passed and was checked: nothing is left to watch
 			}
-			entry, err := heartbeats.Decode(e.Value())
-			if err != nil {
-				hw.logger.Warn("a FLOW_HEARTBEATS entry does not decode; ignored", slog.String("key", e.Key()), slog.String("error", err.Error()))
+			if e.Err != nil {
+				hw.logger.Warn("a FLOW_HEARTBEATS entry does not decode; ignored", slog.String("key", e.Key), slog.String("error", e.Err.Error()))
 				continue
 			}
-			at, kind, ok := entry.Deadline(e.Created())
+			entry := e.Value
+			at, kind, ok := entry.Deadline(e.Created)
 			if !ok {
 				continue
 			}
-			w := &watched{key: e.Key(), entry: entry, rev: e.Revision(), at: at, kind: kind}
+			w := &watched{key: e.Key, entry: entry, rev: e.Revision, at: at, kind: kind}
 			byKey[w.key] = w
 			heap.Push(&h, w)
 		case <-timer.C:

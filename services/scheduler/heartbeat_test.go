@@ -22,14 +22,14 @@ import (
 // beatWatches is a watchBeats seam that opens real watches of FLOW_HEARTBEATS and keeps them, so
 // that a test can end one as the server would: its Updates channel closes.
 type beatWatches struct {
-	kv jetstream.KeyValue
+	beats *heartbeats.Store
 
 	mu     sync.Mutex
-	opened []jetstream.KeyWatcher
+	opened []*heartbeats.Watcher
 }
 
-func (b *beatWatches) watch(ctx context.Context) (jetstream.KeyWatcher, error) {
-	w, err := b.kv.WatchAll(ctx)
+func (b *beatWatches) watch(ctx context.Context) (*heartbeats.Watcher, error) {
+	w, err := b.beats.Watch(ctx)
 	if err == nil {
 		b.mu.Lock()
 		b.opened = append(b.opened, w)
@@ -141,7 +141,9 @@ func TestRestartedHeartbeatWatcherChecksOnceAndGoesQuiet(t *testing.T) {
 	require.NoError(t, s1.Stop())
 	require.Equal(t, rev, f.revision(t, "stuck"), "the watcher wrote the worker's entry")
 
-	watches := &beatWatches{kv: f.beats}
+	store, err := heartbeats.Open(t.Context(), natstest.JetStream(t, srv))
+	require.NoError(t, err)
+	watches := &beatWatches{beats: store}
 	s2 := startBeatScheduler(t, srv, "second", watches)
 	require.Eventually(t, func() bool { return s2.BeatChecks() == 1 }, 20*time.Second, 10*time.Millisecond,
 		"the second watcher checks the passed deadline against history")

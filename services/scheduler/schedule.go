@@ -17,6 +17,7 @@ import (
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/liveness"
+	"github.com/flowrun/flow/internal/runsindex"
 	"github.com/flowrun/flow/internal/schedule"
 	"github.com/flowrun/flow/internal/schedule/schedstore"
 	"github.com/flowrun/flow/internal/store/jsstore"
@@ -72,7 +73,7 @@ type scheduleRunner struct {
 	js        jetstream.JetStream
 	schedules *schedstore.Store
 	// runs is the runs index, read for the tombstones of deleted runs (schedule_chain.go).
-	runs   jetstream.KeyValue
+	runs   *runsindex.Store
 	store  *jsstore.Store
 	engine *engine.Engine
 	// defs is the view of the workers and definitions while it leads.
@@ -104,7 +105,7 @@ type trackedSchedule struct {
 
 // wire hands the runner its connection, repository, the runs index, the store and the engine,
 // before Run.
-func (r *scheduleRunner) wire(nc *nats.Conn, js jetstream.JetStream, schedules *schedstore.Store, runs jetstream.KeyValue,
+func (r *scheduleRunner) wire(nc *nats.Conn, js jetstream.JetStream, schedules *schedstore.Store, runs *runsindex.Store,
 	st *jsstore.Store, e *engine.Engine) {
 	r.nc, r.js, r.schedules, r.runs, r.store, r.engine = nc, js, schedules, runs, st, e
 }
@@ -199,21 +200,20 @@ func minTime(a, b time.Time) time.Time {
 }
 
 // apply folds one bucket change into the tracked schedules.
-func (r *scheduleRunner) apply(e jetstream.KeyValueEntry, tracked map[string]*trackedSchedule) {
-	if e.Operation() != jetstream.KeyValuePut {
-		delete(tracked, e.Key())
+func (r *scheduleRunner) apply(e *schedstore.Entry, tracked map[string]*trackedSchedule) {
+	if e.Deleted {
+		delete(tracked, e.Key)
 		return
 	}
-	if cur, ok := tracked[e.Key()]; ok && cur.rev >= e.Revision() {
+	if cur, ok := tracked[e.Key]; ok && cur.rev >= e.Revision {
 		return // our own write, applied already
 	}
-	sch, t, err := schedstore.Decode(e.Value())
-	if err != nil {
-		r.logger.Error("ignoring a malformed schedule entry", slog.String("schedule", e.Key()), slog.String("error", err.Error()))
-		delete(tracked, e.Key())
+	if e.Err != nil {
+		r.logger.Error("ignoring a malformed schedule entry", slog.String("schedule", e.Key), slog.String("error", e.Err.Error()))
+		delete(tracked, e.Key)
 		return
 	}
-	tracked[e.Key()] = &trackedSchedule{sch: sch, t: t, rev: e.Revision()}
+	tracked[e.Key] = &trackedSchedule{sch: e.Value.Schedule, t: e.Value.Timing, rev: e.Revision}
 }
 
 // errDeleted reports a schedule deleted while its round ran.

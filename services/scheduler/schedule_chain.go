@@ -3,12 +3,9 @@ package scheduler
 import (
 	"cmp"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
-
-	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/schedule"
@@ -138,17 +135,17 @@ func linkOf(events []event.Envelope) chainLink {
 // indexEntry returns run id's runs index entry, nil when it has none (or a malformed one,
 // logged).
 func (r *scheduleRunner) indexEntry(ctx context.Context, id string) (*core.Summary, error) {
-	e, err := r.runs.Get(ctx, id)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) || errors.Is(err, jetstream.ErrInvalidKey) {
-		return nil, nil
-	}
+	e, found, err := r.runs.Get(ctx, id)
 	if err != nil {
 		return nil, fmt.Errorf("reading the runs index entry of run %q: %w", id, err)
 	}
-	var sum core.Summary
-	if err := json.Unmarshal(e.Value(), &sum); err != nil {
-		r.logger.Warn("ignoring a malformed runs index entry", slog.String("run_id", id), slog.String("error", err.Error()))
+	if !found {
 		return nil, nil
 	}
+	if e.Err != nil {
+		r.logger.Warn("ignoring a malformed runs index entry", slog.String("run_id", id), slog.String("error", e.Err.Error()))
+		return nil, nil
+	}
+	sum := e.Value
 	return &sum, nil
 }

@@ -46,6 +46,7 @@ import (
 	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/maintenance"
 	"github.com/flowrun/flow/internal/natsconn"
+	"github.com/flowrun/flow/internal/runsindex"
 	"github.com/flowrun/flow/internal/schedule/schedstore"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/streams"
@@ -160,7 +161,7 @@ type Scheduler struct {
 	limits     *limits.Store
 	batchStore *batch.Store
 	schedStore *schedstore.Store
-	runs       jetstream.KeyValue
+	runs       *runsindex.Store
 
 	// probes serves /healthz, /readyz and /metrics (nil when off); readiness follows Start and Stop.
 	probes    *health.Server
@@ -335,7 +336,7 @@ func (s *Scheduler) open(ctx context.Context) error {
 	if s.queue, err = limits.OpenQueue(ctx, js); err != nil {
 		return err
 	}
-	if s.runs, err = js.KeyValue(ctx, streams.RunsBucket); err != nil {
+	if s.runs, err = runsindex.Open(ctx, js); err != nil {
 		return err
 	}
 	if s.limits, err = limits.Open(ctx, js); err != nil {

@@ -68,7 +68,7 @@ type timerFirer struct {
 	engine  *engine.Engine
 
 	// watch opens the watch on FLOW_TIMERS; nil means index.Watch. Tests replace it.
-	watch func(context.Context) (jetstream.KeyWatcher, error)
+	watch func(context.Context) (*timerindex.Watcher, error)
 
 	// fired counts the timers fired (or found moot).
 	fired atomic.Int64
@@ -470,23 +470,23 @@ func (fr *timerFirer) Run(ctx context.Context) error {
 }
 
 // apply folds one bucket change into the pending set.
-func (fr *timerFirer) apply(e jetstream.KeyValueEntry, ts *pendingSet) {
-	cur, known := ts.byKey[e.Key()]
-	if e.Operation() != jetstream.KeyValuePut {
+func (fr *timerFirer) apply(e *timerindex.Entry, ts *pendingSet) {
+	cur, known := ts.byKey[e.Key]
+	if e.Deleted {
 		if known {
 			// A firing in flight finishes; its result finds the timer gone.
 			ts.forget(cur)
 		}
-		ts.fired.forget(e.Key())
+		ts.fired.forget(e.Key)
 		return
 	}
-	t, err := timerindex.Decode(e.Value())
-	if err != nil {
-		fr.logger.Error("ignoring a malformed timer entry", slog.String("key", e.Key()))
+	if e.Err != nil {
+		fr.logger.Error("ignoring a malformed timer entry", slog.String("key", e.Key))
 		return
 	}
+	t := e.Value
 	if known {
-		cur.rev = e.Revision()
+		cur.rev = e.Revision
 		if !cur.firing && !cur.timer.Due.Equal(t.Due) {
 			cur.timer = t
 			ts.due.fix(cur)
@@ -495,7 +495,7 @@ func (fr *timerFirer) apply(e jetstream.KeyValueEntry, ts *pendingSet) {
 		return
 	}
 	// An entry whose timer fired on its commit's hint already is only forgotten.
-	ts.add(&pending{key: e.Key(), timer: t, rev: e.Revision(), done: ts.fired.take(e.Key(), t)})
+	ts.add(&pending{key: e.Key, timer: t, rev: e.Revision, done: ts.fired.take(e.Key, t)})
 }
 
 // preload reads ahead what firing timer t will need: the run's tail when the timer's event is

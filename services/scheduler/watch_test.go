@@ -30,11 +30,11 @@ type watchRecorder struct {
 	failAfter int
 
 	mu      sync.Mutex
-	opened  []jetstream.KeyWatcher
+	opened  []*timerindex.Watcher
 	refused int
 }
 
-func (r *watchRecorder) watch(ctx context.Context) (jetstream.KeyWatcher, error) {
+func (r *watchRecorder) watch(ctx context.Context) (*timerindex.Watcher, error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.failAfter > 0 && len(r.opened) >= r.failAfter {

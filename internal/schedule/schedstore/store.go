@@ -22,6 +22,7 @@ import (
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/schedule"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/typedkv"
 	"github.com/flowrun/flow/pkg/event"
 )
 
@@ -92,10 +93,34 @@ func (s *Store) Names(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// Watch watches every entry: the existing ones first, then a nil entry, then every change. An
-// entry's key is its schedule's name; decode its value with Decode.
-func (s *Store) Watch(ctx context.Context) (jetstream.KeyWatcher, error) {
-	return s.kv.WatchAll(ctx)
+// Watched is a schedule as the watch delivers it: the schedule and its timing (Decode).
+type Watched struct {
+	Schedule *schedule.Schedule
+	Timing   *schedule.Timing
+}
+
+// Entry is a FLOW_SCHEDULES entry as watched: its Key is its schedule's name; Deleted marks a
+// deleted (or purged) schedule, Err an entry that does not decode or is invalid (Decode's
+// error, Value zero).
+type Entry = typedkv.Entry[Watched]
+
+// Watcher follows FLOW_SCHEDULES (Store.Watch).
+type Watcher = typedkv.Watcher[Watched]
+
+// Watch watches every entry: the existing ones first, then nil, then every change, until
+// Watcher.Stop or the end of ctx, which close its Updates.
+func (s *Store) Watch(ctx context.Context) (*Watcher, error) {
+	kw, err := s.kv.WatchAll(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return typedkv.Follow(kw, func(value []byte) (Watched, error) {
+		sch, t, err := Decode(value)
+		if err != nil {
+			return Watched{}, err
+		}
+		return Watched{Schedule: sch, Timing: t}, nil
+	}), nil
 }
 
 // Decode decodes the value of an entry and checks it: the schedule and its timing.
