@@ -18,6 +18,7 @@ var ErrHistoryUnavailable = errors.New("flow: no history service answers")
 // the latest), its index entry, and its last sequence. It decodes the history service's answer
 // (api.GetResponse) field for field.
 type RunDescription struct {
+	// Snapshot is the run's snapshot at the sequence asked for, or the latest.
 	Snapshot *Snapshot `json:"snapshot"`
 	// Entry is the run's runs index entry (with why it is parked, if it is).
 	Entry *RunSummary `json:"entry,omitempty"`
@@ -33,15 +34,20 @@ type RunDescription struct {
 
 // StepWait is an attempt in flight waiting for a slot of its step's limit.
 type StepWait struct {
-	StepID  string    `json:"step_id"`
-	Name    string    `json:"name"`
-	Attempt int       `json:"attempt"`
-	Why     string    `json:"why"`
-	Since   time.Time `json:"since"`
+	// StepID is the step's ID, Name its registered step function and Attempt the attempt that
+	// waits.
+	StepID  string `json:"step_id"`
+	Name    string `json:"name"`
+	Attempt int    `json:"attempt"`
+	// Why says what keeps the attempt waiting.
+	Why string `json:"why"`
+	// Since is when the attempt first found no slot.
+	Since time.Time `json:"since"`
 }
 
 // RunDamage is RunDescription.Damage: why a run's history is damaged, and how far it is valid.
 type RunDamage struct {
+	// Reason says what was found damaged in the run's history.
 	Reason string `json:"reason"`
 	// ValidThrough is the last sequence of the history's longest valid prefix.
 	ValidThrough uint64 `json:"valid_through"`

@@ -21,31 +21,50 @@ import (
 // keyed by the decision ID the workflow chose. A Snapshot from [Context.Snapshot] shares its
 // payload bytes with the worker's projection: read them, never write into them.
 type Snapshot struct {
-	RunID         string           `json:"run_id"`
-	Seq           uint64           `json:"seq"`
-	Status        Status           `json:"status"`
-	StartedAt     time.Time        `json:"started_at"`
-	UpdatedAt     time.Time        `json:"updated_at"`
-	Spec          event.Spec       `json:"spec"`
-	Input         json.RawMessage  `json:"input"`
-	Queue         string           `json:"queue,omitempty"`
-	Parent        *event.ParentRef `json:"parent,omitempty"`
-	ContinuedFrom string           `json:"continued_from,omitempty"`
-	Generation    int              `json:"generation,omitempty"`
+	// RunID is the run's ID.
+	RunID string `json:"run_id"`
+	// Seq is the sequence of the last event the snapshot projects.
+	Seq uint64 `json:"seq"`
+	// Status is the run's status at Seq.
+	Status Status `json:"status"`
+	// StartedAt is the recorded time of the run's start; UpdatedAt that of the event at Seq.
+	StartedAt time.Time `json:"started_at"`
+	UpdatedAt time.Time `json:"updated_at"`
+	// Spec is the code identity the run is decided with: its definition, build and patches.
+	Spec event.Spec `json:"spec"`
+	// Input is the run's input (JSON).
+	Input json.RawMessage `json:"input"`
+	// Queue is the task queue whose workers drive the run; empty for the default queue.
+	Queue string `json:"queue,omitempty"`
+	// Parent links a child run to its parent run; nil for a run a client started.
+	Parent *event.ParentRef `json:"parent,omitempty"`
+	// ContinuedFrom is the run this one continues as new, and Generation counts the
+	// continuations; empty and 0 for a run that continues none.
+	ContinuedFrom string `json:"continued_from,omitempty"`
+	Generation    int    `json:"generation,omitempty"`
 
-	Steps       map[string]*RunStep       `json:"steps"`
-	Waits       map[string]*RunWait       `json:"waits"`
+	// Steps holds the run's scheduled steps by step ID.
+	Steps map[string]*RunStep `json:"steps"`
+	// Waits holds the run's durable timers by wait ID.
+	Waits map[string]*RunWait `json:"waits"`
+	// SignalWaits holds the run's waits for a signal by wait ID.
 	SignalWaits map[string]*RunSignalWait `json:"signal_waits"`
 	// Signals are the received signals, in the order received.
-	Signals  []*RunSignal         `json:"signals"`
-	Hooks    map[string]*RunHook  `json:"hooks"`
+	Signals []*RunSignal `json:"signals"`
+	// Hooks holds the run's hooks by hook ID.
+	Hooks map[string]*RunHook `json:"hooks"`
+	// Children holds the run's child workflows by child ID.
 	Children map[string]*RunChild `json:"children"`
 
-	CancelRequested bool        `json:"cancel_requested"`
-	CancelReason    string      `json:"cancel_reason,omitempty"`
-	Blocked         *RunBlocked `json:"blocked,omitempty"`
+	// CancelRequested is set once cancellation of the run was requested, with CancelReason the
+	// request's reason.
+	CancelRequested bool   `json:"cancel_requested"`
+	CancelReason    string `json:"cancel_reason,omitempty"`
+	// Blocked describes the latest failed decision while the run is blocked; nil otherwise.
+	Blocked *RunBlocked `json:"blocked,omitempty"`
 	// Outcome is the run's terminal outcome; nil while the run is active.
-	Outcome  *RunOutcome `json:"outcome,omitempty"`
+	Outcome *RunOutcome `json:"outcome,omitempty"`
+	// Progress counts what the run has done and what it waits on.
 	Progress RunProgress `json:"progress"`
 	// SideEffects holds the values ctx.SideEffect recorded, by side effect ID.
 	SideEffects map[string]*RunSideEffect `json:"side_effects,omitempty"`
@@ -105,19 +124,26 @@ const (
 
 // RunStep is one scheduled step of a run.
 type RunStep struct {
-	ID    string          `json:"id"`
-	Name  string          `json:"name"`
+	// ID is the step's ID, unique in the run.
+	ID string `json:"id"`
+	// Name is the registered step function the step runs.
+	Name string `json:"name"`
+	// Input is the step's input (JSON).
 	Input json.RawMessage `json:"input"`
-	Retry RetryPolicy     `json:"retry"`
+	// Retry is the step's retry policy, normalized.
+	Retry RetryPolicy `json:"retry"`
 	// BatchSeq is the sequence of the event that scheduled the step with its batch.
-	BatchSeq uint64     `json:"batch_seq"`
-	Status   StepStatus `json:"status"`
+	BatchSeq uint64 `json:"batch_seq"`
+	// Status is the step's state.
+	Status StepStatus `json:"status"`
 	// Attempt is the attempt in flight, due next, or last run once settled (from 1).
 	Attempt int `json:"attempt"`
 	// RetryDue is when the next attempt of a retrying step is due.
-	RetryDue time.Time        `json:"retry_due,omitzero"`
-	Output   json.RawMessage  `json:"output,omitempty"`
-	Error    *event.ErrorInfo `json:"error,omitempty"`
+	RetryDue time.Time `json:"retry_due,omitzero"`
+	// Output is the result (JSON) of a completed step.
+	Output json.RawMessage `json:"output,omitempty"`
+	// Error is the error of a failed step's last attempt, or of a retrying step's failed one.
+	Error *event.ErrorInfo `json:"error,omitempty"`
 	// SideEffectUnknown is set when the step was cancelled while an attempt may have run.
 	SideEffectUnknown bool `json:"side_effect_unknown,omitempty"`
 	// SettledSeq is the sequence of the event that settled the step; 0 while it is not settled.
@@ -135,19 +161,27 @@ type RunStep struct {
 
 // RunWait is one durable timer of a run.
 type RunWait struct {
-	ID       string         `json:"id"`
-	Deadline time.Time      `json:"deadline"`
+	// ID is the timer's ID in the run.
+	ID string `json:"id"`
+	// Deadline is when the timer fires.
+	Deadline time.Time `json:"deadline"`
+	// Duration is what the workflow asked to sleep for, when it gave a duration.
 	Duration event.Duration `json:"duration,omitempty"`
-	Seq      uint64         `json:"seq"`
-	Fired    bool           `json:"fired"`
-	FiredSeq uint64         `json:"fired_seq,omitempty"`
+	// Seq is the sequence of the event that scheduled the timer.
+	Seq uint64 `json:"seq"`
+	// Fired is set once the deadline passed, at sequence FiredSeq.
+	Fired    bool   `json:"fired"`
+	FiredSeq uint64 `json:"fired_seq,omitempty"`
 }
 
 // RunSignalWait is one wait of a run for a signal.
 type RunSignalWait struct {
-	ID   string `json:"id"`
+	// ID is the wait's ID in the run.
+	ID string `json:"id"`
+	// Name is the signal waited for.
 	Name string `json:"name"`
-	Seq  uint64 `json:"seq"`
+	// Seq is the sequence of the event that began the wait.
+	Seq uint64 `json:"seq"`
 	// Signal indexes Snapshot.Signals once a signal is bound to this wait, else -1.
 	Signal int `json:"signal"`
 }
@@ -157,10 +191,14 @@ func (w *RunSignalWait) Received() bool { return w.Signal >= 0 }
 
 // RunSignal is one signal a run received.
 type RunSignal struct {
-	Name       string          `json:"name"`
-	Payload    json.RawMessage `json:"payload"`
-	DeliveryID string          `json:"delivery_id"`
-	Seq        uint64          `json:"seq"`
+	// Name is the signal's name.
+	Name string `json:"name"`
+	// Payload is the signal's data (JSON).
+	Payload json.RawMessage `json:"payload"`
+	// DeliveryID identifies the delivery, so that a repeated delivery is recorded once.
+	DeliveryID string `json:"delivery_id"`
+	// Seq is the sequence of the event that recorded the signal.
+	Seq uint64 `json:"seq"`
 	// ConsumedBy is the signal wait the signal is bound to; empty while buffered.
 	ConsumedBy string `json:"consumed_by,omitempty"`
 }
@@ -168,10 +206,17 @@ type RunSignal struct {
 // RunHook is one hook of a run. Token is redacted unless the snapshot was read with
 // [SecretClient.Snapshot].
 type RunHook struct {
-	ID          string          `json:"id"`
-	Token       string          `json:"token"`
-	Metadata    json.RawMessage `json:"metadata,omitempty"`
-	Seq         uint64          `json:"seq"`
+	// ID is the hook's ID in the run.
+	ID string `json:"id"`
+	// Token is the secret that routes a delivery to the hook.
+	Token string `json:"token"`
+	// Metadata is what the workflow attached to the hook (JSON), if anything.
+	Metadata json.RawMessage `json:"metadata,omitempty"`
+	// Seq is the sequence of the event that created the hook.
+	Seq uint64 `json:"seq"`
+	// Received is set once a delivery reached the hook: Payload is its data (JSON), DeliveryID
+	// identifies it (a repeated delivery is recorded once) and ReceivedSeq is the sequence of
+	// the event that recorded it.
 	Received    bool            `json:"received"`
 	Payload     json.RawMessage `json:"payload,omitempty"`
 	DeliveryID  string          `json:"delivery_id,omitempty"`
@@ -180,23 +225,31 @@ type RunHook struct {
 
 // RunChild is one child workflow of a run.
 type RunChild struct {
-	ID           string             `json:"id"`
-	RunID        string             `json:"run_id"`
-	Definition   string             `json:"definition"`
-	Input        json.RawMessage    `json:"input"`
+	// ID is the child's ID, unique in the run.
+	ID string `json:"id"`
+	// RunID is the child run's ID.
+	RunID string `json:"run_id"`
+	// Definition is the child's workflow.
+	Definition string `json:"definition"`
+	// Input is the child's input (JSON).
+	Input json.RawMessage `json:"input"`
+	// CancelPolicy says what the run's end does to the child while the child runs.
 	CancelPolicy event.CancelPolicy `json:"cancel_policy"`
 	// BuildID and Patches are the spec the child run starts with.
 	BuildID string   `json:"build_id,omitempty"`
 	Patches []string `json:"patches,omitempty"`
 	// BatchSeq is the sequence of the event that scheduled the child with its batch.
-	BatchSeq uint64        `json:"batch_seq"`
-	Settled  bool          `json:"settled"`
-	Outcome  event.Outcome `json:"outcome,omitempty"`
+	BatchSeq uint64 `json:"batch_seq"`
+	// Settled is set once the child's run ended, with Outcome how.
+	Settled bool          `json:"settled"`
+	Outcome event.Outcome `json:"outcome,omitempty"`
 	// EndedRunID is the run that ended: RunID or its last continuation.
-	EndedRunID string           `json:"ended_run_id,omitempty"`
-	Output     json.RawMessage  `json:"output,omitempty"`
-	Error      *event.ErrorInfo `json:"error,omitempty"`
-	SettledSeq uint64           `json:"settled_seq,omitempty"`
+	EndedRunID string `json:"ended_run_id,omitempty"`
+	// Output is the result (JSON) of a child that completed; Error the error of one that failed.
+	Output json.RawMessage  `json:"output,omitempty"`
+	Error  *event.ErrorInfo `json:"error,omitempty"`
+	// SettledSeq is the sequence of the event that settled the child; 0 while it is not settled.
+	SettledSeq uint64 `json:"settled_seq,omitempty"`
 	// Retry is the child's retry policy; nil for none. Attempt is the attempt running or due
 	// next (0: the first), AttemptRunID its run, and RetryDue when an attempt waiting out its
 	// backoff is due.
@@ -220,11 +273,15 @@ func (c *RunChild) CancelPending() bool { return c.CancelSeq != 0 && !c.Settled 
 
 // RunBlocked describes the latest failed decision of a blocked run.
 type RunBlocked struct {
-	Kind    string `json:"kind"`
-	Code    string `json:"code"`
-	Detail  string `json:"detail"`
+	// Kind classifies the failure (a panic, an error, non-determinism, ...); Code is its stable
+	// code (FLOW-REPLAY-2, ...) and Detail its message.
+	Kind   string `json:"kind"`
+	Code   string `json:"code"`
+	Detail string `json:"detail"`
+	// BuildID is the build of the worker whose decision failed.
 	BuildID string `json:"build_id,omitempty"`
-	Seq     uint64 `json:"seq"`
+	// Seq is the sequence of the event that recorded the failure.
+	Seq uint64 `json:"seq"`
 	// Mismatch is what differs, for a non-determinism failure.
 	Mismatch *event.Mismatch `json:"mismatch,omitempty"`
 }
@@ -232,71 +289,105 @@ type RunBlocked struct {
 // RunOutcome is the terminal outcome of a run: its output (completed), error (failed), reason
 // and cause (cancelled), or successor and its input (continued as new).
 type RunOutcome struct {
-	Outcome        event.Outcome    `json:"outcome"`
-	Output         json.RawMessage  `json:"output,omitempty"`
-	Error          *event.ErrorInfo `json:"error,omitempty"`
-	Reason         string           `json:"reason,omitempty"`
-	Cause          event.Cause      `json:"cause,omitempty"`
-	SuccessorRunID string           `json:"successor_run_id,omitempty"`
-	Input          json.RawMessage  `json:"input,omitempty"`
-	Seq            uint64           `json:"seq"`
-	Time           time.Time        `json:"time"`
+	// Outcome is how the run ended: completed, failed, cancelled or continued as new.
+	Outcome event.Outcome `json:"outcome"`
+	// Output is a completed run's result (JSON).
+	Output json.RawMessage `json:"output,omitempty"`
+	// Error is a failed run's error.
+	Error *event.ErrorInfo `json:"error,omitempty"`
+	// Reason is a cancelled run's cancellation reason.
+	Reason string `json:"reason,omitempty"`
+	// Cause says who or what ended the run (the workflow, an operator, a timeout, ...).
+	Cause event.Cause `json:"cause,omitempty"`
+	// SuccessorRunID is the run that continues a run that continued as new, and Input the
+	// successor's input (JSON).
+	SuccessorRunID string          `json:"successor_run_id,omitempty"`
+	Input          json.RawMessage `json:"input,omitempty"`
+	// Seq and Time are the sequence and recorded time of the event that ended the run.
+	Seq  uint64    `json:"seq"`
+	Time time.Time `json:"time"`
 }
 
 // RunProgress counts what a run has done and what it waits on.
 type RunProgress struct {
-	Events          uint64 `json:"events"`
-	Decisions       int    `json:"decisions"`
-	Steps           int    `json:"steps"`
-	StepsRunning    int    `json:"steps_running"`
-	StepsRetrying   int    `json:"steps_retrying"`
-	StepsCompleted  int    `json:"steps_completed"`
-	StepsFailed     int    `json:"steps_failed"`
-	StepsCancelled  int    `json:"steps_cancelled"`
-	WaitsPending    int    `json:"waits_pending"`
-	WaitsFired      int    `json:"waits_fired"`
-	SignalsReceived int    `json:"signals_received"`
-	SignalWaits     int    `json:"signal_waits_pending"`
-	HooksPending    int    `json:"hooks_pending"`
-	HooksReceived   int    `json:"hooks_received"`
-	ChildrenPending int    `json:"children_pending"`
-	ChildrenSettled int    `json:"children_settled"`
+	// Events counts the events of the run's history; Decisions the decisions recorded in it.
+	Events    uint64 `json:"events"`
+	Decisions int    `json:"decisions"`
+	// Steps counts the steps scheduled; StepsRunning, StepsRetrying, StepsCompleted,
+	// StepsFailed and StepsCancelled count those in each status.
+	Steps          int `json:"steps"`
+	StepsRunning   int `json:"steps_running"`
+	StepsRetrying  int `json:"steps_retrying"`
+	StepsCompleted int `json:"steps_completed"`
+	StepsFailed    int `json:"steps_failed"`
+	StepsCancelled int `json:"steps_cancelled"`
+	// WaitsPending and WaitsFired count the durable timers not fired yet and fired.
+	WaitsPending int `json:"waits_pending"`
+	WaitsFired   int `json:"waits_fired"`
+	// SignalsReceived counts the signals received; SignalWaits the signal waits no signal is
+	// bound to yet.
+	SignalsReceived int `json:"signals_received"`
+	SignalWaits     int `json:"signal_waits_pending"`
+	// HooksPending and HooksReceived count the hooks waiting for a delivery and delivered to.
+	HooksPending  int `json:"hooks_pending"`
+	HooksReceived int `json:"hooks_received"`
+	// ChildrenPending and ChildrenSettled count the child workflows not settled yet and settled.
+	ChildrenPending int `json:"children_pending"`
+	ChildrenSettled int `json:"children_settled"`
 }
 
 // RunSideEffect is one value ctx.SideEffect recorded.
 type RunSideEffect struct {
-	ID    string          `json:"id"`
+	// ID is the side effect's ID in the run.
+	ID string `json:"id"`
+	// Value is the recorded result (JSON), which every replay reads instead of running the side
+	// effect again.
 	Value json.RawMessage `json:"value"`
-	Seq   uint64          `json:"seq"`
+	// Seq is the sequence of the event that recorded the value.
+	Seq uint64 `json:"seq"`
 }
 
 // RunUpsert is one recorded UpsertAttributes decision.
 type RunUpsert struct {
-	ID         string           `json:"id"`
+	// ID is the upsert's ID in the run.
+	ID string `json:"id"`
+	// Attributes are the search attributes the upsert set.
 	Attributes event.Attributes `json:"attributes"`
-	Seq        uint64           `json:"seq"`
+	// Seq is the sequence of the event that recorded the upsert.
+	Seq uint64 `json:"seq"`
 }
 
 // RunReset is one reset of a run: the new run it created, from which point and how.
 type RunReset struct {
-	NewRunID   string          `json:"new_run_id"`
-	Point      uint64          `json:"point"`
-	Mode       event.ResetMode `json:"mode"`
-	StepID     string          `json:"step_id,omitempty"`
-	Reason     string          `json:"reason,omitempty"`
-	DropInputs bool            `json:"drop_inputs,omitempty"`
-	Terminated bool            `json:"terminated,omitempty"`
+	// NewRunID is the run the reset created.
+	NewRunID string `json:"new_run_id"`
+	// Point is the reset point: the sequence of this run's last event copied into the new run.
+	Point uint64 `json:"point"`
+	// Mode is how the reset point was chosen.
+	Mode event.ResetMode `json:"mode"`
+	// StepID is the step run again, for a step reset or a rerun.
+	StepID string `json:"step_id,omitempty"`
+	// Reason is the operator's reason for the reset.
+	Reason string `json:"reason,omitempty"`
+	// DropInputs is set when the inputs after the point were dropped instead of reapplied.
+	DropInputs bool `json:"drop_inputs,omitempty"`
+	// Terminated is set when the reset ended this run (it was active).
+	Terminated bool `json:"terminated,omitempty"`
 	// InputReplaced is set for a rerun with a new input.
-	InputReplaced bool   `json:"input_replaced,omitempty"`
-	Seq           uint64 `json:"seq"`
+	InputReplaced bool `json:"input_replaced,omitempty"`
+	// Seq is the sequence of the event that recorded the reset in this run.
+	Seq uint64 `json:"seq"`
 }
 
 // RunPause is a run's current pause: why, by whom, since when, and the steps that get a fresh
 // attempt when it is unpaused.
 type RunPause struct {
-	Reason string           `json:"reason,omitempty"`
-	Cause  event.PauseCause `json:"cause"`
-	By     string           `json:"by,omitempty"`
+	// Reason says why the run was paused.
+	Reason string `json:"reason,omitempty"`
+	// Cause is what paused the run: an operator, or a step's exhausted attempts.
+	Cause event.PauseCause `json:"cause"`
+	// By names who paused the run (an operator, a batch job); empty for a step's exhaustion.
+	By string `json:"by,omitempty"`
 	// Seq and At are the sequence and time of the event that began the pause.
 	Seq uint64    `json:"seq"`
 	At  time.Time `json:"at"`
@@ -315,7 +406,9 @@ func (p *RunPause) Describe(runID string) string {
 
 // HeldStep is a step that exhausted its attempts under a pausing policy.
 type HeldStep struct {
-	StepID  string          `json:"step_id"`
+	// StepID is the step's ID.
+	StepID string `json:"step_id"`
+	// Attempt is the step's last attempt, and Error that attempt's error.
 	Attempt int             `json:"attempt"`
 	Error   event.ErrorInfo `json:"error"`
 }
@@ -323,16 +416,21 @@ type HeldStep struct {
 // Update is one update of a run as its history records it: ID, name, payload, status and, once
 // completed, its result or error. See docs/updates.md.
 type Update struct {
-	ID      string          `json:"id"`
-	Name    string          `json:"name"`
+	// ID is the update's ID in the run.
+	ID string `json:"id"`
+	// Name is the update's name, which selects the workflow's handler.
+	Name string `json:"name"`
+	// Payload is the update's data (JSON).
 	Payload json.RawMessage `json:"payload"`
 	// Seq is the sequence of the update's receipt.
-	Seq    uint64       `json:"seq"`
+	Seq uint64 `json:"seq"`
+	// Status is the update's state.
 	Status UpdateStatus `json:"status"`
 	// DecidedSeq is the sequence of the update's acceptance or rejection.
-	DecidedSeq uint64           `json:"decided_seq,omitempty"`
-	Result     json.RawMessage  `json:"result,omitempty"`
-	Error      *event.ErrorInfo `json:"error,omitempty"`
+	DecidedSeq uint64 `json:"decided_seq,omitempty"`
+	// Result is a completed update's result (JSON); Error the error of a rejected or failed one.
+	Result json.RawMessage  `json:"result,omitempty"`
+	Error  *event.ErrorInfo `json:"error,omitempty"`
 	// SettledSeq is the sequence of the update's rejection or completion.
 	SettledSeq uint64 `json:"settled_seq,omitempty"`
 }
