@@ -12,8 +12,8 @@ import (
 	"go/parser"
 	"go/printer"
 	"go/token"
-	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -34,7 +34,7 @@ import (
 // and, first, "package <name>".
 func Describe(dir string) (string, error) {
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, 0)
+	pkgs, err := parseDir(fset, dir, 0)
 	if err != nil {
 		return "", err
 	}
@@ -45,9 +45,7 @@ func Describe(dir string) (string, error) {
 	var name string
 	for n, p := range pkgs {
 		name = n
-		for _, f := range p.Files {
-			files = append(files, f)
-		}
+		files = append(files, p.Files...)
 	}
 	d, err := doc.NewFromFiles(fset, files, "x/"+name)
 	if err != nil {
@@ -248,7 +246,7 @@ func diff(file, pkg string) string {
 // documented where declared. Fields are checked when fields is set.
 func Undocumented(dir string, fields bool) ([]string, error) {
 	fset := token.NewFileSet()
-	pkgs, err := parser.ParseDir(fset, dir, func(fi fs.FileInfo) bool { return !strings.HasSuffix(fi.Name(), "_test.go") }, parser.ParseComments)
+	pkgs, err := parseDir(fset, dir, parser.ParseComments)
 	if err != nil {
 		return nil, err
 	}
@@ -398,6 +396,37 @@ func receiverName(x ast.Expr) string {
 	}
 }
 
+// pkgFiles are the parsed non-test files of a package.
+type pkgFiles struct {
+	Files []*ast.File
+}
+
+// parseDir parses the non-test .go files of dir, in name order, by package name.
+func parseDir(fset *token.FileSet, dir string, mode parser.Mode) (map[string]*pkgFiles, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	pkgs := map[string]*pkgFiles{}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(fset, filepath.Join(dir, name), nil, mode)
+		if err != nil {
+			return nil, err
+		}
+		p := pkgs[f.Name.Name]
+		if p == nil {
+			p = &pkgFiles{}
+			pkgs[f.Name.Name] = p
+		}
+		p.Files = append(p.Files, f)
+	}
+	return pkgs, nil
+}
+
 // standardMethods are the methods of the standard library's common interfaces (error, errors'
 // Unwrap/Is/As, fmt.Stringer, fmt.Formatter, encoding's marshalers).
 var standardMethods = []string{"Error", "Unwrap", "Is", "As", "String", "GoString", "Format",
@@ -405,7 +434,7 @@ var standardMethods = []string{"Error", "Unwrap", "Is", "As", "String", "GoStrin
 
 // interfaceMethods returns the names a method may have to need no comment of its own: the
 // standard ones, and those of the documented methods of the exported interfaces in pkgs.
-func interfaceMethods(pkgs map[string]*ast.Package) map[string]bool {
+func interfaceMethods(pkgs map[string]*pkgFiles) map[string]bool {
 	names := map[string]bool{}
 	for _, n := range standardMethods {
 		names[n] = true

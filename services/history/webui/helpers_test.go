@@ -62,12 +62,6 @@ func uiPost(t *testing.T, base, path, contentType, origin, body string) page {
 	return pageOf(historytest.Post(t, base, path, contentType, origin, body))
 }
 
-// csrfOf returns the CSRF token of a page.
-func csrfOf(t *testing.T, body string) string {
-	t.Helper()
-	return historytest.CSRFOf(t, body)
-}
-
 // text returns the text of the first element with id, tags stripped.
 func (p page) text(t *testing.T, id string) string {
 	t.Helper()
