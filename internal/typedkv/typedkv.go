@@ -10,24 +10,56 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Bucket is a key-value bucket of JSON T values. It is safe for concurrent use.
+// Bucket is a key-value bucket of T values, JSON unless its Codec says otherwise. It is safe
+// for concurrent use.
 type Bucket[T any] struct {
-	kv jetstream.KeyValue
+	kv  jetstream.KeyValue
+	enc func(T) ([]byte, error)
+	dec func([]byte) (T, error)
 }
 
-// Open opens bucket name on js; streams.Ensure creates Flow's buckets.
+// Codec is how a bucket's values are written and read, for the repositories whose values are
+// not plain JSON T: Decode may check a value and refuse it (its error is the Entry's Err). A nil
+// Encode or Decode is JSON's.
+type Codec[T any] struct {
+	Encode func(T) ([]byte, error)
+	Decode func(value []byte) (T, error)
+}
+
+// Open opens bucket name on js, its values JSON T; streams.Ensure creates Flow's buckets.
 func Open[T any](ctx context.Context, js jetstream.JetStream, name string) (*Bucket[T], error) {
+	return OpenCodec(ctx, js, name, Codec[T]{})
+}
+
+// OpenCodec opens bucket name on js, its values written and read by c.
+func OpenCodec[T any](ctx context.Context, js jetstream.JetStream, name string, c Codec[T]) (*Bucket[T], error) {
 	kv, err := js.KeyValue(ctx, name)
 	if err != nil {
 		return nil, fmt.Errorf("opening bucket %s: %w (streams.Ensure creates it)", name, err)
 	}
-	return &Bucket[T]{kv: kv}, nil
+	return newBucket(kv, c), nil
+}
+
+// View returns b's bucket read and written as U values by c: for a repository that reads one
+// bucket two ways (leniently and strictly) or keeps values of several types in it.
+func View[U, T any](b *Bucket[T], c Codec[U]) *Bucket[U] { return newBucket(b.kv, c) }
+
+func newBucket[T any](kv jetstream.KeyValue, c Codec[T]) *Bucket[T] {
+	b := &Bucket[T]{kv: kv, enc: c.Encode, dec: c.Decode}
+	if b.enc == nil {
+		b.enc = func(v T) ([]byte, error) { return json.Marshal(v) }
+	}
+	if b.dec == nil {
+		b.dec = decodeJSON[T]
+	}
+	return b
 }
 
 // Name returns the bucket's name.
@@ -45,8 +77,6 @@ type Entry[T any] struct {
 	// writer left, for the caller to skip, log or replace.
 	Err error
 }
-
-func decode[T any](e jetstream.KeyValueEntry) Entry[T] { return decodeWith(e, decodeJSON[T]) }
 
 func decodeJSON[T any](value []byte) (T, error) {
 	var v T
@@ -82,12 +112,12 @@ func (b *Bucket[T]) Get(ctx context.Context, key string) (e Entry[T], found bool
 	if err != nil {
 		return Entry[T]{Key: key}, false, err
 	}
-	return decode[T](kve), true, nil
+	return decodeWith(kve, b.dec), true, nil
 }
 
 // Put writes v under key, whatever is there, and returns the entry's new revision.
 func (b *Bucket[T]) Put(ctx context.Context, key string, v T) (uint64, error) {
-	val, err := json.Marshal(v)
+	val, err := b.enc(v)
 	if err != nil {
 		return 0, err
 	}
@@ -97,7 +127,7 @@ func (b *Bucket[T]) Put(ctx context.Context, key string, v T) (uint64, error) {
 // Create writes v under key if key has no entry (or a deleted one), and returns the entry's
 // revision; otherwise an error wrapping jetstream.ErrKeyExists.
 func (b *Bucket[T]) Create(ctx context.Context, key string, v T) (uint64, error) {
-	val, err := json.Marshal(v)
+	val, err := b.enc(v)
 	if err != nil {
 		return 0, err
 	}
@@ -108,7 +138,7 @@ func (b *Bucket[T]) Create(ctx context.Context, key string, v T) (uint64, error)
 // otherwise an error wrapping jetstream.ErrKeyExists or jetstream.ErrKeyRevisionMismatch
 // (nats.go reports a lost compare-and-set either way, by server version).
 func (b *Bucket[T]) Update(ctx context.Context, key string, v T, rev uint64) (uint64, error) {
-	val, err := json.Marshal(v)
+	val, err := b.enc(v)
 	if err != nil {
 		return 0, err
 	}
@@ -125,13 +155,61 @@ func (b *Bucket[T]) Delete(ctx context.Context, key string, rev uint64) error {
 	return b.kv.Delete(ctx, key, jetstream.LastRevision(rev))
 }
 
-// Keys returns the keys that have an entry.
-func (b *Bucket[T]) Keys(ctx context.Context) ([]string, error) {
-	keys, err := b.kv.Keys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
+// CreateOrUpdate writes v under key by compare-and-set: if key has no entry when rev is 0
+// (Create), else if its entry is at revision rev (Update). It returns the new revision, or an
+// error that IsConflict reports when another writer was first.
+func (b *Bucket[T]) CreateOrUpdate(ctx context.Context, key string, v T, rev uint64) (uint64, error) {
+	if rev == 0 {
+		return b.Create(ctx, key, v)
 	}
-	return keys, err
+	return b.Update(ctx, key, v, rev)
+}
+
+// IsConflict reports an error of Create, Update or a Delete at a revision that lost its
+// compare-and-set: the entry exists, or is not at the revision given (nats.go reports either
+// as jetstream.ErrKeyExists or as the server's wrong-last-sequence error, by server version).
+func IsConflict(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.Is(err, jetstream.ErrKeyExists) || errors.Is(err, jetstream.ErrKeyRevisionMismatch) ||
+		errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
+}
+
+// Keys returns the keys that have an entry, sorted; with filters (NATS subject wildcards), the
+// keys that match one of them.
+func (b *Bucket[T]) Keys(ctx context.Context, filters ...string) ([]string, error) {
+	if len(filters) == 0 {
+		keys, err := b.kv.Keys(ctx)
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return keys, err
+	}
+	w, err := b.kv.WatchFiltered(ctx, filters, jetstream.IgnoreDeletes(), jetstream.MetaOnly())
+	if err != nil {
+		return nil, fmt.Errorf("listing the keys of bucket %s: %w", b.kv.Bucket(), err)
+	}
+	defer func() { _ = w.Stop() }()
+	var keys []string
+	for {
+		select {
+		case e, ok := <-w.Updates():
+			if !ok {
+				return nil, fmt.Errorf("listing the keys of bucket %s: the watch stopped", b.kv.Bucket())
+			}
+			if e == nil {
+				slices.Sort(keys)
+				return slices.Compact(keys), nil
+			}
+			keys = append(keys, e.Key())
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+}
+
+// Status returns the bucket's status as the server reports it (its TTL, ...).
+func (b *Bucket[T]) Status(ctx context.Context) (jetstream.KeyValueStatus, error) {
+	return b.kv.Status(ctx)
 }
 
 // List returns the bucket's entries (deletions left out), read by one watch.
@@ -151,7 +229,7 @@ func (b *Bucket[T]) List(ctx context.Context) ([]Entry[T], error) {
 			if e == nil {
 				return out, nil
 			}
-			out = append(out, decode[T](e))
+			out = append(out, decodeWith(e, b.dec))
 		case <-ctx.Done():
 			return out, ctx.Err()
 		}
@@ -189,7 +267,7 @@ func (b *Bucket[T]) watch(ctx context.Context, filters []string, opts []jetstrea
 	if err != nil {
 		return nil, fmt.Errorf("watching bucket %s: %w", b.kv.Bucket(), err)
 	}
-	return Follow(kw, decodeJSON[T]), nil
+	return Follow(kw, b.dec), nil
 }
 
 // Follow delivers the entries of kw, a watch a repository opened on its bucket, as Entries

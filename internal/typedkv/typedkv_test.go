@@ -159,3 +159,73 @@ func TestFollowDecodes(t *testing.T) {
 	require.True(t, e.Deleted)
 	require.Equal(t, "a", e.Key)
 }
+
+// A Codec writes and reads a bucket's values its own way, a View reads the same bucket another
+// way, Keys filters by subject, CreateOrUpdate is Create at revision 0 and Update after, and
+// IsConflict reports the compare-and-set a writer lost.
+func TestCodecViewKeysAndConflicts(t *testing.T) {
+	ctx := t.Context()
+	js := natstest.JetStream(t, natstest.RunJetStream(t))
+	raw, err := js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: "C", TTL: time.Minute})
+	require.NoError(t, err)
+	b, err := typedkv.OpenCodec(ctx, js, "C", typedkv.Codec[string]{
+		Encode: func(s string) ([]byte, error) { return []byte(s), nil },
+		Decode: func(v []byte) (string, error) {
+			if len(v) == 0 {
+				return "", errors.New("empty")
+			}
+			return string(v), nil
+		},
+	})
+	require.NoError(t, err)
+
+	rev, err := b.CreateOrUpdate(ctx, "g.a", "one", 0)
+	require.NoError(t, err)
+	_, err = b.CreateOrUpdate(ctx, "g.a", "again", 0)
+	require.True(t, typedkv.IsConflict(err), "%v", err)
+	rev, err = b.CreateOrUpdate(ctx, "g.a", "two", rev)
+	require.NoError(t, err)
+	_, err = b.CreateOrUpdate(ctx, "g.a", "stale", rev-1)
+	require.True(t, typedkv.IsConflict(err), "%v", err)
+	require.True(t, typedkv.IsConflict(b.Delete(ctx, "g.a", rev-1)))
+	require.False(t, typedkv.IsConflict(nil))
+	require.False(t, typedkv.IsConflict(errors.New("other")))
+
+	v, err := raw.Get(ctx, "g.a")
+	require.NoError(t, err)
+	require.Equal(t, "two", string(v.Value()), "the codec's encoding is stored")
+	e, found, err := b.Get(ctx, "g.a")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, "two", e.Value)
+	_, err = raw.Put(ctx, "s.b", nil)
+	require.NoError(t, err)
+	e, _, err = b.Get(ctx, "s.b")
+	require.NoError(t, err)
+	require.Error(t, e.Err, "the codec's decoder refuses the value")
+
+	n := typedkv.View(b, typedkv.Codec[int]{Decode: func(v []byte) (int, error) { return len(v), nil }})
+	ne, found, err := n.Get(ctx, "g.a")
+	require.NoError(t, err)
+	require.True(t, found)
+	require.Equal(t, 3, ne.Value)
+	_, err = n.Put(ctx, "g.c", 12)
+	require.NoError(t, err)
+	v, err = raw.Get(ctx, "g.c")
+	require.NoError(t, err)
+	require.Equal(t, "12", string(v.Value()), "a View without an encoder writes JSON")
+
+	keys, err := b.Keys(ctx, "g.>")
+	require.NoError(t, err)
+	require.Equal(t, []string{"g.a", "g.c"}, keys)
+	keys, err = b.Keys(ctx, "x.>")
+	require.NoError(t, err)
+	require.Empty(t, keys)
+	keys, err = b.Keys(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{"g.a", "g.c", "s.b"}, keys)
+
+	st, err := b.Status(ctx)
+	require.NoError(t, err)
+	require.Equal(t, time.Minute, st.TTL())
+}
