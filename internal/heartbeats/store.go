@@ -20,16 +20,16 @@ import (
 
 // Store reads and writes FLOW_HEARTBEATS. It is safe for concurrent use.
 type Store struct {
-	kv jetstream.KeyValue
+	b *typedkv.Bucket[engine.HeartbeatEntry]
 }
 
 // Open opens FLOW_HEARTBEATS, which streams.Ensure creates.
 func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
-	kv, err := js.KeyValue(ctx, streams.HeartbeatsBucket)
+	b, err := typedkv.OpenCodec(ctx, js, streams.HeartbeatsBucket, typedkv.Codec[engine.HeartbeatEntry]{Decode: Decode})
 	if err != nil {
-		return nil, fmt.Errorf("opening bucket %s: %w", streams.HeartbeatsBucket, err)
+		return nil, err
 	}
-	return &Store{kv: kv}, nil
+	return &Store{b: b}, nil
 }
 
 // Key is step stepID of run runID's key. Run and step IDs hold no '.', so the key has two
@@ -42,31 +42,20 @@ var ErrMalformed = errors.New("heartbeats: malformed entry")
 // Get returns the entry of step stepID of run runID and its revision; rev 0 means it has none.
 // An entry that does not decode returns its revision and an error wrapping ErrMalformed.
 func (s *Store) Get(ctx context.Context, runID, stepID string) (e engine.HeartbeatEntry, rev uint64, err error) {
-	kve, err := s.kv.Get(ctx, Key(runID, stepID))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return engine.HeartbeatEntry{}, 0, nil
-	}
-	if err != nil {
+	te, found, err := s.b.Get(ctx, Key(runID, stepID))
+	if err != nil || !found {
 		return engine.HeartbeatEntry{}, 0, err
 	}
-	e, err = Decode(kve.Value())
-	if err != nil {
-		return engine.HeartbeatEntry{}, kve.Revision(), fmt.Errorf("%w %s: %w", ErrMalformed, kve.Key(), err)
+	if te.Err != nil {
+		return engine.HeartbeatEntry{}, te.Revision, fmt.Errorf("%w: %w", ErrMalformed, te.Err)
 	}
-	return e, kve.Revision(), nil
+	return te.Value, te.Revision, nil
 }
 
 // Put writes entry e of step e.StepID of run e.RunID if its entry is still at revision rev (0:
 // if it has none), and returns the new revision; it fails when another writer was first.
 func (s *Store) Put(ctx context.Context, e *engine.HeartbeatEntry, rev uint64) (uint64, error) {
-	val, err := json.Marshal(e)
-	if err != nil {
-		return 0, err
-	}
-	if rev == 0 {
-		return s.kv.Create(ctx, Key(e.RunID, e.StepID), val)
-	}
-	return s.kv.Update(ctx, Key(e.RunID, e.StepID), val, rev)
+	return s.b.CreateOrUpdate(ctx, Key(e.RunID, e.StepID), *e, rev)
 }
 
 // Entry is a FLOW_HEARTBEATS entry as watched: its Key is its step's Key, its Value the
@@ -79,13 +68,7 @@ type Watcher = typedkv.Watcher[engine.HeartbeatEntry]
 
 // Watch watches every entry: the existing ones first, then nil, then every change, until
 // Watcher.Stop or the end of ctx, which close its Updates.
-func (s *Store) Watch(ctx context.Context) (*Watcher, error) {
-	kw, err := s.kv.WatchAll(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return typedkv.Follow(kw, Decode), nil
-}
+func (s *Store) Watch(ctx context.Context) (*Watcher, error) { return s.b.Watch(ctx) }
 
 // Decode decodes the value of an entry.
 func Decode(value []byte) (engine.HeartbeatEntry, error) {

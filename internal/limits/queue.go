@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -18,70 +17,50 @@ import (
 // retention); the admission controller (services/scheduler) watches it. It is safe for
 // concurrent use.
 type Queue struct {
-	kv jetstream.KeyValue
+	// b reads entries leniently (Get), strict the strict reading of the watch (Watch).
+	b, strict *typedkv.Bucket[Waiting]
 }
 
 // OpenQueue opens FLOW_QUEUE, which streams.Ensure creates.
 func OpenQueue(ctx context.Context, js jetstream.JetStream) (*Queue, error) {
-	kv, err := js.KeyValue(ctx, streams.QueueBucket)
+	b, err := typedkv.OpenCodec(ctx, js, streams.QueueBucket, typedkv.Codec[Waiting]{Decode: func(value []byte) (Waiting, error) {
+		// A malformed entry is an entry all the same, for its writer to overwrite or delete.
+		var w Waiting
+		_ = json.Unmarshal(value, &w)
+		return w, nil
+	}})
 	if err != nil {
-		return nil, fmt.Errorf("opening bucket %s: %w", streams.QueueBucket, err)
+		return nil, err
 	}
-	return &Queue{kv: kv}, nil
+	return &Queue{b: b, strict: typedkv.View(b, typedkv.Codec[Waiting]{Decode: DecodeWaiting})}, nil
 }
 
 // Put queues w, overwriting its run's entry.
 func (q *Queue) Put(ctx context.Context, w Waiting) error {
-	b, err := json.Marshal(w)
-	if err != nil {
-		return err
-	}
-	_, err = q.kv.Put(ctx, w.RunID, b)
+	_, err := q.b.Put(ctx, w.RunID, w)
 	return err
 }
 
 // Get returns run runID's entry and its revision; found is false when it has none.
 func (q *Queue) Get(ctx context.Context, runID string) (w Waiting, rev uint64, found bool, err error) {
-	e, err := q.kv.Get(ctx, runID)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Waiting{}, 0, false, nil
-	}
-	if err != nil {
+	e, found, err := q.b.Get(ctx, runID)
+	if err != nil || !found {
 		return Waiting{}, 0, false, err
 	}
-	// A malformed entry is an entry all the same, for its writer to overwrite or delete.
-	_ = json.Unmarshal(e.Value(), &w)
-	return w, e.Revision(), true, nil
+	return e.Value, e.Revision, true, nil
 }
 
 // Delete takes run runID off the queue; rev, when not 0, is the revision the entry must still
 // have. An entry that is gone is no error.
 func (q *Queue) Delete(ctx context.Context, runID string, rev uint64) error {
-	var opts []jetstream.KVDeleteOpt
-	if rev != 0 {
-		opts = append(opts, jetstream.LastRevision(rev))
-	}
-	if err := q.kv.Delete(ctx, runID, opts...); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err := q.b.Delete(ctx, runID, rev); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return err
 	}
 	return nil
 }
 
 // Runs lists the IDs of the runs queued.
-func (q *Queue) Runs(ctx context.Context) ([]string, error) {
-	keys, err := q.kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	for k := range keys.Keys() {
-		out = append(out, k)
-	}
-	return out, nil
-}
+func (q *Queue) Runs(ctx context.Context) ([]string, error) { return q.b.Keys(ctx) }
 
 // QueueEntry is a FLOW_QUEUE entry as watched: its Key is its run's ID, its Value the Waiting
 // run; Deleted marks a run taken off the queue (a deletion or a purge), Err a malformed entry
@@ -93,13 +72,7 @@ type QueueWatcher = typedkv.Watcher[Waiting]
 
 // Watch watches every entry: the existing ones first, then nil, then every change, until
 // QueueWatcher.Stop or the end of ctx, which close its Updates.
-func (q *Queue) Watch(ctx context.Context) (*QueueWatcher, error) {
-	kw, err := q.kv.WatchAll(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return typedkv.Follow(kw, DecodeWaiting), nil
-}
+func (q *Queue) Watch(ctx context.Context) (*QueueWatcher, error) { return q.strict.Watch(ctx) }
 
 // DecodeWaiting decodes a FLOW_QUEUE entry's value; an entry without a run or with an invalid
 // control is malformed.

@@ -186,15 +186,14 @@ func (st *StepState) take(lim StepLimit, key string, priority int, now time.Time
 // updateStep applies change to step's state by compare-and-set, again after a conflict.
 func (s *Store) updateStep(ctx context.Context, step string, change func(*StepState) bool) error {
 	for {
-		st := &StepState{}
-		rev, err := s.load(ctx, StepKey(step), st)
+		st, rev, err := load(ctx, s.steps, StepKey(step))
 		if err != nil {
 			return err
 		}
 		if !change(st) {
 			return nil
 		}
-		_, err = s.save(ctx, StepKey(step), st, rev)
+		_, err = save(ctx, s.steps, StepKey(step), st, rev)
 		if err == nil || !isConflict(err) {
 			return err
 		}
@@ -206,8 +205,7 @@ func (s *Store) updateStep(ctx context.Context, step string, change func(*StepSt
 
 // LoadStep returns step's state, for operators' views.
 func (s *Store) LoadStep(ctx context.Context, step string) (*StepState, error) {
-	st := &StepState{}
-	_, err := s.load(ctx, StepKey(step), st)
+	st, _, err := load(ctx, s.steps, StepKey(step))
 	return st, err
 }
 

@@ -21,8 +21,10 @@ var ErrConflict = errors.New("limits: the entry changed since it was read")
 // is the admission controller, or the step limits' in FLOW_STEP_LIMITS (OpenSteps), written by
 // workers. It is safe for concurrent use.
 type Store struct {
-	kv     jetstream.KeyValue
-	bucket string
+	// groups and steps are the bucket's views by value type: FLOW_LIMITS holds States,
+	// FLOW_STEP_LIMITS StepStates.
+	groups *typedkv.Bucket[*State]
+	steps  *typedkv.Bucket[*StepState]
 }
 
 // Open returns the store of the flow-control groups, the FLOW_LIMITS bucket, which
@@ -38,11 +40,17 @@ func OpenSteps(ctx context.Context, js jetstream.JetStream) (*Store, error) {
 }
 
 func open(ctx context.Context, js jetstream.JetStream, bucket string) (*Store, error) {
-	kv, err := js.KeyValue(ctx, bucket)
+	groups, err := typedkv.OpenCodec(ctx, js, bucket, typedkv.Codec[*State]{Decode: decodeState[State]})
 	if err != nil {
-		return nil, fmt.Errorf("opening bucket %s: %w", bucket, err)
+		return nil, err
 	}
-	return &Store{kv: kv, bucket: bucket}, nil
+	return &Store{groups: groups, steps: typedkv.View(groups, typedkv.Codec[*StepState]{Decode: decodeState[StepState]})}, nil
+}
+
+// decodeState decodes an entry's value into a new T.
+func decodeState[T any](value []byte) (*T, error) {
+	v := new(T)
+	return v, json.Unmarshal(value, v)
 }
 
 // GroupEntry is a change of a group's entry of FLOW_LIMITS as watched: its Key is the group's
@@ -56,35 +64,21 @@ type GroupWatcher = typedkv.Watcher[*State]
 // WatchGroups watches the groups' entries of FLOW_LIMITS for changes from now on (no existing
 // entry, no nil marking their end), until GroupWatcher.Stop or the end of ctx.
 func (s *Store) WatchGroups(ctx context.Context) (*GroupWatcher, error) {
-	kw, err := s.kv.Watch(ctx, "g.>", jetstream.UpdatesOnly())
-	if err != nil {
-		return nil, err
-	}
-	return typedkv.Follow(kw, func(value []byte) (*State, error) {
-		st := &State{}
-		return st, json.Unmarshal(value, st)
-	}), nil
+	return s.groups.WatchKeys(ctx, []string{"g.>"}, jetstream.UpdatesOnly())
 }
 
 // Groups lists the flow-control groups that FLOW_LIMITS holds state of, reading each entry for
 // its group's name. An entry written before entries named their group is left out: its group
 // is known once a run of it queues.
 func (s *Store) Groups(ctx context.Context) ([]string, error) {
-	keys, err := s.kv.ListKeysFiltered(ctx, "g.>")
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
+	keys, err := s.groups.Keys(ctx, "g.>")
 	if err != nil {
 		return nil, fmt.Errorf("listing the flow-control groups: %w", err)
 	}
-	var all []string
-	for k := range keys.Keys() {
-		all = append(all, k)
-	}
 	var out []string
-	for _, k := range all {
-		st := &State{}
-		if _, err := s.load(ctx, k, st); err != nil {
+	for _, k := range keys {
+		st, _, err := load(ctx, s.groups, k)
+		if err != nil {
 			return nil, err
 		}
 		if st.Group != "" {
@@ -100,55 +94,45 @@ func GroupKey(group string) string { return "g." + streams.BuildToken(group) }
 // StepKey is the FLOW_STEP_LIMITS key of the limits of step name step.
 func StepKey(step string) string { return "s." + streams.BuildToken(step) }
 
-// load reads the entry key into v; rev 0 means it does not exist (v is left as is).
-func (s *Store) load(ctx context.Context, key string, v any) (uint64, error) {
-	e, err := s.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return 0, nil
-	}
+// load reads entry key of b; rev 0 means it does not exist. The value is never nil: a new T
+// when the entry does not exist or cannot be read.
+func load[T any](ctx context.Context, b *typedkv.Bucket[*T], key string) (*T, uint64, error) {
+	e, found, err := b.Get(ctx, key)
 	if err != nil {
-		return 0, fmt.Errorf("reading %s %s: %w", s.bucket, key, err)
+		return new(T), 0, fmt.Errorf("reading %s %s: %w", b.Name(), key, err)
 	}
-	if err := json.Unmarshal(e.Value(), v); err != nil {
-		return 0, fmt.Errorf("%s %s holds malformed state: %w", s.bucket, key, err)
+	if !found {
+		return new(T), 0, nil
 	}
-	return e.Revision(), nil
+	if e.Err != nil {
+		return new(T), 0, fmt.Errorf("%s %s holds malformed state: %w", b.Name(), key, e.Err)
+	}
+	return e.Value, e.Revision, nil
 }
 
-// save writes v as entry key if it is still at revision rev (0: if it does not exist), and
-// returns the new revision, or an error wrapping ErrConflict.
-func (s *Store) save(ctx context.Context, key string, v any, rev uint64) (uint64, error) {
-	b, err := json.Marshal(v)
-	if err != nil {
-		return 0, err
-	}
-	if rev == 0 {
-		rev, err = s.kv.Create(ctx, key, b)
-	} else {
-		rev, err = s.kv.Update(ctx, key, b, rev)
-	}
-	var apiErr *jetstream.APIError
-	if errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence {
-		return 0, fmt.Errorf("%w: %s %s", ErrConflict, s.bucket, key)
+// save writes v as entry key of b if it is still at revision rev (0: if it does not exist),
+// and returns the new revision, or an error wrapping ErrConflict.
+func save[T any](ctx context.Context, b *typedkv.Bucket[*T], key string, v *T, rev uint64) (uint64, error) {
+	rev, err := b.CreateOrUpdate(ctx, key, v, rev)
+	if typedkv.IsConflict(err) {
+		return 0, fmt.Errorf("%w: %s %s", ErrConflict, b.Name(), key)
 	}
 	if err != nil {
-		return 0, fmt.Errorf("writing %s %s: %w", s.bucket, key, err)
+		return 0, fmt.Errorf("writing %s %s: %w", b.Name(), key, err)
 	}
 	return rev, nil
 }
 
 // Load returns group's state and its revision (0 for a group never written).
 func (s *Store) Load(ctx context.Context, group string) (*State, uint64, error) {
-	st := &State{}
-	rev, err := s.load(ctx, GroupKey(group), st)
-	return st, rev, err
+	return load(ctx, s.groups, GroupKey(group))
 }
 
 // Save writes group's state if it is still at revision rev, and returns the new revision, or an
 // error wrapping ErrConflict.
 func (s *Store) Save(ctx context.Context, group string, st *State, rev uint64) (uint64, error) {
 	st.Group = group
-	return s.save(ctx, GroupKey(group), st, rev)
+	return save(ctx, s.groups, GroupKey(group), st, rev)
 }
 
 // Update applies change to group's current state and writes it by compare-and-set, reading and

@@ -22,16 +22,16 @@ import (
 
 // Index reads and writes FLOW_TIMERS. It is safe for concurrent use.
 type Index struct {
-	kv jetstream.KeyValue
+	b *typedkv.Bucket[core.Timer]
 }
 
 // Open opens FLOW_TIMERS, which streams.Ensure creates.
 func Open(ctx context.Context, js jetstream.JetStream) (*Index, error) {
-	kv, err := js.KeyValue(ctx, streams.TimersBucket)
+	b, err := typedkv.OpenCodec(ctx, js, streams.TimersBucket, typedkv.Codec[core.Timer]{Decode: Decode})
 	if err != nil {
-		return nil, fmt.Errorf("opening bucket %s: %w (start `flow dev` or a worker to create Flow's streams)", streams.TimersBucket, err)
+		return nil, err
 	}
-	return &Index{kv: kv}, nil
+	return &Index{b: b}, nil
 }
 
 // Key is the FLOW_TIMERS key of timer t.
@@ -39,11 +39,7 @@ func Key(t core.Timer) string { return t.RunID + "." + t.Key() }
 
 // Put registers timer t, overwriting its entry (with the same value, on a repair).
 func (x *Index) Put(ctx context.Context, t core.Timer) error {
-	b, err := json.Marshal(t)
-	if err != nil {
-		return err
-	}
-	if _, err := x.kv.Put(ctx, Key(t), b); err != nil {
+	if _, err := x.b.Put(ctx, Key(t), t); err != nil {
 		return fmt.Errorf("registering timer %s: %w", Key(t), err)
 	}
 	return nil
@@ -53,14 +49,14 @@ func (x *Index) Put(ctx context.Context, t core.Timer) error {
 // for an entry that is gone, and an entry written again meanwhile stays.
 func (x *Index) DeleteTimer(ctx context.Context, t core.Timer) error {
 	key := Key(t)
-	e, err := x.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil
-	}
+	e, found, err := x.b.Get(ctx, key)
 	if err != nil {
 		return fmt.Errorf("reading timer %s: %w", key, err)
 	}
-	err = x.kv.Delete(ctx, key, jetstream.LastRevision(e.Revision()))
+	if !found {
+		return nil
+	}
+	err = x.b.Delete(ctx, key, e.Revision)
 	if err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) && !errors.Is(err, jetstream.ErrKeyRevisionMismatch) {
 		// A revision mismatch means the entry changed meanwhile: it is not the one to delete.
 		return fmt.Errorf("deleting timer %s: %w", key, err)
@@ -70,7 +66,7 @@ func (x *Index) DeleteTimer(ctx context.Context, t core.Timer) error {
 
 // Delete deletes the entry of key (as ByRun lists them); one that is gone is no error.
 func (x *Index) Delete(ctx context.Context, key string) error {
-	if err := x.kv.Delete(ctx, key); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
+	if err := x.b.Delete(ctx, key, 0); err != nil && !errors.Is(err, jetstream.ErrKeyNotFound) {
 		return fmt.Errorf("deleting timer %s: %w", key, err)
 	}
 	return nil
@@ -78,14 +74,11 @@ func (x *Index) Delete(ctx context.Context, key string) error {
 
 // DeleteRun deletes every entry of run runID.
 func (x *Index) DeleteRun(ctx context.Context, runID string) error {
-	keys, err := x.kv.ListKeysFiltered(ctx, runID+".>")
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil
-	}
+	keys, err := x.b.Keys(ctx, runID+".>")
 	if err != nil {
 		return err
 	}
-	for k := range keys.Keys() {
+	for _, k := range keys {
 		if err := x.Delete(ctx, k); err != nil {
 			return err
 		}
@@ -95,15 +88,12 @@ func (x *Index) DeleteRun(ctx context.Context, runID string) error {
 
 // ByRun lists the keys of every entry, by run.
 func (x *Index) ByRun(ctx context.Context) (map[string][]string, error) {
-	byRun := map[string][]string{}
-	keys, err := x.kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return byRun, nil
-	}
+	keys, err := x.b.Keys(ctx)
 	if err != nil {
 		return nil, err
 	}
-	for k := range keys.Keys() {
+	byRun := map[string][]string{}
+	for _, k := range keys {
 		if run, _, ok := strings.Cut(k, "."); ok {
 			byRun[run] = append(byRun[run], k)
 		}
@@ -121,13 +111,7 @@ type Watcher = typedkv.Watcher[core.Timer]
 
 // Watch watches every entry: the existing ones first, then nil, then every change, until
 // Watcher.Stop or the end of ctx, which close its Updates.
-func (x *Index) Watch(ctx context.Context) (*Watcher, error) {
-	kw, err := x.kv.WatchAll(ctx)
-	if err != nil {
-		return nil, err
-	}
-	return typedkv.Follow(kw, Decode), nil
-}
+func (x *Index) Watch(ctx context.Context) (*Watcher, error) { return x.b.Watch(ctx) }
 
 // Decode decodes the value of an entry; a timer without a run is malformed.
 func Decode(value []byte) (core.Timer, error) {
