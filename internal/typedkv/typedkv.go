@@ -115,9 +115,21 @@ func (b *Bucket[T]) Get(ctx context.Context, key string) (e Entry[T], found bool
 	return decodeWith(kve, b.dec), true, nil
 }
 
+// ErrEncode is wrapped by Put, Create, Update and CreateOrUpdate when the value does not
+// encode: nothing is written.
+var ErrEncode = errors.New("typedkv: the value does not encode")
+
+func (b *Bucket[T]) encode(key string, v T) ([]byte, error) {
+	val, err := b.enc(v)
+	if err != nil {
+		return nil, fmt.Errorf("%w: entry %s of bucket %s: %w", ErrEncode, key, b.kv.Bucket(), err)
+	}
+	return val, nil
+}
+
 // Put writes v under key, whatever is there, and returns the entry's new revision.
 func (b *Bucket[T]) Put(ctx context.Context, key string, v T) (uint64, error) {
-	val, err := b.enc(v)
+	val, err := b.encode(key, v)
 	if err != nil {
 		return 0, err
 	}
@@ -127,7 +139,7 @@ func (b *Bucket[T]) Put(ctx context.Context, key string, v T) (uint64, error) {
 // Create writes v under key if key has no entry (or a deleted one), and returns the entry's
 // revision; otherwise an error wrapping jetstream.ErrKeyExists.
 func (b *Bucket[T]) Create(ctx context.Context, key string, v T) (uint64, error) {
-	val, err := b.enc(v)
+	val, err := b.encode(key, v)
 	if err != nil {
 		return 0, err
 	}
@@ -138,7 +150,7 @@ func (b *Bucket[T]) Create(ctx context.Context, key string, v T) (uint64, error)
 // otherwise an error wrapping jetstream.ErrKeyExists or jetstream.ErrKeyRevisionMismatch
 // (nats.go reports a lost compare-and-set either way, by server version).
 func (b *Bucket[T]) Update(ctx context.Context, key string, v T, rev uint64) (uint64, error) {
-	val, err := b.enc(v)
+	val, err := b.encode(key, v)
 	if err != nil {
 		return 0, err
 	}

@@ -190,6 +190,8 @@ func TestCodecViewKeysAndConflicts(t *testing.T) {
 	require.True(t, typedkv.IsConflict(b.Delete(ctx, "g.a", rev-1)))
 	require.False(t, typedkv.IsConflict(nil))
 	require.False(t, typedkv.IsConflict(errors.New("other")))
+	_, err = typedkv.View(b, typedkv.Codec[string]{Encode: func(string) ([]byte, error) { return nil, errors.New("no") }}).Put(ctx, "g.x", "x")
+	require.ErrorIs(t, err, typedkv.ErrEncode)
 
 	v, err := raw.Get(ctx, "g.a")
 	require.NoError(t, err)
@@ -223,7 +225,7 @@ func TestCodecViewKeysAndConflicts(t *testing.T) {
 	require.Empty(t, keys)
 	keys, err = b.Keys(ctx)
 	require.NoError(t, err)
-	require.Equal(t, []string{"g.a", "g.c", "s.b"}, keys)
+	require.Equal(t, []string{"g.a", "g.c", "s.b"}, keys, "nothing was written for the value that did not encode")
 
 	st, err := b.Status(ctx)
 	require.NoError(t, err)

@@ -31,17 +31,19 @@ const changeAttempts = 16
 
 // Store is FLOW_SCHEDULES. It is safe for concurrent use.
 type Store struct {
-	kv jetstream.KeyValue
+	// b reads the schedules as stored, checked by Get; checked reads them checked (Decode).
+	b       *typedkv.Bucket[schedule.Schedule]
+	checked *typedkv.Bucket[Watched]
 }
 
 // Open opens FLOW_SCHEDULES, which streams.Ensure creates. Its entries are keyed by the
 // schedules' names and hold each schedule.Schedule (spec and state) as JSON.
 func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
-	kv, err := js.KeyValue(ctx, streams.SchedulesBucket)
+	b, err := typedkv.Open[schedule.Schedule](ctx, js, streams.SchedulesBucket)
 	if err != nil {
-		return nil, fmt.Errorf("cannot open %s: %w", streams.SchedulesBucket, err)
+		return nil, err
 	}
-	return &Store{kv: kv}, nil
+	return &Store{b: b, checked: typedkv.View(b, typedkv.Codec[Watched]{Decode: decodeWatched})}, nil
 }
 
 // ErrNotFound is wrapped by Load when the schedule does not exist (or was deleted).
@@ -52,46 +54,28 @@ var ErrConflict = errors.New("schedstore: the schedule changed since it was read
 
 // Load reads schedule name, its timing and the revision of its entry, for the schedule runner.
 func (s *Store) Load(ctx context.Context, name string) (*schedule.Schedule, *schedule.Timing, uint64, error) {
-	e, err := s.kv.Get(ctx, name)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, nil, 0, fmt.Errorf("%w: %q", ErrNotFound, name)
-	}
+	e, found, err := s.checked.Get(ctx, name)
 	if err != nil {
 		return nil, nil, 0, err
 	}
-	sch, t, err := Decode(e.Value())
-	return sch, t, e.Revision(), err
+	if !found {
+		return nil, nil, 0, fmt.Errorf("%w: %q", ErrNotFound, name)
+	}
+	return e.Value.Schedule, e.Value.Timing, e.Revision, e.Err
 }
 
 // Save stores sch, the state of schedule sch.Name a round computed, if its entry is still at
 // revision rev, and returns the new revision, or an error wrapping ErrConflict.
 func (s *Store) Save(ctx context.Context, sch *schedule.Schedule, rev uint64) (uint64, error) {
-	out, err := json.Marshal(sch)
-	if err != nil {
-		return 0, err
-	}
-	rev, err = s.kv.Update(ctx, sch.Name, out, rev)
-	if err != nil && isWrongRevision(err) {
+	rev, err := s.b.Update(ctx, sch.Name, *sch, rev)
+	if typedkv.IsConflict(err) {
 		return 0, fmt.Errorf("%w: %w", ErrConflict, err)
 	}
 	return rev, err
 }
 
 // Names lists the names of every schedule, in no order.
-func (s *Store) Names(ctx context.Context) ([]string, error) {
-	lister, err := s.kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
-	if err != nil {
-		return nil, err
-	}
-	var names []string
-	for k := range lister.Keys() {
-		names = append(names, k)
-	}
-	return names, nil
-}
+func (s *Store) Names(ctx context.Context) ([]string, error) { return s.b.Keys(ctx) }
 
 // Watched is a schedule as the watch delivers it: the schedule and its timing (Decode).
 type Watched struct {
@@ -109,18 +93,14 @@ type Watcher = typedkv.Watcher[Watched]
 
 // Watch watches every entry: the existing ones first, then nil, then every change, until
 // Watcher.Stop or the end of ctx, which close its Updates.
-func (s *Store) Watch(ctx context.Context) (*Watcher, error) {
-	kw, err := s.kv.WatchAll(ctx)
+func (s *Store) Watch(ctx context.Context) (*Watcher, error) { return s.checked.Watch(ctx) }
+
+func decodeWatched(value []byte) (Watched, error) {
+	sch, t, err := Decode(value)
 	if err != nil {
-		return nil, err
+		return Watched{}, err
 	}
-	return typedkv.Follow(kw, func(value []byte) (Watched, error) {
-		sch, t, err := Decode(value)
-		if err != nil {
-			return Watched{}, err
-		}
-		return Watched{Schedule: sch, Timing: t}, nil
-	}), nil
+	return Watched{Schedule: sch, Timing: t}, nil
 }
 
 // Decode decodes the value of an entry and checks it: the schedule and its timing.
@@ -143,22 +123,22 @@ func (s *Store) Get(ctx context.Context, name string) (*schedule.Schedule, uint6
 	if err := schedule.ValidateName(name); err != nil {
 		return nil, 0, nil, &api.IngressError{Code: api.CodeInvalidName, Message: trimFlow(err)}
 	}
-	e, err := s.kv.Get(ctx, name)
-	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
-		return nil, 0, nil, &api.IngressError{Code: api.CodeScheduleNotFound, Message: fmt.Sprintf("schedule %q does not exist; list schedules with `flow schedule list`", name)}
-	}
+	e, found, err := s.b.Get(ctx, name)
 	if err != nil {
 		return nil, 0, nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("reading schedule %q: %v; retry", name, err)}
 	}
-	var sch schedule.Schedule
-	if err := json.Unmarshal(e.Value(), &sch); err != nil {
-		return nil, 0, nil, &api.IngressError{Code: api.CodeIngressInternal, Message: fmt.Sprintf("schedule %q is stored malformed: %v", name, err)}
+	if !found {
+		return nil, 0, nil, &api.IngressError{Code: api.CodeScheduleNotFound, Message: fmt.Sprintf("schedule %q does not exist; list schedules with `flow schedule list`", name)}
 	}
+	if e.Err != nil {
+		return nil, 0, nil, &api.IngressError{Code: api.CodeIngressInternal, Message: fmt.Sprintf("schedule %q is stored malformed: %v", name, e.Err)}
+	}
+	sch := e.Value
 	t, err := sch.Validate()
 	if err != nil {
 		return nil, 0, nil, &api.IngressError{Code: api.CodeIngressInternal, Message: fmt.Sprintf("schedule %q is stored invalid: %v", name, err)}
 	}
-	return &sch, e.Revision(), t, nil
+	return &sch, e.Revision, t, nil
 }
 
 // Describe returns sch's description with its next n actions (0: the default).
@@ -181,11 +161,10 @@ func (s *Store) Create(ctx context.Context, sch schedule.Schedule, paused bool, 
 	if err != nil {
 		return nil, &api.IngressError{Code: api.CodeInvalidRequest, Message: trimFlow(err)}
 	}
-	data, err := json.Marshal(created)
-	if err != nil {
-		return nil, &api.IngressError{Code: api.CodeIngressInternal, Message: err.Error()}
-	}
-	if _, err := s.kv.Create(ctx, sch.Name, data); err != nil {
+	if _, err := s.b.Create(ctx, sch.Name, *created); err != nil {
+		if errors.Is(err, typedkv.ErrEncode) {
+			return nil, &api.IngressError{Code: api.CodeIngressInternal, Message: err.Error()}
+		}
 		if errors.Is(err, jetstream.ErrKeyExists) {
 			return nil, &api.IngressError{Code: api.CodeScheduleExists, Message: fmt.Sprintf("schedule %q exists; change it with `flow schedule update`, or delete it first", sch.Name)}
 		}
@@ -226,8 +205,8 @@ func (s *Store) Apply(ctx context.Context, op string, req api.ScheduleRequest, n
 			if e != nil {
 				return nil, e
 			}
-			err := s.kv.Delete(ctx, req.Name, jetstream.LastRevision(rev))
-			if isWrongRevision(err) {
+			err := s.b.Delete(ctx, req.Name, rev)
+			if typedkv.IsConflict(err) {
 				continue
 			}
 			if err != nil {
@@ -288,12 +267,11 @@ func (s *Store) change(ctx context.Context, name string, change func(*schedule.S
 			// A repeated trigger or backfill: nothing to write.
 			return Describe(sch, t, time.Now(), next), nil
 		}
-		data, err := json.Marshal(sch)
-		if err != nil {
-			return nil, &api.IngressError{Code: api.CodeIngressInternal, Message: err.Error()}
-		}
-		if _, err := s.kv.Update(ctx, name, data, rev); err != nil {
-			if isWrongRevision(err) {
+		if _, err := s.b.Update(ctx, name, *sch, rev); err != nil {
+			if errors.Is(err, typedkv.ErrEncode) {
+				return nil, &api.IngressError{Code: api.CodeIngressInternal, Message: err.Error()}
+			}
+			if typedkv.IsConflict(err) {
 				continue
 			}
 			return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("storing schedule %q: %v; retry", name, err)}
@@ -303,10 +281,4 @@ func (s *Store) change(ctx context.Context, name string, change func(*schedule.S
 		return d, nil
 	}
 	return nil, &api.IngressError{Code: api.CodeIngressBusy, Message: fmt.Sprintf("schedule %q kept changing under %d attempts; retry", name, changeAttempts)}
-}
-
-// isWrongRevision reports a compare-and-set that lost.
-func isWrongRevision(err error) bool {
-	var apiErr *jetstream.APIError
-	return errors.Is(err, jetstream.ErrKeyExists) || errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence
 }
