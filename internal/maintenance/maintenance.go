@@ -14,7 +14,6 @@ package maintenance
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sync/atomic"
 	"time"
@@ -22,6 +21,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/typedkv"
 	"github.com/flowrun/flow/internal/wait"
 )
 
@@ -56,16 +56,22 @@ func Periodic(interval time.Duration, pass func(context.Context)) Job {
 // name of the replica that holds it. Entries expire with the bucket's TTL unless renewed. It is
 // safe for concurrent use.
 type Leases struct {
-	kv jetstream.KeyValue
+	b *typedkv.Bucket[string]
+}
+
+// holderCodec stores a holder's name as the entry's bytes, not JSON.
+var holderCodec = typedkv.Codec[string]{
+	Encode: func(holder string) ([]byte, error) { return []byte(holder), nil },
+	Decode: func(value []byte) (string, error) { return string(value), nil },
 }
 
 // OpenLeases opens FLOW_LEASES, which streams.Ensure creates.
 func OpenLeases(ctx context.Context, js jetstream.JetStream) (*Leases, error) {
-	kv, err := js.KeyValue(ctx, streams.LeasesBucket)
+	b, err := typedkv.OpenCodec(ctx, js, streams.LeasesBucket, holderCodec)
 	if err != nil {
-		return nil, fmt.Errorf("opening bucket %s: %w", streams.LeasesBucket, err)
+		return nil, err
 	}
-	return &Leases{kv: kv}, nil
+	return &Leases{b: b}, nil
 }
 
 // ErrHeld is wrapped by Acquire when another replica holds the lease.
@@ -75,21 +81,21 @@ var ErrHeld = jetstream.ErrKeyExists
 // replica, restarted before its lease expired), and returns the entry's revision. It returns
 // an error wrapping ErrHeld when another replica holds it.
 func (l *Leases) Acquire(ctx context.Context, key, holder string) (uint64, error) {
-	rev, err := l.kv.Create(ctx, key, []byte(holder))
+	rev, err := l.b.Create(ctx, key, holder)
 	if !errors.Is(err, jetstream.ErrKeyExists) {
 		return rev, err
 	}
-	held, gerr := l.kv.Get(ctx, key)
-	if gerr != nil || string(held.Value()) != holder {
+	held, found, gerr := l.b.Get(ctx, key)
+	if gerr != nil || !found || held.Value != holder {
 		return 0, err
 	}
-	return l.kv.Update(ctx, key, []byte(holder), held.Revision())
+	return l.b.Update(ctx, key, holder, held.Revision)
 }
 
 // Renew renews lease key of holder, at revision rev (its last write), and returns the new
 // revision; an error means the lease is lost.
 func (l *Leases) Renew(ctx context.Context, key, holder string, rev uint64) (uint64, error) {
-	return l.kv.Update(ctx, key, []byte(holder), rev)
+	return l.b.Update(ctx, key, holder, rev)
 }
 
 // Release deletes lease key if it is still at revision rev, so that another replica takes it at
@@ -97,25 +103,22 @@ func (l *Leases) Renew(ctx context.Context, key, holder string, rev uint64) (uin
 func (l *Leases) Release(key string, rev uint64) {
 	ctx, stop := context.WithTimeout(context.Background(), time.Second)
 	defer stop()
-	_ = l.kv.Delete(ctx, key, jetstream.LastRevision(rev))
+	_ = l.b.Delete(ctx, key, rev)
 }
 
 // Holder returns the replica holding lease key, "" when none does.
 func (l *Leases) Holder(ctx context.Context, key string) (string, error) {
-	e, err := l.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return "", nil
-	}
+	e, _, err := l.b.Get(ctx, key)
 	if err != nil {
 		return "", err
 	}
-	return string(e.Value()), nil
+	return e.Value, nil
 }
 
 // RenewInterval is a third of the bucket's TTL as configured on the server, which the last
 // process to call streams.Ensure set, or of ttl when the server cannot tell; at least 100ms.
 func (l *Leases) RenewInterval(ctx context.Context, ttl time.Duration) time.Duration {
-	if st, err := l.kv.Status(ctx); err == nil && st.TTL() > 0 {
+	if st, err := l.b.Status(ctx); err == nil && st.TTL() > 0 {
 		ttl = st.TTL()
 	}
 	return max(ttl/3, 100*time.Millisecond)
