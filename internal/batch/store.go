@@ -28,16 +28,18 @@ var (
 
 // Store reads and writes jobs and their targets in FLOW_BATCHES.
 type Store struct {
-	kv jetstream.KeyValue
+	// jobs reads and writes the "job.<id>" entries, targets the "targets.<id>.<n>" ones.
+	jobs    *typedkv.Bucket[Job]
+	targets *typedkv.Bucket[[]string]
 }
 
 // Open opens FLOW_BATCHES (streams.Ensure creates it).
 func Open(ctx context.Context, js jetstream.JetStream) (*Store, error) {
-	kv, err := js.KeyValue(ctx, streams.BatchesBucket)
+	jobs, err := typedkv.Open[Job](ctx, js, streams.BatchesBucket)
 	if err != nil {
-		return nil, fmt.Errorf("batch: opening bucket %s: %w (streams.Ensure creates it)", streams.BatchesBucket, err)
+		return nil, fmt.Errorf("batch: %w", err)
 	}
-	return &Store{kv: kv}, nil
+	return &Store{jobs: jobs, targets: typedkv.View(jobs, typedkv.Codec[[]string]{})}, nil
 }
 
 func jobKey(id string) string { return "job." + id }
@@ -47,11 +49,7 @@ func targetsKey(id string, n int) string { return "targets." + id + "." + strcon
 // Create writes a new pending job. A job with the same ID and spec is returned as it stands
 // (created false): a create that is retried finds its job; one with another spec is ErrExists.
 func (s *Store) Create(ctx context.Context, j Job) (Job, bool, error) {
-	b, err := json.Marshal(j)
-	if err != nil {
-		return Job{}, false, err
-	}
-	_, err = s.kv.Create(ctx, jobKey(j.ID), b)
+	_, err := s.jobs.Create(ctx, jobKey(j.ID), j)
 	if err == nil {
 		return j, true, nil
 	}
@@ -76,30 +74,24 @@ func sameSpec(a, b Spec) bool {
 
 // Get returns job id and its revision, or ErrNotFound.
 func (s *Store) Get(ctx context.Context, id string) (Job, uint64, error) {
-	e, err := s.kv.Get(ctx, jobKey(id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return Job{}, 0, fmt.Errorf("%w: %q", ErrNotFound, id)
-	}
+	e, found, err := s.jobs.Get(ctx, jobKey(id))
 	if err != nil {
 		return Job{}, 0, fmt.Errorf("batch: reading job %q: %w", id, err)
 	}
-	var j Job
-	if err := json.Unmarshal(e.Value(), &j); err != nil {
-		return Job{}, 0, fmt.Errorf("batch: job %q: %w", id, err)
+	if !found {
+		return Job{}, 0, fmt.Errorf("%w: %q", ErrNotFound, id)
 	}
-	return j, e.Revision(), nil
+	if e.Err != nil {
+		return Job{}, 0, fmt.Errorf("batch: job %q: %w", id, e.Err)
+	}
+	return e.Value, e.Revision, nil
 }
 
 // Update writes j if its entry is still at revision rev, and returns the new revision, or an
 // error wrapping ErrConflict.
 func (s *Store) Update(ctx context.Context, j Job, rev uint64) (uint64, error) {
-	b, err := json.Marshal(j)
-	if err != nil {
-		return 0, err
-	}
-	r, err := s.kv.Update(ctx, jobKey(j.ID), b, rev)
-	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence || errors.Is(err, jetstream.ErrKeyExists) {
+	r, err := s.jobs.Update(ctx, jobKey(j.ID), j, rev)
+	if typedkv.IsConflict(err) {
 		return 0, fmt.Errorf("%w: %q", ErrConflict, j.ID)
 	}
 	if err != nil {
@@ -140,39 +132,26 @@ func (s *Store) Stop(ctx context.Context, id, reason string, now time.Time) (Job
 
 // List returns every job, the most recently created first.
 func (s *Store) List(ctx context.Context) ([]Job, error) {
-	w, err := s.kv.Watch(ctx, "job.*", jetstream.IgnoreDeletes())
+	entries, err := s.jobs.List(ctx, "job.*")
 	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
 		return nil, fmt.Errorf("batch: listing jobs: %w", err)
 	}
-	defer func() { _ = w.Stop() }()
 	var out []Job
-	for {
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return nil, errors.New("batch: the watch of the jobs closed")
-			}
-			if e == nil {
-				slices.SortFunc(out, func(a, b Job) int { return b.CreatedAt.Compare(a.CreatedAt) })
-				return out, nil
-			}
-			var j Job
-			if err := json.Unmarshal(e.Value(), &j); err == nil {
-				out = append(out, j)
-			}
+	for _, e := range entries {
+		if e.Err == nil {
+			out = append(out, e.Value)
 		}
 	}
+	slices.SortFunc(out, func(a, b Job) int { return b.CreatedAt.Compare(a.CreatedAt) })
+	return out, nil
 }
 
 // PutTargets writes chunk n of job id's targets.
 func (s *Store) PutTargets(ctx context.Context, id string, n int, runIDs []string) error {
-	b, err := json.Marshal(runIDs)
-	if err != nil {
-		return err
-	}
-	if _, err := s.kv.Put(ctx, targetsKey(id, n), b); err != nil {
+	if _, err := s.targets.Put(ctx, targetsKey(id, n), runIDs); err != nil {
 		return fmt.Errorf("batch: writing chunk %d of job %q's targets: %w", n, id, err)
 	}
 	return nil
@@ -180,15 +159,17 @@ func (s *Store) PutTargets(ctx context.Context, id string, n int, runIDs []strin
 
 // Targets reads chunk n of job id's targets.
 func (s *Store) Targets(ctx context.Context, id string, n int) ([]string, error) {
-	e, err := s.kv.Get(ctx, targetsKey(id, n))
+	e, found, err := s.targets.Get(ctx, targetsKey(id, n))
+	if err == nil && !found {
+		err = jetstream.ErrKeyNotFound
+	}
 	if err != nil {
 		return nil, fmt.Errorf("batch: reading chunk %d of job %q's targets: %w", n, id, err)
 	}
-	var ids []string
-	if err := json.Unmarshal(e.Value(), &ids); err != nil {
-		return nil, fmt.Errorf("batch: chunk %d of job %q's targets: %w", n, id, err)
+	if e.Err != nil {
+		return nil, fmt.Errorf("batch: chunk %d of job %q's targets: %w", n, id, e.Err)
 	}
-	return ids, nil
+	return e.Value, nil
 }
 
 // JobEntry is a job's entry as watched: its Value the job, Err set when the entry does not
@@ -201,13 +182,5 @@ type JobWatcher = typedkv.Watcher[Job]
 // Watch follows the jobs' entries: the current ones, then nil, then every change (deletions
 // left out), until JobWatcher.Stop or the end of ctx, which close its Updates.
 func (s *Store) Watch(ctx context.Context) (*JobWatcher, error) {
-	kw, err := s.kv.Watch(ctx, "job.*", jetstream.IgnoreDeletes())
-	if err != nil {
-		return nil, err
-	}
-	return typedkv.Follow(kw, func(value []byte) (Job, error) {
-		var j Job
-		err := json.Unmarshal(value, &j)
-		return j, err
-	}), nil
+	return s.jobs.WatchKeys(ctx, []string{"job.*"}, jetstream.IgnoreDeletes())
 }

@@ -224,9 +224,16 @@ func (b *Bucket[T]) Status(ctx context.Context) (jetstream.KeyValueStatus, error
 	return b.kv.Status(ctx)
 }
 
-// List returns the bucket's entries (deletions left out), read by one watch.
-func (b *Bucket[T]) List(ctx context.Context) ([]Entry[T], error) {
-	w, err := b.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+// List returns the bucket's entries (deletions left out), read by one watch; with filters (NATS
+// subject wildcards), the entries whose keys match one of them.
+func (b *Bucket[T]) List(ctx context.Context, filters ...string) ([]Entry[T], error) {
+	var w jetstream.KeyWatcher
+	var err error
+	if len(filters) == 0 {
+		w, err = b.kv.WatchAll(ctx, jetstream.IgnoreDeletes())
+	} else {
+		w, err = b.kv.WatchFiltered(ctx, filters, jetstream.IgnoreDeletes())
+	}
 	if err != nil {
 		return nil, fmt.Errorf("reading bucket %s: %w", b.kv.Bucket(), err)
 	}

@@ -226,6 +226,11 @@ func TestCodecViewKeysAndConflicts(t *testing.T) {
 	keys, err = b.Keys(ctx)
 	require.NoError(t, err)
 	require.Equal(t, []string{"g.a", "g.c", "s.b"}, keys, "nothing was written for the value that did not encode")
+	list, err := n.List(ctx, "g.*")
+	require.NoError(t, err)
+	require.Len(t, list, 2)
+	require.Equal(t, "g.a", list[0].Key)
+	require.Equal(t, len("12"), list[1].Value, "the View decodes with its own decoder")
 
 	st, err := b.Status(ctx)
 	require.NoError(t, err)
