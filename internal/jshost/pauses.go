@@ -2,8 +2,6 @@ package jshost
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -12,6 +10,7 @@ import (
 
 	"github.com/flowrun/flow/internal/pauses"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/typedkv"
 )
 
 // Pauses implements engine.Pauses on the FLOW_PAUSES bucket. Opened with watch, it keeps the
@@ -19,13 +18,13 @@ import (
 // answers from the writes made through it only (for processes that only pause and unpause,
 // such as the ingress). It is safe for concurrent use.
 type Pauses struct {
-	kv       jetstream.KeyValue
+	b        *typedkv.Bucket[pauses.Pause]
 	logger   *slog.Logger
 	onChange func(key string, p *pauses.Pause)
 
 	mu      sync.RWMutex
 	entries map[string]pauses.Pause
-	watcher jetstream.KeyWatcher
+	watcher *typedkv.Watcher[pauses.Pause]
 	done    chan struct{}
 }
 
@@ -42,11 +41,11 @@ type PausesOptions struct {
 
 // NewPauses opens the bucket on js. Flow's streams must exist.
 func NewPauses(ctx context.Context, js jetstream.JetStream, opts PausesOptions) (*Pauses, error) {
-	kv, err := js.KeyValue(ctx, streams.PausesBucket)
+	b, err := typedkv.Open[pauses.Pause](ctx, js, streams.PausesBucket)
 	if err != nil {
-		return nil, fmt.Errorf("opening bucket %s: %w (start `flow dev` or a worker to create Flow's streams)", streams.PausesBucket, err)
+		return nil, err
 	}
-	p := &Pauses{kv: kv, logger: opts.Logger, onChange: opts.OnChange, entries: map[string]pauses.Pause{}, done: make(chan struct{})}
+	p := &Pauses{b: b, logger: opts.Logger, onChange: opts.OnChange, entries: map[string]pauses.Pause{}, done: make(chan struct{})}
 	if p.logger == nil {
 		p.logger = slog.Default()
 	}
@@ -54,8 +53,8 @@ func NewPauses(ctx context.Context, js jetstream.JetStream, opts PausesOptions) 
 		close(p.done)
 		return p, nil
 	}
-	if p.watcher, err = kv.WatchAll(context.WithoutCancel(ctx)); err != nil {
-		return nil, fmt.Errorf("watching bucket %s: %w", streams.PausesBucket, err)
+	if p.watcher, err = b.Watch(context.WithoutCancel(ctx)); err != nil {
+		return nil, err
 	}
 	loaded := make(chan struct{})
 	go p.follow(loaded)
@@ -79,23 +78,22 @@ func (p *Pauses) follow(loaded chan struct{}) {
 			}
 			continue
 		}
+		if e.Err != nil {
+			p.logger.Warn("ignoring a malformed pause entry", slog.String("key", e.Key), slog.String("error", e.Err.Error()))
+			continue
+		}
 		var v *pauses.Pause
 		p.mu.Lock()
-		if e.Operation() == jetstream.KeyValuePut {
-			var pause pauses.Pause
-			if err := json.Unmarshal(e.Value(), &pause); err != nil {
-				p.mu.Unlock()
-				p.logger.Warn("ignoring a malformed pause entry", slog.String("key", e.Key()), slog.String("error", err.Error()))
-				continue
-			}
-			p.entries[e.Key()] = pause
-			v = &pause
+		if e.Deleted {
+			delete(p.entries, e.Key)
 		} else {
-			delete(p.entries, e.Key())
+			pause := e.Value
+			p.entries[e.Key] = pause
+			v = &pause
 		}
 		p.mu.Unlock()
 		if isLoaded && p.onChange != nil {
-			p.onChange(e.Key(), v)
+			p.onChange(e.Key, v)
 		}
 	}
 }
@@ -135,11 +133,7 @@ func (p *Pauses) Active(key string) bool {
 
 // Put implements engine.Pauses.
 func (p *Pauses) Put(ctx context.Context, pause pauses.Pause) error {
-	b, err := json.Marshal(pause)
-	if err != nil {
-		return err
-	}
-	if _, err := p.kv.Put(ctx, pause.Key(), b); err != nil {
+	if _, err := p.b.Put(ctx, pause.Key(), pause); err != nil {
 		return fmt.Errorf("writing pause %s: %w", pause.Key(), err)
 	}
 	p.mu.Lock()
@@ -151,14 +145,14 @@ func (p *Pauses) Put(ctx context.Context, pause pauses.Pause) error {
 // Delete implements engine.Pauses.
 func (p *Pauses) Delete(ctx context.Context, scope, name string) (bool, error) {
 	key := pauses.Key(scope, name)
-	_, err := p.kv.Get(ctx, key)
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return false, nil
-	}
+	_, found, err := p.b.Get(ctx, key)
 	if err != nil {
 		return false, fmt.Errorf("reading pause %s: %w", key, err)
 	}
-	if err := p.kv.Delete(ctx, key); err != nil {
+	if !found {
+		return false, nil
+	}
+	if err := p.b.Delete(ctx, key, 0); err != nil {
 		return false, fmt.Errorf("deleting pause %s: %w", key, err)
 	}
 	p.mu.Lock()
@@ -169,27 +163,15 @@ func (p *Pauses) Delete(ctx context.Context, scope, name string) (bool, error) {
 
 // List implements engine.Pauses.
 func (p *Pauses) List(ctx context.Context) ([]pauses.Pause, error) {
-	keys, err := p.kv.ListKeys(ctx)
-	if errors.Is(err, jetstream.ErrNoKeysFound) {
-		return nil, nil
-	}
+	entries, err := p.b.List(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("listing pauses: %w", err)
 	}
 	var out []pauses.Pause
-	for key := range keys.Keys() {
-		e, err := p.kv.Get(ctx, key)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			continue
+	for _, e := range entries {
+		if e.Err == nil {
+			out = append(out, e.Value)
 		}
-		if err != nil {
-			return nil, fmt.Errorf("reading pause %s: %w", key, err)
-		}
-		var pause pauses.Pause
-		if err := json.Unmarshal(e.Value(), &pause); err != nil {
-			continue
-		}
-		out = append(out, pause)
 	}
 	return out, nil
 }
