@@ -270,7 +270,7 @@ func (e *NoWorkerError) Error() string {
 	if len(e.Known) > 0 {
 		known = "known on this queue: " + strings.Join(e.Known, ", ")
 	}
-	return fmt.Sprintf("no live worker serves workflow %q on queue %q (%s; %s); start a worker that registers it (flow dev, or your own worker with services/worker)",
+	return fmt.Sprintf("no live worker serves workflow %q on queue %q (%s; %s); start a worker that registers it (flow dev, or your own with pkg/flow/worker)",
 		e.Definition, e.Queue, seen, known)
 }
 

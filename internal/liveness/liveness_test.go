@@ -101,12 +101,12 @@ func TestViewFollowsWorkers(t *testing.T) {
 	var nw *liveness.NoWorkerError
 	require.ErrorAs(t, err, &nw)
 	require.False(t, nw.LastSeen.IsZero())
-	require.Regexp(t, `^no live worker serves workflow "gamma" on queue "q" \(last worker seen (just now|\ds ago); known on this queue: alpha, beta\); start a worker that registers it \(flow dev, or your own worker with services/worker\)$`, err.Error())
+	require.Regexp(t, `^no live worker serves workflow "gamma" on queue "q" \(last worker seen (just now|\ds ago); known on this queue: alpha, beta\); start a worker that registers it \(flow dev, or your own with pkg/flow/worker\)$`, err.Error())
 
 	_, err = v.Require("q", "legacy")
 	require.ErrorContains(t, err, `(registered 2h ago, no live worker seen since; known on this queue: alpha, beta)`)
 	_, err = v.Require("", "nothing")
-	require.EqualError(t, err, `no live worker serves workflow "nothing" on queue "default" (never registered; no live worker on this queue); start a worker that registers it (flow dev, or your own worker with services/worker)`)
+	require.EqualError(t, err, `no live worker serves workflow "nothing" on queue "default" (never registered; no live worker on this queue); start a worker that registers it (flow dev, or your own with pkg/flow/worker)`)
 	require.NoError(t, a.Stop(ctx))
 }
 
