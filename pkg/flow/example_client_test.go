@@ -113,13 +113,24 @@ func startFlow(ctx context.Context, reg *flow.Registry, definitions ...string) (
 	return client, w, stop, nil
 }
 
+// example starts Flow with a worker serving what register registers (startFlow), under a
+// context that ends after 30 seconds. stop stops everything and ends the context; when example
+// fails it has stopped what it started.
+func example(register func(*flow.Registry), definitions ...string) (context.Context, *flow.Client, *worker.Worker, func(), error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
+	register(reg)
+	client, w, stop, err := startFlow(ctx, reg, definitions...)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, nil, err
+	}
+	return ctx, client, w, func() { stop(); cancel() }, nil
+}
+
 // Start a run, signal it, and read its result.
 func ExampleClient_Signal() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
-	approval(reg)
-	client, _, stop, err := startFlow(ctx, reg, "approval")
+	ctx, client, _, stop, err := example(approval, "approval")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -148,11 +159,7 @@ func ExampleClient_Signal() {
 // A schedule starts a run of its definition at each slot: here at 09:00 Paris time on weekdays.
 // Trigger acts now, outside the timetable, and names the run it starts.
 func ExampleClient_Schedules() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
-	approval(reg)
-	client, _, stop, err := startFlow(ctx, reg, "approval")
+	ctx, client, _, stop, err := example(approval, "approval")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -200,11 +207,7 @@ func ExampleClient_Schedules() {
 // A batch job applies one operation to every run a filter selects, at a bounded rate: here it
 // signals the three runs waiting for approval.
 func ExampleBatchClient_Start() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
-	approval(reg)
-	client, _, stop, err := startFlow(ctx, reg, "approval")
+	ctx, client, _, stop, err := example(approval, "approval")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -263,13 +266,12 @@ func ExampleBatchClient_Start() {
 // watch, within milliseconds of PauseDefinition returning (docs/pause.md); the example waits for
 // its worker to hold the definition before it starts a run.
 func ExamplePauseClient_PauseDefinition() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
-	flow.RegisterWorkflow(reg, "report", func(ctx *flow.Context, _ any) (flow.Decision, error) {
-		return ctx.Complete("report sent"), nil
-	})
-	client, w, stop, err := startFlow(ctx, reg, "report")
+	report := func(reg *flow.Registry) {
+		flow.RegisterWorkflow(reg, "report", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+			return ctx.Complete("report sent"), nil
+		})
+	}
+	ctx, client, w, stop, err := example(report, "report")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -353,11 +355,7 @@ func expense(reg *flow.Registry) {
 
 // A query reads a run's state from its workflow code, on a worker; it records nothing.
 func ExampleClient_Query() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
-	expense(reg)
-	client, _, stop, err := startFlow(ctx, reg, "expense")
+	ctx, client, _, stop, err := example(expense, "expense")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -385,11 +383,7 @@ func ExampleClient_Query() {
 // An update is a request the run answers: validated by the workflow, recorded in history, and
 // completed with a result. Update with Wait returns the result, or an *UpdateError.
 func ExampleClient_Update() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
-	expense(reg)
-	client, _, stop, err := startFlow(ctx, reg, "expense")
+	ctx, client, _, stop, err := example(expense, "expense")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
