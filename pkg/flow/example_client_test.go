@@ -55,31 +55,29 @@ func startFlow(ctx context.Context, reg *flow.Registry, definitions ...string) (
 		return fail(err)
 	}
 	stops = append(stops, srv.Shutdown)
+	// start starts a service New returned (err its error) and stops it with the rest.
+	start := func(svc interface {
+		Start(context.Context) error
+		Stop() error
+	}, err error) error {
+		if err == nil {
+			err = svc.Start(ctx)
+		}
+		if err == nil {
+			stops = append(stops, func() { svc.Stop() })
+		}
+		return err
+	}
 	nats := natsconn.Config{URL: srv.ClientURL()}
-	h, err := history.New(history.Config{NATS: nats, HTTPAddr: "off", Logger: quiet})
-	if err == nil {
-		err = h.Start(ctx)
-	}
-	if err != nil {
+	if err := start(history.New(history.Config{NATS: nats, HTTPAddr: "off", Logger: quiet})); err != nil {
 		return fail(err)
 	}
-	stops = append(stops, func() { h.Stop() })
-	in, err := ingress.New(ingress.Config{NATS: nats, HTTPAddr: "off", Logger: quiet})
-	if err == nil {
-		err = in.Start(ctx)
-	}
-	if err != nil {
+	if err := start(ingress.New(ingress.Config{NATS: nats, HTTPAddr: "off", Logger: quiet})); err != nil {
 		return fail(err)
 	}
-	stops = append(stops, func() { in.Stop() })
-	s, err := scheduler.New(scheduler.Config{NATS: nats, HTTPAddr: "off", Logger: quiet})
-	if err == nil {
-		err = s.Start(ctx)
-	}
-	if err != nil {
+	if err := start(scheduler.New(scheduler.Config{NATS: nats, HTTPAddr: "off", Logger: quiet})); err != nil {
 		return fail(err)
 	}
-	stops = append(stops, func() { s.Stop() })
 	w, err := worker.New(reg, &worker.Options{URL: srv.ClientURL(), Logger: quiet})
 	if err == nil {
 		err = w.Start(ctx)
