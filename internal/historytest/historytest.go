@@ -60,6 +60,22 @@ func Setup(t *testing.T) *Bundle {
 	return &Bundle{Srv: srv, JS: natstest.JetStream(t, srv), History: h, Client: c, Ctx: ctx}
 }
 
+// Start starts a history service with cfg as it is (cfg.Conn or cfg.NATS, cfg.HTTPAddr "" for
+// the default address) and stops it when the test or benchmark ends, ignoring Stop's error as
+// ingresstest.Start does.
+func Start(tb testing.TB, cfg history.Config) *history.Service {
+	tb.Helper()
+	h, err := history.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := h.Start(tb.Context()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = h.Stop() })
+	return h
+}
+
 // StartHistory starts a history service and its ingress on srv with the default configuration.
 func StartHistory(t *testing.T, srv *natsserver.Server) *history.Service {
 	t.Helper()

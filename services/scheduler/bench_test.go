@@ -58,6 +58,7 @@ import (
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/fanout"
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natstest"
@@ -107,14 +108,7 @@ func newBurstEnv(b *testing.B) *burstEnv {
 	discard := slog.New(slog.DiscardHandler)
 	connect := natstest.BenchConnect(b, "", natsconn.SyncQueue)
 
-	h, err := history.New(history.Config{Conn: connect(), HTTPAddr: "off", Logger: discard})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := h.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = h.Stop() })
+	historytest.Start(b, history.Config{Conn: connect(), HTTPAddr: "off", Logger: discard})
 	ingresstest.Start(b, ingress.Config{Conn: connect(), Logger: discard})
 
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: discard})

@@ -44,6 +44,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/fanout"
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/event"
@@ -117,14 +118,7 @@ func newBenchEnv(b *testing.B, syncPolicy string) *benchEnv {
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
 	connect := natstest.BenchConnect(b, syncPolicy)
 
-	h, err := history.New(history.Config{Conn: connect(), HTTPAddr: "off", Logger: discard})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := h.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = h.Stop() })
+	historytest.Start(b, history.Config{Conn: connect(), HTTPAddr: "off", Logger: discard})
 	ingresstest.Start(b, ingress.Config{Conn: connect(), Logger: discard})
 
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: discard})
