@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"log/slog"
 	"net"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,31 +15,14 @@ import (
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for the logger's writes and the test's reads.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // A service started before the history service waits, saying for what, and starts once the
 // streams exist.
 func TestAwaitStreams(t *testing.T) {
 	srv := natstest.RunServer(t, &server.Options{JetStream: true}) // no Flow streams
-	var logs syncBuffer
+	var logs syncbuf.Buffer
 	logger := slog.New(slog.NewJSONHandler(&logs, nil))
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -14,7 +14,6 @@ import (
 	"regexp"
 	"runtime/debug"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 	"unicode/utf8"
@@ -24,27 +23,10 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/syncbuf"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 )
-
-// lockedBuffer is a bytes.Buffer safe for a writer and a reader in different goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *lockedBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *lockedBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 type cliResult struct {
 	code           int
@@ -72,7 +54,7 @@ func startDev(t *testing.T) string {
 	t.Helper()
 	url := fmt.Sprintf("nats://127.0.0.1:%d", unusedPort(t))
 	ctx, stop := context.WithCancel(context.Background())
-	var out, errOut lockedBuffer
+	var out, errOut syncbuf.Buffer
 	done := make(chan int, 1)
 	dir := t.TempDir() // before the goroutine: removed only after the cleanup below stops flow dev
 	go func() {
@@ -145,7 +127,7 @@ func TestCLIFixes(t *testing.T) {
 	})
 
 	t.Run("StartWaitShowsTheRunBeforeItEnds", func(t *testing.T) {
-		var out, errOut lockedBuffer
+		var out, errOut syncbuf.Buffer
 		done := make(chan int, 1)
 		go func() {
 			done <- Main(t.Context(), []string{"start", "reminder", "--input", `{"after":"1h"}`, "--id", "stream-live", "--wait", nats}, &out, &errOut)

@@ -10,36 +10,18 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/cli"
+	"github.com/flowrun/flow/internal/syncbuf"
 )
-
-// syncBuffer is a bytes.Buffer safe for a writer and a reader in different goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // devRun is a `flow dev` the test started, with its output.
 type devRun struct {
-	out, err *syncBuffer
+	out, err *syncbuf.Buffer
 	stop     context.CancelFunc
 	done     chan int
 	// dir is its data directory.
@@ -58,7 +40,7 @@ func startDev(t *testing.T, args ...string) *devRun {
 func startDevIn(t *testing.T, dir string, args ...string) *devRun {
 	t.Helper()
 	ctx, stop := context.WithCancel(t.Context())
-	d := &devRun{out: &syncBuffer{}, err: &syncBuffer{}, stop: stop, done: make(chan int, 1), dir: dir}
+	d := &devRun{out: &syncbuf.Buffer{}, err: &syncbuf.Buffer{}, stop: stop, done: make(chan int, 1), dir: dir}
 	go func() {
 		d.done <- cli.Main(ctx, append([]string{"dev", "--dir", dir}, args...), d.out, d.err)
 	}()

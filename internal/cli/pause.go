@@ -74,11 +74,7 @@ the pause for a definition or queue.`,
 				if err != nil {
 					return err
 				}
-				if e.json {
-					return writeJSON(e.stdout, accepted(name, to))
-				}
-				fmt.Fprintf(e.stdout, "%s paused%s; `flow unpause %s` lets it go on\n", name, forwarded(name, to), to)
-				return nil
+				return e.runAccepted(name, to, fmt.Sprintf("%s paused%s; `flow unpause %s` lets it go on", name, forwarded(name, to), to))
 			}
 			var p *flow.ScopePause
 			if scope == "definition" {
@@ -98,6 +94,16 @@ the pause for a definition or queue.`,
 	}
 	f.bind(cmd, "pause")
 	return cmd
+}
+
+// runAccepted prints the answer to a pause or unpause of run name, delivered to run to (name
+// or its successor): with --json the accepted input, else line.
+func (e *env) runAccepted(name, to, line string) error {
+	if e.json {
+		return writeJSON(e.stdout, accepted(name, to))
+	}
+	fmt.Fprintln(e.stdout, line)
+	return nil
 }
 
 func (e *env) unpauseCmd() *cobra.Command {
@@ -124,11 +130,7 @@ With --definition or --queue, end that pause: the history service dispatches the
 				if err != nil {
 					return err
 				}
-				if e.json {
-					return writeJSON(e.stdout, accepted(name, to))
-				}
-				fmt.Fprintf(e.stdout, "%s unpaused%s\n", name, forwarded(name, to))
-				return nil
+				return e.runAccepted(name, to, fmt.Sprintf("%s unpaused%s", name, forwarded(name, to)))
 			}
 			var found bool
 			if scope == "definition" {

@@ -145,21 +145,13 @@ func firstAttempt(s *core.Snapshot) (core.Attempt, bool) {
 // end: decide and commit, list the attempts in flight with next (the engine's launch), complete
 // the first (core.StepResult), decide again. It returns the history.
 func driveBatch(tb testing.TB, wf core.Decider, next nextAttempt) []event.Envelope {
-	run := "batch"
-	t := epoch
-	s := core.New(run)
-	var hist []event.Envelope
+	br := &batchRun{s: core.New("batch"), t: epoch}
+	s := br.s
 	commit := func(ps []event.Payload) {
-		for _, p := range ps {
-			e := event.Envelope{RunID: run, Seq: s.Seq + 1, Time: t, Payload: p}
-			if err := s.Apply(e); err != nil {
-				tb.Fatal(err)
-			}
-			hist = append(hist, e)
-		}
-		t = t.Add(time.Millisecond)
+		br.commit(tb, ps)
+		br.t = br.t.Add(time.Millisecond)
 	}
-	commit([]event.Payload{&event.RunStarted{Spec: event.Spec{Definition: "batch"}, Input: json.RawMessage(`{}`), Seed: "s"}})
+	commit(br.started())
 	for !s.Terminal() {
 		v, err := core.Decide(s, wf, core.DecideOptions{})
 		if err != nil {
@@ -172,36 +164,51 @@ func driveBatch(tb testing.TB, wf core.Decider, next nextAttempt) []event.Envelo
 		if !ok {
 			continue
 		}
-		events, err := core.StepResult(s, a.StepID, a.Attempt, core.StepOutcome{Output: a.Input}, t)
+		events, err := core.StepResult(s, a.StepID, a.Attempt, core.StepOutcome{Output: a.Input}, br.t)
 		if err != nil {
 			tb.Fatal(err)
 		}
 		commit(events)
 	}
-	return hist
+	return br.hist
+}
+
+// batchRun is the run a batch driver decides: its snapshot, the history committed so far and
+// the time the next events are stamped with.
+type batchRun struct {
+	s    *core.Snapshot
+	t    time.Time
+	hist []event.Envelope
+}
+
+// started is the run.started event the drivers begin with.
+func (br *batchRun) started() []event.Payload {
+	return []event.Payload{&event.RunStarted{Spec: event.Spec{Definition: "batch"}, Input: json.RawMessage(`{}`), Seed: "s"}}
+}
+
+// commit applies ps to the snapshot in turn, stamped with br.t, and appends them to the
+// history; an event the snapshot refuses fails tb.
+func (br *batchRun) commit(tb testing.TB, ps []event.Payload) {
+	for _, p := range ps {
+		e := event.Envelope{RunID: br.s.RunID, Seq: br.s.Seq + 1, Time: br.t, Payload: p}
+		if err := br.s.Apply(e); err != nil {
+			tb.Fatal(err)
+		}
+		br.hist = append(br.hist, e)
+	}
 }
 
 // driveBatchTogether is driveBatch for a driver that records the results of up to k attempts
 // that finished together (one core.StepResult each, applied in turn) before it decides once,
 // as the engine's record does.
 func driveBatchTogether(tb testing.TB, wf core.Decider, k int) []event.Envelope {
-	run := "batch"
-	t := epoch
-	s := core.New(run)
-	var hist []event.Envelope
-	commit := func(ps []event.Payload) {
-		for _, p := range ps {
-			e := event.Envelope{RunID: run, Seq: s.Seq + 1, Time: t, Payload: p}
-			if err := s.Apply(e); err != nil {
-				tb.Fatal(err)
-			}
-			hist = append(hist, e)
-		}
-	}
-	commit([]event.Payload{&event.RunStarted{Spec: event.Spec{Definition: "batch"}, Input: json.RawMessage(`{}`), Seed: "s"}})
+	br := &batchRun{s: core.New("batch"), t: epoch}
+	s := br.s
+	commit := func(ps []event.Payload) { br.commit(tb, ps) }
+	commit(br.started())
 	done := make([]core.Attempt, 0, k)
 	for !s.Terminal() {
-		t = t.Add(time.Millisecond)
+		br.t = br.t.Add(time.Millisecond)
 		v, err := core.Decide(s, wf, core.DecideOptions{})
 		if err != nil {
 			tb.Fatal(err)
@@ -217,14 +224,14 @@ func driveBatchTogether(tb testing.TB, wf core.Decider, k int) []event.Envelope 
 			}
 		}
 		for _, a := range done {
-			events, err := core.StepResult(s, a.StepID, a.Attempt, core.StepOutcome{Output: a.Input}, t)
+			events, err := core.StepResult(s, a.StepID, a.Attempt, core.StepOutcome{Output: a.Input}, br.t)
 			if err != nil {
 				tb.Fatal(err)
 			}
 			commit(events)
 		}
 	}
-	return hist
+	return br.hist
 }
 
 // BenchmarkBatch measures workload W4 in the core, per batch size n: "loop" is the whole

@@ -54,24 +54,8 @@ func (s *Snapshot) MarshalCheckpoint() ([]byte, error) {
 		return nil, err
 	}
 	// The shared pointers, as IDs.
-	w.uvarint(uint64(len(s.stepBatches)))
-	for _, seq := range sortedKeys(s.stepBatches) {
-		w.uvarint(seq)
-		members := s.stepBatches[seq]
-		w.uvarint(uint64(len(members)))
-		for _, st := range members {
-			w.str(st.ID)
-		}
-	}
-	w.uvarint(uint64(len(s.childBatches)))
-	for _, seq := range sortedKeys(s.childBatches) {
-		w.uvarint(seq)
-		members := s.childBatches[seq]
-		w.uvarint(uint64(len(members)))
-		for _, ch := range members {
-			w.str(ch.ID)
-		}
-	}
+	writeBatches(w, s.stepBatches, func(st *Step) string { return st.ID })
+	writeBatches(w, s.childBatches, func(ch *Child) string { return ch.ID })
 	n := 0
 	for st := s.unsettled.first; st != nil; st = st.next {
 		n++
@@ -97,40 +81,8 @@ func UnmarshalCheckpoint(b []byte) (*Snapshot, error) {
 	r := &cpReader{b: b[len(c.fingerprint):]}
 	s := &Snapshot{}
 	c.dec(r, reflect.ValueOf(s).Elem())
-	nb := r.length()
-	if r.err == nil {
-		s.stepBatches = make(map[uint64][]*Step, nb)
-	}
-	for range nb {
-		seq, n := r.uvarint(), r.length()
-		members := make([]*Step, 0, n)
-		for range n {
-			st, ok := s.Steps[r.str()]
-			if !ok {
-				r.fail("a batch names a step the snapshot does not hold")
-				break
-			}
-			members = append(members, st)
-		}
-		s.stepBatches[seq] = members
-	}
-	nb = r.length()
-	if r.err == nil {
-		s.childBatches = make(map[uint64][]*Child, nb)
-	}
-	for range nb {
-		seq, n := r.uvarint(), r.length()
-		members := make([]*Child, 0, n)
-		for range n {
-			ch, ok := s.Children[r.str()]
-			if !ok {
-				r.fail("a batch names a child the snapshot does not hold")
-				break
-			}
-			members = append(members, ch)
-		}
-		s.childBatches[seq] = members
-	}
+	s.stepBatches = readBatches(r, s.Steps, "a batch names a step the snapshot does not hold")
+	s.childBatches = readBatches(r, s.Children, "a batch names a child the snapshot does not hold")
 	for n := r.length(); n > 0 && r.err == nil; n-- {
 		st, ok := s.Steps[r.str()]
 		if !ok || st.prev != nil || st.next != nil || s.unsettled.last == st {
@@ -146,6 +98,45 @@ func UnmarshalCheckpoint(b []byte) (*Snapshot, error) {
 		return nil, r.err
 	}
 	return s, nil
+}
+
+// writeBatches encodes a batch map (batch seq to its members, which the snapshot also holds by
+// ID) as the members' IDs, batches in seq order, members in slice order.
+func writeBatches[T any](w *cpWriter, batches map[uint64][]*T, id func(*T) string) {
+	w.uvarint(uint64(len(batches)))
+	for _, seq := range sortedKeys(batches) {
+		w.uvarint(seq)
+		members := batches[seq]
+		w.uvarint(uint64(len(members)))
+		for _, m := range members {
+			w.str(id(m))
+		}
+	}
+}
+
+// readBatches decodes what writeBatches encoded, resolving each ID in byID so the batch shares
+// the snapshot's pointers; an ID byID does not hold fails r with missing. It returns nil once r
+// has failed.
+func readBatches[T any](r *cpReader, byID map[string]*T, missing string) map[uint64][]*T {
+	nb := r.length()
+	var batches map[uint64][]*T
+	if r.err == nil {
+		batches = make(map[uint64][]*T, nb)
+	}
+	for range nb {
+		seq, n := r.uvarint(), r.length()
+		members := make([]*T, 0, n)
+		for range n {
+			m, ok := byID[r.str()]
+			if !ok {
+				r.fail(missing)
+				break
+			}
+			members = append(members, m)
+		}
+		batches[seq] = members
+	}
+	return batches
 }
 
 func sortedKeys[V any](m map[uint64]V) []uint64 {

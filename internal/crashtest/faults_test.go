@@ -14,6 +14,7 @@ import (
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/limits"
@@ -236,19 +237,8 @@ func faultRegistry() *flow.Registry {
 
 // registerWorkload registers the workload's workflows and steps in reg.
 func registerWorkload(reg *flow.Registry) {
-	flow.RegisterWorkflow(reg, "seq", func(ctx *flow.Context, n int) (flow.Decision, error) {
-		v := 0
-		for i := range n {
-			id := fmt.Sprintf("s%d", i)
-			out, ok, err := flow.Output[int](ctx, id)
-			if err != nil || !ok {
-				return ctx.ScheduleStep(id, "inc", v), err
-			}
-			v = out
-		}
-		return ctx.Complete(v), nil
-	})
-	flow.RegisterStep(reg, "inc", func(_ context.Context, n int) (int, error) { return n + 1, nil })
+	flow.RegisterWorkflow(reg, "seq", historytest.Steps)
+	flow.RegisterStep(reg, "inc", historytest.Inc)
 	// tagged upserts search attributes twice around a step: the runs index must end holding
 	// the start's customer and the last upsert's values, whatever fault hit between writes.
 	flow.RegisterWorkflow(reg, "tagged", func(ctx *flow.Context, n int) (flow.Decision, error) {
@@ -265,18 +255,7 @@ func registerWorkload(reg *flow.Registry) {
 		_, err := ctx.Attribute("customer", &customer)
 		return ctx.Complete(customer), err
 	}, flow.WithSearchAttributes(flow.Keyword("customer"), flow.Keyword("stage"), flow.Int("n")))
-	flow.RegisterWorkflow(reg, "limited", func(ctx *flow.Context, n int) (flow.Decision, error) {
-		v := 0
-		for i := range n {
-			id := fmt.Sprintf("s%d", i)
-			out, ok, err := flow.Output[int](ctx, id)
-			if err != nil || !ok {
-				return ctx.ScheduleStep(id, "inc", v), err
-			}
-			v = out
-		}
-		return ctx.Complete(v), nil
-	}, flow.WithFlowControl(flow.FlowControl{Concurrency: 1, Rate: 100, RatePeriod: time.Second}))
+	flow.RegisterWorkflow(reg, "limited", historytest.Steps, flow.WithFlowControl(flow.FlowControl{Concurrency: 1, Rate: 100, RatePeriod: time.Second}))
 	flow.RegisterWorkflow(reg, "doze", func(ctx *flow.Context, _ any) (flow.Decision, error) {
 		if !ctx.Fired("nap") {
 			return ctx.Sleep("nap", 50*time.Millisecond), nil

@@ -60,6 +60,22 @@ func Setup(t *testing.T) *Bundle {
 	return &Bundle{Srv: srv, JS: natstest.JetStream(t, srv), History: h, Client: c, Ctx: ctx}
 }
 
+// Start starts a history service with cfg as it is (cfg.Conn or cfg.NATS, cfg.HTTPAddr "" for
+// the default address) and stops it when the test or benchmark ends, ignoring Stop's error as
+// ingresstest.Start does.
+func Start(tb testing.TB, cfg history.Config) *history.Service {
+	tb.Helper()
+	h, err := history.New(cfg)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := h.Start(tb.Context()); err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { _ = h.Stop() })
+	return h
+}
+
 // StartHistory starts a history service and its ingress on srv with the default configuration.
 func StartHistory(t *testing.T, srv *natsserver.Server) *history.Service {
 	t.Helper()
@@ -96,19 +112,8 @@ func StartWorker(t *testing.T, srv *natsserver.Server, reg *flow.Registry) *work
 // signal), nap (a sleep) and hook (a hook with an explicit token).
 func Registry(buildID string) *flow.Registry {
 	reg := flow.NewRegistry(&flow.RegistryOptions{BuildID: buildID, Logger: Quiet})
-	flow.RegisterWorkflow(reg, "steps", func(ctx *flow.Context, n int) (flow.Decision, error) {
-		v := 0
-		for i := range n {
-			id := fmt.Sprintf("s%d", i)
-			out, ok, err := flow.Output[int](ctx, id)
-			if err != nil || !ok {
-				return ctx.ScheduleStep(id, "inc", v), err
-			}
-			v = out
-		}
-		return ctx.Complete(v), nil
-	})
-	flow.RegisterStep(reg, "inc", func(_ context.Context, n int) (int, error) { return n + 1, nil })
+	flow.RegisterWorkflow(reg, "steps", Steps)
+	flow.RegisterStep(reg, "inc", Inc)
 	flow.RegisterWorkflow(reg, "await", func(ctx *flow.Context, _ any) (flow.Decision, error) {
 		if v := ctx.Signal("go"); v != nil {
 			return ctx.Complete(v), nil
@@ -129,6 +134,24 @@ func Registry(buildID string) *flow.Registry {
 	})
 	return reg
 }
+
+// Steps is a workflow of n sequential steps "s0" ... "s<n-1>", each running step "inc" (Inc,
+// registered with it) on the previous one's output, from 0; it completes with n.
+func Steps(ctx *flow.Context, n int) (flow.Decision, error) {
+	v := 0
+	for i := range n {
+		id := fmt.Sprintf("s%d", i)
+		out, ok, err := flow.Output[int](ctx, id)
+		if err != nil || !ok {
+			return ctx.ScheduleStep(id, "inc", v), err
+		}
+		v = out
+	}
+	return ctx.Complete(v), nil
+}
+
+// Inc is the step Steps runs: n+1.
+func Inc(_ context.Context, n int) (int, error) { return n + 1, nil }
 
 // Page is one answer of the web UI.
 type Page struct {

@@ -65,3 +65,40 @@ func Logger() *slog.Logger {
 	}
 	return slog.New(slog.NewTextHandler(io.Discard, nil))
 }
+
+// BenchConnect returns a function that dials the server a benchmark runs against, each
+// connection closed when b ends: FLOW_BENCH_NATS_URL's server when that is set (with
+// natsconn.SyncQueue), else an embedded server with fsync policy sync (natsserver.Config.Sync),
+// started now and shut down when b ends. The embedded server is dialled in-process, or over its
+// URL with urlOpts when FLOW_BENCH_CONN=url.
+func BenchConnect(b testing.TB, sync string, urlOpts ...nats.Option) func() *nats.Conn {
+	b.Helper()
+	external := os.Getenv("FLOW_BENCH_NATS_URL")
+	var srv *natsserver.Server
+	if external == "" {
+		var err error
+		srv, err = natsserver.Start(natsserver.Config{Dir: b.TempDir(), Port: -1, Sync: sync,
+			Logger: slog.New(slog.DiscardHandler)})
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(srv.Shutdown)
+	}
+	return func() *nats.Conn {
+		var nc *nats.Conn
+		var err error
+		switch {
+		case external != "":
+			nc, err = nats.Connect(external, natsconn.SyncQueue)
+		case os.Getenv("FLOW_BENCH_CONN") == "url":
+			nc, err = nats.Connect(srv.ClientURL(), urlOpts...)
+		default:
+			nc, err = srv.Connect()
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		b.Cleanup(nc.Close)
+		return nc
+	}
+}

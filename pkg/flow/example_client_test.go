@@ -55,31 +55,29 @@ func startFlow(ctx context.Context, reg *flow.Registry, definitions ...string) (
 		return fail(err)
 	}
 	stops = append(stops, srv.Shutdown)
+	// start starts a service New returned (err its error) and stops it with the rest.
+	start := func(svc interface {
+		Start(context.Context) error
+		Stop() error
+	}, err error) error {
+		if err == nil {
+			err = svc.Start(ctx)
+		}
+		if err == nil {
+			stops = append(stops, func() { svc.Stop() })
+		}
+		return err
+	}
 	nats := natsconn.Config{URL: srv.ClientURL()}
-	h, err := history.New(history.Config{NATS: nats, HTTPAddr: "off", Logger: quiet})
-	if err == nil {
-		err = h.Start(ctx)
-	}
-	if err != nil {
+	if err := start(history.New(history.Config{NATS: nats, HTTPAddr: "off", Logger: quiet})); err != nil {
 		return fail(err)
 	}
-	stops = append(stops, func() { h.Stop() })
-	in, err := ingress.New(ingress.Config{NATS: nats, HTTPAddr: "off", Logger: quiet})
-	if err == nil {
-		err = in.Start(ctx)
-	}
-	if err != nil {
+	if err := start(ingress.New(ingress.Config{NATS: nats, HTTPAddr: "off", Logger: quiet})); err != nil {
 		return fail(err)
 	}
-	stops = append(stops, func() { in.Stop() })
-	s, err := scheduler.New(scheduler.Config{NATS: nats, HTTPAddr: "off", Logger: quiet})
-	if err == nil {
-		err = s.Start(ctx)
-	}
-	if err != nil {
+	if err := start(scheduler.New(scheduler.Config{NATS: nats, HTTPAddr: "off", Logger: quiet})); err != nil {
 		return fail(err)
 	}
-	stops = append(stops, func() { s.Stop() })
 	w, err := worker.New(reg, &worker.Options{URL: srv.ClientURL(), Logger: quiet})
 	if err == nil {
 		err = w.Start(ctx)
@@ -113,13 +111,24 @@ func startFlow(ctx context.Context, reg *flow.Registry, definitions ...string) (
 	return client, w, stop, nil
 }
 
+// example starts Flow with a worker serving what register registers (startFlow), under a
+// context that ends after 30 seconds. stop stops everything and ends the context; when example
+// fails it has stopped what it started.
+func example(register func(*flow.Registry), definitions ...string) (context.Context, *flow.Client, *worker.Worker, func(), error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
+	register(reg)
+	client, w, stop, err := startFlow(ctx, reg, definitions...)
+	if err != nil {
+		cancel()
+		return nil, nil, nil, nil, err
+	}
+	return ctx, client, w, func() { stop(); cancel() }, nil
+}
+
 // Start a run, signal it, and read its result.
 func ExampleClient_Signal() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
-	approval(reg)
-	client, _, stop, err := startFlow(ctx, reg, "approval")
+	ctx, client, _, stop, err := example(approval, "approval")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -148,11 +157,7 @@ func ExampleClient_Signal() {
 // A schedule starts a run of its definition at each slot: here at 09:00 Paris time on weekdays.
 // Trigger acts now, outside the timetable, and names the run it starts.
 func ExampleClient_Schedules() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
-	approval(reg)
-	client, _, stop, err := startFlow(ctx, reg, "approval")
+	ctx, client, _, stop, err := example(approval, "approval")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -200,11 +205,7 @@ func ExampleClient_Schedules() {
 // A batch job applies one operation to every run a filter selects, at a bounded rate: here it
 // signals the three runs waiting for approval.
 func ExampleBatchClient_Start() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
-	approval(reg)
-	client, _, stop, err := startFlow(ctx, reg, "approval")
+	ctx, client, _, stop, err := example(approval, "approval")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -263,13 +264,12 @@ func ExampleBatchClient_Start() {
 // watch, within milliseconds of PauseDefinition returning (docs/pause.md); the example waits for
 // its worker to hold the definition before it starts a run.
 func ExamplePauseClient_PauseDefinition() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
-	flow.RegisterWorkflow(reg, "report", func(ctx *flow.Context, _ any) (flow.Decision, error) {
-		return ctx.Complete("report sent"), nil
-	})
-	client, w, stop, err := startFlow(ctx, reg, "report")
+	report := func(reg *flow.Registry) {
+		flow.RegisterWorkflow(reg, "report", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+			return ctx.Complete("report sent"), nil
+		})
+	}
+	ctx, client, w, stop, err := example(report, "report")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -353,11 +353,7 @@ func expense(reg *flow.Registry) {
 
 // A query reads a run's state from its workflow code, on a worker; it records nothing.
 func ExampleClient_Query() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
-	expense(reg)
-	client, _, stop, err := startFlow(ctx, reg, "expense")
+	ctx, client, _, stop, err := example(expense, "expense")
 	if err != nil {
 		fmt.Println("error:", err)
 		return
@@ -385,11 +381,7 @@ func ExampleClient_Query() {
 // An update is a request the run answers: validated by the workflow, recorded in history, and
 // completed with a result. Update with Wait returns the result, or an *UpdateError.
 func ExampleClient_Update() {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
-	expense(reg)
-	client, _, stop, err := startFlow(ctx, reg, "expense")
+	ctx, client, _, stop, err := example(expense, "expense")
 	if err != nil {
 		fmt.Println("error:", err)
 		return

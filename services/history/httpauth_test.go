@@ -15,6 +15,7 @@ import (
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/examples"
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/event"
@@ -37,7 +38,7 @@ type httpCall struct {
 }
 
 // do sends c to the service at base (host:port), not following redirects.
-func (c httpCall) do(t *testing.T, base string) page {
+func (c httpCall) do(t *testing.T, base string) historytest.Page {
 	t.Helper()
 	if c.method == "" {
 		c.method = http.MethodGet
@@ -69,7 +70,7 @@ func (c httpCall) do(t *testing.T, base string) page {
 	defer resp.Body.Close()
 	b, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	return page{status: resp.StatusCode, header: resp.Header, body: string(b)}
+	return historytest.Page{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}
 }
 
 // login signs in to the web UI with token and returns the session cookie's value.
@@ -77,9 +78,9 @@ func login(t *testing.T, base, token string) string {
 	t.Helper()
 	p := httpCall{method: http.MethodPost, path: "/ui/login", browser: true, contentType: "application/x-www-form-urlencoded",
 		body: url.Values{"token": {token}, "next": {"/ui/"}}.Encode()}.do(t, base)
-	require.Equal(t, http.StatusSeeOther, p.status, p.body)
-	require.Equal(t, "/ui/", p.header.Get("Location"))
-	resp := http.Response{Header: p.header}
+	require.Equal(t, http.StatusSeeOther, p.Status, p.Body)
+	require.Equal(t, "/ui/", p.Header.Get("Location"))
+	resp := http.Response{Header: p.Header}
 	for _, c := range resp.Cookies() {
 		if c.Name == "flow_session" {
 			require.True(t, c.HttpOnly, "the session cookie is HttpOnly")
@@ -89,7 +90,7 @@ func login(t *testing.T, base, token string) string {
 			return c.Value
 		}
 	}
-	t.Fatalf("no session cookie in %v", p.header)
+	t.Fatalf("no session cookie in %v", p.Header)
 	return ""
 }
 
@@ -126,49 +127,49 @@ func TestHTTPAuth(t *testing.T) {
 	t.Run("Unauthenticated", func(t *testing.T) {
 		for _, path := range []string{"/v1/runs", "/v1/runs/" + runID, "/v1/runs/" + runID + "/history", "/v1/runs/" + runID + "/watch", "/v1/definitions"} {
 			p := httpCall{path: path}.do(t, base)
-			require.Equal(t, http.StatusUnauthorized, p.status, path)
-			require.Contains(t, p.header.Get("WWW-Authenticate"), "Bearer", path)
-			require.Contains(t, p.body, "needs a bearer token", path)
+			require.Equal(t, http.StatusUnauthorized, p.Status, path)
+			require.Contains(t, p.Header.Get("WWW-Authenticate"), "Bearer", path)
+			require.Contains(t, p.Body, "needs a bearer token", path)
 			p = httpCall{path: path, token: "wrong-token"}.do(t, base)
-			require.Equal(t, http.StatusUnauthorized, p.status, path)
+			require.Equal(t, http.StatusUnauthorized, p.Status, path)
 		}
 		for _, path := range []string{"/", "/ui/", "/ui/runs/" + runID, "/ui/schedules", "/ui/batches"} {
 			p := httpCall{path: path}.do(t, base)
-			require.Equal(t, http.StatusSeeOther, p.status, path)
-			require.True(t, strings.HasPrefix(p.header.Get("Location"), "/ui/login?next="), p.header.Get("Location"))
+			require.Equal(t, http.StatusSeeOther, p.Status, path)
+			require.True(t, strings.HasPrefix(p.Header.Get("Location"), "/ui/login?next="), p.Header.Get("Location"))
 		}
 		for _, path := range []string{"/healthz", "/readyz", "/ui/login", "/ui/static/ui.js"} {
-			require.Equal(t, http.StatusOK, httpCall{path: path}.do(t, base).status, path)
+			require.Equal(t, http.StatusOK, httpCall{path: path}.do(t, base).Status, path)
 		}
 		// A form POST from curl: no token, no session, no CSRF token.
 		for _, action := range []string{"signal", "cancel", "pause", "unpause"} {
 			p := httpCall{method: http.MethodPost, path: "/ui/runs/" + runID + "/" + action, contentType: "application/x-www-form-urlencoded", body: "name=go&reason=curl"}.do(t, base)
-			require.Equal(t, http.StatusUnauthorized, p.status, action)
+			require.Equal(t, http.StatusUnauthorized, p.Status, action)
 		}
 		p := httpCall{method: http.MethodPost, path: "/v1/runs/" + runID + "/resume"}.do(t, base)
-		require.Equal(t, http.StatusUnauthorized, p.status)
+		require.Equal(t, http.StatusUnauthorized, p.Status)
 	})
 
 	t.Run("ReadOnly", func(t *testing.T) {
 		for _, path := range []string{"/v1/runs", "/v1/runs/" + runID, "/v1/runs/" + runID + "/history", "/ui/", "/ui/runs/" + runID} {
 			p := httpCall{path: path, token: "read-token"}.do(t, base)
-			require.Equal(t, http.StatusOK, p.status, path)
+			require.Equal(t, http.StatusOK, p.Status, path)
 		}
 		p := httpCall{path: "/v1/runs/" + runID + "?reveal=secrets", token: "read-token"}.do(t, base)
-		require.Equal(t, http.StatusForbidden, p.status)
+		require.Equal(t, http.StatusForbidden, p.Status)
 		p = httpCall{method: http.MethodPost, path: "/v1/runs/" + runID + "/resume", token: "read-token"}.do(t, base)
-		require.Equal(t, http.StatusForbidden, p.status)
-		require.Contains(t, p.body, "read-only")
+		require.Equal(t, http.StatusForbidden, p.Status)
+		require.Contains(t, p.Body, "read-only")
 		p = httpCall{method: http.MethodPost, path: "/ui/runs/" + runID + "/signal", token: "read-token", contentType: "application/json", body: `{"name":"go"}`}.do(t, base)
-		require.Equal(t, http.StatusForbidden, p.status)
+		require.Equal(t, http.StatusForbidden, p.Status)
 
 		session := login(t, base, "read-token")
 		page := httpCall{path: "/ui/runs/" + runID, cookie: session}.do(t, base)
-		require.Equal(t, http.StatusOK, page.status)
-		require.Contains(t, page.body, `id="signout"`)
-		p = httpCall{method: http.MethodPost, path: "/ui/runs/" + runID + "/signal", cookie: session, browser: true, csrf: csrfOf(t, page.body),
+		require.Equal(t, http.StatusOK, page.Status)
+		require.Contains(t, page.Body, `id="signout"`)
+		p = httpCall{method: http.MethodPost, path: "/ui/runs/" + runID + "/signal", cookie: session, browser: true, csrf: historytest.CSRFOf(t, page.Body),
 			contentType: "application/json", body: `{"name":"go"}`}.do(t, base)
-		require.Equal(t, http.StatusForbidden, p.status, p.body)
+		require.Equal(t, http.StatusForbidden, p.Status, p.Body)
 		s, err := client.Snapshot(ctx, runID)
 		require.NoError(t, err)
 		require.Empty(t, s.Signals, "the read-only token's signal was not sent")
@@ -176,10 +177,10 @@ func TestHTTPAuth(t *testing.T) {
 
 	t.Run("SignIn", func(t *testing.T) {
 		p := httpCall{method: http.MethodPost, path: "/ui/login", browser: true, contentType: "application/x-www-form-urlencoded", body: "token=nope"}.do(t, base)
-		require.Equal(t, http.StatusUnauthorized, p.status)
-		require.Contains(t, p.body, "not accepted")
+		require.Equal(t, http.StatusUnauthorized, p.Status)
+		require.Contains(t, p.Body, "not accepted")
 		p = httpCall{method: http.MethodPost, path: "/ui/login", contentType: "application/x-www-form-urlencoded", body: "token=full-token"}.do(t, base)
-		require.Equal(t, http.StatusSeeOther, p.status, "a sign-in without browser headers (curl) works")
+		require.Equal(t, http.StatusSeeOther, p.Status, "a sign-in without browser headers (curl) works")
 		req, _ := http.NewRequest(http.MethodPost, "http://"+base+"/ui/login", strings.NewReader("token=full-token"))
 		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
 		req.Header.Set("Sec-Fetch-Site", "cross-site")
@@ -189,38 +190,38 @@ func TestHTTPAuth(t *testing.T) {
 		require.Equal(t, http.StatusForbidden, resp.StatusCode, "a cross-site sign-in is refused")
 
 		session := login(t, base, "full-token")
-		require.Equal(t, http.StatusOK, httpCall{path: "/v1/runs/" + runID, cookie: session}.do(t, base).status, "the session reads the API too (the page's script)")
+		require.Equal(t, http.StatusOK, httpCall{path: "/v1/runs/" + runID, cookie: session}.do(t, base).Status, "the session reads the API too (the page's script)")
 		p = httpCall{method: http.MethodPost, path: "/ui/logout", cookie: session, browser: true}.do(t, base)
-		require.Equal(t, http.StatusSeeOther, p.status)
-		require.Contains(t, p.header.Get("Set-Cookie"), "Max-Age=0")
+		require.Equal(t, http.StatusSeeOther, p.Status)
+		require.Contains(t, p.Header.Get("Set-Cookie"), "Max-Age=0")
 		p = httpCall{path: "/ui/login?next=//evil.example/"}.do(t, base)
-		require.Contains(t, p.body, `name="next" value="/ui/"`, "the sign-in redirects only within the service")
+		require.Contains(t, p.Body, `name="next" value="/ui/"`, "the sign-in redirects only within the service")
 	})
 
 	t.Run("ActionsThroughIngress", func(t *testing.T) {
 		// A token the history service accepts but the ingress does not: the ingress refuses it.
 		session := login(t, base, "history-only-token")
 		page := httpCall{path: "/ui/runs/" + runID, cookie: session}.do(t, base)
-		require.Equal(t, http.StatusOK, page.status)
-		csrf := csrfOf(t, page.body)
+		require.Equal(t, http.StatusOK, page.Status)
+		csrf := historytest.CSRFOf(t, page.Body)
 		require.NotEmpty(t, csrf)
 		p := httpCall{method: http.MethodPost, path: "/ui/runs/" + runID + "/signal", cookie: session, browser: true, csrf: csrf,
 			contentType: "application/json", body: `{"name":"go","payload":1}`}.do(t, base)
-		require.Equal(t, http.StatusUnauthorized, p.status, p.body)
-		require.Contains(t, p.body, `"code": "unauthorized"`, "the ingress's refusal")
+		require.Equal(t, http.StatusUnauthorized, p.Status, p.Body)
+		require.Contains(t, p.Body, `"code": "unauthorized"`, "the ingress's refusal")
 
 		session = login(t, base, "full-token")
 		page = httpCall{path: "/ui/runs/" + runID, cookie: session}.do(t, base)
-		csrf = csrfOf(t, page.body)
+		csrf = historytest.CSRFOf(t, page.Body)
 		// The session alone is not enough: the page's CSRF token must come with it.
 		p = httpCall{method: http.MethodPost, path: "/ui/runs/" + runID + "/signal", cookie: session, browser: true,
 			contentType: "application/json", body: `{"name":"go","payload":1}`}.do(t, base)
-		require.Equal(t, http.StatusForbidden, p.status, p.body)
-		require.Contains(t, p.body, "CSRF")
+		require.Equal(t, http.StatusForbidden, p.Status, p.Body)
+		require.Contains(t, p.Body, "CSRF")
 		p = httpCall{method: http.MethodPost, path: "/ui/runs/" + runID + "/signal", cookie: session, browser: true, contentType: "application/x-www-form-urlencoded",
 			body: url.Values{"name": {"go"}, "payload": {`{"note":"ui"}`}, "csrf": {csrf}}.Encode()}.do(t, base)
-		require.Equal(t, http.StatusSeeOther, p.status, p.body)
-		require.Contains(t, p.header.Get("Location"), "notice=sent")
+		require.Equal(t, http.StatusSeeOther, p.Status, p.Body)
+		require.Contains(t, p.Header.Get("Location"), "notice=sent")
 		var out map[string]string
 		require.NoError(t, client.Result(ctx, runID, &out))
 		require.Equal(t, map[string]string{"note": "ui"}, out)
@@ -229,7 +230,7 @@ func TestHTTPAuth(t *testing.T) {
 		awaitingRun(t, ctx, client, other)
 		p = httpCall{method: http.MethodPost, path: "/ui/runs/" + other + "/cancel", token: "full-token",
 			contentType: "application/json", body: `{"reason":"by bearer"}`}.do(t, base)
-		require.Equal(t, http.StatusOK, p.status, p.body)
+		require.Equal(t, http.StatusOK, p.Status, p.Body)
 		var runErr *flow.RunError
 		require.ErrorAs(t, client.Result(ctx, other, nil), &runErr)
 		require.Equal(t, flow.StatusCancelled, runErr.Status)
@@ -245,15 +246,15 @@ func TestHTTPHost(t *testing.T) {
 	base := h.HTTPAddr()
 	for _, path := range []string{"/v1/runs", "/ui/", "/v1/definitions"} {
 		p := httpCall{path: path, host: "rebound.evil.example:8420"}.do(t, base)
-		require.Equal(t, http.StatusMisdirectedRequest, p.status, path)
-		require.Contains(t, p.body, "FLOW_HISTORY_ALLOWED_HOSTS")
+		require.Equal(t, http.StatusMisdirectedRequest, p.Status, path)
+		require.Contains(t, p.Body, "FLOW_HISTORY_ALLOWED_HOSTS")
 		for _, host := range []string{"localhost:8420", "127.0.0.1", "[::1]:8420", "flow-history:8420", "FLOW-HISTORY", base} {
-			require.NotEqual(t, http.StatusMisdirectedRequest, httpCall{path: path, host: host}.do(t, base).status, host)
+			require.NotEqual(t, http.StatusMisdirectedRequest, httpCall{path: path, host: host}.do(t, base).Status, host)
 		}
 	}
 	p := httpCall{method: http.MethodPost, path: "/ui/runs/x/cancel", host: "rebound.evil.example", contentType: "application/json", body: "{}"}.do(t, base)
-	require.Equal(t, http.StatusMisdirectedRequest, p.status)
-	require.Equal(t, http.StatusOK, httpCall{path: "/healthz", host: "10.1.2.3:8420"}.do(t, base).status, "probes answer any host")
+	require.Equal(t, http.StatusMisdirectedRequest, p.Status)
+	require.Equal(t, http.StatusOK, httpCall{path: "/healthz", host: "10.1.2.3:8420"}.do(t, base).Status, "probes answer any host")
 }
 
 // TestSecretsRedacted: a run's hook tokens and seed are not served to readers (the run page
@@ -288,12 +289,12 @@ func TestSecretsRedacted(t *testing.T) {
 	}, 30*time.Second, 10*time.Millisecond, "the webhook run created and announced its hook")
 	require.Len(t, token, 32)
 	revealed := httpCall{path: "/v1/runs/" + runID + "/history?reveal=secrets", token: "full-token"}.do(t, base)
-	require.Equal(t, http.StatusOK, revealed.status, revealed.body)
+	require.Equal(t, http.StatusOK, revealed.Status, revealed.Body)
 	var hist api.HistoryResponse
-	require.NoError(t, json.Unmarshal([]byte(revealed.body), &hist))
+	require.NoError(t, json.Unmarshal([]byte(revealed.Body), &hist))
 	seed := hist.Events[0].Payload.(*event.RunStarted).Seed
 	require.NotEqual(t, api.Redacted, seed)
-	require.Contains(t, revealed.body, token)
+	require.Contains(t, revealed.Body, token)
 
 	hidden := func(t *testing.T, what, body string) {
 		t.Helper()
@@ -305,21 +306,21 @@ func TestSecretsRedacted(t *testing.T) {
 			for _, path := range []string{"/v1/runs/" + runID, "/v1/runs/" + runID + "/history", "/v1/runs/" + runID + "/history?after=3",
 				"/ui/runs/" + runID, "/ui/runs/" + runID + "?at=3", "/ui/runs/" + runID + "?fragment=view"} {
 				p := httpCall{path: path, token: tok}.do(t, base)
-				require.Equal(t, http.StatusOK, p.status, path)
-				hidden(t, path, p.body)
+				require.Equal(t, http.StatusOK, p.Status, path)
+				hidden(t, path, p.Body)
 			}
 			p := httpCall{path: "/v1/runs/" + runID, token: tok}.do(t, base)
-			require.Contains(t, p.body, `"token": "redacted:callback"`)
+			require.Contains(t, p.Body, `"token": "redacted:callback"`)
 			p = httpCall{path: "/ui/runs/" + runID, token: tok}.do(t, base)
-			require.Contains(t, p.body, `id="reveal-secrets"`, "the run page offers to show the tokens")
+			require.Contains(t, p.Body, `id="reveal-secrets"`, "the run page offers to show the tokens")
 		}
 		for _, path := range []string{"/v1/runs/" + runID, "/ui/runs/" + runID} {
 			p := httpCall{path: path + "?reveal=secrets", token: "full-token"}.do(t, base)
-			require.Equal(t, http.StatusOK, p.status, path)
-			require.Contains(t, p.body, token, path)
+			require.Equal(t, http.StatusOK, p.Status, path)
+			require.Contains(t, p.Body, token, path)
 			p = httpCall{path: path + "?reveal=secrets", token: "read-token"}.do(t, base)
-			require.Equal(t, http.StatusForbidden, p.status, path)
-			hidden(t, path, p.body)
+			require.Equal(t, http.StatusForbidden, p.Status, path)
+			hidden(t, path, p.Body)
 		}
 	})
 
@@ -352,9 +353,9 @@ func TestSecretsRedacted(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, client.Result(ctx, runID, nil))
 		p := httpCall{path: "/v1/runs/" + runID + "/watch", token: "read-token"}.do(t, base)
-		require.Equal(t, http.StatusOK, p.status)
-		require.Contains(t, p.body, "run.completed")
-		hidden(t, "watch", p.body)
+		require.Equal(t, http.StatusOK, p.Status)
+		require.Contains(t, p.Body, "run.completed")
+		hidden(t, "watch", p.Body)
 	})
 }
 
@@ -375,11 +376,11 @@ func TestUIActionsOff(t *testing.T) {
 	defer cancel()
 	awaitingRun(t, ctx, client, "off-await")
 	base := h.HTTPAddr()
-	p := uiGet(t, base, "/ui/runs/off-await")
-	require.Equal(t, http.StatusOK, p.status)
-	require.Contains(t, p.text(t, "actions-off"), "FLOW_HISTORY_INGRESS_URL")
-	require.Regexp(t, `id="actions" hidden`, p.body)
-	p = uiPost(t, base, "/ui/runs/off-await/signal", "application/json", "http://"+base, `{"name":"go"}`)
-	require.Equal(t, http.StatusServiceUnavailable, p.status)
-	require.Contains(t, p.body, "FLOW_HISTORY_INGRESS_URL")
+	p := historytest.Get(t, base, "/ui/runs/off-await")
+	require.Equal(t, http.StatusOK, p.Status)
+	require.Contains(t, p.Text(t, "actions-off"), "FLOW_HISTORY_INGRESS_URL")
+	require.Regexp(t, `id="actions" hidden`, p.Body)
+	p = historytest.Post(t, base, "/ui/runs/off-await/signal", "application/json", "http://"+base, `{"name":"go"}`)
+	require.Equal(t, http.StatusServiceUnavailable, p.Status)
+	require.Contains(t, p.Body, "FLOW_HISTORY_INGRESS_URL")
 }

@@ -201,46 +201,14 @@ func (s *Service) routes() http.Handler {
 	mux.HandleFunc("GET /v1/runs/{id}", func(w http.ResponseWriter, r *http.Request) {
 		req := api.GetRequest{RunID: r.PathValue("id")}
 		err := uints(r, map[string]*uint64{"at": &req.At, "at_least": &req.AtLeast})
-		var revealed bool
-		if err == nil {
-			revealed, err = reveal(r)
-		}
-		if err == nil {
-			var resp any
-			if revealed {
-				resp, err = s.getRun(r.Context(), req)
-			} else {
-				resp, err = s.redactedGet(r.Context(), req)
-			}
-			if err == nil {
-				writeJSON(w, http.StatusOK, resp)
-				return
-			}
-		}
-		s.writeError(w, err)
+		serveRevealed(s, w, r, req, err, s.getRun, s.redactedGet)
 	})
 	mux.HandleFunc("GET /v1/runs/{id}/history", func(w http.ResponseWriter, r *http.Request) {
 		req := api.HistoryRequest{RunID: r.PathValue("id")}
 		var limit uint64
 		err := uints(r, map[string]*uint64{"after": &req.After, "at_least": &req.AtLeast, "limit": &limit})
 		req.Limit = int(min(limit, api.MaxHistoryLimit+1))
-		var revealed bool
-		if err == nil {
-			revealed, err = reveal(r)
-		}
-		if err == nil {
-			var resp any
-			if revealed {
-				resp, err = s.historyPage(r.Context(), req)
-			} else {
-				resp, err = s.redactedHistory(r.Context(), req)
-			}
-			if err == nil {
-				writeJSON(w, http.StatusOK, resp)
-				return
-			}
-		}
-		s.writeError(w, err)
+		serveRevealed(s, w, r, req, err, s.historyPage, s.redactedHistory)
 	})
 	mux.HandleFunc("GET /v1/runs/{id}/watch", s.watch)
 	mux.HandleFunc("GET /v1/definitions", func(w http.ResponseWriter, r *http.Request) {
@@ -393,6 +361,29 @@ func uints(r *http.Request, into map[string]*uint64) error {
 		*p = n
 	}
 	return nil
+}
+
+// serveRevealed answers a read of req: with full's answer when the caller asks ?reveal=secrets
+// (reveal), else with redacted's. err is the error parsing the request left, answered as is.
+func serveRevealed[Req, Full any](s *Service, w http.ResponseWriter, r *http.Request, req Req, err error,
+	full func(context.Context, Req) (Full, error), redacted func(context.Context, Req) (json.RawMessage, error)) {
+	var revealed bool
+	if err == nil {
+		revealed, err = reveal(r)
+	}
+	if err == nil {
+		var resp any
+		if revealed {
+			resp, err = full(r.Context(), req)
+		} else {
+			resp, err = redacted(r.Context(), req)
+		}
+		if err == nil {
+			writeJSON(w, http.StatusOK, resp)
+			return
+		}
+	}
+	s.writeError(w, err)
 }
 
 func (s *Service) writeError(w http.ResponseWriter, err error) {

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/flow"
 )
@@ -49,12 +50,12 @@ func TestUpdateEndpointAndPage(t *testing.T) {
 	_, err = c.AwaitUpdate(short, runID, "h1")
 	require.ErrorIs(t, err, context.DeadlineExceeded)
 
-	p := uiGet(t, h.HTTPAddr(), "/ui/runs/"+runID)
-	require.Equal(t, http.StatusOK, p.status)
-	require.Contains(t, p.body, `id="updates"`)
-	require.Contains(t, p.body, `<span class="badge sst-completed">completed</span> <code>&#34;hi!&#34;</code>`)
-	require.Contains(t, p.body, `<span class="badge sst-running">accepted</span>`)
-	require.Contains(t, p.body, `update e1 completed`)
+	p := historytest.Get(t, h.HTTPAddr(), "/ui/runs/"+runID)
+	require.Equal(t, http.StatusOK, p.Status)
+	require.Contains(t, p.Body, `id="updates"`)
+	require.Contains(t, p.Body, `<span class="badge sst-completed">completed</span> <code>&#34;hi!&#34;</code>`)
+	require.Contains(t, p.Body, `<span class="badge sst-running">accepted</span>`)
+	require.Contains(t, p.Body, `update e1 completed`)
 
 	// The run ends: the open update is aborted, and a waiter learns it at once.
 	done := make(chan error, 1)

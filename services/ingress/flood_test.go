@@ -22,13 +22,9 @@ import (
 	"github.com/kelseyhightower/envconfig"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
-	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
-	"github.com/flowrun/flow/services/scheduler"
-	"github.com/flowrun/flow/services/worker"
 )
 
 // The signal flood: many signals to one run from many senders, while
@@ -66,31 +62,13 @@ const (
 // ingress (HTTP on a loopback port), a worker and the scheduler.
 func floodSetup(t *testing.T, cfg ingress.Config) *floodStack {
 	t.Helper()
-	srv := natstest.RunJetStream(t)
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { _ = h.Stop() })
-	cfg.Conn, cfg.Logger, cfg.HTTPAddr = natstest.Connect(t, srv), quiet, "127.0.0.1:0"
+	cfg.HTTPAddr = "127.0.0.1:0"
 	cfg.Tokens = []string{floodToken, probeToken}
-	in, err := ingress.New(cfg)
-	require.NoError(t, err)
-	require.NoError(t, in.Start(t.Context()))
-	t.Cleanup(func() { _ = in.Stop() })
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
-	flow.RegisterWorkflow(reg, "sink", sink)
-	flow.RegisterWorkflow(reg, "probe", probe)
-	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, reg)
-	require.NoError(t, err)
-	require.NoError(t, w.Start(t.Context()))
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
-	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, s.Start(t.Context()))
-	t.Cleanup(func() { _ = s.Stop() })
-	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
-	return &floodStack{client: c, base: "http://" + in.HTTPAddr()}
+	b, _ := setupParts(t, cfg, parts{register: func(reg *flow.Registry) {
+		flow.RegisterWorkflow(reg, "sink", sink)
+		flow.RegisterWorkflow(reg, "probe", probe)
+	}})
+	return &floodStack{client: b.client, base: b.base}
 }
 
 // signalHTTP posts one signal over HTTP with bearer token tok and returns the status and the

@@ -60,13 +60,32 @@ type bundle struct {
 	base   string
 }
 
+// setup starts a server with Flow's streams, a history service, the ingress (cfg, on a free
+// HTTP port unless cfg names one), a worker serving "gate" and a scheduler, all stopped when t
+// ends, and dials a client.
 func setup(t *testing.T, cfg ingress.Config) *bundle {
 	t.Helper()
+	b, _ := setupParts(t, cfg, parts{})
+	return b
+}
+
+// parts says what setupParts starts besides the server and the ingress.
+type parts struct {
+	noHistory, noScheduler bool
+	// register registers the worker's workflows; nil registers "gate".
+	register func(*flow.Registry)
+}
+
+// setupParts is setup with the parts p names, and also returns the worker.
+func setupParts(t *testing.T, cfg ingress.Config, p parts) (*bundle, *worker.Worker) {
+	t.Helper()
 	srv := natstest.RunJetStream(t)
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { _ = h.Stop() })
+	if !p.noHistory {
+		h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+		require.NoError(t, err)
+		require.NoError(t, h.Start(t.Context()))
+		t.Cleanup(func() { _ = h.Stop() })
+	}
 	cfg.Conn, cfg.Logger = natstest.Connect(t, srv), quiet
 	if cfg.HTTPAddr == "" {
 		cfg.HTTPAddr = "127.0.0.1:0"
@@ -76,19 +95,25 @@ func setup(t *testing.T, cfg ingress.Config) *bundle {
 	require.NoError(t, in.Start(t.Context()))
 	t.Cleanup(func() { _ = in.Stop() })
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
-	flow.RegisterWorkflow(reg, "gate", gate)
+	if p.register != nil {
+		p.register(reg)
+	} else {
+		flow.RegisterWorkflow(reg, "gate", gate)
+	}
 	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, reg)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))
 	t.Cleanup(func() { _ = w.Stop(context.Background()) })
-	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, s.Start(t.Context()))
-	t.Cleanup(func() { _ = s.Stop() })
+	if !p.noScheduler {
+		s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
+		require.NoError(t, err)
+		require.NoError(t, s.Start(t.Context()))
+		t.Cleanup(func() { _ = s.Stop() })
+	}
 	nc := natstest.Connect(t, srv)
 	c, err := flow.NewClient(t.Context(), nc, nil)
 	require.NoError(t, err)
-	return &bundle{srv: srv, nc: nc, js: natstest.JetStream(t, srv), in: in, client: c, base: "http://" + in.HTTPAddr()}
+	return &bundle{srv: srv, nc: nc, js: natstest.JetStream(t, srv), in: in, client: c, base: "http://" + in.HTTPAddr()}, w
 }
 
 // waitFor polls cond until it holds or the deadline passes.

@@ -16,9 +16,7 @@ import (
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
-	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
-	"github.com/flowrun/flow/services/worker"
 )
 
 // The ingress never writes FLOW_SCHEDULES nor FLOW_BATCHES: with no scheduler running, a
@@ -27,25 +25,11 @@ import (
 // stay empty. A request the ingress refuses itself (an unknown definition) is answered as before.
 func TestScheduleAndBatchChangesNeedTheScheduler(t *testing.T) {
 	t.Parallel()
-	srv := natstest.RunJetStream(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(ctx))
-	t.Cleanup(func() { _ = h.Stop() })
-	in, err := ingress.New(ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "127.0.0.1:0", Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, in.Start(ctx))
-	t.Cleanup(func() { _ = in.Stop() })
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
-	flow.RegisterWorkflow(reg, "gate", gate)
-	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, reg)
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
-	client, err := flow.NewClient(ctx, natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	b, _ := setupParts(t, ingress.Config{}, parts{noScheduler: true})
+	srv, in, client := b.srv, b.in, b.client
+	var err error
 
 	notRunning := func(err error) {
 		t.Helper()

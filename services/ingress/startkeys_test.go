@@ -31,22 +31,11 @@ import (
 // Once a history service runs, the same start succeeds.
 func TestKeyedStartsNeedTheHistoryService(t *testing.T) {
 	t.Parallel()
-	srv := natstest.RunJetStream(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	in, err := ingress.New(ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "127.0.0.1:0", Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, in.Start(ctx))
-	t.Cleanup(func() { _ = in.Stop() })
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
-	flow.RegisterWorkflow(reg, "gate", gate)
-	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, reg)
-	require.NoError(t, err)
-	require.NoError(t, w.Start(ctx))
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
-	client, err := flow.NewClient(ctx, natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
-	b := &bundle{srv: srv, js: natstest.JetStream(t, srv), in: in, client: client, base: "http://" + in.HTTPAddr()}
+	b, _ := setupParts(t, ingress.Config{}, parts{noHistory: true, noScheduler: true})
+	srv, client := b.srv, b.client
+	var err error
 
 	// The worker registers "gate" a moment after it started.
 	require.Eventually(t, func() bool {

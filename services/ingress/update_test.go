@@ -15,12 +15,9 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
-	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
-	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
-	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
 
@@ -83,31 +80,11 @@ func setupLedger(t *testing.T, faults *fault.Injector) *bundle {
 // setupLedgerWorker is setupLedger that also returns the worker.
 func setupLedgerWorker(t *testing.T, faults *fault.Injector) (*bundle, *worker.Worker) {
 	t.Helper()
-	srv := natstest.RunJetStream(t)
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { _ = h.Stop() })
-	in, err := ingress.New(ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet, HTTPAddr: "127.0.0.1:0", Faults: faults})
-	require.NoError(t, err)
-	require.NoError(t, in.Start(t.Context()))
-	t.Cleanup(func() { _ = in.Stop() })
-	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
-	registerLedger(reg)
-	registerGated(reg)
-	registerVault(reg)
-	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, reg)
-	require.NoError(t, err)
-	require.NoError(t, w.Start(t.Context()))
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
-	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, s.Start(t.Context()))
-	t.Cleanup(func() { _ = s.Stop() })
-	nc := natstest.Connect(t, srv)
-	c, err := flow.NewClient(t.Context(), nc, nil)
-	require.NoError(t, err)
-	return &bundle{srv: srv, nc: nc, js: natstest.JetStream(t, srv), in: in, client: c, base: "http://" + in.HTTPAddr()}, w
+	return setupParts(t, ingress.Config{Faults: faults}, parts{register: func(reg *flow.Registry) {
+		registerLedger(reg)
+		registerGated(reg)
+		registerVault(reg)
+	}})
 }
 
 // count returns how many events of type typ run runID's history holds, after checking its

@@ -138,13 +138,21 @@ func (e *controlEnv) admittedAt(id string) (admitted, ended time.Time) {
 	return admitted, ended
 }
 
-func TestSingletonSkip(t *testing.T) {
-	t.Parallel()
-	e := newControlEnv(t, gated(flow.WithSingleton("$.customer", flow.SingletonSkip)), nil)
+// singletonContended starts "gated" with a singleton on its customer under policy, with a
+// scheduler, and two runs of customer "a": a-1, once it holds the key (suspended), then a-2.
+func singletonContended(t *testing.T, policy flow.Singleton) *controlEnv {
+	t.Helper()
+	e := newControlEnv(t, gated(flow.WithSingleton("$.customer", policy)), nil)
 	e.scheduler(nil)
 	e.start("a-1", "a", 1, nil)
 	e.status("a-1", core.StatusSuspended)
 	e.start("a-2", "a", 2, nil)
+	return e
+}
+
+func TestSingletonSkip(t *testing.T) {
+	t.Parallel()
+	e := singletonContended(t, flow.SingletonSkip)
 	s := e.status("a-2", core.StatusCancelled)
 	require.Equal(t, event.CauseFlowControl, s.Outcome.Cause)
 	require.Contains(t, s.Outcome.Reason, "cancel_newest")
@@ -163,11 +171,7 @@ func TestSingletonSkip(t *testing.T) {
 
 func TestSingletonReplace(t *testing.T) {
 	t.Parallel()
-	e := newControlEnv(t, gated(flow.WithSingleton("$.customer", flow.SingletonReplace)), nil)
-	e.scheduler(nil)
-	e.start("a-1", "a", 1, nil)
-	e.status("a-1", core.StatusSuspended)
-	e.start("a-2", "a", 2, nil)
+	e := singletonContended(t, flow.SingletonReplace)
 	s := e.status("a-1", core.StatusCancelled)
 	require.Equal(t, event.CauseFlowControl, s.Outcome.Cause)
 	require.Contains(t, s.Outcome.Reason, `replaced by the newer run "a-2"`)

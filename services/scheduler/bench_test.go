@@ -58,9 +58,10 @@ import (
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/fanout"
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsconn"
-	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
@@ -105,42 +106,9 @@ func newBurstEnv(b *testing.B) *burstEnv {
 	b.Helper()
 	ctx := context.Background()
 	discard := slog.New(slog.DiscardHandler)
-	external := os.Getenv("FLOW_BENCH_NATS_URL")
-	var srv *natsserver.Server
-	if external == "" {
-		var err error
-		srv, err = natsserver.Start(natsserver.Config{Dir: b.TempDir(), Port: -1, Logger: discard})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(srv.Shutdown)
-	}
-	connect := func() *nats.Conn {
-		var nc *nats.Conn
-		var err error
-		switch {
-		case external != "":
-			nc, err = nats.Connect(external, natsconn.SyncQueue)
-		case os.Getenv("FLOW_BENCH_CONN") == "url":
-			nc, err = nats.Connect(srv.ClientURL(), natsconn.SyncQueue)
-		default:
-			nc, err = srv.Connect()
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(nc.Close)
-		return nc
-	}
+	connect := natstest.BenchConnect(b, "", natsconn.SyncQueue)
 
-	h, err := history.New(history.Config{Conn: connect(), HTTPAddr: "off", Logger: discard})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := h.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = h.Stop() })
+	historytest.Start(b, history.Config{Conn: connect(), HTTPAddr: "off", Logger: discard})
 	ingresstest.Start(b, ingress.Config{Conn: connect(), Logger: discard})
 
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: discard})

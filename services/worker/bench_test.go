@@ -41,13 +41,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/fanout"
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/internal/ingresstest"
-	"github.com/flowrun/flow/internal/natsconn"
-	"github.com/flowrun/flow/internal/natsserver"
+	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
@@ -117,41 +116,9 @@ func newBenchEnv(b *testing.B, syncPolicy string) *benchEnv {
 	b.Helper()
 	ctx := context.Background()
 	discard := slog.New(slog.NewTextHandler(io.Discard, nil))
-	external := os.Getenv("FLOW_BENCH_NATS_URL")
-	var srv *natsserver.Server
-	if external == "" {
-		var err error
-		srv, err = natsserver.Start(natsserver.Config{Dir: b.TempDir(), Port: -1, Sync: syncPolicy, Logger: discard})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(srv.Shutdown)
-	}
-	connect := func() *nats.Conn {
-		var nc *nats.Conn
-		var err error
-		if external != "" {
-			nc, err = nats.Connect(external, natsconn.SyncQueue)
-		} else if os.Getenv("FLOW_BENCH_CONN") == "url" {
-			nc, err = nats.Connect(srv.ClientURL())
-		} else {
-			nc, err = srv.Connect()
-		}
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(nc.Close)
-		return nc
-	}
+	connect := natstest.BenchConnect(b, syncPolicy)
 
-	h, err := history.New(history.Config{Conn: connect(), HTTPAddr: "off", Logger: discard})
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := h.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = h.Stop() })
+	historytest.Start(b, history.Config{Conn: connect(), HTTPAddr: "off", Logger: discard})
 	ingresstest.Start(b, ingress.Config{Conn: connect(), Logger: discard})
 
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: discard})

@@ -12,12 +12,9 @@ import (
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
-	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
-	"github.com/flowrun/flow/services/history"
-	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/worker"
 )
 
@@ -412,11 +409,7 @@ func TestChildRetry(t *testing.T) {
 func TestChildCancelFromHistory(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+	startHistoryAndIngress(t, srv)
 	reg := flow.NewRegistry(nil)
 	registerCancel(&attemptProbes{})(reg)
 	inj := &fault.Injector{}

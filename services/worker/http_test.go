@@ -10,12 +10,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
-	"github.com/flowrun/flow/services/history"
-	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/worker"
 )
 
@@ -37,11 +34,7 @@ func probe(t *testing.T, url string) (int, string) {
 func TestProbesFollowStartAndStop(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+	startHistoryAndIngress(t, srv)
 
 	entered, release := make(chan struct{}), make(chan struct{})
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})

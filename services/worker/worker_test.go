@@ -30,14 +30,21 @@ type testBundle struct {
 
 var quiet = natstest.Logger()
 
-func setup(t *testing.T, register func(*flow.Registry)) *testBundle {
+// startHistoryAndIngress starts the history service (HTTP off) and an ingress on srv, stopped
+// when t ends.
+func startHistoryAndIngress(t *testing.T, srv *natsserver.Server) {
 	t.Helper()
-	srv := natstest.RunJetStream(t)
 	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
+}
+
+func setup(t *testing.T, register func(*flow.Registry)) *testBundle {
+	t.Helper()
+	srv := natstest.RunJetStream(t)
+	startHistoryAndIngress(t, srv)
 	reg := flow.NewRegistry(nil)
 	register(reg)
 	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, reg)
@@ -259,11 +266,7 @@ func TestReadsAfterResultOnCluster(t *testing.T) {
 func TestTasksWaitForSlotsOnTheServer(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+	startHistoryAndIngress(t, srv)
 	var calls atomic.Int32
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
 	flow.RegisterWorkflow(reg, "slow", func(ctx *flow.Context, _ any) (flow.Decision, error) {

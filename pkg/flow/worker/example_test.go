@@ -102,23 +102,27 @@ func startFlow(ctx context.Context) (string, func(), error) {
 		return "", nil, err
 	}
 	stops = append(stops, srv.Shutdown)
-	h, err := history.New(history.Config{NATS: natsconn.Config{URL: srv.ClientURL()}, HTTPAddr: "off", Logger: quiet})
+	// start starts a service New returned (err its error) and stops it with the rest.
+	start := func(svc interface {
+		Start(context.Context) error
+		Stop() error
+	}, err error) error {
+		if err == nil {
+			err = svc.Start(ctx)
+		}
+		if err == nil {
+			stops = append(stops, func() { svc.Stop() })
+		}
+		return err
+	}
+	nats := natsconn.Config{URL: srv.ClientURL()}
+	err = start(history.New(history.Config{NATS: nats, HTTPAddr: "off", Logger: quiet}))
 	if err == nil {
-		err = h.Start(ctx)
+		err = start(ingress.New(ingress.Config{NATS: nats, HTTPAddr: "off", Logger: quiet}))
 	}
 	if err != nil {
 		stop()
 		return "", nil, err
 	}
-	stops = append(stops, func() { h.Stop() })
-	in, err := ingress.New(ingress.Config{NATS: natsconn.Config{URL: srv.ClientURL()}, HTTPAddr: "off", Logger: quiet})
-	if err == nil {
-		err = in.Start(ctx)
-	}
-	if err != nil {
-		stop()
-		return "", nil, err
-	}
-	stops = append(stops, func() { in.Stop() })
 	return srv.ClientURL(), stop, nil
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/pkg/flow"
 )
 
@@ -25,9 +26,9 @@ func TestUIBatches(t *testing.T) {
 		return err == nil && p.Total == 1
 	}, 10*time.Second, 10*time.Millisecond)
 
-	p := uiGet(t, base, "/ui/batches")
-	require.Equal(t, http.StatusOK, p.status)
-	require.Contains(t, p.body, "No batch jobs yet")
+	p := historytest.Get(t, base, "/ui/batches")
+	require.Equal(t, http.StatusOK, p.Status)
+	require.Contains(t, p.Body, "No batch jobs yet")
 
 	_, err = b.client.Batches().Start(b.ctx, flow.BatchSpec{Op: flow.BatchCancel, Where: `run_id = "ui-batch-done"`}, &flow.BatchOptions{ID: "ui-job"})
 	require.NoError(t, err)
@@ -35,14 +36,14 @@ func TestUIBatches(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"already completed": 1}, j.Skipped)
 
-	p = uiGet(t, base, "/ui/batches")
-	require.Equal(t, http.StatusOK, p.status)
-	require.Contains(t, p.body, `href="/ui/batches/ui-job"`)
-	require.Contains(t, p.body, `href="/ui/batches">Batch jobs</a>`, "the navigation links the page")
-	p = uiGet(t, base, "/ui/batches/ui-job")
-	require.Equal(t, http.StatusOK, p.status, p.body)
-	require.Contains(t, p.body, "completed")
-	require.True(t, strings.Contains(p.body, `1 already completed: <a class="mono" href="/ui/runs/ui-batch-done">ui-batch-done</a>`), p.body)
-	p = uiGet(t, base, "/ui/batches/nope")
-	require.Equal(t, http.StatusNotFound, p.status)
+	p = historytest.Get(t, base, "/ui/batches")
+	require.Equal(t, http.StatusOK, p.Status)
+	require.Contains(t, p.Body, `href="/ui/batches/ui-job"`)
+	require.Contains(t, p.Body, `href="/ui/batches">Batch jobs</a>`, "the navigation links the page")
+	p = historytest.Get(t, base, "/ui/batches/ui-job")
+	require.Equal(t, http.StatusOK, p.Status, p.Body)
+	require.Contains(t, p.Body, "completed")
+	require.True(t, strings.Contains(p.Body, `1 already completed: <a class="mono" href="/ui/runs/ui-batch-done">ui-batch-done</a>`), p.Body)
+	p = historytest.Get(t, base, "/ui/batches/nope")
+	require.Equal(t, http.StatusNotFound, p.Status)
 }

@@ -2,7 +2,6 @@ package webui_test
 
 import (
 	"context"
-	"net/http"
 	"testing"
 
 	"github.com/flowrun/flow/internal/historytest"
@@ -39,31 +38,4 @@ func startHistory(t *testing.T, srv *natsserver.Server) *history.Service {
 func startWorker(t *testing.T, srv *natsserver.Server, reg *flow.Registry) *worker.Worker {
 	t.Helper()
 	return historytest.StartWorker(t, srv, reg)
-}
-
-// page is one answer of the web UI (historytest.Page).
-type page struct {
-	status int
-	header http.Header
-	body   string
-}
-
-func pageOf(p historytest.Page) page { return page{status: p.Status, header: p.Header, body: p.Body} }
-
-// uiGet fetches path from the history service's HTTP listener, not following redirects.
-func uiGet(t *testing.T, base, path string) page {
-	t.Helper()
-	return pageOf(historytest.Get(t, base, path))
-}
-
-// uiPost posts body with contentType and the given Origin ("" sends none).
-func uiPost(t *testing.T, base, path, contentType, origin, body string) page {
-	t.Helper()
-	return pageOf(historytest.Post(t, base, path, contentType, origin, body))
-}
-
-// text returns the text of the first element with id, tags stripped.
-func (p page) text(t *testing.T, id string) string {
-	t.Helper()
-	return historytest.Page{Body: p.body}.Text(t, id)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/pkg/event"
@@ -31,16 +32,16 @@ func TestUIPausedRun(t *testing.T) {
 		Reason: "maintenance", By: "ann"}})
 	require.NoError(t, err)
 
-	p := uiGet(t, base, "/ui/runs/ui-paused")
-	require.Equal(t, http.StatusOK, p.status)
-	require.Contains(t, p.body, `<span class="badge st-paused">paused</span>`)
-	require.Contains(t, p.text(t, "paused"), "Paused at seq 2: paused by ann: maintenance.")
-	require.Contains(t, p.body, `action="/ui/runs/ui-paused/pause"`)
-	require.Contains(t, p.body, `action="/ui/runs/ui-paused/unpause"`)
+	p := historytest.Get(t, base, "/ui/runs/ui-paused")
+	require.Equal(t, http.StatusOK, p.Status)
+	require.Contains(t, p.Body, `<span class="badge st-paused">paused</span>`)
+	require.Contains(t, p.Text(t, "paused"), "Paused at seq 2: paused by ann: maintenance.")
+	require.Contains(t, p.Body, `action="/ui/runs/ui-paused/pause"`)
+	require.Contains(t, p.Body, `action="/ui/runs/ui-paused/unpause"`)
 	for _, q := range []string{"/ui/?status=paused", "/ui/?where=" + strings.ReplaceAll(`status+%3D+%22paused%22`, " ", "+")} {
 		require.Eventually(t, func() bool {
-			l := uiGet(t, base, q)
-			return l.status == http.StatusOK && strings.Contains(l.body, "ui-paused")
+			l := historytest.Get(t, base, q)
+			return l.Status == http.StatusOK && strings.Contains(l.Body, "ui-paused")
 		}, 10*time.Second, 10*time.Millisecond, "the runs list %s shows the paused run", q)
 	}
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/pkg/flow"
 )
 
@@ -25,16 +26,16 @@ func TestUIResetLinks(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, b.client.Result(b.ctx, r.NewRunID, &out))
 
-	old := uiGet(t, base, "/ui/runs/ui-reset")
-	require.Equal(t, http.StatusOK, old.status)
-	require.Contains(t, old.body, "<dt>reset as</dt>")
-	require.Contains(t, old.body, `href="/ui/runs/`+r.NewRunID+`"`)
-	require.Contains(t, old.body, "reset as run "+r.NewRunID)
-	nw := uiGet(t, base, "/ui/runs/"+r.NewRunID)
-	require.Equal(t, http.StatusOK, nw.status)
-	require.Contains(t, nw.body, "<dt>reset from</dt>")
-	require.Contains(t, nw.body, `href="/ui/runs/ui-reset"`)
-	require.True(t, strings.Contains(nw.body, "reset from ui-reset at seq"), "the run.started line names the old run")
+	old := historytest.Get(t, base, "/ui/runs/ui-reset")
+	require.Equal(t, http.StatusOK, old.Status)
+	require.Contains(t, old.Body, "<dt>reset as</dt>")
+	require.Contains(t, old.Body, `href="/ui/runs/`+r.NewRunID+`"`)
+	require.Contains(t, old.Body, "reset as run "+r.NewRunID)
+	nw := historytest.Get(t, base, "/ui/runs/"+r.NewRunID)
+	require.Equal(t, http.StatusOK, nw.Status)
+	require.Contains(t, nw.Body, "<dt>reset from</dt>")
+	require.Contains(t, nw.Body, `href="/ui/runs/ui-reset"`)
+	require.True(t, strings.Contains(nw.Body, "reset from ui-reset at seq"), "the run.started line names the old run")
 
 	require.Eventually(t, func() bool {
 		page, err := b.client.Runs(b.ctx, &flow.RunsFilter{Definition: "steps"})

@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/pkg/flow"
 )
 
@@ -18,9 +19,9 @@ func TestUISchedules(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	base := b.history.HTTPAddr()
-	p := uiGet(t, base, "/ui/schedules")
-	require.Equal(t, http.StatusOK, p.status)
-	require.Contains(t, p.body, "No schedules yet")
+	p := historytest.Get(t, base, "/ui/schedules")
+	require.Equal(t, http.StatusOK, p.Status)
+	require.Contains(t, p.Body, "No schedules yet")
 
 	var err error
 	// The worker registers "steps" a moment after it started.
@@ -38,27 +39,27 @@ func TestUISchedules(t *testing.T) {
 	require.NoError(t, b.client.Schedules().Pause(b.ctx, "ui-tick", "ui test"))
 	run := d.Schedule.State.Recent[0].RunID
 
-	p = uiGet(t, base, "/ui/schedules")
-	require.Equal(t, http.StatusOK, p.status)
-	require.Contains(t, p.body, `<a href="/ui/schedules/ui-tick">ui-tick</a>`)
-	require.Contains(t, p.body, "every 1s")
-	require.Contains(t, p.body, "paused")
+	p = historytest.Get(t, base, "/ui/schedules")
+	require.Equal(t, http.StatusOK, p.Status)
+	require.Contains(t, p.Body, `<a href="/ui/schedules/ui-tick">ui-tick</a>`)
+	require.Contains(t, p.Body, "every 1s")
+	require.Contains(t, p.Body, "paused")
 
-	p = uiGet(t, base, "/ui/schedules/ui-tick")
-	require.Equal(t, http.StatusOK, p.status)
-	require.Contains(t, p.body, "Recent actions")
-	require.Contains(t, p.body, `<a href="/ui/runs/`+run+`">`+run+`</a>`)
-	require.Contains(t, p.body, "allow_all")
-	require.Contains(t, p.body, "Paused: no action until unpaused.")
+	p = historytest.Get(t, base, "/ui/schedules/ui-tick")
+	require.Equal(t, http.StatusOK, p.Status)
+	require.Contains(t, p.Body, "Recent actions")
+	require.Contains(t, p.Body, `<a href="/ui/runs/`+run+`">`+run+`</a>`)
+	require.Contains(t, p.Body, "allow_all")
+	require.Contains(t, p.Body, "Paused: no action until unpaused.")
 
 	require.Eventually(t, func() bool {
-		p = uiGet(t, base, "/ui/runs/"+run)
-		return p.status == http.StatusOK
+		p = historytest.Get(t, base, "/ui/runs/"+run)
+		return p.Status == http.StatusOK
 	}, 10*time.Second, 20*time.Millisecond)
-	require.Contains(t, p.body, "<dt>schedule</dt>")
-	require.Contains(t, p.body, "by schedule ui-tick for slot ")
+	require.Contains(t, p.Body, "<dt>schedule</dt>")
+	require.Contains(t, p.Body, "by schedule ui-tick for slot ")
 
-	p = uiGet(t, base, "/ui/schedules/nope")
-	require.Equal(t, http.StatusNotFound, p.status)
+	p = historytest.Get(t, base, "/ui/schedules/nope")
+	require.Equal(t, http.StatusNotFound, p.Status)
 	require.NoError(t, b.client.Schedules().Delete(b.ctx, "ui-tick"))
 }

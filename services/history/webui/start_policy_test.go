@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/pkg/flow"
 )
 
@@ -18,16 +19,16 @@ func TestUIShowsStartPolicies(t *testing.T) {
 	base := b.history.HTTPAddr()
 	_, err := b.client.Start(b.ctx, "await", nil, &flow.StartOptions{RunID: "ui-later", Delay: time.Hour})
 	require.NoError(t, err)
-	p := uiGet(t, base, "/ui/runs/ui-later")
-	require.Equal(t, http.StatusOK, p.status)
-	require.Contains(t, p.body, "<dt>delayed</dt>")
-	require.Contains(t, p.body, "delayed until ")
+	p := historytest.Get(t, base, "/ui/runs/ui-later")
+	require.Equal(t, http.StatusOK, p.Status)
+	require.Contains(t, p.Body, "<dt>delayed</dt>")
+	require.Contains(t, p.Body, "delayed until ")
 
 	id, err := b.client.Start(b.ctx, "await", 2, &flow.StartOptions{RunID: "ui-later", OnConflict: flow.ConflictTerminateExisting})
 	require.NoError(t, err)
 	require.Equal(t, "ui-later=_1", id)
-	p = uiGet(t, base, "/ui/runs/"+id)
-	require.Equal(t, http.StatusOK, p.status)
-	require.Contains(t, p.body, "<dt>replaces</dt>")
-	require.Contains(t, p.body, "replaces run ui-later (terminate_existing)")
+	p = historytest.Get(t, base, "/ui/runs/"+id)
+	require.Equal(t, http.StatusOK, p.Status)
+	require.Contains(t, p.Body, "<dt>replaces</dt>")
+	require.Contains(t, p.Body, "replaces run ui-later (terminate_existing)")
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/pkg/event"
@@ -31,84 +32,84 @@ func TestUIPages(t *testing.T) {
 	last := hist[len(hist)-1].Seq
 
 	t.Run("RootRedirects", func(t *testing.T) {
-		p := uiGet(t, base, "/")
-		require.Equal(t, http.StatusFound, p.status)
-		require.Equal(t, "/ui/", p.header.Get("Location"))
+		p := historytest.Get(t, base, "/")
+		require.Equal(t, http.StatusFound, p.Status)
+		require.Equal(t, "/ui/", p.Header.Get("Location"))
 	})
 
 	t.Run("RunsList", func(t *testing.T) {
 		require.Eventually(t, func() bool {
-			p := uiGet(t, base, "/ui/?status=completed")
-			return p.status == http.StatusOK && strings.Contains(p.body, `href="/ui/runs/ui-steps"`)
+			p := historytest.Get(t, base, "/ui/?status=completed")
+			return p.Status == http.StatusOK && strings.Contains(p.Body, `href="/ui/runs/ui-steps"`)
 		}, 10*time.Second, 10*time.Millisecond, "the list shows the completed run once the index has it")
-		p := uiGet(t, base, "/ui/")
-		require.Equal(t, http.StatusOK, p.status)
-		require.Contains(t, p.header.Get("Content-Type"), "text/html")
-		require.Contains(t, p.header.Get("Content-Security-Policy"), "default-src 'self'")
-		require.Contains(t, p.body, `<span class="badge st-completed">completed</span>`)
-		require.Contains(t, p.body, `<option value="steps">steps</option>`, "the definition filter offers the served definitions")
+		p := historytest.Get(t, base, "/ui/")
+		require.Equal(t, http.StatusOK, p.Status)
+		require.Contains(t, p.Header.Get("Content-Type"), "text/html")
+		require.Contains(t, p.Header.Get("Content-Security-Policy"), "default-src 'self'")
+		require.Contains(t, p.Body, `<span class="badge st-completed">completed</span>`)
+		require.Contains(t, p.Body, `<option value="steps">steps</option>`, "the definition filter offers the served definitions")
 		for query, shown := range map[string]bool{
 			"?status=suspended": false, "?status=completed&definition=steps": true, "?definition=nap": false,
 			"?prefix=ui-st": true, "?prefix=zz": false, "?prefix=ui-&status=completed,suspended": true,
 		} {
-			p := uiGet(t, base, "/ui/"+query)
-			require.Equal(t, http.StatusOK, p.status, query)
-			require.Equal(t, shown, strings.Contains(p.body, `data-run="ui-steps"`), "%s shows the run: %v", query, shown)
+			p := historytest.Get(t, base, "/ui/"+query)
+			require.Equal(t, http.StatusOK, p.Status, query)
+			require.Equal(t, shown, strings.Contains(p.Body, `data-run="ui-steps"`), "%s shows the run: %v", query, shown)
 		}
-		rows := uiGet(t, base, "/ui/?fragment=rows&prefix=ui-")
-		require.Equal(t, http.StatusOK, rows.status)
-		require.NotContains(t, rows.body, "<html", "the fragment is the rows alone")
-		require.Contains(t, rows.body, `data-run="ui-steps"`)
+		rows := historytest.Get(t, base, "/ui/?fragment=rows&prefix=ui-")
+		require.Equal(t, http.StatusOK, rows.Status)
+		require.NotContains(t, rows.Body, "<html", "the fragment is the rows alone")
+		require.Contains(t, rows.Body, `data-run="ui-steps"`)
 	})
 
 	t.Run("ListBadFilters", func(t *testing.T) {
-		p := uiGet(t, base, "/ui/?status=sleeping")
-		require.Equal(t, http.StatusBadRequest, p.status)
-		require.Contains(t, p.text(t, "error"), "400")
-		require.Contains(t, p.body, `unknown status &#34;sleeping&#34;; use one of pending`)
-		p = uiGet(t, base, "/ui/?limit=many")
-		require.Equal(t, http.StatusBadRequest, p.status)
-		require.Contains(t, p.body, "limit must be a number")
-		p = uiGet(t, base, "/ui/?cursor=nonsense")
-		require.Equal(t, http.StatusBadRequest, p.status)
-		require.Contains(t, p.body, "is not one a listing returned")
+		p := historytest.Get(t, base, "/ui/?status=sleeping")
+		require.Equal(t, http.StatusBadRequest, p.Status)
+		require.Contains(t, p.Text(t, "error"), "400")
+		require.Contains(t, p.Body, `unknown status &#34;sleeping&#34;; use one of pending`)
+		p = historytest.Get(t, base, "/ui/?limit=many")
+		require.Equal(t, http.StatusBadRequest, p.Status)
+		require.Contains(t, p.Body, "limit must be a number")
+		p = historytest.Get(t, base, "/ui/?cursor=nonsense")
+		require.Equal(t, http.StatusBadRequest, p.Status)
+		require.Contains(t, p.Body, "is not one a listing returned")
 	})
 
 	t.Run("RunPageLatest", func(t *testing.T) {
-		p := uiGet(t, base, "/ui/runs/"+runID)
-		require.Equal(t, http.StatusOK, p.status)
-		require.Equal(t, fmt.Sprint(last), p.text(t, "snap-seq"))
-		require.Equal(t, "3", p.text(t, "steps-completed"))
-		require.Equal(t, int(last), strings.Count(p.body, `class="ev-row`), "the timeline shows every event")
-		require.Contains(t, p.body, `id="following"`)
-		require.Regexp(t, `id="step-forward"[^>]*disabled`, p.body, "no step forward from the last event")
-		require.Regexp(t, `<section class="actions" id="actions" hidden`, p.body, "no signal or cancel on an ended run")
-		require.Contains(t, p.body, `<section class="panel outcome outcome-completed" id="outcome">`)
-		require.Contains(t, p.body, "run.completed")
+		p := historytest.Get(t, base, "/ui/runs/"+runID)
+		require.Equal(t, http.StatusOK, p.Status)
+		require.Equal(t, fmt.Sprint(last), p.Text(t, "snap-seq"))
+		require.Equal(t, "3", p.Text(t, "steps-completed"))
+		require.Equal(t, int(last), strings.Count(p.Body, `class="ev-row`), "the timeline shows every event")
+		require.Contains(t, p.Body, `id="following"`)
+		require.Regexp(t, `id="step-forward"[^>]*disabled`, p.Body, "no step forward from the last event")
+		require.Regexp(t, `<section class="actions" id="actions" hidden`, p.Body, "no signal or cancel on an ended run")
+		require.Contains(t, p.Body, `<section class="panel outcome outcome-completed" id="outcome">`)
+		require.Contains(t, p.Body, "run.completed")
 	})
 
 	t.Run("RunPageAtEachSequence", func(t *testing.T) {
 		prev := -1
 		for at := uint64(1); at <= last; at++ {
-			p := uiGet(t, base, fmt.Sprintf("/ui/runs/%s?at=%d&fragment=view", runID, at))
-			require.Equal(t, http.StatusOK, p.status)
-			require.NotContains(t, p.body, "<html")
-			require.Equal(t, fmt.Sprint(at), p.text(t, "snap-seq"))
+			p := historytest.Get(t, base, fmt.Sprintf("/ui/runs/%s?at=%d&fragment=view", runID, at))
+			require.Equal(t, http.StatusOK, p.Status)
+			require.NotContains(t, p.Body, "<html")
+			require.Equal(t, fmt.Sprint(at), p.Text(t, "snap-seq"))
 			n := 0
-			_, _ = fmt.Sscan(p.text(t, "steps-completed"), &n)
+			_, _ = fmt.Sscan(p.Text(t, "steps-completed"), &n)
 			require.GreaterOrEqual(t, n, prev, "completed steps never decrease with the sequence")
 			prev = n
-			require.Contains(t, p.body, fmt.Sprintf(`class="ev-row current" data-seq="%d"`, at))
-			require.Equal(t, int(last-at), strings.Count(p.body, "ev-row future"), "the events after at=%d are marked", at)
+			require.Contains(t, p.Body, fmt.Sprintf(`class="ev-row current" data-seq="%d"`, at))
+			require.Equal(t, int(last-at), strings.Count(p.Body, "ev-row future"), "the events after at=%d are marked", at)
 			if at == 1 {
-				require.Equal(t, "0", p.text(t, "steps-completed"))
-				require.Regexp(t, `id="step-back" data-at="1"[^>]*disabled`, p.body, "no step back from the first event")
-				require.Contains(t, p.body, `id="pinned"`)
+				require.Equal(t, "0", p.Text(t, "steps-completed"))
+				require.Regexp(t, `id="step-back" data-at="1"[^>]*disabled`, p.Body, "no step back from the first event")
+				require.Contains(t, p.Body, `id="pinned"`)
 			} else {
-				require.Regexp(t, fmt.Sprintf(`id="step-back" data-at="%d" title`, at-1), p.body)
+				require.Regexp(t, fmt.Sprintf(`id="step-back" data-at="%d" title`, at-1), p.Body)
 			}
 			if at < last {
-				require.Regexp(t, fmt.Sprintf(`id="step-forward" data-at="%d" title`, at+1), p.body)
+				require.Regexp(t, fmt.Sprintf(`id="step-forward" data-at="%d" title`, at+1), p.Body)
 			}
 		}
 		require.Equal(t, 3, prev)
@@ -121,27 +122,27 @@ func TestUIPages(t *testing.T) {
 			"?at=-3":                      "at must be a sequence number from 1 up",
 			"?at=seven":                   "at must be a sequence number from 1 up (or &#34;latest&#34;), got &#34;seven&#34;",
 		} {
-			p := uiGet(t, base, "/ui/runs/"+runID+query)
-			require.Equal(t, http.StatusBadRequest, p.status, query)
-			require.Contains(t, p.body, "400 · Bad request", query)
-			require.Contains(t, p.body, want, query)
+			p := historytest.Get(t, base, "/ui/runs/"+runID+query)
+			require.Equal(t, http.StatusBadRequest, p.Status, query)
+			require.Contains(t, p.Body, "400 · Bad request", query)
+			require.Contains(t, p.Body, want, query)
 		}
-		p := uiGet(t, base, "/ui/runs/no-such-run")
-		require.Equal(t, http.StatusNotFound, p.status)
-		require.Contains(t, p.body, "404 · Not found")
-		require.Contains(t, p.body, "run &#34;no-such-run&#34; does not exist")
-		p = uiGet(t, base, "/ui/runs/bad.id")
-		require.Equal(t, http.StatusBadRequest, p.status)
-		p = uiGet(t, base, "/ui/nowhere")
-		require.Equal(t, http.StatusNotFound, p.status)
-		require.Contains(t, p.body, "is not a page of the web UI")
+		p := historytest.Get(t, base, "/ui/runs/no-such-run")
+		require.Equal(t, http.StatusNotFound, p.Status)
+		require.Contains(t, p.Body, "404 · Not found")
+		require.Contains(t, p.Body, "run &#34;no-such-run&#34; does not exist")
+		p = historytest.Get(t, base, "/ui/runs/bad.id")
+		require.Equal(t, http.StatusBadRequest, p.Status)
+		p = historytest.Get(t, base, "/ui/nowhere")
+		require.Equal(t, http.StatusNotFound, p.Status)
+		require.Contains(t, p.Body, "is not a page of the web UI")
 	})
 
 	t.Run("Static", func(t *testing.T) {
 		for _, f := range []string{"/ui/static/ui.css", "/ui/static/ui.js"} {
-			p := uiGet(t, base, f)
-			require.Equal(t, http.StatusOK, p.status, f)
-			require.NotEmpty(t, p.body, f)
+			p := historytest.Get(t, base, f)
+			require.Equal(t, http.StatusOK, p.Status, f)
+			require.NotEmpty(t, p.Body, f)
 		}
 	})
 }
@@ -157,26 +158,26 @@ func TestUIActions(t *testing.T) {
 		s, err := b.client.Snapshot(b.ctx, runID)
 		return err == nil && len(s.SignalWaits) == 1
 	}, 10*time.Second, 5*time.Millisecond, "the run waits for its signal")
-	p := uiGet(t, base, "/ui/runs/"+runID)
-	require.Equal(t, http.StatusOK, p.status)
-	require.NotRegexp(t, `id="actions" hidden`, p.body, "a waiting run offers signal and cancel")
-	require.Contains(t, p.body, `value="go"`, "the signal form suggests the awaited signal")
-	require.Contains(t, p.body, `<span class="badge sst-running">waiting</span>`)
+	p := historytest.Get(t, base, "/ui/runs/"+runID)
+	require.Equal(t, http.StatusOK, p.Status)
+	require.NotRegexp(t, `id="actions" hidden`, p.Body, "a waiting run offers signal and cancel")
+	require.Contains(t, p.Body, `value="go"`, "the signal form suggests the awaited signal")
+	require.Contains(t, p.Body, `<span class="badge sst-running">waiting</span>`)
 
 	t.Run("CrossOriginRefused", func(t *testing.T) {
-		p := uiPost(t, base, "/ui/runs/"+runID+"/signal", "application/json", "http://evil.example", `{"name":"go"}`)
-		require.Equal(t, http.StatusForbidden, p.status)
-		p = uiPost(t, base, "/ui/runs/"+runID+"/cancel", "application/x-www-form-urlencoded", "http://evil.example", "reason=x")
-		require.Equal(t, http.StatusForbidden, p.status)
+		p := historytest.Post(t, base, "/ui/runs/"+runID+"/signal", "application/json", "http://evil.example", `{"name":"go"}`)
+		require.Equal(t, http.StatusForbidden, p.Status)
+		p = historytest.Post(t, base, "/ui/runs/"+runID+"/cancel", "application/x-www-form-urlencoded", "http://evil.example", "reason=x")
+		require.Equal(t, http.StatusForbidden, p.Status)
 	})
 
 	// Finding 6: a plain form POST from curl cancelled a run. Without tokens configured it
 	// still needs the page's CSRF token.
 	t.Run("CurlWithoutCSRFRefused", func(t *testing.T) {
 		for _, action := range []string{"signal", "cancel", "pause", "unpause"} {
-			p := uiPost(t, base, "/ui/runs/"+runID+"/"+action, "application/x-www-form-urlencoded", "", "name=go&reason=curl")
-			require.Equal(t, http.StatusForbidden, p.status, action)
-			require.Contains(t, p.body, "CSRF", action)
+			p := historytest.Post(t, base, "/ui/runs/"+runID+"/"+action, "application/x-www-form-urlencoded", "", "name=go&reason=curl")
+			require.Equal(t, http.StatusForbidden, p.Status, action)
+			require.Contains(t, p.Body, "CSRF", action)
 		}
 		s, err := b.client.Snapshot(b.ctx, runID)
 		require.NoError(t, err)
@@ -190,59 +191,59 @@ func TestUIActions(t *testing.T) {
 			`not json`:                        "invalid_json",
 			`{"name":"bad name","payload":1}`: "invalid",
 		} {
-			p := uiPost(t, base, "/ui/runs/"+runID+"/signal", "application/json", self, body)
-			require.Equal(t, http.StatusBadRequest, p.status, body)
-			require.Contains(t, p.body, want, body)
+			p := historytest.Post(t, base, "/ui/runs/"+runID+"/signal", "application/json", self, body)
+			require.Equal(t, http.StatusBadRequest, p.Status, body)
+			require.Contains(t, p.Body, want, body)
 		}
-		p := uiPost(t, base, "/ui/runs/"+runID+"/signal", "text/plain", self, "go")
-		require.Equal(t, http.StatusUnsupportedMediaType, p.status)
-		p = uiPost(t, base, "/ui/runs/"+runID+"/signal", "application/x-www-form-urlencoded", self, "name=go&payload=%7Bx")
-		require.Equal(t, http.StatusSeeOther, p.status, "a form is answered with a redirect to the run page")
-		loc, err := url.Parse(p.header.Get("Location"))
+		p := historytest.Post(t, base, "/ui/runs/"+runID+"/signal", "text/plain", self, "go")
+		require.Equal(t, http.StatusUnsupportedMediaType, p.Status)
+		p = historytest.Post(t, base, "/ui/runs/"+runID+"/signal", "application/x-www-form-urlencoded", self, "name=go&payload=%7Bx")
+		require.Equal(t, http.StatusSeeOther, p.Status, "a form is answered with a redirect to the run page")
+		loc, err := url.Parse(p.Header.Get("Location"))
 		require.NoError(t, err)
 		require.Equal(t, "/ui/runs/"+runID, loc.Path)
 		require.Contains(t, loc.Query().Get("error"), "the payload is not JSON")
-		shown := uiGet(t, base, loc.String())
-		require.Contains(t, shown.text(t, "action-msg"), "the payload is not JSON")
+		shown := historytest.Get(t, base, loc.String())
+		require.Contains(t, shown.Text(t, "action-msg"), "the payload is not JSON")
 	})
 
 	t.Run("SignalThenRefusedOnceEnded", func(t *testing.T) {
-		p := uiPost(t, base, "/ui/runs/"+runID+"/signal", "application/json", self, `{"name":"go","payload":{"note":"from the UI"}}`)
-		require.Equal(t, http.StatusOK, p.status, p.body)
+		p := historytest.Post(t, base, "/ui/runs/"+runID+"/signal", "application/json", self, `{"name":"go","payload":{"note":"from the UI"}}`)
+		require.Equal(t, http.StatusOK, p.Status, p.Body)
 		var rep struct {
 			RunID string `json:"run_id"`
 		}
-		require.NoError(t, json.Unmarshal([]byte(p.body), &rep))
+		require.NoError(t, json.Unmarshal([]byte(p.Body), &rep))
 		require.Equal(t, runID, rep.RunID)
 		var got map[string]string
 		require.NoError(t, b.client.Result(b.ctx, runID, &got))
 		require.Equal(t, map[string]string{"note": "from the UI"}, got)
 
-		p = uiPost(t, base, "/ui/runs/"+runID+"/signal", "application/json", self, `{"name":"go"}`)
-		require.Equal(t, http.StatusConflict, p.status, p.body)
+		p = historytest.Post(t, base, "/ui/runs/"+runID+"/signal", "application/json", self, `{"name":"go"}`)
+		require.Equal(t, http.StatusConflict, p.Status, p.Body)
 		var refused struct {
 			Error struct{ Code, Message string } `json:"error"`
 		}
-		require.NoError(t, json.Unmarshal([]byte(p.body), &refused))
+		require.NoError(t, json.Unmarshal([]byte(p.Body), &refused))
 		require.Equal(t, "run_ended", refused.Error.Code)
 		require.Contains(t, refused.Error.Message, "ended")
-		p = uiPost(t, base, "/ui/runs/"+runID+"/cancel", "application/json", self, `{}`)
-		require.Equal(t, http.StatusConflict, p.status, p.body)
-		require.Contains(t, p.body, "run_ended")
+		p = historytest.Post(t, base, "/ui/runs/"+runID+"/cancel", "application/json", self, `{}`)
+		require.Equal(t, http.StatusConflict, p.Status, p.Body)
+		require.Contains(t, p.Body, "run_ended")
 	})
 
 	t.Run("Cancel", func(t *testing.T) {
 		other, err := b.client.Start(b.ctx, "await", nil, &flow.StartOptions{RunID: "ui-await-cancel"})
 		require.NoError(t, err)
-		p := uiPost(t, base, "/ui/runs/"+other+"/cancel", "application/x-www-form-urlencoded", self, "reason=enough")
-		require.Equal(t, http.StatusSeeOther, p.status, p.body)
-		require.Contains(t, p.header.Get("Location"), "notice=")
+		p := historytest.Post(t, base, "/ui/runs/"+other+"/cancel", "application/x-www-form-urlencoded", self, "reason=enough")
+		require.Equal(t, http.StatusSeeOther, p.Status, p.Body)
+		require.Contains(t, p.Header.Get("Location"), "notice=")
 		var runErr *flow.RunError
 		require.ErrorAs(t, b.client.Result(b.ctx, other, nil), &runErr)
 		require.Equal(t, flow.StatusCancelled, runErr.Status)
-		p = uiPost(t, base, "/ui/runs/nobody-here/cancel", "application/json", self, `{}`)
-		require.Equal(t, http.StatusNotFound, p.status, p.body)
-		require.Contains(t, p.body, "run_not_found")
+		p = historytest.Post(t, base, "/ui/runs/nobody-here/cancel", "application/json", self, `{}`)
+		require.Equal(t, http.StatusNotFound, p.Status, p.Body)
+		require.Contains(t, p.Body, "run_not_found")
 	})
 }
 
@@ -266,20 +267,20 @@ func TestUIDiagnosis(t *testing.T) {
 		event.Event{Time: now, Payload: core.DecisionFailure(nd, "b2")})
 	require.NoError(t, err)
 
-	p := uiGet(t, base, "/ui/runs/ui-blocked")
-	require.Equal(t, http.StatusOK, p.status)
-	require.Contains(t, p.body, `<span class="badge st-blocked">blocked</span>`)
-	require.Contains(t, p.body, "Blocked · nondeterminism")
-	require.Contains(t, p.body, "[FLOW-REPLAY-1]")
-	require.Equal(t, `step &#34;reserve&#34;`, p.text(t, "diag-subject"))
-	require.Equal(t, "input", p.text(t, "diag-field"))
-	require.Equal(t, `{&#34;sku&#34;:&#34;sku-1&#34;}`, p.text(t, "diag-recorded"))
-	require.Equal(t, `{&#34;sku&#34;:&#34;sku-2&#34;}`, p.text(t, "diag-produced"))
-	require.Equal(t, "2", p.text(t, "diag-seq"))
-	require.Contains(t, p.body, "decision.failed at seq <a href=\"#\" data-at=\"4\">4</a>, worker build b2")
+	p := historytest.Get(t, base, "/ui/runs/ui-blocked")
+	require.Equal(t, http.StatusOK, p.Status)
+	require.Contains(t, p.Body, `<span class="badge st-blocked">blocked</span>`)
+	require.Contains(t, p.Body, "Blocked · nondeterminism")
+	require.Contains(t, p.Body, "[FLOW-REPLAY-1]")
+	require.Equal(t, `step &#34;reserve&#34;`, p.Text(t, "diag-subject"))
+	require.Equal(t, "input", p.Text(t, "diag-field"))
+	require.Equal(t, `{&#34;sku&#34;:&#34;sku-1&#34;}`, p.Text(t, "diag-recorded"))
+	require.Equal(t, `{&#34;sku&#34;:&#34;sku-2&#34;}`, p.Text(t, "diag-produced"))
+	require.Equal(t, "2", p.Text(t, "diag-seq"))
+	require.Contains(t, p.Body, "decision.failed at seq <a href=\"#\" data-at=\"4\">4</a>, worker build b2")
 
-	before := uiGet(t, base, "/ui/runs/ui-blocked?at=3")
-	require.Equal(t, http.StatusOK, before.status)
-	require.NotContains(t, before.body, `id="diagnosis"`, "not blocked yet at seq 3")
-	require.Contains(t, before.body, "The run is blocked now")
+	before := historytest.Get(t, base, "/ui/runs/ui-blocked?at=3")
+	require.Equal(t, http.StatusOK, before.Status)
+	require.NotContains(t, before.Body, `id="diagnosis"`, "not blocked yet at seq 3")
+	require.Contains(t, before.Body, "The run is blocked now")
 }
