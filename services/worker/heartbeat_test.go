@@ -14,15 +14,12 @@ import (
 
 	"github.com/flowrun/flow/internal/engine"
 	hbstore "github.com/flowrun/flow/internal/heartbeats"
-	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
-	"github.com/flowrun/flow/services/history"
-	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
@@ -443,11 +440,7 @@ func TestSchedulerNeverWritesHeartbeats(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	spy := spyOnBeats(t, srv)
 
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
+	startHistoryAndIngress(t, srv)
 	s1, err := scheduler.New(scheduler.Config{Conn: connectAs(t, srv, "_INBOX.scheduler1"), Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, s1.Start(t.Context()))

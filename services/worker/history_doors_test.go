@@ -209,11 +209,7 @@ func TestHookClaimWaitsForTheHistoryService(t *testing.T) {
 	_, err = kv.Get(ctx, orphan)
 	require.ErrorIs(t, err, jetstream.ErrKeyNotFound)
 
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
+	startHistoryAndIngress(t, srv)
 	c := newClient(t, srv)
 	_, err = c.DeliverHook(ctx, hookToken(t, ctx, c, runID), "ok", nil)
 	require.NoError(t, err)

@@ -17,8 +17,6 @@ import (
 	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
-	"github.com/flowrun/flow/services/history"
-	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
@@ -26,11 +24,7 @@ import (
 // startServices starts the history service and the scheduler on srv, stopped on cleanup.
 func startServices(t *testing.T, srv *natsserver.Server) {
 	t.Helper()
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
+	startHistoryAndIngress(t, srv)
 	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, s.Start(t.Context()))

@@ -8,12 +8,9 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/flow"
-	"github.com/flowrun/flow/services/history"
-	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/worker"
 )
 
@@ -71,11 +68,7 @@ type queryBundle struct {
 // setupOn starts the services on srv with a worker of cfg (Conn and Logger set here).
 func setupOn(t *testing.T, srv *natsserver.Server, register func(*flow.Registry), cfg worker.Config) *queryBundle {
 	t.Helper()
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
+	startHistoryAndIngress(t, srv)
 	reg := flow.NewRegistry(nil)
 	register(reg)
 	cfg.Conn, cfg.Logger = natstest.Connect(t, srv), quiet
