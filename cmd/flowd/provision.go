@@ -11,9 +11,9 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	probes "github.com/flowrun/flow/internal/health"
 	"github.com/flowrun/flow/internal/natsconn"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // provisionInterval is how often a service that waits for Flow's streams checks again.

@@ -13,9 +13,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/archive"
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/payload"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
 

@@ -27,7 +27,7 @@ import (
 //	pure core    pkg/event, internal/core and their pure helpers: the event catalogue, the
 //	             snapshot, decision validation and replay comparison. No I/O, no transport.
 //	engine       internal/engine: the replay loop over the store, host and payload ports.
-//	backend      internal/store/..., internal/streams, internal/jshost, internal/backend/...,
+//	backend      internal/store/..., internal/jshost, internal/backend/... (its streams package),
 //	             the payload object store and the bucket repositories: JetStream behind the
 //	             engine's ports, and the names of every stream, bucket and subject.
 //	services     services/history, services/ingress, services/scheduler, services/worker: one
@@ -141,7 +141,6 @@ var rules = []rule{
 var serverPackages = []string{
 	"internal/engine",
 	"internal/store", "internal/store/...",
-	"internal/streams",
 	"internal/jshost",
 	"internal/backend", "internal/backend/...",
 	"internal/payload/objstore",

@@ -2,8 +2,9 @@
 // opens the ports the engine runs on, the history store (internal/store/jsstore), the host
 // (internal/jshost), the payload and checkpoint object stores (internal/payload/objstore) and
 // the step heartbeats (FLOW_HEARTBEATS), and returns the engine configured on them, from one
-// call. The names of the streams, buckets and subjects it opens are internal/streams', which
-// also creates them (streams.Ensure, streams.Provision): Open expects them to exist.
+// call. It owns the names of every stream, bucket and subject on JetStream: they are declared in
+// its package streams (internal/backend/streams), which also creates them (streams.Ensure,
+// streams.Provision); Open expects them to exist.
 package backend
 
 import (
@@ -14,13 +15,13 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	hbstore "github.com/flowrun/flow/internal/heartbeats"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/payload/objstore"
 	"github.com/flowrun/flow/internal/store/jsstore"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // Role says what a process opens the backend for: what it writes as, and which optional ports

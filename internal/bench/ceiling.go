@@ -12,7 +12,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/backend/streams"
 )
 
 // The JetStream ceiling: raw appends with the expected-last-subject-sequence check that Flow's

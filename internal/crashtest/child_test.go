@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/proctest"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/scheduler"

@@ -7,11 +7,11 @@ import (
 	"github.com/stretchr/testify/require"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natstest"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/tracing"
 )
 

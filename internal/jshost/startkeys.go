@@ -9,8 +9,8 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/engine"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // StartKeys implements engine.StartKeys on the FLOW_START_KEYS bucket: create-only entries

@@ -12,12 +12,12 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/cli"
 	"github.com/flowrun/flow/internal/examples"
 	"github.com/flowrun/flow/internal/inputsig"
 	"github.com/flowrun/flow/internal/natsperm"
 	"github.com/flowrun/flow/internal/store/jsstore"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 )

@@ -5,8 +5,8 @@ import (
 	"strings"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/natsconn"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // The subjects below are what the services' code uses, traced through nats.go's jetstream
@@ -260,7 +260,7 @@ func historyRole() Role {
 	// metadata subject, then purges of its chunks and of the record; docs/large-payloads.md),
 	// the chunks that writers orphaned (an upload that failed, or lost a race), and the metadata
 	// messages that writes and touches superseded (no writer rolls them up: the stream refuses
-	// the Nats-Rollup header, internal/streams).
+	// the Nats-Rollup header, internal/backend/streams).
 	g.objOwn(streams.PayloadsBucket)
 	g.can(streams.History, "purge (one run's subject)")
 	g.publish(jsAPI + "STREAM.PURGE." + streams.History)

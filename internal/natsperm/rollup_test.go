@@ -11,10 +11,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/natsperm"
 	"github.com/flowrun/flow/internal/payload"
 	"github.com/flowrun/flow/internal/payload/objstore"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // rollupRefused is JetStream's error code for a message with a Nats-Rollup header that its

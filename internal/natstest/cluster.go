@@ -17,9 +17,9 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natsserver"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // clusterTimeout bounds each wait of RunCluster (formation, streams), StreamLeader and

@@ -11,7 +11,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/archive"
-	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/pkg/event"
 )
 

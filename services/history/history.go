@@ -57,6 +57,7 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowrun/flow/internal/backend"
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
@@ -68,7 +69,6 @@ import (
 	"github.com/flowrun/flow/internal/parked"
 	"github.com/flowrun/flow/internal/runsindex"
 	"github.com/flowrun/flow/internal/store/jsstore"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // Config configures a Service. The zero value works against a local `flow dev`. Load it from

@@ -16,10 +16,10 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/runsindex"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // writeIndex brings run runID's runs index entry up to date with f: the run's summary, with why

@@ -9,11 +9,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/parked"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/flow"
 )
 

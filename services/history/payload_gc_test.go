@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/archive"
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/ingresstest"
@@ -17,7 +18,6 @@ import (
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/payload"
 	"github.com/flowrun/flow/internal/payload/objstore"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"

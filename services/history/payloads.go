@@ -7,10 +7,10 @@ import (
 	"sync"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/lru"
 	"github.com/flowrun/flow/internal/payload"
 	"github.com/flowrun/flow/internal/payload/objstore"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // largePayloads is how many payloads too large for the payload store's cache the service keeps

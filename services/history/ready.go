@@ -5,8 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/health"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // Ready is nil while the service applies commits and answers queries: Start has finished, Stop

@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/archive"
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/definitions"
 	"github.com/flowrun/flow/internal/engine"
@@ -24,7 +25,6 @@ import (
 	"github.com/flowrun/flow/internal/maintenance"
 	"github.com/flowrun/flow/internal/payload/objstore"
 	"github.com/flowrun/flow/internal/store"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/timerindex"
 	"github.com/flowrun/flow/pkg/event"
 )

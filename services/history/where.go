@@ -4,9 +4,9 @@ import (
 	"errors"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/filter"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // listRuns answers a listing: the index entries that pass req's fields, its Where filter and

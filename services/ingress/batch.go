@@ -18,9 +18,9 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/batch"
 	"github.com/flowrun/flow/internal/filter"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // batchDoor is the ingress's side of batch jobs (docs/batch.md): it reads and lists them in

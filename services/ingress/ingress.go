@@ -29,13 +29,13 @@ import (
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/backend"
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/health"
 	"github.com/flowrun/flow/internal/httpserve"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsconn"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // Config configures the ingress service. The zero value works: it connects to

@@ -8,13 +8,13 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/timerindex"
 	"github.com/flowrun/flow/pkg/event"
 )

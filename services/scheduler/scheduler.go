@@ -37,6 +37,7 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/flowrun/flow/internal/backend"
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/batch"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
@@ -49,7 +50,6 @@ import (
 	"github.com/flowrun/flow/internal/runsindex"
 	"github.com/flowrun/flow/internal/schedule/schedstore"
 	"github.com/flowrun/flow/internal/store/jsstore"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/timerindex"
 )
 

@@ -7,10 +7,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
 	hbstore "github.com/flowrun/flow/internal/heartbeats"
 	"github.com/flowrun/flow/internal/natstest"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/worker"

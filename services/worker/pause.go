@@ -7,10 +7,10 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/parked"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // parkHeld parks a run that a definition or queue pause holds (FLOW_PAUSES): the drive made no

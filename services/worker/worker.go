@@ -29,6 +29,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flowrun/flow/internal/backend"
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/definitions"
@@ -41,7 +42,6 @@ import (
 	"github.com/flowrun/flow/internal/parked"
 	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/tracing"
 	"github.com/flowrun/flow/internal/wait"
 	"github.com/flowrun/flow/pkg/event"

@@ -26,7 +26,7 @@ import (
 //     it, bounded by its stream sequence, so that a newer metadata message (the object written
 //     again) stays.
 //
-// None of them uses the Nats-Rollup header, which OBJ_FLOW_PAYLOADS refuses (internal/streams).
+// None of them uses the Nats-Rollup header, which OBJ_FLOW_PAYLOADS refuses (internal/backend/streams).
 //
 // A collector that stops after 1 or 2 leaves a deletion record, which Objects lists and
 // FinishDelete completes.

@@ -7,10 +7,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/payload/objstore"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // TestCollectorDeletes: a Put of an object there already touches it (its modification time

@@ -14,8 +14,8 @@ import (
 	"github.com/nats-io/nuid"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/payload"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // metaSubject is the subject of object name's metadata in the payload store.

@@ -42,7 +42,7 @@ const chunkSize = 512 << 10
 // deleted, so that a Put that returns leaves the object there.
 //
 // Put never purges (the workers' and the ingress's NATS users may not, internal/natsperm), nor
-// rolls up (the stream allows no Nats-Rollup header, internal/streams): it writes an object's
+// rolls up (the stream allows no Nats-Rollup header, internal/backend/streams): it writes an object's
 // chunks under a subject of their own and then its metadata, conditional on the metadata it
 // read, so that of two writers of one name that race, one wins and the other finds the object
 // there. The chunks of the loser, and of an upload that failed part way, are orphans no
@@ -168,7 +168,7 @@ func (s *Store) putNew(ctx context.Context, r payload.Ref, data []byte, m *jetst
 // on the name's last metadata message being at stream sequence *last (0: none) unless last is
 // nil. It purges nothing: chunks it wrote before a failure, or before a refused metadata write,
 // are left to SweepChunks, and so are the name's earlier metadata messages. (nats.go's Put rolls
-// them up with the Nats-Rollup header, which OBJ_FLOW_PAYLOADS refuses, internal/streams: every
+// them up with the Nats-Rollup header, which OBJ_FLOW_PAYLOADS refuses, internal/backend/streams: every
 // reader, nats.go's included, reads the last metadata message of a name.)
 func (s *Store) store(ctx context.Context, r payload.Ref, data []byte, last *uint64) error {
 	id := nuid.Next()

@@ -20,8 +20,8 @@ import (
 	"github.com/nats-io/nuid"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/schedule"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/typedkv"
 	"github.com/flowrun/flow/pkg/event"
 )

@@ -9,11 +9,11 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/inputsig"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/jsstore"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 // Input signatures: a store with the key signs the commits that hold input events; one without

@@ -9,8 +9,8 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/store"
-	"github.com/flowrun/flow/internal/streams"
 	"github.com/flowrun/flow/internal/wait"
 	"github.com/flowrun/flow/pkg/event"
 )

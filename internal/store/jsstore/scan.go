@@ -8,7 +8,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
-	"github.com/flowrun/flow/internal/streams"
+	"github.com/flowrun/flow/internal/backend/streams"
 )
 
 // scanBatch is the number of messages ScanAll reads per direct-get request.

@@ -9,9 +9,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
-	"github.com/flowrun/flow/internal/streams"
 )
 
 func TestEnsure(t *testing.T) {
