@@ -182,19 +182,31 @@ func TestSingletonReplace(t *testing.T) {
 }
 
 // TestPriorityOrdersTheQueue: with one slot, the waiting runs are admitted highest priority
-// first, then in the order they started.
+// first, then in the order they started. The order is among the runs the controller has seen
+// queued (a queue entry follows its run's start through the history service, and the controller
+// watches the queue and the runs' ends apart), so the test stops the first controller once
+// "first" holds the slot and starts the next one when all three runs are in the queue: a
+// controller loads the whole queue before its first round.
 func TestPriorityOrdersTheQueue(t *testing.T) {
 	t.Parallel()
 	e := newControlEnv(t, gated(flow.WithFlowControl(flow.FlowControl{Concurrency: 1})), nil)
-	e.scheduler(nil)
+	first := e.scheduler(nil)
 	e.start("first", "x", 0, nil)
 	e.status("first", core.StatusSuspended)
+	require.NoError(t, first.Stop())
 	e.start("low-1", "x", 1, nil)
 	e.start("low-2", "x", 2, nil)
 	e.start("high", "x", 3, &flow.StartOptions{Priority: 5})
 	s := e.status("high", core.StatusQueued)
 	require.Equal(t, 5, s.Priority)
 	require.Contains(t, s.QueuedReason(), "waiting for admission") // a queued run's summary detail
+	queue, err := limits.OpenQueue(e.ctx, e.js)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		runs, err := queue.Runs(e.ctx)
+		return err == nil && len(runs) == 3
+	}, 10*time.Second, 5*time.Millisecond, "the three runs are in the admission queue")
+	e.scheduler(nil)
 	for _, next := range []string{"first", "high", "low-1", "low-2"} {
 		e.status(next, core.StatusSuspended)
 		for _, other := range []string{"high", "low-1", "low-2"} {
