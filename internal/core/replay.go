@@ -171,17 +171,18 @@ func compareRecorded(runID string, rec event.Envelope, got event.Payload) error 
 }
 
 func stepIDs(steps []event.StepSpec) []string {
-	ids := make([]string, len(steps))
-	for i, s := range steps {
-		ids[i] = s.ID
-	}
-	return ids
+	return idsOf(steps, func(s event.StepSpec) string { return s.ID })
 }
 
 func childIDs(children []event.ChildSpec) []string {
-	ids := make([]string, len(children))
-	for i, c := range children {
-		ids[i] = c.ChildID
+	return idsOf(children, func(c event.ChildSpec) string { return c.ChildID })
+}
+
+// idsOf returns the ID of each of xs, as id reads it, in order.
+func idsOf[T any](xs []T, id func(T) string) []string {
+	ids := make([]string, len(xs))
+	for i, x := range xs {
+		ids[i] = id(x)
 	}
 	return ids
 }
