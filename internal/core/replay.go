@@ -91,33 +91,11 @@ func compareRecorded(runID string, rec event.Envelope, got event.Payload) error 
 	}
 	switch r := rec.Payload.(type) {
 	case *event.StepScheduled:
-		g := got.(*event.StepScheduled)
-		if len(r.Steps) == 1 && len(g.Steps) == 1 && r.Steps[0].ID != g.Steps[0].ID {
-			return mismatch(runID, kindStep, r.Steps[0].ID, "step_id", r.Steps[0].ID, g.Steps[0].ID, rec.Seq)
-		}
-		if err := compareMembers(runID, kindStep, stepIDs(r.Steps), rec.Seq, stepIDs(g.Steps)); err != nil {
-			return err
-		}
-		for i := range r.Steps {
-			if err := compareStep(runID, r.Steps[i], rec.Seq, g.Steps[i]); err != nil {
-				return err
-			}
-		}
-		return nil
+		return compareBatch(runID, kindStep, "step_id", rec.Seq, r.Steps, got.(*event.StepScheduled).Steps,
+			stepID, compareStep)
 	case *event.ChildScheduled:
-		g := got.(*event.ChildScheduled)
-		if len(r.Children) == 1 && len(g.Children) == 1 && r.Children[0].ChildID != g.Children[0].ChildID {
-			return mismatch(runID, kindChild, r.Children[0].ChildID, "child_id", r.Children[0].ChildID, g.Children[0].ChildID, rec.Seq)
-		}
-		if err := compareMembers(runID, kindChild, childIDs(r.Children), rec.Seq, childIDs(g.Children)); err != nil {
-			return err
-		}
-		for i := range r.Children {
-			if err := compareChild(runID, r.Children[i], rec.Seq, g.Children[i]); err != nil {
-				return err
-			}
-		}
-		return nil
+		return compareBatch(runID, kindChild, "child_id", rec.Seq, r.Children, got.(*event.ChildScheduled).Children,
+			childID, compareChild)
 	case *event.WaitScheduled:
 		g := got.(*event.WaitScheduled)
 		if r.WaitID != g.WaitID {
@@ -170,13 +148,11 @@ func compareRecorded(runID string, rec event.Envelope, got event.Payload) error 
 	return nil
 }
 
-func stepIDs(steps []event.StepSpec) []string {
-	return idsOf(steps, func(s event.StepSpec) string { return s.ID })
-}
+func stepID(s event.StepSpec) string   { return s.ID }
+func childID(c event.ChildSpec) string { return c.ChildID }
 
-func childIDs(children []event.ChildSpec) []string {
-	return idsOf(children, func(c event.ChildSpec) string { return c.ChildID })
-}
+func stepIDs(steps []event.StepSpec) []string      { return idsOf(steps, stepID) }
+func childIDs(children []event.ChildSpec) []string { return idsOf(children, childID) }
 
 // idsOf returns the ID of each of xs, as id reads it, in order.
 func idsOf[T any](xs []T, id func(T) string) []string {
