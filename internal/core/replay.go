@@ -97,31 +97,19 @@ func compareRecorded(runID string, rec event.Envelope, got event.Payload) error 
 		return compareBatch(runID, kindChild, "child_id", rec.Seq, r.Children, got.(*event.ChildScheduled).Children,
 			childID, compareChild)
 	case *event.WaitScheduled:
-		g := got.(*event.WaitScheduled)
-		if r.WaitID != g.WaitID {
-			return mismatch(runID, kindWait, r.WaitID, "wait_id", r.WaitID, g.WaitID, rec.Seq)
-		}
-		return compareWait(runID, r, rec.Seq, g)
+		return compareKeyed(runID, kindWait, "wait_id", rec.Seq, r, got.(*event.WaitScheduled),
+			func(w *event.WaitScheduled) string { return w.WaitID }, compareWait)
 	case *event.SignalAwaited:
-		g := got.(*event.SignalAwaited)
-		if r.WaitID != g.WaitID {
-			return mismatch(runID, kindSignalWait, r.WaitID, "wait_id", r.WaitID, g.WaitID, rec.Seq)
-		}
-		return compareSignalWait(runID, r, rec.Seq, g)
+		return compareKeyed(runID, kindSignalWait, "wait_id", rec.Seq, r, got.(*event.SignalAwaited),
+			func(w *event.SignalAwaited) string { return w.WaitID }, compareSignalWait)
 	case *event.HookCreated:
-		g := got.(*event.HookCreated)
-		if r.HookID != g.HookID {
-			return mismatch(runID, kindHook, r.HookID, "hook_id", r.HookID, g.HookID, rec.Seq)
-		}
-		return compareHook(runID, r, rec.Seq, g)
+		return compareKeyed(runID, kindHook, "hook_id", rec.Seq, r, got.(*event.HookCreated),
+			func(h *event.HookCreated) string { return h.HookID }, compareHook)
 	case *event.SideEffectRecorded:
 		return compareSideEffect(runID, r, rec.Seq, got.(*event.SideEffectRecorded))
 	case *event.AttributesUpserted:
-		g := got.(*event.AttributesUpserted)
-		if r.UpsertID != g.UpsertID {
-			return mismatch(runID, kindUpsert, r.UpsertID, "upsert_id", r.UpsertID, g.UpsertID, rec.Seq)
-		}
-		return compareUpsert(runID, r, rec.Seq, g)
+		return compareKeyed(runID, kindUpsert, "upsert_id", rec.Seq, r, got.(*event.AttributesUpserted),
+			func(u *event.AttributesUpserted) string { return u.UpsertID }, compareUpsert)
 	case *event.RunContinuedAsNew:
 		g := got.(*event.RunContinuedAsNew)
 		if !JSONEqual(r.Input, g.Input) {
