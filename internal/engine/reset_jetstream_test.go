@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
@@ -47,12 +46,10 @@ type resetBed struct {
 func resetSetup(t *testing.T) *resetBed {
 	t.Helper()
 	ctx := t.Context()
-	js := natstest.JetStream(t, natstest.RunJetStream(t))
-	require.NoError(t, streams.Ensure(ctx, js, streams.Config{}))
+	js := flowJetStream(t)
 	st, err := jsstore.New(ctx, js, nil)
 	require.NoError(t, err)
-	host, err := jshost.New(ctx, js, "flow/test", natstest.Logger())
-	require.NoError(t, err)
+	host := newJSHost(t, js)
 	b := &resetBed{st: st, host: host, f: &fault.Injector{}, calls: map[string]int{}}
 	reg := flow.NewRegistry(nil)
 	flow.RegisterWorkflow(reg, "order", func(ctx *flow.Context, in orderIn) (flow.Decision, error) {
