@@ -41,9 +41,8 @@ func TestFireReadsUpToTheTimersEvent(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sleeper)
 	mem := memstore.New()
-	e := b.engineOn(t, mem, nil)
-	timer := suspended(t, b, e)
-	s, err := e.Snapshot(t.Context(), timer.RunID)
+	timer := sleeping(t, b, mem)
+	s, err := b.engineOn(t, mem, nil).Snapshot(t.Context(), timer.RunID)
 	require.NoError(t, err)
 	require.Equal(t, s.Waits["nap"].Seq, timer.Seq, "the timer names the event that scheduled it")
 
@@ -71,10 +70,9 @@ func TestReadsShortOfAKnownSequenceAreRetried(t *testing.T) {
 	t.Parallel()
 	b := setup(t, sleeper)
 	mem := memstore.New()
-	e := b.engineOn(t, mem, nil)
-	timer := suspended(t, b, e)
+	timer := sleeping(t, b, mem)
 	runID := timer.RunID
-	s, err := e.Snapshot(t.Context(), runID)
+	s, err := b.engineOn(t, mem, nil).Snapshot(t.Context(), runID)
 	require.NoError(t, err)
 
 	short := b.engineOn(t, behindStore{mem}, nil)
