@@ -38,14 +38,15 @@ func results(outcomes ...batch.Outcome) []batch.Result {
 // and what it leaves.
 func TestNext(t *testing.T) {
 	at := t0.Add(time.Minute)
-	cases := []struct {
+	type nextCase struct {
 		name string
 		from batch.Job
 		ev   batch.Event
 		// want is the state after, or "" when the change is refused.
 		want  batch.State
 		check func(t *testing.T, j batch.Job)
-	}{
+	}
+	cases := []nextCase{
 		{"pending resolved", job(batch.StatePending, 0, 0), batch.Event{Kind: batch.EventResolved, Total: 2500, Chunks: 3}, batch.StateRunning,
 			func(t *testing.T, j batch.Job) {
 				require.Equal(t, 2500, j.Total)
@@ -94,32 +95,14 @@ func TestNext(t *testing.T) {
 	// A stop requested, then stopped.
 	stopping := job(batch.StateRunning, 10, 3)
 	stopping.StopRequested = true
-	cases = append(cases, struct {
-		name  string
-		from  batch.Job
-		ev    batch.Event
-		want  batch.State
-		check func(t *testing.T, j batch.Job)
-	}{"stopping stopped", stopping, batch.Event{Kind: batch.EventStopped}, batch.StateStopped,
+	cases = append(cases, nextCase{"stopping stopped", stopping, batch.Event{Kind: batch.EventStopped}, batch.StateStopped,
 		func(t *testing.T, j batch.Job) { require.Equal(t, 3, j.Cursor) }})
 	// Nothing changes an ended job; a stop request is accepted without effect.
 	for _, st := range []batch.State{batch.StateCompleted, batch.StateStopped, batch.StateFailed} {
 		for _, k := range []batch.EventKind{batch.EventResolved, batch.EventProgress, batch.EventCompleted, batch.EventStopped, batch.EventFailed} {
-			cases = append(cases, struct {
-				name  string
-				from  batch.Job
-				ev    batch.Event
-				want  batch.State
-				check func(t *testing.T, j batch.Job)
-			}{fmt.Sprintf("%s %s", st, k), job(st, 10, 10), batch.Event{Kind: k, Total: 10, Chunks: 1, From: 10}, "", nil})
+			cases = append(cases, nextCase{fmt.Sprintf("%s %s", st, k), job(st, 10, 10), batch.Event{Kind: k, Total: 10, Chunks: 1, From: 10}, "", nil})
 		}
-		cases = append(cases, struct {
-			name  string
-			from  batch.Job
-			ev    batch.Event
-			want  batch.State
-			check func(t *testing.T, j batch.Job)
-		}{fmt.Sprintf("%s stop requested", st), job(st, 10, 10), batch.Event{Kind: batch.EventStopRequested}, st,
+		cases = append(cases, nextCase{fmt.Sprintf("%s stop requested", st), job(st, 10, 10), batch.Event{Kind: batch.EventStopRequested}, st,
 			func(t *testing.T, j batch.Job) {
 				require.False(t, j.StopRequested, "an ended job is left as it is")
 				require.True(t, j.UpdatedAt.IsZero())

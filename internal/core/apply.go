@@ -193,11 +193,7 @@ func (s *Snapshot) check(e event.Envelope) error {
 	}
 	switch p := e.Payload.(type) {
 	case *event.StepScheduled:
-		ids := make([]string, len(p.Steps))
-		for i, st := range p.Steps {
-			ids[i] = st.ID
-		}
-		return s.checkNew(e, ids)
+		return s.checkNew(e, stepIDs(p.Steps))
 	case *event.StepCompleted:
 		return s.checkInFlight(e, p.StepID, p.Attempt)
 	case *event.StepFailed:
@@ -238,13 +234,8 @@ func (s *Snapshot) check(e event.Envelope) error {
 	case *event.WaitScheduled:
 		return s.checkNew(e, []string{p.WaitID})
 	case *event.WaitFired:
-		w, ok := s.Waits[p.WaitID]
-		if !ok {
-			return s.fail(e, "unknown_id", "wait %q was never scheduled", p.WaitID)
-		}
-		if w.Fired {
-			return s.fail(e, "duplicate_id", "wait %q already fired at seq %d", p.WaitID, w.FiredSeq)
-		}
+		return checkOnce(s, e, s.Waits, p.WaitID, "wait", "scheduled", "duplicate_id", "fired",
+			func(w *Wait) (bool, uint64) { return w.Fired, w.FiredSeq })
 	case *event.SignalAwaited:
 		return s.checkNew(e, []string{p.WaitID})
 	case *event.SignalReceived:
@@ -259,27 +250,13 @@ func (s *Snapshot) check(e event.Envelope) error {
 			return s.fail(e, "duplicate_id", "hook %q reuses the token of hook %q", p.HookID, owner)
 		}
 	case *event.HookReceived:
-		h, ok := s.Hooks[p.HookID]
-		if !ok {
-			return s.fail(e, "unknown_id", "hook %q was never created", p.HookID)
-		}
-		if h.Received {
-			return s.fail(e, "hook_state", "hook %q already received a delivery at seq %d", p.HookID, h.ReceivedSeq)
-		}
+		return checkOnce(s, e, s.Hooks, p.HookID, "hook", "created", "hook_state", "received a delivery",
+			func(h *Hook) (bool, uint64) { return h.Received, h.ReceivedSeq })
 	case *event.ChildScheduled:
-		ids := make([]string, len(p.Children))
-		for i, c := range p.Children {
-			ids[i] = c.ChildID
-		}
-		return s.checkNew(e, ids)
+		return s.checkNew(e, childIDs(p.Children))
 	case *event.ChildSettled:
-		c, ok := s.Children[p.ChildID]
-		if !ok {
-			return s.fail(e, "unknown_id", "child %q was never scheduled", p.ChildID)
-		}
-		if c.Settled {
-			return s.fail(e, "child_state", "child %q already settled at seq %d", p.ChildID, c.SettledSeq)
-		}
+		return checkOnce(s, e, s.Children, p.ChildID, "child", "scheduled", "child_state", "settled",
+			func(c *Child) (bool, uint64) { return c.Settled, c.SettledSeq })
 	case *event.SideEffectRecorded:
 		return s.checkNew(e, []string{p.SideEffectID})
 	case *event.AttributesUpserted:
@@ -297,6 +274,21 @@ func (s *Snapshot) check(e event.Envelope) error {
 		if u := s.Progress.StepsRunning + s.Progress.StepsRetrying; u > 0 {
 			return s.fail(e, "unsettled_at_end", "%s while %d step(s) are unsettled: %v (step.cancelled must settle them first)", e.Type(), u, s.Unsettled())
 		}
+	}
+	return nil
+}
+
+// checkOnce checks an event that happens to the item id of m once: the item, a kind (e.g.
+// "wait") that became known when it was made (e.g. "scheduled"), must exist (else rule
+// unknown_id) and not be done yet (else the given rule, naming what it did and at which
+// sequence, as done reports them).
+func checkOnce[T any](s *Snapshot, e event.Envelope, m map[string]*T, id, kind, made, rule, did string, done func(*T) (bool, uint64)) error {
+	x, ok := m[id]
+	if !ok {
+		return s.fail(e, "unknown_id", "%s %q was never %s", kind, id, made)
+	}
+	if ok, seq := done(x); ok {
+		return s.fail(e, rule, "%s %q already %s at seq %d", kind, id, did, seq)
 	}
 	return nil
 }

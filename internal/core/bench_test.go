@@ -247,55 +247,30 @@ func driveBatchTogether(tb testing.TB, wf core.Decider, k int) []event.Envelope 
 func BenchmarkBatch(b *testing.B) {
 	for _, n := range batchSizes {
 		hist := driveBatch(b, batchWorkflow(n, false), allAttempts)
-		perMember := func(b *testing.B) {
-			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/member")
+		// run measures op as the sub-benchmark name, per batch member too.
+		run := func(name string, op func(b *testing.B)) {
+			b.Run(fmt.Sprintf("n=%d/%s", n, name), func(b *testing.B) {
+				b.ReportAllocs()
+				for range b.N {
+					op(b)
+				}
+				b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*n), "ns/member")
+			})
 		}
-		b.Run(fmt.Sprintf("n=%d/loop", n), func(b *testing.B) {
-			b.ReportAllocs()
-			for range b.N {
-				driveBatch(b, batchWorkflow(n, true), allAttempts)
+		run("loop", func(b *testing.B) { driveBatch(b, batchWorkflow(n, true), allAttempts) })
+		run("loop-core", func(b *testing.B) { driveBatch(b, batchWorkflow(n, false), allAttempts) })
+		run("loop-iter", func(b *testing.B) { driveBatch(b, batchWorkflow(n, false), firstAttempt) })
+		run("loop-together", func(b *testing.B) { driveBatchTogether(b, batchWorkflow(n, true), 16) })
+		run("project", func(b *testing.B) {
+			if _, err := core.Project("batch", hist); err != nil {
+				b.Fatal(err)
 			}
-			perMember(b)
 		})
-		b.Run(fmt.Sprintf("n=%d/loop-core", n), func(b *testing.B) {
-			b.ReportAllocs()
-			for range b.N {
-				driveBatch(b, batchWorkflow(n, false), allAttempts)
+		wf := batchWorkflow(n, false)
+		run("replay", func(b *testing.B) {
+			if _, err := core.Replay("batch", hist, wf, core.DecideOptions{}); err != nil {
+				b.Fatal(err)
 			}
-			perMember(b)
-		})
-		b.Run(fmt.Sprintf("n=%d/loop-iter", n), func(b *testing.B) {
-			b.ReportAllocs()
-			for range b.N {
-				driveBatch(b, batchWorkflow(n, false), firstAttempt)
-			}
-			perMember(b)
-		})
-		b.Run(fmt.Sprintf("n=%d/loop-together", n), func(b *testing.B) {
-			b.ReportAllocs()
-			for range b.N {
-				driveBatchTogether(b, batchWorkflow(n, true), 16)
-			}
-			perMember(b)
-		})
-		b.Run(fmt.Sprintf("n=%d/project", n), func(b *testing.B) {
-			b.ReportAllocs()
-			for range b.N {
-				if _, err := core.Project("batch", hist); err != nil {
-					b.Fatal(err)
-				}
-			}
-			perMember(b)
-		})
-		b.Run(fmt.Sprintf("n=%d/replay", n), func(b *testing.B) {
-			b.ReportAllocs()
-			wf := batchWorkflow(n, false)
-			for range b.N {
-				if _, err := core.Replay("batch", hist, wf, core.DecideOptions{}); err != nil {
-					b.Fatal(err)
-				}
-			}
-			perMember(b)
 		})
 	}
 }

@@ -447,18 +447,13 @@ func (r *cpReader) byte() byte {
 	return c
 }
 
-func (r *cpReader) uvarint() uint64 {
-	x, n := binary.Uvarint(r.b)
-	if n <= 0 {
-		r.fail("bad varint")
-		return 0
-	}
-	r.b = r.b[n:]
-	return x
-}
+func (r *cpReader) uvarint() uint64 { return readVarint(r, binary.Uvarint) }
 
-func (r *cpReader) varint() int64 {
-	x, n := binary.Varint(r.b)
+func (r *cpReader) varint() int64 { return readVarint(r, binary.Varint) }
+
+// readVarint reads one varint with decode (binary.Uvarint or binary.Varint).
+func readVarint[T uint64 | int64](r *cpReader, decode func([]byte) (T, int)) T {
+	x, n := decode(r.b)
 	if n <= 0 {
 		r.fail("bad varint")
 		return 0

@@ -3,13 +3,13 @@ package core_test
 import (
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/pkg/event"
 )
 
 // TestPropertyCheckpoint: a snapshot decoded from the checkpoint of a prefix of a history equals
@@ -18,14 +18,7 @@ import (
 // a replay from the start.
 func TestPropertyCheckpoint(t *testing.T) {
 	t.Parallel()
-	for seed := range uint64(propertyRuns) {
-		hist := generate(t, seed, 10+int(seed%80))
-		run := hist[0].RunID
-		rng := rand.New(rand.NewPCG(seed, 23))
-		cut := 1 + rng.IntN(len(hist))
-
-		prefix, err := core.Project(run, hist[:cut])
-		require.NoError(t, err)
+	eachCut(t, 23, func(seed uint64, hist []event.Envelope, cut int, prefix *core.Snapshot) {
 		b, err := prefix.MarshalCheckpoint()
 		require.NoError(t, err)
 		decoded, err := core.UnmarshalCheckpoint(b)
@@ -33,7 +26,7 @@ func TestPropertyCheckpoint(t *testing.T) {
 		require.True(t, reflect.DeepEqual(prefix, decoded), "seed %d: the decoded checkpoint differs from the snapshot at seq %d", seed, cut)
 		requireUnshared(t, reflect.ValueOf(prefix), reflect.ValueOf(decoded), "Snapshot")
 
-		whole, err := core.Project(run, hist)
+		whole, err := core.Project(hist[0].RunID, hist)
 		require.NoError(t, err)
 		require.NoError(t, decoded.ApplyAll(hist[cut:]), "seed %d", seed)
 		require.True(t, reflect.DeepEqual(whole, decoded), "seed %d: checkpoint at %d plus the tail differs from the replay from the start", seed, cut)
@@ -45,7 +38,7 @@ func TestPropertyCheckpoint(t *testing.T) {
 		d2, err := core.UnmarshalCheckpoint(again)
 		require.NoError(t, err)
 		require.True(t, reflect.DeepEqual(whole, d2), "seed %d: the checkpoint of the whole history differs", seed)
-	}
+	})
 }
 
 // TestCheckpointRefusesDamage: truncated, altered or foreign bytes are an error, never a

@@ -23,26 +23,12 @@ func (s *Snapshot) Clone() *Snapshot {
 	for st := s.unsettled.first; st != nil; st = st.next {
 		c.unsettled.push(c.Steps[st.ID])
 	}
-	c.stepBatches = make(map[uint64][]*Step, len(s.stepBatches))
-	for seq, members := range s.stepBatches {
-		cm := make([]*Step, len(members))
-		for i, st := range members {
-			cm[i] = c.Steps[st.ID]
-		}
-		c.stepBatches[seq] = cm
-	}
+	c.stepBatches = cloneBatches(s.stepBatches, func(st *Step) *Step { return c.Steps[st.ID] })
 	c.Waits = cloneValues(s.Waits)
 	c.SignalWaits = cloneValues(s.SignalWaits)
 	c.Hooks = cloneValues(s.Hooks)
 	c.Children = cloneValues(s.Children)
-	c.childBatches = make(map[uint64][]*Child, len(s.childBatches))
-	for seq, members := range s.childBatches {
-		cm := make([]*Child, len(members))
-		for i, ch := range members {
-			cm[i] = c.Children[ch.ID]
-		}
-		c.childBatches[seq] = cm
-	}
+	c.childBatches = cloneBatches(s.childBatches, func(ch *Child) *Child { return c.Children[ch.ID] })
 	c.Signals = make([]*Signal, len(s.Signals))
 	for i, sig := range s.Signals {
 		cp := *sig
@@ -77,6 +63,20 @@ func (s *Snapshot) Clone() *Snapshot {
 	c.Paused = s.Paused.clone()
 	c.pauseDeliveries = maps.Clone(s.pauseDeliveries)
 	return &c
+}
+
+// cloneBatches copies a map of batches, each member replaced by its copy, which copy returns.
+// The copy is a map even where m is nil.
+func cloneBatches[V any](m map[uint64][]*V, copy func(*V) *V) map[uint64][]*V {
+	c := make(map[uint64][]*V, len(m))
+	for seq, members := range m {
+		cm := make([]*V, len(members))
+		for i, v := range members {
+			cm[i] = copy(v)
+		}
+		c[seq] = cm
+	}
+	return c
 }
 
 // cloneValues copies a map of pointers to structs, and the structs.

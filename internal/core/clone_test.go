@@ -1,13 +1,13 @@
 package core_test
 
 import (
-	"math/rand/v2"
 	"reflect"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/pkg/event"
 )
 
 // TestPropertyClone: a clone equals its original, shares no mutable state with it (applying the
@@ -15,26 +15,19 @@ import (
 // goes on as the original does.
 func TestPropertyClone(t *testing.T) {
 	t.Parallel()
-	for seed := range uint64(propertyRuns) {
-		hist := generate(t, seed, 10+int(seed%80))
-		run := hist[0].RunID
-		rng := rand.New(rand.NewPCG(seed, 11))
-		cut := 1 + rng.IntN(len(hist))
-
-		orig, err := core.Project(run, hist[:cut])
-		require.NoError(t, err)
+	eachCut(t, 11, func(seed uint64, hist []event.Envelope, cut int, orig *core.Snapshot) {
 		clone := orig.Clone()
 		require.True(t, reflect.DeepEqual(orig, clone), "seed %d: the clone differs from its original", seed)
 		requireUnshared(t, reflect.ValueOf(orig), reflect.ValueOf(clone), "Snapshot")
 
 		require.NoError(t, orig.ApplyAll(hist[cut:]))
-		prefix, err := core.Project(run, hist[:cut])
+		prefix, err := core.Project(hist[0].RunID, hist[:cut])
 		require.NoError(t, err)
 		require.True(t, reflect.DeepEqual(prefix, clone), "seed %d: applying events to the original changed the clone", seed)
 
 		require.NoError(t, clone.ApplyAll(hist[cut:]))
 		require.True(t, reflect.DeepEqual(orig, clone), "seed %d: the clone went on differently", seed)
-	}
+	})
 }
 
 // requireUnshared fails if a and b, equal values, share a map or a pointer to a struct

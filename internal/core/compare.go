@@ -146,6 +146,35 @@ func compareMembers(runID, kind string, rec []string, seq uint64, got []string) 
 	return nil
 }
 
+// compareKeyed compares a replayed decision (or batch member) with the recorded one at seq:
+// its ID (field idField), then the rest with compare.
+func compareKeyed[T any](runID, kind, idField string, seq uint64, rec, got T, id func(T) string,
+	compare func(runID string, rec T, seq uint64, got T) error) error {
+	if id(rec) != id(got) {
+		return mismatch(runID, kind, id(rec), idField, id(rec), id(got), seq)
+	}
+	return compare(runID, rec, seq, got)
+}
+
+// compareBatch compares a replayed batch with the recorded one at seq: two batches of one as
+// one decision (compareKeyed); else the members' IDs and order (compareMembers), then each
+// member with compare.
+func compareBatch[T any](runID, kind, idField string, seq uint64, rec, got []T, id func(T) string,
+	compare func(runID string, rec T, seq uint64, got T) error) error {
+	if len(rec) == 1 && len(got) == 1 {
+		return compareKeyed(runID, kind, idField, seq, rec[0], got[0], id, compare)
+	}
+	if err := compareMembers(runID, kind, idsOf(rec, id), seq, idsOf(got, id)); err != nil {
+		return err
+	}
+	for i := range rec {
+		if err := compare(runID, rec[i], seq, got[i]); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // JSONEqual compares two JSON documents: byte-equal after compaction, or equal as values.
 // Numbers compare exactly, by their decimal value: 1, 1.0 and 10e-1 are equal, while two
 // integers beyond float64's 53-bit precision that differ are not.

@@ -105,28 +105,14 @@ func (Invalid) decision()          {}
 func (RecordSideEffect) decision() {}
 
 func (d ScheduleSteps) Describe() string {
-	ids := make([]string, len(d.Steps))
-	for i, s := range d.Steps {
-		ids[i] = s.ID
-	}
-	if len(ids) == 1 {
-		return describe("ScheduleStep", ids...)
-	}
-	return describe("ScheduleSteps", ids...)
+	return describeBatch("ScheduleStep", "ScheduleSteps", idsOf(d.Steps, func(s StepCall) string { return s.ID }))
 }
 func (d WaitUntil) Describe() string   { return describe("WaitUntil", d.ID) }
 func (d Sleep) Describe() string       { return describe("Sleep", d.ID) }
 func (d AwaitSignal) Describe() string { return describe("AwaitSignal", d.WaitID, d.Name) }
 func (d CreateHook) Describe() string  { return describe("CreateHook", d.ID) }
 func (d StartChildren) Describe() string {
-	ids := make([]string, len(d.Children))
-	for i, c := range d.Children {
-		ids[i] = c.ID
-	}
-	if len(ids) == 1 {
-		return describe("StartChild", ids...)
-	}
-	return describe("StartChildren", ids...)
+	return describeBatch("StartChild", "StartChildren", idsOf(d.Children, func(c ChildCall) string { return c.ID }))
 }
 func (Complete) Describe() string           { return "Complete" }
 func (Fail) Describe() string               { return "Fail" }
@@ -146,4 +132,12 @@ func describe(name string, ids ...string) string {
 		b = append(b, '"')
 	}
 	return string(append(b, ')'))
+}
+
+// describeBatch describes a decision of a batch of ids: as one, named one, if it has one member.
+func describeBatch(one, many string, ids []string) string {
+	if len(ids) == 1 {
+		return describe(one, ids...)
+	}
+	return describe(many, ids...)
 }

@@ -31,107 +31,81 @@ func TestNonDeterminism(t *testing.T) {
 		wantSeq   uint64
 	}{
 		{
-			name: "StepID",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("reserve", "reserveStock", `1`)))
-			},
+			name:     "StepID",
+			history:  recorded(scheduled(stepSpec("reserve", "reserveStock", `1`))),
 			check:    replayWith(always(core.ScheduleSteps{Steps: []core.StepCall{call("charge", "reserveStock", `1`)}})),
 			wantKind: "step", wantID: "reserve", wantField: "step_id", wantSeq: 2,
 		},
 		{
-			name: "StepName",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("read-rate", "readExchangeRate", `1`)))
-			},
+			name:     "StepName",
+			history:  recorded(scheduled(stepSpec("read-rate", "readExchangeRate", `1`))),
 			check:    validate(core.ScheduleSteps{Steps: []core.StepCall{call("read-rate", "readRateV2", `1`)}}),
 			wantKind: "step", wantID: "read-rate", wantField: "name", wantSeq: 2,
 		},
 		{
-			name: "StepInput",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("read-rate", "readExchangeRate", `{"pair":"CNY/USD"}`)))
-			},
+			name:     "StepInput",
+			history:  recorded(scheduled(stepSpec("read-rate", "readExchangeRate", `{"pair":"CNY/USD"}`))),
 			check:    validate(core.ScheduleSteps{Steps: []core.StepCall{call("read-rate", "readExchangeRate", `{"pair":"EUR/USD"}`)}}),
 			wantKind: "step", wantID: "read-rate", wantField: "input", wantSeq: 2,
 		},
 		{
-			name: "StepInputLargeInteger",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("charge", "chargeCard", `{"cents":9007199254740993}`)))
-			},
+			name:     "StepInputLargeInteger",
+			history:  recorded(scheduled(stepSpec("charge", "chargeCard", `{"cents":9007199254740993}`))),
 			check:    validate(core.ScheduleSteps{Steps: []core.StepCall{call("charge", "chargeCard", `{"cents":9007199254740992}`)}}),
 			wantKind: "step", wantID: "charge", wantField: "input", wantSeq: 2,
 		},
 		{
-			name: "StepRetryPolicy",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("charge", "chargeCard", `1`)))
-			},
+			name:    "StepRetryPolicy",
+			history: recorded(scheduled(stepSpec("charge", "chargeCard", `1`))),
 			check: validate(core.ScheduleSteps{Steps: []core.StepCall{{ID: "charge", Name: "chargeCard",
 				Input: json.RawMessage(`1`), Retry: policy5}}}),
 			wantKind: "step", wantID: "charge", wantField: "retry", wantSeq: 2,
 		},
 		{
-			name: "WaitID",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(&event.WaitScheduled{WaitID: "cool-down", Deadline: deadline})
-			},
+			name:     "WaitID",
+			history:  recorded(&event.WaitScheduled{WaitID: "cool-down", Deadline: deadline}),
 			check:    replayWith(always(core.WaitUntil{ID: "warm-up", Deadline: deadline})),
 			wantKind: "wait", wantID: "cool-down", wantField: "wait_id", wantSeq: 2,
 		},
 		{
-			name: "WaitDeadline",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(&event.WaitScheduled{WaitID: "cool-down", Deadline: deadline})
-			},
+			name:     "WaitDeadline",
+			history:  recorded(&event.WaitScheduled{WaitID: "cool-down", Deadline: deadline}),
 			check:    validate(core.WaitUntil{ID: "cool-down", Deadline: deadline.Add(time.Millisecond)}),
 			wantKind: "wait", wantID: "cool-down", wantField: "deadline", wantSeq: 2,
 		},
 		{
-			name: "WaitDuration",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(&event.WaitScheduled{WaitID: "cool-down", Deadline: epoch.Add(10 * time.Minute), Duration: event.Duration(10 * time.Minute)})
-			},
+			name:     "WaitDuration",
+			history:  recorded(&event.WaitScheduled{WaitID: "cool-down", Deadline: epoch.Add(10 * time.Minute), Duration: event.Duration(10 * time.Minute)}),
 			check:    validate(core.Sleep{ID: "cool-down", Duration: 20 * time.Minute}),
 			wantKind: "wait", wantID: "cool-down", wantField: "duration", wantSeq: 2,
 		},
 		{
-			name: "HookID",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(&event.HookCreated{HookID: "approval", Token: "tok-1"})
-			},
+			name:     "HookID",
+			history:  recorded(&event.HookCreated{HookID: "approval", Token: "tok-1"}),
 			check:    replayWith(always(core.CreateHook{ID: "sign-off", Token: "tok-1"})),
 			wantKind: "hook", wantID: "approval", wantField: "hook_id", wantSeq: 2,
 		},
 		{
-			name: "HookToken",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(&event.HookCreated{HookID: "approval", Token: "tok-1"})
-			},
+			name:     "HookToken",
+			history:  recorded(&event.HookCreated{HookID: "approval", Token: "tok-1"}),
 			check:    validate(core.CreateHook{ID: "approval", Token: "tok-2"}),
 			wantKind: "hook", wantID: "approval", wantField: "token", wantSeq: 2,
 		},
 		{
-			name: "HookMetadata",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(&event.HookCreated{HookID: "approval", Token: "tok-1", Metadata: json.RawMessage(`{"approver":"ops"}`)})
-			},
+			name:     "HookMetadata",
+			history:  recorded(&event.HookCreated{HookID: "approval", Token: "tok-1", Metadata: json.RawMessage(`{"approver":"ops"}`)}),
 			check:    validate(core.CreateHook{ID: "approval", Token: "tok-1", Metadata: json.RawMessage(`{"approver":"finance"}`)}),
 			wantKind: "hook", wantID: "approval", wantField: "metadata", wantSeq: 2,
 		},
 		{
-			name: "SignalWaitID",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(&event.SignalAwaited{WaitID: "payment", Name: "paid"})
-			},
+			name:     "SignalWaitID",
+			history:  recorded(&event.SignalAwaited{WaitID: "payment", Name: "paid"}),
 			check:    replayWith(always(core.AwaitSignal{WaitID: "shipment", Name: "paid"})),
 			wantKind: "signal_wait", wantID: "payment", wantField: "wait_id", wantSeq: 2,
 		},
 		{
-			name: "SignalName",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(&event.SignalAwaited{WaitID: "payment", Name: "paid"})
-			},
+			name:     "SignalName",
+			history:  recorded(&event.SignalAwaited{WaitID: "payment", Name: "paid"}),
 			check:    validate(core.AwaitSignal{WaitID: "payment", Name: "payment-received"}),
 			wantKind: "signal_wait", wantID: "payment", wantField: "signal_name", wantSeq: 2,
 		},
@@ -161,10 +135,8 @@ func TestNonDeterminism(t *testing.T) {
 			wantKind: "child", wantID: "pay", wantField: "cancel_policy", wantSeq: 2,
 		},
 		{
-			name: "ContinueAsNewInput",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(&event.RunContinuedAsNew{SuccessorRunID: "r=1", Input: json.RawMessage(`{"cursor":100}`)})
-			},
+			name:     "ContinueAsNewInput",
+			history:  recorded(&event.RunContinuedAsNew{SuccessorRunID: "r=1", Input: json.RawMessage(`{"cursor":100}`)}),
 			check:    replayWith(always(core.ContinueAsNew{Input: json.RawMessage(`{"cursor":200}`)})),
 			wantKind: "continue_as_new", wantField: "input", wantSeq: 2,
 		},
@@ -189,27 +161,21 @@ func TestNonDeterminism(t *testing.T) {
 			wantKind: "run", wantField: "build_id", wantSeq: 1,
 		},
 		{
-			name: "BatchMembers",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("reserve-a", "reserve", `1`), stepSpec("reserve-b", "reserve", `2`)))
-			},
+			name:    "BatchMembers",
+			history: recorded(scheduled(stepSpec("reserve-a", "reserve", `1`), stepSpec("reserve-b", "reserve", `2`))),
 			check: validate(core.ScheduleSteps{Steps: []core.StepCall{call("reserve-a", "reserve", `1`), call("reserve-b", "reserve", `2`),
 				call("reserve-c", "reserve", `3`)}}),
 			wantKind: "step", wantID: "reserve-a", wantField: "members", wantSeq: 2,
 		},
 		{
-			name: "IdentityKind",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("pause", "notify", `1`)))
-			},
+			name:     "IdentityKind",
+			history:  recorded(scheduled(stepSpec("pause", "notify", `1`))),
 			check:    validate(core.Sleep{ID: "pause", Duration: time.Minute}),
 			wantKind: "step", wantID: "pause", wantField: "kind", wantSeq: 2,
 		},
 		{
-			name: "DecisionKind",
-			history: func(t *testing.T) *history {
-				return newHistory(t, "r", event.Spec{}).add(scheduled(stepSpec("charge", "chargeCard", `1`)))
-			},
+			name:     "DecisionKind",
+			history:  recorded(scheduled(stepSpec("charge", "chargeCard", `1`))),
 			check:    replayWith(always(core.Sleep{ID: "cool-down", Duration: time.Minute})),
 			wantKind: "decision", wantField: "decision", wantSeq: 2,
 		},
@@ -237,6 +203,11 @@ func TestNonDeterminism(t *testing.T) {
 			require.Contains(t, msg, "what to do")
 		})
 	}
+}
+
+// recorded returns the history of run "r" started with an empty spec, then ps.
+func recorded(ps ...event.Payload) func(t *testing.T) *history {
+	return func(t *testing.T) *history { return newHistory(t, "r", event.Spec{}).add(ps...) }
 }
 
 func childHistory(t *testing.T) *history {

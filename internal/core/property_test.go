@@ -265,17 +265,25 @@ func generate(t testing.TB, seed uint64, n int) []event.Envelope {
 
 const propertyRuns = 300
 
-func TestPropertyIncrementalProjection(t *testing.T) {
-	t.Parallel()
+// eachCut calls check for each of propertyRuns generated histories of about 10 to 90 events,
+// cut after an event drawn at random (from the PCG stream (seed, salt)), with the projection of
+// the events up to the cut.
+func eachCut(t *testing.T, salt uint64, check func(seed uint64, hist []event.Envelope, cut int, prefix *core.Snapshot)) {
+	t.Helper()
 	for seed := range uint64(propertyRuns) {
 		hist := generate(t, seed, 10+int(seed%80))
+		cut := 1 + rand.New(rand.NewPCG(seed, salt)).IntN(len(hist))
+		prefix, err := core.Project(hist[0].RunID, hist[:cut])
+		require.NoError(t, err, "seed %d", seed)
+		check(seed, hist, cut, prefix)
+	}
+}
+
+func TestPropertyIncrementalProjection(t *testing.T) {
+	t.Parallel()
+	eachCut(t, 7, func(seed uint64, hist []event.Envelope, cut int, part *core.Snapshot) {
 		whole, err := core.Project(hist[0].RunID, hist)
 		require.NoError(t, err, "seed %d", seed)
-
-		rng := rand.New(rand.NewPCG(seed, 7))
-		cut := 1 + rng.IntN(len(hist))
-		part, err := core.Project(hist[0].RunID, hist[:cut])
-		require.NoError(t, err)
 		require.NoError(t, part.ApplyAll(hist[cut:]))
 		require.True(t, reflect.DeepEqual(whole, part), "seed %d: projecting 1..%d then %d..%d differs from projecting 1..%d", seed, cut, cut+1, len(hist), len(hist))
 
@@ -285,7 +293,7 @@ func TestPropertyIncrementalProjection(t *testing.T) {
 			require.NoError(t, one.Apply(e))
 		}
 		require.True(t, reflect.DeepEqual(whole, one), "seed %d", seed)
-	}
+	})
 }
 
 func TestPropertyGeneratedHistoriesAreValid(t *testing.T) {

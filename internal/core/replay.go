@@ -91,59 +91,25 @@ func compareRecorded(runID string, rec event.Envelope, got event.Payload) error 
 	}
 	switch r := rec.Payload.(type) {
 	case *event.StepScheduled:
-		g := got.(*event.StepScheduled)
-		if len(r.Steps) == 1 && len(g.Steps) == 1 && r.Steps[0].ID != g.Steps[0].ID {
-			return mismatch(runID, kindStep, r.Steps[0].ID, "step_id", r.Steps[0].ID, g.Steps[0].ID, rec.Seq)
-		}
-		if err := compareMembers(runID, kindStep, stepIDs(r.Steps), rec.Seq, stepIDs(g.Steps)); err != nil {
-			return err
-		}
-		for i := range r.Steps {
-			if err := compareStep(runID, r.Steps[i], rec.Seq, g.Steps[i]); err != nil {
-				return err
-			}
-		}
-		return nil
+		return compareBatch(runID, kindStep, "step_id", rec.Seq, r.Steps, got.(*event.StepScheduled).Steps,
+			stepID, compareStep)
 	case *event.ChildScheduled:
-		g := got.(*event.ChildScheduled)
-		if len(r.Children) == 1 && len(g.Children) == 1 && r.Children[0].ChildID != g.Children[0].ChildID {
-			return mismatch(runID, kindChild, r.Children[0].ChildID, "child_id", r.Children[0].ChildID, g.Children[0].ChildID, rec.Seq)
-		}
-		if err := compareMembers(runID, kindChild, childIDs(r.Children), rec.Seq, childIDs(g.Children)); err != nil {
-			return err
-		}
-		for i := range r.Children {
-			if err := compareChild(runID, r.Children[i], rec.Seq, g.Children[i]); err != nil {
-				return err
-			}
-		}
-		return nil
+		return compareBatch(runID, kindChild, "child_id", rec.Seq, r.Children, got.(*event.ChildScheduled).Children,
+			childID, compareChild)
 	case *event.WaitScheduled:
-		g := got.(*event.WaitScheduled)
-		if r.WaitID != g.WaitID {
-			return mismatch(runID, kindWait, r.WaitID, "wait_id", r.WaitID, g.WaitID, rec.Seq)
-		}
-		return compareWait(runID, r, rec.Seq, g)
+		return compareKeyed(runID, kindWait, "wait_id", rec.Seq, r, got.(*event.WaitScheduled),
+			func(w *event.WaitScheduled) string { return w.WaitID }, compareWait)
 	case *event.SignalAwaited:
-		g := got.(*event.SignalAwaited)
-		if r.WaitID != g.WaitID {
-			return mismatch(runID, kindSignalWait, r.WaitID, "wait_id", r.WaitID, g.WaitID, rec.Seq)
-		}
-		return compareSignalWait(runID, r, rec.Seq, g)
+		return compareKeyed(runID, kindSignalWait, "wait_id", rec.Seq, r, got.(*event.SignalAwaited),
+			func(w *event.SignalAwaited) string { return w.WaitID }, compareSignalWait)
 	case *event.HookCreated:
-		g := got.(*event.HookCreated)
-		if r.HookID != g.HookID {
-			return mismatch(runID, kindHook, r.HookID, "hook_id", r.HookID, g.HookID, rec.Seq)
-		}
-		return compareHook(runID, r, rec.Seq, g)
+		return compareKeyed(runID, kindHook, "hook_id", rec.Seq, r, got.(*event.HookCreated),
+			func(h *event.HookCreated) string { return h.HookID }, compareHook)
 	case *event.SideEffectRecorded:
 		return compareSideEffect(runID, r, rec.Seq, got.(*event.SideEffectRecorded))
 	case *event.AttributesUpserted:
-		g := got.(*event.AttributesUpserted)
-		if r.UpsertID != g.UpsertID {
-			return mismatch(runID, kindUpsert, r.UpsertID, "upsert_id", r.UpsertID, g.UpsertID, rec.Seq)
-		}
-		return compareUpsert(runID, r, rec.Seq, g)
+		return compareKeyed(runID, kindUpsert, "upsert_id", rec.Seq, r, got.(*event.AttributesUpserted),
+			func(u *event.AttributesUpserted) string { return u.UpsertID }, compareUpsert)
 	case *event.RunContinuedAsNew:
 		g := got.(*event.RunContinuedAsNew)
 		if !JSONEqual(r.Input, g.Input) {
@@ -170,18 +136,17 @@ func compareRecorded(runID string, rec event.Envelope, got event.Payload) error 
 	return nil
 }
 
-func stepIDs(steps []event.StepSpec) []string {
-	ids := make([]string, len(steps))
-	for i, s := range steps {
-		ids[i] = s.ID
-	}
-	return ids
-}
+func stepID(s event.StepSpec) string   { return s.ID }
+func childID(c event.ChildSpec) string { return c.ChildID }
 
-func childIDs(children []event.ChildSpec) []string {
-	ids := make([]string, len(children))
-	for i, c := range children {
-		ids[i] = c.ChildID
+func stepIDs(steps []event.StepSpec) []string      { return idsOf(steps, stepID) }
+func childIDs(children []event.ChildSpec) []string { return idsOf(children, childID) }
+
+// idsOf returns the ID of each of xs, as id reads it, in order.
+func idsOf[T any](xs []T, id func(T) string) []string {
+	ids := make([]string, len(xs))
+	for i, x := range xs {
+		ids[i] = id(x)
 	}
 	return ids
 }

@@ -152,12 +152,8 @@ func (d *driver) loadCheckpointed(ctx context.Context, s *core.Snapshot, tail []
 	if err := behind(d.runID, lastSeq, terminal, minSeq); err != nil {
 		return err
 	}
-	if s.Spec.BuildID != "" && s.Spec.BuildID != e.buildID {
-		return &WrongBuildError{RunID: d.runID, RunBuild: s.Spec.BuildID, EngineBuild: e.buildID,
-			Definition: s.Spec.Definition, Queue: s.Queue}
-	}
-	if _, err := e.rt.Identity(s.Spec.Definition); errors.Is(err, core.ErrNotFound) {
-		return &UnknownDefinitionError{RunID: d.runID, Definition: s.Spec.Definition, Queue: s.Queue, RunBuild: s.Spec.BuildID}
+	if err := e.runnable(d.runID, s.Spec, s.Queue); err != nil {
+		return err
 	}
 	if e.replayer != nil && !terminal {
 		_, err := core.ReplayFrom(s, tail, e.replayer, core.DecideOptions{})

@@ -11,7 +11,6 @@ import (
 	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
-	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/payload/objstore"
 	"github.com/flowrun/flow/internal/sdk"
@@ -29,8 +28,7 @@ import (
 func TestColdLoadFromCheckpointReadsOnlyTheTail(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	js := natstest.JetStream(t, natstest.RunJetStream(t))
-	require.NoError(t, streams.Ensure(ctx, js, streams.Config{}))
+	js := flowJetStream(t)
 	cps, err := objstore.OpenCheckpoints(ctx, js, streams.CheckpointsBucket)
 	require.NoError(t, err)
 	reg := flow.NewRegistry(nil)
@@ -43,8 +41,7 @@ func TestColdLoadFromCheckpointReadsOnlyTheTail(t *testing.T) {
 	newEngine := func(checkpoints engine.CheckpointReader) (*engine.Engine, *jsstore.Store) {
 		st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/test"})
 		require.NoError(t, err)
-		host, err := jshost.New(ctx, js, "flow/test", natstest.Logger())
-		require.NoError(t, err)
+		host := newJSHost(t, js)
 		e, err := engine.New(engine.Config{Store: st, Runtime: sdk.RuntimeOf(reg), Host: host, Replayer: sdk.RuntimeOf(reg).Replaying(), Logger: natstest.Logger(),
 			Checkpoints: checkpoints})
 		require.NoError(t, err)

@@ -386,12 +386,8 @@ func (d *driver) load(ctx context.Context, minSeq uint64) error {
 		return err
 	}
 	if rs, ok := hist[0].Payload.(*event.RunStarted); ok {
-		if rs.Spec.BuildID != "" && rs.Spec.BuildID != e.buildID {
-			return &WrongBuildError{RunID: d.runID, RunBuild: rs.Spec.BuildID, EngineBuild: e.buildID,
-				Definition: rs.Spec.Definition, Queue: rs.Queue}
-		}
-		if _, err := e.rt.Identity(rs.Spec.Definition); errors.Is(err, core.ErrNotFound) {
-			return &UnknownDefinitionError{RunID: d.runID, Definition: rs.Spec.Definition, Queue: rs.Queue, RunBuild: rs.Spec.BuildID}
+		if err := e.runnable(d.runID, rs.Spec, rs.Queue); err != nil {
+			return err
 		}
 	}
 	terminal := hist[len(hist)-1].Type().Terminal()
@@ -776,4 +772,18 @@ func (d *driver) runAttempt(ctx context.Context, a core.Attempt, release func())
 	case d.results <- attemptResult{a: a, out: out}:
 	case <-d.done:
 	}
+}
+
+// runnable returns a *WrongBuildError if run runID, started with spec on queue, is pinned to a
+// build other than the engine's, and an *UnknownDefinitionError if the engine's code does not
+// register its definition; else nil.
+func (e *Engine) runnable(runID string, spec event.Spec, queue string) error {
+	if spec.BuildID != "" && spec.BuildID != e.buildID {
+		return &WrongBuildError{RunID: runID, RunBuild: spec.BuildID, EngineBuild: e.buildID,
+			Definition: spec.Definition, Queue: queue}
+	}
+	if _, err := e.rt.Identity(spec.Definition); errors.Is(err, core.ErrNotFound) {
+		return &UnknownDefinitionError{RunID: runID, Definition: spec.Definition, Queue: queue, RunBuild: spec.BuildID}
+	}
+	return nil
 }

@@ -20,13 +20,9 @@ import (
 // cannot be accepted, or a *PendingError when the run holds as many unconsumed inputs as
 // Config.Pending allows; nothing is appended then.
 func (e *Engine) Signal(ctx context.Context, runID, name string, payload []byte, deliveryID string) (string, error) {
-	to, err := e.forward(ctx, runID, e.pending.admit(func(s *core.Snapshot) ([]event.Payload, error) {
+	return acceptDuplicate(e.forward(ctx, runID, e.pending.admit(func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.ReceiveSignal(s, name, payload, deliveryID)
-	}))
-	if errors.Is(err, core.ErrDuplicate) {
-		return to, nil
-	}
-	return to, err
+	})))
 }
 
 // DeliverHook records payload as the delivery to the hook token routes to. Redelivering the
@@ -45,11 +41,7 @@ func (e *Engine) DeliverHook(ctx context.Context, token string, payload []byte, 
 	if err != nil {
 		return "", fmt.Errorf("looking up hook token: %w", err)
 	}
-	to, err := e.deliverHook(ctx, runID, hookID, token, payload, deliveryID)
-	if errors.Is(err, core.ErrDuplicate) {
-		return to, nil
-	}
-	return to, err
+	return acceptDuplicate(e.deliverHook(ctx, runID, hookID, token, payload, deliveryID))
 }
 
 // errNoCopy stops a hook delivery followed to a reset run that did not copy the hook.
@@ -103,13 +95,9 @@ func (e *Engine) deliverHook(ctx context.Context, runID, hookID, token string, p
 // Cancel requests cancellation of run runID, or of the latest run it continued as, and returns
 // the ID of the run that received the request. Requesting it again is accepted without effect.
 func (e *Engine) Cancel(ctx context.Context, runID, reason string) (string, error) {
-	to, err := e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
+	return acceptDuplicate(e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.RequestCancel(s, reason)
-	})
-	if errors.Is(err, core.ErrDuplicate) {
-		return to, nil
-	}
-	return to, err
+	}))
 }
 
 // Terminate ends run runID, or the latest run it continued as, as failed at an operator's
@@ -133,26 +121,18 @@ func (e *Engine) Terminate(ctx context.Context, runID, reason string) (string, e
 // again. A run whose cancellation another request asked for first returns an error wrapping
 // core.ErrCancelRequested; an ended run one wrapping core.ErrTerminal.
 func (e *Engine) CancelDelivery(ctx context.Context, runID, reason, deliveryID string) (string, error) {
-	to, err := e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
+	return acceptDuplicate(e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.RequestCancelDelivery(s, reason, deliveryID)
-	})
-	if errors.Is(err, core.ErrDuplicate) {
-		return to, nil
-	}
-	return to, err
+	}))
 }
 
 // TerminateDelivery is Terminate under deliveryID, which the run's run.failed records: a repeat
 // of the delivery is accepted without effect (nil). A run that ended otherwise returns an error
 // wrapping core.ErrTerminal.
 func (e *Engine) TerminateDelivery(ctx context.Context, runID, reason, deliveryID string) (string, error) {
-	to, err := e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
+	return acceptDuplicate(e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.TerminateDelivery(s, reason, deliveryID)
-	})
-	if errors.Is(err, core.ErrDuplicate) {
-		return to, nil
-	}
-	return to, err
+	}))
 }
 
 // Fire fires timer t: it appends wait.fired or step.retry_fired and asks for the run to be
@@ -174,6 +154,15 @@ func (e *Engine) Fire(ctx context.Context, t core.Timer) error {
 		return nil
 	}
 	return err
+}
+
+// acceptDuplicate returns to and err, but accepts a repeated delivery (core.ErrDuplicate)
+// without effect: nil.
+func acceptDuplicate(to string, err error) (string, error) {
+	if errors.Is(err, core.ErrDuplicate) {
+		return to, nil
+	}
+	return to, err
 }
 
 // forward appends what compute derives from run runID, or, if the run continued as new, from

@@ -3,15 +3,12 @@ package engine_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/memstore"
 	"github.com/flowrun/flow/pkg/event"
-	"github.com/flowrun/flow/pkg/flow"
 )
 
 // laggingStore answers Load like a replica that has only the run's first event: what a
@@ -42,29 +39,16 @@ func (s laggingStore) LoadAtLeast(ctx context.Context, runID string, after, atLe
 // stayed suspended after a NATS node restarted).
 func TestFireReadsUpToTheTimersEvent(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(reg *flow.Registry) {
-		flow.RegisterWorkflow(reg, "wf", func(ctx *flow.Context, _ any) (flow.Decision, error) {
-			if w := ctx.Snapshot().Waits["nap"]; w != nil && w.Fired {
-				return ctx.Complete("rested"), nil
-			}
-			return ctx.Sleep("nap", time.Hour), nil
-		})
-	})
+	b := setup(t, sleeper)
 	mem := memstore.New()
-	e := b.engineOn(t, mem, nil)
-	runID := b.start(t, e, "wf")
-	res, err := e.Drive(t.Context(), runID, 0)
+	timer := sleeping(t, b, mem)
+	s, err := b.engineOn(t, mem, nil).Snapshot(t.Context(), timer.RunID)
 	require.NoError(t, err)
-	require.Equal(t, core.StatusSuspended, res.Status)
-	s, err := e.Snapshot(t.Context(), runID)
-	require.NoError(t, err)
-	timers := core.Timers(s)
-	require.Len(t, timers, 1)
-	require.Equal(t, s.Waits["nap"].Seq, timers[0].Seq, "the timer names the event that scheduled it")
+	require.Equal(t, s.Waits["nap"].Seq, timer.Seq, "the timer names the event that scheduled it")
 
 	lagging := b.engineOn(t, laggingStore{mem}, nil)
-	require.NoError(t, lagging.Fire(t.Context(), timers[0]))
-	require.Contains(t, typesOf(load(t, mem, runID)), event.TypeWaitFired, "the timer fired")
+	require.NoError(t, lagging.Fire(t.Context(), timer))
+	require.Contains(t, typesOf(load(t, mem, timer.RunID)), event.TypeWaitFired, "the timer fired")
 }
 
 // behindStore answers every read, LoadAtLeast included, with the run's first event only: a
@@ -84,24 +68,16 @@ func (s behindStore) LoadAtLeast(ctx context.Context, runID string, after, _ uin
 // would look moot and be dropped.
 func TestReadsShortOfAKnownSequenceAreRetried(t *testing.T) {
 	t.Parallel()
-	b := setup(t, func(reg *flow.Registry) {
-		flow.RegisterWorkflow(reg, "wf", func(ctx *flow.Context, _ any) (flow.Decision, error) {
-			return ctx.Sleep("nap", time.Hour), nil
-		})
-	})
+	b := setup(t, sleeper)
 	mem := memstore.New()
-	e := b.engineOn(t, mem, nil)
-	runID := b.start(t, e, "wf")
-	_, err := e.Drive(t.Context(), runID, 0)
+	timer := sleeping(t, b, mem)
+	runID := timer.RunID
+	s, err := b.engineOn(t, mem, nil).Snapshot(t.Context(), runID)
 	require.NoError(t, err)
-	s, err := e.Snapshot(t.Context(), runID)
-	require.NoError(t, err)
-	timers := core.Timers(s)
-	require.Len(t, timers, 1)
 
 	short := b.engineOn(t, behindStore{mem}, nil)
 	_, err = short.Drive(t.Context(), runID, s.Seq)
 	require.ErrorIs(t, err, store.ErrBehind, "a drive for a task at seq %d", s.Seq)
-	require.ErrorIs(t, short.Fire(t.Context(), timers[0]), store.ErrBehind, "a timer fired on a short read")
+	require.ErrorIs(t, short.Fire(t.Context(), timer), store.ErrBehind, "a timer fired on a short read")
 	require.NotContains(t, typesOf(load(t, mem, runID)), event.TypeWaitFired)
 }

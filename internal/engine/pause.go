@@ -69,13 +69,9 @@ func Actor(ctx context.Context) string {
 // run is paused, is accepted without effect. The pause records Actor(ctx) as who paused it.
 func (e *Engine) Pause(ctx context.Context, runID, reason, deliveryID string) (string, error) {
 	by := Actor(ctx)
-	to, err := e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
+	return acceptDuplicate(e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.PauseRun(s, reason, by, deliveryID)
-	})
-	if errors.Is(err, core.ErrDuplicate) {
-		return to, nil
-	}
-	return to, err
+	}))
 }
 
 // Unpause ends the pause of run runID, or of the latest run it continued as, and returns the ID
@@ -84,13 +80,9 @@ func (e *Engine) Pause(ctx context.Context, runID, reason, deliveryID string) (s
 // same delivery ID, or made while the run is not paused, is accepted without effect.
 func (e *Engine) Unpause(ctx context.Context, runID, reason, deliveryID string) (string, error) {
 	by := Actor(ctx)
-	to, err := e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
+	return acceptDuplicate(e.forward(ctx, runID, func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.UnpauseRun(s, reason, by, deliveryID, e.now(s))
-	})
-	if errors.Is(err, core.ErrDuplicate) {
-		return to, nil
-	}
-	return to, err
+	}))
 }
 
 // PauseDefinition pauses every run of definition: workers make no decision and start no step

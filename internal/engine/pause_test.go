@@ -62,12 +62,12 @@ func (p *memPauses) List(context.Context) ([]pauses.Pause, error) {
 	return out, nil
 }
 
-// TestDrivePausedRun: a paused run's drive makes no decision and starts no attempt; Unpause
-// appends run.unpaused and the next drive runs the held attempt.
-func TestDrivePausedRun(t *testing.T) {
-	t.Parallel()
-	var ran atomic.Int32
-	b := setup(t, func(reg *flow.Registry) {
+// countedStepSetup is a bundle whose workflow "w" runs step "s" (step "work") and completes
+// with its output; ran counts the attempts of "work".
+func countedStepSetup(t *testing.T) (b *testBundle, ran *atomic.Int32) {
+	t.Helper()
+	ran = new(atomic.Int32)
+	b = setup(t, func(reg *flow.Registry) {
 		flow.RegisterStep(reg, "work", func(context.Context, json.RawMessage) (int, error) { return int(ran.Add(1)), nil })
 		flow.RegisterWorkflow(reg, "w", func(ctx *flow.Context, _ json.RawMessage) (flow.Decision, error) {
 			if out := ctx.StepOutput("s"); out != nil {
@@ -76,6 +76,14 @@ func TestDrivePausedRun(t *testing.T) {
 			return ctx.ScheduleStep("s", "work", nil), nil
 		})
 	})
+	return b, ran
+}
+
+// TestDrivePausedRun: a paused run's drive makes no decision and starts no attempt; Unpause
+// appends run.unpaused and the next drive runs the held attempt.
+func TestDrivePausedRun(t *testing.T) {
+	t.Parallel()
+	b, ran := countedStepSetup(t)
 	e := b.engine(t, 4)
 	runID := b.start(t, e, "w")
 	ctx := engine.WithActor(t.Context(), "ann")
@@ -106,16 +114,7 @@ func TestDrivePausedRun(t *testing.T) {
 // before deciding; once the pause is gone the run goes on.
 func TestDriveHeldDefinition(t *testing.T) {
 	t.Parallel()
-	var ran atomic.Int32
-	b := setup(t, func(reg *flow.Registry) {
-		flow.RegisterStep(reg, "work", func(context.Context, json.RawMessage) (int, error) { return int(ran.Add(1)), nil })
-		flow.RegisterWorkflow(reg, "w", func(ctx *flow.Context, _ json.RawMessage) (flow.Decision, error) {
-			if out := ctx.StepOutput("s"); out != nil {
-				return ctx.Complete(out), nil
-			}
-			return ctx.ScheduleStep("s", "work", nil), nil
-		})
-	})
+	b, ran := countedStepSetup(t)
 	pauses := &memPauses{m: map[string]pauses.Pause{}}
 	e, err := engine.New(engine.Config{Store: b.store, Runtime: sdk.RuntimeOf(b.reg), Host: b.host, Pauses: pauses})
 	require.NoError(t, err)

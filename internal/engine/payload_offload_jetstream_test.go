@@ -28,8 +28,7 @@ import (
 func TestOffloadFaultBetweenObjectAndEvent(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	js := natstest.JetStream(t, natstest.RunJetStream(t))
-	require.NoError(t, streams.Ensure(ctx, js, streams.Config{}))
+	js := flowJetStream(t)
 	store, err := objstore.Open(ctx, js, streams.PayloadsBucket, 1024)
 	require.NoError(t, err)
 	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/test"})

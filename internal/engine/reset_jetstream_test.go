@@ -10,7 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/fault"
@@ -47,12 +46,10 @@ type resetBed struct {
 func resetSetup(t *testing.T) *resetBed {
 	t.Helper()
 	ctx := t.Context()
-	js := natstest.JetStream(t, natstest.RunJetStream(t))
-	require.NoError(t, streams.Ensure(ctx, js, streams.Config{}))
+	js := flowJetStream(t)
 	st, err := jsstore.New(ctx, js, nil)
 	require.NoError(t, err)
-	host, err := jshost.New(ctx, js, "flow/test", natstest.Logger())
-	require.NoError(t, err)
+	host := newJSHost(t, js)
 	b := &resetBed{st: st, host: host, f: &fault.Injector{}, calls: map[string]int{}}
 	reg := flow.NewRegistry(nil)
 	flow.RegisterWorkflow(reg, "order", func(ctx *flow.Context, in orderIn) (flow.Decision, error) {
@@ -155,14 +152,6 @@ func (b *resetBed) checkBoth(t *testing.T, oldID, newID string) {
 	require.Empty(t, core.CheckReset(oldID, old, newID, nw))
 }
 
-func resetTypes(h []event.Envelope) []event.Type {
-	out := make([]event.Type, len(h))
-	for i, e := range h {
-		out[i] = e.Type()
-	}
-	return out
-}
-
 // --to SEQ on a completed run: the prefix 1..3 is copied, the signal recorded after it is
 // reapplied, the hook delivery is not (its hook was created after the point); the new run
 // creates the hook again with a token of its own, and completes.
@@ -181,7 +170,7 @@ func TestResetToSeq(t *testing.T) {
 	require.Equal(t, newID, again, "a repeat returns the same run")
 
 	nw := b.history(t, newID)
-	require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeStepScheduled, event.TypeStepCompleted, event.TypeSignalReceived}, resetTypes(nw))
+	require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeStepScheduled, event.TypeStepCompleted, event.TypeSignalReceived}, typesOf(nw))
 	rf := nw[0].Payload.(*event.RunStarted).ResetFrom
 	require.Equal(t, &event.ResetFrom{RunID: "o1", Seq: 3, Mode: event.ResetToSeq, Reason: "test", CopiedTo: 10, Reapplied: 1, SeedRunID: "o1", Readmit: true}, rf)
 	require.Equal(t, "s-o1", nw[3].Payload.(*event.SignalReceived).DeliveryID, "the reapplied signal keeps its delivery ID")
@@ -273,7 +262,7 @@ func TestResetToLastDecisionOfActiveRun(t *testing.T) {
 	newID, err := b.e.Reset(t.Context(), engine.ResetParams{RunID: "o4", Mode: event.ResetToLastDecision, Reason: "fixed code"})
 	require.NoError(t, err)
 	old := b.history(t, "o4")
-	require.Equal(t, []event.Type{event.TypeRunReset, event.TypeRunFailed}, resetTypes(old[6:]), "run.reset, then the termination")
+	require.Equal(t, []event.Type{event.TypeRunReset, event.TypeRunFailed}, typesOf(old[6:]), "run.reset, then the termination")
 	require.True(t, old[6].Payload.(*event.RunReset).Terminated)
 	require.Equal(t, event.CauseOperator, old[7].Payload.(*event.RunFailed).Cause)
 	require.Equal(t, uint64(5), b.history(t, newID)[0].Payload.(*event.RunStarted).ResetFrom.Seq)
@@ -295,7 +284,7 @@ func TestRerunFromStep(t *testing.T) {
 
 	plain, err := b.e.Reset(ctx, engine.ResetParams{RunID: "o5", Mode: event.ResetRerun, StepID: "reserve"})
 	require.NoError(t, err)
-	require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeSignalReceived}, resetTypes(b.history(t, plain)))
+	require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeSignalReceived}, typesOf(b.history(t, plain)))
 	require.Equal(t, core.StatusSuspended, b.drive(t, plain))
 	b.deliverHook(t, plain, "d-plain")
 	require.Equal(t, core.StatusCompleted, b.drive(t, plain))
@@ -580,7 +569,7 @@ func TestHookDeliveryRightAfterResetReachesTheResetRun(t *testing.T) {
 	require.NoError(t, err, "the delivery follows the reset")
 	require.Equal(t, newID, to)
 	nw := b.history(t, newID)
-	require.Equal(t, event.TypeHookReceived, nw[len(nw)-1].Type(), "the reset run received the delivery: %v", resetTypes(nw))
+	require.Equal(t, event.TypeHookReceived, nw[len(nw)-1].Type(), "the reset run received the delivery: %v", typesOf(nw))
 	run, _ = b.routeOf(t, tok)
 	require.Equal(t, "o11", run, "writing the reset run moved no route: the history service does")
 	to, err = b.e.DeliverHook(ctx, tok, []byte(`{"ok":true}`), "d-11")

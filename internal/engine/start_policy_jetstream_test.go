@@ -24,13 +24,11 @@ import (
 func TestDedupOnJetStreamIsSharedAndSurvivesACrash(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	js := natstest.JetStream(t, natstest.RunJetStream(t))
-	require.NoError(t, streams.Ensure(ctx, js, streams.Config{}))
+	js := flowJetStream(t)
 	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/test"})
 	require.NoError(t, err)
 	newEngine := func(f *fault.Injector) *engine.Engine {
-		host, err := jshost.New(ctx, js, "flow/test", natstest.Logger())
-		require.NoError(t, err)
+		host := newJSHost(t, js)
 		keys, err := jshost.NewStartKeys(ctx, js)
 		require.NoError(t, err)
 		e, err := engine.New(engine.Config{Store: st, Host: host, Logger: natstest.Logger(), CacheSize: -1, Keys: keys, Faults: f})
@@ -101,14 +99,12 @@ func TestDedupOnJetStreamIsSharedAndSurvivesACrash(t *testing.T) {
 func TestDebounceOnJetStreamUnderRacingStarts(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	js := natstest.JetStream(t, natstest.RunJetStream(t))
-	require.NoError(t, streams.Ensure(ctx, js, streams.Config{}))
+	js := flowJetStream(t)
 	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/test"})
 	require.NoError(t, err)
 	var engines []*engine.Engine
 	for range 3 {
-		host, err := jshost.New(ctx, js, "flow/test", natstest.Logger())
-		require.NoError(t, err)
+		host := newJSHost(t, js)
 		keys, err := jshost.NewStartKeys(ctx, js)
 		require.NoError(t, err)
 		e, err := engine.New(engine.Config{Store: st, Host: host, Logger: natstest.Logger(), CacheSize: -1, Keys: keys})

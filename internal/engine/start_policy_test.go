@@ -353,7 +353,7 @@ func TestStartDelay(t *testing.T) {
 	require.NoError(t, b.e.Fire(t.Context(), timers[0]), "a second firing is moot")
 	require.Equal(t, core.StatusCompleted, b.drive(t, id))
 	hist := b.history(t, id)
-	require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeSignalReceived, event.TypeRunDelayFired, event.TypeRunCompleted}, types(hist))
+	require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeSignalReceived, event.TypeRunDelayFired, event.TypeRunCompleted}, typesOf(hist))
 	require.JSONEq(t, `"hello"`, string(b.snapshot(t, id).Outcome.Output))
 }
 
@@ -384,18 +384,10 @@ func TestDelayedRunCancelled(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, core.StatusCancelled, b.drive(t, id))
 	hist := b.history(t, id)
-	require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeRunCancelRequested, event.TypeRunCancelled}, types(hist))
+	require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeRunCancelRequested, event.TypeRunCancelled}, typesOf(hist))
 	require.NoError(t, b.e.ApplyCommit(t.Context(), b.snapshot(t, id), hist[2:]))
 	require.Zero(t, b.keys.Len(), "the key is released")
 	require.Zero(t, b.host.timerCount(), "the start timer is moot")
-}
-
-func types(hist []event.Envelope) []event.Type {
-	out := make([]event.Type, len(hist))
-	for i, e := range hist {
-		out[i] = e.Type()
-	}
-	return out
 }
 
 // A dedup key returns the first run to every start within its window, whatever run ID they

@@ -11,7 +11,6 @@ import (
 	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
-	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store/jsstore"
@@ -32,8 +31,7 @@ func TestWithStartOnJetStream(t *testing.T) {
 		js := natstest.JetStream(t, srv)
 		st, err := jsstore.New(ctx, js, nil)
 		require.NoError(t, err)
-		h, err := jshost.New(ctx, js, "flow/test", natstest.Logger())
-		require.NoError(t, err)
+		h := newJSHost(t, js)
 		e, err := engine.New(engine.Config{Store: st, Host: h, Runtime: rt, Logger: natstest.Logger(), CacheSize: -1})
 		require.NoError(t, err)
 		return e, st

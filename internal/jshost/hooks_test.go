@@ -6,8 +6,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/backend/streams"
-	"github.com/flowrun/flow/internal/jshost"
-	"github.com/flowrun/flow/internal/natstest"
 )
 
 // A hook token's entry that is not a route (here a JetStream acknowledgement, which any NATS user
@@ -16,10 +14,7 @@ import (
 // tokens of the hooks live runs wait on: a delivery finds the run again.
 func TestRegisterHookTakesOverAForeignEntry(t *testing.T) {
 	ctx := t.Context()
-	js := natstest.JetStream(t, natstest.RunJetStream(t))
-	require.NoError(t, streams.Ensure(ctx, js, streams.Config{}))
-	h, err := jshost.New(ctx, js, "flow/test", natstest.Logger())
-	require.NoError(t, err)
+	js, h := hostSetup(t)
 	hooks, err := js.KeyValue(ctx, streams.HooksBucket)
 	require.NoError(t, err)
 	_, err = hooks.Put(ctx, "tok1", []byte(`{"stream":"FLOW_HISTORY","seq":1}`))

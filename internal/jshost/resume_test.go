@@ -10,8 +10,6 @@ import (
 	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/engine"
-	"github.com/flowrun/flow/internal/jshost"
-	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/tracing"
 )
 
@@ -19,10 +17,7 @@ import (
 // else the span of the context it was published with, or none.
 func TestResumeCarriesTraceParent(t *testing.T) {
 	ctx := t.Context()
-	js := natstest.JetStream(t, natstest.RunJetStream(t))
-	require.NoError(t, streams.Ensure(ctx, js, streams.Config{}))
-	h, err := jshost.New(ctx, js, "flow/test", natstest.Logger())
-	require.NoError(t, err)
+	js, h := hostSetup(t)
 	tasks, err := js.Stream(ctx, streams.Tasks)
 	require.NoError(t, err)
 

@@ -202,19 +202,35 @@ func (b *Bucket[T]) Keys(ctx context.Context, filters ...string) ([]string, erro
 	}
 	defer func() { _ = w.Stop() }()
 	var keys []string
+	if err := initialValues(ctx, w, func(e jetstream.KeyValueEntry) { keys = append(keys, e.Key()) }); err != nil {
+		if errors.Is(err, errWatchStopped) {
+			err = fmt.Errorf("listing the keys of bucket %s: %w", b.kv.Bucket(), err)
+		}
+		return nil, err
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
+}
+
+// errWatchStopped is initialValues' error for a watch that stopped before its initial values
+// ended.
+var errWatchStopped = errors.New("the watch stopped")
+
+// initialValues calls each with every entry w delivers until the nil that ends its initial
+// values. It returns errWatchStopped if w stops first, and ctx.Err() if ctx ends first.
+func initialValues(ctx context.Context, w jetstream.KeyWatcher, each func(jetstream.KeyValueEntry)) error {
 	for {
 		select {
 		case e, ok := <-w.Updates():
 			if !ok {
-				return nil, fmt.Errorf("listing the keys of bucket %s: the watch stopped", b.kv.Bucket())
+				return errWatchStopped
 			}
 			if e == nil {
-				slices.Sort(keys)
-				return slices.Compact(keys), nil
+				return nil
 			}
-			keys = append(keys, e.Key())
+			each(e)
 		case <-ctx.Done():
-			return nil, ctx.Err()
+			return ctx.Err()
 		}
 	}
 }
@@ -239,20 +255,11 @@ func (b *Bucket[T]) List(ctx context.Context, filters ...string) ([]Entry[T], er
 	}
 	defer func() { _ = w.Stop() }()
 	var out []Entry[T]
-	for {
-		select {
-		case e, ok := <-w.Updates():
-			if !ok {
-				return out, fmt.Errorf("reading bucket %s: the watch stopped", b.kv.Bucket())
-			}
-			if e == nil {
-				return out, nil
-			}
-			out = append(out, decodeWith(e, b.dec))
-		case <-ctx.Done():
-			return out, ctx.Err()
-		}
+	err = initialValues(ctx, w, func(e jetstream.KeyValueEntry) { out = append(out, decodeWith(e, b.dec)) })
+	if errors.Is(err, errWatchStopped) {
+		err = fmt.Errorf("reading bucket %s: %w", b.kv.Bucket(), err)
 	}
+	return out, err
 }
 
 // Watcher delivers a bucket's entries as they change.

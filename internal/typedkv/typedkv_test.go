@@ -83,17 +83,7 @@ func TestBucketWatch(t *testing.T) {
 	require.NoError(t, err)
 	w, err := b.Watch(ctx)
 	require.NoError(t, err)
-	next := func() *typedkv.Entry[rec] {
-		t.Helper()
-		select {
-		case e, ok := <-w.Updates():
-			require.True(t, ok)
-			return e
-		case <-time.After(5 * time.Second):
-			t.Fatal("no update")
-			return nil
-		}
-	}
+	next := func() *typedkv.Entry[rec] { t.Helper(); return nextUpdate(t, w) }
 	require.Equal(t, rec{Name: "a"}, next().Value)
 	require.Nil(t, next())
 	_, err = b.Put(ctx, "b", rec{Name: "b", N: 1})
@@ -133,17 +123,7 @@ func TestFollowDecodes(t *testing.T) {
 		return len(v), nil
 	})
 	defer func() { _ = w.Stop() }()
-	next := func() *typedkv.Entry[int] {
-		t.Helper()
-		select {
-		case e, ok := <-w.Updates():
-			require.True(t, ok)
-			return e
-		case <-time.After(5 * time.Second):
-			t.Fatal("no update")
-			return nil
-		}
-	}
+	next := func() *typedkv.Entry[int] { t.Helper(); return nextUpdate(t, w) }
 	e := next()
 	require.Equal(t, "a", e.Key)
 	require.Equal(t, 1, e.Value)
@@ -235,4 +215,17 @@ func TestCodecViewKeysAndConflicts(t *testing.T) {
 	st, err := b.Status(ctx)
 	require.NoError(t, err)
 	require.Equal(t, time.Minute, st.TTL())
+}
+
+// nextUpdate returns w's next update, failing t if none comes within 5 seconds or w closed.
+func nextUpdate[T any](t *testing.T, w *typedkv.Watcher[T]) *typedkv.Entry[T] {
+	t.Helper()
+	select {
+	case e, ok := <-w.Updates():
+		require.True(t, ok)
+		return e
+	case <-time.After(5 * time.Second):
+		t.Fatal("no update")
+		return nil
+	}
 }

@@ -11,8 +11,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/backend/streams"
-	"github.com/flowrun/flow/internal/natsserver"
-	"github.com/flowrun/flow/internal/natstest"
 )
 
 // updates counts the stream and bucket updates asked through it.
@@ -43,13 +41,7 @@ var stillRolling = []string{"OBJ_" + streams.ArchiveBucket, "OBJ_" + streams.Che
 // turns rollups off on those. Each converges: called again, it updates nothing.
 func TestRollupsOff(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{Dir: t.TempDir(), NoListen: true, Logger: natstest.Logger()})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js := &updates{JetStream: jetstreamFor(t, nc)}
+	js := &updates{JetStream: emptyJetStream(t)}
 	ctx := t.Context()
 	rolling := func() []string {
 		var on []string

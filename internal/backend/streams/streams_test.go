@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
@@ -16,13 +15,7 @@ import (
 
 func TestEnsure(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{Dir: t.TempDir(), NoListen: true, Logger: natstest.Logger()})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js := jetstreamFor(t, nc)
+	js := emptyJetStream(t)
 	ctx := t.Context()
 
 	require.ErrorIs(t, streams.Check(ctx, js), streams.ErrNotProvisioned)
@@ -68,7 +61,7 @@ func TestEnsure(t *testing.T) {
 	ttl, _ = workerTTL()
 	require.Equal(t, 4*time.Second, ttl, "a process without a WorkerTTL keeps the bucket's")
 
-	err = streams.Ensure(ctx, js, streams.Config{Replicas: 7})
+	err := streams.Ensure(ctx, js, streams.Config{Replicas: 7})
 	require.ErrorIs(t, err, streams.ErrConfig)
 	require.ErrorContains(t, err, "Replicas must be between 1 and 5")
 	require.ErrorContains(t, streams.Ensure(ctx, js, streams.Config{WorkerTTL: time.Millisecond}), "WorkerTTL must be at least 1s")
@@ -92,8 +85,16 @@ func TestTaskSubjects(t *testing.T) {
 	}
 }
 
-func jetstreamFor(t *testing.T, nc *nats.Conn) jetstream.JetStream {
+// emptyJetStream starts an embedded server (package natsserver, as flowd does) for t, with no
+// stream yet, and returns a JetStream client of it.
+func emptyJetStream(t *testing.T) jetstream.JetStream {
 	t.Helper()
+	srv, err := natsserver.Start(natsserver.Config{Dir: t.TempDir(), NoListen: true, Logger: natstest.Logger()})
+	require.NoError(t, err)
+	t.Cleanup(srv.Shutdown)
+	nc, err := srv.Connect()
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
 	js, err := jetstream.New(nc)
 	require.NoError(t, err)
 	return js
@@ -102,13 +103,7 @@ func jetstreamFor(t *testing.T, nc *nats.Conn) jetstream.JetStream {
 // AwaitProvisioned reports what is missing until Ensure has created every stream, then returns.
 func TestAwaitProvisioned(t *testing.T) {
 	t.Parallel()
-	srv, err := natsserver.Start(natsserver.Config{Dir: t.TempDir(), NoListen: true, Logger: natstest.Logger()})
-	require.NoError(t, err)
-	t.Cleanup(srv.Shutdown)
-	nc, err := srv.Connect()
-	require.NoError(t, err)
-	t.Cleanup(nc.Close)
-	js := jetstreamFor(t, nc)
+	js := emptyJetStream(t)
 	ctx := t.Context()
 	missing, err := streams.Missing(ctx, js)
 	require.NoError(t, err)
