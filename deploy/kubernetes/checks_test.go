@@ -9,10 +9,7 @@ import (
 // The checks of TestDevOverlay catch mistakes that decode as valid Kubernetes objects.
 func TestChecksRejectBrokenManifests(t *testing.T) {
 	t.Parallel()
-	cases := []struct {
-		name, file, old, new string
-		want                 string // in a problem
-	}{
+	cases := []brokenManifest{
 		{"readiness on the wrong path", "base/flow/history.yaml", "path: /readyz", "path: /ready",
 			`Deployment flow-history: container history: readiness probe on "/ready", want "/readyz"`},
 		{"liveness on the wrong path", "base/flow/ingress.yaml", "path: /healthz", "path: /livez",
@@ -112,15 +109,29 @@ func TestChecksRejectBrokenManifests(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			dir := copyManifests(t)
-			edit(t, filepath.Join(dir, tc.file), tc.old, tc.new)
-			problems := checkAll(sortOut(t, mustBuild(t, filepath.Join(dir, devOverlay))))
-			for _, p := range problems {
-				if strings.Contains(p, tc.want) {
-					return
-				}
-			}
-			t.Errorf("no problem says %q; the checks found:\n%s", tc.want, strings.Join(problems, "\n"))
+			tc.requireProblem(t, checkAll)
 		})
 	}
+}
+
+// brokenManifest is a mistake made in a copy of the manifests (old replaced by new in file) and
+// a problem the checks must report about the dev overlay built from it.
+type brokenManifest struct {
+	name, file, old, new string
+	want                 string // in a problem
+}
+
+// requireProblem makes the mistake in a copy of the manifests, builds the dev overlay and fails t
+// unless one of the problems check finds in it contains b.want.
+func (b brokenManifest) requireProblem(t *testing.T, check func(rendered) []string) {
+	t.Helper()
+	dir := copyManifests(t)
+	edit(t, filepath.Join(dir, b.file), b.old, b.new)
+	problems := check(sortOut(t, mustBuild(t, filepath.Join(dir, devOverlay))))
+	for _, p := range problems {
+		if strings.Contains(p, b.want) {
+			return
+		}
+	}
+	t.Errorf("no problem says %q; the checks found:\n%s", b.want, strings.Join(problems, "\n"))
 }

@@ -149,12 +149,7 @@ func checkDeployment(p problems, r rendered, d *appsv1.Deployment) {
 		return
 	}
 	pod := &d.Spec.Template.Spec
-	checkPodSecurity(p, pod)
-	checkAntiAffinity(p, pod, d.Spec.Template.Labels)
-	checkZoneSpread(p, pod, d.Spec.Template.Labels)
-	checkSelector(p, d.Spec.Selector, d.Spec.Template.Labels)
-	checkPDB(p, r, d.Spec.Template.Labels, d.Spec.Replicas)
-	checkScrape(p, &d.Spec.Template)
+	checkWorkload(p, r, &d.Spec.Template, d.Spec.Selector, d.Spec.Replicas)
 	if len(pod.Containers) != 1 {
 		p.errorf("want one container, got %d", len(pod.Containers))
 		return
@@ -195,6 +190,18 @@ func checkDeployment(p problems, r rendered, d *appsv1.Deployment) {
 	checkProbe(p, c, "liveness", c.LivenessProbe, "/healthz", port)
 	checkResources(p, c)
 	checkContainerSecurity(p, c)
+}
+
+// checkWorkload checks what the pod template of every Deployment and StatefulSet must hold: pod
+// security, anti-affinity, zone spread, a selector that selects it, one PodDisruptionBudget for
+// its replicas and the scrape annotations.
+func checkWorkload(p problems, r rendered, tpl *corev1.PodTemplateSpec, selector *metav1.LabelSelector, replicas *int32) {
+	checkPodSecurity(p, &tpl.Spec)
+	checkAntiAffinity(p, &tpl.Spec, tpl.Labels)
+	checkZoneSpread(p, &tpl.Spec, tpl.Labels)
+	checkSelector(p, selector, tpl.Labels)
+	checkPDB(p, r, tpl.Labels, replicas)
+	checkScrape(p, tpl)
 }
 
 // checkProbe checks that probe is an HTTP GET of path on a port of c, the one numbered want.
@@ -347,12 +354,7 @@ func checkNATS(p problems, r rendered, s *appsv1.StatefulSet) {
 		return
 	}
 	pod := &s.Spec.Template.Spec
-	checkPodSecurity(p, pod)
-	checkAntiAffinity(p, pod, s.Spec.Template.Labels)
-	checkZoneSpread(p, pod, s.Spec.Template.Labels)
-	checkSelector(p, s.Spec.Selector, s.Spec.Template.Labels)
-	checkPDB(p, r, s.Spec.Template.Labels, s.Spec.Replicas)
-	checkScrape(p, &s.Spec.Template)
+	checkWorkload(p, r, &s.Spec.Template, s.Spec.Selector, s.Spec.Replicas)
 	checkNATSSecrets(p, r, pod)
 	c := natsContainer(pod)
 	if c == nil {

@@ -68,10 +68,7 @@ func TestNATSServerAcceptsTheConfigMap(t *testing.T) {
 
 // The configuration checks catch a cluster block without authorization or TLS, and the rest.
 func TestNATSConfigChecksRejectBrokenManifests(t *testing.T) {
-	cases := []struct {
-		name, file, old, new string
-		want                 string // in a problem
-	}{
+	cases := []brokenManifest{
 		{"no route TLS", "base/nats/nats.conf",
 			"  tls {\n    cert_file: /etc/nats/routes-tls/tls.crt\n    key_file: /etc/nats/routes-tls/tls.key\n    ca_file: /etc/nats/routes-tls/ca.crt\n    verify: true\n    timeout: 5\n  }\n", "",
 			"the routes have no TLS"},
@@ -87,15 +84,7 @@ func TestNATSConfigChecksRejectBrokenManifests(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			dir := copyManifests(t)
-			edit(t, filepath.Join(dir, tc.file), tc.old, tc.new)
-			problems := natsConfigProblems(t, sortOut(t, mustBuild(t, filepath.Join(dir, devOverlay))), 0)
-			for _, p := range problems {
-				if strings.Contains(p, tc.want) {
-					return
-				}
-			}
-			t.Errorf("no problem says %q; the checks found:\n%s", tc.want, strings.Join(problems, "\n"))
+			tc.requireProblem(t, func(r rendered) []string { return natsConfigProblems(t, r, 0) })
 		})
 	}
 }

@@ -1,39 +1,25 @@
 package examples_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"log/slog"
-	"sync"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/examples"
+	"github.com/flowrun/flow/internal/syncbuf"
 	"github.com/flowrun/flow/pkg/flow"
 )
 
-// logBuffer is an io.Writer for a slog handler that steps write to while the test reads it.
-type logBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.buf.Write(p)
-}
-
-// records decodes the JSON log lines written so far.
-func (l *logBuffer) records(t *testing.T) []map[string]any {
+// records decodes the JSON log lines written to logs so far.
+func records(t *testing.T, logs *syncbuf.Buffer) []map[string]any {
 	t.Helper()
-	l.mu.Lock()
-	defer l.mu.Unlock()
 	var recs []map[string]any
-	dec := json.NewDecoder(bytes.NewReader(l.buf.Bytes()))
+	dec := json.NewDecoder(strings.NewReader(logs.String()))
 	for dec.More() {
 		var r map[string]any
 		require.NoError(t, dec.Decode(&r))
@@ -47,7 +33,7 @@ func TestWebhook(t *testing.T) {
 
 	t.Run("AnnouncesTheURLAndCompletesWithTheDelivery", func(t *testing.T) {
 		t.Parallel()
-		var logs logBuffer
+		var logs syncbuf.Buffer
 		b := setup(t, examples.Options{HookBaseURL: "https://hooks.example.test/", Logger: slog.New(slog.NewJSONHandler(&logs, nil))})
 		runID := b.start(t, "webhook", nil, "payment-1")
 		s := b.snapshot(t, runID)
@@ -61,7 +47,7 @@ func TestWebhook(t *testing.T) {
 		require.Greater(t, announce.BatchSeq, s.Hooks[examples.WebhookHook].Seq, "the URL is announced once the hook exists")
 		require.JSONEq(t, `"`+url+`"`, string(announce.Output), "flow status shows the URL")
 
-		recs := logs.records(t)
+		recs := records(t, &logs)
 		require.Len(t, recs, 1)
 		require.Equal(t, "INFO", recs[0]["level"])
 		require.Equal(t, url, recs[0]["url"])

@@ -65,6 +65,9 @@ const (
 	tokFalse
 )
 
+// punctuation maps the characters that are tokens by themselves to their kinds.
+var punctuation = map[byte]tokenKind{'(': tokLParen, ')': tokRParen, ',': tokComma}
+
 var keywords = map[string]tokenKind{"and": tokAnd, "or": tokOr, "not": tokNot, "in": tokIn, "contains": tokContains,
 	"true": tokTrue, "false": tokFalse}
 
@@ -98,14 +101,8 @@ func lex(src string) ([]token, error) {
 		switch {
 		case c == ' ' || c == '\t' || c == '\n' || c == '\r':
 			i++
-		case c == '(':
-			toks = append(toks, token{tokLParen, "(", i})
-			i++
-		case c == ')':
-			toks = append(toks, token{tokRParen, ")", i})
-			i++
-		case c == ',':
-			toks = append(toks, token{tokComma, ",", i})
+		case punctuation[c] != tokEOF:
+			toks = append(toks, token{punctuation[c], string(c), i})
 			i++
 		case c == '=':
 			toks = append(toks, token{tokOp, "=", i})

@@ -179,34 +179,28 @@ func (p *parser) or(depth int) (node, error) {
 	if err := p.deeper(depth); err != nil {
 		return nil, err
 	}
-	left, err := p.and(depth + 1)
-	if err != nil {
-		return nil, err
-	}
-	for p.peek().kind == tokOr {
-		p.next()
-		right, err := p.and(depth + 1)
-		if err != nil {
-			return nil, err
-		}
-		left = orNode{left, right}
-	}
-	return left, nil
+	return p.leftAssoc(depth, tokOr, p.and, func(l, r node) node { return orNode{l, r} })
 }
 
 // and = unary { "and" unary }
 func (p *parser) and(depth int) (node, error) {
-	left, err := p.unary(depth + 1)
+	return p.leftAssoc(depth, tokAnd, p.unary, func(l, r node) node { return andNode{l, r} })
+}
+
+// leftAssoc parses operand { op operand }, each operand at depth+1, and joins the operands from
+// the left: a op b op c is join(join(a, b), c).
+func (p *parser) leftAssoc(depth int, op tokenKind, operand func(depth int) (node, error), join func(l, r node) node) (node, error) {
+	left, err := operand(depth + 1)
 	if err != nil {
 		return nil, err
 	}
-	for p.peek().kind == tokAnd {
+	for p.peek().kind == op {
 		p.next()
-		right, err := p.unary(depth + 1)
+		right, err := operand(depth + 1)
 		if err != nil {
 			return nil, err
 		}
-		left = andNode{left, right}
+		left = join(left, right)
 	}
 	return left, nil
 }

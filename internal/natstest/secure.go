@@ -141,28 +141,28 @@ func Operator(t testing.TB, opts *server.Options) []byte {
 			t.Fatalf("natstest: setting up an operator: %v", err)
 		}
 	}
-	operator, err := nkeys.CreateOperator()
-	must(err)
-	operatorPub, err := operator.PublicKey()
-	must(err)
+	// keyPair creates a key pair with create and returns it with its public key.
+	keyPair := func(create func() (nkeys.KeyPair, error)) (nkeys.KeyPair, string) {
+		t.Helper()
+		kp, err := create()
+		must(err)
+		pub, err := kp.PublicKey()
+		must(err)
+		return kp, pub
+	}
+	operator, operatorPub := keyPair(nkeys.CreateOperator)
 	operatorJWT, err := jwt.NewOperatorClaims(operatorPub).Encode(operator)
 	must(err)
 	operatorClaims, err := jwt.DecodeOperatorClaims(operatorJWT)
 	must(err)
 
-	account, err := nkeys.CreateAccount()
-	must(err)
-	accountPub, err := account.PublicKey()
-	must(err)
+	account, accountPub := keyPair(nkeys.CreateAccount)
 	accountClaims := jwt.NewAccountClaims(accountPub)
 	accountClaims.Limits.JetStreamLimits = jwt.JetStreamLimits{MemoryStorage: -1, DiskStorage: -1, Streams: -1, Consumer: -1}
 	accountJWT, err := accountClaims.Encode(operator)
 	must(err)
 
-	user, err := nkeys.CreateUser()
-	must(err)
-	userPub, err := user.PublicKey()
-	must(err)
+	user, userPub := keyPair(nkeys.CreateUser)
 	userJWT, err := jwt.NewUserClaims(userPub).Encode(account)
 	must(err)
 	seed, err := user.Seed()

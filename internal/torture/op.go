@@ -173,13 +173,8 @@ type PauseRun struct {
 	Unpause bool
 }
 
-func (o PauseRun) Kind() Kind { return KindPauseRun }
-func (o PauseRun) String() string {
-	if o.Unpause {
-		return fmt.Sprintf("UnpauseRun(%q)", o.Run)
-	}
-	return fmt.Sprintf("PauseRun(%q)", o.Run)
-}
+func (o PauseRun) Kind() Kind     { return KindPauseRun }
+func (o PauseRun) String() string { return pauseString(o.Unpause, "Run", o.Run) }
 
 // PauseDef pauses (or unpauses) definition Def.
 type PauseDef struct {
@@ -187,13 +182,8 @@ type PauseDef struct {
 	Unpause bool
 }
 
-func (o PauseDef) Kind() Kind { return KindPauseDef }
-func (o PauseDef) String() string {
-	if o.Unpause {
-		return fmt.Sprintf("UnpauseDefinition(%q)", o.Def)
-	}
-	return fmt.Sprintf("PauseDefinition(%q)", o.Def)
-}
+func (o PauseDef) Kind() Kind     { return KindPauseDef }
+func (o PauseDef) String() string { return pauseString(o.Unpause, "Definition", o.Def) }
 
 // The reset modes the generator uses.
 const (
@@ -269,12 +259,17 @@ type SchedulePause struct {
 	Unpause bool
 }
 
-func (o SchedulePause) Kind() Kind { return KindSchedulePause }
-func (o SchedulePause) String() string {
-	if o.Unpause {
-		return fmt.Sprintf("UnpauseSchedule(%q)", o.Name)
+func (o SchedulePause) Kind() Kind     { return KindSchedulePause }
+func (o SchedulePause) String() string { return pauseString(o.Unpause, "Schedule", o.Name) }
+
+// pauseString prints a pause of what (Run, Definition, Schedule) name, or its unpause:
+// PauseRun("r1"), UnpauseSchedule("s1").
+func pauseString(unpause bool, what, name string) string {
+	verb := "Pause"
+	if unpause {
+		verb = "Unpause"
 	}
-	return fmt.Sprintf("PauseSchedule(%q)", o.Name)
+	return fmt.Sprintf("%s%s(%q)", verb, what, name)
 }
 
 // ScheduleDelete deletes schedule Name.

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -179,11 +180,7 @@ const (
 )
 
 func (c Cause) valid() bool {
-	switch c {
-	case CauseWorkflow, CauseStepExhausted, CauseCancelRequested, CauseOperator, CauseFlowControl, CauseTimeout:
-		return true
-	}
-	return false
+	return slices.Contains([]Cause{CauseWorkflow, CauseStepExhausted, CauseCancelRequested, CauseOperator, CauseFlowControl, CauseTimeout}, c)
 }
 
 // CancelledStep is one step settled by step.cancelled.
@@ -346,11 +343,7 @@ const (
 
 // Valid reports whether o is a known outcome.
 func (o Outcome) Valid() bool {
-	switch o {
-	case OutcomeCompleted, OutcomeFailed, OutcomeCancelled, OutcomeContinuedAsNew:
-		return true
-	}
-	return false
+	return slices.Contains([]Outcome{OutcomeCompleted, OutcomeFailed, OutcomeCancelled, OutcomeContinuedAsNew}, o)
 }
 
 // ChildSettled records how a child ended. RunID is the run that ended: the child run itself or

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 )
 
 // ResetMode says how the point of a reset was chosen (docs/reset.md).
@@ -23,11 +24,7 @@ const (
 
 // Valid reports whether m is a known mode.
 func (m ResetMode) Valid() bool {
-	switch m {
-	case ResetToSeq, ResetToStep, ResetToLastDecision, ResetRerun:
-		return true
-	}
-	return false
+	return slices.Contains([]ResetMode{ResetToSeq, ResetToStep, ResetToLastDecision, ResetRerun}, m)
 }
 
 // ResetFrom is run.started's record of the reset that created the run: the new run's events 2

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -26,11 +27,7 @@ const (
 
 // Valid reports whether p is a known policy; "" is valid and means ConflictFail.
 func (p ConflictPolicy) Valid() bool {
-	switch p {
-	case "", ConflictFail, ConflictUseExisting, ConflictTerminateExisting:
-		return true
-	}
-	return false
+	return slices.Contains([]ConflictPolicy{"", ConflictFail, ConflictUseExisting, ConflictTerminateExisting}, p)
 }
 
 // ReusePolicy says whether a start may reuse the run ID of a run that has ended.
@@ -49,11 +46,7 @@ const (
 
 // Valid reports whether p is a known policy; "" is valid and means ReuseRefuse.
 func (p ReusePolicy) Valid() bool {
-	switch p {
-	case "", ReuseRefuse, ReuseAllow, ReuseAllowFailedOnly:
-		return true
-	}
-	return false
+	return slices.Contains([]ReusePolicy{"", ReuseRefuse, ReuseAllow, ReuseAllowFailedOnly}, p)
 }
 
 // Debounce collapses the starts that share Key within a quiet period of Period into one run,

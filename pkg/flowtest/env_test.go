@@ -183,6 +183,18 @@ func TestBatchFailureCancelsSiblings(t *testing.T) {
 func TestCancellation(t *testing.T) {
 	t.Parallel()
 
+	// cancelWF starts a run of "wf", cancels it with reason, requires it cancelled and returns
+	// its ID and snapshot.
+	cancelWF := func(t *testing.T, b *testBundle, reason string) (string, *flow.Snapshot) {
+		t.Helper()
+		runID, err := b.env.Start(b.ctx, "wf", nil, nil)
+		require.NoError(t, err)
+		require.NoError(t, b.env.Cancel(b.ctx, runID, reason))
+		s := b.snapshot(t, runID)
+		require.Equal(t, flow.StatusCancelled, s.Status)
+		return runID, s
+	}
+
 	t.Run("WorkflowThatIgnoresItIsCancelled", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, func(reg *flow.Registry) {
@@ -190,11 +202,7 @@ func TestCancellation(t *testing.T) {
 				return ctx.Sleep("forever", 365*24*time.Hour), nil
 			})
 		})
-		runID, err := b.env.Start(b.ctx, "wf", nil, nil)
-		require.NoError(t, err)
-		require.NoError(t, b.env.Cancel(b.ctx, runID, "no longer needed"))
-		s := b.snapshot(t, runID)
-		require.Equal(t, flow.StatusCancelled, s.Status)
+		runID, s := cancelWF(t, b, "no longer needed")
 		require.Equal(t, event.CauseCancelRequested, s.Outcome.Cause)
 		require.Equal(t, "cancellation requested: no longer needed", s.Outcome.Reason)
 		require.NoError(t, b.env.Advance(b.ctx, 366*24*time.Hour), "the moot timer fires into nothing")
@@ -215,11 +223,7 @@ func TestCancellation(t *testing.T) {
 			})
 			flow.RegisterStep(reg, "releaseStock", func(context.Context, any) (bool, error) { return true, nil })
 		})
-		runID, err := b.env.Start(b.ctx, "wf", nil, nil)
-		require.NoError(t, err)
-		require.NoError(t, b.env.Cancel(b.ctx, runID, "customer changed their mind"))
-		s := b.snapshot(t, runID)
-		require.Equal(t, flow.StatusCancelled, s.Status)
+		_, s := cancelWF(t, b, "customer changed their mind")
 		require.Equal(t, event.CauseWorkflow, s.Outcome.Cause)
 		require.Equal(t, "released stock", s.Outcome.Reason)
 		require.Equal(t, 1, b.env.StepCalls("releaseStock"))
@@ -258,6 +262,17 @@ func TestCancellation(t *testing.T) {
 func TestBlockedRuns(t *testing.T) {
 	t.Parallel()
 
+	// start starts a run of "wf" in a new Env deployed with reg.
+	start := func(t *testing.T, reg *flow.Registry) (*flowtest.Env, context.Context, string) {
+		t.Helper()
+		env, err := flowtest.New(reg, nil)
+		require.NoError(t, err)
+		ctx := t.Context()
+		runID, err := env.Start(ctx, "wf", nil, nil)
+		require.NoError(t, err)
+		return env, ctx, runID
+	}
+
 	t.Run("PanicBlocksOnceUntilFixedCodeIsDeployed", func(t *testing.T) {
 		t.Parallel()
 		register := func(broken bool) *flow.Registry {
@@ -270,11 +285,7 @@ func TestBlockedRuns(t *testing.T) {
 			})
 			return reg
 		}
-		env, err := flowtest.New(register(true), nil)
-		require.NoError(t, err)
-		ctx := t.Context()
-		runID, err := env.Start(ctx, "wf", nil, nil)
-		require.NoError(t, err)
+		env, ctx, runID := start(t, register(true))
 		for range 3 {
 			require.NoError(t, env.Resume(ctx, runID), "a redelivered task retries")
 		}
@@ -314,11 +325,7 @@ func TestBlockedRuns(t *testing.T) {
 			flow.RegisterStep(reg, "read", func(context.Context, string) (int, error) { return 1, nil })
 			return reg
 		}
-		env, err := flowtest.New(register("CNY/USD"), nil)
-		require.NoError(t, err)
-		ctx := t.Context()
-		runID, err := env.Start(ctx, "wf", nil, nil)
-		require.NoError(t, err)
+		env, ctx, runID := start(t, register("CNY/USD"))
 
 		require.NoError(t, env.Deploy(register("EUR/USD")))
 		require.NoError(t, env.Signal(ctx, runID, "go", true))
@@ -351,11 +358,7 @@ func TestBlockedRuns(t *testing.T) {
 			}, flow.WithPatches(patches...))
 			return reg
 		}
-		env, err := flowtest.New(register(), nil)
-		require.NoError(t, err)
-		ctx := t.Context()
-		before, err := env.Start(ctx, "wf", nil, nil)
-		require.NoError(t, err)
+		env, ctx, before := start(t, register())
 		require.NoError(t, env.Deploy(register("new-pricing")))
 		after, err := env.Start(ctx, "wf", nil, nil)
 		require.NoError(t, err)
@@ -388,11 +391,7 @@ func TestBlockedRuns(t *testing.T) {
 			})
 			return reg
 		}
-		env, err := flowtest.New(register("v1"), nil)
-		require.NoError(t, err)
-		ctx := t.Context()
-		runID, err := env.Start(ctx, "wf", nil, nil)
-		require.NoError(t, err)
+		env, ctx, runID := start(t, register("v1"))
 		require.NoError(t, env.Deploy(register("v2")))
 		require.NoError(t, env.Signal(ctx, runID, "go", 1))
 		s, err := env.Snapshot(ctx, runID)
