@@ -77,70 +77,67 @@ func runChild(role string) error {
 	if err != nil {
 		return err
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	switch role {
-	case roleWorker:
-		ackWait, err := durationEnv(envAckWait)
+	if role == roleNATS {
+		if err := startNATS(logger); err != nil {
+			return err
+		}
+	} else {
+		service, err := newService(role, logger, streamsCfg, faults)
 		if err != nil {
 			return err
 		}
-		reg := newRegistry(os.Getenv(envDir), os.Getenv(envName))
-		w, err := worker.New(worker.Config{NATS: natsconn.Config{URL: os.Getenv(envNATSURL)}, AckWait: ackWait, Streams: streamsCfg, Logger: logger, Faults: faults}, reg)
-		if err != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := service.Start(ctx); err != nil {
 			return err
 		}
-		if err := w.Start(ctx); err != nil {
-			return err
-		}
-	case roleScheduler:
-		s, err := scheduler.New(scheduler.Config{NATS: natsconn.Config{URL: os.Getenv(envNATSURL)}, Name: os.Getenv(envName), Streams: streamsCfg, Logger: logger, Faults: faults})
-		if err != nil {
-			return err
-		}
-		if err := s.Start(ctx); err != nil {
-			return err
-		}
-	case roleHistory:
-		ackWait, err := durationEnv(envAckWait)
-		if err != nil {
-			return err
-		}
-		h, err := history.New(history.Config{NATS: natsconn.Config{URL: os.Getenv(envNATSURL)}, HTTPAddr: "off", AckWait: ackWait, Streams: streamsCfg, Logger: logger, Faults: faults})
-		if err != nil {
-			return err
-		}
-		if err := h.Start(ctx); err != nil {
-			return err
-		}
-	case roleIngress:
-		in, err := ingress.New(ingress.Config{NATS: natsconn.Config{URL: os.Getenv(envNATSURL)}, HTTPAddr: os.Getenv(envHTTP), Streams: streamsCfg, Logger: logger, Faults: faults})
-		if err != nil {
-			return err
-		}
-		if err := in.Start(ctx); err != nil {
-			return err
-		}
-	case roleNATS:
-		u, err := url.Parse(os.Getenv(envNATSURL))
-		if err != nil {
-			return err
-		}
-		port, err := strconv.Atoi(u.Port())
-		if err != nil {
-			return fmt.Errorf("%s has no port: %w", envNATSURL, err)
-		}
-		if _, err := natsserver.Start(natsserver.Config{Dir: filepath.Join(os.Getenv(envDir), "nats"), Host: u.Hostname(), Port: port, Logger: logger}); err != nil {
-			return err
-		}
-	default:
-		return fmt.Errorf("unknown role %q", role)
 	}
 	if err := proctest.Ready(); err != nil {
 		return err
 	}
 	logger.Info("child ready")
 	select {} // until stdin closes or the parent kills the process
+}
+
+// newService returns the service of role, connected to the parent's NATS server.
+func newService(role string, logger *slog.Logger, streamsCfg streams.Config, faults *fault.Injector) (interface{ Start(context.Context) error }, error) {
+	conn := natsconn.Config{URL: os.Getenv(envNATSURL)}
+	switch role {
+	case roleWorker:
+		ackWait, err := durationEnv(envAckWait)
+		if err != nil {
+			return nil, err
+		}
+		reg := newRegistry(os.Getenv(envDir), os.Getenv(envName))
+		return worker.New(worker.Config{NATS: conn, AckWait: ackWait, Streams: streamsCfg, Logger: logger, Faults: faults}, reg)
+	case roleScheduler:
+		return scheduler.New(scheduler.Config{NATS: conn, Name: os.Getenv(envName), Streams: streamsCfg, Logger: logger, Faults: faults})
+	case roleHistory:
+		ackWait, err := durationEnv(envAckWait)
+		if err != nil {
+			return nil, err
+		}
+		return history.New(history.Config{NATS: conn, HTTPAddr: "off", AckWait: ackWait, Streams: streamsCfg, Logger: logger, Faults: faults})
+	case roleIngress:
+		return ingress.New(ingress.Config{NATS: conn, HTTPAddr: os.Getenv(envHTTP), Streams: streamsCfg, Logger: logger, Faults: faults})
+	default:
+		return nil, fmt.Errorf("unknown role %q", role)
+	}
+}
+
+// startNATS starts the NATS server the parent named, on its port, storing in the parent's
+// directory.
+func startNATS(logger *slog.Logger) error {
+	u, err := url.Parse(os.Getenv(envNATSURL))
+	if err != nil {
+		return err
+	}
+	port, err := strconv.Atoi(u.Port())
+	if err != nil {
+		return fmt.Errorf("%s has no port: %w", envNATSURL, err)
+	}
+	_, err = natsserver.Start(natsserver.Config{Dir: filepath.Join(os.Getenv(envDir), "nats"), Host: u.Hostname(), Port: port, Logger: logger})
+	return err
 }
 
 // childStreams returns the streams config the parent asked for.

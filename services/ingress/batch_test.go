@@ -1,10 +1,7 @@
 package ingress_test
 
 import (
-	"bytes"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -91,16 +88,7 @@ func TestBatchDoors(t *testing.T) {
 	// HTTP.
 	base := "http://" + in.HTTPAddr()
 	call := func(method, path, body string) (int, map[string]any) {
-		req, err := http.NewRequestWithContext(ctx, method, base+path, bytes.NewBufferString(body))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		var out map[string]any
-		require.NoError(t, json.Unmarshal(b, &out), string(b))
-		return resp.StatusCode, out
+		return sendJSON[map[string]any](ctx, t, method, base+path, body)
 	}
 	code, out := call(http.MethodPost, "/v1/batches", `{"id":"end-refunds","spec":{"op":"terminate","where":"definition = \"refund\"","rate":100}}`)
 	require.Equal(t, http.StatusCreated, code, out)

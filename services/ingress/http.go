@@ -65,13 +65,8 @@ func (s *Service) httpHandler() (http.Handler, *routes) {
 			if authed && !s.authorized(w, r) {
 				return
 			}
-			tagHTTPSpan(r, kind)
-			in := &input{kind: kind}
-			names(r, in)
-			resp, e := s.httpInput(r, in)
-			endSpan(r.Context(), resp, e)
-			if e != nil {
-				writeError(w, e)
+			resp := s.applyHTTP(w, r, kind, names)
+			if resp == nil {
 				return
 			}
 			status := http.StatusAccepted
@@ -109,6 +104,21 @@ func (s *Service) httpHandler() (http.Handler, *routes) {
 		writeError(w, &api.IngressError{Code: api.CodeRouteNotFound, Message: fmt.Sprintf("no route %s %s; the routes are described at GET /v1/openapi.json", r.Method, r.URL.Path)})
 	})
 	return traceHTTP(s.guard(mux.ServeMux, methodNotAllowedAsJSON(mux.ServeMux))), mux
+}
+
+// applyHTTP applies the input of kind from r, names reading its run, definition, name or token
+// from r's path; on an error it answers it on w and returns nil.
+func (s *Service) applyHTTP(w http.ResponseWriter, r *http.Request, kind api.InputKind, names func(*http.Request, *input)) *api.InputResponse {
+	tagHTTPSpan(r, kind)
+	in := &input{kind: kind}
+	names(r, in)
+	resp, e := s.httpInput(r, in)
+	endSpan(r.Context(), resp, e)
+	if e != nil {
+		writeError(w, e)
+		return nil
+	}
+	return resp
 }
 
 // httpInput reads the body of r (a CloudEvent in binary or structured mode, or plain JSON) into

@@ -18,28 +18,16 @@ func (s *Service) updateRoutes(mux *routes) {
 			if !s.authorized(w, r) {
 				return
 			}
-			wait, e := waitParam(r)
-			if e != nil {
-				writeError(w, e)
+			wait, ok := waitOf(w, r)
+			if !ok {
 				return
 			}
-			extendForWait(w, wait)
-			tagHTTPSpan(r, kind)
-			in := &input{kind: kind}
-			names(r, in)
-			resp, e := s.httpInput(r, in)
-			endSpan(r.Context(), resp, e)
-			if e != nil {
-				writeError(w, e)
+			resp := s.applyHTTP(w, r, kind, names)
+			if resp == nil {
 				return
 			}
 			if wait > 0 && kind != api.KindSignalWithStart {
-				st, e := s.updateState(r.Context(), resp.RunID, resp.DeliveryID, wait)
-				if e != nil {
-					writeError(w, e)
-					return
-				}
-				writeJSON(w, http.StatusOK, st)
+				s.writeUpdateState(w, r, resp.RunID, resp.DeliveryID, wait)
 				return
 			}
 			status := http.StatusAccepted
@@ -65,27 +53,36 @@ func (s *Service) updateRoutes(mux *routes) {
 		if !s.authorized(w, r) {
 			return
 		}
-		wait, e := waitParam(r)
-		if e != nil {
-			writeError(w, e)
-			return
+		if wait, ok := waitOf(w, r); ok {
+			s.writeUpdateState(w, r, r.PathValue("run"), r.PathValue("update_id"), wait)
 		}
-		extendForWait(w, wait)
-		st, e := s.updateState(r.Context(), r.PathValue("run"), r.PathValue("update_id"), wait)
-		if e != nil {
-			writeError(w, e)
-			return
-		}
-		writeJSON(w, http.StatusOK, st)
 	})
 }
 
-// extendForWait gives a request that waits (a long poll) the time to apply its input, wait
-// and answer, beyond the server's write timeout (httpserve.Extend).
-func extendForWait(w http.ResponseWriter, wait time.Duration) {
+// writeUpdateState answers the state of update id of run runID, once it has an outcome or wait
+// has passed.
+func (s *Service) writeUpdateState(w http.ResponseWriter, r *http.Request, runID, id string, wait time.Duration) {
+	st, e := s.updateState(r.Context(), runID, id, wait)
+	if e != nil {
+		writeError(w, e)
+		return
+	}
+	writeJSON(w, http.StatusOK, st)
+}
+
+// waitOf reads ?wait= (waitParam) and gives a request that waits (a long poll) the time to
+// apply its input, wait and answer, beyond the server's write timeout (httpserve.Extend). A
+// malformed ?wait= is answered on w, and ok is false.
+func waitOf(w http.ResponseWriter, r *http.Request) (wait time.Duration, ok bool) {
+	wait, e := waitParam(r)
+	if e != nil {
+		writeError(w, e)
+		return 0, false
+	}
 	if wait > 0 {
 		_ = httpserve.Extend(w, inputTimeout+wait+15*time.Second)
 	}
+	return wait, true
 }
 
 // waitParam reads ?wait=: "true" waits api.DefaultAwait, a duration ("30s") that long (at most

@@ -1,11 +1,8 @@
 package ingress_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
 	"net/http"
 	"testing"
 	"time"
@@ -52,17 +49,7 @@ func TestScheduleAndBatchChangesNeedTheScheduler(t *testing.T) {
 	notRunning(err)
 
 	post := func(path, body string) (int, api.IngressError) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, "http://"+in.HTTPAddr()+path, bytes.NewBufferString(body))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		b, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		var e api.IngressError
-		require.NoError(t, json.Unmarshal(b, &e), string(b))
-		return resp.StatusCode, e
+		return sendJSON[api.IngressError](ctx, t, http.MethodPost, "http://"+in.HTTPAddr()+path, body)
 	}
 	for path, body := range map[string]string{
 		"/v1/schedules":                 `{"name":"hourly","spec":{"every":"1h"},"definition":"gate"}`,

@@ -2,11 +2,13 @@ package ingress_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -121,7 +123,22 @@ func TestDebounceThroughTheClient(t *testing.T) {
 // post sends a plain start over HTTP and returns the status and the decoded body.
 func (b *bundle) post(t *testing.T, def, body string) (int, api.InputResponse, api.IngressError) {
 	t.Helper()
-	req, err := http.NewRequestWithContext(t.Context(), http.MethodPost, b.base+"/v1/workflows/"+def+"/runs", bytes.NewReader([]byte(body)))
+	code, raw := sendJSON[json.RawMessage](t.Context(), t, http.MethodPost, b.base+"/v1/workflows/"+def+"/runs", body)
+	var ok api.InputResponse
+	var bad api.IngressError
+	if code < 400 {
+		require.NoError(t, json.Unmarshal(raw, &ok), "%s", raw)
+	} else {
+		require.NoError(t, json.Unmarshal(raw, &bad), "%s", raw)
+	}
+	return code, ok, bad
+}
+
+// sendJSON sends body, JSON, to url with method, and returns the answer's status and its body
+// decoded into a T.
+func sendJSON[T any](ctx context.Context, t *testing.T, method, url, body string) (int, T) {
+	t.Helper()
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := http.DefaultClient.Do(req)
@@ -129,14 +146,9 @@ func (b *bundle) post(t *testing.T, def, body string) (int, api.InputResponse, a
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
-	var ok api.InputResponse
-	var bad api.IngressError
-	if resp.StatusCode < 400 {
-		require.NoError(t, json.Unmarshal(raw, &ok), "%s", raw)
-	} else {
-		require.NoError(t, json.Unmarshal(raw, &bad), "%s", raw)
-	}
-	return resp.StatusCode, ok, bad
+	var out T
+	require.NoError(t, json.Unmarshal(raw, &out), "%s", raw)
+	return resp.StatusCode, out
 }
 
 // Dedup keys over HTTP, terminate_existing and reuse over NATS CloudEvents, and bad policies

@@ -5,9 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"testing"
 
@@ -153,17 +151,7 @@ func TestUpdateOverHTTP(t *testing.T) {
 	_, err := b.client.Start(ctx, "ledger", 1, &flow.StartOptions{RunID: "ledger-h"})
 	require.NoError(t, err)
 	call := func(method, path, body string) (int, map[string]any) {
-		req, err := http.NewRequestWithContext(ctx, method, b.base+path, strings.NewReader(body))
-		require.NoError(t, err)
-		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		raw, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		var m map[string]any
-		require.NoError(t, json.Unmarshal(raw, &m), string(raw))
-		return resp.StatusCode, m
+		return sendJSON[map[string]any](ctx, t, method, b.base+path, body)
 	}
 	code, st := call(http.MethodPost, "/v1/runs/ledger-h/updates/deposit?wait=true&update_id=h1", `4`)
 	require.Equal(t, http.StatusOK, code, st)

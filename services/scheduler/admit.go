@@ -241,32 +241,20 @@ func (c *admissionController) Run(ctx context.Context) error {
 	// by the rounds' repair of the slots this leader has not verified.
 	rw, err := c.runs.WatchChanges(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("cannot watch the runs index: %w", err)
+		return unlessStopped(ctx, fmt.Errorf("cannot watch the runs index: %w", err))
 	}
 	defer func() { _ = rw.Stop() }()
 	if err := a.loadGroups(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
+		return unlessStopped(ctx, err)
 	}
 	qw, err := c.queue.Watch(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("cannot watch the admission queue: %w", err)
+		return unlessStopped(ctx, fmt.Errorf("cannot watch the admission queue: %w", err))
 	}
 	defer func() { _ = qw.Stop() }()
 	lw, err := c.limits.WatchGroups(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("cannot watch the flow-control state: %w", err)
+		return unlessStopped(ctx, fmt.Errorf("cannot watch the flow-control state: %w", err))
 	}
 	defer func() { _ = lw.Stop() }()
 	loaded := false
@@ -342,10 +330,7 @@ func (c *admissionController) Run(ctx context.Context) error {
 			}
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				return nil
-			}
-			return err
+			return unlessStopped(ctx, err)
 		}
 	}
 }

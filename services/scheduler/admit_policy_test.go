@@ -286,11 +286,10 @@ func TestAdmissionFaultBetweenReserveAndAppend(t *testing.T) {
 	}
 }
 
-// TestSlotOfRunEndedWithoutControllerIsReleased: a run ends while no admission controller leads;
-// the next leader finds its slot held by an ended run, releases it (a repair, counted), and the
-// next run of the key is admitted.
-func TestSlotOfRunEndedWithoutControllerIsReleased(t *testing.T) {
-	t.Parallel()
+// heldWithoutLeader starts gated runs of key "a" under a concurrency of 1: a-1 holds the slot,
+// a-2 waits for it, and the admission controller that admitted a-1 has stopped.
+func heldWithoutLeader(t *testing.T) *controlEnv {
+	t.Helper()
 	fc := flow.FlowControl{KeyPath: "$.customer", KeyConcurrency: 1}
 	e := newControlEnv(t, gated(flow.WithFlowControl(fc)), nil)
 	first := e.scheduler(nil)
@@ -298,6 +297,15 @@ func TestSlotOfRunEndedWithoutControllerIsReleased(t *testing.T) {
 	e.status("a-1", core.StatusSuspended)
 	e.start("a-2", "a", 2, nil)
 	require.NoError(t, first.Stop())
+	return e
+}
+
+// TestSlotOfRunEndedWithoutControllerIsReleased: a run ends while no admission controller leads;
+// the next leader finds its slot held by an ended run, releases it (a repair, counted), and the
+// next run of the key is admitted.
+func TestSlotOfRunEndedWithoutControllerIsReleased(t *testing.T) {
+	t.Parallel()
+	e := heldWithoutLeader(t)
 	e.done("a-1")
 	st, _, err := e.lims.Load(e.ctx, "gated")
 	require.NoError(t, err)
@@ -447,13 +455,7 @@ func TestDelayedStartIsAdmittedAfterItsDelay(t *testing.T) {
 // the damage and it goes on. The slot goes when the run ends.
 func TestDamagedHolderKeepsItsSlotUntilItEnds(t *testing.T) {
 	t.Parallel()
-	fc := flow.FlowControl{KeyPath: "$.customer", KeyConcurrency: 1}
-	e := newControlEnv(t, gated(flow.WithFlowControl(fc)), nil)
-	first := e.scheduler(nil)
-	e.start("a-1", "a", 1, nil)
-	e.status("a-1", core.StatusSuspended)
-	e.start("a-2", "a", 2, nil)
-	require.NoError(t, first.Stop())
+	e := heldWithoutLeader(t)
 	damaged, err := e.js.KeyValue(e.ctx, streams.DamagedBucket)
 	require.NoError(t, err)
 	mark, err := json.Marshal(jsstore.Damaged{RunID: "a-1", Reason: "test", DetectedAt: time.Now().UTC()})

@@ -126,25 +126,7 @@ func newBurstEnv(b *testing.B) *burstEnv {
 			b.Error(err)
 		}
 	})
-	cfg := scheduler.Config{Conn: connect(), Logger: discard}
-	if v := os.Getenv("FLOW_BENCH_FIRE_CONCURRENCY"); v != "" {
-		if cfg.FireConcurrency, err = strconv.Atoi(v); err != nil {
-			b.Fatalf("FLOW_BENCH_FIRE_CONCURRENCY: %v", err)
-		}
-	}
-	if v := os.Getenv("FLOW_BENCH_PRELOAD_WINDOW"); v != "" {
-		if cfg.PreloadWindow, err = time.ParseDuration(v); err != nil {
-			b.Fatalf("FLOW_BENCH_PRELOAD_WINDOW: %v", err)
-		}
-	}
-	s, err := scheduler.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Stop() })
+	startBenchScheduler(b, scheduler.Config{Conn: connect(), Logger: discard})
 
 	nc := connect()
 	c, err := flow.NewClient(ctx, nc, nil)
@@ -407,6 +389,32 @@ func processCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// startBenchScheduler starts a scheduler with cfg, its FireConcurrency and PreloadWindow from
+// FLOW_BENCH_FIRE_CONCURRENCY and FLOW_BENCH_PRELOAD_WINDOW when set, and stops it when b ends.
+func startBenchScheduler(b *testing.B, cfg scheduler.Config) *scheduler.Scheduler {
+	b.Helper()
+	var err error
+	if v := os.Getenv("FLOW_BENCH_FIRE_CONCURRENCY"); v != "" {
+		if cfg.FireConcurrency, err = strconv.Atoi(v); err != nil {
+			b.Fatalf("FLOW_BENCH_FIRE_CONCURRENCY: %v", err)
+		}
+	}
+	if v := os.Getenv("FLOW_BENCH_PRELOAD_WINDOW"); v != "" {
+		if cfg.PreloadWindow, err = time.ParseDuration(v); err != nil {
+			b.Fatalf("FLOW_BENCH_PRELOAD_WINDOW: %v", err)
+		}
+	}
+	s, err := scheduler.New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := s.Start(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = s.Stop() })
+	return s
 }
 
 // natsCPU returns the CPU time the process FLOW_BENCH_NATS_PID names used so far, or -1 when it

@@ -10,28 +10,19 @@ package scheduler_test
 //
 //	go test -run '^$' -bench 'TimerFire' -benchtime=1x ./services/scheduler
 //
-// FLOW_BENCH_NATS_URL and FLOW_BENCH_FIRE_CONCURRENCY work as for BenchmarkTimerBurst.
+// FLOW_BENCH_NATS_URL, FLOW_BENCH_CONN, FLOW_BENCH_FIRE_CONCURRENCY and FLOW_BENCH_PRELOAD_WINDOW
+// work as for BenchmarkTimerBurst.
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
-	"os"
 	"slices"
 	"strconv"
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
-
-	"github.com/flowrun/flow/internal/backend/streams"
-	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fanout"
-	"github.com/flowrun/flow/internal/natsconn"
-	"github.com/flowrun/flow/internal/natsserver"
-	"github.com/flowrun/flow/internal/store/jsstore"
-	"github.com/flowrun/flow/internal/timerindex"
+	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/services/scheduler"
 )
@@ -50,47 +41,8 @@ func BenchmarkTimerFire(b *testing.B) {
 func benchTimerFire(b *testing.B, n int) {
 	ctx, cancel := context.WithTimeout(context.Background(), burstDeadline)
 	defer cancel()
-	url := os.Getenv("FLOW_BENCH_NATS_URL")
-	var connect func() *nats.Conn
-	if url == "" {
-		srv, err := natsserver.Start(natsserver.Config{Dir: b.TempDir(), Port: -1, Logger: discardLogger()})
-		if err != nil {
-			b.Fatal(err)
-		}
-		b.Cleanup(srv.Shutdown)
-		connect = func() *nats.Conn {
-			nc, err := srv.Connect()
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(nc.Close)
-			return nc
-		}
-	} else {
-		connect = func() *nats.Conn {
-			nc, err := nats.Connect(url, natsconn.SyncQueue)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.Cleanup(nc.Close)
-			return nc
-		}
-	}
-	js, err := jetstream.New(connect())
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
-		b.Fatal(err)
-	}
-	st, err := jsstore.New(ctx, js, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	kv, err := js.KeyValue(ctx, streams.TimersBucket)
-	if err != nil {
-		b.Fatal(err)
-	}
+	connect := natstest.BenchConnect(b, "")
+	sleepers := scheduler.NewBenchSleepers(ctx, b, connect())
 
 	// Every timer falls due at once, after the runs are written and the scheduler has loaded
 	// the bucket.
@@ -99,20 +51,7 @@ func benchTimerFire(b *testing.B, n int) {
 	if err := fanout.Each(ctx, burstClients, n, func(i int) error {
 		id := "fire-" + strconv.Itoa(i)
 		ids[i] = id
-		now := time.Now().UTC()
-		if _, err := st.Append(ctx, id, 0, event.Event{Time: now, Payload: &event.RunStarted{
-			Spec: event.Spec{Definition: "sleeper"}, Input: json.RawMessage("null"), Seed: "seed"}}); err != nil {
-			return err
-		}
-		if _, err := st.Append(ctx, id, 1, event.Event{Time: now, Payload: &event.WaitScheduled{WaitID: "nap", Deadline: due}}); err != nil {
-			return err
-		}
-		t := core.Timer{RunID: id, Kind: core.TimerWait, ID: "nap", Due: due, Seq: 2}
-		v, err := json.Marshal(t)
-		if err != nil {
-			return err
-		}
-		_, err = kv.Put(ctx, timerindex.Key(t), v)
+		_, _, err := sleepers.Write(ctx, id, time.Now().UTC(), due)
 		return err
 	}); err != nil {
 		b.Fatal(err)
@@ -121,21 +60,8 @@ func benchTimerFire(b *testing.B, n int) {
 	if left := time.Until(due); left < time.Second {
 		b.Fatalf("writing the runs left %s before the deadline; the scheduler needs time to load them", left)
 	}
-	cfg := scheduler.Config{Conn: connect(), Logger: discardLogger()}
-	if v := os.Getenv("FLOW_BENCH_FIRE_CONCURRENCY"); v != "" {
-		if cfg.FireConcurrency, err = strconv.Atoi(v); err != nil {
-			b.Fatalf("FLOW_BENCH_FIRE_CONCURRENCY: %v", err)
-		}
-	}
 	cpu0, natsCPU0 := processCPU(b), natsCPU(b)
-	s, err := scheduler.New(cfg)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := s.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	b.Cleanup(func() { _ = s.Stop() })
+	s := startBenchScheduler(b, scheduler.Config{Conn: connect(), Logger: discardLogger()})
 	b.ResetTimer()
 	for s.Fired() < int64(n) && ctx.Err() == nil {
 		time.Sleep(time.Millisecond)
@@ -145,7 +71,7 @@ func benchTimerFire(b *testing.B, n int) {
 
 	late := make([]time.Duration, n)
 	if err := fanout.Each(ctx, burstClients, n, func(i int) error {
-		last, err := st.LastCommit(ctx, ids[i])
+		last, err := sleepers.Store.LastCommit(ctx, ids[i])
 		if err != nil {
 			return err
 		}

@@ -53,18 +53,7 @@ func BenchmarkFireCost(b *testing.B) {
 				b.Fatal(err)
 			}
 			s.wire()
-			js, err := jetstream.New(nc)
-			if err != nil {
-				b.Fatal(err)
-			}
-			st, err := jsstore.New(ctx, js, nil)
-			if err != nil {
-				b.Fatal(err)
-			}
-			kv, err := js.KeyValue(ctx, streams.TimersBucket)
-			if err != nil {
-				b.Fatal(err)
-			}
+			sleepers := NewBenchSleepers(ctx, b, nc)
 			due := time.Now().UTC()
 			prefix := "cost-" + strconv.FormatInt(time.Now().UnixNano(), 36) + "-"
 			type job struct {
@@ -74,17 +63,7 @@ func BenchmarkFireCost(b *testing.B) {
 			}
 			jobs := make([]job, b.N)
 			for i := range jobs {
-				id := prefix + strconv.Itoa(i)
-				if _, err := st.Append(ctx, id, 0, event.Event{Time: due, Payload: &event.RunStarted{
-					Spec: event.Spec{Definition: "sleeper"}, Input: json.RawMessage("null"), Seed: "seed"}}); err != nil {
-					b.Fatal(err)
-				}
-				if _, err := st.Append(ctx, id, 1, event.Event{Time: due, Payload: &event.WaitScheduled{WaitID: "nap", Deadline: due}}); err != nil {
-					b.Fatal(err)
-				}
-				t := core.Timer{RunID: id, Kind: core.TimerWait, ID: "nap", Due: due, Seq: 2}
-				v, _ := json.Marshal(t)
-				rev, err := kv.Put(ctx, timerindex.Key(t), v)
+				t, rev, err := sleepers.Write(ctx, prefix+strconv.Itoa(i), due, due)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -106,6 +85,56 @@ func BenchmarkFireCost(b *testing.B) {
 			b.ReportMetric(float64(processCPU(b)-cpu0)/float64(time.Microsecond)/float64(b.N), "cpu-µs/fire")
 		})
 	}
+}
+
+// BenchSleepers writes the runs whose timers the benchmarks fire: each suspended on wait "nap",
+// appended straight to the history stream, with its timer's entry written to FLOW_TIMERS as the
+// history service would write it.
+type BenchSleepers struct {
+	// Store holds the runs' histories.
+	Store  *jsstore.Store
+	timers jetstream.KeyValue
+}
+
+// NewBenchSleepers creates Flow's streams on nc's server if needed, and opens the history stream
+// and FLOW_TIMERS.
+func NewBenchSleepers(ctx context.Context, b *testing.B, nc *nats.Conn) *BenchSleepers {
+	b.Helper()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := streams.Ensure(ctx, js, streams.Config{}); err != nil {
+		b.Fatal(err)
+	}
+	st, err := jsstore.New(ctx, js, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	timers, err := js.KeyValue(ctx, streams.TimersBucket)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return &BenchSleepers{Store: st, timers: timers}
+}
+
+// Write appends run id, its events stamped at, suspended on wait "nap" until due, and writes the
+// timer's entry; it returns the timer and the entry's revision.
+func (s *BenchSleepers) Write(ctx context.Context, id string, at, due time.Time) (core.Timer, uint64, error) {
+	if _, err := s.Store.Append(ctx, id, 0, event.Event{Time: at, Payload: &event.RunStarted{
+		Spec: event.Spec{Definition: "sleeper"}, Input: json.RawMessage("null"), Seed: "seed"}}); err != nil {
+		return core.Timer{}, 0, err
+	}
+	if _, err := s.Store.Append(ctx, id, 1, event.Event{Time: at, Payload: &event.WaitScheduled{WaitID: "nap", Deadline: due}}); err != nil {
+		return core.Timer{}, 0, err
+	}
+	t := core.Timer{RunID: id, Kind: core.TimerWait, ID: "nap", Due: due, Seq: 2}
+	v, err := json.Marshal(t)
+	if err != nil {
+		return core.Timer{}, 0, err
+	}
+	rev, err := s.timers.Put(ctx, timerindex.Key(t), v)
+	return t, rev, err
 }
 
 // processCPU returns the CPU time this process used so far.

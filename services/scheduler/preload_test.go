@@ -97,7 +97,7 @@ func TestPreloadedTimerOfARunThatMovedOn(t *testing.T) {
 			srv := natstest.RunJetStream(t)
 			f := newTimerFixture(t, srv)
 			f.waitingRun(t, "r", "w", time.Now().Add(preloadDelay))
-			s := startScheduler(t, srv, "only", nil)
+			s := startScheduler(t, srv, "only")
 			preloaded(t, s, "r")
 			tt.other(t, otherWriter(t, srv, f), "r")
 			before := f.history(t, "r")
@@ -129,11 +129,7 @@ func TestPreloadedFiringFaults(t *testing.T) {
 			f.waitingRun(t, "r", "w", time.Now().Add(preloadDelay))
 			faults := &fault.Injector{}
 			faults.Arm(p, fault.Fail, 0, 1)
-			s, err := New(Config{Conn: natstest.Connect(t, srv), Logger: natstest.Logger(), Faults: faults,
-				Streams: streams.Config{LeaseTTL: time.Second}})
-			require.NoError(t, err)
-			require.NoError(t, s.Start(t.Context()))
-			t.Cleanup(func() { _ = s.Stop() })
+			s := startSchedulerWith(t, srv, Config{Faults: faults, Streams: streams.Config{LeaseTTL: time.Second}})
 			preloaded(t, s, "r")
 
 			require.Eventually(t, func() bool { return f.entryGone(t, "r", "w") }, 10*time.Second, 10*time.Millisecond,

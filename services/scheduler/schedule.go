@@ -124,19 +124,13 @@ func (r *scheduleRunner) Run(ctx context.Context) error {
 	defer closeDoor()
 	defs, err := liveness.Watch(ctx, r.js, r.logger)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("cannot watch the workers and definitions: %w", err)
+		return unlessStopped(ctx, fmt.Errorf("cannot watch the workers and definitions: %w", err))
 	}
 	defer defs.Stop()
 	r.defs = defs
 	w, err := r.schedules.Watch(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("cannot watch schedules: %w", err)
+		return unlessStopped(ctx, fmt.Errorf("cannot watch schedules: %w", err))
 	}
 	defer func() { _ = w.Stop() }()
 	tracked := map[string]*trackedSchedule{}
@@ -178,10 +172,7 @@ func (r *scheduleRunner) Run(ctx context.Context) error {
 		case <-wake.C:
 		case e, ok := <-w.Updates():
 			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errors.New("the schedules watch ended")
+				return unlessStopped(ctx, errors.New("the schedules watch ended"))
 			}
 			if e == nil {
 				loaded = true

@@ -384,6 +384,15 @@ func (s *Scheduler) runJob(ctx context.Context, l *maintenance.Lease, job mainte
 	s.jobs.Go(func() { l.Run(ctx, job) })
 }
 
+// unlessStopped is what a job's Run returns for err: nil once ctx has ended (the job was
+// stopped or lost its lease, and err follows from that), err otherwise.
+func unlessStopped(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return nil
+	}
+	return err
+}
+
 // Leader reports whether this replica holds the scheduler's lease and fires timers.
 func (s *Scheduler) Leader() bool { return s.timerLease.Leading() }
 

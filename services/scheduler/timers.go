@@ -294,10 +294,7 @@ func (fr *timerFirer) Run(ctx context.Context) error {
 	}
 	w, err := watch(ctx)
 	if err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return fmt.Errorf("cannot watch timers: %w", err)
+		return unlessStopped(ctx, fmt.Errorf("cannot watch timers: %w", err))
 	}
 	defer func() { _ = w.Stop() }()
 	hints := make(chan core.Timer, hintBuffer)
@@ -320,10 +317,7 @@ func (fr *timerFirer) Run(ctx context.Context) error {
 			if sub != nil {
 				_ = sub.Unsubscribe()
 			}
-			if ctx.Err() != nil {
-				return nil
-			}
-			return fmt.Errorf("cannot follow the history stream's commits: %w", err)
+			return unlessStopped(ctx, fmt.Errorf("cannot follow the history stream's commits: %w", err))
 		}
 		fr.following.Store(true)
 		defer func() { fr.following.Store(false); _ = sub.Unsubscribe() }()
@@ -403,10 +397,7 @@ func (fr *timerFirer) Run(ctx context.Context) error {
 			}
 		case e, ok := <-w.Updates():
 			if !ok {
-				if ctx.Err() != nil {
-					return nil
-				}
-				return errWatchEnded
+				return unlessStopped(ctx, errWatchEnded)
 			}
 			if e == nil {
 				fr.logger.Debug("timers loaded", slog.Int("pending", len(ts.byKey)))

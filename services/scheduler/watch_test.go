@@ -19,48 +19,60 @@ import (
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/internal/timerindex"
+	"github.com/flowrun/flow/internal/typedkv"
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// watchRecorder is a watchTimers seam that opens real watches and keeps them, so that a test
-// can end one the way the server or the client library would: by closing its Updates channel.
-// After the first failAfter watches it fails instead, when failAfter is positive.
-type watchRecorder struct {
-	s         *Scheduler
+// watchRecorder is a watch seam, the timer firer's or the heartbeat watcher's (recordTimers,
+// recordBeats), that opens real watches and keeps them, so that a test can end one the way the
+// server or the client library would: by closing its Updates channel. After the first failAfter
+// watches it fails instead, when failAfter is positive.
+type watchRecorder[V any] struct {
 	failAfter int
+	// open opens a real watch.
+	open func(context.Context) (*typedkv.Watcher[V], error)
 
 	mu      sync.Mutex
-	opened  []*timerindex.Watcher
+	opened  []*typedkv.Watcher[V]
 	refused int
 }
 
-func (r *watchRecorder) watch(ctx context.Context) (*timerindex.Watcher, error) {
+func (r *watchRecorder[V]) watch(ctx context.Context) (*typedkv.Watcher[V], error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.failAfter > 0 && len(r.opened) >= r.failAfter {
 		r.refused++
 		return nil, errors.New("test: watch refused")
 	}
-	w, err := r.s.timerIndex.Watch(ctx)
+	w, err := r.open(ctx)
 	if err == nil {
 		r.opened = append(r.opened, w)
 	}
 	return w, err
 }
 
-func (r *watchRecorder) counts() (opened, refused int) {
+func (r *watchRecorder[V]) counts() (opened, refused int) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return len(r.opened), r.refused
 }
 
 // stopLatest ends the most recent watch; its Updates channel closes.
-func (r *watchRecorder) stopLatest(t *testing.T) {
+func (r *watchRecorder[V]) stopLatest(t *testing.T) {
 	t.Helper()
 	r.mu.Lock()
 	w := r.opened[len(r.opened)-1]
 	r.mu.Unlock()
 	require.NoError(t, w.Stop())
+}
+
+// recordTimers is a seam for startScheduler: the timer firer opens its watches of FLOW_TIMERS
+// through r.
+func recordTimers(r *watchRecorder[core.Timer]) func(*Scheduler) {
+	return func(s *Scheduler) {
+		r.open = func(ctx context.Context) (*timerindex.Watcher, error) { return s.timerIndex.Watch(ctx) }
+		s.timers.watch = r.watch
+	}
 }
 
 type timerFixture struct {
@@ -147,14 +159,21 @@ func (f *timerFixture) waitingRun(t *testing.T, runID, waitID string, due time.T
 // history service would register it.
 func (f *timerFixture) sleeping(t *testing.T, runID, waitID string, due time.Time) core.Timer {
 	t.Helper()
-	ctx := t.Context()
-	now := time.Now().UTC()
-	_, err := f.st.Append(ctx, runID, 0, event.Event{Time: now, Payload: &event.RunStarted{
-		Spec: event.Spec{Definition: "sleeper"}, Input: json.RawMessage("null"), Seed: "seed"}})
-	require.NoError(t, err)
-	_, err = f.st.Append(ctx, runID, 1, event.Event{Time: now, Payload: &event.WaitScheduled{WaitID: waitID, Deadline: due}})
-	require.NoError(t, err)
+	f.begin(t, runID, "sleeper", &event.WaitScheduled{WaitID: waitID, Deadline: due})
 	return core.Timer{RunID: runID, Kind: core.TimerWait, ID: waitID, Due: due, Seq: 2}
+}
+
+// begin appends run runID of definition def, started now, and its first decision's event
+// first; it returns the events' time.
+func (f *timerFixture) begin(t *testing.T, runID, def string, first event.Payload) time.Time {
+	t.Helper()
+	now := time.Now().UTC()
+	_, err := f.st.Append(t.Context(), runID, 0, event.Event{Time: now, Payload: &event.RunStarted{
+		Spec: event.Spec{Definition: def}, Input: json.RawMessage("null"), Seed: "seed"}})
+	require.NoError(t, err)
+	_, err = f.st.Append(t.Context(), runID, 1, event.Event{Time: now, Payload: first})
+	require.NoError(t, err)
+	return now
 }
 
 // register writes timer tm's entry, as the history service does.
@@ -169,26 +188,44 @@ func (f *timerFixture) register(t *testing.T, tm core.Timer) {
 // fired reports whether run runID's history holds wait.fired for waitID. It runs as a polled
 // condition, outside the test's goroutine, so a failed read counts as not yet.
 func (f *timerFixture) fired(t *testing.T, runID, waitID string) bool {
-	hist, err := f.st.Load(t.Context(), runID, 0)
-	if err != nil {
-		return false
-	}
-	for _, e := range hist {
-		if p, ok := e.Payload.(*event.WaitFired); ok && p.WaitID == waitID {
-			return true
-		}
-	}
-	return false
+	return f.count(t, runID, func(p event.Payload) bool {
+		w, ok := p.(*event.WaitFired)
+		return ok && w.WaitID == waitID
+	}) > 0
 }
 
-func startScheduler(t *testing.T, srv *natsserver.Server, name string, rec *watchRecorder) *Scheduler {
+// count counts the events of run runID whose payload match accepts. It runs as a polled
+// condition too, so a failed read counts as none.
+func (f *timerFixture) count(t *testing.T, runID string, match func(event.Payload) bool) int {
+	hist, err := f.st.Load(t.Context(), runID, 0)
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range hist {
+		if match(e.Payload) {
+			n++
+		}
+	}
+	return n
+}
+
+// startScheduler starts a scheduler named name on srv whose leases expire after a second.
+func startScheduler(t *testing.T, srv *natsserver.Server, name string, seams ...func(*Scheduler)) *Scheduler {
 	t.Helper()
-	s, err := New(Config{Conn: natstest.Connect(t, srv), Name: name, Logger: natstest.Logger(),
-		Streams: streams.Config{LeaseTTL: time.Second}})
+	return startSchedulerWith(t, srv, Config{Name: name, Streams: streams.Config{LeaseTTL: time.Second}}, seams...)
+}
+
+// startSchedulerWith starts a scheduler on srv with cfg, its connection and logger filled in,
+// and stops it when the test ends. Each of seams, called before Start, replaces a part of the
+// scheduler the test stands in for.
+func startSchedulerWith(t *testing.T, srv *natsserver.Server, cfg Config, seams ...func(*Scheduler)) *Scheduler {
+	t.Helper()
+	cfg.Conn, cfg.Logger = natstest.Connect(t, srv), natstest.Logger()
+	s, err := New(cfg)
 	require.NoError(t, err)
-	if rec != nil {
-		rec.s = s
-		s.timers.watch = rec.watch
+	for _, seam := range seams {
+		seam(s)
 	}
 	require.NoError(t, s.Start(t.Context()))
 	t.Cleanup(func() { _ = s.Stop() })
@@ -201,8 +238,8 @@ func TestLeaderServesAgainAfterWatchEnds(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
 	f := newTimerFixture(t, srv)
-	rec := &watchRecorder{}
-	s := startScheduler(t, srv, "only", rec)
+	rec := &watchRecorder[core.Timer]{}
+	s := startScheduler(t, srv, "only", recordTimers(rec))
 
 	f.waitingRun(t, "before", "w", time.Now())
 	require.Eventually(t, func() bool { return f.fired(t, "before", "w") }, 10*time.Second, 20*time.Millisecond,
@@ -224,11 +261,11 @@ func TestStandbyTakesOverWhenLeaderCannotWatch(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
 	f := newTimerFixture(t, srv)
-	rec := &watchRecorder{failAfter: 1}
-	a := startScheduler(t, srv, "a", rec)
+	rec := &watchRecorder[core.Timer]{failAfter: 1}
+	a := startScheduler(t, srv, "a", recordTimers(rec))
 	require.Eventually(t, func() bool { opened, _ := rec.counts(); return a.Leader() && opened == 1 },
 		10*time.Second, 20*time.Millisecond)
-	b := startScheduler(t, srv, "b", nil)
+	b := startScheduler(t, srv, "b")
 
 	rec.stopLatest(t)
 	// The leader may fire what it learns of until its loop sees the watch end; the timer is

@@ -211,29 +211,37 @@ func (e *benchEnv) warm(b *testing.B) {
 	}
 }
 
-func BenchmarkTenStepLatency(b *testing.B) {
-	for _, sc := range benchSyncs {
+// eachSync runs bench as a sub-benchmark per fsync policy of syncs, on a warm benchEnv of that
+// policy, with a context that ends after benchDeadline.
+func eachSync(b *testing.B, syncs []struct{ name, sync string }, bench func(ctx context.Context, b *testing.B, env *benchEnv)) {
+	for _, sc := range syncs {
 		b.Run(sc.name, func(b *testing.B) {
 			env := newBenchEnv(b, sc.sync)
 			env.warm(b)
 			ctx, cancel := context.WithTimeout(context.Background(), benchDeadline)
 			defer cancel()
-			lat := make([]time.Duration, 0, b.N)
-			before := env.written(b)
-			b.ResetTimer()
-			for i := range b.N {
-				t0 := time.Now()
-				if err := env.run(ctx, i); err != nil {
-					b.Fatal(err)
-				}
-				lat = append(lat, time.Since(t0))
-			}
-			b.StopTimer()
-			mean := reportLatencies(b, lat)
-			b.ReportMetric(mean/benchSteps, "ms/step")
-			b.ReportMetric(float64(env.written(b)-before)/float64(b.N*benchSteps), "msgs/step")
+			bench(ctx, b, env)
 		})
 	}
+}
+
+func BenchmarkTenStepLatency(b *testing.B) {
+	eachSync(b, benchSyncs, func(ctx context.Context, b *testing.B, env *benchEnv) {
+		lat := make([]time.Duration, 0, b.N)
+		before := env.written(b)
+		b.ResetTimer()
+		for i := range b.N {
+			t0 := time.Now()
+			if err := env.run(ctx, i); err != nil {
+				b.Fatal(err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		b.StopTimer()
+		mean := reportLatencies(b, lat)
+		b.ReportMetric(mean/benchSteps, "ms/step")
+		b.ReportMetric(float64(env.written(b)-before)/float64(b.N*benchSteps), "msgs/step")
+	})
 }
 
 // reportLatencies reports the p50-ms and p99-ms of lat, which it sorts, and returns its mean in
@@ -260,27 +268,21 @@ func benchQuantile(sorted []time.Duration, q float64) time.Duration {
 }
 
 func BenchmarkTenStepThroughput(b *testing.B) {
-	for _, sc := range benchSyncs {
-		b.Run(sc.name, func(b *testing.B) {
-			env := newBenchEnv(b, sc.sync)
-			env.warm(b)
-			ctx, cancel := context.WithTimeout(context.Background(), benchDeadline)
-			defer cancel()
-			before := env.written(b)
-			b.ResetTimer()
-			for range b.N {
-				if err := env.batch(ctx, benchRuns); err != nil {
-					b.Fatal(err)
-				}
+	eachSync(b, benchSyncs, func(ctx context.Context, b *testing.B, env *benchEnv) {
+		before := env.written(b)
+		b.ResetTimer()
+		for range b.N {
+			if err := env.batch(ctx, benchRuns); err != nil {
+				b.Fatal(err)
 			}
-			b.StopTimer()
-			secs := b.Elapsed().Seconds()
-			runs := float64(b.N * benchRuns)
-			b.ReportMetric(runs/secs, "runs/s")
-			b.ReportMetric(runs*benchSteps/secs, "steps/s")
-			b.ReportMetric(float64(env.written(b)-before)/(runs*benchSteps), "msgs/step")
-		})
-	}
+		}
+		b.StopTimer()
+		secs := b.Elapsed().Seconds()
+		runs := float64(b.N * benchRuns)
+		b.ReportMetric(runs/secs, "runs/s")
+		b.ReportMetric(runs*benchSteps/secs, "steps/s")
+		b.ReportMetric(float64(env.written(b)-before)/(runs*benchSteps), "msgs/step")
+	})
 }
 
 // batch starts n runs from benchClients goroutines, then waits for all their results from as
@@ -304,42 +306,36 @@ var errAwaiting = errors.New("awaiting the signal")
 // returning, for a run already suspended on AwaitSignal (untimed: start, and watch until
 // signal.awaited is committed). It reports p50-ms and p99-ms.
 func BenchmarkSignalRoundTrip(b *testing.B) {
-	for _, sc := range benchSyncs[:1] {
-		b.Run(sc.name, func(b *testing.B) {
-			env := newBenchEnv(b, sc.sync)
-			env.warm(b)
-			ctx, cancel := context.WithTimeout(context.Background(), benchDeadline)
-			defer cancel()
-			lat := make([]time.Duration, 0, b.N)
-			b.ResetTimer()
-			for i := range b.N {
-				b.StopTimer()
-				id, err := env.client.Start(ctx, benchSignalWorkflow, nil, nil)
-				if err != nil {
-					b.Fatal(err)
-				}
-				err = env.client.Watch(ctx, id, 0, func(e event.Envelope) error {
-					if e.Type() == event.TypeSignalAwaited {
-						return errAwaiting
-					}
-					return nil
-				})
-				if !errors.Is(err, errAwaiting) {
-					b.Fatalf("run %s: %v", id, err)
-				}
-				b.StartTimer()
-				t0 := time.Now()
-				if _, err := env.client.Signal(ctx, id, "go", i, nil); err != nil {
-					b.Fatal(err)
-				}
-				var out int
-				if err := env.client.Result(ctx, id, &out); err != nil || out != i {
-					b.Fatalf("run %s: %d, %v", id, out, err)
-				}
-				lat = append(lat, time.Since(t0))
-			}
+	eachSync(b, benchSyncs[:1], func(ctx context.Context, b *testing.B, env *benchEnv) {
+		lat := make([]time.Duration, 0, b.N)
+		b.ResetTimer()
+		for i := range b.N {
 			b.StopTimer()
-			reportLatencies(b, lat)
-		})
-	}
+			id, err := env.client.Start(ctx, benchSignalWorkflow, nil, nil)
+			if err != nil {
+				b.Fatal(err)
+			}
+			err = env.client.Watch(ctx, id, 0, func(e event.Envelope) error {
+				if e.Type() == event.TypeSignalAwaited {
+					return errAwaiting
+				}
+				return nil
+			})
+			if !errors.Is(err, errAwaiting) {
+				b.Fatalf("run %s: %v", id, err)
+			}
+			b.StartTimer()
+			t0 := time.Now()
+			if _, err := env.client.Signal(ctx, id, "go", i, nil); err != nil {
+				b.Fatal(err)
+			}
+			var out int
+			if err := env.client.Result(ctx, id, &out); err != nil || out != i {
+				b.Fatalf("run %s: %d, %v", id, out, err)
+			}
+			lat = append(lat, time.Since(t0))
+		}
+		b.StopTimer()
+		reportLatencies(b, lat)
+	})
 }

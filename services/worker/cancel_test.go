@@ -179,23 +179,49 @@ func TestCancelStep(t *testing.T) {
 		return runID, p
 	}
 
-	t.Run("TryCancel", func(t *testing.T) {
-		t.Parallel()
-		ctx := runningContext(t, 30*time.Second)
-		runID, p := start(t, ctx, flow.TryCancel)
-		var out string
-		require.NoError(t, b.client.Result(ctx, runID, &out), "the workflow goes on at once")
-		require.Contains(t, out, "cancelled")
-		<-p.cancelled // the attempt's context is cancelled
-		close(p.release)
-		hist, err := b.client.History(ctx, runID, 0)
-		require.NoError(t, err)
-		require.Empty(t, core.Check(runID, hist))
-		c := last[*event.StepCancelled](hist)
-		require.Equal(t, event.CancelTry, c.Cancellation)
-		require.True(t, c.Steps[0].SideEffectUnknown, "the attempt was in flight")
-		require.NotContains(t, typeNames(hist), string(event.TypeStepCancelRequested))
-	})
+	// try_cancel and abandon settle the step at once: the workflow goes on while the attempt
+	// runs.
+	for _, tt := range []struct {
+		name   string
+		policy event.Cancellation
+		// attempt checks what the attempt sees once the run ended, and lets it return.
+		attempt func(t *testing.T, p *attemptProbe)
+		// settled checks the run's history once the attempt was let go.
+		settled func(t *testing.T, hist []event.Envelope)
+	}{
+		{"TryCancel", flow.TryCancel, func(t *testing.T, p *attemptProbe) {
+			<-p.cancelled // the attempt's context is cancelled
+			close(p.release)
+		}, func(t *testing.T, hist []event.Envelope) {
+			c := last[*event.StepCancelled](hist)
+			require.Equal(t, event.CancelTry, c.Cancellation)
+			require.True(t, c.Steps[0].SideEffectUnknown, "the attempt was in flight")
+			require.NotContains(t, typeNames(hist), string(event.TypeStepCancelRequested))
+		}},
+		{"Abandon", flow.Abandon, func(t *testing.T, p *attemptProbe) {
+			require.False(t, closed(p.cancelled), "an abandoned attempt is not told, even once its run ended")
+			close(p.release) // it returns "finished", which is ignored
+			<-p.returned
+			require.False(t, closed(p.cancelled))
+		}, func(t *testing.T, hist []event.Envelope) {
+			require.Equal(t, event.CancelAbandon, last[*event.StepCancelled](hist).Cancellation)
+			require.NotContains(t, typeNames(hist), string(event.TypeStepCompleted))
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := runningContext(t, 30*time.Second)
+			runID, p := start(t, ctx, tt.policy)
+			var out string
+			require.NoError(t, b.client.Result(ctx, runID, &out), "the workflow goes on at once")
+			require.Contains(t, out, "cancelled")
+			tt.attempt(t, p)
+			hist, err := b.client.History(ctx, runID, 0)
+			require.NoError(t, err)
+			require.Empty(t, core.Check(runID, hist))
+			tt.settled(t, hist)
+		})
+	}
 
 	t.Run("WaitCancelled", func(t *testing.T) {
 		t.Parallel()
@@ -220,24 +246,6 @@ func TestCancelStep(t *testing.T) {
 		require.False(t, c.Steps[0].SideEffectUnknown, "the attempt ended and said so")
 		ts := typeNames(hist)
 		require.Less(t, indexOf(ts, "step.cancel_requested"), indexOf(ts, "step.cancelled"))
-	})
-
-	t.Run("Abandon", func(t *testing.T) {
-		t.Parallel()
-		ctx := runningContext(t, 30*time.Second)
-		runID, p := start(t, ctx, flow.Abandon)
-		var out string
-		require.NoError(t, b.client.Result(ctx, runID, &out), "the workflow goes on at once")
-		require.Contains(t, out, "cancelled")
-		require.False(t, closed(p.cancelled), "an abandoned attempt is not told, even once its run ended")
-		close(p.release) // it returns "finished", which is ignored
-		<-p.returned
-		require.False(t, closed(p.cancelled))
-		hist, err := b.client.History(ctx, runID, 0)
-		require.NoError(t, err)
-		require.Empty(t, core.Check(runID, hist))
-		require.Equal(t, event.CancelAbandon, last[*event.StepCancelled](hist).Cancellation)
-		require.NotContains(t, typeNames(hist), string(event.TypeStepCompleted))
 	})
 }
 
@@ -267,72 +275,63 @@ func TestCancelChild(t *testing.T) {
 		require.NoError(t, err)
 		return runID, kid
 	}
-	check := func(t *testing.T, ctx context.Context, runIDs ...string) {
-		for _, id := range runIDs {
-			hist, err := b.client.History(ctx, id, 0)
+	for _, tt := range []struct {
+		name   string
+		policy event.Cancellation
+		// then checks what the policy did once the parent ended cancelled.
+		then func(t *testing.T, ctx context.Context, runID, kid string)
+	}{
+		{"TryCancel", flow.TryCancel, func(t *testing.T, ctx context.Context, runID, kid string) {
+			kh := waitFor(t, ctx, b.client, kid, has(event.TypeRunCancelled)) // asked, from the parent's history
+			require.Contains(t, typeNames(kh), string(event.TypeRunCancelRequested))
+			hist, err := b.client.History(ctx, runID, 0)
 			require.NoError(t, err)
-			require.Empty(t, core.Check(id, hist), "run %q", id)
-		}
+			settled := last[*event.ChildSettled](hist)
+			require.Equal(t, event.CancelTry, settled.Cancellation)
+			require.Equal(t, 1, countType(hist, event.TypeChildSettled), "the child's own end is not recorded again")
+		}},
+		{"WaitCancelled", flow.WaitCancelled, func(t *testing.T, ctx context.Context, runID, kid string) {
+			hist, err := b.client.History(ctx, runID, 0)
+			require.NoError(t, err)
+			ts := typeNames(hist)
+			require.Less(t, indexOf(ts, "child.cancel_requested"), indexOf(ts, "child.settled"))
+			settled := last[*event.ChildSettled](hist)
+			require.Empty(t, settled.Cancellation, "settled by the child's end")
+			require.Equal(t, event.OutcomeCancelled, settled.Outcome)
+			kh, err := b.client.History(ctx, kid, 0)
+			require.NoError(t, err)
+			require.Equal(t, event.TypeRunCancelled, kh[len(kh)-1].Type(), "the child's run ended before the parent saw it settle")
+		}},
+		{"Abandon", flow.Abandon, func(t *testing.T, ctx context.Context, runID, kid string) {
+			kh, err := b.client.History(ctx, kid, 0)
+			require.NoError(t, err)
+			require.NotContains(t, typeNames(kh), string(event.TypeRunCancelRequested), "an abandoned child is not told, not even when its parent ends")
+			_, err = b.client.Signal(ctx, kid, "go", nil, &flow.SignalOptions{DeliveryID: "go-1"})
+			require.NoError(t, err)
+			var kout string
+			require.NoError(t, b.client.Result(ctx, kid, &kout))
+			require.Equal(t, "woke", kout)
+			hist, err := b.client.History(ctx, runID, 0)
+			require.NoError(t, err)
+			require.Equal(t, 1, countType(hist, event.TypeChildSettled))
+			require.Equal(t, event.CancelAbandon, last[*event.ChildSettled](hist).Cancellation)
+		}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			ctx := runningContext(t, 30*time.Second)
+			runID, kid := start(t, ctx, tt.policy)
+			var out string
+			require.NoError(t, b.client.Result(ctx, runID, &out))
+			require.Equal(t, "cancelled", out)
+			tt.then(t, ctx, runID, kid)
+			for _, id := range []string{runID, kid} {
+				hist, err := b.client.History(ctx, id, 0)
+				require.NoError(t, err)
+				require.Empty(t, core.Check(id, hist), "run %q", id)
+			}
+		})
 	}
-
-	t.Run("TryCancel", func(t *testing.T) {
-		t.Parallel()
-		ctx := runningContext(t, 30*time.Second)
-		runID, kid := start(t, ctx, flow.TryCancel)
-		var out string
-		require.NoError(t, b.client.Result(ctx, runID, &out))
-		require.Equal(t, "cancelled", out)
-		kh := waitFor(t, ctx, b.client, kid, has(event.TypeRunCancelled)) // asked, from the parent's history
-		require.Contains(t, typeNames(kh), string(event.TypeRunCancelRequested))
-		hist, err := b.client.History(ctx, runID, 0)
-		require.NoError(t, err)
-		settled := last[*event.ChildSettled](hist)
-		require.Equal(t, event.CancelTry, settled.Cancellation)
-		require.Equal(t, 1, countType(hist, event.TypeChildSettled), "the child's own end is not recorded again")
-		check(t, ctx, runID, kid)
-	})
-
-	t.Run("WaitCancelled", func(t *testing.T) {
-		t.Parallel()
-		ctx := runningContext(t, 30*time.Second)
-		runID, kid := start(t, ctx, flow.WaitCancelled)
-		var out string
-		require.NoError(t, b.client.Result(ctx, runID, &out))
-		require.Equal(t, "cancelled", out)
-		hist, err := b.client.History(ctx, runID, 0)
-		require.NoError(t, err)
-		ts := typeNames(hist)
-		require.Less(t, indexOf(ts, "child.cancel_requested"), indexOf(ts, "child.settled"))
-		settled := last[*event.ChildSettled](hist)
-		require.Empty(t, settled.Cancellation, "settled by the child's end")
-		require.Equal(t, event.OutcomeCancelled, settled.Outcome)
-		kh, err := b.client.History(ctx, kid, 0)
-		require.NoError(t, err)
-		require.Equal(t, event.TypeRunCancelled, kh[len(kh)-1].Type(), "the child's run ended before the parent saw it settle")
-		check(t, ctx, runID, kid)
-	})
-
-	t.Run("Abandon", func(t *testing.T) {
-		t.Parallel()
-		ctx := runningContext(t, 30*time.Second)
-		runID, kid := start(t, ctx, flow.Abandon)
-		var out string
-		require.NoError(t, b.client.Result(ctx, runID, &out))
-		require.Equal(t, "cancelled", out)
-		kh, err := b.client.History(ctx, kid, 0)
-		require.NoError(t, err)
-		require.NotContains(t, typeNames(kh), string(event.TypeRunCancelRequested), "an abandoned child is not told, not even when its parent ends")
-		_, err = b.client.Signal(ctx, kid, "go", nil, &flow.SignalOptions{DeliveryID: "go-1"})
-		require.NoError(t, err)
-		var kout string
-		require.NoError(t, b.client.Result(ctx, kid, &kout))
-		require.Equal(t, "woke", kout)
-		hist, err := b.client.History(ctx, runID, 0)
-		require.NoError(t, err)
-		require.Equal(t, 1, countType(hist, event.TypeChildSettled))
-		require.Equal(t, event.CancelAbandon, last[*event.ChildSettled](hist).Cancellation)
-		check(t, ctx, runID, kid)
-	})
 }
 
 func countType(hist []event.Envelope, typ event.Type) int {

@@ -20,7 +20,6 @@ import (
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
-	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
 
@@ -29,12 +28,15 @@ type progress struct {
 	Done int `json:"done"`
 }
 
-// startWorkerWith starts a worker of reg with cfg (Conn and Logger filled in) on its own
-// connection, which it returns so that a test can kill the worker by closing it.
+// startWorkerWith starts a worker of reg with cfg (its Logger filled in, and its Conn, when nil,
+// a connection of its own to srv), and returns the connection's Close, so that a test can kill
+// the worker by closing it.
 func startWorkerWith(t *testing.T, srv *natsserver.Server, reg *flow.Registry, cfg worker.Config) (*worker.Worker, func()) {
 	t.Helper()
-	nc := natstest.Connect(t, srv)
-	cfg.Conn, cfg.Logger = nc, quiet
+	if cfg.Conn == nil {
+		cfg.Conn = natstest.Connect(t, srv)
+	}
+	cfg.Logger = quiet
 	w, err := worker.New(cfg, reg)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))
@@ -43,7 +45,7 @@ func startWorkerWith(t *testing.T, srv *natsserver.Server, reg *flow.Registry, c
 		defer cancel()
 		_ = w.Stop(ctx)
 	})
-	return w, nc.Close
+	return w, cfg.Conn.Close
 }
 
 func newClient(t *testing.T, srv *natsserver.Server) *flow.Client {
@@ -51,6 +53,19 @@ func newClient(t *testing.T, srv *natsserver.Server) *flow.Client {
 	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
 	require.NoError(t, err)
 	return c
+}
+
+// runToEnd starts run runID of workflow wf, with no input, and returns its result, which it
+// waits for up to within.
+func runToEnd[T any](t *testing.T, c *flow.Client, wf, runID string, within time.Duration) T {
+	t.Helper()
+	_, err := c.Start(t.Context(), wf, nil, &flow.StartOptions{RunID: runID})
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), within)
+	defer cancel()
+	var out T
+	require.NoError(t, c.Result(ctx, runID, &out))
+	return out
 }
 
 // history returns run runID's events, polling until cond holds of them or d passed.
@@ -200,14 +215,8 @@ func TestStartToCloseTimeout(t *testing.T) {
 	})
 	startWorkerWith(t, srv, reg, worker.Config{})
 	c := newClient(t, srv)
-	runID, err := c.Start(t.Context(), "slow", nil, &flow.StartOptions{RunID: "slow-1"})
-	require.NoError(t, err)
-	var out int
-	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
-	defer cancel()
-	require.NoError(t, c.Result(ctx, runID, &out))
-	require.Equal(t, 2, out)
-	hist, err := c.History(t.Context(), runID, 0)
+	require.Equal(t, 2, runToEnd[int](t, c, "slow", "slow-1", 20*time.Second))
+	hist, err := c.History(t.Context(), "slow-1", 0)
 	require.NoError(t, err)
 	tos := timeoutsOf(hist)
 	require.Len(t, tos, 1)
@@ -381,56 +390,6 @@ func connectAs(t *testing.T, srv *natsserver.Server, prefix string) *nats.Conn {
 	return nc
 }
 
-// beatSpy receives every publish to FLOW_HEARTBEATS's subjects: each write, with the reply
-// inbox of the connection that made it.
-type beatSpy struct {
-	writes chan *nats.Msg
-	seen   uint64
-}
-
-func spyOnBeats(t *testing.T, srv *natsserver.Server) *beatSpy {
-	t.Helper()
-	nc := natstest.Connect(t, srv)
-	sp := &beatSpy{writes: make(chan *nats.Msg, 1024)}
-	sub, err := nc.ChanSubscribe("$KV."+streams.HeartbeatsBucket+".>", sp.writes)
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = sub.Unsubscribe() })
-	require.NoError(t, nc.Flush())
-	return sp
-}
-
-// fromWorker checks the writes to the bucket so far: the spy receives as many as the bucket
-// stored (its last sequence), and any it refused (a compare-and-set that lost), each made by
-// the connection whose inbox prefix is _INBOX.worker.
-func (sp *beatSpy) fromWorker(t *testing.T, srv *natsserver.Server) {
-	t.Helper()
-	stream, err := natstest.JetStream(t, srv).Stream(t.Context(), "KV_"+streams.HeartbeatsBucket)
-	require.NoError(t, err)
-	info, err := stream.Info(t.Context())
-	require.NoError(t, err)
-	require.NotZero(t, info.State.LastSeq, "the worker recorded the attempt's start")
-	check := func(m *nats.Msg) {
-		sp.seen++
-		require.True(t, strings.HasPrefix(m.Reply, "_INBOX.worker."), "%s was written by %q, not by the worker", m.Subject, m.Reply)
-	}
-	for sp.seen < info.State.LastSeq {
-		select {
-		case m := <-sp.writes:
-			check(m)
-		case <-time.After(15 * time.Second):
-			require.FailNowf(t, "missing writes", "the spy saw %d of the bucket's %d writes", sp.seen, info.State.LastSeq)
-		}
-	}
-	for {
-		select {
-		case m := <-sp.writes:
-			check(m)
-		default:
-			return
-		}
-	}
-}
-
 // A step that is stuck (it never heartbeats) is timed out although its worker lives; a second
 // watcher, started after the first timed the attempt out, checks the entry once against history
 // and appends nothing. Neither writes FLOW_HEARTBEATS: every write to the bucket comes from the
@@ -438,13 +397,10 @@ func (sp *beatSpy) fromWorker(t *testing.T, srv *natsserver.Server) {
 func TestSchedulerNeverWritesHeartbeats(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
-	spy := spyOnBeats(t, srv)
+	spy := spyOn(t, srv, streams.HeartbeatsBucket, "the worker")
 
 	startHistoryAndIngress(t, srv)
-	s1, err := scheduler.New(scheduler.Config{Conn: connectAs(t, srv, "_INBOX.scheduler1"), Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, s1.Start(t.Context()))
-	t.Cleanup(func() { _ = s1.Stop() })
+	s1 := startScheduler(t, connectAs(t, srv, "_INBOX.scheduler1"))
 
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
 	flow.RegisterWorkflow(reg, "stuck", func(ctx *flow.Context, _ any) (flow.Decision, error) {
@@ -459,36 +415,20 @@ func TestSchedulerNeverWritesHeartbeats(t *testing.T) {
 		<-ctx.Done() // never heartbeats; its context is cancelled once the timeout is recorded
 		return 0, ctx.Err()
 	})
-	w, err := worker.New(worker.Config{Conn: connectAs(t, srv, "_INBOX.worker"), Logger: quiet}, reg)
-	require.NoError(t, err)
-	require.NoError(t, w.Start(t.Context()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		defer cancel()
-		_ = w.Stop(ctx)
-	})
+	startWorkerWith(t, srv, reg, worker.Config{Conn: connectAs(t, srv, "_INBOX.worker")})
 	c := newClient(t, srv)
-	runID, err := c.Start(t.Context(), "stuck", nil, &flow.StartOptions{RunID: "stuck-1"})
-	require.NoError(t, err)
-	var out string
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
-	require.NoError(t, c.Result(ctx, runID, &out))
-	require.Equal(t, event.TimeoutHeartbeat, out)
+	require.Equal(t, event.TimeoutHeartbeat, runToEnd[string](t, c, "stuck", "stuck-1", 30*time.Second))
 	require.Eventually(t, func() bool { return s1.TimedOut() == 1 && s1.BeatChecks() == 1 }, 15*time.Second, 20*time.Millisecond)
 	require.NoError(t, s1.Stop())
-	spy.fromWorker(t, srv)
+	spy.from(t, srv, "_INBOX.worker.")
 
-	s2, err := scheduler.New(scheduler.Config{Conn: connectAs(t, srv, "_INBOX.scheduler2"), Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, s2.Start(t.Context()))
-	t.Cleanup(func() { _ = s2.Stop() })
+	s2 := startScheduler(t, connectAs(t, srv, "_INBOX.scheduler2"))
 	require.Eventually(t, func() bool { return s2.BeatChecks() == 1 }, 15*time.Second, 20*time.Millisecond,
 		"the second watcher checks the entry's passed deadline against history")
-	hist, err := c.History(t.Context(), runID, 0)
+	hist, err := c.History(t.Context(), "stuck-1", 0)
 	require.NoError(t, err)
 	require.Len(t, timeoutsOf(hist), 1, "the timeout was appended once: %v", types(hist))
 	require.Zero(t, s2.TimedOut(), "the second watcher found the attempt settled")
 
-	spy.fromWorker(t, srv)
+	spy.from(t, srv, "_INBOX.worker.")
 }

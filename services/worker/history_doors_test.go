@@ -30,14 +30,16 @@ import (
 // the connection that made it.
 type bucketSpy struct {
 	bucket string
+	// writer names the bucket's one writer, for the failures' messages.
+	writer string
 	writes chan *nats.Msg
 	seen   uint64
 }
 
-func spyOn(t *testing.T, srv *natsserver.Server, bucket string) *bucketSpy {
+func spyOn(t *testing.T, srv *natsserver.Server, bucket, writer string) *bucketSpy {
 	t.Helper()
 	nc := natstest.Connect(t, srv)
-	sp := &bucketSpy{bucket: bucket, writes: make(chan *nats.Msg, 4096)}
+	sp := &bucketSpy{bucket: bucket, writer: writer, writes: make(chan *nats.Msg, 4096)}
 	sub, err := nc.ChanSubscribe("$KV."+bucket+".>", sp.writes)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = sub.Unsubscribe() })
@@ -47,7 +49,7 @@ func spyOn(t *testing.T, srv *natsserver.Server, bucket string) *bucketSpy {
 
 // from checks the writes to the bucket so far: the spy receives as many as the bucket stored
 // (its last sequence), and any it refused (a create that found the key, a write at a stale
-// revision), each made by a connection whose inbox prefix is prefix.
+// revision, a compare-and-set that lost), each made by a connection whose inbox prefix is prefix.
 func (sp *bucketSpy) from(t *testing.T, srv *natsserver.Server, prefix string) {
 	t.Helper()
 	stream, err := natstest.JetStream(t, srv).Stream(t.Context(), "KV_"+sp.bucket)
@@ -57,7 +59,7 @@ func (sp *bucketSpy) from(t *testing.T, srv *natsserver.Server, prefix string) {
 	require.NotZero(t, info.State.LastSeq, "%s was written", sp.bucket)
 	check := func(m *nats.Msg) {
 		sp.seen++
-		require.True(t, strings.HasPrefix(m.Reply, prefix), "%s was written by %q, not by the history service", m.Subject, m.Reply)
+		require.True(t, strings.HasPrefix(m.Reply, prefix), "%s was written by %q, not by %s", m.Subject, m.Reply, sp.writer)
 	}
 	for sp.seen < info.State.LastSeq {
 		select {
@@ -112,7 +114,7 @@ func hookToken(t *testing.T, ctx context.Context, c *flow.Client, runID string) 
 func TestWorkerNeverWritesHooksOrParked(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
-	hooks, parked := spyOn(t, srv, streams.HooksBucket), spyOn(t, srv, streams.ParkedBucket)
+	hooks, parked := spyOn(t, srv, streams.HooksBucket, "the history service"), spyOn(t, srv, streams.ParkedBucket, "the history service")
 	h, err := history.New(history.Config{Conn: connectAs(t, srv, "_INBOX.history"), HTTPAddr: "off", Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))

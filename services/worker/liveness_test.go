@@ -17,7 +17,6 @@ import (
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
-	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
 
@@ -25,10 +24,7 @@ import (
 func startServices(t *testing.T, srv *natsserver.Server) {
 	t.Helper()
 	startHistoryAndIngress(t, srv)
-	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, s.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, s.Stop()) })
+	startScheduler(t, natstest.Connect(t, srv))
 }
 
 // twoSteps registers workflow name: two steps in a row, then it completes with its input.

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/backend/streams"
@@ -41,6 +42,16 @@ func startHistoryAndIngress(t *testing.T, srv *natsserver.Server) {
 	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
 }
 
+// startScheduler starts a scheduler on nc, stopped when t ends.
+func startScheduler(t *testing.T, nc *nats.Conn) *scheduler.Scheduler {
+	t.Helper()
+	s, err := scheduler.New(scheduler.Config{Conn: nc, Logger: quiet})
+	require.NoError(t, err)
+	require.NoError(t, s.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, s.Stop()) })
+	return s
+}
+
 func setup(t *testing.T, register func(*flow.Registry)) *testBundle {
 	t.Helper()
 	srv := natstest.RunJetStream(t)
@@ -51,10 +62,7 @@ func setup(t *testing.T, register func(*flow.Registry)) *testBundle {
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
-	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
-	require.NoError(t, err)
-	require.NoError(t, s.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, s.Stop()) })
+	startScheduler(t, natstest.Connect(t, srv))
 	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
 	require.NoError(t, err)
 	return &testBundle{srv: srv, client: c}
