@@ -612,11 +612,7 @@ one that does not is cancelled at its next decision, with its unsettled steps. -
 			if err != nil {
 				return err
 			}
-			if e.json {
-				return writeJSON(e.stdout, accepted(a[0], to))
-			}
-			fmt.Fprintf(e.stdout, "cancellation of %s requested%s\n", a[0], forwarded(a[0], to))
-			return nil
+			return e.runAccepted(a[0], to, fmt.Sprintf("cancellation of %s requested%s", a[0], forwarded(a[0], to)))
 		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "cancelled from the command line", "why, recorded in history")
@@ -638,11 +634,7 @@ from quarantine (see 'flow resume --accept-damage').
 			if err != nil {
 				return err
 			}
-			if e.json {
-				return writeJSON(e.stdout, accepted(a[0], to))
-			}
-			fmt.Fprintf(e.stdout, "%s terminated%s\n", a[0], forwarded(a[0], to))
-			return nil
+			return e.runAccepted(a[0], to, fmt.Sprintf("%s terminated%s", a[0], forwarded(a[0], to)))
 		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "terminated from the command line", "why, recorded in history")
@@ -658,25 +650,13 @@ func (e *env) signalCmd() *cobra.Command {
 run it continued as). --json prints
 {"run_id":RUN,"delivered_to":RUN_OR_ITS_SUCCESSOR,"status":"accepted"}.`,
 		Args: args("RUN", "NAME"),
-		RunE: func(c *cobra.Command, a []string) error {
-			if err := checkPayload(payload); err != nil {
-				return err
-			}
-			client, err := e.client(c.Context())
-			if err != nil {
-				return err
-			}
-			defer client.Close()
+		RunE: e.withPayload(&payload, func(c *cobra.Command, client *flow.Client, a []string) error {
 			to, err := client.Signal(c.Context(), a[0], a[1], json.RawMessage(payload), &flow.SignalOptions{DeliveryID: id})
 			if err != nil {
 				return err
 			}
-			if e.json {
-				return writeJSON(e.stdout, accepted(a[0], to))
-			}
-			fmt.Fprintf(e.stdout, "signal %s sent to %s%s\n", a[1], a[0], forwarded(a[0], to))
-			return nil
-		},
+			return e.runAccepted(a[0], to, fmt.Sprintf("signal %s sent to %s%s", a[1], a[0], forwarded(a[0], to)))
+		}),
 	}
 	cmd.Flags().StringVar(&payload, "payload", "null", "payload as JSON")
 	cmd.Flags().StringVar(&id, "id", "", "delivery ID; a repeated ID is delivered once (default: generated)")
@@ -721,6 +701,28 @@ func (e *env) withClient(fn func(c *cobra.Command, client *flow.Client, a []stri
 		defer client.Close()
 		return fn(c, client, a)
 	}
+}
+
+// withPayload is withClient for a command with a --payload flag: a payload that is not JSON is
+// a usage error, found before dialing.
+func (e *env) withPayload(payload *string, fn func(c *cobra.Command, client *flow.Client, a []string) error) func(*cobra.Command, []string) error {
+	dial := e.withClient(fn)
+	return func(c *cobra.Command, a []string) error {
+		if err := checkPayload(*payload); err != nil {
+			return err
+		}
+		return dial(c, a)
+	}
+}
+
+// runAccepted prints the answer to an input for run asked that reached run to (asked or its
+// successor): with --json the accepted input, else line.
+func (e *env) runAccepted(asked, to, line string) error {
+	if e.json {
+		return writeJSON(e.stdout, accepted(asked, to))
+	}
+	fmt.Fprintln(e.stdout, line)
+	return nil
 }
 
 // writeJSONLine writes v as one line of JSON (for JSON lines output).
