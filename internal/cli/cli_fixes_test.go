@@ -40,6 +40,15 @@ func runCLI(t *testing.T, args ...string) cliResult {
 	return cliResult{code: code, stdout: out.String(), stderr: errOut.String()}
 }
 
+// requireFails requires a command that exited with code, writing stderr, to have failed with
+// wantCode and one line on stderr that contains want.
+func requireFails(t *testing.T, code int, stderr string, wantCode int, want string) {
+	t.Helper()
+	require.Equal(t, wantCode, code, stderr)
+	require.Contains(t, stderr, want)
+	require.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+}
+
 func unusedPort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -352,9 +361,7 @@ func TestEnumeratedFlagsAreUsageErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			r := runCLI(t, append(tt.args, nowhere)...)
-			require.Equal(t, tt.code, r.code, r.stderr)
-			require.Contains(t, r.stderr, tt.want)
-			require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+			requireFails(t, r.code, r.stderr, tt.code, tt.want)
 			require.Empty(t, r.stdout)
 		})
 	}

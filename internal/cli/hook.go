@@ -28,11 +28,7 @@ delivery over HTTP:
 			if err != nil {
 				return err
 			}
-			if e.json {
-				return writeJSON(e.stdout, map[string]string{"token": a[0], "run_id": run, "status": "accepted"})
-			}
-			fmt.Fprintf(e.stdout, "delivered to hook %s of run %s\n", a[0], run)
-			return nil
+			return e.answer(map[string]string{"token": a[0], "run_id": run, "status": "accepted"}, "delivered to hook %s of run %s", a[0], run)
 		}),
 	}
 	cmd.Flags().StringVar(&payload, "payload", "null", "payload as JSON")

@@ -76,11 +76,7 @@ the pause for a definition or queue.`,
 			if err != nil {
 				return err
 			}
-			if e.json {
-				return writeJSON(e.stdout, sp)
-			}
-			fmt.Fprintf(e.stdout, "%s %s paused; its runs make no decision and start no step until `flow unpause --%s %s`\n", scope, name, scope, name)
-			return nil
+			return e.answer(sp, "%s %s paused; its runs make no decision and start no step until `flow unpause --%s %s`", scope, name, scope, name)
 		}),
 	}
 	f.bind(cmd, "pause")
@@ -106,7 +102,7 @@ func (e *env) pauseRunE(f *pauseFlags,
 		if err != nil {
 			return err
 		}
-		return e.runAccepted(name, to, line)
+		return e.answer(accepted(name, to), "%s", line)
 	})
 }
 

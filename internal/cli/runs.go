@@ -93,11 +93,7 @@ The ID printed is the run's own.`,
 				return err
 			}
 			if !wait {
-				if e.json {
-					return writeJSON(e.stdout, map[string]string{"run_id": runID})
-				}
-				fmt.Fprintln(e.stdout, runID)
-				return nil
+				return e.answer(map[string]string{"run_id": runID}, "%s", runID)
 			}
 			if timeout > 0 {
 				var cancel func()
@@ -587,11 +583,7 @@ from the same prefix instead.`,
 			if err != nil {
 				return err
 			}
-			if e.json {
-				return writeJSON(e.stdout, res)
-			}
-			fmt.Fprintf(e.stdout, "%s (%s at seq %d) dispatched to a worker\n", res.RunID, res.Status, res.Seq)
-			return nil
+			return e.answer(res, "%s (%s at seq %d) dispatched to a worker", res.RunID, res.Status, res.Seq)
 		}),
 	}
 	cmd.Flags().BoolVar(&acceptDamage, "accept-damage", false, "release a run quarantined because its history is damaged")
@@ -612,7 +604,7 @@ one that does not is cancelled at its next decision, with its unsettled steps. -
 			if err != nil {
 				return err
 			}
-			return e.runAccepted(a[0], to, fmt.Sprintf("cancellation of %s requested%s", a[0], forwarded(a[0], to)))
+			return e.answer(accepted(a[0], to), "cancellation of %s requested%s", a[0], forwarded(a[0], to))
 		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "cancelled from the command line", "why, recorded in history")
@@ -634,7 +626,7 @@ from quarantine (see 'flow resume --accept-damage').
 			if err != nil {
 				return err
 			}
-			return e.runAccepted(a[0], to, fmt.Sprintf("%s terminated%s", a[0], forwarded(a[0], to)))
+			return e.answer(accepted(a[0], to), "%s terminated%s", a[0], forwarded(a[0], to))
 		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "terminated from the command line", "why, recorded in history")
@@ -655,7 +647,7 @@ run it continued as). --json prints
 			if err != nil {
 				return err
 			}
-			return e.runAccepted(a[0], to, fmt.Sprintf("signal %s sent to %s%s", a[1], a[0], forwarded(a[0], to)))
+			return e.answer(accepted(a[0], to), "signal %s sent to %s%s", a[1], a[0], forwarded(a[0], to))
 		}),
 	}
 	cmd.Flags().StringVar(&payload, "payload", "null", "payload as JSON")
@@ -715,13 +707,12 @@ func (e *env) withPayload(payload *string, fn func(c *cobra.Command, client *flo
 	}
 }
 
-// runAccepted prints the answer to an input for run asked that reached run to (asked or its
-// successor): with --json the accepted input, else line.
-func (e *env) runAccepted(asked, to, line string) error {
+// answer prints v as JSON with --json, else the line that format makes of args.
+func (e *env) answer(v any, format string, args ...any) error {
 	if e.json {
-		return writeJSON(e.stdout, accepted(asked, to))
+		return writeJSON(e.stdout, v)
 	}
-	fmt.Fprintln(e.stdout, line)
+	fmt.Fprintf(e.stdout, format+"\n", args...)
 	return nil
 }
 
