@@ -11,12 +11,7 @@ import (
 func TestBatchFlagsAreUsageErrors(t *testing.T) {
 	t.Parallel()
 	nowhere := "--nats-url=nats://127.0.0.1:1"
-	for _, tt := range []struct {
-		name string
-		args []string
-		code int
-		want string
-	}{
+	for _, tt := range []failure{
 		{"NoWhere", []string{"batch", "cancel"}, 2, "--where is required"},
 		{"BadRate", []string{"batch", "cancel", "--where", `status = "running"`, "--rate", "fast"}, 2, `--rate "fast" is not a rate`},
 		{"RateTooHigh", []string{"batch", "terminate", "--where", `status = "running"`, "--rate", "20000/s"}, 2, "at most 10000"},

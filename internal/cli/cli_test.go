@@ -1,11 +1,9 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -69,24 +67,28 @@ func (d *devRun) stopAndWait(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// freePort returns a TCP port on 127.0.0.1 that no one listens on.
+var freePort = cli.FreePort
 
 type result struct {
 	code           int
 	stdout, stderr string
 }
 
+// failure is a command line (args) that must fail with exit code code and one line on stderr
+// that contains want (cli.RequireFails); name names its subtest.
+type failure struct {
+	name string
+	args []string
+	code int
+	want string
+}
+
+// run runs the CLI with args.
 func run(t *testing.T, args ...string) result {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	code := cli.Main(t.Context(), args, &out, &errOut)
-	return result{code: code, stdout: out.String(), stderr: errOut.String()}
+	code, stdout, stderr := cli.Run(t, args...)
+	return result{code: code, stdout: stdout, stderr: stderr}
 }
 
 // TestTour runs `flow dev` and drives it the way the README's tour does.
@@ -242,12 +244,7 @@ func TestTour(t *testing.T) {
 	})
 
 	t.Run("BadInputIsOneLineAndNonZero", func(t *testing.T) {
-		for _, tt := range []struct {
-			name string
-			args []string
-			code int
-			want string
-		}{
+		for _, tt := range []failure{
 			{"UnknownDefinition", []string{"start", "ordr", nats}, 1, `flow: no live worker serves workflow "ordr" on queue "default" (never registered; known on this queue: approval, child, fanout, invoice, order, parent, reminder, webhook); start a worker that registers it`},
 			{"MalformedInput", []string{"start", "order", "--input", "{sku:1}", nats}, 2, "flow: --input is not valid JSON"},
 			{"InvalidRunID", []string{"start", "order", "--id", "orders.1", nats}, 1, `flow: invalid ID: run ID "orders.1" has '.' at position 6`},

@@ -43,12 +43,7 @@ func TestQueryCommand(t *testing.T) {
 	require.Equal(t, "status", res.Query)
 	require.Equal(t, "suspended", string(res.Status))
 
-	for _, tt := range []struct {
-		name string
-		args []string
-		code int
-		want string
-	}{
+	for _, tt := range []failure{
 		{"UnknownQuery", []string{"query", "approval-q", "eta", nats}, 1, `has no query "eta"; it handles status`},
 		{"UnknownRun", []string{"query", "no-such-run", "status", nats}, 1, `not found`},
 		{"BadArgs", []string{"query", "approval-q", "status", "--args", `[1]`, nats}, 1, `the arguments of query "status" (run "approval-q") do not decode`},
