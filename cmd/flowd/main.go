@@ -111,14 +111,7 @@ func run(args []string) error {
 			return err
 		}
 		h, err := history.New(cfg)
-		if err != nil {
-			return err
-		}
-		if err := h.Start(ctx); err != nil {
-			return err
-		}
-		<-ctx.Done()
-		return h.Stop()
+		return serve(ctx, h, err)
 	case "ingress":
 		var cfg ingress.Config
 		if err := envconfig.Process("FLOW", &cfg); err != nil {
@@ -129,14 +122,7 @@ func run(args []string) error {
 			return err
 		}
 		in, err := ingress.New(cfg)
-		if err != nil {
-			return err
-		}
-		if err := in.Start(ctx); err != nil {
-			return err
-		}
-		<-ctx.Done()
-		return in.Stop()
+		return serve(ctx, in, err)
 	case "scheduler":
 		var cfg scheduler.Config
 		if err := envconfig.Process("FLOW", &cfg); err != nil {
@@ -147,14 +133,7 @@ func run(args []string) error {
 			return err
 		}
 		s, err := scheduler.New(cfg)
-		if err != nil {
-			return err
-		}
-		if err := s.Start(ctx); err != nil {
-			return err
-		}
-		<-ctx.Done()
-		return s.Stop()
+		return serve(ctx, s, err)
 	case "worker":
 		var cfg worker.Config
 		if err := envconfig.Process("FLOW", &cfg); err != nil {
@@ -180,6 +159,24 @@ func run(args []string) error {
 		return w.Stop(stopCtx)
 	}
 	return fmt.Errorf("unknown service %q; %s", role, usage)
+}
+
+// service is a service flowd runs until it is told to stop.
+type service interface {
+	Start(ctx context.Context) error
+	Stop() error
+}
+
+// serve starts s, which its constructor returned with err, runs it until ctx ends and stops it.
+func serve(ctx context.Context, s service, err error) error {
+	if err != nil {
+		return err
+	}
+	if err := s.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	return s.Stop()
 }
 
 // or returns v, or def when v is empty.

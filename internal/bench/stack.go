@@ -61,34 +61,24 @@ func startStack(ctx context.Context, ns natsServer, replicas int, logger *slog.L
 	if err != nil {
 		return nil, err
 	}
-	if s.history, err = history.New(history.Config{Conn: conn, HTTPAddr: "off", Logger: logger, Streams: s.streams}); err != nil {
+	h, err := history.New(history.Config{Conn: conn, HTTPAddr: "off", Logger: logger, Streams: s.streams})
+	if err := started(ctx, &s.history, h, err, "the history service"); err != nil {
 		return nil, err
-	}
-	if err := s.history.Start(ctx); err != nil {
-		s.history = nil
-		return nil, fmt.Errorf("starting the history service: %w", err)
 	}
 	if conn, err = s.connect("flowbench-ingress"); err != nil {
 		return nil, err
 	}
 	// The benchmark's one client stands for many senders: no limit per sender.
-	if s.ingress, err = ingress.New(ingress.Config{Conn: conn, HTTPAddr: "off", Logger: logger, Streams: s.streams,
-		SourceRate: -1}); err != nil {
+	in, err := ingress.New(ingress.Config{Conn: conn, HTTPAddr: "off", Logger: logger, Streams: s.streams, SourceRate: -1})
+	if err := started(ctx, &s.ingress, in, err, "the ingress"); err != nil {
 		return nil, err
-	}
-	if err := s.ingress.Start(ctx); err != nil {
-		s.ingress = nil
-		return nil, fmt.Errorf("starting the ingress: %w", err)
 	}
 	if conn, err = s.connect("flowbench-scheduler"); err != nil {
 		return nil, err
 	}
-	if s.sched, err = scheduler.New(scheduler.Config{Conn: conn, Logger: logger, Streams: s.streams}); err != nil {
+	sched, err := scheduler.New(scheduler.Config{Conn: conn, Logger: logger, Streams: s.streams})
+	if err := started(ctx, &s.sched, sched, err, "the scheduler"); err != nil {
 		return nil, err
-	}
-	if err := s.sched.Start(ctx); err != nil {
-		s.sched = nil
-		return nil, fmt.Errorf("starting the scheduler: %w", err)
 	}
 	if err := s.startWorker(ctx); err != nil {
 		return nil, err
@@ -121,13 +111,28 @@ func (s *stack) startWorker(ctx context.Context) error {
 	}
 	w, err := worker.New(worker.Config{Conn: conn, Logger: s.logger,
 		RunConcurrency: runConcurrency, StepConcurrency: stepConcurrency, Streams: s.streams}, s.reg)
+	if err := started(ctx, &s.worker, w, err, "the worker"); err != nil {
+		return err
+	}
+	s.workerConn = conn
+	return nil
+}
+
+// starter is a service of the stack.
+type starter interface {
+	Start(ctx context.Context) error
+}
+
+// started sets *field to svc once svc, which its constructor returned with err, started: the
+// stack stops only the services that started.
+func started[S starter](ctx context.Context, field *S, svc S, err error, what string) error {
 	if err != nil {
 		return err
 	}
-	if err := w.Start(ctx); err != nil {
-		return fmt.Errorf("starting the worker: %w", err)
+	if err := svc.Start(ctx); err != nil {
+		return fmt.Errorf("starting %s: %w", what, err)
 	}
-	s.worker, s.workerConn = w, conn
+	*field = svc
 	return nil
 }
 

@@ -221,11 +221,7 @@ done. The runs after it are left alone; the report says how far it got.`,
 			if err != nil {
 				return err
 			}
-			if e.json {
-				return writeJSON(e.stdout, j)
-			}
-			fmt.Fprintf(e.stdout, "batch job %s: %s\n", j.ID, displayState(j))
-			return nil
+			return e.answer(j, "batch job %s: %s", j.ID, displayState(j))
 		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "stopped from the command line", "why")

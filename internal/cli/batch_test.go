@@ -1,7 +1,6 @@
 package cli
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -12,12 +11,7 @@ import (
 func TestBatchFlagsAreUsageErrors(t *testing.T) {
 	t.Parallel()
 	nowhere := "--nats-url=nats://127.0.0.1:1"
-	for _, tt := range []struct {
-		name string
-		args []string
-		code int
-		want string
-	}{
+	for _, tt := range []failure{
 		{"NoWhere", []string{"batch", "cancel"}, 2, "--where is required"},
 		{"BadRate", []string{"batch", "cancel", "--where", `status = "running"`, "--rate", "fast"}, 2, `--rate "fast" is not a rate`},
 		{"RateTooHigh", []string{"batch", "terminate", "--where", `status = "running"`, "--rate", "20000/s"}, 2, "at most 10000"},
@@ -30,9 +24,7 @@ func TestBatchFlagsAreUsageErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			r := runCLI(t, append(tt.args, nowhere)...)
-			require.Equal(t, tt.code, r.code, r.stderr)
-			require.Contains(t, r.stderr, tt.want)
-			require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+			requireFails(t, r.code, r.stderr, tt.code, tt.want)
 		})
 	}
 	r := runCLI(t, "batch", "--help")

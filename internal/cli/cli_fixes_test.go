@@ -33,6 +33,7 @@ type cliResult struct {
 	stdout, stderr string
 }
 
+// runCLI runs Main with args and returns its exit code and what it wrote.
 func runCLI(t *testing.T, args ...string) cliResult {
 	t.Helper()
 	var out, errOut bytes.Buffer
@@ -40,6 +41,25 @@ func runCLI(t *testing.T, args ...string) cliResult {
 	return cliResult{code: code, stdout: out.String(), stderr: errOut.String()}
 }
 
+// failure is a command line (args) that must fail with exit code code and one line on stderr
+// that contains want; name names its subtest.
+type failure struct {
+	name string
+	args []string
+	code int
+	want string
+}
+
+// requireFails requires a command that exited with code, writing stderr, to have failed with
+// wantCode and one line on stderr that contains want.
+func requireFails(t *testing.T, code int, stderr string, wantCode int, want string) {
+	t.Helper()
+	require.Equal(t, wantCode, code, stderr)
+	require.Contains(t, stderr, want)
+	require.Equal(t, 1, strings.Count(stderr, "\n"), "one line: %q", stderr)
+}
+
+// unusedPort returns a TCP port on 127.0.0.1 that no one listens on.
 func unusedPort(t *testing.T) int {
 	t.Helper()
 	l, err := net.Listen("tcp", "127.0.0.1:0")
@@ -333,12 +353,7 @@ func TestEnumeratedFlagsAreUsageErrors(t *testing.T) {
 	t.Parallel()
 	nowhere := "--nats-url=nats://127.0.0.1:1"
 	valid := "pending, running, suspended, cancelling, blocked, completed, failed, cancelled, continued_as_new, queued, paused"
-	for _, tt := range []struct {
-		name string
-		args []string
-		code int
-		want string
-	}{
+	for _, tt := range []failure{
 		{"BogusStatus", []string{"runs", "--status", "bogus"}, 2, `flow: --status "bogus" is not a run status; use one or several of ` + valid + ", comma-separated"},
 		{"OneBogusAmongValid", []string{"runs", "--status", "completed,finished"}, 2, `--status "finished" is not a run status`},
 		{"EmptyMember", []string{"runs", "--status", "completed,"}, 2, `--status "" is not a run status`},
@@ -352,9 +367,7 @@ func TestEnumeratedFlagsAreUsageErrors(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			r := runCLI(t, append(tt.args, nowhere)...)
-			require.Equal(t, tt.code, r.code, r.stderr)
-			require.Contains(t, r.stderr, tt.want)
-			require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+			requireFails(t, r.code, r.stderr, tt.code, tt.want)
 			require.Empty(t, r.stdout)
 		})
 	}

@@ -1,11 +1,9 @@
 package cli_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -28,7 +26,8 @@ type devRun struct {
 	dir string
 }
 
-// startDev runs `flow dev` with args (after "dev --dir <temp>") until it says it is running.
+// startDev runs `flow dev` with args (after "dev --dir <temp> --log-level warn") until it says it
+// is running.
 func startDev(t *testing.T, args ...string) *devRun {
 	t.Helper()
 	// The directory is made before the goroutine, so that its removal is registered before any
@@ -49,6 +48,13 @@ func startDevIn(t *testing.T, dir string, args ...string) *devRun {
 	return d
 }
 
+// startDevListening is startDev with NATS on a free port (--listen); it returns the NATS URL too.
+func startDevListening(t *testing.T, args ...string) (*devRun, string) {
+	t.Helper()
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	return startDev(t, append([]string{"--listen", listen}, args...)...), "nats://" + listen
+}
+
 // stopAndWait stops the `flow dev` and requires it to exit with 0.
 func (d *devRun) stopAndWait(t *testing.T) {
 	t.Helper()
@@ -61,33 +67,35 @@ func (d *devRun) stopAndWait(t *testing.T) {
 	}
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
+// freePort returns a TCP port on 127.0.0.1 that no one listens on.
+var freePort = cli.FreePort
 
 type result struct {
 	code           int
 	stdout, stderr string
 }
 
+// failure is a command line (args) that must fail with exit code code and one line on stderr
+// that contains want (cli.RequireFails); name names its subtest.
+type failure struct {
+	name string
+	args []string
+	code int
+	want string
+}
+
+// run runs the CLI with args.
 func run(t *testing.T, args ...string) result {
 	t.Helper()
-	var out, errOut bytes.Buffer
-	code := cli.Main(t.Context(), args, &out, &errOut)
-	return result{code: code, stdout: out.String(), stderr: errOut.String()}
+	code, stdout, stderr := cli.Run(t, args...)
+	return result{code: code, stdout: stdout, stderr: stderr}
 }
 
 // TestTour runs `flow dev` and drives it the way the README's tour does.
 func TestTour(t *testing.T) {
 	t.Parallel()
-	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
-	listen := strings.TrimPrefix(url, "nats://")
 	httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	dev := startDev(t, "--listen", listen, "--http", httpAddr, "--ingress-http", "127.0.0.1:0", "--log-level", "warn")
+	dev, url := startDevListening(t, "--http", httpAddr, "--ingress-http", "127.0.0.1:0")
 	require.Contains(t, dev.out.String(), "flow start order --wait")
 	nats := "--server=" + url
 
@@ -236,12 +244,7 @@ func TestTour(t *testing.T) {
 	})
 
 	t.Run("BadInputIsOneLineAndNonZero", func(t *testing.T) {
-		for _, tt := range []struct {
-			name string
-			args []string
-			code int
-			want string
-		}{
+		for _, tt := range []failure{
 			{"UnknownDefinition", []string{"start", "ordr", nats}, 1, `flow: no live worker serves workflow "ordr" on queue "default" (never registered; known on this queue: approval, child, fanout, invoice, order, parent, reminder, webhook); start a worker that registers it`},
 			{"MalformedInput", []string{"start", "order", "--input", "{sku:1}", nats}, 2, "flow: --input is not valid JSON"},
 			{"InvalidRunID", []string{"start", "order", "--id", "orders.1", nats}, 1, `flow: invalid ID: run ID "orders.1" has '.' at position 6`},
@@ -255,9 +258,7 @@ func TestTour(t *testing.T) {
 		} {
 			t.Run(tt.name, func(t *testing.T) {
 				r := run(t, tt.args...)
-				require.Equal(t, tt.code, r.code, "stderr: %s", r.stderr)
-				require.Contains(t, r.stderr, tt.want)
-				require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+				cli.RequireFails(t, r.code, r.stderr, tt.code, tt.want)
 			})
 		}
 	})

@@ -2,7 +2,6 @@ package cli_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"regexp"
 	"strings"
 	"testing"
@@ -14,8 +13,7 @@ import (
 // TestDefinitions lists the definitions of `flow dev`'s worker.
 func TestDefinitions(t *testing.T) {
 	t.Parallel()
-	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
-	dev := startDev(t, "--listen", strings.TrimPrefix(url, "nats://"), "--http", "off", "--ingress-http", "127.0.0.1:0", "--log-level", "warn")
+	dev, url := startDevListening(t, "--http", "off", "--ingress-http", "127.0.0.1:0")
 	nats := "--nats-url=" + url
 
 	r := run(t, "definitions", nats)

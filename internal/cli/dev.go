@@ -154,10 +154,7 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 		return err
 	}
 	h, err := history.New(hcfg)
-	if err != nil {
-		return err
-	}
-	if err := h.Start(ctx); err != nil {
+	if err := startService(ctx, h, err); err != nil {
 		return err
 	}
 	defer func() { _ = h.Stop() }()
@@ -183,19 +180,14 @@ func (e *env) dev(ctx context.Context, o devOptions) error {
 	examples.RegisterWith(reg, examples.Options{HookBaseURL: in.PublicURL(), Logger: logger})
 	var w *worker.Worker
 	if !o.noWorker {
-		if w, err = worker.New(worker.Config{Conn: nc, Queue: e.queue, Logger: logger}, reg); err != nil {
-			return err
-		}
-		if err := w.Start(ctx); err != nil {
+		w, err = worker.New(worker.Config{Conn: nc, Queue: e.queue, Logger: logger}, reg)
+		if err := startService(ctx, w, err); err != nil {
 			return err
 		}
 	}
 	// One scheduler per data directory: a restarted `flow dev` takes its own lease back at once.
 	s, err := scheduler.New(scheduler.Config{Conn: nc, Logger: logger, Name: "flow-dev"})
-	if err != nil {
-		return err
-	}
-	if err := s.Start(ctx); err != nil {
+	if err := startService(ctx, s, err); err != nil {
 		return err
 	}
 
@@ -256,6 +248,19 @@ func historyURL(addr string) string {
 		return ""
 	}
 	return "http://" + addr
+}
+
+// starter is a service `flow dev` starts and, when it stops, stops.
+type starter interface {
+	Start(ctx context.Context) error
+}
+
+// startService starts s, which its constructor returned with err.
+func startService(ctx context.Context, s starter, err error) error {
+	if err != nil {
+		return err
+	}
+	return s.Start(ctx)
 }
 
 // devIngressURL is the URL at which the history service reaches an ingress listening on addr.

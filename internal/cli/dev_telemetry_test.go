@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"fmt"
 	"regexp"
 	"testing"
 
@@ -14,8 +13,7 @@ import (
 // /metrics serves is the latest, so the test does not look for its own resource.)
 func TestDevServesProbesAndMetrics(t *testing.T) {
 	t.Parallel()
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	dev := startDev(t, "--listen", listen, "--http", "127.0.0.1:0", "--ingress-http", "off", "--log-level", "warn")
+	dev, _ := startDevListening(t, "--http", "127.0.0.1:0", "--ingress-http", "off")
 	m := regexp.MustCompile(`History\s+http://(\S+)/v1/runs`).FindStringSubmatch(dev.out.String())
 	require.NotNil(t, m, dev.out.String())
 	base := "http://" + m[1]

@@ -47,7 +47,7 @@ func status(t *testing.T, method, url, token string) int {
 }
 
 func devArgs(t *testing.T) []string {
-	return []string{"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--http", "127.0.0.1:0", "--ingress-http", "127.0.0.1:0", "--log-level", "warn", "--no-worker"}
+	return []string{"--listen", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "--http", "127.0.0.1:0", "--ingress-http", "127.0.0.1:0", "--no-worker"}
 }
 
 // TestDevToken: flow dev generates a bearer token at first start (it once
@@ -122,12 +122,11 @@ func TestDevHonoursIngressTokens(t *testing.T) {
 // role once read every hook token over NATS); --secrets reads it over HTTP with the token flow dev wrote,
 // found through FLOW_DIR, as a user of flow dev does without configuring anything.
 func TestStatusSecrets(t *testing.T) {
-	listen := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	dev := startDev(t, "--listen", listen, "--http", "127.0.0.1:0", "--ingress-http", "127.0.0.1:0", "--log-level", "warn")
+	dev, url := startDevListening(t, "--http", "127.0.0.1:0", "--ingress-http", "127.0.0.1:0")
 	history, _ := devAddrs(t, dev)
 	t.Setenv("FLOW_DIR", dev.dir)
 	t.Setenv("FLOW_HISTORY_URL", "http://"+history)
-	nats := "--server=nats://" + listen
+	nats := "--server=" + url
 	r := run(t, "start", "webhook", "--id", "wh-1", nats)
 	require.Equal(t, 0, r.code, r.stderr)
 	require.Eventually(t, func() bool {

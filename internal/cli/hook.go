@@ -23,25 +23,13 @@ delivery over HTTP:
 
 --json prints {"token":TOKEN,"run_id":RUN,"status":"accepted"}.`,
 		Args: args("TOKEN"),
-		RunE: func(c *cobra.Command, a []string) error {
-			if err := checkPayload(payload); err != nil {
-				return err
-			}
-			client, err := e.client(c.Context())
-			if err != nil {
-				return err
-			}
-			defer client.Close()
+		RunE: e.withPayload(&payload, func(c *cobra.Command, client *flow.Client, a []string) error {
 			run, err := client.DeliverHook(c.Context(), a[0], json.RawMessage(payload), &flow.DeliverOptions{DeliveryID: id})
 			if err != nil {
 				return err
 			}
-			if e.json {
-				return writeJSON(e.stdout, map[string]string{"token": a[0], "run_id": run, "status": "accepted"})
-			}
-			fmt.Fprintf(e.stdout, "delivered to hook %s of run %s\n", a[0], run)
-			return nil
-		},
+			return e.answer(map[string]string{"token": a[0], "run_id": run, "status": "accepted"}, "delivered to hook %s of run %s", a[0], run)
+		}),
 	}
 	cmd.Flags().StringVar(&payload, "payload", "null", "payload as JSON")
 	cmd.Flags().StringVar(&id, "id", "", "delivery ID; a repeated ID with the same payload is delivered once (default: generated)")

@@ -64,46 +64,46 @@ NAME' (or --queue), and nothing they record is lost meanwhile. 'flow pauses' lis
 --json prints {"run_id":RUN,"delivered_to":RUN_OR_ITS_SUCCESSOR,"status":"accepted"} for a run,
 the pause for a definition or queue.`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
-			scope, name, err := f.target(c, a, e.queue)
-			if err != nil {
-				return err
-			}
-			if scope == "run" {
-				to, err := client.Pauses().PauseRun(c.Context(), name, f.options())
-				if err != nil {
-					return err
-				}
-				return e.runAccepted(name, to, fmt.Sprintf("%s paused%s; `flow unpause %s` lets it go on", name, forwarded(name, to), to))
-			}
-			var p *flow.ScopePause
+		RunE: e.pauseRunE(&f, func(c *cobra.Command, p flow.PauseClient, run string) (string, string, error) {
+			to, err := p.PauseRun(c.Context(), run, f.options())
+			return to, fmt.Sprintf("%s paused%s; `flow unpause %s` lets it go on", run, forwarded(run, to), to), err
+		}, func(c *cobra.Command, p flow.PauseClient, scope, name string) error {
+			pause := p.PauseQueue
 			if scope == "definition" {
-				p, err = client.Pauses().PauseDefinition(c.Context(), name, f.options())
-			} else {
-				p, err = client.Pauses().PauseQueue(c.Context(), name, f.options())
+				pause = p.PauseDefinition
 			}
+			sp, err := pause(c.Context(), name, f.options())
 			if err != nil {
 				return err
 			}
-			if e.json {
-				return writeJSON(e.stdout, p)
-			}
-			fmt.Fprintf(e.stdout, "%s %s paused; its runs make no decision and start no step until `flow unpause --%s %s`\n", scope, name, scope, name)
-			return nil
+			return e.answer(sp, "%s %s paused; its runs make no decision and start no step until `flow unpause --%s %s`", scope, name, scope, name)
 		}),
 	}
 	f.bind(cmd, "pause")
 	return cmd
 }
 
-// runAccepted prints the answer to a pause or unpause of run name, delivered to run to (name
-// or its successor): with --json the accepted input, else line.
-func (e *env) runAccepted(name, to, line string) error {
-	if e.json {
-		return writeJSON(e.stdout, accepted(name, to))
-	}
-	fmt.Fprintln(e.stdout, line)
-	return nil
+// pauseRunE is the RunE of pause and unpause: it finds the target f names, then hands a run to
+// onRun, which returns the run the request reached (the run or its successor) and the line that
+// says so, and a definition or queue to onScope.
+func (e *env) pauseRunE(f *pauseFlags,
+	onRun func(c *cobra.Command, p flow.PauseClient, run string) (to, line string, err error),
+	onScope func(c *cobra.Command, p flow.PauseClient, scope, name string) error,
+) func(*cobra.Command, []string) error {
+	return e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
+		scope, name, err := f.target(c, a, e.queue)
+		if err != nil {
+			return err
+		}
+		if scope != "run" {
+			return onScope(c, client.Pauses(), scope, name)
+		}
+		to, line, err := onRun(c, client.Pauses(), name)
+		if err != nil {
+			return err
+		}
+		return e.answer(accepted(name, to), "%s", line)
+	})
 }
 
 func (e *env) unpauseCmd() *cobra.Command {
@@ -120,24 +120,15 @@ With --definition or --queue, end that pause: the history service dispatches the
 --json prints {"run_id":RUN,"delivered_to":RUN_OR_ITS_SUCCESSOR,"status":"accepted"} for a run,
 {"scope":...,"name":...,"found":BOOL} for a definition or queue.`,
 		Args: cobra.MaximumNArgs(1),
-		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
-			scope, name, err := f.target(c, a, e.queue)
-			if err != nil {
-				return err
-			}
-			if scope == "run" {
-				to, err := client.Pauses().UnpauseRun(c.Context(), name, f.options())
-				if err != nil {
-					return err
-				}
-				return e.runAccepted(name, to, fmt.Sprintf("%s unpaused%s", name, forwarded(name, to)))
-			}
-			var found bool
+		RunE: e.pauseRunE(&f, func(c *cobra.Command, p flow.PauseClient, run string) (string, string, error) {
+			to, err := p.UnpauseRun(c.Context(), run, f.options())
+			return to, fmt.Sprintf("%s unpaused%s", run, forwarded(run, to)), err
+		}, func(c *cobra.Command, p flow.PauseClient, scope, name string) error {
+			unpause := p.UnpauseQueue
 			if scope == "definition" {
-				found, err = client.Pauses().UnpauseDefinition(c.Context(), name, f.options())
-			} else {
-				found, err = client.Pauses().UnpauseQueue(c.Context(), name, f.options())
+				unpause = p.UnpauseDefinition
 			}
+			found, err := unpause(c.Context(), name, f.options())
 			if err != nil {
 				return err
 			}

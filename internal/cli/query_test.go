@@ -2,7 +2,6 @@ package cli_test
 
 import (
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -10,13 +9,13 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/api"
+	"github.com/flowrun/flow/internal/cli"
 )
 
 // TestQueryCommand asks the approval example's "status" query with `flow query`.
 func TestQueryCommand(t *testing.T) {
 	t.Parallel()
-	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
-	dev := startDev(t, "--listen", strings.TrimPrefix(url, "nats://"), "--http", "127.0.0.1:0", "--ingress-http", "127.0.0.1:0", "--log-level", "warn")
+	dev, url := startDevListening(t, "--http", "127.0.0.1:0", "--ingress-http", "127.0.0.1:0")
 	nats := "--server=" + url
 
 	r := run(t, "start", "approval", "--id", "approval-q", "--input", `{"who":"ann","timeout":"1h"}`, nats)
@@ -44,12 +43,7 @@ func TestQueryCommand(t *testing.T) {
 	require.Equal(t, "status", res.Query)
 	require.Equal(t, "suspended", string(res.Status))
 
-	for _, tt := range []struct {
-		name string
-		args []string
-		code int
-		want string
-	}{
+	for _, tt := range []failure{
 		{"UnknownQuery", []string{"query", "approval-q", "eta", nats}, 1, `has no query "eta"; it handles status`},
 		{"UnknownRun", []string{"query", "no-such-run", "status", nats}, 1, `not found`},
 		{"BadArgs", []string{"query", "approval-q", "status", "--args", `[1]`, nats}, 1, `the arguments of query "status" (run "approval-q") do not decode`},
@@ -58,9 +52,7 @@ func TestQueryCommand(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := run(t, tt.args...)
-			require.Equal(t, tt.code, r.code, "stderr: %s", r.stderr)
-			require.Contains(t, r.stderr, tt.want)
-			require.Equal(t, 1, strings.Count(r.stderr, "\n"), "one line: %q", r.stderr)
+			cli.RequireFails(t, r.code, r.stderr, tt.code, tt.want)
 		})
 	}
 	dev.stopAndWait(t)

@@ -82,11 +82,7 @@ change everything).
 }
 
 func (e *env) printReset(r *flow.ResetResult) error {
-	if e.json {
-		return writeJSON(e.stdout, r)
-	}
-	fmt.Fprintf(e.stdout, "%s reset to seq %d (%s) as %s; %d input(s) reapplied\n", r.RunID, r.Point, r.Mode, r.NewRunID, r.Reapplied)
-	return nil
+	return e.answer(r, "%s reset to seq %d (%s) as %s; %d input(s) reapplied", r.RunID, r.Point, r.Mode, r.NewRunID, r.Reapplied)
 }
 
 // printResets prints the links of a reset run to its old run and of a run to its resets.

@@ -1,7 +1,6 @@
 package cli_test
 
 import (
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -16,8 +15,7 @@ func TestRetentionCLI(t *testing.T) {
 	t.Setenv("FLOW_RETENTION", "1s")
 	t.Setenv("FLOW_RETENTION_SWEEP", "200ms")
 	t.Setenv("FLOW_ARCHIVE", "objectstore")
-	url := fmt.Sprintf("nats://127.0.0.1:%d", freePort(t))
-	dev := startDev(t, "--listen", strings.TrimPrefix(url, "nats://"), "--http", "off", "--ingress-http", "off", "--log-level", "warn")
+	dev, url := startDevListening(t, "--http", "off", "--ingress-http", "off")
 	defer dev.stopAndWait(t)
 	nats := "--server=" + url
 

@@ -93,11 +93,7 @@ The ID printed is the run's own.`,
 				return err
 			}
 			if !wait {
-				if e.json {
-					return writeJSON(e.stdout, map[string]string{"run_id": runID})
-				}
-				fmt.Fprintln(e.stdout, runID)
-				return nil
+				return e.answer(map[string]string{"run_id": runID}, "%s", runID)
 			}
 			if timeout > 0 {
 				var cancel func()
@@ -587,11 +583,7 @@ from the same prefix instead.`,
 			if err != nil {
 				return err
 			}
-			if e.json {
-				return writeJSON(e.stdout, res)
-			}
-			fmt.Fprintf(e.stdout, "%s (%s at seq %d) dispatched to a worker\n", res.RunID, res.Status, res.Seq)
-			return nil
+			return e.answer(res, "%s (%s at seq %d) dispatched to a worker", res.RunID, res.Status, res.Seq)
 		}),
 	}
 	cmd.Flags().BoolVar(&acceptDamage, "accept-damage", false, "release a run quarantined because its history is damaged")
@@ -612,11 +604,7 @@ one that does not is cancelled at its next decision, with its unsettled steps. -
 			if err != nil {
 				return err
 			}
-			if e.json {
-				return writeJSON(e.stdout, accepted(a[0], to))
-			}
-			fmt.Fprintf(e.stdout, "cancellation of %s requested%s\n", a[0], forwarded(a[0], to))
-			return nil
+			return e.answer(accepted(a[0], to), "cancellation of %s requested%s", a[0], forwarded(a[0], to))
 		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "cancelled from the command line", "why, recorded in history")
@@ -638,11 +626,7 @@ from quarantine (see 'flow resume --accept-damage').
 			if err != nil {
 				return err
 			}
-			if e.json {
-				return writeJSON(e.stdout, accepted(a[0], to))
-			}
-			fmt.Fprintf(e.stdout, "%s terminated%s\n", a[0], forwarded(a[0], to))
-			return nil
+			return e.answer(accepted(a[0], to), "%s terminated%s", a[0], forwarded(a[0], to))
 		}),
 	}
 	cmd.Flags().StringVar(&reason, "reason", "terminated from the command line", "why, recorded in history")
@@ -658,25 +642,13 @@ func (e *env) signalCmd() *cobra.Command {
 run it continued as). --json prints
 {"run_id":RUN,"delivered_to":RUN_OR_ITS_SUCCESSOR,"status":"accepted"}.`,
 		Args: args("RUN", "NAME"),
-		RunE: func(c *cobra.Command, a []string) error {
-			if err := checkPayload(payload); err != nil {
-				return err
-			}
-			client, err := e.client(c.Context())
-			if err != nil {
-				return err
-			}
-			defer client.Close()
+		RunE: e.withPayload(&payload, func(c *cobra.Command, client *flow.Client, a []string) error {
 			to, err := client.Signal(c.Context(), a[0], a[1], json.RawMessage(payload), &flow.SignalOptions{DeliveryID: id})
 			if err != nil {
 				return err
 			}
-			if e.json {
-				return writeJSON(e.stdout, accepted(a[0], to))
-			}
-			fmt.Fprintf(e.stdout, "signal %s sent to %s%s\n", a[1], a[0], forwarded(a[0], to))
-			return nil
-		},
+			return e.answer(accepted(a[0], to), "signal %s sent to %s%s", a[1], a[0], forwarded(a[0], to))
+		}),
 	}
 	cmd.Flags().StringVar(&payload, "payload", "null", "payload as JSON")
 	cmd.Flags().StringVar(&id, "id", "", "delivery ID; a repeated ID is delivered once (default: generated)")
@@ -721,6 +693,27 @@ func (e *env) withClient(fn func(c *cobra.Command, client *flow.Client, a []stri
 		defer client.Close()
 		return fn(c, client, a)
 	}
+}
+
+// withPayload is withClient for a command with a --payload flag: a payload that is not JSON is
+// a usage error, found before dialing.
+func (e *env) withPayload(payload *string, fn func(c *cobra.Command, client *flow.Client, a []string) error) func(*cobra.Command, []string) error {
+	dial := e.withClient(fn)
+	return func(c *cobra.Command, a []string) error {
+		if err := checkPayload(*payload); err != nil {
+			return err
+		}
+		return dial(c, a)
+	}
+}
+
+// answer prints v as JSON with --json, else the line that format makes of args.
+func (e *env) answer(v any, format string, args ...any) error {
+	if e.json {
+		return writeJSON(e.stdout, v)
+	}
+	fmt.Fprintf(e.stdout, format+"\n", args...)
+	return nil
 }
 
 // writeJSONLine writes v as one line of JSON (for JSON lines output).

@@ -407,11 +407,7 @@ func (e *env) scheduleDeleteCmd() *cobra.Command {
 			if err := client.Schedules().Delete(c.Context(), a[0]); err != nil {
 				return err
 			}
-			if e.json {
-				return writeJSON(e.stdout, map[string]any{"name": a[0], "deleted": true})
-			}
-			fmt.Fprintf(e.stdout, "schedule %s deleted\n", a[0])
-			return nil
+			return e.answer(map[string]any{"name": a[0], "deleted": true}, "schedule %s deleted", a[0])
 		}),
 	}
 }

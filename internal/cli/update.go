@@ -30,15 +30,7 @@ payload is applied once and has one outcome; see docs/updates.md. The same updat
 
 --json prints {"run_id":RUN,"update_id":ID,"status":STATUS,"result":RESULT}.`,
 		Args: args("RUN", "NAME"),
-		RunE: func(c *cobra.Command, a []string) error {
-			if err := checkPayload(payload); err != nil {
-				return err
-			}
-			client, err := e.client(c.Context())
-			if err != nil {
-				return err
-			}
-			defer client.Close()
+		RunE: e.withPayload(&payload, func(c *cobra.Command, client *flow.Client, a []string) error {
 			out, err := client.Update(c.Context(), a[0], a[1], json.RawMessage(payload), &flow.UpdateOptions{UpdateID: id, Wait: wait})
 			var ue *flow.UpdateError
 			if errors.As(err, &ue) && e.json {
@@ -57,7 +49,7 @@ payload is applied once and has one outcome; see docs/updates.md. The same updat
 			}
 			fmt.Fprintf(e.stdout, "%s\n", out.Result)
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().StringVar(&payload, "payload", "null", "payload as JSON")
 	cmd.Flags().StringVar(&id, "id", "", "update ID; a repeated ID with the same name and payload is applied once and answers the same (default: generated)")

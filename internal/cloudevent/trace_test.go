@@ -8,29 +8,16 @@ import (
 	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/nats-io/nats.go"
 	"github.com/stretchr/testify/require"
-	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flowrun/flow/internal/cloudevent"
+	"github.com/flowrun/flow/internal/tracing/tracetest"
 )
-
-// remote returns a context carrying a sampled remote span with a tracestate.
-func remote(t *testing.T) (context.Context, trace.SpanContext) {
-	t.Helper()
-	tid, err := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
-	require.NoError(t, err)
-	sid, err := trace.SpanIDFromHex("00f067aa0ba902b7")
-	require.NoError(t, err)
-	ts, err := trace.ParseTraceState("flow=1,vendor=x")
-	require.NoError(t, err)
-	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true})
-	return trace.ContextWithRemoteSpanContext(context.Background(), sc), sc
-}
 
 // The extension written into a CloudEvent's NATS headers (the writers' fast path) reads back
 // from the headers, and through the SDK's NATS binding as the event's distributed-tracing
 // extension.
 func TestExtensionRoundTrip(t *testing.T) {
-	ctx, sc := remote(t)
+	ctx, sc := tracetest.Remote(t)
 	ec := cloudevent.NewContext(cloudevent.Source("flow/test"), "dev.flow.test")
 	ec.ID, *ec.Subject = "run-1:1", "run-1"
 	cloudevent.SetTraceExtension(ctx, ec)

@@ -67,12 +67,26 @@ func (c *countedConn) Close() error {
 	return c.Conn.Close()
 }
 
-func (b *testBundle) dial(t *testing.T) net.Conn {
+// send dials the server and writes raw on the connection, which the test's end closes.
+func (b *testBundle) send(t *testing.T, raw string) net.Conn {
 	t.Helper()
 	c, err := net.Dial("tcp", b.addr)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Close() })
+	_, err = io.WriteString(c, raw)
+	require.NoError(t, err)
 	return c
+}
+
+// get GETs the server's root and returns the body of the answer.
+func (b *testBundle) get(t *testing.T) string {
+	t.Helper()
+	resp, err := http.Get("http://" + b.addr)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return string(body)
 }
 
 // closedWithin reads from c until the server closes it (an EOF or a reset), failing if it has
@@ -103,18 +117,14 @@ func TestTimeouts(t *testing.T) {
 	t.Run("SlowHeadersAreCut", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, echo, httpserve.Config{ReadHeaderTimeout: 200 * time.Millisecond})
-		c := b.dial(t)
-		_, err := io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\n")
-		require.NoError(t, err)
+		c := b.send(t, "POST / HTTP/1.1\r\nHost: x\r\n")
 		closedWithin(t, c, 5*time.Second)
 	})
 
 	t.Run("SlowBodyIsCut", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, echo, httpserve.Config{ReadTimeout: 300 * time.Millisecond})
-		c := b.dial(t)
-		_, err := io.WriteString(c, "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
-		require.NoError(t, err)
+		c := b.send(t, "POST / HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n")
 		stop := make(chan struct{})
 		defer close(stop)
 		go func() { // a byte every 50 ms: the body would take 50 s
@@ -140,9 +150,7 @@ func TestTimeouts(t *testing.T) {
 	t.Run("IdleKeepAliveIsClosed", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, echo, httpserve.Config{IdleTimeout: 200 * time.Millisecond})
-		c := b.dial(t)
-		_, err := io.WriteString(c, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
-		require.NoError(t, err)
+		c := b.send(t, "GET / HTTP/1.1\r\nHost: x\r\n\r\n")
 		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, resp.StatusCode)
@@ -158,12 +166,7 @@ func TestTimeouts(t *testing.T) {
 			_, _ = io.WriteString(w, "done")
 		})
 		b := setup(t, h, httpserve.Config{WriteTimeout: 100 * time.Millisecond})
-		resp, err := http.Get("http://" + b.addr)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		require.Equal(t, "done", string(body))
+		require.Equal(t, "done", b.get(t))
 	})
 
 	t.Run("EventStreamsHaveARollingDeadline", func(t *testing.T) {
@@ -181,12 +184,7 @@ func TestTimeouts(t *testing.T) {
 		})
 		// The stream lasts 500 ms, five times the write timeout; each write takes far less.
 		b := setup(t, h, httpserve.Config{WriteTimeout: 100 * time.Millisecond})
-		resp, err := http.Get("http://" + b.addr)
-		require.NoError(t, err)
-		defer resp.Body.Close()
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		require.Equal(t, 10, strings.Count(string(body), "data: "))
+		require.Equal(t, 10, strings.Count(b.get(t), "data: "))
 	})
 
 	t.Run("PlainAnswersKeepTheWriteTimeout", func(t *testing.T) {
@@ -213,9 +211,7 @@ func TestMaxConns(t *testing.T) {
 	b := setup(t, echo, httpserve.Config{MaxConns: limit, ReadHeaderTimeout: 300 * time.Millisecond})
 	conns := make([]net.Conn, slow)
 	for i := range conns {
-		conns[i] = b.dial(t)
-		_, err := io.WriteString(conns[i], "GET / HTTP/1.1\r\nHost: x\r\n")
-		require.NoError(t, err)
+		conns[i] = b.send(t, "GET / HTTP/1.1\r\nHost: x\r\n")
 	}
 	// A normal request waits its turn and is answered once slow clients are cut.
 	client := &http.Client{Timeout: 20 * time.Second}

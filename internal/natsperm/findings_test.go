@@ -47,7 +47,6 @@ func dial(t *testing.T, srv interface{ ClientURL() string }, role string) *nats.
 // purge to a subject, so this one stays the history role's documented power) and the object
 // stores it owns, and no other stream.
 func TestOnlyTheHistoryServicePurges(t *testing.T) {
-	isolate(t)
 	srv, _ := runServer(t, "")
 	provision(t, srv)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
@@ -82,9 +81,8 @@ func TestOnlyTheHistoryServicePurges(t *testing.T) {
 // inbox, and to each other role's, are refused, while its own calls (a run started, signalled,
 // awaited) work.
 func TestClientReadsOnlyItsOwnReplies(t *testing.T) {
-	isolate(t)
-	srv, v := runServer(t, "")
-	st := runAll(t, srv, v)
+	st := runRoles(t)
+	srv, v := st.srv, st.v
 	spy := mustRole(t, natsperm.Client)
 	nc, err := nats.Connect(srv.ClientURL(), nats.UserInfo(spy.User, password(spy)), nats.PermissionErrOnSubscribe(true),
 		nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
@@ -134,7 +132,6 @@ func TestClientReadsOnlyItsOwnReplies(t *testing.T) {
 // overwriting the entry: nats-server checks no reply subject against permissions; see
 // docs/operations.md, "What the permissions cannot stop".)
 func TestWorkerCannotDeleteThroughAReply(t *testing.T) {
-	isolate(t)
 	srv, _ := runServer(t, "")
 	provision(t, srv)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)

@@ -16,9 +16,7 @@ import (
 // read the routes; the delivery to the old token reaches the new run, whose copied hook the
 // history service routes to it. No service is refused a subject meanwhile.
 func TestHookRoutesAsTheirRoles(t *testing.T) {
-	isolate(t)
-	srv, v := runServer(t, "")
-	st := runAll(t, srv, v)
+	st := runRoles(t)
 	c := st.client
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
@@ -42,5 +40,5 @@ func TestHookRoutesAsTheirRoles(t *testing.T) {
 	var out examples.WebhookResult
 	require.NoError(t, c.Result(ctx, reset.NewRunID, &out))
 	require.JSONEq(t, `{"paid":"after the reset"}`, string(out.Received))
-	require.Empty(t, v.Seen(), "a service or a client was refused a subject its role needs")
+	require.Empty(t, st.v.Seen(), "a service or a client was refused a subject its role needs")
 }

@@ -30,9 +30,8 @@ import (
 // commit a worker copies into another run. A worker's cancellation of a child whose parent ended
 // names the parent and needs no signature; genuine inputs from the ingress pass.
 func TestWorkersCannotForgeInputs(t *testing.T) {
-	isolate(t)
-	srv, v := runServer(t, "")
-	st := runAll(t, srv, v)
+	st := runRoles(t)
+	srv := st.srv
 	c := st.client
 	ctx, cancel := context.WithTimeout(t.Context(), 90*time.Second)
 	defer cancel()
@@ -196,7 +195,6 @@ func TestWorkersCannotForgeInputs(t *testing.T) {
 // Only the input writers may read the input signing key: the worker and client roles are
 // refused its bucket's reads.
 func TestOnlyInputWritersReadTheKey(t *testing.T) {
-	isolate(t)
 	srv, _ := runServer(t, "")
 	reads := []string{
 		"$JS.API.DIRECT.GET.KV_" + streams.SecretsBucket + ".$KV." + streams.SecretsBucket + "." + inputsig.KeyName,

@@ -195,7 +195,6 @@ func operations() []operation {
 // operation: the server refuses exactly those the policy does not give it. The table of role x
 // operation, expected and observed, is logged; any mismatch fails the test.
 func TestPermissionsMatrix(t *testing.T) {
-	isolate(t)
 	srv, _ := runServer(t, "")
 	provision(t, srv)
 	roles := natsperm.Roles()

@@ -18,9 +18,8 @@ import (
 // triggered (its run completes), paused and deleted, and a batch job created and stopped, as a
 // client, without a permission violation.
 func TestSchedulesAndBatchesAsTheirRoles(t *testing.T) {
-	isolate(t)
-	srv, v := runServer(t, "")
-	c := runAll(t, srv, v).client
+	st := runRoles(t)
+	c := st.client
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	// The worker registers its definitions, and the scheduler takes its leases, a moment after
@@ -61,7 +60,7 @@ func TestSchedulesAndBatchesAsTheirRoles(t *testing.T) {
 	j, err = c.Batches().Await(ctx, j.ID, &flow.AwaitBatchOptions{Every: 20 * time.Millisecond})
 	require.NoError(t, err)
 	require.True(t, j.State.Ended())
-	require.Empty(t, v.Seen(), "a service or a client was refused a subject its role needs")
+	require.Empty(t, st.v.Seen(), "a service or a client was refused a subject its role needs")
 }
 
 // Dedup and debounce starts under the roles: the ingress, which may not write FLOW_START_KEYS,
@@ -70,9 +69,8 @@ func TestSchedulesAndBatchesAsTheirRoles(t *testing.T) {
 // three debounced starts make one run that ends, and the services read the checkpoints the
 // history service writes, without a permission violation.
 func TestKeyedStartsAsTheirRoles(t *testing.T) {
-	isolate(t)
-	srv, v := runServer(t, "")
-	c := runAll(t, srv, v).client
+	st := runRoles(t)
+	c := st.client
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	var first string
@@ -104,5 +102,5 @@ func TestKeyedStartsAsTheirRoles(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, debounced, id)
 	require.NoError(t, c.Result(ctx, id, &out))
-	require.Empty(t, v.Seen(), "a service or a client was refused a subject its role needs")
+	require.Empty(t, st.v.Seen(), "a service or a client was refused a subject its role needs")
 }

@@ -19,7 +19,6 @@ import (
 // server where they do not exist, it fails to start (its request to create one goes unanswered
 // until the start's deadline), and the server logs the refused creation.
 func TestOnlyTheHistoryServiceProvisions(t *testing.T) {
-	isolate(t)
 	srv, v := runServer(t, "")
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
 	defer cancel()

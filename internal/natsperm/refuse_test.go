@@ -14,7 +14,6 @@ import (
 // Each role is refused writes it must not make: the server answers a permissions violation (and
 // logs it), and nothing reaches a subscriber of the subject.
 func TestRolesAreRefusedWhatTheyDoNotNeed(t *testing.T) {
-	isolate(t)
 	srv, v := runServer(t, "")
 	refused := map[string][]string{
 		// Only the services write histories and tasks; a client goes through the ingress.

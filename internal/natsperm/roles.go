@@ -117,6 +117,22 @@ func (g *grants) provisions() {
 	}
 }
 
+// service returns the grants every service starts from: it receives replies on its own inboxes
+// and answers requests, reads the streams' configuration (the history service alone creates and
+// updates them) and hosts the engine.
+func service(role string) *grants {
+	var g grants
+	g.replies(role)
+	g.answer()
+	if role == History {
+		g.provisions()
+	} else {
+		g.ensure()
+	}
+	g.engine()
+	return &g
+}
+
 // readStream reads messages of stream: direct reads (one message, or a batch), and reads at the
 // stream leader.
 func (g *grants) readStream(stream string) {
@@ -221,11 +237,7 @@ func (g grants) role(name, who string) Role {
 // and the workers' claims and parks (a micro service, with $SRV discovery). The web UI's actions
 // go to the ingress's HTTP API with the caller's token, not over NATS as this role.
 func historyRole() Role {
-	var g grants
-	g.replies(History)
-	g.answer()
-	g.provisions()
-	g.engine()
+	g := service(History)
 	g.follow()
 	g.consume(streams.History, streams.HistoryConsumer, "`"+streams.HistoryConsumer+"`")
 	g.kvWrite(streams.TimersBucket) // the timer index's one writer: it registers the timers of each commit, and deletes moot ones
@@ -280,11 +292,7 @@ func historyRole() Role {
 // admission lease too, and admits the runs under flow control; it fires the schedules and runs
 // the batch jobs, and answers the changes of both that the ingress forwards.
 func schedulerRole() Role {
-	var g grants
-	g.replies(Scheduler)
-	g.answer()
-	g.ensure()
-	g.engine()
+	g := service(Scheduler)
 	g.follow() // it learns of each timer from its commit, before the history service writes its entry
 	// It signs the inputs of its batch jobs, schedules and admission (internal/inputsig).
 	g.kvRead(streams.SecretsBucket)
@@ -316,11 +324,7 @@ func schedulerRole() Role {
 // them, appends them to the runs, finds hooks by token and definitions' workers, and dead-letters
 // rejected publishes that asked for no reply.
 func ingressRole() Role {
-	var g grants
-	g.replies(Ingress)
-	g.answer()
-	g.ensure()
-	g.engine()
+	g := service(Ingress)
 	// It signs the inputs it appends (internal/inputsig).
 	g.kvRead(streams.SecretsBucket)
 	g.kvRead(streams.HooksBucket)        // it finds the run of a hook delivery by its token
@@ -352,11 +356,7 @@ func ingressRole() Role {
 // drives runs, registers its definitions and its liveness, and asks the history service to
 // claim the tokens of the hooks its runs create and to park runs it cannot drive.
 func workerRole() Role {
-	var g grants
-	g.replies(Worker)
-	g.answer()
-	g.ensure()
-	g.engine()
+	g := service(Worker)
 	g.follow() // while steps run, it listens for other writers' commits (a signal, a cancellation)
 	g.consume(streams.Tasks, "*", "`worker-<queue>...`")
 	g.liveness()

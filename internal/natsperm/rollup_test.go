@@ -30,7 +30,6 @@ const rollupRefused = 10111
 // works before and after it, and the worker's rollups are refused by JetStream: every key and
 // object stays.
 func TestNoRoleRollsUpAStream(t *testing.T) {
-	isolate(t)
 	srv, v := runServer(t, "")
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()

@@ -58,9 +58,12 @@ func isolate(t *testing.T) {
 	}
 }
 
-// stack is what runAll started: clients connected as flow-client and as flow-history (to read
-// what only the history service may), and a connection as flow-ingress.
+// stack is what runAll started, on srv whose refusals v logs: clients connected as flow-client
+// and as flow-history (to read what only the history service may), and a connection as
+// flow-ingress.
 type stack struct {
+	srv                     *server.Server
+	v                       *violations
 	client, ui              *flow.Client
 	clientNC, uiNC, ingress *nats.Conn
 	history                 *history.Service
@@ -113,11 +116,19 @@ func runAll(t *testing.T, srv *server.Server, v *violations) stack {
 		require.NoError(t, err)
 		return nc, c
 	}
-	st := stack{history: h, ahead: ahead}
+	st := stack{srv: srv, v: v, history: h, ahead: ahead}
 	st.clientNC, st.client = client(natsperm.Client)
 	st.uiNC, st.ui = client(natsperm.History)
 	st.ingress, _ = client(natsperm.Ingress)
 	return st
+}
+
+// runRoles runs a server that loads deploy/nats/auth.conf (runServer) and every service on it
+// (runAll).
+func runRoles(t *testing.T) stack {
+	t.Helper()
+	srv, v := runServer(t, "")
+	return runAll(t, srv, v)
 }
 
 // exercise completes an order (whose charge is retried on a timer), an approval signalled, a
@@ -231,11 +242,9 @@ func exercise(t *testing.T, st stack, v *violations) {
 // Each service runs as its own user, with exactly its role's permissions as deploy/nats/auth.conf
 // grants them, and every kind of run completes without a permission violation.
 func TestServicesRunAsTheirRoles(t *testing.T) {
-	isolate(t)
-	srv, v := runServer(t, "")
-	st := runAll(t, srv, v)
-	exercise(t, st, v)
-	collect(t, st, v)
+	st := runRoles(t)
+	exercise(t, st, st.v)
+	collect(t, st, st.v)
 }
 
 // collect has the payload collector, as the history role, read the whole history stream and
@@ -262,7 +271,6 @@ func collect(t *testing.T, st stack, v *violations) {
 // certificate and key from FLOW_NATS_TLS_CA, FLOW_NATS_TLS_CERT and FLOW_NATS_TLS_KEY, and
 // authenticate as their users.
 func TestServicesRunAsTheirRolesOverTLS(t *testing.T) {
-	isolate(t)
 	files := natstest.GenerateTLS(t, t.TempDir())
 	srv, v := runServer(t, fmt.Sprintf("tls {\n  cert_file: %q\n  key_file: %q\n  ca_file: %q\n  verify: true\n}\n",
 		files.ServerCert, files.ServerKey, files.CA))

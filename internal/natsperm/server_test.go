@@ -55,10 +55,12 @@ func (v *violations) Seen() []string {
 	return append([]string(nil), v.lines...)
 }
 
-// runServer starts a nats-server from a configuration that includes the repository's
-// deploy/nats/auth.conf, as a deployment does, with the roles' passwords in the environment.
-// tlsBlock, when not empty, is the server's tls block: TLS is then required of every client.
+// runServer isolates the test (isolate) and starts a nats-server from a configuration that
+// includes the repository's deploy/nats/auth.conf, as a deployment does, with the roles'
+// passwords in the environment. tlsBlock, when not empty, is the server's tls block: TLS is then
+// required of every client.
 func runServer(t *testing.T, tlsBlock string) (*server.Server, *violations) {
+	isolate(t)
 	setPasswords(t)
 	dir := t.TempDir()
 	auth, err := os.ReadFile(repoFile(natsperm.AuthConfPath))

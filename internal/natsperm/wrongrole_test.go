@@ -71,7 +71,6 @@ func requireRefused(t *testing.T, err error, took time.Duration, subject string)
 // once with a *flow.PermissionError naming the subject and what to do, instead of retrying the
 // refused request until its context ends (Start, Signal: forever; Runs: 30 s).
 func TestClientWithAServiceRoleFailsFast(t *testing.T) {
-	isolate(t)
 	srv, _ := runServer(t, "")
 	startFront(t, srv)
 	nc, err := as(t, srv, natsperm.Worker).Dial("wrong-role", nats.ErrorHandler(func(*nats.Conn, *nats.Subscription, error) {}))
@@ -124,7 +123,6 @@ func TestClientWithAServiceRoleFailsFast(t *testing.T) {
 // printed once, instead of printing nats.go's raw violation every 10 s until interrupted
 // (start, signal) or failing after 30 s (runs).
 func TestCommandsWithAServiceRoleFailFast(t *testing.T) {
-	isolate(t)
 	srv, _ := runServer(t, "")
 	startFront(t, srv)
 	worker := mustRole(t, natsperm.Worker)

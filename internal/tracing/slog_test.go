@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/tracing"
+	"github.com/flowrun/flow/internal/tracing/tracetest"
 )
 
 func logged(t *testing.T, log func(*slog.Logger)) map[string]any {
@@ -22,7 +23,7 @@ func logged(t *testing.T, log func(*slog.Logger)) map[string]any {
 }
 
 func TestHandlerAddsTraceAndRun(t *testing.T) {
-	ctx, sc := remote(t)
+	ctx, sc := tracetest.Remote(t)
 	ctx = tracing.WithRunID(ctx, "order-1")
 	rec := logged(t, func(l *slog.Logger) { l.InfoContext(ctx, "decided") })
 	require.Equal(t, sc.TraceID().String(), rec["trace_id"])

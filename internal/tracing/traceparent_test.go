@@ -10,6 +10,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/flowrun/flow/internal/tracing"
+	"github.com/flowrun/flow/internal/tracing/tracetest"
 )
 
 // Format and Parse agree with OpenTelemetry's W3C propagator.
@@ -66,21 +67,8 @@ func BenchmarkParseFormat(b *testing.B) {
 	}
 }
 
-// remote returns a context carrying a sampled remote span with a tracestate.
-func remote(t *testing.T) (context.Context, trace.SpanContext) {
-	t.Helper()
-	tid, err := trace.TraceIDFromHex("4bf92f3577b34da6a3ce929d0e0e4736")
-	require.NoError(t, err)
-	sid, err := trace.SpanIDFromHex("00f067aa0ba902b7")
-	require.NoError(t, err)
-	ts, err := trace.ParseTraceState("flow=1,vendor=x")
-	require.NoError(t, err)
-	sc := trace.NewSpanContext(trace.SpanContextConfig{TraceID: tid, SpanID: sid, TraceFlags: trace.FlagsSampled, TraceState: ts, Remote: true})
-	return trace.ContextWithRemoteSpanContext(context.Background(), sc), sc
-}
-
 func TestTraceParentRoundTrip(t *testing.T) {
-	ctx, sc := remote(t)
+	ctx, sc := tracetest.Remote(t)
 	tp := tracing.TraceParent(ctx)
 	require.Equal(t, "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", tp)
 	got, ok := tracing.Parse(tp)
