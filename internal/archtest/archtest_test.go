@@ -166,7 +166,8 @@ var pure = []string{"pkg/event", "internal/core", "internal/payload"}
 // testHelpers are the packages that exist for tests: embedded servers, services started for a
 // test, fixtures, suites.
 var testHelpers = []string{"internal/natstest", "internal/ingresstest", "internal/historytest",
-	"internal/store/storetest", "internal/health/healthtest", "internal/proctest"}
+	"internal/store/storetest", "internal/health/healthtest", "internal/proctest",
+	"internal/tracing/tracetest"}
 
 // knownViolations are the forbidden edges of today, each with the reason it exists. From and To
 // are module-relative package paths; where the forbidden package is outside the module, To is
