@@ -307,7 +307,11 @@ func TestBatchFaultsRateAndStop(t *testing.T) {
 	burst := batch.BurstFor(rate)
 	span := times[len(times)-1].Sub(times[0])
 	t.Logf("40 signals at %d/s (burst %d) recorded over %s", rate, burst, span.Round(time.Millisecond))
-	require.GreaterOrEqual(t, span, time.Duration(float64(40-burst)/rate*float64(time.Second))-50*time.Millisecond)
+	// The rate spaces the tokens' times; a signal's recorded time is its token's plus its append's
+	// latency, which differs from append to append by up to a few hundred milliseconds on a
+	// loaded machine (the first is the slowest: nothing of its run is cached). Unpaced, the 40
+	// signals land within about 0.2 s.
+	require.GreaterOrEqual(t, span, time.Duration(float64(40-burst)/rate*float64(time.Second))-300*time.Millisecond)
 	for i := range times {
 		in := 0
 		for k := i; k < len(times) && times[k].Sub(times[i]) < time.Second; k++ {
