@@ -3,7 +3,6 @@ package flow
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/flowrun/flow/internal/api"
@@ -43,8 +42,8 @@ func (st BatchState) Ended() bool {
 	return st == BatchCompleted || st == BatchStopped || st == BatchFailed
 }
 
-// BatchDefaultRate is a job's rate, in operations per second, when its spec names none.
-const BatchDefaultRate = 50
+// defaultBatchRate is a job's rate, in operations per second, when its spec names none.
+const defaultBatchRate = 50
 
 // BatchSpec says what a batch job does, fixed at its creation.
 type BatchSpec struct {
@@ -64,14 +63,14 @@ type BatchSpec struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 	// Reset says where to reset each run to (BatchResetOp).
 	Reset *BatchReset `json:"reset,omitempty"`
-	// Rate is the operations per second; 0 is BatchDefaultRate.
+	// Rate is the operations per second. Defaults to 50.
 	Rate float64 `json:"rate,omitempty"`
 }
 
-// EffectiveRate returns the spec's rate, BatchDefaultRate when it names none.
+// EffectiveRate returns the spec's rate: Rate, or 50 when it is 0.
 func (s BatchSpec) EffectiveRate() float64 {
 	if s.Rate == 0 {
-		return BatchDefaultRate
+		return defaultBatchRate
 	}
 	return s.Rate
 }
@@ -181,15 +180,6 @@ type (
 	batchListResponse struct {
 		Jobs []BatchJob `json:"jobs"`
 	}
-)
-
-// Errors of batch jobs.
-var (
-	// ErrBatchNotFound is wrapped when no batch job has the ID.
-	ErrBatchNotFound = errors.New("flow: no such batch job")
-	// ErrBatchExists is wrapped by [BatchClient.Start] when the job ID is taken by a job with
-	// another spec.
-	ErrBatchExists = errors.New("flow: a batch job with this ID exists with another spec")
 )
 
 // BatchClient starts, lists, follows and stops batch jobs, through the ingress. Get one with

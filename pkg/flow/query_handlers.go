@@ -15,14 +15,6 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// ErrUnknownQuery is matched by the error of a query whose name the run's workflow does not
-// handle (an *UnknownQueryError, which lists the names it does).
-var ErrUnknownQuery = errors.New("flow: unknown query")
-
-// ErrQueryFailed is matched by the error of a query whose handler returned an error or panicked
-// (a *QueryFailedError).
-var ErrQueryFailed = errors.New("flow: query failed")
-
 // UnknownQueryError reports a query name that the run's workflow does not handle. It matches
 // ErrUnknownQuery.
 type UnknownQueryError struct {

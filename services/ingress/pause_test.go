@@ -328,7 +328,7 @@ func TestPauseOnExhaustedRetries(t *testing.T) {
 			return ctx.Complete(out), nil
 		}
 		return ctx.ScheduleStep("charge", "charge", nil,
-			flow.WithRetry(flow.RetryPolicy{MaxAttempts: 3, InitialInterval: 20 * time.Millisecond, OnExhaustion: flow.PauseRun})), nil
+			flow.WithRetry(flow.RetryPolicy{MaxAttempts: 3, InitialInterval: 20 * time.Millisecond, OnExhaustion: flow.ExhaustionPauseRun})), nil
 	})
 	ps := newPauseStack(t, reg)
 	ctx := t.Context()
