@@ -10,7 +10,7 @@ import (
 
 // Sentinels callers branch on with errors.Is. A call's error wraps one of them, or is a typed
 // error that matches it and carries the details ([NonDeterminismError], [RunError],
-// [UpdateError], [UnknownQueryError], [QueryFailedError], [RateLimitedError], [PermissionError]). docs/errors.md lists the
+// [UpdateError], [QueryError], [RateLimitedError], [PermissionError]). docs/errors.md lists the
 // error codes (FLOW-REPLAY-1, ...) that messages name.
 var (
 	// ErrNotFound: the run, hook, step or child referred to does not exist.
@@ -70,10 +70,10 @@ var (
 	// workflow has not taken yet. Nothing was recorded.
 	ErrRateLimited = errors.New("flow: rate limited")
 
-	// ErrUnknownQuery is matched by the *UnknownQueryError of a query whose name the run's workflow
+	// ErrUnknownQuery is matched by the *QueryError of a query whose name the run's workflow
 	// does not handle.
 	ErrUnknownQuery = errors.New("flow: unknown query")
-	// ErrQueryFailed is matched by the *QueryFailedError of a query whose handler returned an error
+	// ErrQueryFailed is matched by the *QueryError of a query whose handler returned an error
 	// or panicked.
 	ErrQueryFailed = errors.New("flow: query failed")
 	// ErrUpdateRejected is matched by the *UpdateError of an update the workflow's validator

@@ -64,7 +64,7 @@ func TestRegistryQuery(t *testing.T) {
 		{name: "RegisterQueryOfAnEndedRun", s: ended, query: "status", want: `"completed"`},
 		{name: "UnknownQueryListsTheKnown", s: running, query: "eta", wantErr: func(t *testing.T, err error) {
 			require.ErrorIs(t, err, ErrUnknownQuery)
-			var u *UnknownQueryError
+			var u *QueryError
 			require.True(t, errors.As(err, &u))
 			require.Equal(t, []string{"fails", "panics", "progress", "status", "unencodable"}, u.Registered)
 			require.ErrorContains(t, err, `workflow "order" (run "order-1") has no query "eta"; it handles fails, panics, progress, status, unencodable`)
@@ -74,26 +74,29 @@ func TestRegistryQuery(t *testing.T) {
 			require.ErrorContains(t, err, `the arguments of query "progress" (run "order-1") do not decode into string`)
 		}},
 		{name: "HandlerError", s: running, query: "fails", wantErr: func(t *testing.T, err error) {
-			var f *QueryFailedError
+			var f *QueryError
 			require.True(t, errors.As(err, &f))
 			require.Equal(t, "no_stock", f.Kind)
 			require.ErrorIs(t, err, ErrQueryFailed)
 		}},
 		{name: "HandlerPanic", s: running, query: "panics", wantErr: func(t *testing.T, err error) {
-			var f *QueryFailedError
+			var f *QueryError
 			require.True(t, errors.As(err, &f))
+			require.ErrorIs(t, err, ErrQueryFailed)
 			require.Equal(t, KindPanic, f.Kind)
 			require.Contains(t, f.Message, "the handler panicked: boom")
 		}},
 		{name: "WorkflowPanicWhileEvaluated", s: broken, query: "anything", wantErr: func(t *testing.T, err error) {
-			var f *QueryFailedError
+			var f *QueryError
 			require.True(t, errors.As(err, &f))
+			require.ErrorIs(t, err, ErrQueryFailed)
 			require.Equal(t, KindPanic, f.Kind)
 			require.Contains(t, f.Message, "broken code")
 		}},
 		{name: "UnencodableResult", s: running, query: "unencodable", wantErr: func(t *testing.T, err error) {
-			var f *QueryFailedError
+			var f *QueryError
 			require.True(t, errors.As(err, &f))
+			require.ErrorIs(t, err, ErrQueryFailed)
 			require.Equal(t, KindInvalidOutput, f.Kind)
 		}},
 		{name: "UnknownDefinition", s: unknownDef, query: "status", wantErr: func(t *testing.T, err error) {
