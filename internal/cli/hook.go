@@ -32,7 +32,7 @@ delivery over HTTP:
 				return err
 			}
 			defer client.Close()
-			run, err := client.DeliverHook(c.Context(), a[0], json.RawMessage(payload), &flow.DeliverOptions{DeliveryID: id})
+			run, err := client.DeliverHook(c.Context(), a[0], json.RawMessage(payload), &flow.DeliveryOptions{DeliveryID: id})
 			if err != nil {
 				return err
 			}

@@ -667,7 +667,7 @@ run it continued as). --json prints
 				return err
 			}
 			defer client.Close()
-			to, err := client.Signal(c.Context(), a[0], a[1], json.RawMessage(payload), &flow.SignalOptions{DeliveryID: id})
+			to, err := client.Signal(c.Context(), a[0], a[1], json.RawMessage(payload), &flow.DeliveryOptions{DeliveryID: id})
 			if err != nil {
 				return err
 			}

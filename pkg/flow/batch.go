@@ -219,19 +219,10 @@ type BatchDryRun struct {
 	Sample  []string
 }
 
-// DryRunOptions adjust [BatchClient.DryRun]. The zero value works.
-type DryRunOptions struct {
-	// Sample is how many of the targeted runs to name. Defaults to 20.
-	Sample int
-}
-
 // DryRun checks spec (its filter included) and counts the runs it would target now, naming
-// some of them. Nothing is created. opts may be nil.
-func (b BatchClient) DryRun(ctx context.Context, spec BatchSpec, opts *DryRunOptions) (*BatchDryRun, error) {
-	req := batchCreateRequest{Spec: spec, DryRun: true}
-	if opts != nil {
-		req.Sample = opts.Sample
-	}
+// sample of them (0 names 20). Nothing is created.
+func (b BatchClient) DryRun(ctx context.Context, spec BatchSpec, sample int) (*BatchDryRun, error) {
+	req := batchCreateRequest{Spec: spec, DryRun: true, Sample: sample}
 	var resp batchResponse
 	if err := b.do(ctx, api.SubjectBatchCreate, req, &resp); err != nil {
 		return nil, err
@@ -279,19 +270,10 @@ func (b BatchClient) Stop(ctx context.Context, id, reason string) (*BatchJob, er
 	return resp.Job, nil
 }
 
-// AwaitBatchOptions adjust [BatchClient.Await]. The zero value works.
-type AwaitBatchOptions struct {
-	// Every is how often to read the job. Defaults to 200ms.
-	Every time.Duration
-}
-
-// Await reads batch job id until it ends, or ctx ends, and returns it. opts may be nil.
-func (b BatchClient) Await(ctx context.Context, id string, opts *AwaitBatchOptions) (*BatchJob, error) {
-	every := 200 * time.Millisecond
-	if opts != nil && opts.Every > 0 {
-		every = opts.Every
-	}
-	for {
+// Await reads batch job id until it ends, or ctx ends, and returns it. It reads the job every
+// 20ms at first, backing off to every 200ms.
+func (b BatchClient) Await(ctx context.Context, id string) (*BatchJob, error) {
+	for every := 20 * time.Millisecond; ; every = min(2*every, 200*time.Millisecond) {
 		j, err := b.Get(ctx, id)
 		if err != nil || j.State.Ended() {
 			return j, err

@@ -34,7 +34,9 @@ type ClientOptions struct {
 // The run operations are its methods; the other operations are grouped in sub-clients, small
 // values that share the client's connection: [Client.Schedules], [Client.Batches],
 // [Client.Pauses], [Client.Definitions] and [Client.Secrets]. A call's optional settings are a
-// pointer to an options struct, its last argument, which may be nil.
+// pointer to an options struct, its last argument, which may be nil; a call whose one setting
+// is a count takes it as an argument whose zero means the default ([Client.HistoryPage],
+// [ScheduleClient.Describe], [BatchClient.DryRun]).
 type Client struct {
 	nc      *nats.Conn
 	ownConn bool

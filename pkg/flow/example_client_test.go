@@ -237,7 +237,7 @@ func ExampleBatchClient_Start() {
 		Signal: "approve", Payload: []byte(`"the batch"`),
 	}, &flow.BatchOptions{ID: "approve-expenses"})
 	if err == nil {
-		job, err = client.Batches().Await(ctx, job.ID, nil)
+		job, err = client.Batches().Await(ctx, job.ID)
 	}
 	if err != nil {
 		fmt.Println("error:", err)

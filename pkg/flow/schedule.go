@@ -121,18 +121,9 @@ func (s ScheduleClient) Update(ctx context.Context, name string, cfg ScheduleCon
 	return &out, s.do(ctx, api.ScheduleOpUpdate, req, &out)
 }
 
-// DescribeScheduleOptions adjust [ScheduleClient.Describe]. The zero value works.
-type DescribeScheduleOptions struct {
-	// Next is how many of the schedule's next action times to list. Defaults to 5.
-	Next int
-}
-
-// Describe returns schedule name with its next action times. opts may be nil.
-func (s ScheduleClient) Describe(ctx context.Context, name string, opts *DescribeScheduleOptions) (*ScheduleDescription, error) {
-	req := api.ScheduleRequest{Name: name}
-	if opts != nil {
-		req.Next = opts.Next
-	}
+// Describe returns schedule name with its next action times, next of them (0 lists 5).
+func (s ScheduleClient) Describe(ctx context.Context, name string, next int) (*ScheduleDescription, error) {
+	req := api.ScheduleRequest{Name: name, Next: next}
 	var out ScheduleDescription
 	return &out, s.do(ctx, api.ScheduleOpDescribe, req, &out)
 }
