@@ -157,7 +157,7 @@ waits for it to end. --json prints the job.`,
 			var j *flow.BatchJob
 			var err error
 			if wait {
-				j, err = client.Batches().Await(c.Context(), a[0], &flow.AwaitBatchOptions{Every: 200 * time.Millisecond})
+				j, err = client.Batches().Await(c.Context(), a[0])
 			} else {
 				j, err = client.Batches().Get(c.Context(), a[0])
 			}
@@ -324,7 +324,7 @@ func printBatch(w io.Writer, j *flow.BatchJob) {
 func (e *env) startBatch(c *cobra.Command, client *flow.Client, spec flow.BatchSpec, id string, dryRun, wait bool, sample int) error {
 	op := spec.Op
 	if dryRun {
-		dr, err := client.Batches().DryRun(c.Context(), spec, &flow.DryRunOptions{Sample: sample})
+		dr, err := client.Batches().DryRun(c.Context(), spec, sample)
 		if err != nil {
 			return err
 		}
@@ -345,7 +345,7 @@ func (e *env) startBatch(c *cobra.Command, client *flow.Client, spec flow.BatchS
 		return err
 	}
 	if wait {
-		if j, err = client.Batches().Await(c.Context(), j.ID, &flow.AwaitBatchOptions{Every: 200 * time.Millisecond}); err != nil {
+		if j, err = client.Batches().Await(c.Context(), j.ID); err != nil {
 			return err
 		}
 	}

@@ -24,7 +24,7 @@ delivery over HTTP:
 --json prints {"token":TOKEN,"run_id":RUN,"status":"accepted"}.`,
 		Args: args("TOKEN"),
 		RunE: e.withPayload(&payload, func(c *cobra.Command, client *flow.Client, a []string) error {
-			run, err := client.DeliverHook(c.Context(), a[0], json.RawMessage(payload), &flow.DeliverOptions{DeliveryID: id})
+			run, err := client.DeliverHook(c.Context(), a[0], json.RawMessage(payload), &flow.DeliveryOptions{DeliveryID: id})
 			if err != nil {
 				return err
 			}

@@ -112,7 +112,7 @@ func (e *env) unpauseCmd() *cobra.Command {
 		Use:   "unpause [RUN] [--definition NAME | --queue NAME]",
 		Short: "Unpause a run, or every run of a definition or queue",
 		Long: `Unpause a run: the decision that is due is made and the attempts held start. A step that
-exhausted its attempts under a retry policy with OnExhaustion flow.PauseRun gets a fresh
+exhausted its attempts under a retry policy with OnExhaustion flow.ExhaustionPauseRun gets a fresh
 attempt: fix what failed (deploy the fix), then unpause. Unpausing a run that is not paused
 does nothing.
 

@@ -643,7 +643,7 @@ run it continued as). --json prints
 {"run_id":RUN,"delivered_to":RUN_OR_ITS_SUCCESSOR,"status":"accepted"}.`,
 		Args: args("RUN", "NAME"),
 		RunE: e.withPayload(&payload, func(c *cobra.Command, client *flow.Client, a []string) error {
-			to, err := client.Signal(c.Context(), a[0], a[1], json.RawMessage(payload), &flow.SignalOptions{DeliveryID: id})
+			to, err := client.Signal(c.Context(), a[0], a[1], json.RawMessage(payload), &flow.DeliveryOptions{DeliveryID: id})
 			if err != nil {
 				return err
 			}

@@ -197,7 +197,7 @@ func (e *env) scheduleDescribeCmd() *cobra.Command {
 		Short: "Show a schedule: spec, state, recent actions (slot, run ID, outcome) and the next action times",
 		Args:  args("NAME"),
 		RunE: e.withClient(func(c *cobra.Command, client *flow.Client, a []string) error {
-			d, err := client.Schedules().Describe(c.Context(), a[0], &flow.DescribeScheduleOptions{Next: next})
+			d, err := client.Schedules().Describe(c.Context(), a[0], next)
 			if err != nil {
 				return err
 			}

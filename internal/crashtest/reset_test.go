@@ -91,7 +91,7 @@ func TestIngressKilledBetweenResetWrites(t *testing.T) {
 	r, err := client.Reset(ctx, "w-1", &flow.ResetOptions{LastDecision: true, RequestID: "reset-1", Reason: "kill test"})
 	require.NoError(t, err)
 	require.Equal(t, newID, r.NewRunID)
-	to, err := client.Signal(ctx, "w-1", "go", "go!", &flow.SignalOptions{DeliveryID: "signal-1"})
+	to, err := client.Signal(ctx, "w-1", "go", "go!", &flow.DeliveryOptions{DeliveryID: "signal-1"})
 	require.NoError(t, err)
 	require.Equal(t, newID, to)
 	var out string

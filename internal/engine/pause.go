@@ -76,7 +76,7 @@ func (e *Engine) Pause(ctx context.Context, runID, reason, deliveryID string) (s
 
 // Unpause ends the pause of run runID, or of the latest run it continued as, and returns the ID
 // of that run: the decision that is due is made, held attempts start, and each step that
-// exhausted its attempts under flow.PauseRun gets a fresh attempt. A request repeated with the
+// exhausted its attempts under flow.ExhaustionPauseRun gets a fresh attempt. A request repeated with the
 // same delivery ID, or made while the run is not paused, is accepted without effect.
 func (e *Engine) Unpause(ctx context.Context, runID, reason, deliveryID string) (string, error) {
 	by := Actor(ctx)

@@ -17,14 +17,14 @@ type InvoiceInput struct {
 }
 
 // Invoice computes and sends an invoice. Its step's retry policy pauses the run when the step
-// exhausts its attempts, instead of failing it (flow.PauseRun): fix the bug, deploy, and
+// exhausts its attempts, instead of failing it (flow.ExhaustionPauseRun): fix the bug, deploy, and
 // unpause the run; see docs/pause.md.
 func Invoice(ctx *flow.Context, in InvoiceInput) (flow.Decision, error) {
 	if out := ctx.StepOutput("compute-tax"); out != nil {
 		return ctx.Complete(out), nil
 	}
 	return ctx.ScheduleStep("compute-tax", "computeTax", in,
-		flow.WithRetry(flow.RetryPolicy{MaxAttempts: 3, InitialInterval: 200 * time.Millisecond, OnExhaustion: flow.PauseRun})), nil
+		flow.WithRetry(flow.RetryPolicy{MaxAttempts: 3, InitialInterval: 200 * time.Millisecond, OnExhaustion: flow.ExhaustionPauseRun})), nil
 }
 
 // ComputeTax fails before attempt in.FixedAt, as a step with a bug would until it is fixed.

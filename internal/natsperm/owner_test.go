@@ -44,7 +44,7 @@ func TestSchedulesAndBatchesAsTheirRoles(t *testing.T) {
 	var out any
 	require.NoError(t, c.Result(ctx, tr.TriggerRunID, &out))
 	require.NoError(t, c.Schedules().Pause(ctx, "remind", "maintenance"))
-	d, err := c.Schedules().Describe(ctx, "remind", nil)
+	d, err := c.Schedules().Describe(ctx, "remind", 0)
 	require.NoError(t, err)
 	require.True(t, d.Schedule.State.Paused)
 	require.NoError(t, c.Schedules().Delete(ctx, "remind"))
@@ -57,7 +57,7 @@ func TestSchedulesAndBatchesAsTheirRoles(t *testing.T) {
 	require.NoError(t, err)
 	_, err = c.Batches().Stop(ctx, j.ID, "enough")
 	require.NoError(t, err)
-	j, err = c.Batches().Await(ctx, j.ID, &flow.AwaitBatchOptions{Every: 20 * time.Millisecond})
+	j, err = c.Batches().Await(ctx, j.ID)
 	require.NoError(t, err)
 	require.True(t, j.State.Ended())
 	require.Empty(t, st.v.Seen(), "a service or a client was refused a subject its role needs")

@@ -140,7 +140,7 @@ func (x *Executor) Apply(ctx context.Context, i int, op Op) error {
 		a.Run, err = c.Start(octx, o.Def, o.In, opts)
 	case Signal:
 		a.Asked, a.ID = o.Run, o.Delivery
-		a.Run, err = c.Signal(octx, o.Run, o.Name, o.Delivery, &flow.SignalOptions{DeliveryID: o.Delivery})
+		a.Run, err = c.Signal(octx, o.Run, o.Name, o.Delivery, &flow.DeliveryOptions{DeliveryID: o.Delivery})
 	case SignalWithStart:
 		a.Asked, a.ID = o.Run, o.Delivery
 		a.Run, _, err = c.SignalWithStart(octx, o.Def, o.In, SignalGo, o.Delivery, &flow.WithStartOptions{RunID: o.Run, UpdateID: o.Delivery})

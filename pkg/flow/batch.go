@@ -3,7 +3,6 @@ package flow
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/flowrun/flow/internal/api"
@@ -43,8 +42,8 @@ func (st BatchState) Ended() bool {
 	return st == BatchCompleted || st == BatchStopped || st == BatchFailed
 }
 
-// BatchDefaultRate is a job's rate, in operations per second, when its spec names none.
-const BatchDefaultRate = 50
+// defaultBatchRate is a job's rate, in operations per second, when its spec names none.
+const defaultBatchRate = 50
 
 // BatchSpec says what a batch job does, fixed at its creation.
 type BatchSpec struct {
@@ -64,14 +63,14 @@ type BatchSpec struct {
 	Payload json.RawMessage `json:"payload,omitempty"`
 	// Reset says where to reset each run to (BatchResetOp).
 	Reset *BatchReset `json:"reset,omitempty"`
-	// Rate is the operations per second; 0 is BatchDefaultRate.
+	// Rate is the operations per second. Defaults to 50.
 	Rate float64 `json:"rate,omitempty"`
 }
 
-// EffectiveRate returns the spec's rate, BatchDefaultRate when it names none.
+// EffectiveRate returns the spec's rate: Rate, or 50 when it is 0.
 func (s BatchSpec) EffectiveRate() float64 {
 	if s.Rate == 0 {
-		return BatchDefaultRate
+		return defaultBatchRate
 	}
 	return s.Rate
 }
@@ -183,15 +182,6 @@ type (
 	}
 )
 
-// Errors of batch jobs.
-var (
-	// ErrBatchNotFound is wrapped when no batch job has the ID.
-	ErrBatchNotFound = errors.New("flow: no such batch job")
-	// ErrBatchExists is wrapped by [BatchClient.Start] when the job ID is taken by a job with
-	// another spec.
-	ErrBatchExists = errors.New("flow: a batch job with this ID exists with another spec")
-)
-
 // BatchClient starts, lists, follows and stops batch jobs, through the ingress. Get one with
 // [Client.Batches]; it shares the client's connection and is safe for concurrent use.
 type BatchClient struct{ t *transport }
@@ -229,19 +219,10 @@ type BatchDryRun struct {
 	Sample  []string
 }
 
-// DryRunOptions adjust [BatchClient.DryRun]. The zero value works.
-type DryRunOptions struct {
-	// Sample is how many of the targeted runs to name. Defaults to 20.
-	Sample int
-}
-
 // DryRun checks spec (its filter included) and counts the runs it would target now, naming
-// some of them. Nothing is created. opts may be nil.
-func (b BatchClient) DryRun(ctx context.Context, spec BatchSpec, opts *DryRunOptions) (*BatchDryRun, error) {
-	req := batchCreateRequest{Spec: spec, DryRun: true}
-	if opts != nil {
-		req.Sample = opts.Sample
-	}
+// sample of them (0 names 20). Nothing is created.
+func (b BatchClient) DryRun(ctx context.Context, spec BatchSpec, sample int) (*BatchDryRun, error) {
+	req := batchCreateRequest{Spec: spec, DryRun: true, Sample: sample}
 	var resp batchResponse
 	if err := b.do(ctx, api.SubjectBatchCreate, req, &resp); err != nil {
 		return nil, err
@@ -289,19 +270,10 @@ func (b BatchClient) Stop(ctx context.Context, id, reason string) (*BatchJob, er
 	return resp.Job, nil
 }
 
-// AwaitBatchOptions adjust [BatchClient.Await]. The zero value works.
-type AwaitBatchOptions struct {
-	// Every is how often to read the job. Defaults to 200ms.
-	Every time.Duration
-}
-
-// Await reads batch job id until it ends, or ctx ends, and returns it. opts may be nil.
-func (b BatchClient) Await(ctx context.Context, id string, opts *AwaitBatchOptions) (*BatchJob, error) {
-	every := 200 * time.Millisecond
-	if opts != nil && opts.Every > 0 {
-		every = opts.Every
-	}
-	for {
+// Await reads batch job id until it ends, or ctx ends, and returns it. It reads the job every
+// 20ms at first, backing off to every 200ms.
+func (b BatchClient) Await(ctx context.Context, id string) (*BatchJob, error) {
+	for every := 20 * time.Millisecond; ; every = min(2*every, 200*time.Millisecond) {
 		j, err := b.Get(ctx, id)
 		if err != nil || j.State.Ended() {
 			return j, err

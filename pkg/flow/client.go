@@ -2,7 +2,6 @@ package flow
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -14,31 +13,8 @@ import (
 	"github.com/flowrun/flow/internal/natsconn"
 )
 
-// ErrUnreachable is wrapped by Dial when NATS does not answer.
-var ErrUnreachable = natsconn.ErrUnreachable
-
-// ErrRunExists is wrapped by Start when the run ID is taken by a run with another definition,
-// spec or input.
-var ErrRunExists = core.ErrRunExists
-
-// ErrDeliveryConflict is wrapped by Signal and DeliverHook when the delivery ID was recorded
-// with another payload (or signal name): the recorded delivery stands, the new one is refused.
-var ErrDeliveryConflict = core.ErrDeliveryConflict
-
-// ErrNoWorker is wrapped by Start when no live worker serves the definition on the queue: start
-// a worker that registers it (docs/operations.md).
-var ErrNoWorker = core.ErrNoWorker
-
-// ErrIngressUnavailable is wrapped by the errors of writes when no ingress service answers.
-var ErrIngressUnavailable = errors.New("flow: no ingress service answers")
-
 // RunSummary is a run's entry in the runs index.
 type RunSummary = core.Summary
-
-// ErrDamaged is wrapped by the errors of calls on a run whose history was found damaged (lost
-// or truncated by a disk or a server crash): Flow quarantines it instead of running its lost
-// steps again.
-var ErrDamaged = core.ErrDamaged
 
 // ClientOptions configure a Client. The zero value works.
 type ClientOptions struct {
@@ -58,7 +34,9 @@ type ClientOptions struct {
 // The run operations are its methods; the other operations are grouped in sub-clients, small
 // values that share the client's connection: [Client.Schedules], [Client.Batches],
 // [Client.Pauses], [Client.Definitions] and [Client.Secrets]. A call's optional settings are a
-// pointer to an options struct, its last argument, which may be nil.
+// pointer to an options struct, its last argument, which may be nil; a call whose one setting
+// is a count takes it as an argument whose zero means the default ([Client.HistoryPage],
+// [ScheduleClient.Describe], [BatchClient.DryRun]).
 type Client struct {
 	nc      *nats.Conn
 	ownConn bool

@@ -56,28 +56,12 @@
 // or a new build ID ([RegistryOptions]); flowtest.Replay checks new code against stored
 // histories in CI.
 //
-// # Queries
+// # Queries, updates and errors
 //
-// A query asks a run a read-only question: [RegisterQuery] registers a handler that reads the
-// run's snapshot through a [Context], and [HandleQuery] declares one from inside the workflow
-// function, which a worker then evaluates on the snapshot in query mode, discarding its
-// decision. [Client.Query] asks; a worker of the run's code answers from the snapshot it holds
-// (or rebuilds from history); nothing is recorded. See docs/queries.md.
-//
-// # Updates
-//
-// An update is a validated, durable request to a run that returns a result: [RegisterUpdate]
-// registers a handler whose validator may reject it and which may complete it at once; else
-// the workflow completes it later with [Context.CompleteUpdate], possibly after steps, reading
-// [Context.OpenUpdates]. Acceptance, rejection and completion are recorded as decisions; replay
-// takes a recorded acceptance or rejection as it is (the validator judges an update once) and
-// compares the completions. [Client.Update] sends one and waits for its result; the same update
-// ID is applied once. [Client.UpdateWithStart] and [Client.SignalWithStart] start the run with
-// the input in one commit when it does not exist. See docs/updates.md.
-//
-// # Errors
-//
-// Errors that callers branch on are sentinels ([ErrNotFound], [ErrNonDeterminism], ...) or
-// typed errors carrying data ([NonDeterminismError], [RunError]). Error codes such as
-// FLOW-REPLAY-1 are documented in docs/errors.md.
+// A query ([RegisterQuery], [HandleQuery], [Client.Query]) asks a run a read-only question that
+// a worker answers from its snapshot, recording nothing: see docs/queries.md. An update
+// ([RegisterUpdate], [Client.Update]) is a validated, durable request that returns a result:
+// see docs/updates.md. Errors callers branch on are the sentinels of one var block
+// ([ErrNotFound], ...) and typed errors that match them and carry data ([RunError], ...); error
+// codes such as FLOW-REPLAY-1 are in docs/errors.md.
 package flow

@@ -112,91 +112,80 @@ func startFlow(ctx context.Context, reg *flow.Registry, definitions ...string) (
 }
 
 // example starts Flow with a worker serving what register registers (startFlow), under a
-// context that ends after 30 seconds. stop stops everything and ends the context; when example
-// fails it has stopped what it started.
-func example(register func(*flow.Registry), definitions ...string) (context.Context, *flow.Client, *worker.Worker, func(), error) {
+// context that ends after 30 seconds, runs body against it, prints body's error if any, and
+// stops everything.
+func example(register func(*flow.Registry), definitions []string, body func(ctx context.Context, client *flow.Client, w *worker.Worker) error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: slog.New(slog.DiscardHandler)})
 	register(reg)
 	client, w, stop, err := startFlow(ctx, reg, definitions...)
-	if err != nil {
-		cancel()
-		return nil, nil, nil, nil, err
+	if err == nil {
+		defer stop()
+		err = body(ctx, client, w)
 	}
-	return ctx, client, w, func() { stop(); cancel() }, nil
+	if err != nil {
+		fmt.Println("error:", err)
+	}
 }
 
 // Start a run, signal it, and read its result.
 func ExampleClient_Signal() {
-	ctx, client, _, stop, err := example(approval, "approval")
-	if err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	defer stop()
-
-	runID, err := client.Start(ctx, "approval", nil, &flow.StartOptions{RunID: "expense-7"})
-	if err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	// The signal is recorded in the run's history, and the run decides on it.
-	if _, err := client.Signal(ctx, runID, "approve", "ann", nil); err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	var out string
-	if err := client.Result(ctx, runID, &out); err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	fmt.Println(out)
+	example(approval, []string{"approval"}, func(ctx context.Context, client *flow.Client, _ *worker.Worker) error {
+		runID, err := client.Start(ctx, "approval", nil, &flow.StartOptions{RunID: "expense-7"})
+		if err != nil {
+			return err
+		}
+		// The signal is recorded in the run's history, and the run decides on it.
+		if _, err := client.Signal(ctx, runID, "approve", "ann", nil); err != nil {
+			return err
+		}
+		var out string
+		if err := client.Result(ctx, runID, &out); err != nil {
+			return err
+		}
+		fmt.Println(out)
+		return nil
+	})
 	// Output: approved by ann
 }
 
 // A schedule starts a run of its definition at each slot: here at 09:00 Paris time on weekdays.
 // Trigger acts now, outside the timetable, and names the run it starts.
 func ExampleClient_Schedules() {
-	ctx, client, _, stop, err := example(approval, "approval")
-	if err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	defer stop()
-
-	schedules := client.Schedules()
-	sd, err := schedules.Create(ctx, "weekday-review", flow.ScheduleConfig{
-		Cron: "0 9 * * MON-FRI", TZ: "Europe/Paris", Definition: "approval",
-	})
-	if err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	paris, _ := time.LoadLocation("Europe/Paris")
-	next := sd.Next[0].At.In(paris)
-	fmt.Println("next at", next.Format("15:04"), "on a weekday:", next.Weekday() != time.Saturday && next.Weekday() != time.Sunday)
-
-	sd, err = schedules.Trigger(ctx, "weekday-review", nil)
-	if err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	// The scheduler starts the triggered run within moments; signal it once it exists.
-	for {
-		if _, err = client.Signal(ctx, sd.TriggerRunID, "approve", "the schedule", nil); !errors.Is(err, flow.ErrNotFound) || ctx.Err() != nil {
-			break
+	example(approval, []string{"approval"}, func(ctx context.Context, client *flow.Client, _ *worker.Worker) error {
+		schedules := client.Schedules()
+		sd, err := schedules.Create(ctx, "weekday-review", flow.ScheduleConfig{
+			Cron: "0 9 * * MON-FRI", TZ: "Europe/Paris", Definition: "approval",
+		})
+		if err != nil {
+			return err
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
-	var out string
-	if err == nil {
-		err = client.Result(ctx, sd.TriggerRunID, &out)
-	}
-	if err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	fmt.Println(out)
+		paris, _ := time.LoadLocation("Europe/Paris")
+		next := sd.Next[0].At.In(paris)
+		fmt.Println("next at", next.Format("15:04"), "on a weekday:", next.Weekday() != time.Saturday && next.Weekday() != time.Sunday)
+
+		sd, err = schedules.Trigger(ctx, "weekday-review", nil)
+		if err != nil {
+			return err
+		}
+		// The scheduler starts the triggered run within moments; signal it once it exists.
+		for {
+			if _, err = client.Signal(ctx, sd.TriggerRunID, "approve", "the schedule", nil); !errors.Is(err, flow.ErrNotFound) || ctx.Err() != nil {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		var out string
+		if err == nil {
+			err = client.Result(ctx, sd.TriggerRunID, &out)
+		}
+		if err != nil {
+			return err
+		}
+		fmt.Println(out)
+		return nil
+	})
 	// Output:
 	// next at 09:00 on a weekday: true
 	// approved by the schedule
@@ -205,53 +194,46 @@ func ExampleClient_Schedules() {
 // A batch job applies one operation to every run a filter selects, at a bounded rate: here it
 // signals the three runs waiting for approval.
 func ExampleBatchClient_Start() {
-	ctx, client, _, stop, err := example(approval, "approval")
-	if err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	defer stop()
-	runs := []string{"expense-1", "expense-2", "expense-3"}
-	for _, id := range runs {
-		if _, err := client.Start(ctx, "approval", nil, &flow.StartOptions{RunID: id}); err != nil {
-			fmt.Println("error:", err)
-			return
+	example(approval, []string{"approval"}, func(ctx context.Context, client *flow.Client, _ *worker.Worker) error {
+		runs := []string{"expense-1", "expense-2", "expense-3"}
+		for _, id := range runs {
+			if _, err := client.Start(ctx, "approval", nil, &flow.StartOptions{RunID: id}); err != nil {
+				return err
+			}
 		}
-	}
-	// The job targets the runs the runs index lists when it starts: wait until it lists them.
-	waiting := &flow.RunsFilter{Definition: "approval", Where: `status = "suspended"`}
-	for {
-		page, err := client.Runs(ctx, waiting)
-		if err != nil {
-			fmt.Println("error:", err)
-			return
+		// The job targets the runs the runs index lists when it starts: wait until it lists them.
+		waiting := &flow.RunsFilter{Definition: "approval", Where: `status = "suspended"`}
+		for {
+			page, err := client.Runs(ctx, waiting)
+			if err != nil {
+				return err
+			}
+			if page.Total == len(runs) {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
 		}
-		if page.Total == len(runs) {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
 
-	job, err := client.Batches().Start(ctx, flow.BatchSpec{
-		Op: flow.BatchSignal, Definition: "approval", Where: `status = "suspended"`,
-		Signal: "approve", Payload: []byte(`"the batch"`),
-	}, &flow.BatchOptions{ID: "approve-expenses"})
-	if err == nil {
-		job, err = client.Batches().Await(ctx, job.ID, nil)
-	}
-	if err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	fmt.Printf("%s: %s, %d of %d applied\n", job.ID, job.State, job.Applied, job.Total)
-	for _, id := range runs {
-		var out string
-		if err := client.Result(ctx, id, &out); err != nil {
-			fmt.Println("error:", err)
-			return
+		job, err := client.Batches().Start(ctx, flow.BatchSpec{
+			Op: flow.BatchSignal, Definition: "approval", Where: `status = "suspended"`,
+			Signal: "approve", Payload: []byte(`"the batch"`),
+		}, &flow.BatchOptions{ID: "approve-expenses"})
+		if err == nil {
+			job, err = client.Batches().Await(ctx, job.ID)
 		}
-		fmt.Println(id, out)
-	}
+		if err != nil {
+			return err
+		}
+		fmt.Printf("%s: %s, %d of %d applied\n", job.ID, job.State, job.Applied, job.Total)
+		for _, id := range runs {
+			var out string
+			if err := client.Result(ctx, id, &out); err != nil {
+				return err
+			}
+			fmt.Println(id, out)
+		}
+		return nil
+	})
 	// Output:
 	// approve-expenses: completed, 3 of 3 applied
 	// expense-1 approved by the batch
@@ -269,50 +251,41 @@ func ExamplePauseClient_PauseDefinition() {
 			return ctx.Complete("report sent"), nil
 		})
 	}
-	ctx, client, w, stop, err := example(report, "report")
-	if err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	defer stop()
-
-	pauses := client.Pauses()
-	if _, err := pauses.PauseDefinition(ctx, "report", &flow.PauseOptions{Reason: "mail server down", By: "ann"}); err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	for !w.Holds("report") {
-		select {
-		case <-ctx.Done():
-			fmt.Println("error:", ctx.Err())
-			return
-		case <-time.After(5 * time.Millisecond):
+	example(report, []string{"report"}, func(ctx context.Context, client *flow.Client, w *worker.Worker) error {
+		pauses := client.Pauses()
+		if _, err := pauses.PauseDefinition(ctx, "report", &flow.PauseOptions{Reason: "mail server down", By: "ann"}); err != nil {
+			return err
 		}
-	}
-	paused, _ := pauses.List(ctx)
-	for _, p := range paused {
-		fmt.Printf("%s %s paused by %s: %s\n", p.Scope, p.Name, p.By, p.Note)
-	}
-	runID, err := client.Start(ctx, "report", nil, &flow.StartOptions{RunID: "report-1"})
-	if err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	wait, stopWaiting := context.WithTimeout(ctx, 500*time.Millisecond)
-	err = client.Result(wait, runID, nil)
-	stopWaiting()
-	fmt.Println("ended while paused:", err == nil)
+		for !w.Holds("report") {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		paused, _ := pauses.List(ctx)
+		for _, p := range paused {
+			fmt.Printf("%s %s paused by %s: %s\n", p.Scope, p.Name, p.By, p.Note)
+		}
+		runID, err := client.Start(ctx, "report", nil, &flow.StartOptions{RunID: "report-1"})
+		if err != nil {
+			return err
+		}
+		wait, stopWaiting := context.WithTimeout(ctx, 500*time.Millisecond)
+		err = client.Result(wait, runID, nil)
+		stopWaiting()
+		fmt.Println("ended while paused:", err == nil)
 
-	if _, err := pauses.UnpauseDefinition(ctx, "report", nil); err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	var out string
-	if err := client.Result(ctx, runID, &out); err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	fmt.Println(out)
+		if _, err := pauses.UnpauseDefinition(ctx, "report", nil); err != nil {
+			return err
+		}
+		var out string
+		if err := client.Result(ctx, runID, &out); err != nil {
+			return err
+		}
+		fmt.Println(out)
+		return nil
+	})
 	// Output:
 	// definition report paused by ann: mail server down
 	// ended while paused: false
@@ -353,26 +326,20 @@ func expense(reg *flow.Registry) {
 
 // A query reads a run's state from its workflow code, on a worker; it records nothing.
 func ExampleClient_Query() {
-	ctx, client, _, stop, err := example(expense, "expense")
-	if err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	defer stop()
-
-	runID, err := client.Start(ctx, "expense", 120, &flow.StartOptions{RunID: "expense-8"})
-	if err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	var amount int
-	if err := client.Query(ctx, runID, "amount", nil, &amount); err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	fmt.Println("amount:", amount)
-	err = client.Query(ctx, runID, "approver", nil, nil)
-	fmt.Println("unknown query:", errors.Is(err, flow.ErrUnknownQuery))
+	example(expense, []string{"expense"}, func(ctx context.Context, client *flow.Client, _ *worker.Worker) error {
+		runID, err := client.Start(ctx, "expense", 120, &flow.StartOptions{RunID: "expense-8"})
+		if err != nil {
+			return err
+		}
+		var amount int
+		if err := client.Query(ctx, runID, "amount", nil, &amount); err != nil {
+			return err
+		}
+		fmt.Println("amount:", amount)
+		err = client.Query(ctx, runID, "approver", nil, nil)
+		fmt.Println("unknown query:", errors.Is(err, flow.ErrUnknownQuery))
+		return nil
+	})
 	// Output:
 	// amount: 120
 	// unknown query: true
@@ -381,32 +348,26 @@ func ExampleClient_Query() {
 // An update is a request the run answers: validated by the workflow, recorded in history, and
 // completed with a result. Update with Wait returns the result, or an *UpdateError.
 func ExampleClient_Update() {
-	ctx, client, _, stop, err := example(expense, "expense")
-	if err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	defer stop()
+	example(expense, []string{"expense"}, func(ctx context.Context, client *flow.Client, _ *worker.Worker) error {
+		runID, err := client.Start(ctx, "expense", 120, &flow.StartOptions{RunID: "expense-9"})
+		if err != nil {
+			return err
+		}
+		out, err := client.Update(ctx, runID, "add", 30, &flow.UpdateOptions{UpdateID: "taxi", Wait: true})
+		if err != nil {
+			return err
+		}
+		var amount int
+		_ = out.Decode(&amount)
+		fmt.Println("amount after the taxi:", amount)
 
-	runID, err := client.Start(ctx, "expense", 120, &flow.StartOptions{RunID: "expense-9"})
-	if err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	out, err := client.Update(ctx, runID, "add", 30, &flow.UpdateOptions{UpdateID: "taxi", Wait: true})
-	if err != nil {
-		fmt.Println("error:", err)
-		return
-	}
-	var amount int
-	_ = out.Decode(&amount)
-	fmt.Println("amount after the taxi:", amount)
-
-	_, err = client.Update(ctx, runID, "add", -5, &flow.UpdateOptions{Wait: true})
-	var ue *flow.UpdateError
-	if errors.As(err, &ue) {
-		fmt.Println("rejected:", ue.Status, ue.Kind)
-	}
+		_, err = client.Update(ctx, runID, "add", -5, &flow.UpdateOptions{Wait: true})
+		var ue *flow.UpdateError
+		if errors.As(err, &ue) {
+			fmt.Println("rejected:", ue.Status, ue.Kind)
+		}
+		return nil
+	})
 	// Output:
 	// amount after the taxi: 150
 	// rejected: rejected invalid_amount

@@ -95,20 +95,20 @@ func (c *Client) end(ctx context.Context, subject func(string) string, kind, run
 	return resp.RunID, nil
 }
 
-// SignalOptions adjust [Client.Signal]. The zero value works.
-type SignalOptions struct {
-	// DeliveryID deduplicates the signal: a repeated ID with the same name and payload is
-	// applied once; with another, Signal returns an error wrapping ErrDeliveryConflict. Empty
-	// generates one.
+// DeliveryOptions adjust [Client.Signal] and [Client.DeliverHook]. The zero value works.
+type DeliveryOptions struct {
+	// DeliveryID deduplicates the delivery: a repeated ID with the same payload (and signal
+	// name) is applied once; with another, the call returns an error wrapping
+	// ErrDeliveryConflict. Empty generates one.
 	DeliveryID string
 }
 
 // Signal delivers signal name with payload (encoded to JSON) to run runID and returns the ID of
 // the run that received it: runID, or, if runID continued as new, the latest run it continued
 // as. The signal is in the run's history when Signal returns. opts may be nil.
-func (c *Client) Signal(ctx context.Context, runID, name string, payload any, opts *SignalOptions) (string, error) {
+func (c *Client) Signal(ctx context.Context, runID, name string, payload any, opts *DeliveryOptions) (string, error) {
 	if opts == nil {
-		opts = &SignalOptions{}
+		opts = &DeliveryOptions{}
 	}
 	p, err := encode(payload)
 	if err != nil {
@@ -127,21 +127,13 @@ func (c *Client) Signal(ctx context.Context, runID, name string, payload any, op
 	return resp.RunID, nil
 }
 
-// DeliverOptions adjust [Client.DeliverHook]. The zero value works.
-type DeliverOptions struct {
-	// DeliveryID deduplicates the delivery: repeating it with the same payload is accepted once;
-	// with another, DeliverHook returns an error wrapping ErrDeliveryConflict. Empty generates
-	// one.
-	DeliveryID string
-}
-
 // DeliverHook delivers payload (encoded to JSON) to the hook whose token is token (see
 // [Context.HookToken]) and returns the ID of the run that owns it. A hook takes one delivery:
 // another one returns an error wrapping ErrAlreadyReceived; an unknown token ErrNotFound. opts
 // may be nil.
-func (c *Client) DeliverHook(ctx context.Context, token string, payload any, opts *DeliverOptions) (string, error) {
+func (c *Client) DeliverHook(ctx context.Context, token string, payload any, opts *DeliveryOptions) (string, error) {
 	if opts == nil {
-		opts = &DeliverOptions{}
+		opts = &DeliveryOptions{}
 	}
 	p, err := encode(payload)
 	if err != nil {

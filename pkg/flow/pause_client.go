@@ -45,7 +45,7 @@ func (p PauseClient) PauseRun(ctx context.Context, runID string, opts *PauseOpti
 
 // UnpauseRun ends the pause of run runID (or of the latest run it continued as) and returns the
 // ID of that run: the decision that is due is made, held attempts start, and each step that
-// exhausted its attempts under PauseRun gets a fresh attempt. Unpausing a run that is not
+// exhausted its attempts under ExhaustionPauseRun gets a fresh attempt. Unpausing a run that is not
 // paused is accepted without effect. opts may be nil.
 func (p PauseClient) UnpauseRun(ctx context.Context, runID string, opts *PauseOptions) (string, error) {
 	return p.run(ctx, api.UnpauseSubject, "unpause", runID, opts)

@@ -41,19 +41,19 @@ func (r *Registry) usePayloads(g payload.Getter) {
 	r.payloads.g = g
 }
 
-// PayloadError is what a Context reader panics with when an offloaded payload cannot be read:
+// payloadError is what a Context reader panics with when an offloaded payload cannot be read:
 // the decision fails (the run shows blocked with this error) and is tried again.
-type PayloadError struct {
+type payloadError struct {
 	// Ref is the reference that could not be resolved; Err why (Unwrap returns it).
 	Ref payload.Ref
 	Err error
 }
 
-func (e *PayloadError) Error() string {
+func (e *payloadError) Error() string {
 	return fmt.Sprintf("flow: reading offloaded payload %s: %v", e.Ref, e.Err)
 }
 
-func (e *PayloadError) Unwrap() error { return e.Err }
+func (e *payloadError) Unwrap() error { return e.Err }
 
 // payloadTimeout bounds one read of an offloaded payload by workflow code.
 const payloadTimeout = time.Minute
@@ -71,7 +71,7 @@ func (c *Context) resolved(raw json.RawMessage) json.RawMessage {
 	defer cancel()
 	b, err := c.payloads.Get(ctx, r)
 	if err != nil {
-		panic(&PayloadError{Ref: r, Err: err})
+		panic(&payloadError{Ref: r, Err: err})
 	}
 	return b
 }

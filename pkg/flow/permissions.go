@@ -13,12 +13,6 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-// ErrPermissionDenied is wrapped by the error of a call that the NATS server refused for lack of
-// permission: the connection's user may not publish the call's request subject, or subscribe to
-// the inbox its replies come to. The error is a *PermissionError, which names the subject. Such
-// a call is not retried: connect with the client role's credentials (docs/operations.md).
-var ErrPermissionDenied = errors.New("flow: NATS permission denied")
-
 // The operations a *PermissionError names.
 const (
 	// PermissionPublish is the publication of a request to its subject.

@@ -2,7 +2,6 @@ package flow
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -10,9 +9,6 @@ import (
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/pkg/event"
 )
-
-// ErrHistoryUnavailable is wrapped by the errors of reads when no history service answers.
-var ErrHistoryUnavailable = errors.New("flow: no history service answers")
 
 // RunDescription is what the history service knows of a run: its snapshot (at a sequence, or
 // the latest), its index entry, and its last sequence. It decodes the history service's answer

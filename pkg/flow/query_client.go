@@ -23,10 +23,10 @@ type QueryAnswer = api.QueryResponse
 // the run is warm there, else one it projects from history; nothing is recorded. A run that
 // ended is answered from its final history.
 //
-// Errors: an unknown run wraps ErrNotFound; a name the workflow does not handle is an
-// *UnknownQueryError (ErrUnknownQuery) listing those it does; args that do not decode into the
+// Errors: an unknown run wraps ErrNotFound; a name the workflow does not handle is a
+// *QueryError matching ErrUnknownQuery, listing those it does; args that do not decode into the
 // handler's type wrap ErrInvalidInput; a handler that returned an error or panicked is a
-// *QueryFailedError (ErrQueryFailed); no live worker for the run's queue, build and definition
+// *QueryError matching ErrQueryFailed; no live worker for the run's queue, build and definition
 // wraps ErrNoWorker.
 func (c *Client) Query(ctx context.Context, runID, name string, args, result any) error {
 	raw, err := encode(args)
@@ -121,11 +121,11 @@ func queryReplyError(runID, name, definition string, qe *api.QueryError) error {
 	case api.QueryRunNotFound:
 		return fmt.Errorf("%w: %s", ErrNotFound, qe.Message)
 	case api.QueryUnknown:
-		return &UnknownQueryError{RunID: runID, Definition: definition, Name: name, Registered: qe.Queries}
+		return &QueryError{RunID: runID, Definition: definition, Name: name, Unknown: true, Registered: qe.Queries}
 	case api.QueryInvalidArgs:
 		return fmt.Errorf("%w: %s", ErrInvalidInput, qe.Message)
 	case api.QueryFailed:
-		return &QueryFailedError{RunID: runID, Name: name, Kind: qe.Kind, Message: qe.Message}
+		return &QueryError{RunID: runID, Definition: definition, Name: name, Kind: qe.Kind, Message: qe.Message}
 	case api.QueryRunDamaged:
 		return fmt.Errorf("%w: %s", ErrDamaged, qe.Message)
 	}

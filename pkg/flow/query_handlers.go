@@ -15,25 +15,26 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// ErrUnknownQuery is matched by the error of a query whose name the run's workflow does not
-// handle (an *UnknownQueryError, which lists the names it does).
-var ErrUnknownQuery = errors.New("flow: unknown query")
-
-// ErrQueryFailed is matched by the error of a query whose handler returned an error or panicked
-// (a *QueryFailedError).
-var ErrQueryFailed = errors.New("flow: query failed")
-
-// UnknownQueryError reports a query name that the run's workflow does not handle. It matches
-// ErrUnknownQuery.
-type UnknownQueryError struct {
+// QueryError is the error of a query that was not answered: the run's workflow does not handle
+// its name (Unknown is set; it matches ErrUnknownQuery), or its handler returned an error or
+// panicked (it matches ErrQueryFailed).
+type QueryError struct {
 	// RunID is the run queried, Definition its workflow, Name the query asked for.
 	RunID, Definition, Name string
-	// Registered are the query names the workflow handles, sorted: those of RegisterQuery and
-	// those its code declared with HandleQuery when evaluated on the run's snapshot.
+	// Unknown is set when the workflow does not handle Name; Registered then lists the names it
+	// handles, sorted: those of RegisterQuery and those its code declared with HandleQuery when
+	// evaluated on the run's snapshot.
+	Unknown    bool
 	Registered []string
+	// Kind and Message are the handler's error: its kind ([KindOf]), KindPanic for a panic and
+	// KindInvalidOutput for a result that does not encode to JSON.
+	Kind, Message string
 }
 
-func (e *UnknownQueryError) Error() string {
+func (e *QueryError) Error() string {
+	if !e.Unknown {
+		return fmt.Sprintf("%v: query %q of run %q: %s", ErrQueryFailed, e.Name, e.RunID, event.ErrorInfo{Kind: e.Kind, Message: e.Message}.Error())
+	}
 	known := "it handles none"
 	if len(e.Registered) > 0 {
 		known = "it handles " + strings.Join(e.Registered, ", ")
@@ -42,30 +43,16 @@ func (e *UnknownQueryError) Error() string {
 		ErrUnknownQuery, e.Definition, e.RunID, e.Name, known)
 }
 
-// Is matches ErrUnknownQuery.
-func (e *UnknownQueryError) Is(target error) bool { return target == ErrUnknownQuery }
-
-// QueryFailedError reports that a query handler returned an error or panicked. It matches
-// ErrQueryFailed.
-type QueryFailedError struct {
-	// RunID is the run queried, Name the query.
-	RunID, Name string
-	// Kind is the error's kind ([KindOf]); KindPanic for a panic, KindInvalidOutput for a result
-	// that does not encode to JSON.
-	Kind string
-	// Message is the handler's error message.
-	Message string
+// Is matches ErrUnknownQuery for an unknown name, ErrQueryFailed for a handler's failure.
+func (e *QueryError) Is(target error) bool {
+	if e.Unknown {
+		return target == ErrUnknownQuery
+	}
+	return target == ErrQueryFailed
 }
-
-func (e *QueryFailedError) Error() string {
-	return fmt.Sprintf("%v: query %q of run %q: %s", ErrQueryFailed, e.Name, e.RunID, event.ErrorInfo{Kind: e.Kind, Message: e.Message}.Error())
-}
-
-// Is matches ErrQueryFailed.
-func (e *QueryFailedError) Is(target error) bool { return target == ErrQueryFailed }
 
 // ErrorKind returns the failure's kind, for [KindOf].
-func (e *QueryFailedError) ErrorKind() string { return e.Kind }
+func (e *QueryError) ErrorKind() string { return e.Kind }
 
 // queryFunc answers one query on a context over the run's snapshot.
 type queryFunc func(ctx *Context, args json.RawMessage) (json.RawMessage, error)
@@ -81,7 +68,7 @@ type queryEval struct {
 // recording anything. fn reads the run through ctx (its readers, as workflow code does: step
 // outputs, signals, [Context.Now] ...); args are the caller's, decoded into A (absent args are
 // JSON null); the result is encoded to JSON. fn must not modify the snapshot; decisions it
-// builds are discarded. An error or a panic is returned to the caller as a *QueryFailedError. A
+// builds are discarded. An error or a panic is returned to the caller as a *QueryError. A
 // query of a run that ended is answered from its final history.
 //
 // A name registered here is answered without evaluating the workflow function; [HandleQuery]
@@ -169,7 +156,7 @@ func decodeQueryArgs[A any](ctx *Context, name string, raw json.RawMessage) (A, 
 func encodeQueryResult(ctx *Context, name string, res any) (json.RawMessage, error) {
 	b, err := json.Marshal(res)
 	if err != nil {
-		return nil, &QueryFailedError{RunID: ctx.s.RunID, Name: name, Kind: KindInvalidOutput,
+		return nil, &QueryError{RunID: ctx.s.RunID, Name: name, Kind: KindInvalidOutput,
 			Message: fmt.Sprintf("the result does not encode to JSON: %v", err)}
 	}
 	return b, nil
@@ -189,8 +176,8 @@ func (r *Registry) queryNames(definition string) []string {
 // with the handler RegisterQuery registered for the run's definition, else with the one the
 // workflow function declares with HandleQuery when evaluated on s in query mode. Nothing is
 // recorded; s is only read. It returns an error wrapping ErrNotFound when the definition is not
-// registered, an *UnknownQueryError for a name nobody handles, an error wrapping
-// ErrInvalidInput for args that do not decode, and a *QueryFailedError when the handler (or
+// registered, an *QueryError for a name nobody handles, an error wrapping
+// ErrInvalidInput for args that do not decode, and a *QueryError when the handler (or
 // the workflow function evaluated for it) returned an error or panicked. Query is safe for
 // concurrent use on distinct snapshots.
 func (r *Registry) query(s *core.Snapshot, name string, args json.RawMessage) (json.RawMessage, error) {
@@ -213,7 +200,7 @@ func (r *Registry) query(s *core.Snapshot, name string, args json.RawMessage) (j
 		if fn = ctx.query.handlers[name]; fn == nil {
 			names := append(r.queryNames(s.Spec.Definition), slices.Collect(maps.Keys(ctx.query.handlers))...)
 			slices.Sort(names)
-			return nil, &UnknownQueryError{RunID: s.RunID, Definition: s.Spec.Definition, Name: name, Registered: slices.Compact(names)}
+			return nil, &QueryError{RunID: s.RunID, Definition: s.Spec.Definition, Name: name, Unknown: true, Registered: slices.Compact(names)}
 		}
 	}
 	var out json.RawMessage
@@ -223,20 +210,20 @@ func (r *Registry) query(s *core.Snapshot, name string, args json.RawMessage) (j
 		return err
 	})
 	if err != nil {
-		var qf *QueryFailedError
+		var qf *QueryError
 		if errors.Is(err, ErrInvalidInput) || errors.As(err, &qf) {
 			return nil, err
 		}
-		return nil, &QueryFailedError{RunID: s.RunID, Name: name, Kind: KindOf(err), Message: err.Error()}
+		return nil, &QueryError{RunID: s.RunID, Definition: s.Spec.Definition, Name: name, Kind: KindOf(err), Message: err.Error()}
 	}
 	return out, nil
 }
 
-// guard runs fn, recovering a panic into a *QueryFailedError of kind KindPanic.
+// guard runs fn, recovering a panic into a *QueryError of kind KindPanic.
 func guard(runID, name, who string, fn func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
-			err = &QueryFailedError{RunID: runID, Name: name, Kind: KindPanic,
+			err = &QueryError{RunID: runID, Name: name, Kind: KindPanic,
 				Message: fmt.Sprintf("%s panicked: %v (at %s)", who, p, (&core.PanicError{Value: p, Stack: debug.Stack()}).Location())}
 		}
 	}()

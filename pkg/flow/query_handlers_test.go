@@ -50,6 +50,17 @@ func TestRegistryQuery(t *testing.T) {
 	broken := project(t, "broken-1", &event.RunStarted{Spec: event.Spec{Definition: "broken"}, Input: json.RawMessage(`{}`), Seed: "s"})
 	unknownDef := project(t, "other-1", &event.RunStarted{Spec: event.Spec{Definition: "other"}, Input: json.RawMessage(`{}`), Seed: "s"})
 
+	// failed checks a handler's failure: a *QueryError matching ErrQueryFailed, of kind, whose
+	// message contains message.
+	failed := func(kind, message string) func(t *testing.T, err error) {
+		return func(t *testing.T, err error) {
+			var f *QueryError
+			require.True(t, errors.As(err, &f))
+			require.ErrorIs(t, err, ErrQueryFailed)
+			require.Equal(t, kind, f.Kind)
+			require.Contains(t, f.Message, message)
+		}
+	}
 	tests := []struct {
 		name    string
 		s       *core.Snapshot
@@ -64,7 +75,7 @@ func TestRegistryQuery(t *testing.T) {
 		{name: "RegisterQueryOfAnEndedRun", s: ended, query: "status", want: `"completed"`},
 		{name: "UnknownQueryListsTheKnown", s: running, query: "eta", wantErr: func(t *testing.T, err error) {
 			require.ErrorIs(t, err, ErrUnknownQuery)
-			var u *UnknownQueryError
+			var u *QueryError
 			require.True(t, errors.As(err, &u))
 			require.Equal(t, []string{"fails", "panics", "progress", "status", "unencodable"}, u.Registered)
 			require.ErrorContains(t, err, `workflow "order" (run "order-1") has no query "eta"; it handles fails, panics, progress, status, unencodable`)
@@ -73,29 +84,10 @@ func TestRegistryQuery(t *testing.T) {
 			require.ErrorIs(t, err, ErrInvalidInput)
 			require.ErrorContains(t, err, `the arguments of query "progress" (run "order-1") do not decode into string`)
 		}},
-		{name: "HandlerError", s: running, query: "fails", wantErr: func(t *testing.T, err error) {
-			var f *QueryFailedError
-			require.True(t, errors.As(err, &f))
-			require.Equal(t, "no_stock", f.Kind)
-			require.ErrorIs(t, err, ErrQueryFailed)
-		}},
-		{name: "HandlerPanic", s: running, query: "panics", wantErr: func(t *testing.T, err error) {
-			var f *QueryFailedError
-			require.True(t, errors.As(err, &f))
-			require.Equal(t, KindPanic, f.Kind)
-			require.Contains(t, f.Message, "the handler panicked: boom")
-		}},
-		{name: "WorkflowPanicWhileEvaluated", s: broken, query: "anything", wantErr: func(t *testing.T, err error) {
-			var f *QueryFailedError
-			require.True(t, errors.As(err, &f))
-			require.Equal(t, KindPanic, f.Kind)
-			require.Contains(t, f.Message, "broken code")
-		}},
-		{name: "UnencodableResult", s: running, query: "unencodable", wantErr: func(t *testing.T, err error) {
-			var f *QueryFailedError
-			require.True(t, errors.As(err, &f))
-			require.Equal(t, KindInvalidOutput, f.Kind)
-		}},
+		{name: "HandlerError", s: running, query: "fails", wantErr: failed("no_stock", "")},
+		{name: "HandlerPanic", s: running, query: "panics", wantErr: failed(KindPanic, "the handler panicked: boom")},
+		{name: "WorkflowPanicWhileEvaluated", s: broken, query: "anything", wantErr: failed(KindPanic, "broken code")},
+		{name: "UnencodableResult", s: running, query: "unencodable", wantErr: failed(KindInvalidOutput, "")},
 		{name: "UnknownDefinition", s: unknownDef, query: "status", wantErr: func(t *testing.T, err error) {
 			require.ErrorIs(t, err, ErrNotFound)
 		}},

@@ -1,17 +1,10 @@
 package flow
 
 import (
-	"errors"
 	"time"
 
 	"github.com/flowrun/flow/internal/api"
 )
-
-// ErrRateLimited is wrapped by a *RateLimitedError: the ingress refused an input because its
-// run or its sender is over a rate limit, or because its run holds as many signals and updates
-// its workflow has not taken yet as the ingress allows. Nothing was recorded; the same input
-// may be sent again after RetryAfter.
-var ErrRateLimited = errors.New("flow: rate limited")
 
 // RateLimitedError is the refusal of an input by the ingress's limits (docs/ingress.md,
 // "Limits"). It wraps ErrRateLimited. The client does not retry it: the caller decides whether

@@ -2,14 +2,10 @@ package flow
 
 import (
 	"encoding/json"
-	"errors"
 	"fmt"
 
 	"github.com/flowrun/flow/pkg/event"
 )
-
-// ErrNotEnded matches a *RunError for a run that has not ended yet.
-var ErrNotEnded = errors.New("flow: run has not ended")
 
 // RunError reports a run that did not complete: it failed, was cancelled, is blocked, or has
 // not ended yet (then it matches ErrNotEnded).

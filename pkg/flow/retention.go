@@ -11,12 +11,6 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// ErrRunDeleted is wrapped by the errors of calls on a run whose history was deleted after its
-// retention period and not archived (or whose archive is gone); the message says when and why.
-// The tombstone stays in the runs index: `flow runs --include-deleted` lists it. An archived
-// run's history is still read by [Client.History], from its archive.
-var ErrRunDeleted = errors.New("flow: run deleted")
-
 // WithRetention keeps the history of each ended run of the definition for d after the run's
 // end, then the retention sweeper (in the history service) archives it, if an archive is
 // configured, and deletes it (docs/retention.md). Without it, runs are kept for the sweeper's

@@ -3,7 +3,6 @@ package flow
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -18,12 +17,6 @@ import (
 // derived from the schedule's name and the slot, and its run.started records both
 // (RunStarted.Schedule).
 
-// ErrScheduleNotFound is wrapped by the errors of operations on a schedule that does not exist.
-var ErrScheduleNotFound = errors.New("flow: schedule not found")
-
-// ErrScheduleExists is wrapped by the error of [ScheduleClient.Create] when the name is taken.
-var ErrScheduleExists = errors.New("flow: schedule exists")
-
 // ScheduleSpec says when a schedule's slots are: a cron expression in a time zone, or an
 // interval with an offset, plus jitter.
 type ScheduleSpec = schedule.Spec
@@ -37,9 +30,6 @@ type ScheduleAction = schedule.Action
 
 // ScheduleDescription is a schedule with its next actions.
 type ScheduleDescription = api.ScheduleDescription
-
-// ScheduleRef is what run.started records of the schedule that started the run.
-type ScheduleRef = event.ScheduleRef
 
 // Overlap is what a schedule does with an action that comes while a run it started is active.
 type Overlap = schedule.Overlap
@@ -131,18 +121,9 @@ func (s ScheduleClient) Update(ctx context.Context, name string, cfg ScheduleCon
 	return &out, s.do(ctx, api.ScheduleOpUpdate, req, &out)
 }
 
-// DescribeScheduleOptions adjust [ScheduleClient.Describe]. The zero value works.
-type DescribeScheduleOptions struct {
-	// Next is how many of the schedule's next action times to list. Defaults to 5.
-	Next int
-}
-
-// Describe returns schedule name with its next action times. opts may be nil.
-func (s ScheduleClient) Describe(ctx context.Context, name string, opts *DescribeScheduleOptions) (*ScheduleDescription, error) {
-	req := api.ScheduleRequest{Name: name}
-	if opts != nil {
-		req.Next = opts.Next
-	}
+// Describe returns schedule name with its next action times, next of them (0 lists 5).
+func (s ScheduleClient) Describe(ctx context.Context, name string, next int) (*ScheduleDescription, error) {
+	req := api.ScheduleRequest{Name: name, Next: next}
 	var out ScheduleDescription
 	return &out, s.do(ctx, api.ScheduleOpDescribe, req, &out)
 }

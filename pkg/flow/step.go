@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"strings"
+
+	"github.com/flowrun/flow/pkg/event"
 )
 
 // StepInfo describes the attempt a step function is running.
@@ -43,7 +45,7 @@ func IdempotencyKey(ctx context.Context, resource string) string {
 	return strings.Join(parts, ":")
 }
 
-// Error kinds Flow assigns itself.
+// Error kinds Flow assigns itself ([KindOf] returns them).
 const (
 	// KindError is the kind of an error that does not declare one.
 	KindError = "error"
@@ -55,6 +57,16 @@ const (
 	KindInvalidOutput = "invalid_output"
 	// KindUnknownStep: no step function of that name is registered.
 	KindUnknownStep = "unknown_step"
+
+	// The kinds of timeouts (docs/timeouts.md). A step attempt that a timeout ends fails with
+	// the kind of the timeout and is retried under the step's retry policy, which may list
+	// these kinds as non-retryable. A run that its run or execution timeout ends fails with
+	// KindRunTimeout or KindExecutionTimeout.
+	KindScheduleToStartTimeout = event.TimeoutScheduleToStart
+	KindStartToCloseTimeout    = event.TimeoutStartToClose
+	KindHeartbeatTimeout       = event.TimeoutHeartbeat
+	KindRunTimeout             = event.TimeoutRun
+	KindExecutionTimeout       = event.TimeoutExecution
 )
 
 // Error is an error with a kind, which retry policies match (RetryPolicy.NonRetryable) and

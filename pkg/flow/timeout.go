@@ -8,19 +8,6 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// Timeouts (docs/timeouts.md). A step attempt that a timeout ends fails with the error kind of
-// the timeout (KindScheduleToStartTimeout, KindStartToCloseTimeout, KindHeartbeatTimeout) and
-// is retried under the step's retry policy, which may list these kinds as non-retryable. A run
-// that its run or execution timeout ends fails with the kind KindRunTimeout or
-// KindExecutionTimeout.
-const (
-	KindScheduleToStartTimeout = event.TimeoutScheduleToStart
-	KindStartToCloseTimeout    = event.TimeoutStartToClose
-	KindHeartbeatTimeout       = event.TimeoutHeartbeat
-	KindRunTimeout             = event.TimeoutRun
-	KindExecutionTimeout       = event.TimeoutExecution
-)
-
 // WithStartToCloseTimeout bounds each attempt of the step from its start to its result. The
 // attempt's context is cancelled when it passes, and the scheduler fails an attempt whose
 // worker died, from its start as recorded in FLOW_HEARTBEATS.

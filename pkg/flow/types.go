@@ -8,8 +8,8 @@ import (
 // Status is a run's projected status.
 type Status = core.Status
 
-// Run statuses. Active: pending, running, suspended, cancelling, blocked. Terminal: completed,
-// failed, cancelled, continued_as_new.
+// Run statuses. Active: pending, queued, running, suspended, cancelling, blocked, paused.
+// Terminal: completed, failed, cancelled, continued_as_new.
 const (
 	StatusPending = core.StatusPending
 	// StatusQueued: started under flow control, waiting for admission.
@@ -22,16 +22,28 @@ const (
 	StatusFailed         = core.StatusFailed
 	StatusCancelled      = core.StatusCancelled
 	StatusContinuedAsNew = core.StatusContinuedAsNew
+	// StatusPaused: the run is paused (run.paused): it decides nothing and starts no step
+	// attempt until it is unpaused. See docs/pause.md.
+	StatusPaused = core.StatusPaused
 )
 
 // RetryPolicy governs a step's attempts; the zero value means the defaults (3 attempts, 1s
 // initial interval, coefficient 2, 1m cap, fail the run on exhaustion).
 type RetryPolicy = event.RetryPolicy
 
-// What a step's final failure does.
+// What a step's final failure does, as a retry policy's OnExhaustion.
 const (
-	ExhaustionFailRun     = event.ExhaustionFailRun
+	// ExhaustionFailRun fails the run (the default).
+	ExhaustionFailRun = event.ExhaustionFailRun
+	// ExhaustionReturnError settles the step as failed and lets the workflow go on:
+	// [Context.StepError] reports it.
 	ExhaustionReturnError = event.ExhaustionReturnError
+	// ExhaustionPauseRun pauses the run when the step exhausts its attempts with a retryable
+	// error, instead of failing it: fix what fails, unpause the run (`flow unpause RUN`,
+	// [PauseClient.UnpauseRun]), and the step gets a fresh attempt:
+	//
+	//	flow.RetryPolicy{MaxAttempts: 3, OnExhaustion: flow.ExhaustionPauseRun}
+	ExhaustionPauseRun = event.ExhaustionPauseRun
 )
 
 // Child cancellation policies.
@@ -50,15 +62,3 @@ type InvalidDecisionError = core.InvalidDecisionError
 
 // PanicError is a panic recovered from workflow code.
 type PanicError = core.PanicError
-
-// Sentinels callers branch on with errors.Is.
-var (
-	ErrNonDeterminism  = core.ErrNonDeterminism
-	ErrInvalidDecision = core.ErrInvalidDecision
-	ErrInvalidHistory  = core.ErrInvalidHistory
-	ErrNotFound        = core.ErrNotFound
-	ErrTerminal        = core.ErrTerminal
-	ErrInvalidInput    = core.ErrInvalidInput
-	ErrAlreadyReceived = core.ErrAlreadyReceived
-	ErrInvalidID       = event.ErrInvalidID
-)

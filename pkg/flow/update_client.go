@@ -3,7 +3,6 @@ package flow
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"time"
 
@@ -11,17 +10,6 @@ import (
 
 	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/pkg/event"
-)
-
-// Errors of updates, matched by *UpdateError.
-var (
-	// ErrUpdateRejected: the workflow's validator rejected the update (or registers none for
-	// its name).
-	ErrUpdateRejected = errors.New("flow: update rejected")
-	// ErrUpdateFailed: the update was accepted and then completed with an error.
-	ErrUpdateFailed = errors.New("flow: update failed")
-	// ErrUpdateAborted: the run ended (or continued as new) before the update settled.
-	ErrUpdateAborted = errors.New("flow: the run ended before the update settled")
 )
 
 // UpdateError is the outcome of an update that returned no result: rejected, failed, or aborted

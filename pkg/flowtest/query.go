@@ -11,8 +11,9 @@ import (
 // Query answers query name of run runID with args (encoded to JSON; nil for none) as a worker
 // would, from the run's snapshot, and decodes the answer into result (nil discards it). Nothing
 // is recorded. Errors are those of [flow.Client.Query]: an unknown run wraps flow.ErrNotFound, an
-// unhandled name is a *flow.UnknownQueryError, args that do not decode wrap
-// flow.ErrInvalidInput, and a failing handler is a *flow.QueryFailedError.
+// unhandled name is a *flow.QueryError matching flow.ErrUnknownQuery, args that do not decode
+// wrap flow.ErrInvalidInput, and a failing handler is a *flow.QueryError matching
+// flow.ErrQueryFailed.
 func (e *Env) Query(ctx context.Context, runID, name string, args, result any) error {
 	raw, err := json.Marshal(args)
 	if err != nil {

@@ -43,7 +43,7 @@ func (j uiJobs) ListSchedules(ctx context.Context) ([]flow.ScheduleDescription, 
 }
 
 func (j uiJobs) DescribeSchedule(ctx context.Context, name string, recent int) (*flow.ScheduleDescription, error) {
-	return j.c.Schedules().Describe(ctx, name, &flow.DescribeScheduleOptions{Next: recent})
+	return j.c.Schedules().Describe(ctx, name, recent)
 }
 
 func (j uiJobs) Batches(ctx context.Context, limit int, states ...flow.BatchState) ([]flow.BatchJob, error) {

@@ -47,7 +47,7 @@ func TestBatchDoors(t *testing.T) {
 	}, 10*time.Second, 10*time.Millisecond)
 
 	spec := flow.BatchSpec{Op: flow.BatchCancel, Where: `definition = "invoice"`, Reason: "duplicate invoices"}
-	dr, err := client.Batches().DryRun(ctx, spec, &flow.DryRunOptions{Sample: 2})
+	dr, err := client.Batches().DryRun(ctx, spec, 2)
 	require.NoError(t, err)
 	require.Equal(t, 4, dr.Matches)
 	require.Len(t, dr.Sample, 2)
@@ -61,7 +61,7 @@ func TestBatchDoors(t *testing.T) {
 	_, err = client.Batches().Start(ctx, flow.BatchSpec{Op: flow.BatchTerminate, Where: `definition = "invoice"`}, &flow.BatchOptions{ID: "dedupe"})
 	require.ErrorIs(t, err, flow.ErrBatchExists)
 
-	j, err = client.Batches().Await(ctx, "dedupe", &flow.AwaitBatchOptions{Every: 20 * time.Millisecond})
+	j, err = client.Batches().Await(ctx, "dedupe")
 	require.NoError(t, err)
 	require.Equal(t, flow.BatchCompleted, j.State)
 	require.Equal(t, 4, j.Applied)

@@ -95,7 +95,7 @@ func (f *floodStack) signalHTTP(ctx context.Context, hc *http.Client, tok, runID
 // signalNATS sends one signal with the client (over NATS) and returns its outcome as HTTP would
 // have: 202, or 429 with the Retry-After, or 0 with the error.
 func (f *floodStack) signalNATS(ctx context.Context, runID string, payload []byte, id string) (int, string, error) {
-	_, err := f.client.Signal(ctx, runID, "flood", json.RawMessage(payload), &flow.SignalOptions{DeliveryID: id})
+	_, err := f.client.Signal(ctx, runID, "flood", json.RawMessage(payload), &flow.DeliveryOptions{DeliveryID: id})
 	var rl *flow.RateLimitedError
 	switch {
 	case err == nil:

@@ -176,7 +176,7 @@ func TestPauseRunMidFlow(t *testing.T) {
 	close(release) // attempt 1 fails now, while the run is paused
 
 	// The signal arrives while paused; the retry and the timer fire while paused.
-	_, err = ps.client.Signal(ctx, runID, "go", map[string]int{"n": 1}, &flow.SignalOptions{DeliveryID: "sig-1"})
+	_, err = ps.client.Signal(ctx, runID, "go", map[string]int{"n": 1}, &flow.DeliveryOptions{DeliveryID: "sig-1"})
 	require.NoError(t, err)
 	var last []event.Envelope
 	for deadline := time.Now().Add(40 * time.Second); ; {
@@ -259,7 +259,7 @@ func TestPauseDefinitionHoldsNewRuns(t *testing.T) {
 		id, err := ps.client.Start(ctx, "held", nil, &flow.StartOptions{RunID: fmt.Sprintf("held-%d", i)})
 		require.NoError(t, err)
 		runs = append(runs, id)
-		_, err = ps.client.Signal(ctx, id, "go", i, &flow.SignalOptions{DeliveryID: fmt.Sprintf("go-%d", i)})
+		_, err = ps.client.Signal(ctx, id, "go", i, &flow.DeliveryOptions{DeliveryID: fmt.Sprintf("go-%d", i)})
 		require.NoError(t, err)
 	}
 	waitFor(t, "every run is parked by the pause", func() bool {
@@ -278,7 +278,7 @@ func TestPauseDefinitionHoldsNewRuns(t *testing.T) {
 	require.NoError(t, ps.w.Stop(context.Background()))
 	ps.startWorker(t)
 	// A signal recorded after the restart.
-	_, err = ps.client.Signal(ctx, runs[0], "late", "x", &flow.SignalOptions{DeliveryID: "late-0"})
+	_, err = ps.client.Signal(ctx, runs[0], "late", "x", &flow.DeliveryOptions{DeliveryID: "late-0"})
 	require.NoError(t, err)
 	waitFor(t, "the late signal is recorded", func() bool { return count(ps.history(t, runs[0]), "signal.received") == 2 })
 	for _, id := range runs {
@@ -328,7 +328,7 @@ func TestPauseOnExhaustedRetries(t *testing.T) {
 			return ctx.Complete(out), nil
 		}
 		return ctx.ScheduleStep("charge", "charge", nil,
-			flow.WithRetry(flow.RetryPolicy{MaxAttempts: 3, InitialInterval: 20 * time.Millisecond, OnExhaustion: flow.PauseRun})), nil
+			flow.WithRetry(flow.RetryPolicy{MaxAttempts: 3, InitialInterval: 20 * time.Millisecond, OnExhaustion: flow.ExhaustionPauseRun})), nil
 	})
 	ps := newPauseStack(t, reg)
 	ctx := t.Context()

@@ -89,15 +89,14 @@ func (s *Service) query(ctx context.Context, runID, name string, args []byte) (*
 // httpQueryError classifies the error of a query for its HTTP reply.
 func httpQueryError(err error) *api.QueryError {
 	var qe *api.QueryError
-	var unknown *flow.UnknownQueryError
-	var failed *flow.QueryFailedError
+	var fq *flow.QueryError
 	switch {
 	case errors.As(err, &qe):
 		return qe
-	case errors.As(err, &unknown):
-		return &api.QueryError{Code: api.QueryUnknown, Message: err.Error(), Queries: unknown.Registered}
-	case errors.As(err, &failed):
-		return &api.QueryError{Code: api.QueryFailed, Message: err.Error(), Kind: failed.Kind}
+	case errors.As(err, &fq) && fq.Unknown:
+		return &api.QueryError{Code: api.QueryUnknown, Message: err.Error(), Queries: fq.Registered}
+	case errors.As(err, &fq):
+		return &api.QueryError{Code: api.QueryFailed, Message: err.Error(), Kind: fq.Kind}
 	case errors.Is(err, flow.ErrNotFound):
 		return &api.QueryError{Code: api.QueryRunNotFound, Message: err.Error()}
 	case errors.Is(err, flow.ErrInvalidInput), errors.Is(err, event.ErrInvalidID):

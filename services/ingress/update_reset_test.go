@@ -79,7 +79,7 @@ func TestUpdateFollowsReset(t *testing.T) {
 	require.NoError(t, err)
 	_, err = b.client.Signal(ctx, r2.NewRunID, "commit", nil, nil)
 	require.NoError(t, err)
-	_, err = b.client.Signal(ctx, r2.NewRunID, "commit", nil, &flow.SignalOptions{DeliveryID: "again"})
+	_, err = b.client.Signal(ctx, r2.NewRunID, "commit", nil, &flow.DeliveryOptions{DeliveryID: "again"})
 	require.NoError(t, err)
 	waitFor(t, "the reset run decided on both signals", func() bool {
 		s, err := b.client.Snapshot(ctx, r2.NewRunID)

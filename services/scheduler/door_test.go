@@ -54,7 +54,7 @@ func TestDoorsFollowTheLeader(t *testing.T) {
 		j, err := client.Batches().Start(ctx, flow.BatchSpec{Op: flow.BatchCancel, Where: `definition = "tick"`}, &flow.BatchOptions{ID: id})
 		require.NoError(t, err)
 		require.Equal(t, flow.BatchPending, j.State)
-		j, err = client.Batches().Await(ctx, id, &flow.AwaitBatchOptions{Every: 20 * time.Millisecond})
+		j, err = client.Batches().Await(ctx, id)
 		require.NoError(t, err)
 		require.Equal(t, flow.BatchCompleted, j.State)
 	}

@@ -44,7 +44,7 @@ func TestScheduleThroughClient(t *testing.T) {
 		require.ErrorIs(t, err, bad.is, "%+v", bad.opts)
 		require.ErrorContains(t, err, bad.says)
 	}
-	_, err = client.Schedules().Describe(ctx, "nope", nil)
+	_, err = client.Schedules().Describe(ctx, "nope", 0)
 	require.ErrorIs(t, err, flow.ErrScheduleNotFound)
 
 	s1 := e.scheduler("s1", nil, 100*time.Millisecond)
@@ -62,7 +62,7 @@ func TestScheduleThroughClient(t *testing.T) {
 	require.ErrorIs(t, err, flow.ErrScheduleExists)
 
 	require.Eventually(t, func() bool {
-		d, err = client.Schedules().Describe(ctx, "tick", &flow.DescribeScheduleOptions{Next: 3})
+		d, err = client.Schedules().Describe(ctx, "tick", 3)
 		return err == nil && d.Schedule.State.Started >= 2
 	}, 20*time.Second, 20*time.Millisecond)
 	first := d.Schedule.State.Recent[0]
@@ -108,7 +108,7 @@ func TestScheduleThroughClient(t *testing.T) {
 	}, 20*time.Second, 20*time.Millisecond)
 	require.Equal(t, event.ScheduleTrigger, trigger.Action)
 
-	d, err = client.Schedules().Describe(ctx, "tick", nil)
+	d, err = client.Schedules().Describe(ctx, "tick", 0)
 	require.NoError(t, err)
 	require.True(t, d.Schedule.State.Paused)
 	require.Equal(t, "maintenance", d.Schedule.State.Note)

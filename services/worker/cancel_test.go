@@ -174,7 +174,7 @@ func TestCancelStep(t *testing.T) {
 		p := ps.of(runID)
 		<-p.started
 		waitFor(t, ctx, b.client, runID, has(event.TypeSignalAwaited))
-		_, err = b.client.Signal(ctx, runID, "stop", nil, &flow.SignalOptions{DeliveryID: "stop-1"})
+		_, err = b.client.Signal(ctx, runID, "stop", nil, &flow.DeliveryOptions{DeliveryID: "stop-1"})
 		require.NoError(t, err)
 		return runID, p
 	}
@@ -271,7 +271,7 @@ func TestCancelChild(t *testing.T) {
 		kid := event.ChildRunID(runID, "kid")
 		waitFor(t, ctx, b.client, kid, has(event.TypeSignalAwaited))
 		waitFor(t, ctx, b.client, runID, has(event.TypeSignalAwaited))
-		_, err = b.client.Signal(ctx, runID, "stop", nil, &flow.SignalOptions{DeliveryID: "stop-1"})
+		_, err = b.client.Signal(ctx, runID, "stop", nil, &flow.DeliveryOptions{DeliveryID: "stop-1"})
 		require.NoError(t, err)
 		return runID, kid
 	}
@@ -306,7 +306,7 @@ func TestCancelChild(t *testing.T) {
 			kh, err := b.client.History(ctx, kid, 0)
 			require.NoError(t, err)
 			require.NotContains(t, typeNames(kh), string(event.TypeRunCancelRequested), "an abandoned child is not told, not even when its parent ends")
-			_, err = b.client.Signal(ctx, kid, "go", nil, &flow.SignalOptions{DeliveryID: "go-1"})
+			_, err = b.client.Signal(ctx, kid, "go", nil, &flow.DeliveryOptions{DeliveryID: "go-1"})
 			require.NoError(t, err)
 			var kout string
 			require.NoError(t, b.client.Result(ctx, kid, &kout))
@@ -427,7 +427,7 @@ func TestChildCancelFromHistory(t *testing.T) {
 	kid := event.ChildRunID(runID, "kid")
 	waitFor(t, ctx, c, kid, has(event.TypeSignalAwaited))
 	waitFor(t, ctx, c, runID, has(event.TypeSignalAwaited))
-	_, err = c.Signal(ctx, runID, "stop", nil, &flow.SignalOptions{DeliveryID: "stop-1"})
+	_, err = c.Signal(ctx, runID, "stop", nil, &flow.DeliveryOptions{DeliveryID: "stop-1"})
 	require.NoError(t, err)
 	var out string
 	require.NoError(t, c.Result(ctx, runID, &out))

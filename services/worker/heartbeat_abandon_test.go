@@ -67,7 +67,7 @@ func TestAbandonedStepHeartbeatsAfterRunEnds(t *testing.T) {
 	historyUntil(t, c, runID, 30*time.Second, "the run awaits signal stop", func(h []event.Envelope) bool {
 		return last[*event.SignalAwaited](h) != nil
 	})
-	_, err = c.Signal(ctx, runID, "stop", nil, &flow.SignalOptions{DeliveryID: "stop-1"})
+	_, err = c.Signal(ctx, runID, "stop", nil, &flow.DeliveryOptions{DeliveryID: "stop-1"})
 	require.NoError(t, err)
 	var out string
 	require.NoError(t, c.Result(ctx, runID, &out), "the workflow goes on at once and completes")

@@ -145,13 +145,12 @@ func (w *Worker) answer(ctx context.Context, subject string, data []byte, defini
 
 // queryError classifies the error of the registry runtime's Query (sdk.Runtime).
 func queryError(err error) *api.QueryError {
-	var unknown *flow.UnknownQueryError
-	var failed *flow.QueryFailedError
+	var fq *flow.QueryError
 	switch {
-	case errors.As(err, &unknown):
-		return &api.QueryError{Code: api.QueryUnknown, Message: err.Error(), Queries: unknown.Registered}
-	case errors.As(err, &failed):
-		return &api.QueryError{Code: api.QueryFailed, Message: failed.Message, Kind: failed.Kind}
+	case errors.As(err, &fq) && fq.Unknown:
+		return &api.QueryError{Code: api.QueryUnknown, Message: err.Error(), Queries: fq.Registered}
+	case errors.As(err, &fq):
+		return &api.QueryError{Code: api.QueryFailed, Message: fq.Message, Kind: fq.Kind}
 	case errors.Is(err, flow.ErrInvalidInput):
 		return &api.QueryError{Code: api.QueryInvalidArgs, Message: err.Error()}
 	case errors.Is(err, flow.ErrNotFound):

@@ -107,7 +107,7 @@ func TestQueries(t *testing.T) {
 	t.Run("UnknownQuery", func(t *testing.T) {
 		err := b.client.Query(ctx, runID, "eta", nil, nil)
 		require.ErrorIs(t, err, flow.ErrUnknownQuery)
-		var u *flow.UnknownQueryError
+		var u *flow.QueryError
 		require.True(t, errors.As(err, &u))
 		require.Equal(t, []string{"fail", "state", "status"}, u.Registered)
 		require.ErrorContains(t, err, `workflow "queried" (run "queried-1") has no query "eta"; it handles fail, state, status`)
@@ -124,8 +124,9 @@ func TestQueries(t *testing.T) {
 
 	t.Run("HandlerError", func(t *testing.T) {
 		err := b.client.Query(ctx, runID, "fail", nil, nil)
-		var f *flow.QueryFailedError
+		var f *flow.QueryError
 		require.True(t, errors.As(err, &f), "got %v", err)
+		require.ErrorIs(t, err, flow.ErrQueryFailed)
 		require.Equal(t, "not_ready", f.Kind)
 		require.Equal(t, "ask later", f.Message)
 	})

@@ -142,11 +142,11 @@ func TestSignalsAndCancellation(t *testing.T) {
 
 	runID, err := b.client.Start(ctx, "approve", nil, nil)
 	require.NoError(t, err)
-	_, err = b.client.Signal(ctx, runID, "approval", "yes", &flow.SignalOptions{DeliveryID: "d-1"})
+	_, err = b.client.Signal(ctx, runID, "approval", "yes", &flow.DeliveryOptions{DeliveryID: "d-1"})
 	require.NoError(t, err)
-	_, err = b.client.Signal(ctx, runID, "approval", "yes", &flow.SignalOptions{DeliveryID: "d-1"})
+	_, err = b.client.Signal(ctx, runID, "approval", "yes", &flow.DeliveryOptions{DeliveryID: "d-1"})
 	require.NoError(t, err, "a redelivery is accepted once")
-	_, err = b.client.Signal(ctx, runID, "approval", "no", &flow.SignalOptions{DeliveryID: "d-1"})
+	_, err = b.client.Signal(ctx, runID, "approval", "no", &flow.DeliveryOptions{DeliveryID: "d-1"})
 	require.ErrorIs(t, err, flow.ErrDeliveryConflict, "a delivery ID reused with another payload is refused")
 	var out string
 	require.NoError(t, b.client.Result(ctx, runID, &out))

@@ -32,7 +32,7 @@ func TestUIBatches(t *testing.T) {
 
 	_, err = b.client.Batches().Start(b.ctx, flow.BatchSpec{Op: flow.BatchCancel, Where: `run_id = "ui-batch-done"`}, &flow.BatchOptions{ID: "ui-job"})
 	require.NoError(t, err)
-	j, err := b.client.Batches().Await(b.ctx, "ui-job", &flow.AwaitBatchOptions{Every: 20 * time.Millisecond})
+	j, err := b.client.Batches().Await(b.ctx, "ui-job")
 	require.NoError(t, err)
 	require.Equal(t, map[string]int{"already completed": 1}, j.Skipped)
 

@@ -33,7 +33,7 @@ func TestUISchedules(t *testing.T) {
 	require.NoError(t, err)
 	var d *flow.ScheduleDescription
 	require.Eventually(t, func() bool {
-		d, err = b.client.Schedules().Describe(b.ctx, "ui-tick", nil)
+		d, err = b.client.Schedules().Describe(b.ctx, "ui-tick", 0)
 		return err == nil && d.Schedule.State.Started >= 1
 	}, 20*time.Second, 20*time.Millisecond)
 	require.NoError(t, b.client.Schedules().Pause(b.ctx, "ui-tick", "ui test"))
