@@ -209,9 +209,15 @@ func (s *Service) reconcileQueue(ctx context.Context) (int, error) {
 			candidates[sum.RunID] = true // a waiting run without its entry
 		}
 	}
+	return repairEach(ctx, slices.Sorted(maps.Keys(candidates)), s.repairQueueEntry)
+}
+
+// repairEach calls repair on each of runs in turn, and returns how many of them it repaired;
+// it stops at the first error.
+func repairEach(ctx context.Context, runs []string, repair func(ctx context.Context, runID string) (bool, error)) (int, error) {
 	repairs := 0
-	for _, id := range slices.Sorted(maps.Keys(candidates)) {
-		fixed, err := s.repairQueueEntry(ctx, id)
+	for _, runID := range runs {
+		fixed, err := repair(ctx, runID)
 		if err != nil {
 			return repairs, err
 		}
