@@ -147,6 +147,18 @@ func (b *retentionBundle) listed(t *testing.T, includeDeleted bool) map[string]*
 	return out
 }
 
+// restartedSweepDeletes starts a sweeper as a restarted process would (it finishes a recorded
+// deletion at start), sweeps, checks that run runID, whose history was want, is deleted
+// (requireDeleted), and stops the sweeper.
+func (b *retentionBundle) restartedSweepDeletes(t *testing.T, runID string, want []event.Envelope) {
+	t.Helper()
+	h := b.sweeper(t, archive.ObjectStore, nil)
+	_, err := h.Sweep(b.ctx)
+	require.NoError(t, err)
+	b.requireDeleted(t, runID, want)
+	require.NoError(t, h.Stop())
+}
+
 // requireDeleted checks that run runID's history is gone from FLOW_HISTORY, that its tombstone
 // says so, and that Client.History reads the same events from its archive.
 func (b *retentionBundle) requireDeleted(t *testing.T, runID string, want []event.Envelope) {
@@ -359,11 +371,7 @@ func TestRetentionCrash(t *testing.T) {
 			require.Equal(t, encoded(t, want), encoded(t, got))
 		}
 
-		h = b.sweeper(t, archive.ObjectStore, nil) // restarted: it finishes a recorded deletion at start
-		_, err = h.Sweep(b.ctx)
-		require.NoError(t, err)
-		b.requireDeleted(t, runID, want)
-		require.NoError(t, h.Stop())
+		b.restartedSweepDeletes(t, runID, want)
 	}
 	// Every crashed run ends deleted, listed with --include-deleted.
 	all := b.listed(t, true)
