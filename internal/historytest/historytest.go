@@ -163,13 +163,9 @@ type Page struct {
 // Get fetches path from the history service's HTTP listener at base, not following redirects.
 func Get(t *testing.T, base, path string) Page {
 	t.Helper()
-	c := &http.Client{Timeout: 10 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := c.Get("http://" + base + path)
+	req, err := http.NewRequest(http.MethodGet, "http://"+base+path, nil)
 	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return Page{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}
+	return Do(t, req)
 }
 
 // Post posts body with contentType and the given Origin ("" sends none). From the service's
@@ -186,6 +182,13 @@ func Post(t *testing.T, base, path, contentType, origin, body string) Page {
 	if origin == "http://"+base {
 		req.Header.Set("X-Flow-CSRF", CSRF(t, base)) // as the page's script does
 	}
+	return Do(t, req)
+}
+
+// Do sends req, not following redirects, and returns the answer; it fails the test when no
+// answer came within 30 seconds.
+func Do(t *testing.T, req *http.Request) Page {
+	t.Helper()
 	c := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
 	resp, err := c.Do(req)
 	require.NoError(t, err)

@@ -166,12 +166,7 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 		// A notice comes before the stream stored its commit (by tens of microseconds, more on
 		// a busy machine), or for a publish the stream refused: look again very soon, then
 		// twice as late each time, then every second, projecting the whole history too.
-		next := s.awaitPoll
-		if retries < noticeRetries {
-			next = 25 * time.Microsecond << retries
-			retries++
-		}
-		poll.Reset(next)
+		poll.Reset(pollAfter(&retries, s.awaitPoll))
 		select {
 		case <-woken:
 			retries, full, polled = 0, false, false
@@ -187,6 +182,18 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 			}
 		}
 	}
+}
+
+// pollAfter is how long a wait for a run's commit sleeps before it reads again without a
+// notice: 25µs after a notice, twice as long each time after that for noticeRetries reads
+// (counted in retries, which a notice sets back to 0), then slow.
+func pollAfter(retries *int, slow time.Duration) time.Duration {
+	if *retries >= noticeRetries {
+		return slow
+	}
+	d := 25 * time.Microsecond << *retries
+	*retries++
+	return d
 }
 
 // announcedBy reports whether a notice on sub, the subscription to the run's history subject,

@@ -38,9 +38,9 @@ func TestResultNeverMissesAnEnd(t *testing.T) {
 	for c := range clients {
 		wg.Go(func() {
 			for i := range perClient {
-				id, err := b.client.Start(ctx, "await", nil, &flow.StartOptions{RunID: fmt.Sprintf("await-%d-%d", c, i)})
+				id, err := b.Client.Start(ctx, "await", nil, &flow.StartOptions{RunID: fmt.Sprintf("await-%d-%d", c, i)})
 				if err == nil {
-					err = b.client.Watch(ctx, id, 0, func(e event.Envelope) error {
+					err = b.Client.Watch(ctx, id, 0, func(e event.Envelope) error {
 						if e.Type() == event.TypeSignalAwaited {
 							return errAwaiting
 						}
@@ -51,12 +51,12 @@ func TestResultNeverMissesAnEnd(t *testing.T) {
 					errs <- fmt.Errorf("run %s: %v", id, err)
 					return
 				}
-				if _, err := b.client.Signal(ctx, id, "go", i, nil); err != nil {
+				if _, err := b.Client.Signal(ctx, id, "go", i, nil); err != nil {
 					errs <- err
 					return
 				}
 				var out int
-				if err := b.client.Result(ctx, id, &out); err != nil || out != i {
+				if err := b.Client.Result(ctx, id, &out); err != nil || out != i {
 					errs <- fmt.Errorf("run %s: %d, %v", id, out, err)
 					return
 				}
@@ -68,7 +68,7 @@ func TestResultNeverMissesAnEnd(t *testing.T) {
 	for err := range errs {
 		require.NoError(t, err)
 	}
-	require.Zero(t, b.history.AwaitsByPoll(), "every Result was answered by a notice of the run's end")
+	require.Zero(t, b.History.AwaitsByPoll(), "every Result was answered by a notice of the run's end")
 }
 
 // An end the slow poll reads while the notice of its commit is being delivered was not missed:
@@ -97,8 +97,7 @@ func TestPollRacingTheEndsNoticeMissesNothing(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, h.Stop()) })
 	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	startWorker(t, srv, registry(""))
-	client, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	client := newClient(t, srv)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 
@@ -123,8 +122,7 @@ func TestPollRacingTheEndsNoticeMissesNothing(t *testing.T) {
 	}
 	_, err = client.Signal(ctx, runID, "go", 7, nil)
 	require.NoError(t, err)
-	other, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	other := newClient(t, srv)
 	for {
 		hist, err := other.History(ctx, runID, 0)
 		require.NoError(t, err)

@@ -23,28 +23,8 @@ const updateSnapshots = 1024
 func (s *Service) serveUpdates(svc micro.Service) error {
 	held := make(chan struct{}, maxAwaits)
 	s.updateSnaps = newSnapshotCache(updateSnapshots)
-	err := svc.AddEndpoint("update", micro.HandlerFunc(func(r micro.Request) {
-		select {
-		case held <- struct{}{}:
-		default:
-			_ = r.Error(string(api.CodeUnavailable), fmt.Sprintf("%d update waits are held already; retry", maxAwaits), nil)
-			return
-		}
-		// Answered by its goroutine on the reply subject, not through r after this handler
-		// returned (micro reads r's error then, for its statistics), as the other endpoints are.
-		reply, data := r.Reply(), r.Data()
-		go func() {
-			defer func() { <-held }()
-			ctx, cancel := context.WithTimeout(context.Background(), api.MaxAwait+5*time.Second)
-			defer cancel()
-			resp, err := handle(s.awaitUpdate)(ctx, data)
-			s.reply(reply, resp, err)
-		}()
-	}), micro.WithEndpointSubject(api.SubjectUpdate))
-	if err != nil {
-		return fmt.Errorf("adding the %s endpoint: %w", api.SubjectUpdate, err)
-	}
-	return nil
+	return s.addEndpoint(svc, "update", api.SubjectUpdate, held, api.MaxAwait+5*time.Second,
+		fmt.Sprintf("%d update waits are held already; retry", maxAwaits), handle(s.awaitUpdate))
 }
 
 // awaitUpdate answers where update req.UpdateID of run req.RunID stands: at once without
@@ -142,12 +122,7 @@ func (s *Service) awaitUpdateIn(ctx context.Context, runID, updateID string, wai
 		if !wait || st != nil && (st.Settled || st.Blocked != nil || st.MovedTo != "") {
 			return st, nil
 		}
-		next := time.Second
-		if retries < noticeRetries {
-			next = 25 * time.Microsecond << retries
-			retries++
-		}
-		poll.Reset(next)
+		poll.Reset(pollAfter(&retries, time.Second))
 		select {
 		case <-woken:
 			retries = 0

@@ -62,8 +62,7 @@ func startSystemWith(t *testing.T, dir string, withWorker bool, before func(*his
 		require.NoError(t, err)
 		require.NoError(t, sys.w.Start(t.Context()))
 	}
-	sys.client, err = flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	sys.client = newClient(t, srv)
 	return sys
 }
 

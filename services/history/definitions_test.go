@@ -24,8 +24,7 @@ func TestListDefinitions(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, other.Start(t.Context()))
 	idle := startWorker(t, srv, flow.NewRegistry(&flow.RegistryOptions{Logger: quiet}))
-	client, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	client := newClient(t, srv)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 

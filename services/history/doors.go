@@ -33,19 +33,8 @@ func (s *Service) serveDoors(svc micro.Service) error {
 		api.SubjectPark:      handle(s.parkRun),
 	} {
 		name := strings.ReplaceAll(strings.TrimPrefix(subject, api.DerivedPrefix), ".", "_")
-		err := svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
-			reply, data := r.Reply(), r.Data()
-			slots <- struct{}{}
-			go func() {
-				defer func() { <-slots }()
-				ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
-				defer cancel()
-				resp, err := fn(ctx, data)
-				s.reply(reply, resp, err)
-			}()
-		}), micro.WithEndpointSubject(subject))
-		if err != nil {
-			return fmt.Errorf("adding the %s endpoint: %w", subject, err)
+		if err := s.addEndpoint(svc, name, subject, slots, queryTimeout, "", fn); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -83,7 +83,7 @@ var foreignWrites = []foreignWrite{
 // damaged. It returns the run's last valid sequence.
 func damagedRun(t *testing.T, b *testBundle, js jetstream.JetStream, runID string, kind foreignWrite) uint64 {
 	t.Helper()
-	_, err := b.client.Start(b.ctx, "await", nil, &flow.StartOptions{RunID: runID})
+	_, err := b.Client.Start(b.Ctx, "await", nil, &flow.StartOptions{RunID: runID})
 	require.NoError(t, err)
 	var last uint64
 	require.Eventually(t, func() bool {
@@ -91,7 +91,7 @@ func damagedRun(t *testing.T, b *testBundle, js jetstream.JetStream, runID strin
 		last = sum.Seq
 		return ok && sum.Status == flow.StatusSuspended
 	}, 30*time.Second, 10*time.Millisecond, "run %s waits for its signal", runID)
-	_, err = js.PublishMsg(b.ctx, kind.msg(t, runID, last))
+	_, err = js.PublishMsg(b.Ctx, kind.msg(t, runID, last))
 	require.NoError(t, err)
 	waitDamaged(t, b, runID)
 	return last
@@ -101,7 +101,7 @@ func damagedRun(t *testing.T, b *testBundle, js jetstream.JetStream, runID strin
 func waitDamaged(t *testing.T, b *testBundle, runID string) {
 	t.Helper()
 	require.Eventually(t, func() bool {
-		page, err := b.client.Runs(b.ctx, &flow.RunsFilter{Limit: 1000})
+		page, err := b.Client.Runs(b.Ctx, &flow.RunsFilter{Limit: 1000})
 		if err != nil {
 			return false
 		}
@@ -118,7 +118,7 @@ func waitDamaged(t *testing.T, b *testBundle, runID string) {
 // prefix, through seq last, with why; snapshots and inputs are refused as damaged.
 func requireQuarantined(t *testing.T, b *testBundle, runID string, last uint64, status core.Status) {
 	t.Helper()
-	d, err := b.client.Describe(b.ctx, runID, 0)
+	d, err := b.Client.Describe(b.Ctx, runID, 0)
 	require.NoError(t, err, "flow status shows what can be read")
 	require.NotNil(t, d.Damage, "flow status says the run is damaged")
 	require.NotEmpty(t, d.Damage.Reason)
@@ -132,13 +132,13 @@ func requireQuarantined(t *testing.T, b *testBundle, runID string, last uint64, 
 		sum, _ := b.entry(t, runID)
 		return sum.Damaged != "" && sum.Status == status && sum.Definition == d.Snapshot.Spec.Definition
 	}, 30*time.Second, 10*time.Millisecond, "the index entry of run %s shows its valid prefix", runID)
-	_, err = b.client.Snapshot(b.ctx, runID)
+	_, err = b.Client.Snapshot(b.Ctx, runID)
 	require.ErrorIs(t, err, flow.ErrDamaged)
-	_, err = b.client.Signal(b.ctx, runID, "go", 1, nil)
+	_, err = b.Client.Signal(b.Ctx, runID, "go", 1, nil)
 	require.ErrorIs(t, err, flow.ErrDamaged)
-	damaged, err := b.js.KeyValue(b.ctx, streams.DamagedBucket)
+	damaged, err := b.JS.KeyValue(b.Ctx, streams.DamagedBucket)
 	require.NoError(t, err)
-	_, err = damaged.Get(b.ctx, runID)
+	_, err = damaged.Get(b.Ctx, runID)
 	require.NoError(t, err, "run %s is in %s", runID, streams.DamagedBucket)
 }
 
@@ -146,14 +146,14 @@ func requireQuarantined(t *testing.T, b *testBundle, runID string, last uint64, 
 // projection of its history, which holds run.damage_accepted right after seq last.
 func requireReleased(t *testing.T, b *testBundle, runID string, last uint64) {
 	t.Helper()
-	damaged, err := b.js.KeyValue(b.ctx, streams.DamagedBucket)
+	damaged, err := b.JS.KeyValue(b.Ctx, streams.DamagedBucket)
 	require.NoError(t, err)
 	require.Eventually(t, func() bool {
-		_, err := damaged.Get(b.ctx, runID)
+		_, err := damaged.Get(b.Ctx, runID)
 		sum, ok := b.entry(t, runID)
 		return errors.Is(err, jetstream.ErrKeyNotFound) && ok && sum.Damaged == ""
 	}, 30*time.Second, 10*time.Millisecond, "run %s is released", runID)
-	hist, err := b.client.History(b.ctx, runID, 0)
+	hist, err := b.Client.History(b.Ctx, runID, 0)
 	require.NoError(t, err)
 	require.Empty(t, core.Check(runID, hist))
 	require.Greater(t, uint64(len(hist)), last)
@@ -167,54 +167,53 @@ func requireReleased(t *testing.T, b *testBundle, runID string, last uint64) {
 	}, 30*time.Second, 10*time.Millisecond, "the index entry of run %s follows its history", runID)
 }
 
-// Every kind of foreign write quarantines the run; flow resume --accept-damage releases it, and
-// the run goes on from its longest valid prefix: the signal it waits for completes it.
-func TestForeignWriteAcceptDamage(t *testing.T) {
+// Every kind of foreign write quarantines the run, and either release takes it out of
+// quarantine from its longest valid prefix: flow resume --accept-damage lets the run go on (the
+// signal it waits for completes it), flow terminate ends it.
+func TestForeignWriteRelease(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
-	js := natstest.JetStream(t, b.srv)
-	for _, kind := range foreignWrites {
-		t.Run(kind.name, func(t *testing.T) {
-			runID := "accept-" + kind.id
-			last := damagedRun(t, b, js, runID, kind)
-			requireQuarantined(t, b, runID, last, core.StatusSuspended)
-
-			res, err := b.client.Resume(b.ctx, runID, &flow.ResumeOptions{AcceptDamage: true})
+	for _, release := range []struct {
+		name, prefix string // the subtest, and the run IDs' prefix
+		// do releases run runID, damaged after seq last, and checks how it goes on.
+		do func(t *testing.T, b *testBundle, runID string, last uint64)
+	}{
+		{"AcceptDamage", "accept-", func(t *testing.T, b *testBundle, runID string, last uint64) {
+			res, err := b.Client.Resume(b.Ctx, runID, &flow.ResumeOptions{AcceptDamage: true})
 			require.NoError(t, err)
 			require.Equal(t, core.StatusSuspended, res.Status)
 			require.Equal(t, last+1, res.Seq)
 			requireReleased(t, b, runID, last)
 
-			_, err = b.client.Signal(b.ctx, runID, "go", "on", nil)
+			_, err = b.Client.Signal(b.Ctx, runID, "go", "on", nil)
 			require.NoError(t, err)
 			var out string
-			require.NoError(t, b.client.Result(b.ctx, runID, &out))
+			require.NoError(t, b.Client.Result(b.Ctx, runID, &out))
 			require.Equal(t, "on", out)
-		})
-	}
-}
-
-// Every kind of foreign write quarantines the run; flow terminate ends it from its longest
-// valid prefix and releases it.
-func TestForeignWriteTerminate(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	js := natstest.JetStream(t, b.srv)
-	for _, kind := range foreignWrites {
-		t.Run(kind.name, func(t *testing.T) {
-			runID := "terminate-" + kind.id
-			last := damagedRun(t, b, js, runID, kind)
-			requireQuarantined(t, b, runID, last, core.StatusSuspended)
-
-			to, err := b.client.Terminate(b.ctx, runID, "the operator gave up on it")
+		}},
+		{"Terminate", "terminate-", func(t *testing.T, b *testBundle, runID string, last uint64) {
+			to, err := b.Client.Terminate(b.Ctx, runID, "the operator gave up on it")
 			require.NoError(t, err)
 			require.Equal(t, runID, to)
 			requireReleased(t, b, runID, last)
 			var re *flow.RunError
-			require.ErrorAs(t, b.client.Result(b.ctx, runID, nil), &re)
+			require.ErrorAs(t, b.Client.Result(b.Ctx, runID, nil), &re)
 			require.Equal(t, core.StatusFailed, re.Status)
 			sum, _ := b.entry(t, runID)
 			require.Equal(t, core.StatusFailed, sum.Status)
+		}},
+	} {
+		t.Run(release.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			js := natstest.JetStream(t, b.Srv)
+			for _, kind := range foreignWrites {
+				t.Run(kind.name, func(t *testing.T) {
+					runID := release.prefix + kind.id
+					last := damagedRun(t, b, js, runID, kind)
+					requireQuarantined(t, b, runID, last, core.StatusSuspended)
+					release.do(t, b, runID, last)
+				})
+			}
 		})
 	}
 }
@@ -224,38 +223,38 @@ func TestForeignWriteTerminate(t *testing.T) {
 func TestForeignWriteAfterTheEnd(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	js := natstest.JetStream(t, b.srv)
+	js := natstest.JetStream(t, b.Srv)
 	for _, how := range []string{"accept", "terminate"} {
 		t.Run(how, func(t *testing.T) {
 			runID := "ended-" + how
-			_, err := b.client.Start(b.ctx, "steps", 1, &flow.StartOptions{RunID: runID})
+			_, err := b.Client.Start(b.Ctx, "steps", 1, &flow.StartOptions{RunID: runID})
 			require.NoError(t, err)
-			require.NoError(t, b.client.Result(b.ctx, runID, nil))
+			require.NoError(t, b.Client.Result(b.Ctx, runID, nil))
 			var last uint64
 			require.Eventually(t, func() bool {
 				sum, ok := b.entry(t, runID)
 				last = sum.Seq
 				return ok && sum.Status == flow.StatusCompleted
 			}, 30*time.Second, 10*time.Millisecond)
-			_, err = js.PublishMsg(b.ctx, foreignWrites[0].msg(t, runID, last))
+			_, err = js.PublishMsg(b.Ctx, foreignWrites[0].msg(t, runID, last))
 			require.NoError(t, err)
 			waitDamaged(t, b, runID)
-			d, err := b.client.Describe(b.ctx, runID, 0)
+			d, err := b.Client.Describe(b.Ctx, runID, 0)
 			require.NoError(t, err)
 			require.NotNil(t, d.Damage)
 			require.Equal(t, core.StatusCompleted, d.Snapshot.Status)
 
 			if how == "accept" {
-				res, err := b.client.Resume(b.ctx, runID, &flow.ResumeOptions{AcceptDamage: true})
+				res, err := b.Client.Resume(b.Ctx, runID, &flow.ResumeOptions{AcceptDamage: true})
 				require.NoError(t, err)
 				require.Equal(t, core.StatusCompleted, res.Status)
 			} else {
-				_, err := b.client.Terminate(b.ctx, runID, "")
+				_, err := b.Client.Terminate(b.Ctx, runID, "")
 				require.NoError(t, err)
 			}
 			requireReleased(t, b, runID, last)
 			var out int
-			require.NoError(t, b.client.Result(b.ctx, runID, &out), "the run ended as it had")
+			require.NoError(t, b.Client.Result(b.Ctx, runID, &out), "the run ended as it had")
 			require.Equal(t, 1, out)
 		})
 	}
@@ -266,14 +265,14 @@ func TestForeignWriteAfterTheEnd(t *testing.T) {
 func TestForeignWriteInTheFirstBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	nc := natstest.Connect(t, b.srv)
-	js := natstest.JetStream(t, b.srv)
+	nc := natstest.Connect(t, b.Srv)
+	js := natstest.JetStream(t, b.Srv)
 	runID := ingresstest.Accepted(t, nc, "nobody-serves-this", "first-batch", nil, "")
-	_, err := js.PublishMsg(b.ctx, foreignWrites[0].msg(t, runID, 1))
+	_, err := js.PublishMsg(b.Ctx, foreignWrites[0].msg(t, runID, 1))
 	require.NoError(t, err)
 	waitDamaged(t, b, runID)
 	requireQuarantined(t, b, runID, 1, core.StatusPending)
-	_, err = b.client.Terminate(b.ctx, runID, "")
+	_, err = b.Client.Terminate(b.Ctx, runID, "")
 	require.NoError(t, err)
 	requireReleased(t, b, runID, 1)
 }

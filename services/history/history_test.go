@@ -13,13 +13,13 @@ import (
 	cenats "github.com/cloudevents/sdk-go/protocol/nats_jetstream/v2"
 	"github.com/cloudevents/sdk-go/v2/binding"
 	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/historytest"
+	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
@@ -33,20 +33,14 @@ import (
 
 var quiet = historytest.Quiet
 
-type testBundle struct {
-	srv     *natsserver.Server
-	js      jetstream.JetStream
-	history *history.Service
-	client  *flow.Client
-	ctx     context.Context
-}
+// testBundle is what setup started (historytest.Setup), with the package's helpers.
+type testBundle struct{ *historytest.Bundle }
 
 // setup starts a server, a history service (HTTP on a free port), a scheduler and a worker of
 // the test workflows, and returns a client (historytest.Setup).
 func setup(t *testing.T) *testBundle {
 	t.Helper()
-	b := historytest.Setup(t)
-	return &testBundle{srv: b.Srv, js: b.JS, history: b.History, client: b.Client, ctx: b.Ctx}
+	return &testBundle{historytest.Setup(t)}
 }
 
 func startHistory(t *testing.T, srv *natsserver.Server) *history.Service {
@@ -66,14 +60,47 @@ func startWorker(t *testing.T, srv *natsserver.Server, reg *flow.Registry) *work
 	return historytest.StartWorker(t, srv, reg)
 }
 
+// startService starts a history service configured by cfg on srv, with the tests' logger and
+// no HTTP listener unless cfg.HTTPAddr names one. It must stop cleanly when the test ends.
+func startService(t *testing.T, srv *natsserver.Server, cfg history.Config) *history.Service {
+	t.Helper()
+	cfg.Conn, cfg.Logger = natstest.Connect(t, srv), quiet
+	if cfg.HTTPAddr == "" {
+		cfg.HTTPAddr = "off"
+	}
+	h, err := history.New(cfg)
+	require.NoError(t, err)
+	require.NoError(t, h.Start(t.Context()))
+	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	return h
+}
+
+// startEnv starts on srv a history service configured by cfg (startService), an ingress
+// without HTTP and a worker of reg, and returns the service and a client.
+func startEnv(t *testing.T, srv *natsserver.Server, cfg history.Config, reg *flow.Registry) (*history.Service, *flow.Client) {
+	t.Helper()
+	h := startService(t, srv, cfg)
+	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
+	startWorker(t, srv, reg)
+	return h, newClient(t, srv)
+}
+
+// newClient returns a client connected to srv.
+func newClient(t *testing.T, srv *natsserver.Server) *flow.Client {
+	t.Helper()
+	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+	return c
+}
+
 // registry returns the test workflows of build buildID (historytest.Registry).
 func registry(buildID string) *flow.Registry { return historytest.Registry(buildID) }
 
 func (b *testBundle) entry(t *testing.T, runID string) (core.Summary, bool) {
 	t.Helper()
-	kv, err := b.js.KeyValue(b.ctx, streams.RunsBucket)
+	kv, err := b.JS.KeyValue(b.Ctx, streams.RunsBucket)
 	require.NoError(t, err)
-	e, err := kv.Get(b.ctx, runID)
+	e, err := kv.Get(b.Ctx, runID)
 	if err != nil {
 		return core.Summary{}, false
 	}
@@ -85,7 +112,7 @@ func (b *testBundle) entry(t *testing.T, runID string) (core.Summary, bool) {
 // projected returns the index entry a fresh projection of run runID's history gives.
 func (b *testBundle) projected(t *testing.T, runID string) core.Summary {
 	t.Helper()
-	hist, err := b.client.History(b.ctx, runID, 0)
+	hist, err := b.Client.History(b.Ctx, runID, 0)
 	require.NoError(t, err)
 	require.Empty(t, core.Check(runID, hist))
 	s, err := core.Project(runID, hist)
@@ -98,18 +125,18 @@ func TestHistoryService(t *testing.T) {
 	b := setup(t)
 
 	t.Run("IndexFollowsStatusChangesOnly", func(t *testing.T) {
-		index, err := b.js.Stream(b.ctx, "KV_"+streams.RunsBucket)
+		index, err := b.JS.Stream(b.Ctx, "KV_"+streams.RunsBucket)
 		require.NoError(t, err)
 		written := func() uint64 {
-			info, err := index.Info(b.ctx)
+			info, err := index.Info(b.Ctx)
 			require.NoError(t, err)
 			return info.State.LastSeq
 		}
 		before := written()
-		runID, err := b.client.Start(b.ctx, "steps", 10, &flow.StartOptions{RunID: "ten"})
+		runID, err := b.Client.Start(b.Ctx, "steps", 10, &flow.StartOptions{RunID: "ten"})
 		require.NoError(t, err)
 		var out int
-		require.NoError(t, b.client.Result(b.ctx, runID, &out))
+		require.NoError(t, b.Client.Result(b.Ctx, runID, &out))
 		require.Equal(t, 10, out)
 		require.Eventually(t, func() bool { sum, ok := b.entry(t, runID); return ok && sum.Status == core.StatusCompleted },
 			10*time.Second, 5*time.Millisecond)
@@ -121,75 +148,75 @@ func TestHistoryService(t *testing.T) {
 	})
 
 	t.Run("TimersFollowHistory", func(t *testing.T) {
-		timers, err := b.js.KeyValue(b.ctx, streams.TimersBucket)
+		timers, err := b.JS.KeyValue(b.Ctx, streams.TimersBucket)
 		require.NoError(t, err)
-		runID, err := b.client.Start(b.ctx, "nap", time.Hour, &flow.StartOptions{RunID: "long-nap"})
+		runID, err := b.Client.Start(b.Ctx, "nap", time.Hour, &flow.StartOptions{RunID: "long-nap"})
 		require.NoError(t, err)
 		key := timerindex.Key(core.Timer{RunID: runID, Kind: core.TimerWait, ID: "nap"})
-		require.Eventually(t, func() bool { _, err := timers.Get(b.ctx, key); return err == nil }, 10*time.Second, 5*time.Millisecond,
+		require.Eventually(t, func() bool { _, err := timers.Get(b.Ctx, key); return err == nil }, 10*time.Second, 5*time.Millisecond,
 			"the history service registers the timer of wait.scheduled")
-		_, err = b.client.Cancel(b.ctx, runID, "no more napping")
+		_, err = b.Client.Cancel(b.Ctx, runID, "no more napping")
 		require.NoError(t, err)
 		var runErr *flow.RunError
-		require.ErrorAs(t, b.client.Result(b.ctx, runID, nil), &runErr)
+		require.ErrorAs(t, b.Client.Result(b.Ctx, runID, nil), &runErr)
 		require.Equal(t, flow.StatusCancelled, runErr.Status)
-		require.Eventually(t, func() bool { _, err := timers.Get(b.ctx, key); return err != nil }, 10*time.Second, 5*time.Millisecond,
+		require.Eventually(t, func() bool { _, err := timers.Get(b.Ctx, key); return err != nil }, 10*time.Second, 5*time.Millisecond,
 			"the end of the run makes its timer moot")
 	})
 
 	t.Run("ExplicitHookTokensAreReleased", func(t *testing.T) {
 		for i := range 2 {
-			runID, err := b.client.Start(b.ctx, "hook", "order-42-paid", &flow.StartOptions{RunID: fmt.Sprintf("hook-%d", i)})
+			runID, err := b.Client.Start(b.Ctx, "hook", "order-42-paid", &flow.StartOptions{RunID: fmt.Sprintf("hook-%d", i)})
 			require.NoError(t, err)
 			require.Eventually(t, func() bool {
-				s, err := b.client.Snapshot(b.ctx, runID)
+				s, err := b.Client.Snapshot(b.Ctx, runID)
 				return err == nil && s.Hooks["cb"] != nil
 			}, 10*time.Second, 5*time.Millisecond, "run %s created its hook", runID)
-			s, err := b.client.Snapshot(b.ctx, runID)
+			s, err := b.Client.Snapshot(b.Ctx, runID)
 			require.NoError(t, err)
 			require.Equal(t, flow.StatusSuspended, s.Status, "run %s is not blocked by a token taken earlier: %+v", runID, s.Blocked)
 			require.NoError(t, deliverHook(b, "order-42-paid", fmt.Sprintf("paid-%d", i)))
 			var out string
-			require.NoError(t, b.client.Result(b.ctx, runID, &out))
+			require.NoError(t, b.Client.Result(b.Ctx, runID, &out))
 			require.Equal(t, fmt.Sprintf("paid-%d", i), out)
 		}
 	})
 
 	t.Run("Queries", func(t *testing.T) {
-		runID, err := b.client.Start(b.ctx, "steps", 2, &flow.StartOptions{RunID: "two"})
+		runID, err := b.Client.Start(b.Ctx, "steps", 2, &flow.StartOptions{RunID: "two"})
 		require.NoError(t, err)
-		require.NoError(t, b.client.Result(b.ctx, runID, nil))
-		s, err := b.client.SnapshotAt(b.ctx, runID, 3)
+		require.NoError(t, b.Client.Result(b.Ctx, runID, nil))
+		s, err := b.Client.SnapshotAt(b.Ctx, runID, 3)
 		require.NoError(t, err)
 		require.Equal(t, uint64(3), s.Seq)
 		require.Equal(t, core.StepCompleted, s.Steps["s0"].Status)
 		require.NotContains(t, s.Steps, "s1", "as of seq 3 the second step was not scheduled")
-		_, err = b.client.SnapshotAt(b.ctx, runID, 99)
+		_, err = b.Client.SnapshotAt(b.Ctx, runID, 99)
 		require.ErrorIs(t, err, flow.ErrInvalidInput)
-		_, err = b.client.Snapshot(b.ctx, "no-such-run")
+		_, err = b.Client.Snapshot(b.Ctx, "no-such-run")
 		require.ErrorIs(t, err, flow.ErrNotFound)
 
-		page, more, err := b.client.HistoryPage(b.ctx, runID, 1, 2)
+		page, more, err := b.Client.HistoryPage(b.Ctx, runID, 1, 2)
 		require.NoError(t, err)
 		require.True(t, more)
 		require.Equal(t, []uint64{2, 3}, []uint64{page[0].Seq, page[1].Seq})
 
 		require.Eventually(t, func() bool {
-			p, err := b.client.Runs(b.ctx, &flow.RunsFilter{Definition: "steps", Status: []string{"completed"}})
+			p, err := b.Client.Runs(b.Ctx, &flow.RunsFilter{Definition: "steps", Status: []string{"completed"}})
 			return err == nil && p.Total >= 2
 		}, 10*time.Second, 5*time.Millisecond)
-		first, err := b.client.Runs(b.ctx, &flow.RunsFilter{Definition: "steps", Limit: 1})
+		first, err := b.Client.Runs(b.Ctx, &flow.RunsFilter{Definition: "steps", Limit: 1})
 		require.NoError(t, err)
 		require.Len(t, first.Runs, 1)
 		require.NotEmpty(t, first.Next)
-		second, err := b.client.Runs(b.ctx, &flow.RunsFilter{Definition: "steps", Limit: 1, Cursor: first.Next})
+		second, err := b.Client.Runs(b.Ctx, &flow.RunsFilter{Definition: "steps", Limit: 1, Cursor: first.Next})
 		require.NoError(t, err)
 		require.Len(t, second.Runs, 1)
 		require.NotEqual(t, first.Runs[0].RunID, second.Runs[0].RunID)
-		_, err = b.client.Runs(b.ctx, &flow.RunsFilter{Status: []string{"sleeping"}})
+		_, err = b.Client.Runs(b.Ctx, &flow.RunsFilter{Status: []string{"sleeping"}})
 		require.ErrorIs(t, err, flow.ErrInvalidInput)
 
-		base := "http://" + b.history.HTTPAddr()
+		base := "http://" + b.History.HTTPAddr()
 		var got struct {
 			Snapshot core.Snapshot `json:"snapshot"`
 		}
@@ -215,26 +242,26 @@ func TestHistoryService(t *testing.T) {
 	})
 
 	t.Run("FeedPublishesEveryEventOnce", func(t *testing.T) {
-		nc := natstest.Connect(t, b.srv)
+		nc := natstest.Connect(t, b.Srv)
 		events := make(chan *nats.Msg, 100)
 		sub, err := nc.ChanSubscribe("flow.events.steps.feed-run.>", events)
 		require.NoError(t, err)
 		defer func() { _ = sub.Unsubscribe() }()
 		require.NoError(t, nc.Flush())
-		runID, err := b.client.Start(b.ctx, "steps", 3, &flow.StartOptions{RunID: "feed-run"})
+		runID, err := b.Client.Start(b.Ctx, "steps", 3, &flow.StartOptions{RunID: "feed-run"})
 		require.NoError(t, err)
-		require.NoError(t, b.client.Result(b.ctx, runID, nil))
-		hist, err := b.client.History(b.ctx, runID, 0)
+		require.NoError(t, b.Client.Result(b.Ctx, runID, nil))
+		hist, err := b.Client.History(b.Ctx, runID, 0)
 		require.NoError(t, err)
 		for _, want := range hist {
 			var m *nats.Msg
 			select {
 			case m = <-events:
-			case <-b.ctx.Done():
+			case <-b.Ctx.Done():
 				t.Fatalf("no feed event for seq %d", want.Seq)
 			}
 			require.Equal(t, "flow.events.steps.feed-run."+string(want.Type()), m.Subject)
-			e, err := binding.ToEvent(b.ctx, cenats.NewMessage(m))
+			e, err := binding.ToEvent(b.Ctx, cenats.NewMessage(m))
 			require.NoError(t, err)
 			require.Equal(t, fmt.Sprintf("feed-run:%d", want.Seq), e.ID())
 			require.Equal(t, "dev.flow."+string(want.Type()), e.Type())
@@ -254,11 +281,11 @@ func TestHistoryService(t *testing.T) {
 
 // deliverHook delivers payload to the hook token routes to, through an engine of its own.
 func deliverHook(b *testBundle, token, payload string) error {
-	st, err := jsstore.New(b.ctx, b.js, nil)
+	st, err := jsstore.New(b.Ctx, b.JS, nil)
 	if err != nil {
 		return err
 	}
-	host, err := jshost.New(b.ctx, b.js, "test", quiet)
+	host, err := jshost.New(b.Ctx, b.JS, "test", quiet)
 	if err != nil {
 		return err
 	}
@@ -267,7 +294,7 @@ func deliverHook(b *testBundle, token, payload string) error {
 		return err
 	}
 	p, _ := json.Marshal(payload)
-	_, err = e.DeliverHook(b.ctx, token, p, "delivery-"+payload)
+	_, err = e.DeliverHook(b.Ctx, token, p, "delivery-"+payload)
 	return err
 }
 
@@ -287,11 +314,10 @@ func TestReplicasShareTheWork(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	a, b := startHistory(t, srv), startHistory(t, srv)
 	startWorker(t, srv, registry(""))
-	client, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	client := newClient(t, srv)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
-	bundle := &testBundle{srv: srv, js: natstest.JetStream(t, srv), client: client, ctx: ctx}
+	bundle := &testBundle{&historytest.Bundle{Srv: srv, JS: natstest.JetStream(t, srv), Client: client, Ctx: ctx}}
 	ids := make([]string, 100)
 	each(t, len(ids), func(i int) error {
 		id, err := client.Start(ctx, "steps", 3, nil)

@@ -3,7 +3,6 @@ package history_test
 import (
 	"context"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -16,7 +15,6 @@ import (
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/examples"
 	"github.com/flowrun/flow/internal/historytest"
-	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
@@ -64,13 +62,7 @@ func (c httpCall) do(t *testing.T, base string) historytest.Page {
 	if c.csrf != "" {
 		req.Header.Set("X-Flow-CSRF", c.csrf)
 	}
-	hc := &http.Client{Timeout: 30 * time.Second, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := hc.Do(req)
-	require.NoError(t, err)
-	defer resp.Body.Close()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	return historytest.Page{Status: resp.StatusCode, Header: resp.Header, Body: string(b)}
+	return historytest.Do(t, req)
 }
 
 // login signs in to the web UI with token and returns the session cookie's value.
@@ -116,8 +108,7 @@ func TestHTTPAuth(t *testing.T) {
 	h := startHistoryWith(t, srv, history.Config{Tokens: []string{"full-token", "history-only-token"}, ReadTokens: []string{"read-token"}},
 		ingress.Config{Tokens: []string{"full-token"}})
 	startWorker(t, srv, registry(""))
-	client, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	client := newClient(t, srv)
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	base := h.HTTPAddr()
@@ -364,14 +355,7 @@ func TestSecretsRedacted(t *testing.T) {
 func TestUIActionsOff(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "127.0.0.1:0", Logger: quiet, IngressURL: "off"})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
-	startWorker(t, srv, registry(""))
-	client, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	h, client := startEnv(t, srv, history.Config{HTTPAddr: "127.0.0.1:0", IngressURL: "off"}, registry(""))
 	ctx, cancel := context.WithTimeout(t.Context(), time.Minute)
 	defer cancel()
 	awaitingRun(t, ctx, client, "off-await")

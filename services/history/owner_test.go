@@ -9,13 +9,11 @@ import (
 
 	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
-	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/payload/objstore"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
-	"github.com/flowrun/flow/services/ingress"
 )
 
 // ownerBundle is a history service that writes checkpoints every 10 events, reconciles and
@@ -43,21 +41,14 @@ func setupOwner(t *testing.T) *ownerBundle {
 	t.Helper()
 	srv := natstest.RunJetStream(t)
 	b := &ownerBundle{srv: srv, clock: &virtualClock{}}
-	var err error
-	b.h, err = history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet, RetentionSweep: -1,
-		ReconcileInterval: -1, Retention: 24 * time.Hour, Clock: b.clock.Now, CheckpointEvery: 10})
-	require.NoError(t, err)
-	require.NoError(t, b.h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, b.h.Stop()) })
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	reg := retentionRegistry()
 	flow.RegisterWorkflow(reg, "ticks", ticks)
-	startWorker(t, srv, reg)
-	b.client, err = flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	b.h, b.client = startEnv(t, srv, history.Config{RetentionSweep: -1, ReconcileInterval: -1, Retention: 24 * time.Hour,
+		Clock: b.clock.Now, CheckpointEvery: 10}, reg)
 	var cancel context.CancelFunc
 	b.ctx, cancel = context.WithTimeout(t.Context(), 120*time.Second)
 	t.Cleanup(cancel)
+	var err error
 	b.cps, err = objstore.OpenCheckpoints(b.ctx, natstest.JetStream(t, srv), streams.CheckpointsBucket)
 	require.NoError(t, err)
 	return b

@@ -36,8 +36,7 @@ func TestWrongBuildRunsWaitForTheirBuild(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, v2.Start(t.Context()))
 	require.NoError(t, v2.Stop(context.Background())) // new runs now pin build v2
-	client, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	client := newClient(t, srv)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	var ids []string
@@ -104,8 +103,7 @@ func TestBlockedRunsDoNotHoldTheQueue(t *testing.T) {
 	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet}, bad)
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))
-	client, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	client := newClient(t, srv)
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Minute)
 	defer cancel()
 
@@ -202,8 +200,7 @@ func TestRunParkedWhileTheServiceWasDownIsShownParked(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))
 	require.NoError(t, w.Stop(context.Background())) // the definition is registered; no worker runs
-	client, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	client := newClient(t, srv)
 	ctx, cancel := context.WithTimeout(t.Context(), 60*time.Second)
 	defer cancel()
 	runID := ingresstest.Accepted(t, natstest.Connect(t, srv), "steps", "unserved", 1, "") // started while the worker lived

@@ -13,6 +13,7 @@ import (
 	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/natstest"
@@ -69,18 +70,13 @@ func setupPayloadGC(t *testing.T) *gcBundle {
 	t.Helper()
 	srv := natstest.RunJetStream(t)
 	b := &retentionBundle{srv: srv, js: natstest.JetStream(t, srv), clock: &virtualClock{}}
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet,
-		RetentionSweep: -1, ReconcileInterval: -1, PayloadGCInterval: -1})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	startService(t, srv, history.Config{RetentionSweep: -1, ReconcileInterval: -1, PayloadGCInterval: -1})
 	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet, PayloadThreshold: gcThreshold})
 	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: quiet, PayloadThreshold: gcThreshold}, gcRegistry())
 	require.NoError(t, err)
 	require.NoError(t, w.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
-	b.client, err = flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	b.client = newClient(t, srv)
 	var cancel context.CancelFunc
 	b.ctx, cancel = context.WithTimeout(t.Context(), 90*time.Second)
 	t.Cleanup(cancel)
@@ -94,12 +90,8 @@ func setupPayloadGC(t *testing.T) *gcBundle {
 // bundle's clock, with the default grace period (an hour).
 func (b *gcBundle) collector(t *testing.T, faults *fault.Injector) *history.Service {
 	t.Helper()
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, b.srv), HTTPAddr: "off", Logger: quiet, RetentionSweep: -1,
+	return historytest.Start(t, history.Config{Conn: natstest.Connect(t, b.srv), HTTPAddr: "off", Logger: quiet, RetentionSweep: -1,
 		PayloadGCInterval: -1, Clock: b.clock.Now, Faults: faults})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { _ = h.Stop() })
-	return h
 }
 
 // run starts a run and waits until h's copy of the index shows it in status want; it returns

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 
@@ -48,40 +49,23 @@ func (s *Service) Reconcile(ctx context.Context) (map[string]int, error) {
 	s.reconciler.mu.Lock()
 	defer s.reconciler.mu.Unlock()
 	done := map[string]int{}
-	n, err := s.reconcileQueue(ctx)
-	done[metrics.StateQueue] = n
-	if err != nil {
-		return done, fmt.Errorf("reconciling the admission queue: %w", err)
-	}
-	n, err = s.reconcileIndex(ctx)
-	done[metrics.StateRunsIndex] = n
-	if err != nil {
-		return done, fmt.Errorf("reconciling the runs index: %w", err)
-	}
-	n, err = s.reconcileTimers(ctx)
-	done[metrics.StateTimers] = n
-	if err != nil {
-		return done, fmt.Errorf("reconciling the timer index: %w", err)
-	}
-	n, err = s.reconcileStartKeys(ctx)
-	done[metrics.StateStartKeys] = n
-	if err != nil {
-		return done, fmt.Errorf("reconciling the start keys: %w", err)
-	}
-	n, err = s.reconcileCheckpoints(ctx)
-	done[metrics.StateCheckpoints] = n
-	if err != nil {
-		return done, fmt.Errorf("reconciling the checkpoints: %w", err)
-	}
-	n, err = s.reconcileHooks(ctx)
-	done[metrics.StateHooks] = n
-	if err != nil {
-		return done, fmt.Errorf("reconciling the hook token routes: %w", err)
-	}
-	n, err = s.reconcileParked(ctx)
-	done[metrics.StateParked] = n
-	if err != nil {
-		return done, fmt.Errorf("reconciling the parked runs: %w", err)
+	for _, state := range []struct {
+		name, what string
+		reconcile  func(context.Context) (int, error)
+	}{
+		{metrics.StateQueue, "the admission queue", s.reconcileQueue},
+		{metrics.StateRunsIndex, "the runs index", s.reconcileIndex},
+		{metrics.StateTimers, "the timer index", s.reconcileTimers},
+		{metrics.StateStartKeys, "the start keys", s.reconcileStartKeys},
+		{metrics.StateCheckpoints, "the checkpoints", s.reconcileCheckpoints},
+		{metrics.StateHooks, "the hook token routes", s.reconcileHooks},
+		{metrics.StateParked, "the parked runs", s.reconcileParked},
+	} {
+		n, err := state.reconcile(ctx)
+		done[state.name] = n
+		if err != nil {
+			return done, fmt.Errorf("reconciling %s: %w", state.what, err)
+		}
 	}
 	return done, nil
 }
@@ -225,14 +209,15 @@ func (s *Service) reconcileQueue(ctx context.Context) (int, error) {
 			candidates[sum.RunID] = true // a waiting run without its entry
 		}
 	}
-	ids := make([]string, 0, len(candidates))
-	for id := range candidates {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
+	return repairEach(ctx, slices.Sorted(maps.Keys(candidates)), s.repairQueueEntry)
+}
+
+// repairEach calls repair on each of runs in turn, and returns how many of them it repaired;
+// it stops at the first error.
+func repairEach(ctx context.Context, runs []string, repair func(ctx context.Context, runID string) (bool, error)) (int, error) {
 	repairs := 0
-	for _, id := range ids {
-		fixed, err := s.repairQueueEntry(ctx, id)
+	for _, runID := range runs {
+		fixed, err := repair(ctx, runID)
 		if err != nil {
 			return repairs, err
 		}

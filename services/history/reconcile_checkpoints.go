@@ -44,17 +44,7 @@ func (s *Service) reconcileCheckpoints(ctx context.Context) (int, error) {
 	if start+len(batch) < len(runs) {
 		s.reconciler.nextCheckpoint = batch[len(batch)-1]
 	}
-	repairs := 0
-	for _, runID := range batch {
-		fixed, err := s.repairCheckpoint(ctx, runID)
-		if err != nil {
-			return repairs, err
-		}
-		if fixed {
-			repairs++
-		}
-	}
-	return repairs, nil
+	return repairEach(ctx, batch, s.repairCheckpoint)
 }
 
 // repairCheckpoint checks run runID's checkpoint, on its lane, and reports whether it deleted

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"time"
 
@@ -85,13 +86,8 @@ func (s *Service) reconcileHooks(ctx context.Context) (int, error) {
 	if n < hookBatch {
 		s.reconciler.nextHooks = ""
 	}
-	runs := make([]string, 0, len(check))
-	for run := range check {
-		runs = append(runs, run)
-	}
-	slices.Sort(runs)
 	repairs := 0
-	for _, run := range runs {
+	for _, run := range slices.Sorted(maps.Keys(check)) {
 		n, err := s.repairHooks(ctx, run, byRun[run])
 		repairs += n
 		if err != nil {

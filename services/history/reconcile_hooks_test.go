@@ -10,13 +10,11 @@ import (
 
 	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
-	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/internal/parked"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
-	"github.com/flowrun/flow/services/ingress"
 )
 
 // hookRoute is a FLOW_HOOKS entry as the history service writes it (jshost.HookRoute).
@@ -34,15 +32,8 @@ type hookRoute struct {
 func TestReconcilerRepairsHookRoutesAndParked(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet, ReconcileInterval: -1})
-	require.NoError(t, err)
-	h.SetHookClaimGrace(time.Hour)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
-	startWorker(t, srv, registry(""))
-	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	h, c := startEnv(t, srv, history.Config{ReconcileInterval: -1}, registry(""))
+	h.SetHookClaimGrace(time.Hour) // the background reconciler is off
 	ctx := t.Context()
 	js := natstest.JetStream(t, srv)
 	hooks, err := js.KeyValue(ctx, streams.HooksBucket)

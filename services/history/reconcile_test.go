@@ -10,7 +10,6 @@ import (
 
 	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
-	"github.com/flowrun/flow/internal/ingresstest"
 	"github.com/flowrun/flow/internal/limits"
 	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/internal/natsserver"
@@ -19,7 +18,6 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
-	"github.com/flowrun/flow/services/ingress"
 )
 
 // reconcileEnv starts a history service without a reconciler in the background (the tests'
@@ -28,18 +26,11 @@ import (
 func reconcileEnv(t *testing.T) (*natsserver.Server, *history.Service, *flow.Client) {
 	t.Helper()
 	srv := natstest.RunJetStream(t)
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet, ReconcileInterval: -1})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	reg := registry("")
 	flow.RegisterWorkflow(reg, "limited", func(ctx *flow.Context, _ any) (flow.Decision, error) {
 		return ctx.Complete("done"), nil
 	}, flow.WithFlowControl(flow.FlowControl{Concurrency: 1}))
-	startWorker(t, srv, reg)
-	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	h, c := startEnv(t, srv, history.Config{ReconcileInterval: -1}, reg)
 	return srv, h, c
 }
 

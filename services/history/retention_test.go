@@ -21,13 +21,12 @@ import (
 	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/fault"
-	"github.com/flowrun/flow/internal/ingresstest"
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
-	"github.com/flowrun/flow/services/ingress"
 )
 
 // virtualClock is the sweeper's clock: real time moved ahead by a settable offset.
@@ -77,16 +76,7 @@ func setupRetention(t *testing.T) *retentionBundle {
 	t.Helper()
 	srv := natstest.RunJetStream(t)
 	b := &retentionBundle{srv: srv, js: natstest.JetStream(t, srv), clock: &virtualClock{}}
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet, RetentionSweep: -1,
-		ReconcileInterval: -1, PayloadGCInterval: -1})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	b.main = h
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
-	startWorker(t, srv, retentionRegistry())
-	b.client, err = flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	b.main, b.client = startEnv(t, srv, history.Config{RetentionSweep: -1, ReconcileInterval: -1, PayloadGCInterval: -1}, retentionRegistry())
 	var cancel context.CancelFunc
 	b.ctx, cancel = context.WithTimeout(t.Context(), 60*time.Second)
 	t.Cleanup(cancel)
@@ -97,12 +87,8 @@ func setupRetention(t *testing.T) *retentionBundle {
 // bundle's clock, with a default retention of a day.
 func (b *retentionBundle) sweeper(t *testing.T, archiveSpec string, faults *fault.Injector) *history.Service {
 	t.Helper()
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, b.srv), HTTPAddr: "127.0.0.1:0", Logger: quiet, RetentionSweep: -1,
+	return historytest.Start(t, history.Config{Conn: natstest.Connect(t, b.srv), HTTPAddr: "127.0.0.1:0", Logger: quiet, RetentionSweep: -1,
 		Retention: 24 * time.Hour, Archive: archiveSpec, Clock: b.clock.Now, Faults: faults})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { _ = h.Stop() })
-	return h
 }
 
 // start starts a run and, for a definition that ends at once, waits until sweeper's copy of the
@@ -159,6 +145,18 @@ func (b *retentionBundle) listed(t *testing.T, includeDeleted bool) map[string]*
 		out[r.RunID] = r.Deleted
 	}
 	return out
+}
+
+// restartedSweepDeletes starts a sweeper as a restarted process would (it finishes a recorded
+// deletion at start), sweeps, checks that run runID, whose history was want, is deleted
+// (requireDeleted), and stops the sweeper.
+func (b *retentionBundle) restartedSweepDeletes(t *testing.T, runID string, want []event.Envelope) {
+	t.Helper()
+	h := b.sweeper(t, archive.ObjectStore, nil)
+	_, err := h.Sweep(b.ctx)
+	require.NoError(t, err)
+	b.requireDeleted(t, runID, want)
+	require.NoError(t, h.Stop())
 }
 
 // requireDeleted checks that run runID's history is gone from FLOW_HISTORY, that its tombstone
@@ -373,11 +371,7 @@ func TestRetentionCrash(t *testing.T) {
 			require.Equal(t, encoded(t, want), encoded(t, got))
 		}
 
-		h = b.sweeper(t, archive.ObjectStore, nil) // restarted: it finishes a recorded deletion at start
-		_, err = h.Sweep(b.ctx)
-		require.NoError(t, err)
-		b.requireDeleted(t, runID, want)
-		require.NoError(t, h.Stop())
+		b.restartedSweepDeletes(t, runID, want)
 	}
 	// Every crashed run ends deleted, listed with --include-deleted.
 	all := b.listed(t, true)
@@ -393,11 +387,8 @@ func TestRetentionLease(t *testing.T) {
 	b := setupRetention(t)
 	b.clock.advance(2 * time.Hour) // every "short" run is past its hour as soon as it ends
 	for range 2 {
-		h, err := history.New(history.Config{Conn: natstest.Connect(t, b.srv), HTTPAddr: "off", Logger: quiet,
+		historytest.Start(t, history.Config{Conn: natstest.Connect(t, b.srv), HTTPAddr: "off", Logger: quiet,
 			RetentionSweep: 50 * time.Millisecond, Clock: b.clock.Now})
-		require.NoError(t, err)
-		require.NoError(t, h.Start(t.Context()))
-		t.Cleanup(func() { _ = h.Stop() })
 	}
 	_, err := b.client.Start(b.ctx, "short", nil, &flow.StartOptions{RunID: "swept"})
 	require.NoError(t, err)

@@ -37,20 +37,6 @@ func (s *Service) serve() error {
 	}
 	s.micro = svc
 	slots := make(chan struct{}, maxConcurrentQueries)
-	add := func(subject string, fn func(ctx context.Context, data []byte) (any, error)) error {
-		name := strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(subject, "flow.api."), "runs."), ".", "_")
-		return svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
-			reply, data := r.Reply(), r.Data()
-			slots <- struct{}{}
-			go func() {
-				defer func() { <-slots }()
-				ctx, cancel := context.WithTimeout(context.Background(), queryTimeout)
-				defer cancel()
-				resp, err := fn(ctx, data)
-				s.reply(reply, resp, err)
-			}()
-		}), micro.WithEndpointSubject(subject))
-	}
 	for subject, fn := range map[string]func(context.Context, []byte) (any, error){
 		// flow.api.* serves a run's secrets redacted; the secrets subjects, which the deployed
 		// permissions grant no role, reveal them (redact.go).
@@ -69,30 +55,16 @@ func (s *Service) serve() error {
 		api.SubjectStartKeyReplace: handle(s.replaceStartKey),
 		api.SubjectStartKeyRelease: handle(s.releaseStartKey),
 	} {
-		if err := add(subject, fn); err != nil {
-			return fmt.Errorf("adding the %s endpoint: %w", subject, err)
+		name := strings.ReplaceAll(strings.TrimPrefix(strings.TrimPrefix(subject, "flow.api."), "runs."), ".", "_")
+		if err := s.addEndpoint(svc, name, subject, slots, queryTimeout, "", fn); err != nil {
+			return err
 		}
 	}
 	// Awaits are long polls: they hold no query slot, only their own goroutine.
 	awaits := make(chan struct{}, maxAwaits)
-	err = svc.AddEndpoint("await", micro.HandlerFunc(func(r micro.Request) {
-		select {
-		case awaits <- struct{}{}:
-		default:
-			_ = r.Error(string(api.CodeUnavailable), fmt.Sprintf("%d awaits are held already; retry", maxAwaits), nil)
-			return
-		}
-		reply, data := r.Reply(), r.Data()
-		go func() {
-			defer func() { <-awaits }()
-			ctx, cancel := context.WithTimeout(context.Background(), api.MaxAwait+5*time.Second)
-			defer cancel()
-			resp, err := handle(s.await)(ctx, data)
-			s.reply(reply, resp, err)
-		}()
-	}), micro.WithEndpointSubject(api.SubjectAwait))
-	if err != nil {
-		return fmt.Errorf("adding the %s endpoint: %w", api.SubjectAwait, err)
+	if err := s.addEndpoint(svc, "await", api.SubjectAwait, awaits, api.MaxAwait+5*time.Second,
+		fmt.Sprintf("%d awaits are held already; retry", maxAwaits), handle(s.await)); err != nil {
+		return err
 	}
 	if err := s.serveUpdates(svc); err != nil {
 		return err
@@ -121,6 +93,40 @@ func (s *Service) serve() error {
 			s.logger.Error("the HTTP API stopped", slog.String("error", err.Error()))
 		}
 	})
+	return nil
+}
+
+// addEndpoint adds endpoint name on subject to svc. Each request is answered by a goroutine of
+// its own on the reply subject, not through the request after the handler returned (micro reads
+// the request's error then, for its statistics); the goroutine holds one of slots while fn runs
+// with a context that ends after timeout. A request that finds every slot taken waits for one
+// when busy is "", and is otherwise refused at once as unavailable with the message busy.
+func (s *Service) addEndpoint(svc micro.Service, name, subject string, slots chan struct{}, timeout time.Duration, busy string,
+	fn func(context.Context, []byte) (any, error),
+) error {
+	err := svc.AddEndpoint(name, micro.HandlerFunc(func(r micro.Request) {
+		if busy == "" {
+			slots <- struct{}{}
+		} else {
+			select {
+			case slots <- struct{}{}:
+			default:
+				_ = r.Error(string(api.CodeUnavailable), busy, nil)
+				return
+			}
+		}
+		reply, data := r.Reply(), r.Data()
+		go func() {
+			defer func() { <-slots }()
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			resp, err := fn(ctx, data)
+			s.reply(reply, resp, err)
+		}()
+	}), micro.WithEndpointSubject(subject))
+	if err != nil {
+		return fmt.Errorf("adding the %s endpoint: %w", subject, err)
+	}
 	return nil
 }
 

@@ -22,10 +22,7 @@ import (
 func TestStartKeysThroughTheHistoryService(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
-	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet, ReconcileInterval: -1, RetentionSweep: -1})
-	require.NoError(t, err)
-	require.NoError(t, h.Start(t.Context()))
-	t.Cleanup(func() { require.NoError(t, h.Stop()) })
+	startService(t, srv, history.Config{ReconcileInterval: -1, RetentionSweep: -1})
 	ctx := t.Context()
 	kv, err := natstest.JetStream(t, srv).KeyValue(ctx, streams.StartKeysBucket)
 	require.NoError(t, err)

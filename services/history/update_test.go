@@ -28,8 +28,7 @@ func TestUpdateEndpointAndPage(t *testing.T) {
 		Validate: func(*flow.Context, *flow.Update, any) error { panic("handler bug") },
 	})
 	startWorker(t, srv, reg)
-	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
+	c := newClient(t, srv)
 	ctx := t.Context()
 	runID, err := c.Start(ctx, "await", nil, &flow.StartOptions{RunID: "upd-page"})
 	require.NoError(t, err)

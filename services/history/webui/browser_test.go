@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/examples"
+	"github.com/flowrun/flow/internal/historytest"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
@@ -48,10 +49,10 @@ func TestUIBrowser(t *testing.T) {
 	t.Parallel()
 	exe := chromium(t)
 	srv := natstest.RunJetStream(t)
-	h := startHistory(t, srv)
+	h := historytest.StartHistory(t, srv)
 	reg := flow.NewRegistry(&flow.RegistryOptions{Logger: quiet})
 	examples.RegisterWith(reg, examples.Options{Logger: quiet})
-	startWorker(t, srv, reg)
+	historytest.StartWorker(t, srv, reg)
 	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, s.Start(t.Context()))
