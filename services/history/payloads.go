@@ -18,6 +18,10 @@ import (
 // again each.
 const largePayloads = 2
 
+// largeReads bounds the large payloads read from the store at once: with the largePayloads
+// kept, the service holds at most four large payloads' bytes however many clients read.
+const largeReads = 2
+
 // payloadReads serves the offloaded payloads clients read (api.SubjectPayload), from the
 // FLOW_PAYLOADS object store, opened on first use. It is safe for concurrent use.
 type payloadReads struct {
@@ -26,10 +30,13 @@ type payloadReads struct {
 	// large holds the payloads last read that the store does not cache (over a quarter of its
 	// cache), for the next pages of their reads.
 	large *lru.Cache[string, []byte]
+	// reading holds a slot for each large payload being read from the store (largeReads; made
+	// on first use unless set).
+	reading chan struct{}
 }
 
 // get returns the bytes r refers to, checked against its hash, or an error wrapping
-// payload.ErrNotFound.
+// payload.ErrNotFound. A large payload's read waits for a slot of reading, or for ctx to end.
 func (p *payloadReads) get(ctx context.Context, s *Service, r payload.Ref) ([]byte, error) {
 	p.mu.Lock()
 	if p.store == nil {
@@ -40,22 +47,43 @@ func (p *payloadReads) get(ctx context.Context, s *Service, r payload.Ref) ([]by
 		}
 		p.store, p.large = st, lru.New[string, []byte](largePayloads)
 	}
-	st := p.store
-	b, ok := p.large.Get(r.SHA256)
+	if p.reading == nil {
+		p.reading = make(chan struct{}, largeReads)
+	}
+	st, reading := p.store, p.reading
 	p.mu.Unlock()
-	if ok {
+	if b, ok := p.kept(r); ok {
 		return b, nil
+	}
+	large := r.Size > objstore.DefaultCacheBytes/4
+	if large {
+		select {
+		case reading <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("waiting to read payload %s (%d large payloads are being read): %w", r, cap(reading), ctx.Err())
+		}
+		defer func() { <-reading }()
+		if b, ok := p.kept(r); ok { // read by another request while this one waited
+			return b, nil
+		}
 	}
 	b, err := st.Get(ctx, r)
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > objstore.DefaultCacheBytes/4 {
+	if large {
 		p.mu.Lock()
 		p.large.Put(r.SHA256, b)
 		p.mu.Unlock()
 	}
 	return b, nil
+}
+
+// kept returns large payload r if it is kept.
+func (p *payloadReads) kept(r payload.Ref) ([]byte, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.large.Get(r.SHA256)
 }
 
 // getPayload answers api.SubjectPayload: a page of the payload the request names.
