@@ -28,7 +28,7 @@ import (
 func TestColdLoadFromCheckpointReadsOnlyTheTail(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	js := flowJetStream(t)
+	js := natstest.NewJetStream(t)
 	cps, err := objstore.OpenCheckpoints(ctx, js, streams.CheckpointsBucket)
 	require.NoError(t, err)
 	reg := flow.NewRegistry(nil)

@@ -28,7 +28,7 @@ import (
 func TestOffloadFaultBetweenObjectAndEvent(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	js := flowJetStream(t)
+	js := natstest.NewJetStream(t)
 	store, err := objstore.Open(ctx, js, streams.PayloadsBucket, 1024)
 	require.NoError(t, err)
 	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/test"})

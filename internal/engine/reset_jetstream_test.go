@@ -46,7 +46,7 @@ type resetBed struct {
 func resetSetup(t *testing.T) *resetBed {
 	t.Helper()
 	ctx := t.Context()
-	js := flowJetStream(t)
+	js := natstest.NewJetStream(t)
 	st, err := jsstore.New(ctx, js, nil)
 	require.NoError(t, err)
 	host := newJSHost(t, js)

@@ -24,7 +24,7 @@ import (
 func TestDedupOnJetStreamIsSharedAndSurvivesACrash(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	js := flowJetStream(t)
+	js := natstest.NewJetStream(t)
 	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/test"})
 	require.NoError(t, err)
 	newEngine := func(f *fault.Injector) *engine.Engine {
@@ -99,7 +99,7 @@ func TestDedupOnJetStreamIsSharedAndSurvivesACrash(t *testing.T) {
 func TestDebounceOnJetStreamUnderRacingStarts(t *testing.T) {
 	t.Parallel()
 	ctx := t.Context()
-	js := flowJetStream(t)
+	js := natstest.NewJetStream(t)
 	st, err := jsstore.New(ctx, js, &jsstore.Options{Source: "flow/test"})
 	require.NoError(t, err)
 	var engines []*engine.Engine

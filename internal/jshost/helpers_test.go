@@ -6,24 +6,14 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
-	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/jshost"
 	"github.com/flowrun/flow/internal/natstest"
 )
 
-// flowJetStream runs an embedded nats-server for t with Flow's streams and buckets created, and
-// returns a JetStream client of it.
-func flowJetStream(t *testing.T) jetstream.JetStream {
-	t.Helper()
-	js := natstest.JetStream(t, natstest.RunJetStream(t))
-	require.NoError(t, streams.Ensure(t.Context(), js, streams.Config{}))
-	return js
-}
-
-// hostSetup returns a JetStream client as flowJetStream does, and a host on it.
+// hostSetup returns a JetStream client as natstest.NewJetStream does, and a host on it.
 func hostSetup(t *testing.T) (jetstream.JetStream, *jshost.Host) {
 	t.Helper()
-	js := flowJetStream(t)
+	js := natstest.NewJetStream(t)
 	h, err := jshost.New(t.Context(), js, "flow/test", natstest.Logger())
 	require.NoError(t, err)
 	return js, h

@@ -8,13 +8,14 @@ import (
 
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/jshost"
+	"github.com/flowrun/flow/internal/natstest"
 )
 
 // Both start key indexes behave alike: create-only claims, replacement only at the revision
 // read, release only by the run the entry names, and expiry after the TTL.
 func TestStartKeys(t *testing.T) {
 	ctx := t.Context()
-	js := flowJetStream(t)
+	js := natstest.NewJetStream(t)
 	onJS, err := jshost.NewStartKeys(ctx, js)
 	require.NoError(t, err)
 	for name, keys := range map[string]engine.StartKeys{"jetstream": onJS, "memory": &engine.MemoryKeys{}} {

@@ -57,6 +57,13 @@ func JetStream(t testing.TB, srv *natsserver.Server) jetstream.JetStream {
 	return js
 }
 
+// NewJetStream starts a server for the test as RunJetStream does and returns a JetStream
+// context on a new connection to it.
+func NewJetStream(t testing.TB) jetstream.JetStream {
+	t.Helper()
+	return JetStream(t, RunJetStream(t))
+}
+
 // Logger returns a logger for the services a test starts: discarding, or debug output to
 // stderr when FLOW_TEST_LOG is set.
 func Logger() *slog.Logger {
