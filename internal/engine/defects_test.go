@@ -51,8 +51,15 @@ var t0 = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
 // engines (another process, as far as the engine can tell). clock may be nil.
 func (b *testBundle) engineOn(t *testing.T, st store.EventStore, clock engine.Clock) *engine.Engine {
 	t.Helper()
-	e, err := engine.New(engine.Config{Store: st, Runtime: sdk.RuntimeOf(b.reg), Host: b.host, Replayer: sdk.RuntimeOf(b.reg).Replaying(),
-		StepConcurrency: 4, Clock: clock})
+	return b.engineWith(t, engine.Config{Store: st, Clock: clock})
+}
+
+// engineWith returns an engine of cfg, with the bundle's runtime, host and replayer and 4 step
+// slots.
+func (b *testBundle) engineWith(t *testing.T, cfg engine.Config) *engine.Engine {
+	t.Helper()
+	cfg.Runtime, cfg.Host, cfg.Replayer, cfg.StepConcurrency = sdk.RuntimeOf(b.reg), b.host, sdk.RuntimeOf(b.reg).Replaying(), 4
+	e, err := engine.New(cfg)
 	require.NoError(t, err)
 	return e
 }

@@ -81,11 +81,16 @@ func (e *Engine) drive(ctx context.Context, runID string, minSeq uint64, head *H
 		return Result{RunID: runID}, errors.New("engine: Drive needs Config.Runtime")
 	}
 	rl := e.locks.lock(runID)
-	d := &driver{e: e, runID: runID, rl: rl, running: map[attemptKey]context.CancelFunc{}, detach: map[attemptKey]*atomic.Bool{},
-		results: make(chan attemptResult), done: make(chan struct{}), heard: make(chan struct{}, 1)}
+	d := &driver{e: e, runID: runID, rl: rl, running: map[attemptKey]*attemptRun{},
+		results: make(chan attemptResult), done: make(chan struct{}), heard: make(chan struct{}, 1), acked: make(chan error, 1)}
 	d.stepCtx, d.cancelSteps = context.WithCancel(ctx)
 	d.head = head
 	res, err := d.run(ctx, minSeq)
+	if d.pending() {
+		// The drive stopped with commits in flight or buffered: the snapshot is ahead of the
+		// store, and the next drive reads the run.
+		e.cache.drop(runID)
+	}
 	close(d.done)
 	d.cancelSteps()
 	e.locks.unlock(runID, rl)
@@ -110,6 +115,21 @@ type attemptKey struct {
 	attempt int
 }
 
+// attemptRun is an attempt running in this driver.
+type attemptRun struct {
+	cancel context.CancelFunc
+	// detached is set when the workflow abandoned the attempt's step (ctx.CancelStep with
+	// abandon): its context then outlives the drive (see launch).
+	detached *atomic.Bool
+	// gen tells this run of the attempt from a later one of the same step and attempt number
+	// (after a failed pipelined append, see pipeline.go): a result whose gen is not the
+	// running one's is ignored.
+	gen uint64
+	// at is the snapshot's sequence when the attempt started: the commit that scheduled it is
+	// durable once the store acknowledged sequence at.
+	at uint64
+}
+
 type driver struct {
 	e     *Engine
 	runID string
@@ -127,16 +147,22 @@ type driver struct {
 	// definition is the run's workflow and decideName the name of its decision spans: both set
 	// once loaded (traced), before any attempt starts.
 	definition, decideName string
-	// running holds the attempts this driver runs, with the cancellation of each one's context.
-	running map[attemptKey]context.CancelFunc
-	// detach holds, for each attempt running here, whether the workflow abandoned its step
-	// (ctx.CancelStep with abandon): its context then outlives the drive (see launch).
-	detach      map[attemptKey]*atomic.Bool
+	// running holds the attempts this driver runs.
+	running map[attemptKey]*attemptRun
+	// gens numbers the attempts started here.
+	gens        uint64
 	baseCtx     context.Context
 	results     chan attemptResult
 	done        chan struct{}
 	stepCtx     context.Context
 	cancelSteps context.CancelFunc
+
+	// inflight is the commit whose append is in flight, buffer the commits recorded since,
+	// acked where the append's outcome arrives (pipeline.go). deferred is set when launch held
+	// back an attempt until the pipeline settles.
+	inflight, buffer *pendingCommit
+	acked            chan error
+	deferred         bool
 
 	// heard is signalled when a commit notice arrives; notices holds them. stopFollow ends the
 	// subscription, once there is one; graceTimer times followAfter.
@@ -150,6 +176,8 @@ type driver struct {
 type attemptResult struct {
 	a   core.Attempt
 	out core.StepOutcome
+	// gen and at are the attemptRun's.
+	gen, at uint64
 }
 
 func (d *driver) result(waitingOn string, err error) Result {
@@ -170,9 +198,21 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 	for {
 		d.cancelStale()
 		if d.s.Terminal() {
+			if again, err := d.settled(ctx); err != nil || again {
+				if err != nil {
+					return d.result("", nil), err
+				}
+				continue
+			}
 			return d.result("", nil), nil
 		}
 		if p, ok := d.held(); ok {
+			if again, err := d.settled(ctx); err != nil || again {
+				if err != nil {
+					return d.result("", nil), err
+				}
+				continue
+			}
 			// A definition or queue pause: no decision, no new attempt; the attempts running
 			// here finish and record their results, then the worker parks the run.
 			if d.live() == 0 {
@@ -185,6 +225,15 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 		}
 		began := time.Now()
 		verdict, err := d.verdict()
+		if err != nil || !verdict.Waiting() {
+			// What follows commits at the snapshot's sequence, or stops the drive.
+			if again, serr := d.settled(ctx); serr != nil || again {
+				if serr != nil {
+					return d.result("", nil), serr
+				}
+				continue
+			}
+		}
 		if err != nil {
 			blocked, err := d.block(ctx, began, err)
 			if errors.Is(err, store.ErrConflict) {
@@ -220,9 +269,17 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 			}
 			continue
 		}
-		d.limited = nil
+		d.limited, d.deferred = nil, false
 		if err := d.launch(ctx); err != nil {
 			return d.result("", nil), err
+		}
+		if d.live() == 0 {
+			if again, err := d.settled(ctx); err != nil || again || d.deferred {
+				if err != nil {
+					return d.result("", nil), err
+				}
+				continue
+			}
 		}
 		if d.live() == 0 && d.limited != nil {
 			// Its attempts wait for step slots: the run waits without holding this worker.
@@ -263,13 +320,26 @@ func (d *driver) wait(ctx context.Context) error {
 		grace = d.graceTimer.C
 	}
 	for {
+		var acked <-chan error
+		if d.inflight != nil {
+			acked = d.acked
+		}
 		select {
+		case appendErr := <-acked:
+			// Once the pipeline is idle the drive loop starts what waited for it.
+			changed, err := d.ackArrived(ctx, appendErr)
+			if err != nil || changed || d.inflight == nil {
+				return err
+			}
 		case <-grace:
 			grace = nil
 			if !d.follow() {
 				continue
 			}
 			// Commits made before the subscription took effect reach no one: read them.
+			if changed, err := d.settled(ctx); err != nil || changed {
+				return err
+			}
 			before := d.s.Seq
 			if err := d.refresh(ctx, 0); err != nil || d.s.Seq > before {
 				return err
@@ -281,15 +351,35 @@ func (d *driver) wait(ctx context.Context) error {
 			}
 			return d.record(ctx, r)
 		case <-d.heard:
-			before := d.s.Seq
-			if err := d.catchUp(ctx); err != nil || d.s.Seq > before {
+			// A notice is only a hint, never applied as it came: a publish the stream refused
+			// (another writer won the sequence) reaches subscribers too, so what was committed
+			// is read from the store, from the leader if a replica lags. A notice can also
+			// arrive before the stream stored its commit; whoever made that commit sends the
+			// run a task, so a driver that stops before reading it loses nothing. Notices up
+			// to the snapshot's sequence are of the pipeline's own commits, or of another
+			// writer's, which make the pipeline's next append conflict and are read then.
+			heard := d.takeNotices()
+			if heard <= d.s.Seq {
+				continue
+			}
+			if changed, err := d.settled(ctx); err != nil || changed {
 				return err
 			}
+			if heard > d.s.Seq {
+				return d.refresh(ctx, heard)
+			}
 		case <-d.rl.poke:
+			if _, err := d.settled(ctx); err != nil {
+				return err
+			}
 			return d.refresh(ctx, 0)
 		case reply := <-d.rl.reads:
-			// A reader (a query) wants the run's state while its steps run: a copy, made
-			// between two changes, that it owns.
+			// A reader (a query) wants the run's state while its steps run: a copy of what is
+			// committed, made between two changes, that it owns.
+			if _, err := d.settled(ctx); err != nil {
+				reply <- nil
+				return err
+			}
 			reply <- d.s.Clone()
 		case <-ctx.Done():
 			return ctx.Err()
@@ -513,18 +603,6 @@ func (d *driver) takeNotices() uint64 {
 	return last
 }
 
-// catchUp reads the commits that notices announced. A notice is only a hint, never applied as
-// it came: a publish the stream refused (another writer won the sequence) reaches subscribers
-// too, so what was committed is read from the store, from the leader if a replica lags. A notice
-// can also arrive before the stream stored its commit; whoever made that commit sends the run a
-// task, so a driver that stops before reading it loses nothing.
-func (d *driver) catchUp(ctx context.Context) error {
-	if heard := d.takeNotices(); heard > d.s.Seq {
-		return d.refresh(ctx, heard)
-	}
-	return nil
-}
-
 // block records decision.failed once per distinct failure and reports the run blocked. The
 // decision began at began.
 func (d *driver) block(ctx context.Context, began time.Time, decideErr error) (Result, error) {
@@ -659,6 +737,10 @@ func (d *driver) launch(ctx context.Context) error {
 		if _, ok := d.running[key]; ok {
 			continue
 		}
+		if !d.mayStart(a) {
+			d.deferred = true
+			continue
+		}
 		if d.live() == 0 {
 			if err := d.e.slots.acquire(ctx, d.s.Priority); err != nil {
 				return err
@@ -684,8 +766,10 @@ func (d *driver) launch(ctx context.Context) error {
 			}
 		})
 		stopBase := context.AfterFunc(d.baseCtx, cancel)
-		d.running[key], d.detach[key] = cancel, detached
-		go d.runAttempt(actx, a, func() {
+		d.gens++
+		run := &attemptRun{cancel: cancel, detached: detached, gen: d.gens, at: d.s.Seq}
+		d.running[key] = run
+		go d.runAttempt(actx, a, run, func() {
 			release()
 			stopDrive()
 			stopBase()
@@ -719,12 +803,12 @@ func (d *driver) inFlight(k attemptKey) bool {
 // other writers), so the cancellation is delivered from the history, not from a message that
 // could be lost.
 func (d *driver) cancelStale() {
-	for k, cancel := range d.running {
+	for k, run := range d.running {
 		switch {
 		case d.s.AttemptCancelled(k.step, k.attempt):
-			cancel()
+			run.cancel()
 		case d.s.Detached(k.step):
-			d.detach[k].Store(true)
+			run.detached.Store(true)
 		}
 	}
 }
@@ -748,8 +832,10 @@ func (d *driver) unrunCancelled() []event.Payload {
 	return events
 }
 
-func (d *driver) runAttempt(ctx context.Context, a core.Attempt, release func()) {
-	defer d.e.slots.release()
+// runAttempt runs attempt a and hands its result to the driver. The attempt's step slot is
+// released once its code returned, before the hand-over: a driver that waits for a slot
+// (launch) is not waiting for its own results.
+func (d *driver) runAttempt(ctx context.Context, a core.Attempt, run *attemptRun, release func()) {
 	ctx, span := d.stepSpan(ctx, a)
 	began := time.Now()
 	var out core.StepOutcome
@@ -767,9 +853,10 @@ func (d *driver) runAttempt(ctx context.Context, a core.Attempt, release func())
 	}
 	out = d.e.offloadOutput(ctx, out)
 	release()
+	d.e.slots.release()
 	stepDone(ctx, span, a, out, time.Since(began))
 	select {
-	case d.results <- attemptResult{a: a, out: out}:
+	case d.results <- attemptResult{a: a, out: out, gen: run.gen, at: run.at}:
 	case <-d.done:
 	}
 }

@@ -164,8 +164,12 @@ type Config struct {
 	Clock Clock
 	// Logger defaults to slog.Default().
 	Logger *slog.Logger
-	// StepConcurrency caps the step attempts running at once in this engine. Defaults to 16.
+	// StepConcurrency caps the step attempts running at once in this engine. Defaults to 64.
 	StepConcurrency int
+	// SerialCommits makes a driver wait for each commit's acknowledgement before its run goes
+	// on. Defaults to false: commits are pipelined, one append in flight per run and the
+	// commits recorded meanwhile buffered into the next (pipeline.go).
+	SerialCommits bool
 	// CacheSize caps the number of run snapshots kept between drives. Defaults to 10,000;
 	// negative disables the cache.
 	CacheSize int
@@ -222,6 +226,8 @@ type Engine struct {
 	checkpoints CheckpointReader
 	// pending is Config.Pending.
 	pending PendingLimits
+	// serialCommits is Config.SerialCommits.
+	serialCommits bool
 }
 
 // New returns an engine.
@@ -241,7 +247,7 @@ func New(cfg Config) (*Engine, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.StepConcurrency == 0 {
-		cfg.StepConcurrency = 16
+		cfg.StepConcurrency = 64
 	}
 	if cfg.CacheSize == 0 {
 		cfg.CacheSize = 10_000
@@ -249,7 +255,7 @@ func New(cfg Config) (*Engine, error) {
 	return &Engine{faults: cfg.Faults, store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
 		logger: cfg.Logger, buildID: cfg.BuildID, slots: newStepSlots(cfg.StepConcurrency), cache: newCache(cfg.CacheSize),
 		keys: cfg.Keys, stepLimits: cfg.StepLimits, heartbeats: cfg.Heartbeats, pauses: cfg.Pauses, payloads: cfg.Payloads, checkpoints: cfg.Checkpoints,
-		pending: cfg.Pending}, nil
+		pending: cfg.Pending, serialCommits: cfg.SerialCommits}, nil
 }
 
 // StartParams describe a new run.
@@ -533,6 +539,11 @@ func (e *Engine) append(ctx context.Context, runID string, expected uint64, t ti
 	for i, p := range payloads {
 		events[i] = event.Event{Time: t, Payload: p}
 	}
+	return e.appendEvents(ctx, runID, expected, events)
+}
+
+// appendEvents appends events, offloaded, to run runID as sequences expected+1...
+func (e *Engine) appendEvents(ctx context.Context, runID string, expected uint64, events []event.Event) error {
 	_, err := e.store.Append(ctx, runID, expected, events...)
 	countAppend(ctx, err)
 	return err

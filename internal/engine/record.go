@@ -18,8 +18,10 @@ const maxResultsPerCommit = 256
 // record commits the result of attempt r, with the results of every other attempt of the run
 // that finished meanwhile, unless the run moved on without them. The commit also holds the
 // decision the code makes on those results, where it makes one at once: the next step (or
-// batch), a wait, a child, the run's end. A run of sequential steps thus writes one commit per
-// step, and a batch's members that finish together share one.
+// batch), a wait, a child, the run's end. A run of sequential steps thus writes at most one
+// commit per step, and a batch's members that finish together share one. Unless the engine's
+// commits are serial, the commit goes through the driver's pipeline (pipeline.go): appended
+// in the background, or buffered behind the append in flight.
 //
 // The results are applied to the snapshot before the code decides on them, so until the
 // append succeeds the snapshot is ahead of the store: an append that fails (a conflict with
@@ -39,7 +41,8 @@ func (d *driver) record(ctx context.Context, r attemptResult) error {
 }
 
 // drain returns r and the results of the run's other attempts that are ready now, and stops
-// tracking their attempts.
+// tracking their attempts. The results of attempts this driver dropped (a later run of the
+// same attempt replaced them, see attemptRun.gen) are left out.
 func (d *driver) drain(r attemptResult) []attemptResult {
 	results := []attemptResult{r}
 	for len(results) < maxResultsPerCommit {
@@ -51,21 +54,30 @@ func (d *driver) drain(r attemptResult) []attemptResult {
 		}
 		break
 	}
+	kept := results[:0]
 	for _, r := range results {
 		key := attemptKey{r.a.StepID, r.a.Attempt}
-		if cancel, ok := d.running[key]; ok {
-			cancel()
-			delete(d.running, key)
-			delete(d.detach, key)
+		run, ok := d.running[key]
+		if !ok || run.gen != r.gen {
+			continue
 		}
+		run.cancel()
+		delete(d.running, key)
+		kept = append(kept, r)
 	}
-	return results
+	return kept
 }
 
 // recordOnce commits results, with the decision they allow, at the run's current sequence. On
 // an error wrapping store.ErrConflict the snapshot has been read again from the store.
 func (d *driver) recordOnce(ctx context.Context, results []attemptResult) error {
 	e := d.e
+	if d.pending() && d.buffered()+len(results) > maxResultsPerCommit {
+		// The buffer is full: the commit in flight and the buffer go first.
+		if _, err := d.settled(ctx); err != nil {
+			return err
+		}
+	}
 	expected, first := d.s.Seq, d.s.Seq+1
 	t := e.now(d.s)
 	var events []event.Payload
@@ -95,6 +107,9 @@ func (d *driver) recordOnce(ctx context.Context, results []attemptResult) error 
 	// From here until the append succeeds the snapshot holds events the store may not.
 	began := time.Now()
 	decision, traces := d.decideAhead(t)
+	if !e.serialCommits {
+		return d.pipe(ctx, first, t, began, results, failed, events, decision, traces)
+	}
 	err := e.append(ctx, d.runID, expected, t, append(events, decision...))
 	if err != nil {
 		d.waiting = nil

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/sdk"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/memstore"
@@ -49,18 +50,7 @@ func (s *commitLog) Append(ctx context.Context, runID string, expected uint64, e
 // then completes with the last; and step "inc". runs counts the attempts.
 func sequentialSteps(n int, runs *atomic.Int32) func(reg *flow.Registry) {
 	return func(reg *flow.Registry) {
-		flow.RegisterWorkflow(reg, "seq", func(ctx *flow.Context, _ any) (flow.Decision, error) {
-			v := 0
-			for i := range n {
-				id := "s" + strconv.Itoa(i)
-				out, ok, err := flow.Output[int](ctx, id)
-				if err != nil || !ok {
-					return ctx.ScheduleStep(id, "inc", v), err
-				}
-				v = out
-			}
-			return ctx.Complete(v), nil
-		})
+		registerSeq(reg, n)
 		flow.RegisterStep(reg, "inc", func(_ context.Context, v int) (int, error) {
 			runs.Add(1)
 			return v + 1, nil
@@ -68,14 +58,30 @@ func sequentialSteps(n int, runs *atomic.Int32) func(reg *flow.Registry) {
 	}
 }
 
-// A step's result and the decision it allows are one commit: a run of n sequential steps writes
-// run.started, the first step.scheduled, then one commit per step.
+// registerSeq registers workflow "seq" of sequentialSteps, without its step.
+func registerSeq(reg *flow.Registry, n int) {
+	flow.RegisterWorkflow(reg, "seq", func(ctx *flow.Context, _ any) (flow.Decision, error) {
+		v := 0
+		for i := range n {
+			id := "s" + strconv.Itoa(i)
+			out, ok, err := flow.Output[int](ctx, id)
+			if err != nil || !ok {
+				return ctx.ScheduleStep(id, "inc", v), err
+			}
+			v = out
+		}
+		return ctx.Complete(v), nil
+	})
+}
+
+// A step's result and the decision it allows are one commit: with serial commits, a run of n
+// sequential steps writes run.started, the first step.scheduled, then one commit per step.
 func TestStepResultAndNextDecisionShareACommit(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
 	b := setup(t, sequentialSteps(3, &runs))
 	st := &commitLog{EventStore: memstore.New()}
-	e := b.engineOn(t, st, nil)
+	e := b.engineWith(t, engine.Config{Store: st, SerialCommits: true})
 	runID := b.start(t, e, "seq")
 	res, err := e.Drive(t.Context(), runID, 0)
 	require.NoError(t, err)
@@ -158,12 +164,14 @@ func (s *failingAppends) Append(ctx context.Context, runID string, expected uint
 
 // A drive whose result append fails stops with the error and leaves no uncommitted event in the
 // engine's cache: driving the run again runs the step again (at least once) and completes it.
+// (Pipelined, the second step may also have started ahead of the failed commit: see
+// TestPipelinedFailedAppend.)
 func TestFailedResultAppendLeavesNoTrace(t *testing.T) {
 	t.Parallel()
 	var runs atomic.Int32
 	b := setup(t, sequentialSteps(2, &runs))
 	st := &failingAppends{EventStore: memstore.New()}
-	e := b.engineOn(t, st, nil)
+	e := b.engineWith(t, engine.Config{Store: st, SerialCommits: true})
 	runID := b.start(t, e, "seq")
 	st.fail.Store(true)
 	_, err := e.Drive(t.Context(), runID, 0)

@@ -64,8 +64,14 @@ type Config struct {
 	Queue string `envconfig:"QUEUE"`
 	// RunConcurrency caps the runs driven at once. Defaults to 64.
 	RunConcurrency int `envconfig:"RUN_CONCURRENCY"`
-	// StepConcurrency caps the step attempts running at once. Defaults to 16.
+	// StepConcurrency caps the step attempts running at once. Defaults to 64, as many as
+	// RunConcurrency's default: fewer slots than runs make a run's next step wait for another
+	// run's (docs/performance.md, "Knobs"). Lower it when steps are CPU-bound.
 	StepConcurrency int `envconfig:"STEP_CONCURRENCY"`
+	// SerialCommits makes each run wait for its commit's acknowledgement before it goes on.
+	// Defaults to false: a run's commits are pipelined, one append in flight and the results
+	// and decisions recorded meanwhile appended as one commit after it (docs/performance.md).
+	SerialCommits bool `envconfig:"SERIAL_COMMITS"`
 	// AckWait is how long a task may go without a heartbeat before NATS redelivers it to
 	// another worker; a live worker sends heartbeats every AckWait/3 while it drives a run.
 	// Defaults to 30 seconds.
@@ -154,7 +160,7 @@ func New(cfg Config, reg *flow.Registry) (*Worker, error) {
 		cfg.RunConcurrency = 64
 	}
 	if cfg.StepConcurrency == 0 {
-		cfg.StepConcurrency = 16
+		cfg.StepConcurrency = 64
 	}
 	if cfg.AckWait == 0 {
 		cfg.AckWait = 30 * time.Second
@@ -217,7 +223,8 @@ func (w *Worker) start(ctx context.Context) error {
 	if w.pauses, err = jshost.NewPauses(ctx, js, jshost.PausesOptions{Watch: true, Logger: w.logger}); err != nil {
 		return err
 	}
-	ecfg := engine.Config{Runtime: w.reg, BuildID: w.reg.BuildID(), StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize, Pauses: w.pauses}
+	ecfg := engine.Config{Runtime: w.reg, BuildID: w.reg.BuildID(), StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize, Pauses: w.pauses,
+		SerialCommits: w.cfg.SerialCommits}
 	if ecfg.StepLimits, err = w.stepLimits(ctx, js); err != nil {
 		return err
 	}

@@ -44,7 +44,9 @@ type Options struct {
 	Queue string
 	// Runs caps the runs driven at once. Defaults to 64.
 	Runs int
-	// Steps caps the step attempts running at once. Defaults to 16.
+	// Steps caps the step attempts running at once. Defaults to 64, as many as Runs: fewer
+	// step slots than runs make one run's next step wait for another's. Lower it when steps
+	// are CPU-bound.
 	Steps int
 	// Logger receives the worker's logs (workflow and step logs go to the registry's logger).
 	// Defaults to slog.Default().

@@ -1,0 +1,247 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/fault"
+	"github.com/flowrun/flow/internal/store"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// A driver's commit pipeline (docs/performance.md, "Pipelined commits").
+//
+// A driver keeps at most one append of its run in flight: a clustered stream refuses a second
+// expected-sequence append to a subject behind one in flight (error 10164), and each commit
+// chains on the sequence the store acknowledged. While an append is in flight the driver goes
+// on: it records the results of the attempts that finish, takes the decision they allow, and
+// starts the attempts that decision schedules; the commits it makes meanwhile are buffered and
+// appended as one commit, chained on the acknowledged sequence, when the ack arrives. A run of
+// quick sequential steps thus pays one append per round of buffering, not one per step.
+//
+// The contract:
+//   - The store, and so every reader of the history (Client.Result, the history service, the
+//     runs index, other workers), sees only acknowledged commits, in order, each a whole
+//     commit: nothing is observed out of the history that is not durable.
+//   - Only step attempts start ahead of their commit, and only those without timeouts (their
+//     heartbeats and deadlines are watched from the history). Every other effect of a decision
+//     (a child's start, a hook's token, the run's end, the drive's result, a query's answer, a
+//     read of the run by another writer on this engine) waits until the pipeline is settled:
+//     nothing in flight, nothing buffered.
+//   - A rejected append (a conflict with another writer, an unavailable store) discards what is
+//     buffered and reads the run again from the store, as a failed append always did; attempts
+//     started on commits that were not acknowledged are cancelled and their results ignored;
+//     results of attempts whose schedule was acknowledged are recorded again. A step may thus
+//     run, ahead of its commit, with an input derived from results that are then lost (the
+//     worker died, or another writer won the sequence), and run again after with another input:
+//     steps already run at least once, and their idempotency keys name the step and attempt, not
+//     the input.
+//
+// The snapshot (driver.s) is the run as recorded by the pipeline, ahead of the store by what is
+// in flight and buffered; committedSeq is where the store is.
+
+// pendingCommit is one commit of the pipeline: in flight or buffered.
+type pendingCommit struct {
+	// first is the sequence of events[0]; the commit chains on first-1.
+	first  uint64
+	events []event.Event
+	// results are the attempt results it records, recorded again after a conflict; failed are
+	// those that failed, logged once committed.
+	results, failed []attemptResult
+	// decisions are the code's decisions it holds, whose spans and effects follow the ack.
+	decisions []pendingDecision
+}
+
+// pendingDecision is a decision a pendingCommit holds: its events, the sequence of the first,
+// when it began and the traces of the inputs it answers.
+type pendingDecision struct {
+	began  time.Time
+	at     uint64
+	events []event.Payload
+	traces []string
+}
+
+func (c *pendingCommit) last() uint64 { return c.first + uint64(len(c.events)) - 1 }
+
+// add appends o, which follows c, to c.
+func (c *pendingCommit) add(o *pendingCommit) {
+	c.events = append(c.events, o.events...)
+	c.results = append(c.results, o.results...)
+	c.failed = append(c.failed, o.failed...)
+	c.decisions = append(c.decisions, o.decisions...)
+}
+
+// pending reports whether the pipeline holds a commit in flight or buffered.
+func (d *driver) pending() bool { return d.inflight != nil }
+
+// committedSeq is the run's last sequence the store acknowledged.
+func (d *driver) committedSeq() uint64 {
+	if d.inflight != nil {
+		return d.inflight.first - 1
+	}
+	return d.s.Seq
+}
+
+// buffered counts the results buffered behind the commit in flight.
+func (d *driver) buffered() int {
+	if d.buffer == nil {
+		return 0
+	}
+	return len(d.buffer.results)
+}
+
+// enqueue sends c, already applied to the snapshot, or buffers it behind the commit in flight.
+func (d *driver) enqueue(ctx context.Context, c *pendingCommit) {
+	switch {
+	case d.inflight == nil:
+		d.send(ctx, c)
+	case d.buffer == nil:
+		d.buffer = c
+	default:
+		d.buffer.add(c)
+	}
+}
+
+// send appends c in the background; its outcome arrives on d.acked.
+func (d *driver) send(ctx context.Context, c *pendingCommit) {
+	d.inflight = c
+	go func() {
+		err := d.e.faults.Hit(fault.StoreAppend)
+		if err == nil {
+			err = d.e.appendEvents(ctx, d.runID, c.first-1, c.events)
+		}
+		d.acked <- err
+	}()
+}
+
+// ackArrived handles the outcome of the append in flight: on success it sends the buffer and
+// carries out what the commit's decisions cause; on failure it reads the run again and reports
+// changed. An error stops the drive.
+func (d *driver) ackArrived(ctx context.Context, appendErr error) (changed bool, err error) {
+	c := d.inflight
+	d.inflight = nil
+	if appendErr != nil {
+		return true, d.pipelineFailed(ctx, c, appendErr)
+	}
+	if b := d.buffer; b != nil {
+		d.buffer = nil
+		d.send(ctx, b)
+	}
+	return false, d.afterCommit(ctx, c)
+}
+
+// settled waits until nothing is in flight or buffered, and reports whether the snapshot
+// changed meanwhile (an append failed and the run was read again): the caller then decides
+// anew.
+func (d *driver) settled(ctx context.Context) (changed bool, err error) {
+	for d.inflight != nil {
+		select {
+		case appendErr := <-d.acked:
+			c, err := d.ackArrived(ctx, appendErr)
+			changed = changed || c
+			if err != nil {
+				return changed, err
+			}
+		case <-ctx.Done():
+			return changed, ctx.Err()
+		}
+	}
+	return changed, nil
+}
+
+// afterCommit carries out what an acknowledged commit causes: the log of its failed attempts,
+// its decisions' spans, and the child runs they start (a fast path, repeated by the history
+// service).
+func (d *driver) afterCommit(ctx context.Context, c *pendingCommit) error {
+	e := d.e
+	for _, r := range c.failed {
+		e.logger.WarnContext(ctx, "step attempt failed", slog.String("run_id", d.runID), slog.String("step_id", r.a.StepID),
+			slog.Int("attempt", r.a.Attempt), slog.String("error", r.out.Err.Error()))
+	}
+	for _, dec := range c.decisions {
+		dctx, span := d.decided(ctx, dec.began, dec.at, dec.events, dec.traces, nil)
+		d.logDecision(dctx, dec.events)
+		err := e.startChildren(dctx, d.s, dec.events)
+		span.End()
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// pipelineFailed handles the failed append of c: the buffer is discarded, the run read again,
+// the attempts started ahead of an unacknowledged commit cancelled, and, after a conflict, the
+// results of attempts whose schedule was acknowledged recorded again.
+func (d *driver) pipelineFailed(ctx context.Context, c *pendingCommit, appendErr error) error {
+	acked := c.first - 1
+	lost := c.results
+	if b := d.buffer; b != nil {
+		lost = append(lost, b.results...)
+		d.buffer = nil
+	}
+	d.waiting = nil
+	if err := d.reload(ctx, appendErr); err != nil {
+		return err
+	}
+	for k, run := range d.running {
+		if run.at > acked {
+			run.cancel()
+			delete(d.running, k)
+		}
+	}
+	if !errors.Is(appendErr, store.ErrConflict) {
+		return fmt.Errorf("recording step results of run %q: %w", d.runID, appendErr)
+	}
+	var again []attemptResult
+	for _, r := range lost {
+		if r.at <= acked {
+			again = append(again, r)
+		}
+	}
+	if len(again) == 0 {
+		return nil
+	}
+	return d.recordOnce(ctx, again)
+}
+
+// pipe applies decision to the snapshot, which already holds events (the results it answers),
+// and sends or buffers both as one commit at t.
+func (d *driver) pipe(ctx context.Context, first uint64, t, began time.Time, results, failed []attemptResult, events, decision []event.Payload, traces []string) error {
+	e := d.e
+	c := &pendingCommit{first: first, results: results, failed: failed}
+	// The decision is offloaded before it is applied: the snapshot holds what the store will.
+	for _, ps := range [][]event.Payload{events, decision} {
+		if err := e.offload(ctx, ps); err != nil {
+			e.cache.drop(d.runID) // holds results never committed
+			return fmt.Errorf("recording step results of run %q: %w", d.runID, err)
+		}
+	}
+	if len(decision) > 0 {
+		at := d.s.Seq + 1
+		if err := e.applyCommitted(d.s, at, t, decision); err != nil {
+			return err
+		}
+		c.decisions = []pendingDecision{{began: began, at: at, events: decision, traces: traces}}
+	}
+	c.events = make([]event.Event, 0, len(events)+len(decision))
+	for _, p := range events {
+		c.events = append(c.events, event.Event{Time: t, Payload: p})
+	}
+	for _, p := range decision {
+		c.events = append(c.events, event.Event{Time: t, Payload: p})
+	}
+	d.enqueue(ctx, c)
+	return nil
+}
+
+// mayStart reports whether attempt a may start now, ahead of the commit that schedules it:
+// only when that commit is acknowledged, or the step has no timeout (its heartbeats and
+// deadlines are watched from the history).
+func (d *driver) mayStart(a core.Attempt) bool {
+	return !d.pending() || a.Timeouts.IsZero()
+}
