@@ -62,7 +62,7 @@ lint: ## gofmt, go vet and staticcheck
 	$(GO) tool staticcheck $(PKGS)
 
 .PHONY: bench
-bench: ## Run flowbench: W1..W8 and the JetStream ceiling vs a nats-server process, both sync settings (QUICK=1: under a minute; docs/performance.md)
+bench: ## Run flowbench: W1..W9 and the JetStream ceiling vs a nats-server process, both sync settings (QUICK=1: under a minute; docs/performance.md)
 	$(GO) build -o bin/nats-server github.com/nats-io/nats-server/v2
 	$(GO) build -o bin/flowbench ./cmd/flowbench
 	bin/flowbench -nats-server bin/nats-server $(BENCH_ARGS)

@@ -50,6 +50,7 @@ var workloads = []*workload{
 	{name: "W5", full: 500, quick: 100, warm: 100, timeout: 3 * time.Minute, run: runW5},
 	{name: "W6", full: 10_000, quick: 1000, warm: 1000, timeout: 15 * time.Minute, run: runW6},
 	{name: "W8", full: 1000, quick: 50, warm: 20, timeout: 10 * time.Minute, run: runW8},
+	{name: "W9", full: 10_000, quick: 2000, warm: 1000, timeout: 3 * time.Minute, run: runW9},
 	{name: "ceiling-1", full: 3000, quick: 500, warm: 500, timeout: time.Minute, run: runCeiling1},
 	{name: "ceiling-1000", full: 3000, quick: 500, warm: 500, timeout: time.Minute, run: runCeiling1000},
 	{name: "Q1", full: 2000, quick: 500, warm: 200, timeout: 2 * time.Minute, run: runQ1},

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -229,7 +230,10 @@ func TestInputsFromAnotherEngineAreDecidedWhileStepRuns(t *testing.T) {
 		flow.RegisterStep(reg, "quick", func(context.Context, any) (bool, error) { return true, nil })
 	})
 	st := memstore.New()
-	worker, other := b.engineOn(t, st, nil), b.engineOn(t, st, nil)
+	// Serial commits: the inputs are sent once the step runs, which must be after its schedule
+	// is committed (pipelined, the step may start ahead of it).
+	worker := b.engineWith(t, engine.Config{Store: st, SerialCommits: true})
+	other := b.engineOn(t, st, nil)
 	runID := b.start(t, worker, "wf")
 	done := driveAsync(t, worker, runID)
 	awaitClosed(t, started, "the slow step started")
@@ -314,7 +318,10 @@ func TestSleepCountsFromItsOwnEvent(t *testing.T) {
 		})
 	})
 	st := memstore.New()
-	worker, other := b.engineOn(t, st, workerClock), b.engineOn(t, st, otherClock)
+	// Serial commits: the signal is sent once the step runs, which must be after its schedule
+	// is committed (pipelined, the step may start ahead of it).
+	worker := b.engineWith(t, engine.Config{Store: st, Clock: workerClock, SerialCommits: true})
+	other := b.engineOn(t, st, otherClock)
 	runID := b.start(t, worker, "wf")
 	done := driveAsync(t, worker, runID)
 	awaitClosed(t, advanced, "the step ran for 300ms")
@@ -351,7 +358,7 @@ func TestSleepCountsFromItsOwnEvent(t *testing.T) {
 }
 
 // pausingStore is a store without commit notices (it does not implement store.Follower) that
-// holds up, once, the first append that begins with an event of type on, after it committed,
+// holds up, once, the first append that holds an event of type on, after it committed,
 // until resume is closed (or the appender's ctx ends).
 type pausingStore struct {
 	inner  store.EventStore
@@ -382,7 +389,7 @@ func (s *pausingStore) Append(ctx context.Context, runID string, expected uint64
 	if err != nil {
 		return last, err
 	}
-	if events[0].Payload.EventType() == s.on {
+	if slices.ContainsFunc(events, func(e event.Event) bool { return e.Payload.EventType() == s.on }) {
 		s.once.Do(func() {
 			s.paused <- last
 			select {

@@ -225,6 +225,12 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 		}
 		began := time.Now()
 		verdict, err := d.verdict()
+		if err == nil && !verdict.Waiting() && d.pipeable(verdict.Events) && !d.full(0, len(verdict.Events), 0) {
+			if err := d.pipeDecision(ctx, began, verdict.Events); err != nil {
+				return d.result("", nil), err
+			}
+			continue
+		}
 		if err != nil || !verdict.Waiting() {
 			// What follows commits at the snapshot's sequence, or stops the drive.
 			if again, serr := d.settled(ctx); serr != nil || again {

@@ -222,7 +222,9 @@ func TestActiveDriverWakesOnExternalEvents(t *testing.T) {
 			}
 		})
 	})
-	e := b.engine(t, 4)
+	// Serial commits: the signal is sent once the step runs, which must be after the decisions
+	// before it are committed (pipelined, the step may start ahead of them).
+	e := b.engineWith(t, engine.Config{Store: b.store, SerialCommits: true})
 	runID := b.start(t, e, "wf")
 	done := make(chan engine.Result, 1)
 	go func() {

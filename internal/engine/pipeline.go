@@ -38,17 +38,28 @@ import (
 //     results of attempts whose schedule was acknowledged are recorded again. A step may thus
 //     run, ahead of its commit, with an input derived from results that are then lost (the
 //     worker died, or another writer won the sequence), and run again after with another input:
-//     steps already run at least once, and their idempotency keys name the step and attempt, not
+//     steps already run at least once, and their idempotency keys name the run and step, not
 //     the input.
 //
 // The snapshot (driver.s) is the run as recorded by the pipeline, ahead of the store by what is
 // in flight and buffered; committedSeq is where the store is.
+
+// The bounds of a buffered commit: past them, the driver waits for the commit in flight and
+// sends the buffer before it records more. maxBufferBytes, estimated from the payloads
+// (payloadBytes), keeps a commit well under NATS's default max_payload of 1 MiB (a payload
+// above the offload threshold, 256 KiB by default, is a reference).
+const (
+	maxBufferedEvents = 1024
+	maxBufferBytes    = 512 << 10
+)
 
 // pendingCommit is one commit of the pipeline: in flight or buffered.
 type pendingCommit struct {
 	// first is the sequence of events[0]; the commit chains on first-1.
 	first  uint64
 	events []event.Event
+	// bytes estimates the commit's size (payloadBytes).
+	bytes int
 	// results are the attempt results it records, recorded again after a conflict; failed are
 	// those that failed, logged once committed.
 	results, failed []attemptResult
@@ -70,6 +81,7 @@ func (c *pendingCommit) last() uint64 { return c.first + uint64(len(c.events)) -
 // add appends o, which follows c, to c.
 func (c *pendingCommit) add(o *pendingCommit) {
 	c.events = append(c.events, o.events...)
+	c.bytes += o.bytes
 	c.results = append(c.results, o.results...)
 	c.failed = append(c.failed, o.failed...)
 	c.decisions = append(c.decisions, o.decisions...)
@@ -86,12 +98,38 @@ func (d *driver) committedSeq() uint64 {
 	return d.s.Seq
 }
 
-// buffered counts the results buffered behind the commit in flight.
-func (d *driver) buffered() int {
-	if d.buffer == nil {
-		return 0
+// full reports whether the buffer cannot take results more attempt results, of about bytes
+// bytes, and events more events.
+func (d *driver) full(results, events, bytes int) bool {
+	b := d.buffer
+	return b != nil && (len(b.results)+results > maxResultsPerCommit || len(b.events)+events > maxBufferedEvents ||
+		b.bytes+bytes > maxBufferBytes)
+}
+
+// payloadBytes estimates the encoded size of p: its JSON payloads, and a few hundred bytes of
+// envelope and fields.
+func payloadBytes(p event.Payload) int {
+	const overhead = 256
+	switch p := p.(type) {
+	case *event.StepCompleted:
+		return overhead + len(p.Output)
+	case *event.StepScheduled:
+		n := overhead
+		for _, st := range p.Steps {
+			n += overhead + len(st.Input)
+		}
+		return n
 	}
-	return len(d.buffer.results)
+	return 2 * overhead
+}
+
+// resultBytes estimates the encoded size of the results' events (payloadBytes).
+func resultBytes(results []attemptResult) int {
+	n := 0
+	for _, r := range results {
+		n += 256 + len(r.out.Output)
+	}
+	return n
 }
 
 // enqueue sends c, already applied to the snapshot, or buffers it behind the commit in flight.
@@ -229,14 +267,38 @@ func (d *driver) pipe(ctx context.Context, first uint64, t, began time.Time, res
 		c.decisions = []pendingDecision{{began: began, at: at, events: decision, traces: traces}}
 	}
 	c.events = make([]event.Event, 0, len(events)+len(decision))
-	for _, p := range events {
-		c.events = append(c.events, event.Event{Time: t, Payload: p})
-	}
-	for _, p := range decision {
-		c.events = append(c.events, event.Event{Time: t, Payload: p})
+	for _, ps := range [][]event.Payload{events, decision} {
+		for _, p := range ps {
+			c.events = append(c.events, event.Event{Time: t, Payload: p})
+			c.bytes += payloadBytes(p)
+		}
 	}
 	d.enqueue(ctx, c)
 	return nil
+}
+
+// pipeable reports whether the decision events, made by the drive loop, may go through the
+// pipeline: unless commits are serial, and except a hook's creation (its token is registered
+// before the commit) and a child's cancellation (requested right after the commit, see
+// commitDecision).
+func (d *driver) pipeable(events []event.Payload) bool {
+	if d.e.serialCommits || len(core.ChildCancellations(events)) > 0 {
+		return false
+	}
+	for _, p := range events {
+		if _, ok := p.(*event.HookCreated); ok {
+			return false
+		}
+	}
+	return true
+}
+
+// pipeDecision sends or buffers the decision events, begun at began, as a commit of their own
+// (pipe, without results).
+func (d *driver) pipeDecision(ctx context.Context, began time.Time, events []event.Payload) error {
+	t := d.e.now(d.s)
+	core.Stamp(events, t)
+	return d.pipe(ctx, d.s.Seq+1, t, began, nil, nil, nil, events, d.s.InputTraces())
 }
 
 // mayStart reports whether attempt a may start now, ahead of the commit that schedules it:

@@ -72,7 +72,7 @@ func (d *driver) drain(r attemptResult) []attemptResult {
 // an error wrapping store.ErrConflict the snapshot has been read again from the store.
 func (d *driver) recordOnce(ctx context.Context, results []attemptResult) error {
 	e := d.e
-	if d.pending() && d.buffered()+len(results) > maxResultsPerCommit {
+	if d.pending() && d.full(len(results), 2*len(results), resultBytes(results)) {
 		// The buffer is full: the commit in flight and the buffer go first.
 		if _, err := d.settled(ctx); err != nil {
 			return err
