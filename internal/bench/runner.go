@@ -30,6 +30,9 @@ type Options struct {
 	// Replicas, above 1, runs a cluster of that many nats-server processes on this machine,
 	// with every Flow stream and bucket replicated on all of them (not with Embedded).
 	Replicas int
+	// SerialCommits runs the worker with serial commits (services/worker.Config.SerialCommits)
+	// instead of the default pipeline, for comparing the two.
+	SerialCommits bool
 	// NATSServer is the nats-server binary (required unless Embedded).
 	NATSServer string
 	// Workloads selects workloads by name; empty runs all of them (W3-10k only when not
@@ -46,14 +49,17 @@ type Options struct {
 	Logger, ServiceLogger *slog.Logger
 }
 
-// Variant returns the result variant of a sync setting.
-func Variant(sync string, embedded bool, replicas int) string {
+// Variant returns the result variant of a sync setting under opts.
+func Variant(sync string, opts Options) string {
 	v := "sync=" + sync
-	if embedded {
+	if opts.Embedded {
 		v += ",nats=embedded"
 	}
-	if replicas > 1 {
-		v += fmt.Sprintf(",R%d", replicas)
+	if opts.Replicas > 1 {
+		v += fmt.Sprintf(",R%d", opts.Replicas)
+	}
+	if opts.SerialCommits {
+		v += ",serial"
 	}
 	return v
 }
@@ -98,7 +104,7 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 // runSync starts a NATS server and a Flow stack with fsync setting sync, runs the workloads on
 // them, and stops both.
 func runSync(ctx context.Context, opts Options, sync string, sel []*workload) (_ []Result, err error) {
-	variant := Variant(sync, opts.Embedded, opts.Replicas)
+	variant := Variant(sync, opts)
 	server := ""
 	if sync == "always" {
 		server = "always"
@@ -117,7 +123,7 @@ func runSync(ctx context.Context, opts Options, sync string, sel []*workload) (_
 		return nil, fmt.Errorf("%s: starting NATS: %w", variant, err)
 	}
 	defer func() { err = errors.Join(err, ns.Stop()) }()
-	st, err := startStack(ctx, ns, opts.Replicas, opts.ServiceLogger)
+	st, err := startStack(ctx, ns, opts.Replicas, opts.SerialCommits, opts.ServiceLogger)
 	if err != nil {
 		return nil, fmt.Errorf("%s: starting Flow: %w", variant, err)
 	}

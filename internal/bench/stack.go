@@ -44,14 +44,16 @@ type stack struct {
 
 	// streams sizes Flow's streams: every service is given the same.
 	streams streams.Config
+	// serialCommits is Options.SerialCommits.
+	serialCommits bool
 
 	client *flow.Client
 	js     jetstream.JetStream // on the client's connection, for stream statistics
 }
 
 // startStack starts the services against ns. The history service creates Flow's streams.
-func startStack(ctx context.Context, ns natsServer, replicas int, logger *slog.Logger) (_ *stack, err error) {
-	s := &stack{nats: ns, logger: logger, reg: registry(logger), streams: streams.Config{Replicas: replicas}}
+func startStack(ctx context.Context, ns natsServer, replicas int, serialCommits bool, logger *slog.Logger) (_ *stack, err error) {
+	s := &stack{nats: ns, logger: logger, reg: registry(logger), streams: streams.Config{Replicas: replicas}, serialCommits: serialCommits}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, s.stop())
@@ -110,7 +112,7 @@ func (s *stack) startWorker(ctx context.Context) error {
 		return err
 	}
 	w, err := worker.New(worker.Config{Conn: conn, Logger: s.logger,
-		RunConcurrency: runConcurrency, StepConcurrency: stepConcurrency, Streams: s.streams}, s.reg)
+		RunConcurrency: runConcurrency, StepConcurrency: stepConcurrency, Streams: s.streams, SerialCommits: s.serialCommits}, s.reg)
 	if err := started(ctx, &s.worker, w, err, "the worker"); err != nil {
 		return err
 	}
