@@ -147,7 +147,11 @@ func (e *Engine) TerminateDelivery(ctx context.Context, runID, reason, deliveryI
 func (e *Engine) Fire(ctx context.Context, t core.Timer) error {
 	// Read at least to the event that scheduled the timer: a replica that has not caught up
 	// with it would show the timer as not pending, and the timer would be dropped unfired.
-	err := e.externalFrom(ctx, t.RunID, max(t.Seq, 1), t.Seq > 0, func(s *core.Snapshot) ([]event.Payload, error) {
+	use := readTail
+	if t.Seq > 0 {
+		use = trustRefusals
+	}
+	err := e.externalFrom(ctx, t.RunID, max(t.Seq, 1), use, func(s *core.Snapshot) ([]event.Payload, error) {
 		return core.Fire(s, t)
 	})
 	if errors.Is(err, core.ErrStale) {
@@ -250,18 +254,35 @@ var errFollow = errors.New("follow the continuation")
 // external appends the events compute derives from the run's current snapshot, re-deriving them
 // after a conflict, then wakes the run's driver in this engine, if any, and sends a resume task
 // as a fast path (the history service derives the same task). It never waits for a driver: if
-// one holds the run it reads a private projection.
+// one holds the run it reads a private projection. A cached snapshot is used without reading
+// the run first (confirmRefusals): what compute accepts on it commits only if nothing was
+// appended since, and what it refuses is decided again on the run as read.
 func (e *Engine) external(ctx context.Context, runID string, compute func(*core.Snapshot) ([]event.Payload, error)) error {
-	return e.externalFrom(ctx, runID, 1, false, compute) // a run that looks empty is checked with the stream's leader
+	return e.externalFrom(ctx, runID, 1, confirmRefusals, compute) // a run that looks empty is checked with the stream's leader
 }
 
-// externalFrom is external reading the run at least to sequence atLeast (at least 1). With
-// cached, a cached snapshot that reaches atLeast is used without reading the tail of the run
-// first: for a compute whose refusals stay true of every later snapshot (Fire's), since the
-// append's expected sequence catches a snapshot that is behind.
-func (e *Engine) externalFrom(ctx context.Context, runID string, atLeast uint64, cached bool, compute func(*core.Snapshot) ([]event.Payload, error)) error {
+// cachedUse is how externalOnce uses a cached snapshot of the run that reaches the sequence
+// asked for. A cached snapshot may be behind the run; the append's expected sequence catches
+// one that is, so what compute accepts on it is safe, and only its refusals need care.
+type cachedUse int
+
+const (
+	// readTail reads the events after the snapshot first.
+	readTail cachedUse = iota
+	// trustRefusals uses the snapshot as it is: compute's refusals stay true of every later
+	// snapshot (Fire's: a fired wait, a retry that started, an ended run stay so).
+	trustRefusals
+	// confirmRefusals uses the snapshot as it is, and when compute refuses, reads the events
+	// after it and asks compute again (a signal refused for the pending inputs the run has
+	// consumed since).
+	confirmRefusals
+)
+
+// externalFrom is external reading the run at least to sequence atLeast (at least 1), using a
+// cached snapshot as use says.
+func (e *Engine) externalFrom(ctx context.Context, runID string, atLeast uint64, use cachedUse, compute func(*core.Snapshot) ([]event.Payload, error)) error {
 	for {
-		task, err := e.externalOnce(ctx, runID, atLeast, cached, compute)
+		task, err := e.externalOnce(ctx, runID, atLeast, use, compute)
 		var ce *store.ConflictError
 		if errors.As(err, &ce) {
 			atLeast = max(atLeast, ce.Actual)
@@ -277,7 +298,7 @@ func (e *Engine) externalFrom(ctx context.Context, runID string, atLeast uint64,
 }
 
 // externalOnce appends once and returns the task that resumes the run after the append.
-func (e *Engine) externalOnce(ctx context.Context, runID string, atLeast uint64, cached bool, compute func(*core.Snapshot) ([]event.Payload, error)) (Task, error) {
+func (e *Engine) externalOnce(ctx context.Context, runID string, atLeast uint64, use cachedUse, compute func(*core.Snapshot) ([]event.Payload, error)) (Task, error) {
 	rl, locked := e.locks.tryLock(runID)
 	if locked {
 		defer e.locks.unlock(runID, rl)
@@ -286,16 +307,13 @@ func (e *Engine) externalOnce(ctx context.Context, runID string, atLeast uint64,
 	if locked {
 		s, _ = e.cache.get(runID)
 	}
+	unread := false
 	switch {
-	case s != nil && cached && (s.Seq >= atLeast || s.Terminal()):
+	case s != nil && use != readTail && (s.Seq >= atLeast || s.Terminal()):
 		// Current unless the append below conflicts.
+		unread = true
 	case s != nil:
-		tail, err := e.store.LoadAtLeast(ctx, runID, s.Seq, atLeast)
-		if err == nil {
-			err = s.ApplyAll(tail)
-		}
-		if err != nil {
-			e.cache.drop(runID)
+		if err := e.readTail(ctx, s, atLeast); err != nil {
 			return Task{}, err
 		}
 	default:
@@ -313,6 +331,12 @@ func (e *Engine) externalOnce(ctx context.Context, runID string, atLeast uint64,
 		return Task{}, err
 	}
 	events, err := compute(s)
+	if err != nil && unread && use == confirmRefusals {
+		if rerr := e.readTail(ctx, s, atLeast); rerr != nil {
+			return Task{}, rerr
+		}
+		events, err = compute(s)
+	}
 	if err != nil {
 		return Task{}, err
 	}
@@ -354,4 +378,17 @@ func traceInputs(ctx context.Context, events []event.Payload) {
 			p.TraceParent = tp
 		}
 	}
+}
+
+// readTail applies to s, run runID's cached snapshot, the events committed after it, up to at
+// least atLeast; on an error the run leaves the cache.
+func (e *Engine) readTail(ctx context.Context, s *core.Snapshot, atLeast uint64) error {
+	tail, err := e.store.LoadAtLeast(ctx, s.RunID, s.Seq, atLeast)
+	if err == nil {
+		err = s.ApplyAll(tail)
+	}
+	if err != nil {
+		e.cache.drop(s.RunID)
+	}
+	return err
 }
