@@ -125,9 +125,11 @@ type attemptRun struct {
 	// (after a failed pipelined append, see pipeline.go): a result whose gen is not the
 	// running one's is ignored.
 	gen uint64
-	// at is the snapshot's sequence when the attempt started: the commit that scheduled it is
-	// durable once the store acknowledged sequence at.
-	at uint64
+	// at is the snapshot's sequence when the attempt started, and epoch the driver's epoch
+	// then: the commit that scheduled it is durable once the store acknowledged sequence at in
+	// that epoch (see driver.valid).
+	at    uint64
+	epoch int
 }
 
 type driver struct {
@@ -163,6 +165,10 @@ type driver struct {
 	inflight, buffer *pendingCommit
 	acked            chan error
 	deferred         bool
+	// epoch counts the pipeline's refused appends; epochEnds[i] is the sequence the store had
+	// acknowledged when epoch i ended (a refused append read the run again).
+	epoch     int
+	epochEnds []uint64
 
 	// heard is signalled when a commit notice arrives; notices holds them. stopFollow ends the
 	// subscription, once there is one; graceTimer times followAfter.
@@ -176,8 +182,9 @@ type driver struct {
 type attemptResult struct {
 	a   core.Attempt
 	out core.StepOutcome
-	// gen and at are the attemptRun's.
+	// gen, at and epoch are the attemptRun's.
 	gen, at uint64
+	epoch   int
 }
 
 func (d *driver) result(waitingOn string, err error) Result {
@@ -773,7 +780,7 @@ func (d *driver) launch(ctx context.Context) error {
 		})
 		stopBase := context.AfterFunc(d.baseCtx, cancel)
 		d.gens++
-		run := &attemptRun{cancel: cancel, detached: detached, gen: d.gens, at: d.s.Seq}
+		run := &attemptRun{cancel: cancel, detached: detached, gen: d.gens, at: d.s.Seq, epoch: d.epoch}
 		d.running[key] = run
 		go d.runAttempt(actx, a, run, func() {
 			release()
@@ -862,7 +869,7 @@ func (d *driver) runAttempt(ctx context.Context, a core.Attempt, run *attemptRun
 	d.e.slots.release()
 	stepDone(ctx, span, a, out, time.Since(began))
 	select {
-	case d.results <- attemptResult{a: a, out: out, gen: run.gen, at: run.at}:
+	case d.results <- attemptResult{a: a, out: out, gen: run.gen, at: run.at, epoch: run.epoch}:
 	case <-d.done:
 	}
 }

@@ -223,28 +223,38 @@ func (d *driver) pipelineFailed(ctx context.Context, c *pendingCommit, appendErr
 		d.buffer = nil
 	}
 	d.waiting = nil
-	if err := d.reload(ctx, appendErr); err != nil {
-		return err
-	}
+	// What was started ahead of an unacknowledged commit belongs to the epoch that ends here.
+	d.epochEnds = append(d.epochEnds, acked)
+	d.epoch++
 	for k, run := range d.running {
 		if run.at > acked {
 			run.cancel()
 			delete(d.running, k)
 		}
 	}
+	if err := d.reload(ctx, appendErr); err != nil {
+		return err
+	}
 	if !errors.Is(appendErr, store.ErrConflict) {
 		return fmt.Errorf("recording step results of run %q: %w", d.runID, appendErr)
 	}
-	var again []attemptResult
-	for _, r := range lost {
-		if r.at <= acked {
-			again = append(again, r)
+	if again := d.valid(lost); len(again) > 0 {
+		return d.recordOnce(ctx, again)
+	}
+	return nil
+}
+
+// valid returns the results of attempts that started on acknowledged commits: in this epoch,
+// or in an earlier one on a commit acknowledged before it ended. The others ran on a schedule
+// the store refused; the run as read may even schedule the same attempt with another input.
+func (d *driver) valid(results []attemptResult) []attemptResult {
+	kept := results[:0:0]
+	for _, r := range results {
+		if r.epoch == d.epoch || r.at <= d.epochEnds[r.epoch] {
+			kept = append(kept, r)
 		}
 	}
-	if len(again) == 0 {
-		return nil
-	}
-	return d.recordOnce(ctx, again)
+	return kept
 }
 
 // pipe applies decision to the snapshot, which already holds events (the results it answers),

@@ -78,6 +78,9 @@ func (d *driver) recordOnce(ctx context.Context, results []attemptResult) error 
 			return err
 		}
 	}
+	if results = d.valid(results); len(results) == 0 {
+		return nil
+	}
 	expected, first := d.s.Seq, d.s.Seq+1
 	t := e.now(d.s)
 	var events []event.Payload
