@@ -42,7 +42,7 @@ import (
 //     the input.
 //
 // The snapshot (driver.s) is the run as recorded by the pipeline, ahead of the store by what is
-// in flight and buffered; committedSeq is where the store is.
+// in flight and buffered: the store is at the sequence before the first commit in flight.
 
 // The bounds of a buffered commit: past them, the driver waits for the commit in flight and
 // sends the buffer before it records more. maxBufferBytes, estimated from the payloads
@@ -76,8 +76,6 @@ type pendingDecision struct {
 	traces []string
 }
 
-func (c *pendingCommit) last() uint64 { return c.first + uint64(len(c.events)) - 1 }
-
 // add appends o, which follows c, to c.
 func (c *pendingCommit) add(o *pendingCommit) {
 	c.events = append(c.events, o.events...)
@@ -89,14 +87,6 @@ func (c *pendingCommit) add(o *pendingCommit) {
 
 // pending reports whether the pipeline holds a commit in flight or buffered.
 func (d *driver) pending() bool { return d.inflight != nil }
-
-// committedSeq is the run's last sequence the store acknowledged.
-func (d *driver) committedSeq() uint64 {
-	if d.inflight != nil {
-		return d.inflight.first - 1
-	}
-	return d.s.Seq
-}
 
 // full reports whether the buffer cannot take results more attempt results, of about bytes
 // bytes, and events more events.
