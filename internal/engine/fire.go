@@ -27,14 +27,7 @@ func (e *Engine) Preload(ctx context.Context, t core.Timer) error {
 		if s.Seq >= atLeast || s.Terminal() {
 			return nil
 		}
-		tail, err := e.store.LoadAtLeast(ctx, t.RunID, s.Seq, atLeast)
-		if err == nil {
-			err = s.ApplyAll(tail)
-		}
-		if err != nil {
-			e.cache.drop(t.RunID)
-		}
-		return err
+		return e.readTail(ctx, s, atLeast)
 	}
 	s, err := e.snapshot(ctx, t.RunID, atLeast)
 	if err != nil {
