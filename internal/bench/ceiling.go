@@ -25,9 +25,9 @@ const (
 	ceilingSubjects = 1000
 )
 
-// ceilingStreamFor creates the test stream with FLOW_HISTORY's storage and replicas, and returns
-// a func that deletes it.
-func (r *rep) ceilingStreamFor() (func() error, error) {
+// ceilingStreamFor creates the test stream with FLOW_HISTORY's storage and replicas (and, with
+// atomic, atomic batch publishes allowed), and returns a func that deletes it.
+func (r *rep) ceilingStreamFor(atomic bool) (func() error, error) {
 	hist, err := r.st.js.Stream(r.ctx, streams.History)
 	if err != nil {
 		return nil, fmt.Errorf("reading %s: %w", streams.History, err)
@@ -35,7 +35,7 @@ func (r *rep) ceilingStreamFor() (func() error, error) {
 	hc := hist.CachedInfo().Config
 	if _, err := r.st.js.CreateStream(r.ctx, jetstream.StreamConfig{
 		Name: ceilingStream, Subjects: []string{ceilingPrefix + ">"},
-		Storage: hc.Storage, Replicas: hc.Replicas, Retention: jetstream.LimitsPolicy,
+		Storage: hc.Storage, Replicas: hc.Replicas, Retention: jetstream.LimitsPolicy, AllowAtomicPublish: atomic,
 	}); err != nil {
 		return nil, fmt.Errorf("creating %s: %w", ceilingStream, err)
 	}
@@ -67,7 +67,7 @@ func (r *rep) appendLoop(subjects []string, deadline time.Time) (int, error) {
 // ceiling appends for r.n milliseconds to nSubjects subjects from goroutines goroutines (each
 // owning every goroutines-th subject) and returns appends_per_s.
 func (r *rep) ceiling(nSubjects, goroutines int) (_ map[string]float64, err error) {
-	drop, err := r.ceilingStreamFor()
+	drop, err := r.ceilingStreamFor(false)
 	if err != nil {
 		return nil, err
 	}

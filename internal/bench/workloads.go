@@ -53,6 +53,7 @@ var workloads = []*workload{
 	{name: "W9", full: 10_000, quick: 2000, warm: 1000, timeout: 3 * time.Minute, run: runW9},
 	{name: "ceiling-1", full: 3000, quick: 500, warm: 500, timeout: time.Minute, run: runCeiling1},
 	{name: "ceiling-1000", full: 3000, quick: 500, warm: 500, timeout: time.Minute, run: runCeiling1000},
+	{name: "ceiling-batch", full: 4000, quick: 1000, warm: 1000, timeout: time.Minute, run: runCeilingBatch},
 	{name: "Q1", full: 2000, quick: 500, warm: 200, timeout: 2 * time.Minute, run: runQ1},
 	{name: "update", full: 2000, quick: 400, warm: 100, timeout: 3 * time.Minute, run: runUpdates},
 	{name: "large-payload", full: 100, quick: 8, once: true, timeout: 10 * time.Minute, run: runLargePayload},

@@ -165,6 +165,9 @@ type driver struct {
 	inflight, buffer *pendingCommit
 	acked            chan error
 	deferred         bool
+	// proven is set once an append of this drive was acknowledged: the driver owns the run's
+	// tail, and steps may start ahead of their commit (mayStart).
+	proven bool
 	// epoch counts the pipeline's refused appends; epochEnds[i] is the sequence the store had
 	// acknowledged when epoch i ended (a refused append read the run again).
 	epoch     int
@@ -658,6 +661,7 @@ func (d *driver) commitDecision(ctx context.Context, began time.Time, events []e
 	if err := e.commit(ctx, d.s, events); err != nil {
 		return err
 	}
+	d.proven = true
 	ctx, span := d.decided(ctx, began, first, events, traces, nil)
 	defer span.End()
 	d.logDecision(ctx, events)

@@ -27,8 +27,10 @@ import (
 //   - The store, and so every reader of the history (Client.Result, the history service, the
 //     runs index, other workers), sees only acknowledged commits, in order, each a whole
 //     commit: nothing is observed out of the history that is not durable.
-//   - Only step attempts start ahead of their commit, and only those without timeouts (their
-//     heartbeats and deadlines are watched from the history). Every other effect of a decision
+//   - Only step attempts start ahead of their commit, only once the driver owns the run's tail
+//     (an append of its own was acknowledged in this drive: a commit that a dead writer left in
+//     flight can no longer land), and only those without timeouts (their heartbeats and
+//     deadlines are watched from the history). Every other effect of a decision
 //     (a child's start, a hook's token, the run's end, the drive's result, a query's answer, a
 //     read of the run by another writer on this engine) waits until the pipeline is settled:
 //     nothing in flight, nothing buffered.
@@ -155,6 +157,7 @@ func (d *driver) ackArrived(ctx context.Context, appendErr error) (changed bool,
 	if appendErr != nil {
 		return true, d.pipelineFailed(ctx, c, appendErr)
 	}
+	d.proven = true
 	if b := d.buffer; b != nil {
 		d.buffer = nil
 		d.send(ctx, b)
@@ -301,9 +304,9 @@ func (d *driver) pipeDecision(ctx context.Context, began time.Time, events []eve
 	return d.pipe(ctx, d.s.Seq+1, t, began, nil, nil, nil, events, d.s.InputTraces())
 }
 
-// mayStart reports whether attempt a may start now, ahead of the commit that schedules it:
-// only when that commit is acknowledged, or the step has no timeout (its heartbeats and
-// deadlines are watched from the history).
+// mayStart reports whether attempt a may start now: when nothing is in flight, or ahead of the
+// commit that schedules it once the driver owns the run's tail (proven) and the step has no
+// timeout (its heartbeats and deadlines are watched from the history).
 func (d *driver) mayStart(a core.Attempt) bool {
-	return !d.pending() || a.Timeouts.IsZero()
+	return !d.pending() || d.proven && a.Timeouts.IsZero()
 }

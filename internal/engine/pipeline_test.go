@@ -16,15 +16,15 @@ import (
 	"github.com/flowrun/flow/pkg/flow"
 )
 
-// heldFirstSchedule holds the first append that schedules a step until hold is closed.
-type heldFirstSchedule struct {
+// heldFirstResult holds the first append that records a step result until hold is closed.
+type heldFirstResult struct {
 	commitLog
 	once sync.Once
 	hold chan struct{}
 }
 
-func (s *heldFirstSchedule) Append(ctx context.Context, runID string, expected uint64, events ...event.Event) (uint64, error) {
-	if _, ok := events[0].Payload.(*event.StepScheduled); ok {
+func (s *heldFirstResult) Append(ctx context.Context, runID string, expected uint64, events ...event.Event) (uint64, error) {
+	if _, ok := events[0].Payload.(*event.StepCompleted); ok {
 		s.once.Do(func() { <-s.hold })
 	}
 	return s.commitLog.Append(ctx, runID, expected, events...)
@@ -32,18 +32,19 @@ func (s *heldFirstSchedule) Append(ctx context.Context, runID string, expected u
 
 // While a run's commit is in flight its driver goes on: the step that commit schedules runs, its
 // result and the decision on it are buffered, the next step runs, and so on; what was buffered
-// is appended as one commit chained on the acknowledged one.
+// is appended as one commit chained on the acknowledged one. The first step waits for its
+// schedule's ack: until one of its appends is acknowledged, a driver may not own the run's tail.
 func TestPipelinedStepsShareAnAppend(t *testing.T) {
 	t.Parallel()
 	const n = 5
-	st := &heldFirstSchedule{commitLog: commitLog{EventStore: memstore.New()}, hold: make(chan struct{})}
+	st := &heldFirstResult{commitLog: commitLog{EventStore: memstore.New()}, hold: make(chan struct{})}
 	var runs atomic.Int32
 	b := setup(t, func(reg *flow.Registry) {
 		registerSeq(reg, n)
 		flow.RegisterStep(reg, "inc", func(_ context.Context, v int) (int, error) {
 			runs.Add(1)
 			if v == n-1 {
-				close(st.hold) // the last step ran while the first step's schedule was held
+				close(st.hold) // the last step ran while the first result's append was held
 			}
 			return v + 1, nil
 		})
@@ -56,8 +57,9 @@ func TestPipelinedStepsShareAnAppend(t *testing.T) {
 	require.Equal(t, [][]event.Type{
 		{event.TypeRunStarted},
 		{event.TypeStepScheduled},
-		{event.TypeStepCompleted, event.TypeStepScheduled, event.TypeStepCompleted, event.TypeStepScheduled, event.TypeStepCompleted,
-			event.TypeStepScheduled, event.TypeStepCompleted, event.TypeStepScheduled, event.TypeStepCompleted, event.TypeRunCompleted},
+		{event.TypeStepCompleted, event.TypeStepScheduled},
+		{event.TypeStepCompleted, event.TypeStepScheduled, event.TypeStepCompleted, event.TypeStepScheduled,
+			event.TypeStepCompleted, event.TypeStepScheduled, event.TypeStepCompleted, event.TypeRunCompleted},
 	}, st.commits)
 	require.EqualValues(t, n, runs.Load())
 	hist := load(t, st, runID)
