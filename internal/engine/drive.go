@@ -66,17 +66,19 @@ func (e *UnknownDefinitionError) Error() string {
 // unknown definition, damaged history): nothing is lost, and driving the run again later
 // continues from its history.
 func (e *Engine) Drive(ctx context.Context, runID string, minSeq uint64) (Result, error) {
-	return e.drive(ctx, runID, minSeq, nil)
+	return e.drive(ctx, runID, minSeq, nil, false)
 }
 
 // DriveTask is Drive for the run and sequence task t names. The commit the task carries
 // (Task.Head) is applied instead of reading the run, when it is the run's next commit after the
 // cached snapshot, or, for a run not cached, its first.
 func (e *Engine) DriveTask(ctx context.Context, t Task) (Result, error) {
-	return e.drive(ctx, t.RunID, t.Seq, t.Head)
+	return e.drive(ctx, t.RunID, t.Seq, t.Head, t.FirstDelivery && t.Seq == 1)
 }
 
-func (e *Engine) drive(ctx context.Context, runID string, minSeq uint64, head *Head) (Result, error) {
+// drive drives run runID; first says that the task is a new run's first delivery (see
+// Task.FirstDelivery).
+func (e *Engine) drive(ctx context.Context, runID string, minSeq uint64, head *Head, first bool) (Result, error) {
 	if e.rt == nil {
 		return Result{RunID: runID}, errors.New("engine: Drive needs Config.Runtime")
 	}
@@ -84,7 +86,7 @@ func (e *Engine) drive(ctx context.Context, runID string, minSeq uint64, head *H
 	d := &driver{e: e, runID: runID, rl: rl, running: map[attemptKey]*attemptRun{},
 		results: make(chan attemptResult), done: make(chan struct{}), heard: make(chan struct{}, 1), acked: make(chan error, 1)}
 	d.stepCtx, d.cancelSteps = context.WithCancel(ctx)
-	d.head = head
+	d.head, d.firstWriter = head, first
 	res, err := d.run(ctx, minSeq)
 	if d.pending() {
 		// The drive stopped with commits in flight or buffered: the snapshot is ahead of the
@@ -165,9 +167,10 @@ type driver struct {
 	inflight, buffer *pendingCommit
 	acked            chan error
 	deferred         bool
-	// proven is set once an append of this drive was acknowledged: the driver owns the run's
-	// tail, and steps may start ahead of their commit (mayStart).
-	proven bool
+	// proven is set once an append of this drive was acknowledged, or from the start for a new
+	// run's first writer (firstWriter, with the run at its run.started): the driver owns the
+	// run's tail, and steps may start ahead of their commit (mayStart).
+	proven, firstWriter bool
 	// epoch counts the pipeline's refused appends; epochEnds[i] is the sequence the store had
 	// acknowledged when epoch i ended (a refused append read the run again).
 	epoch     int
@@ -199,6 +202,7 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 	if err := d.load(ctx, minSeq); err != nil {
 		return Result{RunID: d.runID}, err
 	}
+	d.proven = d.firstWriter && d.s.Seq == 1
 	ctx = d.traced(ctx)
 	// No attempt has started yet: attempts run in the traced context, which names their run
 	// and their spans' parent once per drive.

@@ -81,6 +81,10 @@ type Task struct {
 	// run.started, an input. A worker that holds the run up to the commit's first event (or,
 	// for a new run, nothing) applies it instead of reading the run.
 	Head *Head `json:"head,omitempty"`
+	// FirstDelivery is set by a worker whose queue delivered the task for the first time: no
+	// other worker has received it, so for a new run's task (Seq 1) the driver is the run's
+	// first writer and owns its tail from the start (pipeline.go).
+	FirstDelivery bool `json:"-"`
 }
 
 // Head is one commit of a run, carried by a task, with its store position (store.Positioner).

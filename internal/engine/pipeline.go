@@ -28,9 +28,10 @@ import (
 //     runs index, other workers), sees only acknowledged commits, in order, each a whole
 //     commit: nothing is observed out of the history that is not durable.
 //   - Only step attempts start ahead of their commit, only once the driver owns the run's tail
-//     (an append of its own was acknowledged in this drive: a commit that a dead writer left in
-//     flight can no longer land), and only those without timeouts (their heartbeats and
-//     deadlines are watched from the history). Every other effect of a decision
+//     (an append of its own was acknowledged in this drive, so that a commit a dead writer left
+//     in flight can no longer land; or the drive is a new run's first, from its task's first
+//     delivery), and only those without timeouts (their heartbeats and deadlines are watched
+//     from the history). Every other effect of a decision
 //     (a child's start, a hook's token, the run's end, the drive's result, a query's answer, a
 //     read of the run by another writer on this engine) waits until the pipeline is settled:
 //     nothing in flight, nothing buffered.

@@ -433,7 +433,7 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	}
 	ctx = tracing.WithRunID(ctx, runID)
 	stop := w.heartbeat(msg)
-	task.RunID = runID
+	task.RunID, task.FirstDelivery = runID, deliveries(msg) == 1
 	res, err := w.engine.DriveTask(ctx, task)
 	stop()
 	var wrongBuild *engine.WrongBuildError
