@@ -13,7 +13,8 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// A driver's commit pipeline (docs/performance.md, "Pipelined commits").
+// A driver's commit pipeline (docs/performance.md, "Pipelined commits: what a client may
+// observe").
 //
 // A driver keeps at most one append of its run in flight: a clustered stream refuses a second
 // expected-sequence append to a subject behind one in flight (error 10164), and each commit
@@ -31,10 +32,9 @@ import (
 //     (an append of its own was acknowledged in this drive, so that a commit a dead writer left
 //     in flight can no longer land; or the drive is a new run's first, from its task's first
 //     delivery), and only those without timeouts (their heartbeats and deadlines are watched
-//     from the history). Every other effect of a decision
-//     (a child's start, a hook's token, the run's end, the drive's result, a query's answer, a
-//     read of the run by another writer on this engine) waits until the pipeline is settled:
-//     nothing in flight, nothing buffered.
+//     from the history). Every other effect of a decision (a child's start, a hook's token, the
+//     run's end, the drive's result, a query's answer, a read of the run by another writer on
+//     this engine) waits until the pipeline is settled: nothing in flight, nothing buffered.
 //   - A rejected append (a conflict with another writer, an unavailable store) discards what is
 //     buffered and reads the run again from the store, as a failed append always did; attempts
 //     started on commits that were not acknowledged are cancelled and their results ignored;
