@@ -91,18 +91,20 @@ func (c *pendingCommit) add(o *pendingCommit) {
 // pending reports whether the pipeline holds a commit in flight or buffered.
 func (d *driver) pending() bool { return d.inflight != nil }
 
-// full reports whether the buffer cannot take results more attempt results, of about bytes
-// bytes, and events more events.
+// full reports whether the buffer cannot take another results attempt results and events
+// events, of about bytes bytes in all.
 func (d *driver) full(results, events, bytes int) bool {
 	b := d.buffer
 	return b != nil && (len(b.results)+results > maxResultsPerCommit || len(b.events)+events > maxBufferedEvents ||
 		b.bytes+bytes > maxBufferBytes)
 }
 
-// payloadBytes estimates the encoded size of p: its JSON payloads, and a few hundred bytes of
-// envelope and fields.
+// overhead estimates the encoded size of an event's envelope and fields, besides its JSON
+// payloads.
+const overhead = 256
+
+// payloadBytes estimates the encoded size of p: its JSON payloads and their overhead.
 func payloadBytes(p event.Payload) int {
-	const overhead = 256
 	switch p := p.(type) {
 	case *event.StepCompleted:
 		return overhead + len(p.Output)
@@ -116,11 +118,11 @@ func payloadBytes(p event.Payload) int {
 	return 2 * overhead
 }
 
-// resultBytes estimates the encoded size of the results' events (payloadBytes).
+// resultBytes estimates the encoded size of the results' events, as payloadBytes does.
 func resultBytes(results []attemptResult) int {
 	n := 0
 	for _, r := range results {
-		n += 256 + len(r.out.Output)
+		n += overhead + len(r.out.Output)
 	}
 	return n
 }
@@ -242,6 +244,9 @@ func (d *driver) pipelineFailed(ctx context.Context, c *pendingCommit, appendErr
 // or in an earlier one on a commit acknowledged before it ended. The others ran on a schedule
 // the store refused; the run as read may even schedule the same attempt with another input.
 func (d *driver) valid(results []attemptResult) []attemptResult {
+	if d.epoch == 0 {
+		return results // no append was refused: every attempt started in this epoch
+	}
 	kept := results[:0:0]
 	for _, r := range results {
 		if r.epoch == d.epoch || r.at <= d.epochEnds[r.epoch] {
