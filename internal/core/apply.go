@@ -470,6 +470,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		st := s.Steps[d.StepID]
 		st.Attempt, st.RetryDue, st.RetrySeq = d.Attempt, d.Due, e.Seq
 		st.Held = false
+		s.TimerSeq = e.Seq
 		s.expectRetry = ""
 	case *event.StepRetryFired:
 		st := s.Steps[d.StepID]
@@ -496,6 +497,7 @@ func (s *Snapshot) mutate(e event.Envelope) {
 		s.ids[d.WaitID] = kindWait
 		s.Waits[d.WaitID] = &Wait{ID: d.WaitID, Deadline: d.Deadline.UTC(), Duration: d.Duration, Seq: e.Seq}
 		p.WaitsPending++
+		s.TimerSeq = e.Seq
 	case *event.WaitFired:
 		w := s.Waits[d.WaitID]
 		w.Fired, w.FiredSeq = true, e.Seq

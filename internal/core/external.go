@@ -119,22 +119,39 @@ func Timers(s *Snapshot) []Timer {
 	if s.Terminal() {
 		return nil
 	}
-	var ts []Timer
-	for _, w := range s.Waits {
-		if !w.Fired {
-			ts = append(ts, Timer{RunID: s.RunID, Kind: TimerWait, ID: w.ID, Due: w.Deadline, Seq: w.Seq})
-		}
-	}
-	for _, st := range s.Steps {
-		if st.Status == StepRetrying && !st.RetryDue.IsZero() {
-			ts = append(ts, Timer{RunID: s.RunID, Kind: TimerRetry, ID: st.ID, Attempt: st.Attempt, Due: st.RetryDue, Seq: st.RetrySeq})
-		}
-	}
+	ts := OwnTimers(s)
 	if s.Delayed {
 		ts = append(ts, startTimer(s))
 	}
 	ts = append(ts, timeoutTimers(s)...)
 	return append(ts, childRetryTimers(s)...)
+}
+
+// OwnTimers returns the pending timers that only the run's own code waits on: unfired waits
+// and retries waiting out a backoff. The run's driver fires them itself once due, in one commit
+// with the decision they allow (engine, due.go); the scheduler fires them only when no driver
+// did. Its cost grows with the run's waits and steps; Snapshot.TimerSeq and the pending counts
+// tell when it may have changed.
+func OwnTimers(s *Snapshot) []Timer {
+	if s.Terminal() {
+		return nil
+	}
+	var ts []Timer
+	if s.Progress.WaitsPending > 0 {
+		for _, w := range s.Waits {
+			if !w.Fired {
+				ts = append(ts, Timer{RunID: s.RunID, Kind: TimerWait, ID: w.ID, Due: w.Deadline, Seq: w.Seq})
+			}
+		}
+	}
+	if s.Progress.StepsRetrying > 0 {
+		for _, st := range s.Steps {
+			if st.Status == StepRetrying && !st.RetryDue.IsZero() {
+				ts = append(ts, Timer{RunID: s.RunID, Kind: TimerRetry, ID: st.ID, Attempt: st.Attempt, Due: st.RetryDue, Seq: st.RetrySeq})
+			}
+		}
+	}
+	return ts
 }
 
 // NewTimers returns the timers that events, about to be or just committed to run runID, create.

@@ -259,6 +259,10 @@ type Snapshot struct {
 	Parent        *event.ParentRef `json:"parent,omitempty"`
 	ContinuedFrom string           `json:"continued_from,omitempty"`
 	Generation    int              `json:"generation,omitempty"`
+	// TimerSeq is the sequence of the latest event that scheduled one of the run's own timers
+	// (OwnTimers: a wait or a retry backoff), 0 for none, or unknown in a snapshot decoded
+	// from JSON: with the pending counts it tells a driver when to look for them again.
+	TimerSeq uint64 `json:"-"`
 	// TraceParent is the run's trace context, as run.started recorded it ("" for none).
 	TraceParent string `json:"-"`
 

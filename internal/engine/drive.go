@@ -183,6 +183,12 @@ type driver struct {
 	notices    []store.Commit
 	stopFollow func()
 	graceTimer *time.Timer
+
+	// due caches the earliest due time of the run's own timers, dueTimer wakes wait when it
+	// comes, and heldFor is the due time the drive last held for (due.go).
+	due      dueCache
+	dueTimer *time.Timer
+	heldFor  time.Time
 }
 
 type attemptResult struct {
@@ -232,9 +238,16 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 			if d.live() == 0 {
 				return d.result("", nil), d.heldError(p)
 			}
-			if err := d.wait(ctx); err != nil {
+			if err := d.wait(ctx, false); err != nil {
 				return d.result("", nil), err
 			}
+			continue
+		}
+		if fired, err := d.fireDue(ctx); errors.Is(err, store.ErrConflict) {
+			continue // read again: look at the run as it is
+		} else if err != nil {
+			return d.result("", nil), err
+		} else if fired {
 			continue
 		}
 		began := time.Now()
@@ -305,6 +318,14 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 			// Its attempts wait for step slots: the run waits without holding this worker.
 			return d.result("step limit", nil), d.limited
 		}
+		if d.live() == 0 && d.holdDue() {
+			// A timer of the run falls due in a moment: fire it here rather than hand the run
+			// back and wait for the scheduler's task.
+			if err := d.wait(ctx, true); err != nil {
+				return d.result("", nil), err
+			}
+			continue
+		}
 		if d.live() == 0 {
 			more, err := d.more(ctx)
 			if err != nil {
@@ -315,7 +336,7 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 			}
 			return d.result(verdict.WaitingOn, nil), nil
 		}
-		if err := d.wait(ctx); err != nil {
+		if err := d.wait(ctx, true); err != nil {
 			return d.result("", nil), err
 		}
 	}
@@ -326,9 +347,10 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 const followAfter = 2 * time.Millisecond
 
 // wait returns once the run changed while its attempts run: an attempt's result was recorded,
-// or another writer committed (a signal, a timer, a cancellation). Attempts that outlast
+// or another writer committed (a signal, a timer, a cancellation); or, with due, once one of
+// the run's own timers fell due, for the drive loop to fire (due.go). Attempts that outlast
 // followAfter make the driver follow the run's commits (store.Follower) until the drive ends.
-func (d *driver) wait(ctx context.Context) error {
+func (d *driver) wait(ctx context.Context, due bool) error {
 	var grace <-chan time.Time
 	if d.stopFollow == nil {
 		if d.graceTimer == nil {
@@ -339,12 +361,20 @@ func (d *driver) wait(ctx context.Context) error {
 		defer d.graceTimer.Stop()
 		grace = d.graceTimer.C
 	}
+	var dueC <-chan time.Time
+	if due {
+		var stop func()
+		dueC, stop = d.dueTimerC()
+		defer stop()
+	}
 	for {
 		var acked <-chan error
 		if d.inflight != nil {
 			acked = d.acked
 		}
 		select {
+		case <-dueC:
+			return nil // the drive loop fires what is due
 		case appendErr := <-acked:
 			// Once the pipeline is idle the drive loop starts what waited for it.
 			changed, err := d.ackArrived(ctx, appendErr)
@@ -535,6 +565,11 @@ func (d *driver) fromHead(first, minSeq uint64) []event.Envelope {
 	hist, err := event.DecodeEnvelopes(d.head.Events)
 	if err != nil || len(hist) == 0 || hist[len(hist)-1].Seq < minSeq {
 		return nil
+	}
+	if last := hist[len(hist)-1]; first > 1 && last.Seq == first-1 && last.RunID == d.runID {
+		// The snapshot ends with the commit: there is nothing to apply (a timer handed off).
+		ps.ObservePosition(d.runID, last.Seq, d.head.Position)
+		return []event.Envelope{}
 	}
 	for i, e := range hist {
 		if e.RunID != d.runID || e.Seq != first+uint64(i) {

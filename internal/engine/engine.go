@@ -13,6 +13,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -147,6 +148,9 @@ func (e *TokenTakenError) Is(target error) bool { return target == ErrTokenTaken
 // Clock tells the time. Tests pass a virtual clock.
 type Clock interface{ Now() time.Time }
 
+// defaultHoldTimers is Config.HoldTimers's default.
+const defaultHoldTimers = 50 * time.Millisecond
+
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
@@ -174,6 +178,10 @@ type Config struct {
 	// on. Defaults to false: commits are pipelined, one append in flight per run and the
 	// commits recorded meanwhile buffered into the next (pipeline.go).
 	SerialCommits bool
+	// HoldTimers is how long before one of its run's own timers (a wait, a retry backoff) falls
+	// due a drive that would end waits in place to fire it itself (due.go). Defaults to 50ms;
+	// negative never holds a run.
+	HoldTimers time.Duration
 	// CacheSize caps the number of run snapshots kept between drives. Defaults to 10,000;
 	// negative disables the cache.
 	CacheSize int
@@ -232,6 +240,8 @@ type Engine struct {
 	pending PendingLimits
 	// serialCommits is Config.SerialCommits.
 	serialCommits bool
+	// holdTimers is Config.HoldTimers, defaulted.
+	holdTimers time.Duration
 }
 
 // New returns an engine.
@@ -259,7 +269,7 @@ func New(cfg Config) (*Engine, error) {
 	return &Engine{faults: cfg.Faults, store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
 		logger: cfg.Logger, buildID: cfg.BuildID, slots: newStepSlots(cfg.StepConcurrency), cache: newCache(cfg.CacheSize),
 		keys: cfg.Keys, stepLimits: cfg.StepLimits, heartbeats: cfg.Heartbeats, pauses: cfg.Pauses, payloads: cfg.Payloads, checkpoints: cfg.Checkpoints,
-		pending: cfg.Pending, serialCommits: cfg.SerialCommits}, nil
+		pending: cfg.Pending, serialCommits: cfg.SerialCommits, holdTimers: cmp.Or(cfg.HoldTimers, defaultHoldTimers)}, nil
 }
 
 // StartParams describe a new run.

@@ -48,6 +48,10 @@ type RunTail struct {
 	// Last is the run's last committed event as read; a lagging replica may answer with an
 	// earlier one.
 	Last event.Envelope
+	// Commit, when set, is the commit that ends with Last, and Position where it sits in the
+	// store: a resume task carries them (Task.Head).
+	Commit   []event.Envelope
+	Position uint64
 }
 
 // FireOnTail fires timer t as Fire does, but reads nothing when tail shows that the run's last
@@ -69,6 +73,25 @@ func (e *Engine) FireOnTail(ctx context.Context, t core.Timer, tail RunTail) err
 	e.locks.poke(t.RunID)
 	e.resume(ctx, Task{RunID: t.RunID, Queue: tail.Queue, Build: tail.Build, Seq: t.Seq + 1, TraceParent: tail.TraceParent, Head: head})
 	return nil
+}
+
+// HandOff sends the run of t, one of the run's own timers (core.OwnTimers) that fell due, a
+// resume task, so that a worker fires t itself in one commit with the decision that follows
+// (due.go). tail names the run's queue and build; the task's nonce names the timer, so that
+// handing the same timer off again (a new scheduler leader) sends no second task.
+//
+// The task carries the run's last commit as tail read it, where tail holds it: a worker whose
+// cached snapshot ends with that commit reads nothing before it fires t (a commit made since
+// makes its append conflict, and is read then).
+func (e *Engine) HandOff(ctx context.Context, t core.Timer, tail RunTail) error {
+	task := Task{RunID: t.RunID, Queue: tail.Queue, Build: tail.Build, Seq: max(t.Seq, tail.Last.Seq),
+		Nonce: "due." + t.Key(), TraceParent: tail.TraceParent}
+	if n := len(tail.Commit); n > 0 && tail.Commit[n-1].Seq == task.Seq && tail.Position > 0 {
+		if b, err := event.MarshalEnvelopes(tail.Commit); err == nil && len(b) <= maxHead {
+			task.Head = &Head{Events: b, Position: tail.Position}
+		}
+	}
+	return e.host.Resume(ctx, task)
 }
 
 // errCached sends a firing to the cached snapshot.

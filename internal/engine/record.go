@@ -81,7 +81,7 @@ func (d *driver) recordOnce(ctx context.Context, results []attemptResult) error 
 	if results = d.valid(results); len(results) == 0 {
 		return nil
 	}
-	expected, first := d.s.Seq, d.s.Seq+1
+	expected := d.s.Seq
 	t := e.now(d.s)
 	var events []event.Payload
 	var failed []attemptResult
@@ -107,6 +107,17 @@ func (d *driver) recordOnce(ctx context.Context, results []attemptResult) error 
 	if len(events) == 0 {
 		return nil
 	}
+	return d.commitInputs(ctx, expected, t, results, failed, events)
+}
+
+// commitInputs commits events, inputs already applied to the snapshot at t after sequence
+// expected (the results of attempts, the firings of due timers), with the decision the code
+// makes on them where it makes one at once: through the pipeline, or appended at once when
+// commits are serial. On an error wrapping store.ErrConflict the snapshot has been read again
+// from the store.
+func (d *driver) commitInputs(ctx context.Context, expected uint64, t time.Time, results, failed []attemptResult, events []event.Payload) error {
+	e := d.e
+	first := expected + 1
 	// From here until the append succeeds the snapshot holds events the store may not.
 	began := time.Now()
 	decision, traces := d.decideAhead(t)
@@ -122,7 +133,7 @@ func (d *driver) recordOnce(ctx context.Context, results []attemptResult) error 
 		if errors.Is(err, store.ErrConflict) {
 			return err
 		}
-		return fmt.Errorf("recording %d step results of run %q: %w", len(results), d.runID, err)
+		return fmt.Errorf("recording %d events of run %q: %w", len(events), d.runID, err)
 	}
 	for _, r := range failed {
 		e.logger.WarnContext(ctx, "step attempt failed", slog.String("run_id", d.runID), slog.String("step_id", r.a.StepID),

@@ -77,7 +77,7 @@ var objectWriters = map[string][]string{
 // readers is the policy of who reads each stream's messages directly (DIRECT.GET).
 var readers = map[string][]string{
 	streams.History:                    engines,
-	streams.Tasks:                      none, // workers pull resume tasks through their consumers
+	streams.Tasks:                      {natsperm.Scheduler}, // workers pull resume tasks through their consumers; the scheduler looks for a run's task before it fires a timer it handed off
 	streams.DeadLetter:                 none,
 	"KV_" + streams.TimersBucket:       {natsperm.History, natsperm.Scheduler},
 	"KV_" + streams.HooksBucket:        {natsperm.History, natsperm.Ingress},

@@ -298,6 +298,9 @@ func schedulerRole() Role {
 	g.kvRead(streams.SecretsBucket)
 	g.kvWrite(streams.LeasesBucket)
 	g.kvWatch(streams.TimersBucket) // it fires the timers; the history service deletes their entries
+	// It hands the waits and retry backoffs that fall due to their runs' workers, and fires one
+	// itself only when no task of its run waits in the work queue.
+	g.readStream(streams.Tasks)
 	g.kvWatch(streams.QueueBucket)  // the admission controller follows the runs waiting for admission
 	g.kvWrite(streams.LimitsBucket) // and is the one writer of the slots and rate tokens (it releases ended runs' slots too)
 	g.kvWatch(streams.LimitsBucket)

@@ -65,7 +65,8 @@ func (c *Context) ScheduleSteps(steps ...Step) Decision {
 	return core.ScheduleSteps{Steps: calls}
 }
 
-// WaitUntil waits until deadline (any zone; recorded in UTC). The scheduler fires it when due;
+// WaitUntil waits until deadline (any zone; recorded in UTC). It fires when due, by the worker
+// that takes the run's task then (the scheduler's, or its own) or, failing one, by the scheduler;
 // the run holds no worker meanwhile. Check [Context.Fired] to go on.
 func (c *Context) WaitUntil(id string, deadline time.Time) Decision {
 	return core.WaitUntil{ID: id, Deadline: deadline}

@@ -77,7 +77,7 @@ func BenchmarkFireCost(b *testing.B) {
 			cpu0 := processCPU(b)
 			b.ResetTimer()
 			for _, j := range jobs {
-				if err := s.timers.fire(ctx, j.t, firing{rev: j.rev, tail: j.tail}); err != nil {
+				if err := s.timers.fire(ctx, j.t, &firing{rev: j.rev, tail: j.tail}); err != nil {
 					b.Fatal(err)
 				}
 			}

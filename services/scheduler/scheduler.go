@@ -81,6 +81,14 @@ type Config struct {
 	// scheduler's cache, so that firing it is one append. Defaults to 1s; negative disables
 	// preloading (each firing reads its run first).
 	PreloadWindow time.Duration `envconfig:"SCHEDULER_PRELOAD_WINDOW"`
+	// HandOffGrace is how long the scheduler leaves a run's own timer (a wait, a step retry
+	// backoff) to the run's workers once it falls due: it sends the run a resume task at the
+	// due time, and a worker fires the timer and takes the decision it allows in one commit.
+	// Once the grace period has passed with the timer still pending, the scheduler fires it
+	// itself unless a task of the run still waits in FLOW_TASKS (whichever worker takes that
+	// task fires the timer); it looks again after twice the period, and so on up to a minute.
+	// Defaults to 5s; negative makes the scheduler fire every timer itself when due.
+	HandOffGrace time.Duration `envconfig:"SCHEDULER_HANDOFF_GRACE"`
 	// PreloadConcurrency caps the runs being preloaded at once. Defaults to 64.
 	PreloadConcurrency int `envconfig:"SCHEDULER_PRELOAD_CONCURRENCY"`
 	// PreloadMax caps the timers preloaded ahead of their deadline and not fired yet. A timer
@@ -150,8 +158,10 @@ type Scheduler struct {
 	ownConn bool
 	js      jetstream.JetStream
 	history jetstream.Stream
-	store   *jsstore.Store
-	engine  *engine.Engine
+	// tasks is FLOW_TASKS, where the timer firer looks for a handed-off timer's task.
+	tasks  jetstream.Stream
+	store  *jsstore.Store
+	engine *engine.Engine
 	// The repositories of the buckets the jobs read and write, opened by open. runs is the
 	// runs index (FLOW_RUNS), the history service's.
 	leases     *maintenance.Leases
@@ -194,6 +204,9 @@ func New(cfg Config) (*Scheduler, error) {
 	}
 	if cfg.FireConcurrency < 0 {
 		return nil, fmt.Errorf("scheduler: FireConcurrency must be positive, got %d", cfg.FireConcurrency)
+	}
+	if cfg.HandOffGrace == 0 {
+		cfg.HandOffGrace = 5 * time.Second
 	}
 	if cfg.PreloadWindow == 0 {
 		cfg.PreloadWindow = time.Second
@@ -330,6 +343,9 @@ func (s *Scheduler) open(ctx context.Context) error {
 	if s.leases, err = maintenance.OpenLeases(ctx, js); err != nil {
 		return err
 	}
+	if s.tasks, err = js.Stream(ctx, streams.Tasks); err != nil {
+		return err
+	}
 	if s.history, err = js.Stream(ctx, streams.History); err != nil {
 		return err
 	}
@@ -369,7 +385,7 @@ func (s *Scheduler) open(ctx context.Context) error {
 // wire hands each job what open opened: the connection, the repositories of the buckets it
 // reads and writes, the store and the engine. A job reaches no other bucket.
 func (s *Scheduler) wire() {
-	s.timers.wire(s.nc, s.timerIndex, s.beatStore, s.history, s.store, s.engine)
+	s.timers.wire(s.nc, s.timerIndex, s.beatStore, s.history, s.tasks, s.store, s.engine)
 	s.beats.wire(s.beatStore, s.engine)
 	s.admission.wire(s.queue, s.limits, s.runs, s.engine)
 	s.batches.wire(s.nc, s.js, s.batchStore, s.engine)
@@ -398,6 +414,11 @@ func (s *Scheduler) Leader() bool { return s.timerLease.Leading() }
 
 // Fired returns the number of timers this replica fired.
 func (s *Scheduler) Fired() int64 { return s.timers.Fired() }
+
+// HandedOff returns the number of waits and retry backoffs this replica handed to their runs'
+// workers when they fell due (Config.HandOffGrace); each is counted in Fired too if the
+// scheduler fired it after the grace period.
+func (s *Scheduler) HandedOff() int64 { return s.timers.HandedOff() }
 
 // Stop stops every job, releases their leases so that a standby takes over at once, and waits.
 // It is idempotent and safe before Start.

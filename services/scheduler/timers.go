@@ -34,12 +34,19 @@ import (
 // history stream, registering every pending timer and deleting each entry once a commit makes
 // its timer moot; the history stream, for the runs' first and last commits and, as a core NATS
 // subscription to flow.history.*, for the commits as they are published; FLOW_HEARTBEATS, for
-// the starts that make a schedule-to-start timer moot.
+// the starts that make a schedule-to-start timer moot; FLOW_TASKS, for a task of a run whose
+// timer it handed off.
 //
 // Writes: the firing events (wait.fired, step.retry_fired, ...) to the runs' histories, through
 // the engine, at the expected sequence, and the resume tasks as a fast path (the history
 // service derives them too). It never writes FLOW_TIMERS: the firing's commit makes the entry
 // moot, and the history service deletes it.
+//
+// A run's own timers (waits and retry backoffs, core.OwnTimers) are handed off when due: the
+// firer sends the run a resume task naming the timer (engine.HandOff), and the worker that takes
+// it fires the timer in one commit with the decision that follows. Once HandOffGrace has passed
+// with the timer still pending, the firer fires it itself, unless a task of the run still waits
+// in FLOW_TASKS, in which case it looks again after twice as long (up to a minute).
 //
 // It keeps the pending timers in memory in due order (one goroutine for all of them, none per
 // run). A timer learnt of from its commit (a hint) fires only once its run's history shows the
@@ -58,20 +65,26 @@ type timerFirer struct {
 	fireCap, preloadCap, preloadMax int
 	preloadWindow                   time.Duration
 	ignoreCommits                   bool
+	// grace is Config.HandOffGrace: negative for no hand-off.
+	grace time.Duration
 
 	// Set by wire, before Run.
 	nc      *nats.Conn
 	index   *timerindex.Index
 	beats   *heartbeats.Store
 	history jetstream.Stream
+	tasks   jetstream.Stream
 	store   *jsstore.Store
 	engine  *engine.Engine
 
 	// watch opens the watch on FLOW_TIMERS; nil means index.Watch. Tests replace it.
 	watch func(context.Context) (*timerindex.Watcher, error)
 
-	// fired counts the timers fired (or found moot).
-	fired atomic.Int64
+	// fired counts the timers fired (or found moot); handedOff those handed to their runs'
+	// workers (handOff).
+	fired, handedOff atomic.Int64
+	// waited counts the looks at handed-off timers that found a task of their run waiting.
+	waited atomic.Int64
 	// pendingTimers is the number of timers the leader keeps pending; seenEntries counts the
 	// timer entries its watch brought (for tests).
 	pendingTimers, seenEntries atomic.Int64
@@ -84,17 +97,20 @@ type timerFirer struct {
 
 func newTimerFirer(cfg Config, logger *slog.Logger) *timerFirer {
 	return &timerFirer{logger: logger, fireCap: cfg.FireConcurrency, preloadCap: cfg.PreloadConcurrency, preloadMax: cfg.PreloadMax,
-		preloadWindow: cfg.PreloadWindow, ignoreCommits: cfg.IgnoreCommits}
+		preloadWindow: cfg.PreloadWindow, ignoreCommits: cfg.IgnoreCommits, grace: cfg.HandOffGrace}
 }
 
 // wire hands the firer its connection, repositories, store and engine, before Run.
-func (fr *timerFirer) wire(nc *nats.Conn, index *timerindex.Index, beats *heartbeats.Store, history jetstream.Stream,
+func (fr *timerFirer) wire(nc *nats.Conn, index *timerindex.Index, beats *heartbeats.Store, history, tasks jetstream.Stream,
 	st *jsstore.Store, e *engine.Engine) {
-	fr.nc, fr.index, fr.beats, fr.history, fr.store, fr.engine = nc, index, beats, history, st, e
+	fr.nc, fr.index, fr.beats, fr.history, fr.tasks, fr.store, fr.engine = nc, index, beats, history, tasks, st, e
 }
 
 // Fired returns the number of timers the firer fired (or found moot).
 func (fr *timerFirer) Fired() int64 { return fr.fired.Load() }
+
+// HandedOff returns the number of timers handed to their runs' workers.
+func (fr *timerFirer) HandedOff() int64 { return fr.handedOff.Load() }
 
 // attemptStarted reports whether a worker recorded the start of timer t's attempt (a
 // schedule-to-start timer) in FLOW_HEARTBEATS: the timer is then moot.
@@ -127,6 +143,20 @@ type pending struct {
 	// scheduled the timer: firing it then reads nothing (engine.FireOnTail).
 	tail   *engine.RunTail
 	firing bool
+	// fireAt is set once the timer was handed to its run's workers (handOff): the scheduler
+	// fires it itself from then on, if it is still pending and no task of its run waits;
+	// looks counts the times it found one waiting.
+	fireAt time.Time
+	looks  int
+}
+
+// when is when p is next handled: its due time, or, once handed off, when the scheduler fires
+// it itself.
+func (p *pending) when() time.Time {
+	if !p.fireAt.IsZero() {
+		return p.fireAt
+	}
+	return p.timer.Due
 }
 
 // timerHeap orders timers by due time (then key); at says which of a timer's places it keeps.
@@ -141,8 +171,8 @@ func byAhead(p *pending) *int { return &p.ahead }
 func (h *timerHeap) Len() int { return len(h.items) }
 func (h *timerHeap) Less(i, j int) bool {
 	a, b := h.items[i], h.items[j]
-	if !a.timer.Due.Equal(b.timer.Due) {
-		return a.timer.Due.Before(b.timer.Due)
+	if at, bt := a.when(), b.when(); !at.Equal(bt) {
+		return at.Before(bt)
 	}
 	return a.key < b.key
 }
@@ -185,6 +215,10 @@ type firing struct {
 	done bool
 	tail *engine.RunTail
 	err  error
+	// handOff asks for the timer to be handed to its run's workers rather than fired; handed
+	// reports that it was, or that a task of its run still waits (queued). recheck says that it
+	// was handed off and looks for such a task before it fires.
+	handOff, handed, queued, recheck bool
 }
 
 // preload asks a preload worker to read the run of timer t, pending p (which the worker does
@@ -337,7 +371,7 @@ func (fr *timerFirer) Run(ctx context.Context) error {
 	for range fireCap {
 		workers.Go(func() {
 			for f := range queue {
-				f.err = fr.fire(ctx, f.p.timer, f)
+				f.err = fr.fire(ctx, f.p.timer, &f)
 				results <- f
 			}
 		})
@@ -359,13 +393,13 @@ func (fr *timerFirer) Run(ctx context.Context) error {
 		fr.pendingTimers.Store(int64(len(ts.byKey)))
 		now := time.Now()
 		// Hand every due timer to the fire workers, as far as they have room.
-		for ts.due.Len() > 0 && !ts.due.peek().timer.Due.After(now) && inflight < fireCap {
+		for ts.due.Len() > 0 && !ts.due.peek().when().After(now) && inflight < fireCap {
 			p := heap.Pop(&ts.due).(*pending)
 			ts.ahead.remove(p)
 			ts.unload(p)
 			p.firing = true
 			inflight++
-			queue <- firing{p: p, rev: p.rev, done: p.done, tail: p.tail}
+			queue <- firing{p: p, rev: p.rev, done: p.done, tail: p.tail, handOff: fr.mayHandOff(p), recheck: !p.fireAt.IsZero()}
 		}
 		// Read ahead the runs of the timers that fall due within the window, as far as the
 		// preload workers have room and PreloadMax allows.
@@ -379,7 +413,7 @@ func (fr *timerFirer) Run(ctx context.Context) error {
 		}
 		next := time.Hour
 		if ts.due.Len() > 0 && inflight < fireCap {
-			next = time.Until(ts.due.peek().timer.Due)
+			next = time.Until(ts.due.peek().when())
 		}
 		if ts.ahead.Len() > 0 && preloading < preloadCap && ts.preloaded < aheadCap {
 			next = min(next, time.Until(ts.ahead.peek().timer.Due.Add(-window)))
@@ -418,6 +452,15 @@ func (fr *timerFirer) Run(ctx context.Context) error {
 			cur, ok := ts.byKey[r.p.key]
 			switch {
 			case !ok || cur != r.p:
+			case r.handed:
+				// Its run's workers fire it; the scheduler does if it is pending after the grace
+				// and no task of the run waits then.
+				if r.queued {
+					cur.looks++
+				}
+				cur.fireAt = time.Now().Add(min(fr.grace<<min(cur.looks, 16), max(fr.grace, time.Minute)))
+				cur.tail = r.tail
+				heap.Push(&ts.due, cur)
 			case r.rev == 0 && r.err != nil:
 				// A hint that its run's tail did not confirm (a commit the stream refused, or a
 				// run that moved on), or whose firing failed: left to its entry, if it comes.
@@ -479,7 +522,7 @@ func (fr *timerFirer) apply(e *timerindex.Entry, ts *pendingSet) {
 	if known {
 		cur.rev = e.Revision
 		if !cur.firing && !cur.timer.Due.Equal(t.Due) {
-			cur.timer = t
+			cur.timer, cur.fireAt = t, time.Time{}
 			ts.due.fix(cur)
 			ts.ahead.fix(cur)
 		}
@@ -519,12 +562,35 @@ var errUnconfirmed = errors.New("the timer's commit is not its run's last")
 // only on a tail that shows its commit; an entry whose timer fired on its hint (f.done) is only
 // forgotten. The scheduler never writes the timer index: the history service, its one writer,
 // deletes an entry once the firing's commit (or anything else) makes its timer moot.
-func (fr *timerFirer) fire(ctx context.Context, t core.Timer, f firing) error {
+func (fr *timerFirer) fire(ctx context.Context, t core.Timer, f *firing) error {
 	firing := time.Now()
 	tail := f.tail
 	var err error
 	if f.done {
 		return nil
+	}
+	if f.recheck {
+		// Handed off: a task of the run that still waits fires it when a worker takes it.
+		if queued, err := fr.taskWaits(ctx, t, f); err == nil && queued {
+			f.handed, f.queued = true, true
+			fr.waited.Add(1)
+			return nil
+		}
+	}
+	if f.handOff {
+		err := fr.handOff(ctx, t, f)
+		if err == nil {
+			f.handed = true
+			fr.handedOff.Add(1)
+			return nil
+		}
+		if errors.Is(err, errUnconfirmed) {
+			return err
+		}
+		if ctx.Err() == nil {
+			fr.logger.Debug("handing a timer to its run's workers failed; firing it", slog.String("run_id", t.RunID),
+				slog.String("timer", t.Key()), slog.String("error", err.Error()))
+		}
 	}
 	if t.Kind == core.TimerStepStart {
 		// A schedule-to-start timer is moot once a worker recorded the attempt's start.
@@ -563,6 +629,52 @@ func (fr *timerFirer) fire(ctx context.Context, t core.Timer, f firing) error {
 	return nil
 }
 
+// mayHandOff reports whether p, falling due, goes to its run's workers first: a wait or a
+// retry backoff (the timers a driver fires itself, core.OwnTimers) not handed off yet, unless
+// hand-offs are off.
+func (fr *timerFirer) mayHandOff(p *pending) bool {
+	own := p.timer.Kind == core.TimerWait || p.timer.Kind == core.TimerRetry
+	return fr.grace > 0 && own && p.fireAt.IsZero() && !p.done
+}
+
+// handOff sends the run of t, a wait or a retry backoff that fell due, a resume task: the
+// worker that takes it fires t in one commit with the decision that follows (engine, due.go).
+// A hint (f.rev 0) is handed off only on a tail that shows its commit.
+func (fr *timerFirer) handOff(ctx context.Context, t core.Timer, f *firing) error {
+	tail := f.tail
+	if tail == nil {
+		rt, err := fr.readTail(ctx, t.RunID)
+		if err != nil {
+			return err
+		}
+		tail = &rt
+	}
+	if f.rev == 0 && !tail.Fires(t) {
+		return errUnconfirmed
+	}
+	f.tail = tail
+	return fr.engine.HandOff(ctx, t, *tail)
+}
+
+// taskWaits reports whether a task of the run of t, a timer handed off, waits in FLOW_TASKS,
+// queued or taken by a worker that has not settled it: the drive it causes fires t.
+func (fr *timerFirer) taskWaits(ctx context.Context, t core.Timer, f *firing) (bool, error) {
+	tail := f.tail
+	if tail == nil {
+		rt, err := fr.readTail(ctx, t.RunID)
+		if err != nil {
+			return false, err
+		}
+		tail = &rt
+		f.tail = tail
+	}
+	_, err := fr.tasks.GetLastMsgForSubject(ctx, streams.TaskSubject(tail.Queue, tail.Build, t.RunID))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return false, nil
+	}
+	return err == nil, err
+}
+
 // errNoRun reports a run whose history holds no commit (yet, on the replica that answered).
 var errNoRun = errors.New("no commit of the run")
 
@@ -589,7 +701,8 @@ func (fr *timerFirer) readTail(ctx context.Context, runID string) (engine.RunTai
 	if !ok || started[0].Seq != 1 {
 		return engine.RunTail{}, fmt.Errorf("%w: run %q does not begin with run.started", event.ErrMalformed, runID)
 	}
-	tail := engine.RunTail{Queue: rs.Queue, Build: rs.Spec.BuildID, TraceParent: rs.TraceParent, Last: started[len(started)-1]}
+	tail := engine.RunTail{Queue: rs.Queue, Build: rs.Spec.BuildID, TraceParent: rs.TraceParent, Last: started[len(started)-1],
+		Commit: started, Position: first.Sequence}
 	last, err := fr.history.GetLastMsgForSubject(ctx, subject)
 	if err != nil {
 		return engine.RunTail{}, err
@@ -599,7 +712,7 @@ func (fr *timerFirer) readTail(ctx context.Context, runID string) (engine.RunTai
 		if err != nil {
 			return engine.RunTail{}, err
 		}
-		tail.Last = events[len(events)-1]
+		tail.Last, tail.Commit, tail.Position = events[len(events)-1], events, last.Sequence
 	}
 	// The append of a firing right after this commit needs no read of its position.
 	fr.store.ObservePosition(runID, tail.Last.Seq, last.Sequence)

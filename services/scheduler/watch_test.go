@@ -218,10 +218,14 @@ func startScheduler(t *testing.T, srv *natsserver.Server, name string, seams ...
 
 // startSchedulerWith starts a scheduler on srv with cfg, its connection and logger filled in,
 // and stops it when the test ends. Each of seams, called before Start, replaces a part of the
-// scheduler the test stands in for.
+// scheduler the test stands in for. No worker runs in these tests: unless cfg says otherwise,
+// the scheduler fires every timer itself when due (handoff_test.go tests the hand-off).
 func startSchedulerWith(t *testing.T, srv *natsserver.Server, cfg Config, seams ...func(*Scheduler)) *Scheduler {
 	t.Helper()
 	cfg.Conn, cfg.Logger = natstest.Connect(t, srv), natstest.Logger()
+	if cfg.HandOffGrace == 0 {
+		cfg.HandOffGrace = -1
+	}
 	s, err := New(cfg)
 	require.NoError(t, err)
 	for _, seam := range seams {

@@ -72,6 +72,12 @@ type Config struct {
 	// Defaults to false: a run's commits are pipelined, one append in flight and the results
 	// and decisions recorded meanwhile appended as one commit after it (docs/performance.md).
 	SerialCommits bool `envconfig:"SERIAL_COMMITS"`
+	// HoldTimers is how long before one of its run's timers (a sleep, a retry backoff) falls
+	// due a drive that would end keeps the run and fires the timer itself. Timers due later are
+	// handed to the run's workers by the scheduler with a resume task when due, and fired by
+	// the worker in one commit with the decision that follows. Defaults to 50ms; negative never
+	// holds a run.
+	HoldTimers time.Duration `envconfig:"HOLD_TIMERS"`
 	// AckWait is how long a task may go without a heartbeat before NATS redelivers it to
 	// another worker; a live worker sends heartbeats every AckWait/3 while it drives a run.
 	// Defaults to 30 seconds.
@@ -224,7 +230,7 @@ func (w *Worker) start(ctx context.Context) error {
 		return err
 	}
 	ecfg := engine.Config{Runtime: w.reg, BuildID: w.reg.BuildID(), StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize, Pauses: w.pauses,
-		SerialCommits: w.cfg.SerialCommits}
+		SerialCommits: w.cfg.SerialCommits, HoldTimers: w.cfg.HoldTimers}
 	if ecfg.StepLimits, err = w.stepLimits(ctx, js); err != nil {
 		return err
 	}

@@ -1,0 +1,128 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/metrics"
+	"github.com/flowrun/flow/pkg/event"
+)
+
+// A driver fires its run's own timers (core.OwnTimers: waits and step retry backoffs) once they
+// are due by the engine's clock, in one commit with the decision they allow: a sleep's end and
+// the next step cost one append, not a firing by the scheduler, a resume task and a decision.
+// It fires them at the top of its loop, while its steps run (a local timer wakes it), and, at
+// the end of a drive, waits in place for one falling due within Config.HoldTimers.
+//
+// Ownership: the scheduler hands such a timer to the run's workers when it falls due, with a
+// resume task, and fires it itself only if no commit made it moot within its grace period
+// (scheduler Config.HandOffGrace). Both write the firing at the run's expected sequence, and
+// only while the timer is pending in the run's history, so whichever appends first fires it and
+// the other finds it moot: a timer fires once, never before it is due, and a dead worker delays
+// it by the grace period at most.
+
+// dueCache is the earliest due time of the snapshot's own timers, as found at its timer
+// sequence and pending counts.
+type dueCache struct {
+	known   bool
+	seq     uint64
+	pending int
+	next    time.Time
+}
+
+// nextDue returns the earliest due time of the run's own pending timers, zero for none. It
+// looks through the snapshot only when a timer was scheduled, fired or cancelled since it last
+// did.
+func (d *driver) nextDue() time.Time {
+	s := d.s
+	pending := s.Progress.WaitsPending + s.Progress.StepsRetrying
+	if c := d.due; c.known && c.seq == s.TimerSeq && c.pending == pending {
+		return c.next
+	}
+	d.due = dueCache{known: true, seq: s.TimerSeq, pending: pending}
+	for _, t := range core.OwnTimers(s) {
+		if d.due.next.IsZero() || t.Due.Before(d.due.next) {
+			d.due.next = t.Due
+		}
+	}
+	return d.due.next
+}
+
+// fireDue records the firing of every own timer of the run that is due, with the decision the
+// code makes on it, as one commit (commitInputs), and reports whether it fired any. On an
+// error wrapping store.ErrConflict the snapshot has been read again from the store.
+func (d *driver) fireDue(ctx context.Context) (bool, error) {
+	next := d.nextDue()
+	now := d.e.clock.Now()
+	if next.IsZero() || next.After(now) {
+		return false, nil
+	}
+	if d.pending() && d.full(0, 1, 0) {
+		if _, err := d.settled(ctx); err != nil {
+			return false, err
+		}
+		return true, nil // the loop looks again at the snapshot as it is now
+	}
+	var firings []event.Payload
+	var fired []core.Timer
+	for _, t := range core.OwnTimers(d.s) {
+		if t.Due.After(now) {
+			continue
+		}
+		if evs, err := core.Fire(d.s, t); err == nil {
+			firings = append(firings, evs...)
+			fired = append(fired, t)
+		}
+	}
+	d.due.known = false
+	if len(firings) == 0 {
+		return false, nil
+	}
+	expected := d.s.Seq
+	t := d.e.now(d.s)
+	for _, ft := range fired {
+		metrics.TimerLateness(ctx, string(ft.Kind), t.Sub(ft.Due).Seconds())
+	}
+	if err := d.e.applyCommitted(d.s, expected+1, t, firings); err != nil {
+		return false, err
+	}
+	return true, d.commitInputs(ctx, expected, t, nil, nil, firings)
+}
+
+// dueIn returns how long until the earliest own timer of the run falls due, and whether there
+// is one.
+func (d *driver) dueIn() (time.Duration, bool) {
+	next := d.nextDue()
+	if next.IsZero() {
+		return 0, false
+	}
+	return max(next.Sub(d.e.clock.Now()), 0), true
+}
+
+// holdDue reports whether the drive, about to end, waits in place for an own timer that falls
+// due within the engine's hold: once per due time, so that a clock that does not move (a test's)
+// cannot keep the drive.
+func (d *driver) holdDue() bool {
+	in, ok := d.dueIn()
+	if !ok || in > d.e.holdTimers || d.nextDue().Equal(d.heldFor) {
+		return false
+	}
+	d.heldFor = d.nextDue()
+	return true
+}
+
+// dueTimerC returns a channel that receives when the run's earliest own timer falls due, nil
+// when there is none; stop releases it.
+func (d *driver) dueTimerC() (c <-chan time.Time, stop func()) {
+	in, ok := d.dueIn()
+	if !ok {
+		return nil, func() {}
+	}
+	if d.dueTimer == nil {
+		d.dueTimer = time.NewTimer(in)
+	} else {
+		d.dueTimer.Reset(in)
+	}
+	return d.dueTimer.C, func() { d.dueTimer.Stop() }
+}
