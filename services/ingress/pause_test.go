@@ -165,6 +165,9 @@ func TestPauseRunMidFlow(t *testing.T) {
 	runID, err := ps.client.Start(ctx, "midflow", nil, &flow.StartOptions{RunID: "mid-1"})
 	require.NoError(t, err)
 	<-started // attempt 1 of step a runs
+	// An attempt may start ahead of the commit that schedules it (pipelined commits): pause
+	// once that commit is recorded, so that the attempt is the run's.
+	require.Eventually(t, func() bool { return has(ps.history(t, runID), event.TypeStepScheduled) }, 10*time.Second, 5*time.Millisecond)
 	to, err := ps.client.Pauses().PauseRun(ctx, runID, &flow.PauseOptions{Reason: "deploy in progress", By: "ann", RequestID: "p-1"})
 	require.NoError(t, err)
 	require.Equal(t, runID, to)
