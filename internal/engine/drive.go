@@ -66,19 +66,28 @@ func (e *UnknownDefinitionError) Error() string {
 // unknown definition, damaged history): nothing is lost, and driving the run again later
 // continues from its history.
 func (e *Engine) Drive(ctx context.Context, runID string, minSeq uint64) (Result, error) {
-	return e.drive(ctx, runID, minSeq, nil, false)
+	return e.drive(ctx, Task{RunID: runID, Seq: minSeq})
 }
 
 // DriveTask is Drive for the run and sequence task t names. The commit the task carries
 // (Task.Head) is applied instead of reading the run, when it is the run's next commit after the
 // cached snapshot, or, for a run not cached, its first.
+//
+// A task that hands off a timer (Engine.HandOff) needs no drive once the timer is not pending:
+// the run ended (as a drive of this engine saw), or the cached snapshot or the run as read
+// shows the timer fired. Whoever fired it drives the run on, backed by a task of its own.
 func (e *Engine) DriveTask(ctx context.Context, t Task) (Result, error) {
-	return e.drive(ctx, t.RunID, t.Seq, t.Head, t.FirstDelivery && t.Seq == 1)
+	if _, ok := handedOff(t); ok {
+		if res, ended := e.ended.get(t.RunID); ended {
+			return res, nil
+		}
+	}
+	return e.drive(ctx, t)
 }
 
-// drive drives run runID; first says that the task is a new run's first delivery (see
-// Task.FirstDelivery).
-func (e *Engine) drive(ctx context.Context, runID string, minSeq uint64, head *Head, first bool) (Result, error) {
+// drive drives the run task t names.
+func (e *Engine) drive(ctx context.Context, t Task) (Result, error) {
+	runID, minSeq := t.RunID, t.Seq
 	if e.rt == nil {
 		return Result{RunID: runID}, errors.New("engine: Drive needs Config.Runtime")
 	}
@@ -86,7 +95,9 @@ func (e *Engine) drive(ctx context.Context, runID string, minSeq uint64, head *H
 	d := &driver{e: e, runID: runID, rl: rl, running: map[attemptKey]*attemptRun{},
 		results: make(chan attemptResult), done: make(chan struct{}), heard: make(chan struct{}, 1), acked: make(chan error, 1)}
 	d.stepCtx, d.cancelSteps = context.WithCancel(ctx)
-	d.head, d.firstWriter = head, first
+	// FirstDelivery: the task is a new run's first delivery (see Task.FirstDelivery).
+	d.head, d.firstWriter, d.release = t.Head, t.FirstDelivery && t.Seq == 1, t.Release
+	d.dueKey, _ = handedOff(t)
 	res, err := d.run(ctx, minSeq)
 	if d.pending() {
 		// The drive stopped with commits in flight or buffered: the snapshot is ahead of the
@@ -99,6 +110,7 @@ func (e *Engine) drive(ctx context.Context, runID string, minSeq uint64, head *H
 	if err == nil && res.Status.Terminal() {
 		// An ended run is never driven again: the cache holds runs that may be resumed.
 		e.cache.drop(runID)
+		e.ended.put(runID, res)
 		// The snapshot of an ended run never changes, so it is safe to read without the lock.
 		if err = e.faults.Hit(fault.AfterTerminalBeforeEnd); err == nil {
 			err = e.afterEnd(ctx, d.s)
@@ -185,10 +197,13 @@ type driver struct {
 	graceTimer *time.Timer
 
 	// due caches the earliest due time of the run's own timers, dueTimer wakes wait when it
-	// comes, and heldFor is the due time the drive last held for (due.go).
+	// comes, and heldFor is the due time the drive last held for; release is the task's
+	// Release; dueKey is the key of the timer the task hands off, "" for another task (due.go).
 	due      dueCache
 	dueTimer *time.Timer
 	heldFor  time.Time
+	release  func()
+	dueKey   string
 }
 
 type attemptResult struct {
@@ -207,6 +222,12 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 	defer d.unfollow()
 	if err := d.load(ctx, minSeq); err != nil {
 		return Result{RunID: d.runID}, err
+	}
+	if d.dueKey != "" && !ownPending(d.s, d.dueKey) {
+		// The timer the task hands off fired: its firer drives the run on.
+		if more, err := d.more(ctx); err != nil || !more {
+			return d.result("", nil), err
+		}
 	}
 	d.proven = d.firstWriter && d.s.Seq == 1
 	ctx = d.traced(ctx)
@@ -319,9 +340,15 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 			return d.result("step limit", nil), d.limited
 		}
 		if d.live() == 0 && d.holdDue() {
-			// A timer of the run falls due in a moment: fire it here rather than hand the run
-			// back and wait for the scheduler's task.
-			if err := d.wait(ctx, true); err != nil {
+			// A timer of the run falls due soon: fire it here rather than hand the run back
+			// and wait for the scheduler's task. The run slot is free meanwhile.
+			if d.release != nil {
+				d.release()
+				d.release = nil
+			}
+			err := d.wait(ctx, true)
+			d.e.holding.Add(-1)
+			if err != nil {
 				return d.result("", nil), err
 			}
 			continue
@@ -493,6 +520,9 @@ func (d *driver) load(ctx context.Context, minSeq uint64) error {
 	if s, driven := e.cache.get(d.runID); s != nil && driven {
 		metrics.CacheHit(ctx)
 		d.s = s
+		if d.dueKey != "" && s.Seq >= minSeq && !ownPending(s, d.dueKey) {
+			return nil // the timer the task hands off fired: nothing to read
+		}
 		if tail := d.fromHead(s.Seq+1, minSeq); tail != nil {
 			// The task carried the commits after the snapshot, up to its sequence: what was
 			// committed after them makes the next append conflict, and is read then.

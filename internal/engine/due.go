@@ -2,9 +2,12 @@ package engine
 
 import (
 	"context"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/flowrun/flow/internal/core"
+	"github.com/flowrun/flow/internal/lru"
 	"github.com/flowrun/flow/internal/metrics"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -102,14 +105,64 @@ func (d *driver) dueIn() (time.Duration, bool) {
 
 // holdDue reports whether the drive, about to end, waits in place for an own timer that falls
 // due within the engine's hold: once per due time, so that a clock that does not move (a test's)
-// cannot keep the drive.
+// cannot keep the drive, and while fewer than HoldMax drives do. When it reports true it counts
+// the drive in Engine.holding, which the caller decrements once the wait is over.
 func (d *driver) holdDue() bool {
 	in, ok := d.dueIn()
 	if !ok || in > d.e.holdTimers || d.nextDue().Equal(d.heldFor) {
 		return false
 	}
+	if d.e.holding.Add(1) > d.e.holdMax {
+		d.e.holding.Add(-1)
+		return false
+	}
 	d.heldFor = d.nextDue()
 	return true
+}
+
+// handedOff returns the key of the timer task t hands off (Engine.HandOff), if it does.
+func handedOff(t Task) (string, bool) {
+	if key, ok := strings.CutPrefix(t.Nonce, dueNonce); ok && key != "" {
+		return key, true
+	}
+	return "", false
+}
+
+// dueNonce prefixes the nonce of a task that hands off a timer: "due.<timer key>".
+const dueNonce = "due."
+
+// ownPending reports whether the run's own timer of key (core.Timer.Key) is pending in s.
+func ownPending(s *core.Snapshot, key string) bool {
+	for _, t := range core.OwnTimers(s) {
+		if t.Key() == key {
+			return true
+		}
+	}
+	return false
+}
+
+// endedRuns is a bounded set of the runs an engine saw end, with their drives' results. An
+// ended run never changes again, so what it holds never goes stale.
+type endedRuns struct {
+	mu  sync.Mutex
+	lru *lru.Cache[string, Result]
+}
+
+// endedRunsMax bounds endedRuns.
+const endedRunsMax = 10_000
+
+func newEndedRuns(max int) *endedRuns { return &endedRuns{lru: lru.New[string, Result](max)} }
+
+func (r *endedRuns) put(runID string, res Result) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.lru.Put(runID, res)
+}
+
+func (r *endedRuns) get(runID string) (Result, bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.lru.Get(runID)
 }
 
 // dueTimerC returns a channel that receives when the run's earliest own timer falls due, nil

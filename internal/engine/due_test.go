@@ -135,3 +135,77 @@ func TestDriveFiresARetryDueWhileStepsRun(t *testing.T) {
 	}
 	require.True(t, fired, "the drive fired the retry itself")
 }
+
+// A drive that waits in place for its run's timer releases its run slot (Task.Release), once;
+// past HoldMax drives waiting at once, a drive ends instead.
+func TestHoldingDriveReleasesItsSlot(t *testing.T) {
+	t.Parallel()
+	b := setup(t, napper(30*time.Millisecond))
+	worker := b.engineWith(t, engine.Config{Store: memstore.New(), HoldTimers: time.Second, HoldMax: 1})
+	var released atomic.Int32
+	runID := b.start(t, worker, "wf")
+	res, err := worker.DriveTask(t.Context(), engine.Task{RunID: runID, Seq: 1, Release: func() { released.Add(1) }})
+	require.NoError(t, err)
+	require.Equal(t, core.StatusCompleted, res.Status)
+	require.EqualValues(t, 1, released.Load())
+
+	// One drive holds; a second, past HoldMax, ends with its run suspended.
+	long := setup(t, napper(500*time.Millisecond))
+	e := long.engineWith(t, engine.Config{Store: memstore.New(), HoldTimers: time.Second, HoldMax: 1})
+	first, second := long.start(t, e, "wf"), long.start(t, e, "wf")
+	holding := make(chan struct{})
+	done := make(chan engine.Result, 1)
+	go func() {
+		res, err := e.DriveTask(t.Context(), engine.Task{RunID: first, Seq: 1, Release: func() { close(holding) }})
+		require.NoError(t, err)
+		done <- res
+	}()
+	<-holding
+	res, err = e.DriveTask(t.Context(), engine.Task{RunID: second, Seq: 1})
+	require.NoError(t, err)
+	require.Equal(t, core.StatusSuspended, res.Status, "past HoldMax a drive ends")
+	require.Equal(t, core.StatusCompleted, (<-done).Status)
+}
+
+// A task that hands off a timer that already fired needs no drive: with the run cached or
+// ended in this engine, it reads nothing.
+func TestHandedOffTimerThatFiredNeedsNoDrive(t *testing.T) {
+	t.Parallel()
+	b := setup(t, napper(time.Hour))
+	st := &readCounter{EventStore: memstore.New()}
+	clock := newTestClock(t0)
+	worker := b.engineWith(t, engine.Config{Store: st, Clock: clock})
+	timer := suspended(t, b, worker)
+	clock.Advance(time.Hour)
+	res, err := worker.DriveTask(t.Context(), engine.Task{RunID: timer.RunID, Seq: 2})
+	require.NoError(t, err)
+	require.Equal(t, core.StatusCompleted, res.Status)
+
+	reads := st.reads.Load()
+	handOff := engine.Task{RunID: timer.RunID, Seq: 2, Nonce: "due." + timer.Key()}
+	res, err = worker.DriveTask(t.Context(), handOff)
+	require.NoError(t, err)
+	require.Equal(t, core.StatusCompleted, res.Status)
+	require.Equal(t, reads, st.reads.Load(), "an ended run's hand-off reads nothing")
+
+	// Another engine reads the run, finds the timer fired, and drives nothing.
+	other := b.engineWith(t, engine.Config{Store: st, Clock: clock})
+	res, err = other.DriveTask(t.Context(), handOff)
+	require.NoError(t, err)
+	require.Equal(t, core.StatusCompleted, res.Status)
+	require.Len(t, load(t, st, timer.RunID), 4)
+}
+
+// A task whose nonce does not hand off a timer (a parked run's dispatch, "d<rev>") is driven as
+// any task is.
+func TestOtherNoncesAreDriven(t *testing.T) {
+	t.Parallel()
+	b := setup(t, napper(time.Hour))
+	clock := newTestClock(t0)
+	worker := b.engineWith(t, engine.Config{Store: memstore.New(), Clock: clock})
+	timer := suspended(t, b, worker)
+	clock.Advance(time.Hour)
+	res, err := worker.DriveTask(t.Context(), engine.Task{RunID: timer.RunID, Seq: 2, Nonce: "d42"})
+	require.NoError(t, err)
+	require.Equal(t, core.StatusCompleted, res.Status)
+}

@@ -22,6 +22,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync/atomic"
 	"time"
 
 	"github.com/flowrun/flow/internal/core"
@@ -86,6 +87,9 @@ type Task struct {
 	// other worker has received it, so for a new run's task (Seq 1) the driver is the run's
 	// first writer and owns its tail from the start (pipeline.go).
 	FirstDelivery bool `json:"-"`
+	// Release, when set, is called at most once, by a drive that waits in place for one of its
+	// run's timers (Config.HoldTimers): it needs no run slot of its worker meanwhile.
+	Release func() `json:"-"`
 }
 
 // Head is one commit of a run, carried by a task, with its store position (store.Positioner).
@@ -151,6 +155,9 @@ type Clock interface{ Now() time.Time }
 // defaultHoldTimers is Config.HoldTimers's default.
 const defaultHoldTimers = 50 * time.Millisecond
 
+// defaultHoldMax is Config.HoldMax's default.
+const defaultHoldMax = 1024
+
 type systemClock struct{}
 
 func (systemClock) Now() time.Time { return time.Now() }
@@ -179,9 +186,12 @@ type Config struct {
 	// commits recorded meanwhile buffered into the next (pipeline.go).
 	SerialCommits bool
 	// HoldTimers is how long before one of its run's own timers (a wait, a retry backoff) falls
-	// due a drive that would end waits in place to fire it itself (due.go). Defaults to 50ms;
-	// negative never holds a run.
+	// due a drive that would end waits in place to fire it itself (due.go), releasing its run
+	// slot (Task.Release). Defaults to 50ms (a worker's to 5s); negative never holds a run.
 	HoldTimers time.Duration
+	// HoldMax caps the drives waiting in place for a timer at once; a drive past it ends, and
+	// its timer is handed off to the run's workers when due. Defaults to 1,024.
+	HoldMax int
 	// CacheSize caps the number of run snapshots kept between drives. Defaults to 10,000;
 	// negative disables the cache.
 	CacheSize int
@@ -240,8 +250,14 @@ type Engine struct {
 	pending PendingLimits
 	// serialCommits is Config.SerialCommits.
 	serialCommits bool
-	// holdTimers is Config.HoldTimers, defaulted.
+	// holdTimers and holdMax are Config.HoldTimers and HoldMax, defaulted; holding counts the
+	// drives waiting in place for a timer.
 	holdTimers time.Duration
+	holdMax    int64
+	holding    atomic.Int64
+	// ended remembers the runs this engine's drives saw end, with their results: a timer
+	// handed off for one of them needs no drive (due.go).
+	ended *endedRuns
 }
 
 // New returns an engine.
@@ -269,7 +285,8 @@ func New(cfg Config) (*Engine, error) {
 	return &Engine{faults: cfg.Faults, store: cfg.Store, rt: cfg.Runtime, replayer: cfg.Replayer, host: cfg.Host, clock: cfg.Clock,
 		logger: cfg.Logger, buildID: cfg.BuildID, slots: newStepSlots(cfg.StepConcurrency), cache: newCache(cfg.CacheSize),
 		keys: cfg.Keys, stepLimits: cfg.StepLimits, heartbeats: cfg.Heartbeats, pauses: cfg.Pauses, payloads: cfg.Payloads, checkpoints: cfg.Checkpoints,
-		pending: cfg.Pending, serialCommits: cfg.SerialCommits, holdTimers: cmp.Or(cfg.HoldTimers, defaultHoldTimers)}, nil
+		pending: cfg.Pending, serialCommits: cfg.SerialCommits, holdTimers: cmp.Or(cfg.HoldTimers, defaultHoldTimers),
+		holdMax: int64(cmp.Or(cfg.HoldMax, defaultHoldMax)), ended: newEndedRuns(endedRunsMax)}, nil
 }
 
 // StartParams describe a new run.

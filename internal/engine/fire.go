@@ -85,7 +85,7 @@ func (e *Engine) FireOnTail(ctx context.Context, t core.Timer, tail RunTail) err
 // makes its append conflict, and is read then).
 func (e *Engine) HandOff(ctx context.Context, t core.Timer, tail RunTail) error {
 	task := Task{RunID: t.RunID, Queue: tail.Queue, Build: tail.Build, Seq: max(t.Seq, tail.Last.Seq),
-		Nonce: "due." + t.Key(), TraceParent: tail.TraceParent}
+		Nonce: dueNonce + t.Key(), TraceParent: tail.TraceParent}
 	if n := len(tail.Commit); n > 0 && tail.Commit[n-1].Seq == task.Seq && tail.Position > 0 {
 		if b, err := event.MarshalEnvelopes(tail.Commit); err == nil && len(b) <= maxHead {
 			task.Head = &Head{Events: b, Position: tail.Position}

@@ -73,11 +73,15 @@ type Config struct {
 	// and decisions recorded meanwhile appended as one commit after it (docs/performance.md).
 	SerialCommits bool `envconfig:"SERIAL_COMMITS"`
 	// HoldTimers is how long before one of its run's timers (a sleep, a retry backoff) falls
-	// due a drive that would end keeps the run and fires the timer itself. Timers due later are
-	// handed to the run's workers by the scheduler with a resume task when due, and fired by
-	// the worker in one commit with the decision that follows. Defaults to 50ms; negative never
-	// holds a run.
+	// due a drive that would end keeps the run, and its task, and fires the timer itself when
+	// due, in one commit with the decision that follows; it frees its run slot meanwhile. At
+	// most HoldMax drives do so at once. Timers due later are handed to the run's workers by
+	// the scheduler with a resume task when due. Defaults to 5s; negative never holds a run.
 	HoldTimers time.Duration `envconfig:"HOLD_TIMERS"`
+	// HoldMax caps the drives that keep their runs for a timer at once (HoldTimers), about 15
+	// KiB of memory each. Each keeps its task unacknowledged (the task consumer allows 4 x
+	// HoldMax more of them). Defaults to 10,000, as many as CacheSize's default.
+	HoldMax int `envconfig:"HOLD_MAX"`
 	// AckWait is how long a task may go without a heartbeat before NATS redelivers it to
 	// another worker; a live worker sends heartbeats every AckWait/3 while it drives a run.
 	// Defaults to 30 seconds.
@@ -171,7 +175,15 @@ func New(cfg Config, reg *flow.Registry) (*Worker, error) {
 	if cfg.AckWait == 0 {
 		cfg.AckWait = 30 * time.Second
 	}
+	if cfg.HoldTimers == 0 {
+		cfg.HoldTimers = 5 * time.Second
+	}
+	if cfg.HoldMax == 0 {
+		cfg.HoldMax = 10_000
+	}
 	switch {
+	case cfg.HoldMax < 0:
+		return nil, fmt.Errorf("worker: HoldMax must be positive, got %d", cfg.HoldMax)
 	case cfg.RunConcurrency < 0:
 		return nil, fmt.Errorf("worker: RunConcurrency must be positive, got %d", cfg.RunConcurrency)
 	case cfg.StepConcurrency < 0:
@@ -230,7 +242,7 @@ func (w *Worker) start(ctx context.Context) error {
 		return err
 	}
 	ecfg := engine.Config{Runtime: w.reg, BuildID: w.reg.BuildID(), StepConcurrency: w.cfg.StepConcurrency, CacheSize: w.cfg.CacheSize, Pauses: w.pauses,
-		SerialCommits: w.cfg.SerialCommits, HoldTimers: w.cfg.HoldTimers}
+		SerialCommits: w.cfg.SerialCommits, HoldTimers: w.cfg.HoldTimers, HoldMax: w.cfg.HoldMax}
 	if ecfg.StepLimits, err = w.stepLimits(ctx, js); err != nil {
 		return err
 	}
@@ -265,7 +277,7 @@ func (w *Worker) start(ctx context.Context) error {
 	}
 	w.beat = w.cfg.AckWait / 3
 	for _, build := range builds {
-		cons, err := streams.TaskConsumer(ctx, js, w.cfg.Queue, build, w.cfg.AckWait, max(1000, 4*w.cfg.RunConcurrency))
+		cons, err := streams.TaskConsumer(ctx, js, w.cfg.Queue, build, w.cfg.AckWait, max(1000, 4*w.cfg.RunConcurrency)+4*w.cfg.HoldMax)
 		if err != nil {
 			return err
 		}
@@ -385,8 +397,10 @@ func (w *Worker) dispatch(slots chan struct{}, free int, pull func() (jetstream.
 			used++
 			w.inflight.Add(1)
 			go func() {
-				defer func() { <-slots; w.inflight.Done() }()
-				w.handle(msg)
+				var once sync.Once
+				release := func() { once.Do(func() { <-slots }) }
+				defer func() { release(); w.inflight.Done() }()
+				w.handle(msg, release)
 			}()
 		}
 		err = batch.Error()
@@ -412,9 +426,11 @@ func grab(slots chan struct{}, n int) int {
 // handle drives the run a task names, with heartbeats, and settles the task: acknowledged when
 // the run is suspended, ended, blocked or parked (none of these needs the task again: the next
 // input, a deploy or `flow resume` sends a new one), redelivered later when the drive failed.
+// release frees the task's run slot: a drive that waits in place for a timer (HoldTimers) calls
+// it early, and the caller once handle returns.
 // The drive's context carries the run ID and the task's trace context (its ce-traceparent), the
 // parent of the drive's spans for a run whose run.started recorded none.
-func (w *Worker) handle(msg jetstream.Msg) {
+func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	ctx := w.runCtx
 	if w.stopping.Load() {
 		_ = msg.Nak() // another worker takes it at once
@@ -439,7 +455,7 @@ func (w *Worker) handle(msg jetstream.Msg) {
 	}
 	ctx = tracing.WithRunID(ctx, runID)
 	stop := w.heartbeat(msg)
-	task.RunID, task.FirstDelivery = runID, deliveries(msg) == 1
+	task.RunID, task.FirstDelivery, task.Release = runID, deliveries(msg) == 1, release
 	res, err := w.engine.DriveTask(ctx, task)
 	stop()
 	var wrongBuild *engine.WrongBuildError
