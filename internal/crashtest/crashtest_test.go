@@ -25,6 +25,7 @@ import (
 	"github.com/flowrun/flow/pkg/flow"
 	"github.com/flowrun/flow/services/history"
 	"github.com/flowrun/flow/services/ingress"
+	"github.com/flowrun/flow/services/scheduler"
 	"github.com/flowrun/flow/services/worker"
 )
 
@@ -91,7 +92,8 @@ func TestSchedulerKilledWithPendingTimers(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	ctx := testContext(t)
 	client := newClient(t, srv)
-	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: natstest.Logger()}, newRegistry(t.TempDir(), "worker"))
+	// The worker holds no run for its timer (HoldTimers): its timers wait for a scheduler.
+	w, err := worker.New(worker.Config{Conn: natstest.Connect(t, srv), Logger: natstest.Logger(), HoldTimers: -1}, newRegistry(t.TempDir(), "worker"))
 	require.NoError(t, err)
 	require.NoError(t, w.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
@@ -177,6 +179,56 @@ func TestSchedulerKilledWithPendingTimers(t *testing.T) {
 			return n == 0
 		}, testTimeout, 20*time.Millisecond)
 	})
+}
+
+// A worker dies while it holds runs for their timers (HoldTimers), their tasks unacknowledged.
+// The scheduler hands each timer, when due, to the runs' workers, and another worker fires it
+// and ends the run: on time, long before AckWait would have given it the dead worker's tasks.
+func TestWorkerKilledHoldingRuns(t *testing.T) {
+	t.Parallel()
+	const (
+		runs = 10
+		nap  = 1500 * time.Millisecond
+	)
+	srv := natstest.RunJetStream(t)
+	ctx := testContext(t)
+	client := newClient(t, srv)
+	s, err := scheduler.New(scheduler.Config{Conn: natstest.Connect(t, srv), Logger: natstest.Logger()})
+	require.NoError(t, err)
+	require.NoError(t, s.Start(ctx))
+	t.Cleanup(func() { require.NoError(t, s.Stop()) })
+	cfg := childConfig{Role: roleWorker, NATSURL: srv.ClientURL(), Dir: scratchDir(t), AckWait: time.Minute}
+	a := startChild(t, cfg.named("worker-a"))
+	ids := make([]string, runs)
+	for i := range ids {
+		ids[i], err = client.Start(ctx, napWorkflow, napInput{Nap: nap}, &flow.StartOptions{RunID: fmt.Sprintf("held-%02d", i)})
+		require.NoError(t, err)
+	}
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			s, err := client.Snapshot(ctx, id)
+			if err != nil || s.Status != flow.StatusSuspended {
+				return false
+			}
+		}
+		return true
+	}, testTimeout, 10*time.Millisecond, "the runs did not all suspend on their timers")
+	a.kill(t)
+	killedAt := time.Now()
+	startChild(t, cfg.named("worker-b"))
+
+	for _, id := range ids {
+		var out string
+		result(t, ctx, client, id, &out)
+		require.Equal(t, "rested", out)
+		hist, err := client.History(ctx, id, 0)
+		require.NoError(t, err)
+		require.Empty(t, core.Check(id, hist), "run %s", id)
+		require.Equal(t, 1, countTypes(hist)[event.TypeWaitFired], "run %s", id)
+		end := hist[len(hist)-1].Time
+		require.True(t, end.Before(killedAt.Add(30*time.Second)), "run %s ended %s after the kill: not by the hand-off", id, end.Sub(killedAt))
+	}
+	require.Positive(t, s.HandedOff())
 }
 
 // Two worker processes serve one queue and are handed the same runs at once: besides each run's

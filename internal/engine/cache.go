@@ -65,6 +65,14 @@ func (l *runLocks) join(id string, seq uint64) bool {
 	return joined
 }
 
+// driving reports whether run id has an active driver.
+func (l *runLocks) driving(id string) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	rl, ok := l.m[id]
+	return ok && rl.driving
+}
+
 // leave ends rl's holder's time as active driver, unless a joined task wants a sequence after
 // seq: then it returns that sequence and false, and the driver must read it and go on.
 func (l *runLocks) leave(rl *runLock, seq uint64) (want uint64, left bool) {

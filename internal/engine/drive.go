@@ -124,6 +124,16 @@ func (e *Engine) drive(ctx context.Context, t Task) (Result, error) {
 // seq before it stops, so the task needs no drive of its own.
 func (e *Engine) Join(runID string, seq uint64) bool { return e.locks.join(runID, seq) }
 
+// JoinTask is Join for task t. A task that hands off a timer (Engine.HandOff) joins the run's
+// active driver without waking it: the driver fires the run's own timers when due itself, and
+// the task holds nothing else for it to read.
+func (e *Engine) JoinTask(t Task) bool {
+	if _, ok := handedOff(t); ok {
+		return e.locks.driving(t.RunID)
+	}
+	return e.locks.join(t.RunID, t.Seq)
+}
+
 type attemptKey struct {
 	step    string
 	attempt int

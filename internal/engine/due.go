@@ -16,14 +16,18 @@ import (
 // are due by the engine's clock, in one commit with the decision they allow: a sleep's end and
 // the next step cost one append, not a firing by the scheduler, a resume task and a decision.
 // It fires them at the top of its loop, while its steps run (a local timer wakes it), and, at
-// the end of a drive, waits in place for one falling due within Config.HoldTimers.
+// the end of a drive, waits in place for one falling due within Config.HoldTimers (holding the
+// run and its task, but not its worker's run slot: Task.Release).
 //
-// Ownership: the scheduler hands such a timer to the run's workers when it falls due, with a
-// resume task, and fires it itself only if no commit made it moot within its grace period
-// (scheduler Config.HandOffGrace). Both write the firing at the run's expected sequence, and
-// only while the timer is pending in the run's history, so whichever appends first fires it and
-// the other finds it moot: a timer fires once, never before it is due, and a dead worker delays
-// it by the grace period at most.
+// Ownership: the scheduler hands every such timer to the run's workers when it falls due, with
+// a resume task (Engine.HandOff), and fires it itself only if it is still pending after its
+// grace period with no task of the run left (scheduler Config.HandOffGrace). A hand-off that
+// finds the timer fired, or a driver of the run active in this engine, needs no drive of its
+// own: whoever fired it, or the active driver, drives the run on under a task of its own. All
+// write the firing at the run's expected sequence, and only while the timer is pending in the
+// run's history, so whichever appends first fires it and the others find it moot: a timer fires
+// once and never before it is due, and a worker that dies holding a run leaves it to the
+// hand-off.
 
 // dueCache is the earliest due time of the snapshot's own timers, as found at its timer
 // sequence and pending counts.

@@ -209,3 +209,26 @@ func TestOtherNoncesAreDriven(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, core.StatusCompleted, res.Status)
 }
+
+// A hand-off task for a run whose driver holds it joins that driver without waking it to read
+// the run: the driver fires the timer itself.
+func TestHandOffJoinsAHoldingDriverQuietly(t *testing.T) {
+	t.Parallel()
+	b := setup(t, napper(200*time.Millisecond))
+	st := &readCounter{EventStore: memstore.New()}
+	worker := b.engineWith(t, engine.Config{Store: st, HoldTimers: time.Second})
+	runID := b.start(t, worker, "wf")
+	holding := make(chan struct{})
+	done := make(chan engine.Result, 1)
+	go func() {
+		res, err := worker.DriveTask(t.Context(), engine.Task{RunID: runID, Seq: 1, Release: func() { close(holding) }})
+		require.NoError(t, err)
+		done <- res
+	}()
+	<-holding
+	reads := st.reads.Load()
+	require.True(t, worker.JoinTask(engine.Task{RunID: runID, Seq: 2, Nonce: "due.wait.nap"}))
+	require.Equal(t, core.StatusCompleted, (<-done).Status)
+	require.Equal(t, reads, st.reads.Load(), "the holding driver read nothing more")
+	require.False(t, worker.JoinTask(engine.Task{RunID: runID, Seq: 2, Nonce: "due.wait.nap"}), "no driver is active now")
+}

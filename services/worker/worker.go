@@ -446,8 +446,9 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	if err := json.Unmarshal(msg.Data(), &task); err != nil || task.RunID != runID {
 		task = engine.Task{RunID: runID}
 	}
-	if w.engine.Join(runID, task.Seq) {
-		_ = msg.Ack() // the run's driver in this process reads up to the task's seq before it stops
+	task.RunID = runID
+	if w.engine.JoinTask(task) {
+		_ = msg.Ack() // the run's driver in this process reads up to the task's seq (or fires its timer) before it stops
 		return
 	}
 	if sc, ok := cloudevent.TraceFromHeaders(msg.Headers()); ok {
