@@ -108,15 +108,7 @@ func TestSchedulerKilledWithPendingTimers(t *testing.T) {
 		ids[i], err = client.Start(ctx, napWorkflow, napInput{Nap: nap}, &flow.StartOptions{RunID: fmt.Sprintf("nap-%02d", i)})
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool {
-		for _, id := range ids {
-			s, err := client.Snapshot(ctx, id)
-			if err != nil || s.Status != flow.StatusSuspended {
-				return false
-			}
-		}
-		return true
-	}, testTimeout, 10*time.Millisecond, "the runs did not all suspend on their timers")
+	allSuspended(t, ctx, client, ids)
 	first.kill(t)
 	killedAt := time.Now()
 
@@ -204,15 +196,7 @@ func TestWorkerKilledHoldingRuns(t *testing.T) {
 		ids[i], err = client.Start(ctx, napWorkflow, napInput{Nap: nap}, &flow.StartOptions{RunID: fmt.Sprintf("held-%02d", i)})
 		require.NoError(t, err)
 	}
-	require.Eventually(t, func() bool {
-		for _, id := range ids {
-			s, err := client.Snapshot(ctx, id)
-			if err != nil || s.Status != flow.StatusSuspended {
-				return false
-			}
-		}
-		return true
-	}, testTimeout, 10*time.Millisecond, "the runs did not all suspend on their timers")
+	allSuspended(t, ctx, client, ids)
 	a.kill(t)
 	killedAt := time.Now()
 	startChild(t, cfg.named("worker-b"))
@@ -329,6 +313,20 @@ func scratchDir(t *testing.T) string {
 
 // newClient starts a history service in this process, which every scenario needs (it registers
 // timers, sends resume tasks, indexes runs), and returns a client.
+// allSuspended waits until every run of ids is suspended (on its timer).
+func allSuspended(t *testing.T, ctx context.Context, client *flow.Client, ids []string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		for _, id := range ids {
+			s, err := client.Snapshot(ctx, id)
+			if err != nil || s.Status != flow.StatusSuspended {
+				return false
+			}
+		}
+		return true
+	}, testTimeout, 10*time.Millisecond, "the runs did not all suspend on their timers")
+}
+
 func newClient(t *testing.T, srv *natsserver.Server) *flow.Client {
 	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: natstest.Logger()})
 	require.NoError(t, err)
