@@ -103,12 +103,7 @@ func TestSchedulerKilledWithPendingTimers(t *testing.T) {
 
 	first := startChild(t, cfg.named("scheduler-1"))
 	waitForLease(t, leases, "scheduler-1")
-	ids := make([]string, runs)
-	for i := range ids {
-		ids[i], err = client.Start(ctx, napWorkflow, napInput{Nap: nap}, &flow.StartOptions{RunID: fmt.Sprintf("nap-%02d", i)})
-		require.NoError(t, err)
-	}
-	allSuspended(t, ctx, client, ids)
+	ids := napping(t, ctx, client, "nap", runs, nap)
 	first.kill(t)
 	killedAt := time.Now()
 
@@ -191,12 +186,7 @@ func TestWorkerKilledHoldingRuns(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, s.Stop()) })
 	cfg := childConfig{Role: roleWorker, NATSURL: srv.ClientURL(), Dir: scratchDir(t), AckWait: time.Minute}
 	a := startChild(t, cfg.named("worker-a"))
-	ids := make([]string, runs)
-	for i := range ids {
-		ids[i], err = client.Start(ctx, napWorkflow, napInput{Nap: nap}, &flow.StartOptions{RunID: fmt.Sprintf("held-%02d", i)})
-		require.NoError(t, err)
-	}
-	allSuspended(t, ctx, client, ids)
+	ids := napping(t, ctx, client, "held", runs, nap)
 	a.kill(t)
 	killedAt := time.Now()
 	startChild(t, cfg.named("worker-b"))
@@ -313,9 +303,16 @@ func scratchDir(t *testing.T) string {
 
 // newClient starts a history service in this process, which every scenario needs (it registers
 // timers, sends resume tasks, indexes runs), and returns a client.
-// allSuspended waits until every run of ids is suspended (on its timer).
-func allSuspended(t *testing.T, ctx context.Context, client *flow.Client, ids []string) {
+// napping starts n runs of napWorkflow, prefix-00 and on, sleeping nap, waits until every one
+// is suspended on its timer and returns their IDs.
+func napping(t *testing.T, ctx context.Context, client *flow.Client, prefix string, n int, nap time.Duration) []string {
 	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		var err error
+		ids[i], err = client.Start(ctx, napWorkflow, napInput{Nap: nap}, &flow.StartOptions{RunID: fmt.Sprintf("%s-%02d", prefix, i)})
+		require.NoError(t, err)
+	}
 	require.Eventually(t, func() bool {
 		for _, id := range ids {
 			s, err := client.Snapshot(ctx, id)
@@ -325,6 +322,7 @@ func allSuspended(t *testing.T, ctx context.Context, client *flow.Client, ids []
 		}
 		return true
 	}, testTimeout, 10*time.Millisecond, "the runs did not all suspend on their timers")
+	return ids
 }
 
 func newClient(t *testing.T, srv *natsserver.Server) *flow.Client {

@@ -435,7 +435,7 @@ func TestJoinHandsTaskToActiveDriver(t *testing.T) {
 	require.False(t, follows)
 	e := b.engineOn(t, ps, nil)
 	runID := b.start(t, e, "wf")
-	require.False(t, e.Join(runID, 1), "no drive is active")
+	require.False(t, e.Join(engine.Task{RunID: runID, Seq: 1}), "no drive is active")
 
 	done := driveAsync(t, e, runID)
 	stepSeq := ps.awaitPause(t)
@@ -443,7 +443,7 @@ func TestJoinHandsTaskToActiveDriver(t *testing.T) {
 	sigSeq, err := mem.Append(t.Context(), runID, stepSeq, event.Event{Time: t0,
 		Payload: &event.SignalReceived{Name: "go", Payload: json.RawMessage(`"now"`), DeliveryID: "direct-1"}})
 	require.NoError(t, err)
-	require.True(t, e.Join(runID, sigSeq), "the drive is active")
+	require.True(t, e.Join(engine.Task{RunID: runID, Seq: sigSeq}), "the drive is active")
 	close(ps.resume)
 
 	res := awaitDrive(t, done, "the drive read the joined sequence")
@@ -452,7 +452,7 @@ func TestJoinHandsTaskToActiveDriver(t *testing.T) {
 	hist := load(t, mem, runID)
 	require.Equal(t, []event.Type{event.TypeRunStarted, event.TypeStepScheduled, event.TypeSignalAwaited,
 		event.TypeStepCompleted, event.TypeSignalReceived, event.TypeRunCompleted}, typesOf(hist))
-	require.False(t, e.Join(runID, res.Seq+1), "the drive ended")
+	require.False(t, e.Join(engine.Task{RunID: runID, Seq: res.Seq + 1}), "the drive ended")
 }
 
 // registerReplayed registers workflow "wf" whose first step gets input n: code with another n
@@ -571,7 +571,7 @@ func TestJoinedCancelEndsRunBeingBlocked(t *testing.T) {
 		cancelSeq, err := mem.Append(t.Context(), tc.runID, blockedSeq, event.Event{Time: time.Now().UTC(),
 			Payload: &event.RunCancelRequested{Reason: "give up"}})
 		require.NoError(t, err)
-		require.True(t, e.Join(tc.runID, cancelSeq), tc.name)
+		require.True(t, e.Join(engine.Task{RunID: tc.runID, Seq: cancelSeq}), tc.name)
 		close(ps.resume)
 
 		res := awaitDrive(t, done, tc.name+": the drive decided on the joined cancel")

@@ -119,15 +119,12 @@ func (e *Engine) drive(ctx context.Context, t Task) (Result, error) {
 	return res, err
 }
 
-// Join hands a task for run runID at sequence seq to the run's active driver in this engine,
-// if there is one, and reports whether it did: that driver then reads the run up to at least
-// seq before it stops, so the task needs no drive of its own.
-func (e *Engine) Join(runID string, seq uint64) bool { return e.locks.join(runID, seq) }
-
-// JoinTask is Join for task t. A task that hands off a timer (Engine.HandOff) joins the run's
-// active driver without waking it: the driver fires the run's own timers when due itself, and
+// Join hands task t to its run's active driver in this engine, if there is one, and reports
+// whether it did: that driver then reads the run up to at least the task's sequence before it
+// stops, so the task needs no drive of its own. A task that hands off a timer (Engine.HandOff)
+// joins without waking the driver: the driver fires the run's own timers when due itself, and
 // the task holds nothing else for it to read.
-func (e *Engine) JoinTask(t Task) bool {
+func (e *Engine) Join(t Task) bool {
 	if _, ok := handedOff(t); ok {
 		return e.locks.driving(t.RunID)
 	}

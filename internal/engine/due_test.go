@@ -227,8 +227,8 @@ func TestHandOffJoinsAHoldingDriverQuietly(t *testing.T) {
 	}()
 	<-holding
 	reads := st.reads.Load()
-	require.True(t, worker.JoinTask(engine.Task{RunID: runID, Seq: 2, Nonce: "due.wait.nap"}))
+	require.True(t, worker.Join(engine.Task{RunID: runID, Seq: 2, Nonce: "due.wait.nap"}))
 	require.Equal(t, core.StatusCompleted, (<-done).Status)
 	require.Equal(t, reads, st.reads.Load(), "the holding driver read nothing more")
-	require.False(t, worker.JoinTask(engine.Task{RunID: runID, Seq: 2, Nonce: "due.wait.nap"}), "no driver is active now")
+	require.False(t, worker.Join(engine.Task{RunID: runID, Seq: 2, Nonce: "due.wait.nap"}), "no driver is active now")
 }

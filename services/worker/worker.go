@@ -447,7 +447,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		task = engine.Task{RunID: runID}
 	}
 	task.RunID = runID
-	if w.engine.JoinTask(task) {
+	if w.engine.Join(task) {
 		_ = msg.Ack() // the run's driver in this process reads up to the task's seq (or fires its timer) before it stops
 		return
 	}
