@@ -42,6 +42,9 @@ type Role struct {
 	// AsyncTasks makes the host publish resume tasks without waiting for their
 	// acknowledgement (jshost.Host.AsyncTasks): for a role whose tasks are a fast path only.
 	AsyncTasks bool
+	// Offers makes the host offer new runs to live workers as it publishes their first tasks
+	// (jshost.Host.Offers): the ingress's eager start.
+	Offers bool
 	// Payloads opens FLOW_PAYLOADS for the engine, offloading payloads larger than
 	// PayloadThreshold bytes (objstore.Open).
 	Payloads         bool
@@ -91,6 +94,7 @@ func Open(ctx context.Context, js jetstream.JetStream, role Role, cfg engine.Con
 	}
 	b.Host.Faults = role.HostFaults
 	b.Host.AsyncTasks = role.AsyncTasks
+	b.Host.Offers = role.Offers
 	cfg.Store, cfg.Host, cfg.Logger, cfg.Faults = b.Store, b.Host, logger, role.Faults
 	if role.Host != nil {
 		cfg.Host = role.Host(b.Host)

@@ -33,6 +33,9 @@ type Options struct {
 	// SerialCommits runs the worker with serial commits (services/worker.Config.SerialCommits)
 	// instead of the default pipeline, for comparing the two.
 	SerialCommits bool
+	// NoEagerStart runs the ingress and the worker without eager start
+	// (services/ingress.Config.NoEagerStart), for comparing with it.
+	NoEagerStart bool
 	// NATSServer is the nats-server binary (required unless Embedded).
 	NATSServer string
 	// Workloads selects workloads by name; empty runs all of them (W3-10k only when not
@@ -60,6 +63,9 @@ func Variant(sync string, opts Options) string {
 	}
 	if opts.SerialCommits {
 		v += ",serial"
+	}
+	if opts.NoEagerStart {
+		v += ",no-eager"
 	}
 	return v
 }
@@ -123,7 +129,7 @@ func runSync(ctx context.Context, opts Options, sync string, sel []*workload) (_
 		return nil, fmt.Errorf("%s: starting NATS: %w", variant, err)
 	}
 	defer func() { err = errors.Join(err, ns.Stop()) }()
-	st, err := startStack(ctx, ns, opts.Replicas, opts.SerialCommits, opts.ServiceLogger)
+	st, err := startStack(ctx, ns, opts, opts.ServiceLogger)
 	if err != nil {
 		return nil, fmt.Errorf("%s: starting Flow: %w", variant, err)
 	}

@@ -75,9 +75,10 @@ func (e *Engine) Drive(ctx context.Context, runID string, minSeq uint64) (Result
 //
 // A task that hands off a timer (Engine.HandOff) needs no drive once the timer is not pending:
 // the run ended (as a drive of this engine saw), or the cached snapshot or the run as read
-// shows the timer fired. Whoever fired it drives the run on, backed by a task of its own.
+// shows the timer fired. Whoever fired it drives the run on, backed by a task of its own. An
+// offered task (Task.Offered) of a run this engine saw end needs no drive either.
 func (e *Engine) DriveTask(ctx context.Context, t Task) (Result, error) {
-	if _, ok := handedOff(t); ok {
+	if _, ok := handedOff(t); ok || t.Offered {
 		if res, ended := e.ended.get(t.RunID); ended {
 			return res, nil
 		}
@@ -85,11 +86,20 @@ func (e *Engine) DriveTask(ctx context.Context, t Task) (Result, error) {
 	return e.drive(ctx, t)
 }
 
+// Ended reports whether this engine saw run runID end (a bounded set of the latest such runs).
+func (e *Engine) Ended(runID string) bool {
+	_, ok := e.ended.get(runID)
+	return ok
+}
+
 // drive drives the run task t names.
 func (e *Engine) drive(ctx context.Context, t Task) (Result, error) {
 	runID, minSeq := t.RunID, t.Seq
 	if e.rt == nil {
 		return Result{RunID: runID}, errors.New("engine: Drive needs Config.Runtime")
+	}
+	if t.Backing != nil {
+		ctx = context.WithValue(ctx, backingKey{}, t.Backing)
 	}
 	rl := e.locks.lock(runID)
 	d := &driver{e: e, runID: runID, rl: rl, running: map[attemptKey]*attemptRun{},
@@ -123,9 +133,10 @@ func (e *Engine) drive(ctx context.Context, t Task) (Result, error) {
 // whether it did: that driver then reads the run up to at least the task's sequence before it
 // stops, so the task needs no drive of its own. A task that hands off a timer (Engine.HandOff)
 // joins without waking the driver: the driver fires the run's own timers when due itself, and
-// the task holds nothing else for it to read.
+// the task holds nothing else for it to read. Nor does an offered task (Task.Offered): a new
+// run's first, whose run.started every driver of the run holds.
 func (e *Engine) Join(t Task) bool {
-	if _, ok := handedOff(t); ok {
+	if _, ok := handedOff(t); ok || t.Offered {
 		return e.locks.driving(t.RunID)
 	}
 	return e.locks.join(t.RunID, t.Seq)

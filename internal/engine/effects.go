@@ -40,7 +40,9 @@ func (e *Engine) ApplyCommit(ctx context.Context, s *core.Snapshot, commit []eve
 		return err
 	}
 	if c.Resume {
-		if err := e.host.Resume(ctx, Task{RunID: s.RunID, Queue: s.Queue, Build: s.Spec.BuildID, Seq: c.TaskSeq, TraceParent: s.TraceParent}); err != nil {
+		// A new run's task from here is a copy of its starter's, which may have been offered.
+		t := Task{RunID: s.RunID, Queue: s.Queue, Build: s.Spec.BuildID, Seq: c.TaskSeq, TraceParent: s.TraceParent, Offered: c.TaskSeq == 1}
+		if err := e.host.Resume(ctx, t); err != nil {
 			return err
 		}
 	}

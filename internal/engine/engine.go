@@ -63,6 +63,14 @@ type Host interface {
 	Resume(ctx context.Context, t Task) error
 }
 
+// Offerer is a Host that can offer a new run to a live worker (eager start).
+type Offerer interface {
+	// ResumeOffered sends t, a new run's first task, as Resume does, or offers it to a live
+	// worker of the run's queue, which then drives the run at once and sends t itself, marked
+	// Offered (see Task.Offered), before it commits anything (Task.Backing).
+	ResumeOffered(ctx context.Context, t Task) error
+}
+
 // Task asks for run RunID, on task queue Queue, to be driven because of the input at sequence
 // Seq: a worker reads the run's history up to at least Seq.
 type Task struct {
@@ -87,6 +95,15 @@ type Task struct {
 	// other worker has received it, so for a new run's task (Seq 1) the driver is the run's
 	// first writer and owns its tail from the start (pipeline.go).
 	FirstDelivery bool `json:"-"`
+	// Offered marks a new run's first task that a worker may have taken from another path
+	// (Offerer; or the history service's copy of the ingress's task): a worker that receives it
+	// asks whether another drives the run before it drives it, and never drives it as its first
+	// writer.
+	Offered bool `json:"offered,omitempty"`
+	// Backing, when set, is called before each append of the drive, which is made only if it
+	// returns nil: it waits until the run's durable task exists (the drive of a run taken from
+	// an offer, whose task its taker sent). It must return the same each time.
+	Backing func() error `json:"-"`
 	// Release, when set, is called at most once, by a drive that waits in place for one of its
 	// run's timers (Config.HoldTimers): it needs no run slot of its worker meanwhile.
 	Release func() `json:"-"`
@@ -400,9 +417,27 @@ func (e *Engine) Start(ctx context.Context, p StartParams) (runID string, create
 		return "", false, fmt.Errorf("appending run.started: %w", err)
 	}
 	e.logger.DebugContext(ctx, "run started", slog.String("run_id", p.RunID), slog.String("definition", p.Spec.Definition))
-	e.resume(ctx, Task{RunID: p.RunID, Queue: p.Queue, Build: p.Spec.BuildID, Seq: 1, TraceParent: started.TraceParent,
+	e.resumeStarted(ctx, Task{RunID: p.RunID, Queue: p.Queue, Build: p.Spec.BuildID, Seq: 1, TraceParent: started.TraceParent,
 		Head: e.commitHead(p.RunID, []event.Envelope{{RunID: p.RunID, Seq: 1, Time: at, Payload: started}})})
 	return p.RunID, true, nil
+}
+
+// resumeStarted sends a new run's first task t: offered to a live worker too when the host can
+// (Offerer). Like resume, it only logs a failure.
+func (e *Engine) resumeStarted(ctx context.Context, t Task) {
+	o, ok := e.host.(Offerer)
+	if !ok {
+		e.resume(ctx, t)
+		return
+	}
+	err := e.faults.Hit(fault.AfterAppendBeforeTask)
+	if err == nil {
+		err = o.ResumeOffered(ctx, t)
+	}
+	if err != nil {
+		e.logger.DebugContext(ctx, "resume task not sent; the history service sends it", slog.String("run_id", t.RunID),
+			slog.Uint64("seq", t.Seq), slog.String("error", err.Error()))
+	}
 }
 
 // resume publishes a resume task as a fast path: the history service derives the same task from
@@ -573,8 +608,17 @@ func (e *Engine) append(ctx context.Context, runID string, expected uint64, t ti
 	return e.appendEvents(ctx, runID, expected, events)
 }
 
-// appendEvents appends events, offloaded, to run runID as sequences expected+1...
+// backingKey keys the Task.Backing of the drive a context belongs to.
+type backingKey struct{}
+
+// appendEvents appends events, offloaded, to run runID as sequences expected+1..., once the
+// drive's task is backed (Task.Backing).
 func (e *Engine) appendEvents(ctx context.Context, runID string, expected uint64, events []event.Event) error {
+	if backed, ok := ctx.Value(backingKey{}).(func() error); ok {
+		if err := backed(); err != nil {
+			return fmt.Errorf("the task of run %q is not stored, so nothing is appended: %w", runID, err)
+		}
+	}
 	_, err := e.store.Append(ctx, runID, expected, events...)
 	countAppend(ctx, err)
 	return err

@@ -157,7 +157,7 @@ func (e *Engine) appendStart(ctx context.Context, runID string, p *StartParams, 
 		// scheduler learns of it from the commit as it is published.
 		return nil
 	}
-	e.resume(ctx, Task{RunID: runID, Queue: p.Queue, Build: p.Spec.BuildID, Seq: 1, TraceParent: started.TraceParent,
+	e.resumeStarted(ctx, Task{RunID: runID, Queue: p.Queue, Build: p.Spec.BuildID, Seq: 1, TraceParent: started.TraceParent,
 		Head: e.commitHead(runID, []event.Envelope{{RunID: runID, Seq: 1, Time: at, Payload: started}})})
 	return nil
 }

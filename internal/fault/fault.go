@@ -30,6 +30,12 @@ const (
 	AfterAppendBeforeTask Point = "after-append-before-task"
 	// TaskPublish: before a resume task is published (the publish fails).
 	TaskPublish Point = "task-publish"
+	// TaskOffer: the ingress does not offer a new run to the workers (eager start,
+	// jshost.Host.ResumeOffered): it publishes the run's task, which alone reaches a worker.
+	TaskOffer Point = "task-offer"
+	// OfferTakenBeforeTask: a worker took a new run's offer and answered the ingress; it
+	// neither sends the run's task nor drives the run, as if it died there (services/worker).
+	OfferTakenBeforeTask Point = "offer-taken-before-task"
 	// AfterDecisionBeforeChildren: child.scheduled is committed; the child runs are not started.
 	AfterDecisionBeforeChildren Point = "after-decision-before-children"
 	// AfterTerminalBeforeEnd: a run's terminal event is committed; the parent's notice, the

@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/cloudevents/sdk-go/v2/extensions"
@@ -19,6 +20,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/api"
 	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/core"
@@ -42,7 +44,18 @@ type Host struct {
 	// the same task from the commit): Resume then fails only if the task cannot be sent. Set
 	// it before use.
 	AsyncTasks bool
+	// Offers makes ResumeOffered offer new runs to live workers (eager start, api.EagerPrefix):
+	// the ingress's. Without it ResumeOffered is Resume. Set it before use.
+	Offers bool
 }
+
+// offerWait bounds the wait for a worker's answer to an offer: one that takes it answers from
+// its subscription's callback, at once.
+const offerWait = 20 * time.Millisecond
+
+// OfferTaken is the answer of a worker that took an offered run (api.EagerPrefix); any other
+// answer declines it.
+const OfferTaken = "taken"
 
 var _ engine.Host = (*Host)(nil)
 
@@ -166,32 +179,102 @@ const TaskType = "dev.flow.task.resume"
 // CloudEvents traceparent extension (ce-traceparent) carries the run's trace context,
 // t.TraceParent, or else the span ctx carries, if any.
 func (h *Host) Resume(ctx context.Context, t engine.Task) error {
-	if err := h.Faults.Hit(fault.TaskPublish); err != nil {
-		return err
-	}
-	body, err := json.Marshal(t)
+	msg, err := h.taskMsg(ctx, t)
 	if err != nil {
 		return err
 	}
-	id := t.Key()
+	if h.AsyncTasks {
+		if _, err := h.js.PublishMsgAsync(msg, jetstream.WithMsgID(t.Key())); err != nil {
+			return fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, err)
+		}
+		return nil
+	}
+	if _, err := h.js.PublishMsg(ctx, msg, jetstream.WithMsgID(t.Key())); err != nil {
+		return fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, err)
+	}
+	return nil
+}
+
+// ResumeOffered implements engine.Offerer. With Offers set it offers t, a new run's first
+// task, to a live worker of the run's queue and build, and publishes t only if none took it:
+// a worker that takes an offer publishes the run's task itself, marked Offered, before it
+// commits anything to the run (ResumeAsync, Task.Backing). An offer unanswered in time may have
+// been taken: t is then published marked Offered too.
+func (h *Host) ResumeOffered(ctx context.Context, t engine.Task) error {
+	if !h.Offers {
+		return h.Resume(ctx, t)
+	}
+	if err := h.Faults.Hit(fault.TaskOffer); err != nil {
+		return h.Resume(ctx, t)
+	}
+	t.Offered = true
+	msg, err := h.taskMsg(ctx, t)
+	if err != nil {
+		return err
+	}
+	msg.Subject = api.EagerOfferSubject(t.Queue, t.Build)
+	octx, cancel := context.WithTimeout(ctx, offerWait)
+	reply, err := h.js.Conn().RequestMsgWithContext(octx, msg)
+	cancel()
+	switch {
+	case err == nil && string(reply.Data) == OfferTaken:
+		return nil
+	case err == nil || errors.Is(err, nats.ErrNoResponders):
+		t.Offered = false // declined, or no worker takes offers
+	}
+	return h.Resume(ctx, t)
+}
+
+// asyncAckWait bounds the wait for the acknowledgement of a task ResumeAsync published: a
+// connection that closes meanwhile never delivers it.
+const asyncAckWait = 5 * time.Second
+
+// ResumeAsync publishes task t as Resume does without waiting: backed waits for the stream's
+// acknowledgement, at most asyncAckWait or until ctx ends, once, and returns the publish's error
+// (the same on every call).
+func (h *Host) ResumeAsync(ctx context.Context, t engine.Task) (backed func() error, err error) {
+	msg, err := h.taskMsg(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	ack, err := h.js.PublishMsgAsync(msg, jetstream.WithMsgID(t.Key()))
+	if err != nil {
+		return nil, fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, err)
+	}
+	return sync.OnceValue(func() error {
+		timeout := time.NewTimer(asyncAckWait)
+		defer timeout.Stop()
+		select {
+		case <-ack.Ok():
+			return nil
+		case err := <-ack.Err():
+			return fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, err)
+		case <-ctx.Done():
+			return fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, ctx.Err())
+		case <-timeout.C:
+			return fmt.Errorf("publishing the resume task of run %q: no acknowledgement in %s", t.RunID, asyncAckWait)
+		}
+	}), nil
+}
+
+// taskMsg returns the message of task t, a CloudEvent whose ID is the task's key.
+func (h *Host) taskMsg(ctx context.Context, t engine.Task) (*nats.Msg, error) {
+	if err := h.Faults.Hit(fault.TaskPublish); err != nil {
+		return nil, err
+	}
+	body, err := json.Marshal(t)
+	if err != nil {
+		return nil, err
+	}
 	msg := nats.NewMsg(streams.TaskSubject(t.Queue, t.Build, t.RunID))
 	msg.Data = body
 	ec := cloudevent.NewContext(h.source, TaskType)
-	ec.ID, *ec.Subject, ec.Time.Time = id, t.RunID, time.Now().UTC()
+	ec.ID, *ec.Subject, ec.Time.Time = t.Key(), t.RunID, time.Now().UTC()
 	if t.TraceParent != "" {
 		cloudevent.SetTraceParent(ec, extensions.DistributedTracingExtension{TraceParent: t.TraceParent})
 	} else {
 		cloudevent.SetTraceExtension(ctx, ec)
 	}
 	cloudevent.WriteHeaders(ec, msg.Header, make([]string, 0, 9))
-	if h.AsyncTasks {
-		if _, err := h.js.PublishMsgAsync(msg, jetstream.WithMsgID(id)); err != nil {
-			return fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, err)
-		}
-		return nil
-	}
-	if _, err := h.js.PublishMsg(ctx, msg, jetstream.WithMsgID(id)); err != nil {
-		return fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, err)
-	}
-	return nil
+	return msg, nil
 }

@@ -352,6 +352,8 @@ func ingressRole() Role {
 	g.subscribe(api.BatchPrefix + ">")
 	// It forwards the changes of schedules and batch jobs to the scheduler, their one writer.
 	g.publish(api.SchedulerSchedulesGroup+".*", api.SchedulerBatchesGroup+".*")
+	// It offers new runs to live workers (eager start).
+	g.publish(api.EagerOffersFilter)
 	return g.role(Ingress, "the ingress (`flowd ingress`)")
 }
 
@@ -376,6 +378,10 @@ func workerRole() Role {
 	// It answers the queries of the runs it can run the code of (a micro service, with $SRV
 	// discovery).
 	g.subscribe(api.QueryPrefix+">", "$SRV.*", "$SRV.*.flow-worker", "$SRV.*.flow-worker.*")
+	// It takes the ingress's offers of new runs, answers on an offered run's driving subject
+	// while it drives the run, and asks there before it drives a run whose task was offered.
+	g.subscribe(api.EagerOffersFilter, api.EagerDrivingFilter)
+	g.publish(api.EagerDrivingFilter)
 	return g.role(Worker, "workers (`flowd worker`, programs running `worker.New`)")
 }
 

@@ -144,6 +144,13 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 	full := indexed && entry.Status == core.StatusBlocked
 	retries := noticeRetries
 	polled := false // the last check was the slow poll's, not a notice's
+	// The run that reuses the ID after the run ended, if any, is looked up alongside the first
+	// check: a run can reuse the ID only once it ended, so the lookup, made after the request
+	// came, answers for the moment the end was read or a later one. Once a check found the run
+	// not ended, no run reused the ID when it ended, and the answer needs no lookup.
+	reuse := make(chan string, 1)
+	go func() { reuse <- s.reuser(ctx, req.RunID) }()
+	sawActive := false
 	poll := time.NewTimer(time.Hour)
 	defer poll.Stop()
 	for {
@@ -161,8 +168,13 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 			if polled && end.Status != core.StatusBlocked && !announcedBy(ctx, sub, &announced, end.Seq) {
 				s.awaitsByPoll.Add(1) // a notice was missed
 			}
-			return &api.AwaitResponse{Ended: true, Snapshot: end, ReusedBy: s.reusedBy(ctx, end)}, nil
+			resp := &api.AwaitResponse{Ended: true, Snapshot: end}
+			if !sawActive && reusable(end) {
+				resp.ReusedBy = <-reuse
+			}
+			return resp, nil
 		}
+		sawActive = true
 		// A notice comes before the stream stored its commit (by tens of microseconds, more on
 		// a busy machine), or for a publish the stream refused: look again very soon, then
 		// twice as late each time, then every second, projecting the whole history too.

@@ -292,7 +292,7 @@ func (l *lane) apply(ctx context.Context, runID string, commits []pending) error
 		whole []event.Envelope
 	}
 	var todo []decoded
-	for _, p := range commits {
+	for i, p := range commits {
 		if !p.ok || jsstore.IsRepair(p.msg.Headers()) {
 			return l.resync(ctx, runID, commits)
 		}
@@ -334,8 +334,9 @@ func (l *lane) apply(ctx context.Context, runID string, commits []pending) error
 				return l.resync(ctx, runID, commits)
 			}
 			f.pos = p.pos
-		case f == nil && c.First == 1 && !s.indexedStarted(runID) && l.latest(ctx, p.msg, runID):
-			// A new run: its first commit is its whole history so far.
+		case f == nil && c.First == 1 && !s.indexedStarted(runID) && l.latest(ctx, runID, commits[i:]):
+			// A new run, whose whole history so far is its first commit and the batch's
+			// commits after it, which follow in turn.
 			snap, err := core.Project(c.RunID, envs)
 			if err != nil {
 				return l.resync(ctx, runID, commits)
@@ -396,18 +397,26 @@ func (l *lane) apply(ctx context.Context, runID string, commits []pending) error
 	return nil
 }
 
-// latest reports whether m, a run's first commit, is the run's last message in the stream: a
-// commit delivered for the first time with nothing after it. A redelivery (a lost ack, a
-// restart, another replica) or a run that went on since is derived from its whole history
-// instead: the first commit alone would bring back consequences its later commits undid (the
-// queue entry of a run that was admitted and ended).
-func (l *lane) latest(ctx context.Context, m jetstream.Msg, runID string) bool {
-	md, err := m.Metadata()
-	if err != nil || md.NumDelivered > 1 {
+// latest reports whether commits, a run's first commit and the batch's commits of the run after
+// it, are the run's whole history in the stream: each delivered for the first time and
+// continuing the one before, the last with nothing after it. A redelivery (a lost ack, a
+// restart, another replica) or a run that went on past the batch is derived from its whole
+// history instead: the first commit alone would bring back consequences its later commits undid
+// (the queue entry of a run that was admitted and ended).
+func (l *lane) latest(ctx context.Context, runID string, commits []pending) bool {
+	n := 0
+	for j, p := range commits {
+		md, err := p.msg.Metadata()
+		if err != nil || md.NumDelivered > 1 || !p.ok || p.pos == 0 || j > 0 && p.c.First != commits[j-1].c.Last+1 {
+			break
+		}
+		n = j + 1
+	}
+	if n == 0 {
 		return false
 	}
 	last, err := l.s.store.LastStreamSeq(ctx, runID)
-	return err == nil && last == md.Sequence.Stream
+	return err == nil && last == commits[n-1].pos
 }
 
 // load projects run runID's whole history, read up to at least atLeast, into the lane's cache,

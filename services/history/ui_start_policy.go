@@ -7,15 +7,18 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// reusedBy returns the latest run that reuses the caller ID of run end after it ended (start
-// policies), or "". Runs id=_1..id=_n exist and none after, so a doubling then halving search
-// finds n; a run nothing reused costs one direct get (the runs index may lag the commit that
-// started a reuse, so the stream is asked). A failed read answers "".
-func (s *Service) reusedBy(ctx context.Context, end *core.Snapshot) string {
-	if end == nil || end.Outcome == nil || end.Outcome.Outcome == event.OutcomeContinuedAsNew {
-		return ""
-	}
-	id, n, ok := event.ReuseFamily(end.RunID)
+// reusable reports whether a run may reuse the caller ID of run end after it: end is an end, and
+// not a continuation's (the successor carries the ID on).
+func reusable(end *core.Snapshot) bool {
+	return end != nil && end.Outcome != nil && end.Outcome.Outcome != event.OutcomeContinuedAsNew
+}
+
+// reuser returns the latest run that reuses the caller ID of run runID (id=_1, id=_2, ...), or
+// "". Runs id=_1..id=_n exist and none after, so a doubling then halving search finds n; a run
+// nothing reused costs one direct get (the runs index may lag the commit that started a reuse,
+// so the stream is asked). A failed read answers "".
+func (s *Service) reuser(ctx context.Context, runID string) string {
+	id, n, ok := event.ReuseFamily(runID)
 	if !ok {
 		return ""
 	}

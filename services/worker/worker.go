@@ -112,6 +112,10 @@ type Config struct {
 	// worker writes no checkpoints: the history service does, every FLOW_CHECKPOINT_EVERY events
 	// (its Config.CheckpointEvery, docs/large-payloads.md); other values change nothing here.
 	CheckpointEvery int `envconfig:"CHECKPOINT_EVERY"`
+	// NoEagerStart makes the worker take no offers of new runs from the ingress (eager start,
+	// eager.go): it drives new runs only from their tasks. Defaults to false: a worker with a
+	// free run slot takes an offered run at once.
+	NoEagerStart bool `envconfig:"NO_EAGER_START"`
 }
 
 // DefaultHTTPAddr is where flowd's worker serves its probes and metrics unless
@@ -127,7 +131,9 @@ type Worker struct {
 	nc      *nats.Conn
 	ownConn bool
 	engine  *engine.Engine
-	cons    []jetstream.Consumer
+	// host publishes the tasks of runs taken from offers (eager.go).
+	host *jshost.Host
+	cons []jetstream.Consumer
 	// pauses follows FLOW_PAUSES: the paused definitions and queues (pause.go).
 	pauses *jshost.Pauses
 	// id names the worker in FLOW_WORKERS and in the runs it parks (see liveness.NewID).
@@ -156,6 +162,16 @@ type Worker struct {
 	// caps the queries answered at once.
 	querySvc   micro.Service
 	querySlots chan struct{}
+	// slots holds a token per run driven, from a task or an offer: at most RunConcurrency.
+	slots chan struct{}
+	// offerSubs take the offers of new runs (eager.go); offerMu is held to take one, and
+	// taken by Stop once no more come; offers counts them.
+	offerSubs []*nats.Subscription
+	offerMu   sync.RWMutex
+	offers    offerStats
+	// offered holds the drives of runs taken from offers, by run ID, under offeredMu.
+	offeredMu sync.Mutex
+	offered   map[string]*offered
 }
 
 // New returns a worker for the workflows and steps of reg.
@@ -199,7 +215,7 @@ func New(cfg Config, reg *flow.Registry) (*Worker, error) {
 		logger = slog.Default()
 	}
 	return &Worker{cfg: cfg, reg: sdk.RuntimeOf(reg), logger: logger.With(slog.String("component", "worker"), slog.String("queue", cfg.Queue)),
-		fetchDone: make(chan struct{}), started: make(chan struct{})}, nil
+		fetchDone: make(chan struct{}), started: make(chan struct{}), offered: map[string]*offered{}}, nil
 }
 
 // Start connects, creates Flow's streams if needed, registers the definitions it runs (its
@@ -256,7 +272,7 @@ func (w *Worker) start(ctx context.Context) error {
 		return err
 	}
 	w.reg.UsePayloads(be.Payloads)
-	w.engine = be.Engine
+	w.engine, w.host = be.Engine, be.Host
 	hostname, _ := os.Hostname()
 	w.id = liveness.NewID(hostname, os.Getpid()) // before any handler parks a run
 	// The view before the first task, the entry before the registration: a worker that reads
@@ -296,10 +312,16 @@ func (w *Worker) start(ctx context.Context) error {
 		return fmt.Errorf("worker: listening on %s for /healthz, /readyz and /metrics: %w (set FLOW_WORKER_HTTP_ADDR to another address, or \"off\")", w.cfg.HTTPAddr, err)
 	}
 	w.runCtx, w.cancelRuns = context.WithCancel(context.WithoutCancel(ctx))
-	slots := make(chan struct{}, w.cfg.RunConcurrency)
+	w.slots = make(chan struct{}, w.cfg.RunConcurrency)
+	if err := w.serveOffers(builds); err != nil {
+		w.cancelRuns()
+		_ = w.querySvc.Stop()
+		_ = w.probes.Shutdown(ctx)
+		return fmt.Errorf("worker: subscribing to the offers of new runs: %w", err)
+	}
 	var fetchers sync.WaitGroup
 	for _, cons := range w.cons {
-		fetchers.Go(func() { w.fetch(cons, slots) })
+		fetchers.Go(func() { w.fetch(cons, w.slots) })
 	}
 	go func() { fetchers.Wait(); close(w.fetchDone) }()
 	w.observe()
@@ -360,6 +382,10 @@ const fetchWait = time.Second
 // them with every free slot.
 func (w *Worker) fetch(cons jetstream.Consumer, slots chan struct{}) {
 	share := max(1, w.cfg.RunConcurrency/len(w.cons))
+	if !w.cfg.NoEagerStart {
+		// Idle, the pulls leave a quarter of the slots to offered runs (eager.go).
+		share = max(1, share*3/4)
+	}
 	retry := 100 * time.Millisecond
 	for !w.stopping.Load() {
 		select {
@@ -447,8 +473,15 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 		task = engine.Task{RunID: runID}
 	}
 	task.RunID = runID
+	if task.Offered && w.adopted(runID, msg) {
+		return // settled by the drive of the offer this worker took (eager.go)
+	}
 	if w.engine.Join(task) {
 		_ = msg.Ack() // the run's driver in this process reads up to the task's seq (or fires its timer) before it stops
+		return
+	}
+	if task.Offered && !w.engine.Ended(runID) && w.drivenElsewhere(runID) {
+		_ = msg.NakWithDelay(w.offeredRecheck(msg)) // the worker that took its offer drives it (eager.go)
 		return
 	}
 	if sc, ok := cloudevent.TraceFromHeaders(msg.Headers()); ok {
@@ -456,7 +489,7 @@ func (w *Worker) handle(msg jetstream.Msg, release func()) {
 	}
 	ctx = tracing.WithRunID(ctx, runID)
 	stop := w.heartbeat(msg)
-	task.RunID, task.FirstDelivery, task.Release = runID, deliveries(msg) == 1, release
+	task.RunID, task.FirstDelivery, task.Release = runID, deliveries(msg) == 1 && !task.Offered, release
 	res, err := w.engine.DriveTask(ctx, task)
 	stop()
 	var wrongBuild *engine.WrongBuildError
@@ -642,6 +675,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		}
 		w.readiness.Stopping()
 		w.stopping.Store(true)
+		w.stopOffers()
 		// No more queries: another worker of the queue answers them.
 		if qerr := w.querySvc.Stop(); qerr != nil {
 			w.logger.Warn("the query endpoints did not stop cleanly", slog.String("error", qerr.Error()))
