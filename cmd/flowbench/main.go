@@ -43,14 +43,14 @@ func (l *listFlag) Set(s string) error {
 }
 
 type config struct {
-	quick, embedded, serial, noEager bool
-	syncs, workloads, anchors        listFlag
-	out, chart, from                 string
-	cpuProfile, memProfile           string
-	natsServer                       string
-	serviceLog                       string
-	sizes                            map[string]int
-	replicas                         int
+	quick, embedded, serial, eager bool
+	syncs, workloads, anchors      listFlag
+	out, chart, from               string
+	cpuProfile, memProfile         string
+	natsServer                     string
+	serviceLog                     string
+	sizes                          map[string]int
+	replicas                       int
 }
 
 func main() {
@@ -68,7 +68,7 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(&c.syncs, "sync", "JetStream fsync settings to run under, comma-separated: default, always (default both)")
 	fs.BoolVar(&c.embedded, "embedded", false, "run NATS inside this process instead of as a nats-server process")
 	fs.BoolVar(&c.serial, "serial-commits", false, "run the worker with serial commits instead of pipelined ones (variant label ',serial')")
-	fs.BoolVar(&c.noEager, "no-eager", false, "run the ingress and the worker without eager start (variant label ',no-eager')")
+	fs.BoolVar(&c.eager, "eager", false, "run the ingress with eager start (variant label ',eager')")
 	fs.IntVar(&c.replicas, "replicas", 1, "above 1: run a cluster of that many nats-server processes, Flow's streams replicated on all")
 	fs.Var(&c.workloads, "workloads", "workloads to run, comma-separated (default all): "+strings.Join(bench.WorkloadNames(), ","))
 	fs.StringVar(&c.out, "out", "", "result file (default bench-results/<start time>.json)")
@@ -138,7 +138,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		file = &bench.File{Started: started.UTC().Format(time.RFC3339), Quick: c.quick, Host: host()}
 		file.Results, runErr = bench.Run(ctx, bench.Options{
-			Quick: c.quick, Syncs: c.syncs, Embedded: c.embedded, SerialCommits: c.serial, NoEagerStart: c.noEager, Replicas: c.replicas, NATSServer: c.natsServer,
+			Quick: c.quick, Syncs: c.syncs, Embedded: c.embedded, SerialCommits: c.serial, EagerStart: c.eager, Replicas: c.replicas, NATSServer: c.natsServer,
 			Workloads: c.workloads, Sizes: c.sizes, CPUProfileDir: c.cpuProfile, MemProfileDir: c.memProfile,
 			Logger: logger, ServiceLogger: svcLog,
 		})

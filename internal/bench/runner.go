@@ -33,9 +33,9 @@ type Options struct {
 	// SerialCommits runs the worker with serial commits (services/worker.Config.SerialCommits)
 	// instead of the default pipeline, for comparing the two.
 	SerialCommits bool
-	// NoEagerStart runs the ingress and the worker without eager start
-	// (services/ingress.Config.NoEagerStart), for comparing with it.
-	NoEagerStart bool
+	// EagerStart runs the ingress with eager start (services/ingress.Config.EagerStart), for
+	// comparing with the default.
+	EagerStart bool
 	// NATSServer is the nats-server binary (required unless Embedded).
 	NATSServer string
 	// Workloads selects workloads by name; empty runs all of them (W3-10k only when not
@@ -64,8 +64,8 @@ func Variant(sync string, opts Options) string {
 	if opts.SerialCommits {
 		v += ",serial"
 	}
-	if opts.NoEagerStart {
-		v += ",no-eager"
+	if opts.EagerStart {
+		v += ",eager"
 	}
 	return v
 }

@@ -44,18 +44,18 @@ type stack struct {
 
 	// streams sizes Flow's streams: every service is given the same.
 	streams streams.Config
-	// serialCommits and noEager are Options.SerialCommits and Options.NoEagerStart.
-	serialCommits, noEager bool
+	// serialCommits and eager are Options.SerialCommits and Options.EagerStart.
+	serialCommits, eager bool
 
 	client *flow.Client
 	js     jetstream.JetStream // on the client's connection, for stream statistics
 }
 
 // startStack starts the services against ns, as opts configures them (Replicas, SerialCommits,
-// NoEagerStart). The history service creates Flow's streams.
+// EagerStart). The history service creates Flow's streams.
 func startStack(ctx context.Context, ns natsServer, opts Options, logger *slog.Logger) (_ *stack, err error) {
 	s := &stack{nats: ns, logger: logger, reg: registry(logger), streams: streams.Config{Replicas: max(1, opts.Replicas)},
-		serialCommits: opts.SerialCommits, noEager: opts.NoEagerStart}
+		serialCommits: opts.SerialCommits, eager: opts.EagerStart}
 	defer func() {
 		if err != nil {
 			err = errors.Join(err, s.stop())
@@ -73,7 +73,7 @@ func startStack(ctx context.Context, ns natsServer, opts Options, logger *slog.L
 		return nil, err
 	}
 	// The benchmark's one client stands for many senders: no limit per sender.
-	in, err := ingress.New(ingress.Config{Conn: conn, HTTPAddr: "off", Logger: logger, Streams: s.streams, SourceRate: -1, NoEagerStart: s.noEager})
+	in, err := ingress.New(ingress.Config{Conn: conn, HTTPAddr: "off", Logger: logger, Streams: s.streams, SourceRate: -1, EagerStart: s.eager})
 	if err := started(ctx, &s.ingress, in, err, "the ingress"); err != nil {
 		return nil, err
 	}
@@ -114,7 +114,7 @@ func (s *stack) startWorker(ctx context.Context) error {
 		return err
 	}
 	w, err := worker.New(worker.Config{Conn: conn, Logger: s.logger,
-		RunConcurrency: runConcurrency, StepConcurrency: stepConcurrency, Streams: s.streams, SerialCommits: s.serialCommits, NoEagerStart: s.noEager}, s.reg)
+		RunConcurrency: runConcurrency, StepConcurrency: stepConcurrency, Streams: s.streams, SerialCommits: s.serialCommits}, s.reg)
 	if err := started(ctx, &s.worker, w, err, "the worker"); err != nil {
 		return err
 	}

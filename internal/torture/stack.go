@@ -207,8 +207,9 @@ func startService(ctx context.Context, role string, nc *nats.Conn, replicas int,
 		}
 		return h.Stop, h.Start(ctx)
 	case RoleIngress:
+		// Eager start on: the workers' offers meet every other feature here.
 		in, err := ingress.New(ingress.Config{Conn: nc, HTTPAddr: "off", Streams: cfgStreams, Logger: logger, Faults: faults,
-			PayloadThreshold: payloadThreshold})
+			PayloadThreshold: payloadThreshold, EagerStart: true})
 		if err != nil {
 			return nil, err
 		}

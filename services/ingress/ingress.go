@@ -123,10 +123,11 @@ type Config struct {
 	// next input to a run reads only the events after its snapshot. Defaults to 1,000;
 	// negative for none.
 	CacheSize int `envconfig:"INGRESS_CACHE_SIZE"`
-	// NoEagerStart stops offering new runs to live workers (eager start: a worker with a free
-	// run slot takes the run at once, before its task reaches the queue; docs/performance.md).
-	// Defaults to false: the ingress offers every new run, and its task is queued as well.
-	NoEagerStart bool `envconfig:"INGRESS_NO_EAGER_START"`
+	// EagerStart offers each new run to a live worker of its queue before queueing its first
+	// task (eager start: a worker with a free run slot takes the run and drives it at once;
+	// docs/execution-model.md). Defaults to false: measured, it made no run faster on one
+	// server, where a task reaches a waiting worker as fast as an offer (docs/performance.md).
+	EagerStart bool `envconfig:"INGRESS_EAGER_START"`
 }
 
 // DefaultHTTPAddr is where the HTTP routes listen unless Config.HTTPAddr says otherwise.
@@ -279,7 +280,7 @@ func (s *Service) start(ctx context.Context) error {
 	// An input to a run not in the cache reads its latest checkpoint and the history after it,
 	// not the whole run; one to a cached run reads only the events after its snapshot.
 	be, err := backend.Open(ctx, s.js, backend.Role{Source: "flow/ingress", Logger: s.logger, Faults: s.cfg.Faults,
-		Payloads: true, PayloadThreshold: s.cfg.PayloadThreshold, Checkpoints: true, Offers: !s.cfg.NoEagerStart},
+		Payloads: true, PayloadThreshold: s.cfg.PayloadThreshold, Checkpoints: true, Offers: s.cfg.EagerStart},
 		engine.Config{CacheSize: s.cfg.CacheSize, Keys: keys, Pauses: pauses,
 			Pending: engine.PendingLimits{Count: max(0, s.cfg.MaxPendingInputs), Bytes: max(0, s.cfg.MaxPendingBytes)}})
 	if err != nil {

@@ -18,6 +18,7 @@ import (
 	"github.com/flowrun/flow/internal/natsserver"
 	"github.com/flowrun/flow/internal/natstest"
 	"github.com/flowrun/flow/pkg/flow"
+	"github.com/flowrun/flow/services/ingress"
 	"github.com/flowrun/flow/services/worker"
 )
 
@@ -79,7 +80,7 @@ func tasksSettled(t *testing.T, srv *natsserver.Server) {
 func TestOfferedRunsAreDrivenAtOnce(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
-	startHistoryAndIngress(t, srv)
+	startHistoryAndIngressOf(t, srv, ingress.Config{EagerStart: true})
 	var ran sync.Map
 	w, _ := startGatedWorker(t, srv, worker.Config{}, &ran, nil, nil)
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
@@ -111,7 +112,7 @@ func TestOfferedRunsAreDrivenAtOnce(t *testing.T) {
 func TestOfferedRunSurvivesItsWorker(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
-	startHistoryAndIngress(t, srv)
+	startHistoryAndIngressOf(t, srv, ingress.Config{EagerStart: true})
 	var ran sync.Map
 	started, gate := make(chan string, 1), make(chan struct{})
 	dying, dyingConn := startGatedWorker(t, srv, worker.Config{AckWait: time.Second}, &ran, started, gate)
@@ -149,7 +150,7 @@ func TestOfferedRunSurvivesItsWorker(t *testing.T) {
 func TestOfferedRunsAreNotDrivenTwice(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
-	startHistoryAndIngress(t, srv)
+	startHistoryAndIngressOf(t, srv, ingress.Config{EagerStart: true})
 	var ran sync.Map
 	started, gate := make(chan string, 16), make(chan struct{})
 	taker, _ := startGatedWorker(t, srv, worker.Config{}, &ran, started, gate)
@@ -195,7 +196,7 @@ func TestOfferedRunsAreNotDrivenTwice(t *testing.T) {
 func TestOfferTakenAndDroppedLosesNothing(t *testing.T) {
 	t.Parallel()
 	srv := natstest.RunJetStream(t)
-	startHistoryAndIngress(t, srv)
+	startHistoryAndIngressOf(t, srv, ingress.Config{EagerStart: true})
 	var ran sync.Map
 	inj := &fault.Injector{}
 	inj.Arm(fault.OfferTakenBeforeTask, fault.Fail, 0, 1)
@@ -212,5 +213,26 @@ func TestOfferTakenAndDroppedLosesNothing(t *testing.T) {
 	require.Equal(t, "done", out)
 	require.Equal(t, 1, inj.Hits(fault.OfferTakenBeforeTask), "the offer was taken and dropped")
 	require.Zero(t, w.OffersTaken(), "no drive came from the offer")
+	tasksSettled(t, srv)
+}
+
+// An ingress offers new runs only with EagerStart: by default a new run reaches its worker
+// through its task alone.
+func TestIngressOffersOnlyWithEagerStart(t *testing.T) {
+	t.Parallel()
+	srv := natstest.RunJetStream(t)
+	startHistoryAndIngress(t, srv)
+	var ran sync.Map
+	w, _ := startGatedWorker(t, srv, worker.Config{}, &ran, nil, nil)
+	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
+	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	defer cancel()
+	runID, err := c.Start(ctx, "gated", nil, nil)
+	require.NoError(t, err)
+	var out string
+	require.NoError(t, c.Result(ctx, runID, &out))
+	require.Zero(t, w.OffersTaken())
 	tasksSettled(t, srv)
 }

@@ -35,11 +35,19 @@ var quiet = natstest.Logger()
 // when t ends.
 func startHistoryAndIngress(t *testing.T, srv *natsserver.Server) {
 	t.Helper()
+	startHistoryAndIngressOf(t, srv, ingress.Config{})
+}
+
+// startHistoryAndIngressOf is startHistoryAndIngress with the ingress configured by cfg (its
+// connection and logger set here).
+func startHistoryAndIngressOf(t *testing.T, srv *natsserver.Server, cfg ingress.Config) {
+	t.Helper()
 	h, err := history.New(history.Config{Conn: natstest.Connect(t, srv), HTTPAddr: "off", Logger: quiet})
 	require.NoError(t, err)
 	require.NoError(t, h.Start(t.Context()))
 	t.Cleanup(func() { require.NoError(t, h.Stop()) })
-	ingresstest.Start(t, ingress.Config{Conn: natstest.Connect(t, srv), Logger: quiet})
+	cfg.Conn, cfg.Logger = natstest.Connect(t, srv), quiet
+	ingresstest.Start(t, cfg)
 }
 
 // startScheduler starts a scheduler on nc, stopped when t ends.
