@@ -2,19 +2,18 @@ package api
 
 import "github.com/flowrun/flow/internal/core"
 
-// Eager start: the ingress offers a new run's first task straight to a live worker of the run's
-// queue (and build) over core NATS, right after it published the same task to FLOW_TASKS, and
-// waits for no answer. A worker with a free run slot drives it at once; the queued copy, marked
-// Offered, is the run's durable task, which a worker delivered it acknowledges once no one
-// drives the run:
+// Eager start (services/ingress.Config.EagerStart): the ingress offers a new run's first task
+// to a live worker of the run's queue (and build) over core NATS, and queues the task only if no
+// worker takes it. A worker that takes it answers jshost.OfferTaken, answers on the run's
+// driving subject while it drives the run, and queues the run's task itself, marked Offered:
 //
-//	flow.eager.offer.<queue>             engine.Task (JSON)   queue group flow-worker
-//	flow.eager.offer.<queue>.b.<build>   engine.Task (JSON)   queue group flow-worker
-//	flow.eager.driving.<run>             empty -> empty       the drive of an offered run
+//	flow.eager.offer.<queue>             engine.Task (JSON) -> "taken", or empty   queue group flow-worker
+//	flow.eager.offer.<queue>.b.<build>   engine.Task (JSON) -> "taken", or empty   queue group flow-worker
+//	flow.eager.driving.<run>             empty -> empty, while the taker drives the run
 //
 // Only the ingress publishes offers: a worker trusts an offer's head (the run's run.started)
-// as it trusts a task's. A worker that took an offer answers on flow.eager.driving.<run> while
-// it drives the run; no responders there means no worker does.
+// as it trusts a task's. No responders on a run's driving subject means no worker drives it
+// from an offer.
 const (
 	EagerPrefix        = "flow.eager."
 	eagerOfferPrefix   = EagerPrefix + "offer."

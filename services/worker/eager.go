@@ -5,7 +5,6 @@ import (
 	"errors"
 	"log/slog"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -82,7 +81,6 @@ func (w *Worker) onOffer(m *nats.Msg) {
 	select {
 	case w.slots <- struct{}{}:
 	default:
-		w.offers.declined.Add(1)
 		_ = m.Respond(nil)
 		return
 	}
@@ -124,11 +122,10 @@ func (w *Worker) onOffer(m *nats.Msg) {
 	w.offeredMu.Lock()
 	w.offered[task.RunID] = o
 	w.offeredMu.Unlock()
-	w.offers.taken.Add(1)
+	w.offersTaken.Add(1)
 	w.inflight.Add(1)
 	go func() {
 		defer func() {
-			_ = sub.Unsubscribe()
 			release()
 			w.inflight.Done()
 		}()
@@ -138,6 +135,8 @@ func (w *Worker) onOffer(m *nats.Msg) {
 		}
 		ctx = tracing.WithRunID(ctx, task.RunID)
 		_, err := w.engine.DriveTask(ctx, task)
+		// No longer driven here before the task goes back: its next worker finds no one.
+		_ = sub.Unsubscribe()
 		w.offeredMu.Lock()
 		delete(w.offered, task.RunID)
 		w.offeredMu.Unlock()
@@ -208,9 +207,5 @@ func (w *Worker) offeredRecheck(msg jetstream.Msg) time.Duration {
 	return min(backoff(msg), w.cfg.AckWait)
 }
 
-// offerStats counts the offers of new runs this worker took, and those it declined for want of
-// a free run slot.
-type offerStats struct{ taken, declined atomic.Int64 }
-
 // OffersTaken returns how many offered runs this worker took and drove.
-func (w *Worker) OffersTaken() int64 { return w.offers.taken.Load() }
+func (w *Worker) OffersTaken() int64 { return w.offersTaken.Load() }

@@ -165,10 +165,10 @@ type Worker struct {
 	// slots holds a token per run driven, from a task or an offer: at most RunConcurrency.
 	slots chan struct{}
 	// offerSubs take the offers of new runs (eager.go); offerMu is held to take one, and
-	// taken by Stop once no more come; offers counts them.
-	offerSubs []*nats.Subscription
-	offerMu   sync.RWMutex
-	offers    offerStats
+	// taken by Stop once no more come; offersTaken counts those taken.
+	offerSubs   []*nats.Subscription
+	offerMu     sync.RWMutex
+	offersTaken atomic.Int64
 	// offered holds the drives of runs taken from offers, by run ID, under offeredMu.
 	offeredMu sync.Mutex
 	offered   map[string]*offered
