@@ -61,6 +61,51 @@ func startGatedWorker(t *testing.T, srv *natsserver.Server, cfg worker.Config, r
 	return w, nc
 }
 
+// offerStack starts a history service and an ingress of cfg on a new server, and returns the
+// server, a client and a context that ends within 30 s.
+func offerStack(t *testing.T, cfg ingress.Config) (*natsserver.Server, *flow.Client, context.Context) {
+	t.Helper()
+	srv := natstest.RunJetStream(t)
+	startHistoryAndIngressOf(t, srv, cfg)
+	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
+	t.Cleanup(cancel)
+	return srv, c, ctx
+}
+
+// gatedDone waits for run runID of gated to complete and checks its history.
+func gatedDone(t *testing.T, ctx context.Context, c *flow.Client, runID string) {
+	t.Helper()
+	var out string
+	require.NoError(t, c.Result(ctx, runID, &out))
+	require.Equal(t, "done", out)
+	hist, err := c.History(ctx, runID, 0)
+	require.NoError(t, err)
+	require.Empty(t, core.Check(runID, hist))
+}
+
+// ranOnce checks that every run's step in ran ran once.
+func ranOnce(t *testing.T, ran *sync.Map) {
+	t.Helper()
+	ran.Range(func(k, v any) bool {
+		require.EqualValues(t, 1, v.(*atomic.Int32).Load(), "run %s's step ran once", k)
+		return true
+	})
+}
+
+// awaitStarts waits for n attempts to start.
+func awaitStarts(t *testing.T, ctx context.Context, started <-chan string, n int) {
+	t.Helper()
+	for range n {
+		select {
+		case <-started:
+		case <-ctx.Done():
+			t.Fatal("the runs' steps never all started")
+		}
+	}
+}
+
 // tasksSettled waits until the default queue's task consumer holds no task, pending or
 // unacknowledged: every durable task of an offered run was settled.
 func tasksSettled(t *testing.T, srv *natsserver.Server) {
@@ -79,54 +124,32 @@ func tasksSettled(t *testing.T, srv *natsserver.Server) {
 // task, which reaches the same worker, is kept until the drive ends and then acknowledged.
 func TestOfferedRunsAreDrivenAtOnce(t *testing.T) {
 	t.Parallel()
-	srv := natstest.RunJetStream(t)
-	startHistoryAndIngressOf(t, srv, ingress.Config{EagerStart: true})
+	srv, c, ctx := offerStack(t, ingress.Config{EagerStart: true})
 	var ran sync.Map
 	w, _ := startGatedWorker(t, srv, worker.Config{}, &ran, nil, nil)
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
-	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
 	const n = 20
 	for i := range n {
 		runID, err := c.Start(ctx, "gated", nil, &flow.StartOptions{RunID: fmt.Sprintf("eager-%d", i)})
 		require.NoError(t, err)
-		var out string
-		require.NoError(t, c.Result(ctx, runID, &out))
-		require.Equal(t, "done", out)
-		hist, err := c.History(ctx, runID, 0)
-		require.NoError(t, err)
-		require.Empty(t, core.Check(runID, hist))
+		gatedDone(t, ctx, c, runID)
 	}
 	require.Positive(t, w.OffersTaken(), "offers were taken")
 	tasksSettled(t, srv)
-	ran.Range(func(k, v any) bool {
-		require.EqualValues(t, 1, v.(*atomic.Int32).Load(), "run %s's step ran once", k)
-		return true
-	})
+	ranOnce(t, &ran)
 }
 
 // A worker that dies driving a run it took from an offer loses nothing: the run's task comes
 // back to another worker, which finds no one driving the run and finishes it.
 func TestOfferedRunSurvivesItsWorker(t *testing.T) {
 	t.Parallel()
-	srv := natstest.RunJetStream(t)
-	startHistoryAndIngressOf(t, srv, ingress.Config{EagerStart: true})
+	srv, c, ctx := offerStack(t, ingress.Config{EagerStart: true})
 	var ran sync.Map
 	started, gate := make(chan string, 1), make(chan struct{})
 	dying, dyingConn := startGatedWorker(t, srv, worker.Config{AckWait: time.Second}, &ran, started, gate)
-	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
 	runID, err := c.Start(ctx, "gated", nil, &flow.StartOptions{RunID: "orphan"})
 	require.NoError(t, err)
-	select {
-	case <-started:
-	case <-ctx.Done():
-		t.Fatal("the run's step never started")
-	}
+	awaitStarts(t, ctx, started, 1)
 	require.EqualValues(t, 1, dying.OffersTaken(), "the worker took the run from its offer")
 	// It dies: its connection is gone, with the run's task it kept and the run's driving subject.
 	dyingConn.Close()
@@ -137,57 +160,33 @@ func TestOfferedRunSurvivesItsWorker(t *testing.T) {
 	var ran2 sync.Map
 	heir, _ := startGatedWorker(t, srv, worker.Config{AckWait: time.Second}, &ran2, nil, nil)
 	t.Cleanup(func() { require.NoError(t, heir.Stop(context.Background())) })
-	var out string
-	require.NoError(t, c.Result(ctx, runID, &out))
-	require.Equal(t, "done", out)
-	hist, err := c.History(ctx, runID, 0)
-	require.NoError(t, err)
-	require.Empty(t, core.Check(runID, hist))
+	gatedDone(t, ctx, c, runID)
 }
 
 // While the worker that took a run's offer drives it, another worker the run's task reaches
 // leaves the task for later: the run's step runs once, however the tasks fall.
 func TestOfferedRunsAreNotDrivenTwice(t *testing.T) {
 	t.Parallel()
-	srv := natstest.RunJetStream(t)
-	startHistoryAndIngressOf(t, srv, ingress.Config{EagerStart: true})
+	srv, c, ctx := offerStack(t, ingress.Config{EagerStart: true})
 	var ran sync.Map
 	started, gate := make(chan string, 16), make(chan struct{})
 	taker, _ := startGatedWorker(t, srv, worker.Config{}, &ran, started, gate)
 	t.Cleanup(func() { require.NoError(t, taker.Stop(context.Background())) })
 	other, _ := startGatedWorker(t, srv, worker.Config{NoEagerStart: true}, &ran, started, gate)
 	t.Cleanup(func() { require.NoError(t, other.Stop(context.Background())) })
-	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
 	const n = 8
 	for i := range n {
 		_, err := c.Start(ctx, "gated", nil, &flow.StartOptions{RunID: fmt.Sprintf("shared-%d", i)})
 		require.NoError(t, err)
 	}
-	for range n {
-		select {
-		case <-started:
-		case <-ctx.Done():
-			t.Fatal("the runs' steps never all started")
-		}
-	}
+	awaitStarts(t, ctx, started, n)
 	require.EqualValues(t, n, taker.OffersTaken(), "the worker that takes offers took every run")
 	close(gate)
 	for i := range n {
-		runID := fmt.Sprintf("shared-%d", i)
-		var out string
-		require.NoError(t, c.Result(ctx, runID, &out))
-		hist, err := c.History(ctx, runID, 0)
-		require.NoError(t, err)
-		require.Empty(t, core.Check(runID, hist))
+		gatedDone(t, ctx, c, fmt.Sprintf("shared-%d", i))
 	}
 	tasksSettled(t, srv)
-	ran.Range(func(k, v any) bool {
-		require.EqualValues(t, 1, v.(*atomic.Int32).Load(), "run %s's step ran once", k)
-		return true
-	})
+	ranOnce(t, &ran)
 }
 
 // A worker that took a run's offer and died before it sent the run's task committed nothing to
@@ -195,22 +194,15 @@ func TestOfferedRunsAreNotDrivenTwice(t *testing.T) {
 // run's unanswered start, and a worker drives the run.
 func TestOfferTakenAndDroppedLosesNothing(t *testing.T) {
 	t.Parallel()
-	srv := natstest.RunJetStream(t)
-	startHistoryAndIngressOf(t, srv, ingress.Config{EagerStart: true})
+	srv, c, ctx := offerStack(t, ingress.Config{EagerStart: true})
 	var ran sync.Map
 	inj := &fault.Injector{}
 	inj.Arm(fault.OfferTakenBeforeTask, fault.Fail, 0, 1)
 	w, _ := startGatedWorker(t, srv, worker.Config{Faults: inj}, &ran, nil, nil)
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
-	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
 	runID, err := c.Start(ctx, "gated", nil, &flow.StartOptions{RunID: "dropped"})
 	require.NoError(t, err)
-	var out string
-	require.NoError(t, c.Result(ctx, runID, &out))
-	require.Equal(t, "done", out)
+	gatedDone(t, ctx, c, runID)
 	require.Equal(t, 1, inj.Hits(fault.OfferTakenBeforeTask), "the offer was taken and dropped")
 	require.Zero(t, w.OffersTaken(), "no drive came from the offer")
 	tasksSettled(t, srv)
@@ -220,19 +212,13 @@ func TestOfferTakenAndDroppedLosesNothing(t *testing.T) {
 // through its task alone.
 func TestIngressOffersOnlyWithEagerStart(t *testing.T) {
 	t.Parallel()
-	srv := natstest.RunJetStream(t)
-	startHistoryAndIngress(t, srv)
+	srv, c, ctx := offerStack(t, ingress.Config{})
 	var ran sync.Map
 	w, _ := startGatedWorker(t, srv, worker.Config{}, &ran, nil, nil)
 	t.Cleanup(func() { require.NoError(t, w.Stop(context.Background())) })
-	c, err := flow.NewClient(t.Context(), natstest.Connect(t, srv), nil)
-	require.NoError(t, err)
-	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
-	defer cancel()
 	runID, err := c.Start(ctx, "gated", nil, nil)
 	require.NoError(t, err)
-	var out string
-	require.NoError(t, c.Result(ctx, runID, &out))
+	gatedDone(t, ctx, c, runID)
 	require.Zero(t, w.OffersTaken())
 	tasksSettled(t, srv)
 }
