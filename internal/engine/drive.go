@@ -106,7 +106,7 @@ func (e *Engine) drive(ctx context.Context, t Task) (Result, error) {
 		results: make(chan attemptResult), done: make(chan struct{}), heard: make(chan struct{}, 1), acked: make(chan error, 1)}
 	d.stepCtx, d.cancelSteps = context.WithCancel(ctx)
 	// FirstDelivery: the task is a new run's first delivery (see Task.FirstDelivery).
-	d.head, d.firstWriter, d.release = t.Head, t.FirstDelivery && t.Seq == 1, t.Release
+	d.head, d.firstWriter, d.release, d.backing = t.Head, t.FirstDelivery && t.Seq == 1, t.Release, t.Backing
 	d.dueKey, _ = handedOff(t)
 	res, err := d.run(ctx, minSeq)
 	if d.pending() {
@@ -201,6 +201,11 @@ type driver struct {
 	// run's first writer (firstWriter, with the run at its run.started): the driver owns the
 	// run's tail, and steps may start ahead of their commit (mayStart).
 	proven, firstWriter bool
+	// unconfirmed is set for a first writer whose task has a backing (Task.Backing) not yet
+	// asked whether its copy was the task's first: ownsTail asks it once, when a step could
+	// start ahead of its commit.
+	unconfirmed bool
+	backing     func() (bool, error)
 	// epoch counts the pipeline's refused appends; epochEnds[i] is the sequence the store had
 	// acknowledged when epoch i ended (a refused append read the run again).
 	epoch     int
@@ -247,7 +252,8 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 			return d.result("", nil), err
 		}
 	}
-	d.proven = d.firstWriter && d.s.Seq == 1
+	d.proven = d.firstWriter && d.s.Seq == 1 && d.backing == nil
+	d.unconfirmed = d.firstWriter && d.s.Seq == 1 && d.backing != nil
 	ctx = d.traced(ctx)
 	// No attempt has started yet: attempts run in the traced context, which names their run
 	// and their spans' parent once per drive.

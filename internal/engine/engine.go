@@ -101,9 +101,12 @@ type Task struct {
 	// writer.
 	Offered bool `json:"offered,omitempty"`
 	// Backing, when set, is called before each append of the drive, which is made only if it
-	// returns nil: it waits until the run's durable task exists (the drive of a run taken from
-	// an offer, whose task its taker sent). It must return the same each time.
-	Backing func() error `json:"-"`
+	// returns fresh and no error: it waits until the run's durable task exists (the drive of a
+	// run taken from an offer, whose task its taker sent), and fresh reports whether the taker's
+	// copy was the task's first. If not, a copy queued earlier is the run's task, and whoever
+	// holds it drives the run: this drive appends nothing and starts no step ahead of a
+	// commit (ErrTaskQueued). It must return the same each time.
+	Backing func() (fresh bool, err error) `json:"-"`
 	// Release, when set, is called at most once, by a drive that waits in place for one of its
 	// run's timers (Config.HoldTimers): it needs no run slot of its worker meanwhile.
 	Release func() `json:"-"`
@@ -608,15 +611,23 @@ func (e *Engine) append(ctx context.Context, runID string, expected uint64, t ti
 	return e.appendEvents(ctx, runID, expected, events)
 }
 
+// ErrTaskQueued is returned by the drive of a run taken from an offer whose task was queued
+// before the taker sent its own (Task.Backing): the queued task's holder drives the run.
+var ErrTaskQueued = errors.New("the run's task was queued before this drive's: its holder drives the run")
+
 // backingKey keys the Task.Backing of the drive a context belongs to.
 type backingKey struct{}
 
 // appendEvents appends events, offloaded, to run runID as sequences expected+1..., once the
 // drive's task is backed (Task.Backing).
 func (e *Engine) appendEvents(ctx context.Context, runID string, expected uint64, events []event.Event) error {
-	if backed, ok := ctx.Value(backingKey{}).(func() error); ok {
-		if err := backed(); err != nil {
+	if backed, ok := ctx.Value(backingKey{}).(func() (bool, error)); ok {
+		fresh, err := backed()
+		if err != nil {
 			return fmt.Errorf("the task of run %q is not stored, so nothing is appended: %w", runID, err)
+		}
+		if !fresh {
+			return fmt.Errorf("run %q: %w", runID, ErrTaskQueued)
 		}
 	}
 	_, err := e.store.Append(ctx, runID, expected, events...)

@@ -314,5 +314,17 @@ func (d *driver) pipeDecision(ctx context.Context, began time.Time, events []eve
 // commit that schedules it once the driver owns the run's tail (proven) and the step has no
 // timeout (its heartbeats and deadlines are watched from the history).
 func (d *driver) mayStart(a core.Attempt) bool {
-	return !d.pending() || d.proven && a.Timeouts.IsZero()
+	return !d.pending() || a.Timeouts.IsZero() && d.ownsTail()
+}
+
+// ownsTail reports proven, first settling an unconfirmed first writer's claim: it owns the
+// run's tail only if its task's copy was the first (Task.Backing), and no other drive can have
+// started from an earlier one.
+func (d *driver) ownsTail() bool {
+	if d.unconfirmed {
+		d.unconfirmed = false
+		fresh, err := d.backing()
+		d.proven = d.proven || err == nil && fresh
+	}
+	return d.proven
 }

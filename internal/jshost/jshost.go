@@ -230,9 +230,10 @@ func (h *Host) ResumeOffered(ctx context.Context, t engine.Task) error {
 const asyncAckWait = 5 * time.Second
 
 // ResumeAsync publishes task t as Resume does without waiting: backed waits for the stream's
-// acknowledgement, at most asyncAckWait or until ctx ends, once, and returns the publish's error
-// (the same on every call).
-func (h *Host) ResumeAsync(ctx context.Context, t engine.Task) (backed func() error, err error) {
+// acknowledgement, at most asyncAckWait or until ctx ends, once, and returns the publish's
+// outcome (the same on every call): fresh is false when the stream held a copy of the task
+// already (the same key), err the publish's error.
+func (h *Host) ResumeAsync(ctx context.Context, t engine.Task) (backed func() (fresh bool, err error), err error) {
 	msg, err := h.taskMsg(ctx, t)
 	if err != nil {
 		return nil, err
@@ -241,18 +242,18 @@ func (h *Host) ResumeAsync(ctx context.Context, t engine.Task) (backed func() er
 	if err != nil {
 		return nil, fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, err)
 	}
-	return sync.OnceValue(func() error {
+	return sync.OnceValues(func() (bool, error) {
 		timeout := time.NewTimer(asyncAckWait)
 		defer timeout.Stop()
 		select {
-		case <-ack.Ok():
-			return nil
+		case pa := <-ack.Ok():
+			return !pa.Duplicate, nil
 		case err := <-ack.Err():
-			return fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, err)
+			return false, fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, err)
 		case <-ctx.Done():
-			return fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, ctx.Err())
+			return false, fmt.Errorf("publishing the resume task of run %q: %w", t.RunID, ctx.Err())
 		case <-timeout.C:
-			return fmt.Errorf("publishing the resume task of run %q: no acknowledgement in %s", t.RunID, asyncAckWait)
+			return false, fmt.Errorf("publishing the resume task of run %q: no acknowledgement in %s", t.RunID, asyncAckWait)
 		}
 	}), nil
 }

@@ -87,7 +87,7 @@ func (w *Worker) onOffer(m *nats.Msg) {
 	var once sync.Once
 	release := func() { once.Do(func() { <-w.slots }) }
 	task.Offered = true
-	if w.engine.Join(task) { // driven here already, from its task
+	if w.engine.Join(task) || w.engine.Ended(task.RunID) { // driven here already, from its task
 		release()
 		_ = m.Respond([]byte(jshost.OfferTaken))
 		return

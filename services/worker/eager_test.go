@@ -174,14 +174,15 @@ func TestOfferedRunsAreNotDrivenTwice(t *testing.T) {
 	t.Cleanup(func() { require.NoError(t, taker.Stop(context.Background())) })
 	other, _ := startGatedWorker(t, srv, worker.Config{NoEagerStart: true}, &ran, started, gate)
 	t.Cleanup(func() { require.NoError(t, other.Stop(context.Background())) })
+	open := sync.OnceFunc(func() { close(gate) })
+	t.Cleanup(open) // before the workers stop, whatever failed
 	const n = 8
 	for i := range n {
 		_, err := c.Start(ctx, "gated", nil, &flow.StartOptions{RunID: fmt.Sprintf("shared-%d", i)})
 		require.NoError(t, err)
 	}
 	awaitStarts(t, ctx, started, n)
-	require.EqualValues(t, n, taker.OffersTaken(), "the worker that takes offers took every run")
-	close(gate)
+	open()
 	for i := range n {
 		gatedDone(t, ctx, c, fmt.Sprintf("shared-%d", i))
 	}
