@@ -252,8 +252,8 @@ func (d *driver) run(ctx context.Context, minSeq uint64) (Result, error) {
 			return d.result("", nil), err
 		}
 	}
-	d.proven = d.firstWriter && d.s.Seq == 1 && d.backing == nil
-	d.unconfirmed = d.firstWriter && d.s.Seq == 1 && d.backing != nil
+	first := d.firstWriter && d.s.Seq == 1
+	d.proven, d.unconfirmed = first && d.backing == nil, first && d.backing != nil
 	ctx = d.traced(ctx)
 	// No attempt has started yet: attempts run in the traced context, which names their run
 	// and their spans' parent once per drive.

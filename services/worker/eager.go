@@ -84,8 +84,7 @@ func (w *Worker) onOffer(m *nats.Msg) {
 		_ = m.Respond(nil)
 		return
 	}
-	var once sync.Once
-	release := func() { once.Do(func() { <-w.slots }) }
+	release := sync.OnceFunc(func() { <-w.slots })
 	task.Offered = true
 	if w.engine.Join(task) || w.engine.Ended(task.RunID) { // driven here already, from its task
 		release()

@@ -423,8 +423,7 @@ func (w *Worker) dispatch(slots chan struct{}, free int, pull func() (jetstream.
 			used++
 			w.inflight.Add(1)
 			go func() {
-				var once sync.Once
-				release := func() { once.Do(func() { <-slots }) }
+				release := sync.OnceFunc(func() { <-slots })
 				defer func() { release(); w.inflight.Done() }()
 				w.handle(msg, release)
 			}()
