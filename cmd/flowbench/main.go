@@ -25,6 +25,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/bench"
 )
 
@@ -51,6 +52,7 @@ type config struct {
 	serviceLog                     string
 	sizes                          map[string]int
 	replicas                       int
+	partitions                     []int
 }
 
 func main() {
@@ -70,6 +72,8 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&c.serial, "serial-commits", false, "run the worker with serial commits instead of pipelined ones (variant label ',serial')")
 	fs.BoolVar(&c.eager, "eager", false, "run the ingress with eager start (variant label ',eager')")
 	fs.IntVar(&c.replicas, "replicas", 1, "above 1: run a cluster of that many nats-server processes, Flow's streams replicated on all")
+	var partitions listFlag
+	fs.Var(&partitions, "partitions", "history streams (FLOW_STREAMS_PARTITIONS), comma-separated to run each in turn: 1,3 (variant label ',P<n>' above 1; default 1)")
 	fs.Var(&c.workloads, "workloads", "workloads to run, comma-separated (default all): "+strings.Join(bench.WorkloadNames(), ","))
 	fs.StringVar(&c.out, "out", "", "result file (default bench-results/<start time>.json)")
 	fs.Var(&c.anchors, "anchors", "result files of other systems to merge, comma-separated or repeated")
@@ -83,6 +87,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(&sizes, "size", "override a repetition's size, NAME=N comma-separated: W7=20000 (runs, steps or milliseconds, as docs/performance.md says)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	for _, p := range partitions {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 || n > streams.MaxPartitions {
+			return nil, fmt.Errorf("-partitions %q: want counts from 1 to %d, comma-separated", p, streams.MaxPartitions)
+		}
+		c.partitions = append(c.partitions, n)
 	}
 	c.sizes = map[string]int{}
 	for _, s := range sizes {
@@ -138,7 +149,7 @@ func run(args []string, stdout, stderr io.Writer) error {
 		}
 		file = &bench.File{Started: started.UTC().Format(time.RFC3339), Quick: c.quick, Host: host()}
 		file.Results, runErr = bench.Run(ctx, bench.Options{
-			Quick: c.quick, Syncs: c.syncs, Embedded: c.embedded, SerialCommits: c.serial, EagerStart: c.eager, Replicas: c.replicas, NATSServer: c.natsServer,
+			Quick: c.quick, Syncs: c.syncs, Embedded: c.embedded, SerialCommits: c.serial, EagerStart: c.eager, Replicas: c.replicas, PartitionCounts: c.partitions, NATSServer: c.natsServer,
 			Workloads: c.workloads, Sizes: c.sizes, CPUProfileDir: c.cpuProfile, MemProfileDir: c.memProfile,
 			Logger: logger, ServiceLogger: svcLog,
 		})

@@ -25,25 +25,55 @@ const (
 	ceilingSubjects = 1000
 )
 
-// ceilingStreamFor creates the test stream with FLOW_HISTORY's storage and replicas (and, with
-// atomic, atomic batch publishes allowed), and returns a func that deletes it.
+// ceilingStreamFor creates the test stream with the history's storage and replicas (and, with
+// atomic, atomic batch publishes allowed), and returns a func that deletes it. On a partitioned
+// history (Options.Partitions) it creates as many streams, FLOWBENCH_CEILING_<p> on
+// flowbench.ceiling.<p>.>, each with its own leader, as the history streams are: the subjects
+// of ceilingSubject spread over them.
 func (r *rep) ceilingStreamFor(atomic bool) (func() error, error) {
-	hist, err := r.st.js.Stream(r.ctx, streams.History)
+	layout, err := streams.Load(r.ctx, r.st.js)
 	if err != nil {
-		return nil, fmt.Errorf("reading %s: %w", streams.History, err)
+		return nil, err
+	}
+	hist, err := r.st.js.Stream(r.ctx, layout.Stream(0))
+	if err != nil {
+		return nil, fmt.Errorf("reading %s: %w", layout.Stream(0), err)
 	}
 	hc := hist.CachedInfo().Config
-	if _, err := r.st.js.CreateStream(r.ctx, jetstream.StreamConfig{
-		Name: ceilingStream, Subjects: []string{ceilingPrefix + ">"},
-		Storage: hc.Storage, Replicas: hc.Replicas, Retention: jetstream.LimitsPolicy, AllowAtomicPublish: atomic,
-	}); err != nil {
-		return nil, fmt.Errorf("creating %s: %w", ceilingStream, err)
-	}
-	return func() error {
+	r.ceilingParts = layout.Partitions()
+	var names []string
+	drop := func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		return r.st.js.DeleteStream(ctx, ceilingStream)
-	}, nil
+		var errs []error
+		for _, name := range names {
+			errs = append(errs, r.st.js.DeleteStream(ctx, name))
+		}
+		return errors.Join(errs...)
+	}
+	for p := range r.ceilingParts {
+		name, subjects := ceilingStream, ceilingPrefix+">"
+		if r.ceilingParts > 1 {
+			name, subjects = fmt.Sprintf("%s_%d", ceilingStream, p), fmt.Sprintf("%s%d.>", ceilingPrefix, p)
+		}
+		if _, err := r.st.js.CreateStream(r.ctx, jetstream.StreamConfig{
+			Name: name, Subjects: []string{subjects},
+			Storage: hc.Storage, Replicas: hc.Replicas, Retention: jetstream.LimitsPolicy, AllowAtomicPublish: atomic,
+		}); err != nil {
+			return nil, errors.Join(fmt.Errorf("creating %s: %w", name, err), drop())
+		}
+		names = append(names, name)
+	}
+	return drop, nil
+}
+
+// ceilingSubject returns the subject of the ceiling's subject number i (a run's): on a
+// partitioned history, in ceiling stream i mod the partitions.
+func (r *rep) ceilingSubject(i int, prefix string) string {
+	if r.ceilingParts > 1 {
+		return fmt.Sprintf("%s%d.%s%d", ceilingPrefix, i%r.ceilingParts, prefix, i)
+	}
+	return ceilingPrefix + prefix + strconv.Itoa(i)
 }
 
 // appendLoop appends to subjects in turn, each message expecting the subject's previous one,
@@ -74,7 +104,7 @@ func (r *rep) ceiling(nSubjects, goroutines int) (_ map[string]float64, err erro
 	defer func() { err = errors.Join(err, drop()) }()
 	owned := make([][]string, goroutines)
 	for s := range nSubjects {
-		owned[s%goroutines] = append(owned[s%goroutines], ceilingPrefix+strconv.Itoa(s))
+		owned[s%goroutines] = append(owned[s%goroutines], r.ceilingSubject(s, ""))
 	}
 	var total atomic.Int64
 	r.begin()

@@ -39,7 +39,11 @@ func runCeilingBatch(r *rep) (_ map[string]float64, err error) {
 		t0 := time.Now()
 		deadline := t0.Add(time.Duration(r.n/len(batchSizes)) * time.Millisecond)
 		err := parallel(r.ctx, batchWriters, func(g int) error {
-			n, err := r.batchLoop(size, fmt.Sprintf("%sb%d.%d.", ceilingPrefix, size, g), deadline)
+			prefix := fmt.Sprintf("%sb%d.%d.", ceilingPrefix, size, g)
+			if r.ceilingParts > 1 { // a batch is atomic within one stream: writer g's in stream g mod the partitions
+				prefix = fmt.Sprintf("%s%d.b%d.%d.", ceilingPrefix, g%r.ceilingParts, size, g)
+			}
+			n, err := r.batchLoop(size, prefix, deadline)
 			msgs.Add(int64(n * size))
 			batches.Add(int64(n))
 			return err

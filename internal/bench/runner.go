@@ -30,6 +30,13 @@ type Options struct {
 	// Replicas, above 1, runs a cluster of that many nats-server processes on this machine,
 	// with every Flow stream and bucket replicated on all of them (not with Embedded).
 	Replicas int
+	// Partitions, above 1, spreads the history over that many streams
+	// (streams.Config.Partitions), and the ceilings' appends over as many streams.
+	Partitions int
+	// PartitionCounts, when set, runs every sync setting once per count, each with a fresh
+	// NATS server and Flow stack, in this order, instead of with Partitions alone: the
+	// partitions compared in one run.
+	PartitionCounts []int
 	// SerialCommits runs the worker with serial commits (services/worker.Config.SerialCommits)
 	// instead of the default pipeline, for comparing the two.
 	SerialCommits bool
@@ -61,6 +68,9 @@ func Variant(sync string, opts Options) string {
 	if opts.Replicas > 1 {
 		v += fmt.Sprintf(",R%d", opts.Replicas)
 	}
+	if opts.Partitions > 1 {
+		v += fmt.Sprintf(",P%d", opts.Partitions)
+	}
 	if opts.SerialCommits {
 		v += ",serial"
 	}
@@ -85,19 +95,27 @@ func Run(ctx context.Context, opts Options) ([]Result, error) {
 	}
 	var results []Result
 	var failed []string
+	counts := opts.PartitionCounts
+	if len(counts) == 0 {
+		counts = []int{opts.Partitions}
+	}
 	for _, sync := range opts.Syncs {
 		if sync != "default" && sync != "always" {
 			return results, fmt.Errorf("unknown sync setting %q: use default or always", sync)
 		}
-		rs, err := runSync(ctx, opts, sync, sel)
-		results = append(results, rs...)
-		for _, r := range rs {
-			if r.Error != "" {
-				failed = append(failed, r.Variant+" "+r.Workload)
+		for _, parts := range counts {
+			o := opts
+			o.Partitions = parts
+			rs, err := runSync(ctx, o, sync, sel)
+			results = append(results, rs...)
+			for _, r := range rs {
+				if r.Error != "" {
+					failed = append(failed, r.Variant+" "+r.Workload)
+				}
 			}
-		}
-		if err != nil {
-			return results, err
+			if err != nil {
+				return results, err
+			}
 		}
 	}
 	addFractionOfCeiling(results)
@@ -249,6 +267,8 @@ type rep struct {
 
 	procs        []*watched
 	begun, ended map[string]float64
+	// ceilingParts is the number of ceiling streams ceilingStreamFor made.
+	ceilingParts int
 }
 
 // begin and end bracket the timed part of a repetition, for its CPU seconds; without them the

@@ -54,7 +54,7 @@ type stack struct {
 // startStack starts the services against ns, as opts configures them (Replicas, SerialCommits,
 // EagerStart). The history service creates Flow's streams.
 func startStack(ctx context.Context, ns natsServer, opts Options, logger *slog.Logger) (_ *stack, err error) {
-	s := &stack{nats: ns, logger: logger, reg: registry(logger), streams: streams.Config{Replicas: max(1, opts.Replicas)},
+	s := &stack{nats: ns, logger: logger, reg: registry(logger), streams: streams.Config{Replicas: max(1, opts.Replicas), Partitions: opts.Partitions},
 		serialCommits: opts.SerialCommits, eager: opts.EagerStart}
 	defer func() {
 		if err != nil {

@@ -160,12 +160,12 @@ func requireConsistent(t *testing.T, ctx context.Context, js jetstream.JetStream
 	t.Helper()
 	st, err := js.Stream(ctx, streams.History)
 	require.NoError(t, err)
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(streams.HistorySubject(">")))
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(streams.AllRuns))
 	require.NoError(t, err)
 	runs, err := js.KeyValue(ctx, streams.RunsBucket)
 	require.NoError(t, err)
 	for subject := range info.State.Subjects {
-		runID := subject[len(streams.HistorySubject("")):]
+		runID := subject[len(streams.Layout{}.Subject("")):]
 		hist, err := client.History(ctx, runID, 0)
 		require.NoError(t, err)
 		require.Empty(t, core.Check(runID, hist), "run %s", runID)

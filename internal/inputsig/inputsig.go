@@ -14,8 +14,8 @@
 // twice. A reader holding the key refuses a commit whose input events are not signed as the
 // damage of the run's history (jsstore).
 //
-// Commits written before the key existed carry no signature: the key records the history
-// stream's last sequence when it was created (Key.Epoch), and only messages after it must be
+// Commits written before the key existed carry no signature: the key records each history
+// stream's last sequence when it was created (Key.EpochOf), and only messages after it must be
 // signed.
 package inputsig
 
@@ -54,15 +54,31 @@ var ErrUnsigned = errors.New("not written by an input writer")
 // Key is the input signing key. It is safe for concurrent use.
 type Key struct {
 	secret []byte
-	// Epoch is the history stream's last sequence when the key was created: messages at or
-	// before it were written before inputs were signed, and need no signature.
+	// Epoch is the history stream's (partition 0's) last sequence when the key was created:
+	// messages at or before it were written before inputs were signed, and need no signature.
 	Epoch uint64
+	// Epochs are partitions 1..'s epochs, for a partitioned history (streams.Layout).
+	Epochs []uint64
 }
 
 // stored is the key's value in streams.SecretsBucket.
 type stored struct {
 	Secret []byte `json:"secret"`
 	Epoch  uint64 `json:"epoch"`
+	// Epochs are the epochs of partitions 1.. of a partitioned history (streams.Layout).
+	Epochs []uint64 `json:"epochs,omitempty"`
+}
+
+// EpochOf returns history partition p's epoch: its stream's last sequence when the key was
+// created (0, every message signed, for a partition the key does not know).
+func (k *Key) EpochOf(p int) uint64 {
+	if p == 0 {
+		return k.Epoch
+	}
+	if p <= len(k.Epochs) {
+		return k.Epochs[p-1]
+	}
+	return 0
 }
 
 // NewKey returns a key with secret (at least 32 bytes) and epoch; for tests and tools.
@@ -91,11 +107,22 @@ func Load(ctx context.Context, js jetstream.JetStream) (*Key, error) {
 		if !errors.Is(err, jetstream.ErrKeyNotFound) {
 			return nil, fmt.Errorf("reading the input signing key from bucket %s: %w", streams.SecretsBucket, err)
 		}
-		st, err := js.Stream(ctx, streams.History)
+		layout, err := streams.Load(ctx, js)
 		if err != nil {
-			return nil, fmt.Errorf("reading stream %s for the input signing key's epoch: %w", streams.History, err)
+			return nil, err
 		}
-		v := stored{Secret: make([]byte, 32), Epoch: st.CachedInfo().State.LastSeq}
+		v := stored{Secret: make([]byte, 32)}
+		for p, name := range layout.Streams() {
+			st, err := js.Stream(ctx, name)
+			if err != nil {
+				return nil, fmt.Errorf("reading stream %s for the input signing key's epoch: %w", name, err)
+			}
+			if p == 0 {
+				v.Epoch = st.CachedInfo().State.LastSeq
+			} else {
+				v.Epochs = append(v.Epochs, st.CachedInfo().State.LastSeq)
+			}
+		}
 		if _, err := rand.Read(v.Secret); err != nil {
 			return nil, err
 		}
@@ -118,7 +145,12 @@ func decode(b []byte) (*Key, error) {
 	if err := json.Unmarshal(b, &v); err != nil {
 		return nil, fmt.Errorf("decoding the input signing key of bucket %s: %w", streams.SecretsBucket, err)
 	}
-	return NewKey(v.Secret, v.Epoch)
+	k, err := NewKey(v.Secret, v.Epoch)
+	if err != nil {
+		return nil, err
+	}
+	k.Epochs = v.Epochs
+	return k, nil
 }
 
 // IsInput reports whether p is an input event, which only an input writer may append: a signal,

@@ -87,7 +87,7 @@ func TestLoadCreatesTheKeyOnce(t *testing.T) {
 	srv := natstest.RunJetStream(t)
 	js := natstest.JetStream(t, srv)
 	require.NoError(t, streams.Ensure(t.Context(), js, streams.Config{}))
-	_, err := js.Publish(t.Context(), streams.HistorySubject("old"), []byte("written before the key"))
+	_, err := js.Publish(t.Context(), streams.Layout{}.Subject("old"), []byte("written before the key"))
 	require.NoError(t, err)
 	keys := make(chan *inputsig.Key, 4)
 	errs := make(chan error, 4)

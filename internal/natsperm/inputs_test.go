@@ -142,7 +142,7 @@ func TestWorkersCannotForgeInputs(t *testing.T) {
 		require.NoError(t, err)
 		var genuine *jetstream.RawStreamMsg
 		for seq := uint64(1); genuine == nil; {
-			m, err := hs.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(streams.HistorySubject(source)))
+			m, err := hs.GetMsg(ctx, seq, jetstream.WithGetMsgSubject(streams.Layout{}.Subject(source)))
 			require.NoError(t, err)
 			if m.Header.Get(jsstore.HeaderTypes) == string(event.TypeSignalReceived) {
 				genuine = m
@@ -150,9 +150,9 @@ func TestWorkersCannotForgeInputs(t *testing.T) {
 			seq = m.Sequence + 1
 		}
 		require.NotEmpty(t, genuine.Header.Get(inputsig.Header))
-		last, err := hs.GetLastMsgForSubject(ctx, streams.HistorySubject(target))
+		last, err := hs.GetLastMsgForSubject(ctx, streams.Layout{}.Subject(target))
 		require.NoError(t, err)
-		copied := &nats.Msg{Subject: streams.HistorySubject(target), Header: nats.Header{},
+		copied := &nats.Msg{Subject: streams.Layout{}.Subject(target), Header: nats.Header{},
 			Data: bytes.ReplaceAll(genuine.Data, []byte(`"run_id":"`+source+`"`), []byte(`"run_id":"`+target+`"`))}
 		for k, vs := range genuine.Header {
 			copied.Header[k] = vs

@@ -1,6 +1,7 @@
 package natsperm
 
 import (
+	"fmt"
 	"slices"
 	"strings"
 
@@ -33,6 +34,17 @@ const jsAPI = "$JS.API."
 var allStreams = append(append([]string{streams.History, streams.Tasks, streams.DeadLetter}, kvStreams(allBuckets)...),
 	"OBJ_"+streams.ArchiveBucket, "OBJ_"+streams.PayloadsBucket, "OBJ_"+streams.CheckpointsBucket)
 
+// GrantedPartitions is the most history partitions (streams.Layout) the roles grant access to:
+// besides FLOW_HISTORY, the streams FLOW_HISTORY_0 to FLOW_HISTORY_8 of a history spread over
+// up to 9 streams. Grants for streams that do not exist allow nothing.
+const GrantedPartitions = 9
+
+// partitionStreams are the history streams of a partitioned history the roles are granted.
+var partitionStreams = streams.NewLayout(GrantedPartitions).Streams()
+
+// historyStreams are every history stream the roles are granted: FLOW_HISTORY first.
+var historyStreams = append([]string{streams.History}, partitionStreams...)
+
 // allBuckets are the buckets streams.Ensure creates.
 var allBuckets = []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket,
 	streams.LeasesBucket, streams.ParkedBucket, streams.DamagedBucket, streams.WorkersBucket,
@@ -57,8 +69,14 @@ type grants struct {
 	answers   bool
 }
 
+// partitionsLabel names the partitioned history streams together in the roles' access lists.
+var partitionsLabel = fmt.Sprintf("%s to %s", partitionStreams[0], partitionStreams[len(partitionStreams)-1])
+
 // can records that the role may do verb with stream or bucket name.
 func (g *grants) can(name, verb string) {
+	if slices.Contains(partitionStreams, name) {
+		name = partitionsLabel
+	}
 	for i := range g.access {
 		if g.access[i].Name == name {
 			if !slices.Contains(g.access[i].Verbs, verb) {
@@ -102,7 +120,7 @@ func (g *grants) answer() {
 
 // ensure is what streams.Ensure needs when the streams exist: their configuration.
 func (g *grants) ensure() {
-	for _, s := range allStreams {
+	for _, s := range append(slices.Clone(allStreams), partitionStreams...) {
 		g.publish(jsAPI + "STREAM.INFO." + s)
 	}
 }
@@ -112,7 +130,7 @@ func (g *grants) provisions() {
 	g.provision = true
 	g.ensure()
 	g.publish(jsAPI + "INFO") // creating a bucket reads the account's limits
-	for _, s := range allStreams {
+	for _, s := range append(slices.Clone(allStreams), partitionStreams...) {
 		g.publish(jsAPI+"STREAM.CREATE."+s, jsAPI+"STREAM.UPDATE."+s)
 	}
 }
@@ -203,8 +221,10 @@ func (g *grants) objOwn(bucket string) {
 // histories and appends to them, dispatches resume tasks, and learns which runs are damaged.
 // Timers and hook tokens are granted to the roles that write them.
 func (g *grants) engine() {
-	g.readStream(streams.History)
-	g.append(streams.History, "flow.history.>")
+	for _, s := range historyStreams {
+		g.readStream(s)
+		g.append(s, "flow.history.>")
+	}
 	g.append(streams.Tasks, "flow.task.>")
 	g.kvWatch(streams.DamagedBucket)
 }
@@ -239,7 +259,9 @@ func (g grants) role(name, who string) Role {
 func historyRole() Role {
 	g := service(History)
 	g.follow()
-	g.consume(streams.History, streams.HistoryConsumer, "`"+streams.HistoryConsumer+"`")
+	for _, s := range historyStreams {
+		g.consume(s, streams.HistoryConsumer, "`"+streams.HistoryConsumer+"`")
+	}
 	g.kvWrite(streams.TimersBucket) // the timer index's one writer: it registers the timers of each commit, and deletes moot ones
 	g.kvWrite(streams.HooksBucket)  // the hook routes' one writer: it claims the tokens workers ask for, moves them to reset runs, releases ended runs' tokens
 	g.kvWatch(streams.HooksBucket)  // and its reconciler reads every route
@@ -274,8 +296,10 @@ func historyRole() Role {
 	// messages that writes and touches superseded (no writer rolls them up: the stream refuses
 	// the Nats-Rollup header, internal/backend/streams).
 	g.objOwn(streams.PayloadsBucket)
-	g.can(streams.History, "purge (one run's subject)")
-	g.publish(jsAPI + "STREAM.PURGE." + streams.History)
+	for _, s := range historyStreams {
+		g.can(s, "purge (one run's subject)")
+		g.publish(jsAPI + "STREAM.PURGE." + s)
+	}
 	g.publish(api.FeedPrefix + ">")
 	g.publish(api.BatchPrefix + ">") // the web UI reads the batch jobs through the ingress
 	g.subscribe("flow.api.>", api.FeedPrefix+">")

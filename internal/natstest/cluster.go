@@ -56,6 +56,13 @@ type Cluster struct {
 // would no longer be a majority, so n is at most 3.
 func RunCluster(t testing.TB, n int) *Cluster {
 	t.Helper()
+	return RunClusterWith(t, n, 1)
+}
+
+// RunClusterWith is RunCluster with the history spread over partitions streams (its leaders
+// wherever the meta leader placed them).
+func RunClusterWith(t testing.TB, n, partitions int) *Cluster {
+	t.Helper()
 	if n < 2 || n > 3 {
 		t.Fatalf("natstest: RunCluster: n must be 2 or 3, got %d", n)
 	}
@@ -91,7 +98,7 @@ func RunCluster(t testing.TB, n int) *Cluster {
 		return nil
 	})
 	// Ensure is idempotent: retry it while the fresh cluster turns requests away.
-	cfg := streams.Config{Replicas: n}
+	cfg := streams.Config{Replicas: n, Partitions: partitions}
 	c.waitFor(t, "Flow's streams", func() error {
 		ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 		defer cancel()
@@ -100,7 +107,7 @@ func RunCluster(t testing.TB, n int) *Cluster {
 		}
 		return streams.Ensure(ctx, js[0], cfg)
 	})
-	names := []string{streams.History, streams.Tasks}
+	names := append(streams.NewLayout(partitions).Streams(), streams.Tasks)
 	for _, b := range []string{streams.TimersBucket, streams.HooksBucket, streams.RunsBucket, streams.DefinitionsBucket, streams.LeasesBucket} {
 		names = append(names, "KV_"+b)
 	}

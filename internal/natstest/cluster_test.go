@@ -51,7 +51,7 @@ func TestRunCluster(t *testing.T) {
 	}())
 
 	// A write through a follower is forwarded to the leader and replicated.
-	ack, err := js.Publish(t.Context(), streams.HistorySubject("cluster-smoke"), []byte("[]"))
+	ack, err := js.Publish(t.Context(), streams.Layout{}.Subject("cluster-smoke"), []byte("[]"))
 	require.NoError(t, err)
 	require.Equal(t, streams.History, ack.Stream)
 }

@@ -19,6 +19,13 @@ import (
 // RunJetStream starts a server for the test, with Flow's streams and buckets created.
 func RunJetStream(t testing.TB) *natsserver.Server {
 	t.Helper()
+	return RunJetStreamWith(t, streams.Config{})
+}
+
+// RunJetStreamWith is RunJetStream with Flow's streams created as cfg says (a partitioned
+// history: cfg.Partitions).
+func RunJetStreamWith(t testing.TB, cfg streams.Config) *natsserver.Server {
+	t.Helper()
 	srv, err := natsserver.Start(natsserver.Config{Dir: t.TempDir(), Port: -1,
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {
@@ -30,7 +37,7 @@ func RunJetStream(t testing.TB) *natsserver.Server {
 	if err != nil {
 		t.Fatalf("natstest: %v", err)
 	}
-	if err := streams.Ensure(t.Context(), js, streams.Config{}); err != nil {
+	if err := streams.Ensure(t.Context(), js, cfg); err != nil {
 		t.Fatalf("natstest: %v", err)
 	}
 	return srv

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
+	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/fault"
 	"github.com/flowrun/flow/internal/natsconn"
 	"github.com/flowrun/flow/internal/natstest"
@@ -24,9 +25,10 @@ import (
 // The environment of a service process (package proctest runs it): this test binary, whose
 // TestMain calls runChild when envRole is set.
 const (
-	envRole     = "FLOW_TORTURE_ROLE"
-	envURL      = "FLOW_TORTURE_NATS_URL"
-	envReplicas = "FLOW_TORTURE_REPLICAS"
+	envRole       = "FLOW_TORTURE_ROLE"
+	envURL        = "FLOW_TORTURE_NATS_URL"
+	envReplicas   = "FLOW_TORTURE_REPLICAS"
+	envPartitions = "FLOW_TORTURE_PARTITIONS"
 	// EnvLogDir, when set, is where the services' processes write their logs (one file each,
 	// at level debug), kept after the test; by default a temporary directory, removed with it,
 	// at level info.
@@ -41,9 +43,11 @@ type processes struct {
 	t        testing.TB
 	url      string
 	replicas int
-	logDir   string
-	client   *flow.Client
-	js       jetstream.JetStream
+	// partitions is the number of history streams.
+	partitions int
+	logDir     string
+	client     *flow.Client
+	js         jetstream.JetStream
 
 	mu       sync.Mutex
 	children map[string]*proctest.Child
@@ -57,7 +61,7 @@ type processes struct {
 
 // NewProcesses starts a stack whose services are processes (see processes). Everything stops
 // when t ends.
-func NewProcesses(t testing.TB, replicas int) Stack {
+func NewProcesses(t testing.TB, replicas, partitions int) Stack {
 	t.Helper()
 	logDir := os.Getenv(EnvLogDir)
 	if logDir == "" {
@@ -65,11 +69,11 @@ func NewProcesses(t testing.TB, replicas int) Stack {
 	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
 		t.Fatalf("torture: %v", err)
 	}
-	s := &processes{t: t, replicas: replicas, logDir: logDir, children: map[string]*proctest.Child{}, armed: map[string]string{}}
+	s := &processes{t: t, replicas: replicas, partitions: partitions, logDir: logDir, children: map[string]*proctest.Child{}, armed: map[string]string{}}
 	if replicas >= 3 {
-		s.url = natstest.RunCluster(t, 3).URLs()
+		s.url = natstest.RunClusterWith(t, 3, partitions).URLs()
 	} else {
-		s.url = natstest.RunJetStream(t).ClientURL()
+		s.url = natstest.RunJetStreamWith(t, streams.Config{Partitions: partitions}).ClientURL()
 	}
 	nc, err := connect(s.url, "torture-client")
 	if err != nil {
@@ -109,7 +113,8 @@ func (s *processes) JetStream() jetstream.JetStream { return s.js }
 // start starts the process of role, armed with faults (FLOW_FAULTS, "" for none), and watches
 // it: if it dies on its own, it is started again unarmed.
 func (s *processes) start(role, faults string) error {
-	env := []string{envRole + "=" + role, envURL + "=" + s.url, envReplicas + "=" + strconv.Itoa(s.replicas)}
+	env := []string{envRole + "=" + role, envURL + "=" + s.url, envReplicas + "=" + strconv.Itoa(s.replicas),
+		envPartitions + "=" + strconv.Itoa(s.partitions)}
 	if faults != "" {
 		env = append(env, fault.EnvVar+"="+faults)
 	}
@@ -233,12 +238,16 @@ func serveChild(role string, logger *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", envReplicas, err)
 	}
+	partitions, err := strconv.Atoi(os.Getenv(envPartitions))
+	if err != nil {
+		return fmt.Errorf("%s: %w", envPartitions, err)
+	}
 	nc, err := connect(os.Getenv(envURL), "torture-"+role)
 	if err != nil {
 		return err
 	}
 	// The services live as long as the process: their context never ends.
-	if _, err := startService(context.Background(), role, nc, replicas, faults, logger); err != nil {
+	if _, err := startService(context.Background(), role, nc, streamsConfig(replicas, partitions), faults, logger); err != nil {
 		return err
 	}
 	logger.Info("serving", slog.String("faults", os.Getenv(fault.EnvVar)))

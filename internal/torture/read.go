@@ -164,17 +164,29 @@ type progress struct {
 	ackFloor, delivered uint64
 }
 
+// consumerProgress sums the progress of the history service's consumers, one per history
+// partition: each of its positions only grows, so the sums change whenever one does.
 func consumerProgress(ctx context.Context, js jetstream.JetStream) (progress, error) {
-	cons, err := js.Consumer(ctx, streams.History, streams.HistoryConsumer)
+	layout, err := streams.Load(ctx, js)
 	if err != nil {
-		return progress{}, fmt.Errorf("the history service's consumer: %w", err)
+		return progress{}, err
 	}
-	info, err := cons.Info(ctx)
-	if err != nil {
-		return progress{}, fmt.Errorf("the history service's consumer: %w", err)
+	var pr progress
+	for _, name := range layout.Streams() {
+		cons, err := js.Consumer(ctx, name, streams.HistoryConsumer)
+		if err != nil {
+			return progress{}, fmt.Errorf("the history service's consumer of %s: %w", name, err)
+		}
+		info, err := cons.Info(ctx)
+		if err != nil {
+			return progress{}, fmt.Errorf("the history service's consumer of %s: %w", name, err)
+		}
+		pr.pending += info.NumPending
+		pr.ackPending += uint64(info.NumAckPending)
+		pr.ackFloor += info.AckFloor.Stream
+		pr.delivered += info.Delivered.Stream
 	}
-	return progress{pending: info.NumPending, ackPending: uint64(info.NumAckPending), ackFloor: info.AckFloor.Stream,
-		delivered: info.Delivered.Stream}, nil
+	return pr, nil
 }
 
 func (st *State) readArchives(ctx context.Context, js jetstream.JetStream) error {

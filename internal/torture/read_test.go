@@ -22,14 +22,14 @@ func TestReadStateWhileTheServiceApplies(t *testing.T) {
 	ctx := t.Context()
 	require.NoError(t, streams.Ensure(ctx, js, streams.Config{}))
 	cons, err := js.CreateOrUpdateConsumer(ctx, streams.History, jetstream.ConsumerConfig{Durable: streams.HistoryConsumer,
-		AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: streams.HistorySubject(">")})
+		AckPolicy: jetstream.AckExplicitPolicy, FilterSubject: streams.AllRuns})
 	require.NoError(t, err)
 
 	st, err := ReadState(ctx, js)
 	require.NoError(t, err)
 	require.Zero(t, st.Pending+st.AckPending, "nothing was written")
 
-	_, err = js.Publish(ctx, streams.HistorySubject("r1"), []byte(`{}`))
+	_, err = js.Publish(ctx, streams.Layout{}.Subject("r1"), []byte(`{}`))
 	require.NoError(t, err)
 	batch, err := cons.Fetch(1, jetstream.FetchMaxWait(5*time.Second))
 	require.NoError(t, err)

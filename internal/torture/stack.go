@@ -54,8 +54,8 @@ const (
 	schedulerName    = "torture-scheduler"
 )
 
-func streamsConfig(replicas int) streams.Config {
-	return streams.Config{Replicas: replicas, LeaseTTL: leaseTTL}
+func streamsConfig(replicas, partitions int) streams.Config {
+	return streams.Config{Replicas: replicas, Partitions: partitions, LeaseTTL: leaseTTL}
 }
 
 // inProcess runs the services in this process, on an embedded server or cluster. Kill closes a
@@ -65,10 +65,12 @@ type inProcess struct {
 	t        testing.TB
 	url      string
 	replicas int
-	logger   *slog.Logger
-	faults   *fault.Injector
-	client   *flow.Client
-	js       jetstream.JetStream
+	// partitions is the number of history streams.
+	partitions int
+	logger     *slog.Logger
+	faults     *fault.Injector
+	client     *flow.Client
+	js         jetstream.JetStream
 
 	mu       sync.Mutex
 	services map[string]*service
@@ -83,16 +85,17 @@ type service struct {
 }
 
 // NewInProcess starts a stack in this process: an embedded server (replicas 1) or a cluster of
-// three (replicas 3), and the four services. Everything stops when t ends.
-func NewInProcess(t testing.TB, replicas int) Stack {
+// three (replicas 3), and the four services, on a history of partitions streams (0: one).
+// Everything stops when t ends.
+func NewInProcess(t testing.TB, replicas, partitions int) Stack {
 	t.Helper()
-	s := &inProcess{t: t, replicas: replicas, logger: natstest.Logger(), faults: &fault.Injector{},
+	s := &inProcess{t: t, replicas: replicas, partitions: partitions, logger: natstest.Logger(), faults: &fault.Injector{},
 		services: map[string]*service{}, armed: map[fault.Point]bool{}}
 	if replicas >= 3 {
-		c := natstest.RunCluster(t, 3)
+		c := natstest.RunClusterWith(t, 3, partitions)
 		s.url = c.URLs()
 	} else {
-		s.url = natstest.RunJetStream(t).ClientURL()
+		s.url = natstest.RunJetStreamWith(t, streams.Config{Partitions: partitions}).ClientURL()
 	}
 	nc := s.connect("torture-client")
 	t.Cleanup(nc.Close)
@@ -179,7 +182,7 @@ func stopWithin(stop func() error, d time.Duration, logger *slog.Logger, role st
 
 func (s *inProcess) start(ctx context.Context, role string) error {
 	nc := s.connect("torture-" + role)
-	stop, err := startService(ctx, role, nc, s.replicas, s.faults, s.logger)
+	stop, err := startService(ctx, role, nc, streamsConfig(s.replicas, s.partitions), s.faults, s.logger)
 	if err != nil {
 		nc.Close()
 		return err
@@ -196,8 +199,7 @@ const payloadThreshold = 48
 
 // startService starts the service of role on connection nc, configured as every torture stack
 // configures it, and returns its stop function.
-func startService(ctx context.Context, role string, nc *nats.Conn, replicas int, faults *fault.Injector, logger *slog.Logger) (func() error, error) {
-	cfgStreams := streamsConfig(replicas)
+func startService(ctx context.Context, role string, nc *nats.Conn, cfgStreams streams.Config, faults *fault.Injector, logger *slog.Logger) (func() error, error) {
 	switch role {
 	case RoleHistory:
 		h, err := history.New(history.Config{Conn: nc, HTTPAddr: "off", AckWait: historyAckWait, Streams: cfgStreams,

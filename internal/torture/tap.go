@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"time"
 
@@ -39,19 +38,21 @@ type Commit struct {
 	Payloads map[string]json.RawMessage
 }
 
-// Tap follows FLOW_HISTORY from its first message with an ordered consumer, keeping every
-// commit, so that the checker knows the events of runs that retention later purges. It reads
+// Tap follows the history streams from their first messages with an ordered consumer each,
+// keeping every commit (each run's in its order; runs of different partitions interleave), so that the checker knows the events of runs that retention later purges. It reads
 // the stream itself, through no Flow code but the event catalogue. It is safe for concurrent
 // use.
 type Tap struct {
-	cc  jetstream.ConsumeContext
-	ctx context.Context
-	js  jetstream.JetStream
-	// obs and read are add's alone (the consumer calls it one message at a time): the payload
-	// store, once opened, and the payloads read so far (content-addressed: a copy in a later
-	// commit is not read again).
-	obs  jetstream.ObjectStore
-	read map[string]json.RawMessage
+	ccs    []jetstream.ConsumeContext
+	ctx    context.Context
+	js     jetstream.JetStream
+	layout streams.Layout
+	// obs and read are add's, under addMu (each partition's consumer calls it one message at a
+	// time): the payload store, once opened, and the payloads read so far (content-addressed:
+	// a copy in a later commit is not read again).
+	addMu sync.Mutex
+	obs   jetstream.ObjectStore
+	read  map[string]json.RawMessage
 
 	mu      sync.Mutex
 	commits []Commit
@@ -59,23 +60,34 @@ type Tap struct {
 	errs    []string
 }
 
-// StartTap starts following FLOW_HISTORY.
+// StartTap starts following the history streams.
 func StartTap(ctx context.Context, js jetstream.JetStream) (*Tap, error) {
-	cons, err := js.OrderedConsumer(ctx, streams.History, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{streams.HistorySubject(">")}, DeliverPolicy: jetstream.DeliverAllPolicy})
+	layout, err := streams.Load(ctx, js)
 	if err != nil {
-		return nil, fmt.Errorf("torture: tapping %s: %w", streams.History, err)
+		return nil, fmt.Errorf("torture: %w", err)
 	}
-	t := &Tap{last: time.Now(), ctx: ctx, js: js, read: map[string]json.RawMessage{}}
-	t.cc, err = cons.Consume(t.add)
-	if err != nil {
-		return nil, fmt.Errorf("torture: tapping %s: %w", streams.History, err)
+	t := &Tap{last: time.Now(), ctx: ctx, js: js, layout: layout, read: map[string]json.RawMessage{}}
+	for p, name := range layout.Streams() {
+		cons, err := js.OrderedConsumer(ctx, name, jetstream.OrderedConsumerConfig{
+			FilterSubjects: []string{layout.Filter(p)}, DeliverPolicy: jetstream.DeliverAllPolicy})
+		if err != nil {
+			t.Stop()
+			return nil, fmt.Errorf("torture: tapping %s: %w", name, err)
+		}
+		cc, err := cons.Consume(t.add)
+		if err != nil {
+			t.Stop()
+			return nil, fmt.Errorf("torture: tapping %s: %w", name, err)
+		}
+		t.ccs = append(t.ccs, cc)
 	}
 	return t, nil
 }
 
 func (t *Tap) add(m jetstream.Msg) {
-	c, err := decodeCommit(m)
+	t.addMu.Lock()
+	defer t.addMu.Unlock()
+	c, err := t.decodeCommit(m)
 	var perr error
 	if err == nil {
 		c.Payloads, perr = t.payloads(c)
@@ -169,12 +181,15 @@ func retry(ctx context.Context, fn func() error) error {
 	}
 }
 
-func decodeCommit(m jetstream.Msg) (Commit, error) {
+func (t *Tap) decodeCommit(m jetstream.Msg) (Commit, error) {
 	md, err := m.Metadata()
 	if err != nil {
 		return Commit{}, fmt.Errorf("message on %s: no metadata: %w", m.Subject(), err)
 	}
-	runID := strings.TrimPrefix(m.Subject(), streams.HistorySubject(""))
+	runID, ok := t.layout.RunOf(m.Subject())
+	if !ok {
+		return Commit{}, fmt.Errorf("message on %s: not a run's history subject", m.Subject())
+	}
 	c := Commit{StreamSeq: md.Sequence.Stream, At: md.Timestamp.UTC(), RunID: runID}
 	first, err1 := strconv.ParseUint(m.Headers().Get(headerFirstSeq), 10, 64)
 	count, err2 := strconv.ParseUint(m.Headers().Get(headerCount), 10, 64)
@@ -215,4 +230,8 @@ func (t *Tap) Quiet() time.Duration {
 }
 
 // Stop stops following.
-func (t *Tap) Stop() { t.cc.Stop() }
+func (t *Tap) Stop() {
+	for _, cc := range t.ccs {
+		cc.Stop()
+	}
+}

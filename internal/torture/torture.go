@@ -13,6 +13,8 @@ import (
 type Config struct {
 	// Replicas is 1 (one embedded server) or 3 (a three-node cluster, every stream at R3).
 	Replicas int
+	// Partitions is the number of history streams (streams.Config.Partitions); 0 means 1.
+	Partitions int
 	// Processes runs the services as processes of this test binary (see procstack.go), killed
 	// with SIGKILL; otherwise they run in this process.
 	Processes bool
@@ -133,9 +135,9 @@ func RunSequence(t testing.TB, cfg Config, seed uint64, n int, ops []Op, keep []
 
 	var stack Stack
 	if cfg.Processes {
-		stack = NewProcesses(t, cfg.Replicas)
+		stack = NewProcesses(t, cfg.Replicas, cfg.Partitions)
 	} else {
-		stack = NewInProcess(t, cfg.Replicas)
+		stack = NewInProcess(t, cfg.Replicas, cfg.Partitions)
 	}
 	tap, err := StartTap(ctx, stack.JetStream())
 	if err != nil {

@@ -19,6 +19,7 @@ var (
 	flagSeq       = flag.Int("torture.seq", -1, "run only sequence N of the seed (with -torture.seed, to reproduce a failure)")
 	flagKeep      = flag.String("torture.keep", "", "run only these operations of the sequence (comma-separated indices, as a shrunk failure prints them)")
 	flagReplicas  = flag.Int("torture.replicas", 1, "1: one embedded server; 3: a three-node cluster at R3")
+	flagParts     = flag.Int("torture.partitions", 1, "the number of history streams (FLOW_STREAMS_PARTITIONS)")
 	flagProcesses = flag.Bool("torture.processes", false, "run the services as processes and kill them with SIGKILL")
 	flagOps       = flag.Int("torture.ops", DefaultOps, "operations per sequence")
 	flagExclude   = flag.String("torture.exclude", "", "leave out operations of these kinds (comma-separated, e.g. reset,kill): to explore past a known bug")
@@ -48,7 +49,7 @@ func TestTorture(t *testing.T) {
 	if seed == 0 {
 		seed = uint64(time.Now().UnixNano())
 	}
-	cfg := Config{Replicas: *flagReplicas, Processes: *flagProcesses, SettleBound: *flagSettle, Logf: t.Logf, Debug: *flagDebug,
+	cfg := Config{Replicas: *flagReplicas, Partitions: *flagParts, Processes: *flagProcesses, SettleBound: *flagSettle, Logf: t.Logf, Debug: *flagDebug,
 		Gen: GenConfig{Ops: *flagOps, Exclude: map[Kind]bool{}}}
 	for _, k := range strings.Split(*flagExclude, ",") {
 		if k = strings.TrimSpace(k); k != "" {
@@ -68,7 +69,7 @@ func TestTorture(t *testing.T) {
 			keep = append(keep, i)
 		}
 	}
-	t.Logf("torture: seed %d, replicas %d, processes %v, %d operations per sequence, excluded %v", seed, cfg.Replicas, cfg.Processes, *flagOps, *flagExclude)
+	t.Logf("torture: seed %d, replicas %d, partitions %d, processes %v, %d operations per sequence, excluded %v", seed, cfg.Replicas, cfg.Partitions, cfg.Processes, *flagOps, *flagExclude)
 
 	start := time.Now()
 	// Stop exploring, and shrinking, well before the test binary's deadline (-timeout): a
@@ -150,6 +151,37 @@ func TestTorture(t *testing.T) {
 	}
 	for _, r := range reports {
 		t.Error(r)
+	}
+}
+
+// partitionedSequences is how many sequences TestTorturePartitioned runs.
+const partitionedSequences = 3
+
+// TestTorturePartitioned runs the first sequences of the seed (FLOW_TORTURE_SEED, or one from
+// the clock) on a history spread over three streams: every feature and fault of the sequences,
+// checked by every invariant, with runs on different partitions, each with its own history
+// consumer. make torture explores more of it with PARTITIONS=3.
+func TestTorturePartitioned(t *testing.T) {
+	if testing.Short() {
+		t.Skip("the torture test's partitioned sequences take about 30 seconds")
+	}
+	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv(envSeed); v != "" {
+		var err error
+		if seed, err = strconv.ParseUint(v, 10, 64); err != nil {
+			t.Fatalf("%s=%q: not a seed (an unsigned integer)", envSeed, v)
+		}
+	}
+	cfg := Config{Partitions: 3, Logf: t.Logf, Gen: GenConfig{Ops: DefaultOps, Exclude: map[Kind]bool{}}}
+	for n := range partitionedSequences {
+		var res Result
+		t.Run(fmt.Sprintf("seq-%d", n), func(t *testing.T) { res = RunSequence(t, cfg, seed, n, Generate(seed, n, cfg.Gen), nil) })
+		switch {
+		case res.Err != nil:
+			t.Errorf("seed %d sequence %d: harness error: %s\n%s", seed, n, res.Err, res.Report(len(res.Ops)))
+		case len(res.Violations) > 0:
+			t.Errorf("seed %d sequence %d on 3 partitions (reproduce: make torture PARTITIONS=3 SEED=%d SEQ=%d):\n%s", seed, n, seed, n, res.Report(len(res.Ops)))
+		}
 	}
 }
 

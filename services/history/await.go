@@ -12,7 +12,6 @@ import (
 	"github.com/nats-io/nats.go"
 
 	"github.com/flowrun/flow/internal/api"
-	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/cloudevent"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/store/jsstore"
@@ -64,7 +63,7 @@ func (s *Service) await(ctx context.Context, req api.AwaitRequest) (*api.AwaitRe
 			}
 		}
 	}
-	sub, err := s.nc.Subscribe(streams.HistorySubject(req.RunID), func(m *nats.Msg) {
+	sub, err := s.nc.Subscribe(s.layout.Subject(req.RunID), func(m *nats.Msg) {
 		if endNotice(m.Header) {
 			if seq, ok := jsstore.LastSeq(m.Header); ok {
 				announce(seq)

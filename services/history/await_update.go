@@ -10,7 +10,6 @@ import (
 	"github.com/nats-io/nats.go/micro"
 
 	"github.com/flowrun/flow/internal/api"
-	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -78,7 +77,7 @@ func (s *Service) awaitUpdateIn(ctx context.Context, runID, updateID string, wai
 			default:
 			}
 		}
-		for _, subject := range []string{streams.HistorySubject(runID), FeedPrefix + "*." + runID + ".update.*", FeedPrefix + "*." + runID + ".run.*"} {
+		for _, subject := range []string{s.layout.Subject(runID), FeedPrefix + "*." + runID + ".update.*", FeedPrefix + "*." + runID + ".run.*"} {
 			sub, err := s.nc.Subscribe(subject, wake)
 			if err != nil {
 				return nil, err

@@ -30,26 +30,66 @@ func (s *Service) check(ctx context.Context) error {
 	if err := s.showQuarantine(ctx); err != nil {
 		return err
 	}
-	st, err := s.js.Stream(ctx, streams.History)
+	lostUpTo := make([]uint64, s.layout.Partitions()) // by partition, the last stream sequence known lost
+	var lost []string
+	var msgs, subjects, pending uint64
+	for p := range lostUpTo {
+		pl, upTo, st, pend, err := s.checkPartition(ctx, p)
+		if err != nil {
+			return err
+		}
+		if len(pl) > 0 {
+			lost = append(lost, "stream "+s.layout.Stream(p)+" lost data: "+strings.Join(pl, "; "))
+		}
+		lostUpTo[p] = upTo
+		msgs, subjects, pending = msgs+st.Msgs, subjects+st.NumSubjects, pending+pend
+	}
+
+	var why []string
+	switch {
+	case s.cfg.Rebuild:
+		why = append(why, "asked to rebuild")
+	case len(lost) > 0:
+		why = append(why, strings.Join(lost, "; "))
+	case s.index.len() == 0 && msgs > 0:
+		why = append(why, "the runs index is empty")
+	case uint64(s.index.len())+pending < subjects:
+		why = append(why, fmt.Sprintf("the runs index lists %d runs, the history holds %d", s.index.len(), subjects))
+	}
+	if len(why) == 0 {
+		return nil
+	}
+	if len(lost) > 0 {
+		s.logger.ErrorContext(ctx, "the history is damaged; checking every run", slog.String("damage", strings.Join(lost, "; ")))
+	} else {
+		s.logger.WarnContext(ctx, "rebuilding from history", slog.String("why", strings.Join(why, "; ")))
+	}
+	return s.sweep(ctx, lostUpTo, len(lost) > 0)
+}
+
+// checkPartition looks for loss in history partition p's stream. It returns what was lost, the
+// last stream sequence known lost, the stream's state, and the commits the history consumer
+// has yet to apply.
+func (s *Service) checkPartition(ctx context.Context, p int) (lost []string, lostUpTo uint64, state jetstream.StreamState, pending uint64, err error) {
+	name := s.layout.Stream(p)
+	st, err := s.js.Stream(ctx, name)
 	if err != nil {
-		return fmt.Errorf("reading stream %s: %w", streams.History, err)
+		return nil, 0, state, 0, fmt.Errorf("reading stream %s: %w", name, err)
 	}
 	info, err := st.Info(ctx, jetstream.WithDeletedDetails(true))
 	if err != nil {
-		return fmt.Errorf("reading the state of stream %s: %w", streams.History, err)
+		return nil, 0, state, 0, fmt.Errorf("reading the state of stream %s: %w", name, err)
 	}
-	state := info.State
-	var floor, pending uint64
-	if ci, err := s.js.Consumer(ctx, streams.History, streams.HistoryConsumer); err == nil {
+	state = info.State
+	var floor uint64
+	if ci, err := s.js.Consumer(ctx, name, streams.HistoryConsumer); err == nil {
 		if cinfo, err := ci.Info(ctx); err == nil {
 			floor, pending = cinfo.AckFloor.Stream, cinfo.NumPending+uint64(cinfo.NumAckPending)
 		}
 	} else if !errors.Is(err, jetstream.ErrConsumerNotFound) {
-		return fmt.Errorf("reading the history consumer: %w", err)
+		return nil, 0, state, 0, fmt.Errorf("reading the history consumer of stream %s: %w", name, err)
 	}
 
-	var lost []string
-	lostUpTo := uint64(0) // the last stream sequence known lost
 	if state.Lost != nil && len(state.Lost.Msgs) > 0 {
 		lost = append(lost, fmt.Sprintf("the server reports %d message(s) lost (%d bytes)", len(state.Lost.Msgs), state.Lost.Bytes))
 		lostUpTo = max(lostUpTo, slices.Max(state.Lost.Msgs))
@@ -62,44 +102,24 @@ func (s *Service) check(ctx context.Context) error {
 	if state.Msgs > 0 && state.FirstSeq > 1 {
 		gaps += state.FirstSeq - 1
 	}
-	if gaps > 0 && gaps <= s.purgedMsgs() {
+	firstSeq := state.FirstSeq
+	if gaps > 0 && gaps <= s.purgedMsgs(p) {
 		deleted = nil
-		state.FirstSeq = 1
+		firstSeq = 1
 	}
 	if len(deleted) > 0 && state.Msgs > 0 {
 		lost = append(lost, fmt.Sprintf("%d message(s) missing between stream sequences %d and %d", len(deleted), slices.Min(deleted), slices.Max(deleted)))
 		lostUpTo = max(lostUpTo, slices.Max(deleted))
 	}
-	if state.Msgs > 0 && state.FirstSeq > 1 {
-		lost = append(lost, fmt.Sprintf("stream sequences 1 to %d are missing", state.FirstSeq-1))
-		lostUpTo = max(lostUpTo, state.FirstSeq-1)
+	if state.Msgs > 0 && firstSeq > 1 {
+		lost = append(lost, fmt.Sprintf("stream sequences 1 to %d are missing", firstSeq-1))
+		lostUpTo = max(lostUpTo, firstSeq-1)
 	}
 	if floor > state.LastSeq {
 		lost = append(lost, fmt.Sprintf("the history service had applied up to stream sequence %d, but the stream ends at %d", floor, state.LastSeq))
 		lostUpTo = max(lostUpTo, floor)
 	}
-
-	var why []string
-	switch {
-	case s.cfg.Rebuild:
-		why = append(why, "asked to rebuild")
-	case len(lost) > 0:
-		why = append(why, "stream "+streams.History+" lost data: "+strings.Join(lost, "; "))
-	case s.index.len() == 0 && state.Msgs > 0:
-		why = append(why, "the runs index is empty")
-	case uint64(s.index.len())+pending < state.NumSubjects:
-		why = append(why, fmt.Sprintf("the runs index lists %d runs, the history stream holds %d", s.index.len(), state.NumSubjects))
-	}
-	if len(why) == 0 {
-		return nil
-	}
-	if len(lost) > 0 {
-		s.logger.ErrorContext(ctx, "the history stream is damaged; checking every run", slog.String("stream", streams.History),
-			slog.String("damage", strings.Join(lost, "; ")))
-	} else {
-		s.logger.WarnContext(ctx, "rebuilding from history", slog.String("why", strings.Join(why, "; ")))
-	}
-	return s.sweep(ctx, lostUpTo, len(lost) > 0)
+	return lost, lostUpTo, state, pending, nil
 }
 
 // sweepConcurrency bounds the runs a sweep reads at once.
@@ -109,22 +129,25 @@ const sweepConcurrency = 8
 // it applies each run's whole history as one commit (timers, children, end-of-run work, a
 // resume task for an input nothing answered) and rewrites its index entry. It quarantines runs
 // whose history is damaged: one that does not read back whole, one shorter than its index entry
-// says, one whose index entry has no history left, and, when the stream lost messages (damaged
-// is set), every run that had not ended by the last lost stream sequence lostUpTo, which may
-// have lost events there.
-func (s *Service) sweep(ctx context.Context, lostUpTo uint64, damaged bool) error {
-	st, err := s.js.Stream(ctx, streams.History)
-	if err != nil {
-		return err
-	}
-	info, err := st.Info(ctx, jetstream.WithSubjectFilter(streams.HistorySubject(">")))
-	if err != nil {
-		return fmt.Errorf("listing the runs of stream %s: %w", streams.History, err)
-	}
-	prefix := streams.HistorySubject("")
-	runs := make([]string, 0, len(info.State.Subjects))
-	for subject := range info.State.Subjects {
-		runs = append(runs, strings.TrimPrefix(subject, prefix))
+// says, one whose index entry has no history left, and, when a stream lost messages (damaged
+// is set), every run that had not ended by the last lost stream sequence of its partition
+// (lostUpTo, by partition), which may have lost events there.
+func (s *Service) sweep(ctx context.Context, lostUpTo []uint64, damaged bool) error {
+	var runs []string
+	for p, name := range s.layout.Streams() {
+		st, err := s.js.Stream(ctx, name)
+		if err != nil {
+			return err
+		}
+		info, err := st.Info(ctx, jetstream.WithSubjectFilter(s.layout.Filter(p)))
+		if err != nil {
+			return fmt.Errorf("listing the runs of stream %s: %w", name, err)
+		}
+		for subject := range info.State.Subjects {
+			if runID, ok := s.layout.RunOf(subject); ok {
+				runs = append(runs, runID)
+			}
+		}
 	}
 	slices.Sort(runs)
 
@@ -137,7 +160,7 @@ func (s *Service) sweep(ctx context.Context, lostUpTo uint64, damaged bool) erro
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			reason, err := s.sweepRun(ctx, runID, lostUpTo, damaged)
+			reason, err := s.sweepRun(ctx, runID, lostUpTo[s.layout.Partition(runID)], damaged)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil && firstErr == nil {
@@ -158,7 +181,7 @@ func (s *Service) sweep(ctx context.Context, lostUpTo uint64, damaged bool) erro
 		have[id] = true
 	}
 	for _, sum := range s.index.where(func(sum core.Summary) bool { return !have[sum.RunID] && sum.Damaged == "" && sum.Deleted == nil }) {
-		reason := fmt.Sprintf("stream %s holds none of its events, but the runs index recorded it %s at seq %d", streams.History, sum.Status, sum.Seq)
+		reason := fmt.Sprintf("stream %s holds none of its events, but the runs index recorded it %s at seq %d", s.layout.StreamOf(sum.RunID), sum.Status, sum.Seq)
 		if err := s.quarantine(ctx, sum.RunID, reason); err != nil {
 			return err
 		}
@@ -167,7 +190,7 @@ func (s *Service) sweep(ctx context.Context, lostUpTo uint64, damaged bool) erro
 	slices.Sort(quarantined)
 	if len(quarantined) > 0 {
 		s.logger.ErrorContext(ctx, "runs quarantined: their history is damaged; Flow will not drive or serve them until an operator accepts the damage (flow resume RUN --accept-damage) or restores the stream",
-			slog.String("stream", streams.History), slog.Int("runs", len(quarantined)), slog.Any("run_ids", quarantined))
+			slog.Int("runs", len(quarantined)), slog.Any("run_ids", quarantined))
 	}
 	s.logger.InfoContext(ctx, "sweep done", slog.Int("runs", len(runs)), slog.Int("quarantined", len(quarantined)))
 	return nil
@@ -194,14 +217,14 @@ func (s *Service) sweepRun(ctx context.Context, runID string, lostUpTo uint64, d
 	reason := ""
 	switch {
 	case errors.Is(err, event.ErrMalformed) || errors.As(err, &he):
-		reason = fmt.Sprintf("stream %s: %v", streams.History, err)
+		reason = fmt.Sprintf("stream %s: %v", s.layout.StreamOf(runID), err)
 	case err != nil:
 		return "", err
 	case indexed && entry.Seq > snap.Seq:
-		reason = fmt.Sprintf("stream %s holds %d events, but the runs index recorded it %s at seq %d", streams.History, snap.Seq, entry.Status, entry.Seq)
+		reason = fmt.Sprintf("stream %s holds %d events, but the runs index recorded it %s at seq %d", s.layout.StreamOf(runID), snap.Seq, entry.Status, entry.Seq)
 	case damaged && !snap.Terminal():
 		if _, streamSeq, ok := s.store.Position(runID); ok && streamSeq < lostUpTo {
-			reason = fmt.Sprintf("stream %s lost messages up to stream sequence %d, and the run had not ended by then: it may have lost events", streams.History, lostUpTo)
+			reason = fmt.Sprintf("stream %s lost messages up to stream sequence %d, and the run had not ended by then: it may have lost events", s.layout.StreamOf(runID), lostUpTo)
 		}
 	}
 	if reason != "" {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"hash/fnv"
 	"log/slog"
-	"strings"
 	"sync"
 	"time"
 
@@ -24,20 +23,22 @@ import (
 	"github.com/flowrun/flow/pkg/event"
 )
 
-// consumerConfig is the history service's durable consumer of the history stream, shared by
-// every replica.
-func consumerConfig(ackWait time.Duration) jetstream.ConsumerConfig {
+// consumerConfig is the history service's durable consumer of history partition p's stream,
+// shared by every replica.
+func consumerConfig(layout streams.Layout, p int, ackWait time.Duration) jetstream.ConsumerConfig {
 	return jetstream.ConsumerConfig{
 		Durable: streams.HistoryConsumer, AckPolicy: jetstream.AckExplicitPolicy, AckWait: ackWait,
 		DeliverPolicy: jetstream.DeliverAllPolicy, MaxDeliver: -1, MaxAckPending: 20_000,
-		FilterSubject: streams.HistorySubject(">"), Description: "Flow history service: the consequences of every commit",
+		FilterSubject: layout.Filter(p), Description: "Flow history service: the consequences of every commit",
 	}
 }
 
 // fetchBatch bounds the commits pulled at once.
 const fetchBatch = 1000
 
-// consume starts the lanes and the goroutine that pulls commits and hands each to its run's lane.
+// consume starts the lanes and, for each history partition, the goroutine that pulls its
+// commits and hands each to its run's lane. A run's commits are all in one partition, and a
+// lane takes them from one puller, in stream order.
 // Pulls are clustered: the first commit that ends a quiet spell is held for a linger
 // (Config.Linger) and applied with whatever else arrived meanwhile, so that a run's commits made
 // close together are applied together (its index entry written once, inputs its worker already
@@ -45,9 +46,13 @@ const fetchBatch = 1000
 // worker that drives a run. Writers' fast paths carry the latency-critical consequences, so
 // nothing waits on the linger in the common case.
 func (s *Service) consume(ctx context.Context) error {
-	cons, err := s.js.CreateOrUpdateConsumer(ctx, streams.History, consumerConfig(s.cfg.AckWait))
-	if err != nil {
-		return fmt.Errorf("creating the history consumer: %w", err)
+	conss := make([]jetstream.Consumer, s.layout.Partitions())
+	for p := range conss {
+		cons, err := s.js.CreateOrUpdateConsumer(ctx, s.layout.Stream(p), consumerConfig(s.layout, p, s.cfg.AckWait))
+		if err != nil {
+			return fmt.Errorf("creating the history consumer of stream %s: %w", s.layout.Stream(p), err)
+		}
+		conss[p] = cons
 	}
 	perLane := max(1, s.cfg.CacheSize/s.cfg.Lanes)
 	s.lanes = make([]*lane, s.cfg.Lanes)
@@ -57,7 +62,9 @@ func (s *Service) consume(ctx context.Context) error {
 		s.workers.Go(func() { l.run(ctx) })
 	}
 	s.consuming.Store(true)
-	s.workers.Go(func() { s.pull(ctx, cons) })
+	for _, cons := range conss {
+		s.workers.Go(func() { s.pull(ctx, cons) })
+	}
 	return nil
 }
 
@@ -93,7 +100,7 @@ func (s *Service) pull(ctx context.Context, cons jetstream.Consumer) {
 			msgs, held = append(held, msgs...), nil
 		}
 		for _, m := range msgs {
-			runID, _ := strings.CutPrefix(m.Subject(), streams.HistorySubject(""))
+			runID, _ := s.layout.RunOf(m.Subject())
 			select {
 			case s.laneOf(runID).jobs <- job{msg: m}:
 			case <-ctx.Done():
@@ -219,7 +226,7 @@ func (l *lane) process(ctx context.Context, batch []jetstream.Msg) {
 	var order []string
 	byRun := map[string][]pending{}
 	for _, m := range batch {
-		runID, _ := strings.CutPrefix(m.Subject(), streams.HistorySubject(""))
+		runID, _ := l.s.layout.RunOf(m.Subject())
 		if err := event.ValidateDerivedRunID(runID); err != nil {
 			// No run has this subject: nothing reads it, and there is nothing to quarantine.
 			l.s.logger.Error("skipping a history message on a subject that names no run", slog.String("subject", m.Subject()),
@@ -310,7 +317,7 @@ func (l *lane) apply(ctx context.Context, runID string, commits []pending) error
 			// An input event no input writer signed (a worker's forgery, or a writer without
 			// the key): the run's history is damaged from this commit on, and stops here.
 			l.cache.drop(runID)
-			return s.quarantineDamaged(ctx, runID, fmt.Sprintf("stream %s: %v", streams.History, err), s.salvaged(ctx, runID))
+			return s.quarantineDamaged(ctx, runID, fmt.Sprintf("stream %s: %v", s.layout.StreamOf(runID), err), s.salvaged(ctx, runID))
 		}
 		if envs[0].Type() == event.TypeRunDeleted {
 			// The run's deletion: nothing follows it, and its consequences are the rest of the
@@ -431,7 +438,7 @@ func (l *lane) load(ctx context.Context, runID string, atLeast uint64) (*followe
 	}
 	var he *core.HistoryError
 	if errors.Is(err, event.ErrMalformed) || errors.As(err, &he) {
-		return nil, nil, l.s.quarantineDamaged(ctx, runID, fmt.Sprintf("stream %s: %v", streams.History, err), l.s.salvaged(ctx, runID))
+		return nil, nil, l.s.quarantineDamaged(ctx, runID, fmt.Sprintf("stream %s: %v", l.s.layout.StreamOf(runID), err), l.s.salvaged(ctx, runID))
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("loading run %q: %w", runID, err)

@@ -8,7 +8,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/flowrun/flow/internal/api"
-	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/core"
 	"github.com/flowrun/flow/internal/engine"
 	"github.com/flowrun/flow/internal/store"
@@ -87,7 +86,7 @@ func (l *lane) resync(ctx context.Context, runID string, commits []pending) erro
 		if sv.Damage != nil {
 			why = sv.Damage.Error()
 		}
-		return s.quarantineDamaged(ctx, runID, fmt.Sprintf("stream %s: %s", streams.History, why), sv.Snapshot)
+		return s.quarantineDamaged(ctx, runID, fmt.Sprintf("stream %s: %s", s.layout.StreamOf(runID), why), sv.Snapshot)
 	}
 	var repairs []pending
 	for _, p := range commits {
@@ -139,7 +138,7 @@ func (s *Service) describeDamaged(ctx context.Context, req api.GetRequest, dmg *
 	switch {
 	case quarantined:
 	case sv.Damage != nil:
-		reason = fmt.Sprintf("stream %s: %v", streams.History, sv.Damage)
+		reason = fmt.Sprintf("stream %s: %v", s.layout.StreamOf(req.RunID), sv.Damage)
 	default:
 		reason = dmg.Message
 	}

@@ -49,7 +49,7 @@ func forgedCommit(t *testing.T, runID string, seq uint64, payloads ...event.Payl
 	h.Set(jsstore.HeaderFirstSeq, strconv.FormatUint(seq, 10))
 	h.Set(jsstore.HeaderCount, strconv.Itoa(len(envs)))
 	h.Set(jsstore.HeaderTypes, types)
-	return &nats.Msg{Subject: streams.HistorySubject(runID), Header: h, Data: body}
+	return &nats.Msg{Subject: streams.Layout{}.Subject(runID), Header: h, Data: body}
 }
 
 // foreignWrite is a kind of foreign write: name, a run ID suffix, and the message given the
@@ -74,7 +74,7 @@ var foreignWrites = []foreignWrite{
 	}},
 	// No commit headers at all.
 	{"no commit headers", "noheaders", func(t *testing.T, runID string, last uint64) *nats.Msg {
-		return &nats.Msg{Subject: streams.HistorySubject(runID), Data: []byte(`{"hello":"world"}`)}
+		return &nats.Msg{Subject: streams.Layout{}.Subject(runID), Data: []byte(`{"hello":"world"}`)}
 	}},
 }
 

@@ -194,6 +194,8 @@ type Service struct {
 	ownConn bool
 	js      jetstream.JetStream
 	store   *jsstore.Store
+	// layout is how the history is spread over streams: one consumer pulls each.
+	layout streams.Layout
 	host    *jshost.Host
 	engine  *engine.Engine
 	// keys is the start key index, which the service alone writes (startkeys.go).
@@ -386,6 +388,7 @@ func (s *Service) open(ctx context.Context) error {
 		return err
 	}
 	s.store, s.host, s.engine = be.Store, be.Host, be.Engine
+	s.layout = be.Store.Layout()
 	if s.defs, err = definitions.Open(ctx, js); err != nil {
 		return err
 	}
@@ -401,7 +404,7 @@ func (s *Service) open(ctx context.Context) error {
 	if s.control, err = openControl(ctx, js); err != nil {
 		return err
 	}
-	if s.retention, err = openRetention(ctx, js, s.cfg); err != nil {
+	if s.retention, err = openRetention(ctx, js, s.cfg, s.layout); err != nil {
 		return err
 	}
 	s.index = newReadModel(s.runs, s.logger)

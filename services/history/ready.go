@@ -22,8 +22,10 @@ func (s *Service) Ready(ctx context.Context) error {
 	if !s.consuming.Load() {
 		return errors.New("not consuming the history stream")
 	}
-	if _, err := s.js.Consumer(ctx, streams.History, streams.HistoryConsumer); err != nil {
-		return fmt.Errorf("the %s consumer of stream %s: %w", streams.HistoryConsumer, streams.History, err)
+	for _, name := range s.layout.Streams() {
+		if _, err := s.js.Consumer(ctx, name, streams.HistoryConsumer); err != nil {
+			return fmt.Errorf("the %s consumer of stream %s: %w", streams.HistoryConsumer, name, err)
+		}
 	}
 	return nil
 }

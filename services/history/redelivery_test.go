@@ -52,7 +52,7 @@ func TestFirstCommitRedeliveredAfterLaterOnes(t *testing.T) {
 	require.NoError(t, err)
 	msg := <-taken.Messages()
 	require.NotNil(t, msg)
-	require.Equal(t, streams.HistorySubject(run), msg.Subject())
+	require.Equal(t, streams.Layout{}.Subject(run), msg.Subject())
 	_, err = st.Append(ctx, run, 1, event.Event{Time: time.Now(), Payload: &event.SignalReceived{Name: "poke", Payload: json.RawMessage(`1`), DeliveryID: "d1"}})
 	require.NoError(t, err)
 

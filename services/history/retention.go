@@ -92,7 +92,9 @@ type retention struct {
 	hooks   *jshost.HookRoutes
 	queue   *limits.Queue
 	leases  *maintenance.Leases
-	history jetstream.Stream
+	// history are the history streams, by partition.
+	history []jetstream.Stream
+	layout  streams.Layout
 	keys    *jshost.StartKeys
 	// checkpoints holds the runs' snapshot checkpoints, deleted with their histories.
 	checkpoints *objstore.Checkpoints
@@ -103,8 +105,8 @@ type retention struct {
 	name string
 }
 
-func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config) (*retention, error) {
-	r := &retention{}
+func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config, layout streams.Layout) (*retention, error) {
+	r := &retention{layout: layout}
 	var err error
 	if r.archive, err = archive.Open(ctx, js, cfg.Archive); err != nil {
 		return nil, fmt.Errorf("history: FLOW_ARCHIVE: %w", err)
@@ -121,8 +123,12 @@ func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config) (*re
 	if r.leases, err = maintenance.OpenLeases(ctx, js); err != nil {
 		return nil, err
 	}
-	if r.history, err = js.Stream(ctx, streams.History); err != nil {
-		return nil, fmt.Errorf("opening stream %s: %w", streams.History, err)
+	for _, name := range layout.Streams() {
+		st, err := js.Stream(ctx, name)
+		if err != nil {
+			return nil, fmt.Errorf("opening stream %s: %w", name, err)
+		}
+		r.history = append(r.history, st)
 	}
 	if r.keys, err = jshost.NewStartKeys(ctx, js); err != nil {
 		return nil, err
@@ -363,7 +369,7 @@ func (s *Service) finishDeletion(ctx context.Context, runID string) error {
 		if err := s.purgeDerived(ctx, snap); err != nil {
 			return err
 		}
-		if err := s.retention.history.Purge(ctx, jetstream.WithPurgeSubject(streams.HistorySubject(runID)), jetstream.WithPurgeSequence(de.StreamSeq)); err != nil {
+		if err := s.retention.historyOf(runID).Purge(ctx, jetstream.WithPurgeSubject(s.layout.Subject(runID)), jetstream.WithPurgeSequence(de.StreamSeq)); err != nil {
 			return fmt.Errorf("purging the history of run %q: %w", runID, err)
 		}
 	}
@@ -424,21 +430,26 @@ func (s *Service) purgeDerived(ctx context.Context, snap *core.Snapshot) error {
 	return r.checkpoints.Delete(ctx, runID)
 }
 
-// storedMsgs returns how many messages FLOW_HISTORY holds on run runID's subject.
+// historyOf returns the history stream that holds run runID's events.
+func (r *retention) historyOf(runID string) jetstream.Stream {
+	return r.history[r.layout.Partition(runID)]
+}
+
+// storedMsgs returns how many messages the history holds on run runID's subject.
 func (s *Service) storedMsgs(ctx context.Context, runID string) (uint64, error) {
-	subject := streams.HistorySubject(runID)
-	info, err := s.retention.history.Info(ctx, jetstream.WithSubjectFilter(subject))
+	subject := s.layout.Subject(runID)
+	info, err := s.retention.historyOf(runID).Info(ctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {
 		return 0, fmt.Errorf("counting the messages of run %q: %w", runID, err)
 	}
 	return info.State.Subjects[subject], nil
 }
 
-// purgedMsgs returns how many FLOW_HISTORY messages the tombstones in the runs index account
-// for: the start check's measure of the stream's gaps the sweeper made.
-func (s *Service) purgedMsgs() uint64 {
+// purgedMsgs returns how many messages of history partition p the tombstones in the runs index
+// account for: the start check's measure of the stream's gaps the sweeper made.
+func (s *Service) purgedMsgs(p int) uint64 {
 	var n uint64
-	for _, sum := range s.index.where(func(sum core.Summary) bool { return sum.Deleted != nil }) {
+	for _, sum := range s.index.where(func(sum core.Summary) bool { return sum.Deleted != nil && s.layout.Partition(sum.RunID) == p }) {
 		n += sum.Deleted.Msgs
 	}
 	return n

@@ -113,9 +113,9 @@ func (b *retentionBundle) stored(t *testing.T, runID string) uint64 {
 	t.Helper()
 	st, err := b.js.Stream(b.ctx, streams.History)
 	require.NoError(t, err)
-	info, err := st.Info(b.ctx, jetstream.WithSubjectFilter(streams.HistorySubject(runID)))
+	info, err := st.Info(b.ctx, jetstream.WithSubjectFilter(streams.Layout{}.Subject(runID)))
 	require.NoError(t, err)
-	return info.State.Subjects[streams.HistorySubject(runID)]
+	return info.State.Subjects[streams.Layout{}.Subject(runID)]
 }
 
 func (b *retentionBundle) entry(t *testing.T, runID string) core.Summary {
@@ -190,7 +190,7 @@ func (b *retentionBundle) requireRecordOnly(t *testing.T, runID string) event.En
 	require.Equal(t, uint64(1), b.stored(t, runID), "run %s's history is purged but for the record of its deletion", runID)
 	st, err := b.js.Stream(b.ctx, streams.History)
 	require.NoError(t, err)
-	m, err := st.GetLastMsgForSubject(b.ctx, streams.HistorySubject(runID))
+	m, err := st.GetLastMsgForSubject(b.ctx, streams.Layout{}.Subject(runID))
 	require.NoError(t, err)
 	envs, err := event.DecodeEnvelopes(m.Data)
 	require.NoError(t, err)

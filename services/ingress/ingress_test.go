@@ -144,7 +144,7 @@ func (b *bundle) historyState(t *testing.T, runID string) (uint64, []byte) {
 	require.NoError(t, err)
 	info, err := st.Info(t.Context())
 	require.NoError(t, err)
-	m, err := st.GetLastMsgForSubject(t.Context(), streams.HistorySubject(runID))
+	m, err := st.GetLastMsgForSubject(t.Context(), streams.Layout{}.Subject(runID))
 	require.NoError(t, err)
 	return info.State.LastSeq, m.Data
 }

@@ -126,7 +126,7 @@ func TestClientNeedsOnlyIngressAndQuerySubjects(t *testing.T) {
 	require.NoError(t, err)
 	before, err := st.Info(ctx)
 	require.NoError(t, err)
-	require.NoError(t, nc.Publish(streams.HistorySubject("p1"), []byte("[]")))
+	require.NoError(t, nc.Publish(streams.Layout{}.Subject("p1"), []byte("[]")))
 	require.NoError(t, nc.Flush())
 	select {
 	case err := <-violations:

@@ -337,9 +337,9 @@ func TestRedeliveredStartOfEndedRun(t *testing.T) {
 	// Every commit of a-1 applied, then its first commit again, after AckWait.
 	st, err := e.js.Stream(e.ctx, streams.History)
 	require.NoError(t, err)
-	info, err := st.Info(e.ctx, jetstream.WithSubjectFilter(streams.HistorySubject("a-1")))
+	info, err := st.Info(e.ctx, jetstream.WithSubjectFilter(streams.Layout{}.Subject("a-1")))
 	require.NoError(t, err)
-	commits := int64(info.State.Subjects[streams.HistorySubject("a-1")])
+	commits := int64(info.State.Subjects[streams.Layout{}.Subject("a-1")])
 	require.NoError(t, e.h.WaitApplied(e.ctx, commits+1), "the lost ack's commit is applied again")
 	require.Equal(t, 1, hf.Hits(fault.HistoryBeforeAck)-int(commits), "the redelivery was acknowledged")
 	e.start("a-2", "a", 2, nil)

@@ -302,7 +302,7 @@ func TestFlowControlThousandRuns(t *testing.T) {
 // a projection that shares nothing with Flow's read side.
 func readAllHistories(t *testing.T, ctx context.Context, js jetstream.JetStream) map[string][]event.Envelope {
 	t.Helper()
-	cons, err := js.OrderedConsumer(ctx, streams.History, jetstream.OrderedConsumerConfig{FilterSubjects: []string{streams.HistorySubject(">")}})
+	cons, err := js.OrderedConsumer(ctx, streams.History, jetstream.OrderedConsumerConfig{FilterSubjects: []string{streams.AllRuns}})
 	require.NoError(t, err)
 	st, err := js.Stream(ctx, streams.History)
 	require.NoError(t, err)
@@ -314,7 +314,7 @@ func readAllHistories(t *testing.T, ctx context.Context, js jetstream.JetStream)
 		require.NoError(t, err)
 		for m := range batch.Messages() {
 			read++
-			runID := strings.TrimPrefix(m.Subject(), streams.HistorySubject(""))
+			runID := strings.TrimPrefix(m.Subject(), streams.Layout{}.Subject(""))
 			c, ok := jsstore.CommitOf(runID, m.Headers(), m.Data())
 			require.True(t, ok, "a commit of run %s", runID)
 			envs, _, err := jsstore.DecodeCommit(runID, c.First, c.Last, m.Data())

@@ -157,7 +157,6 @@ type Scheduler struct {
 	nc      *nats.Conn
 	ownConn bool
 	js      jetstream.JetStream
-	history jetstream.Stream
 	// tasks is FLOW_TASKS, where the timer firer looks for a handed-off timer's task.
 	tasks  jetstream.Stream
 	store  *jsstore.Store
@@ -346,9 +345,6 @@ func (s *Scheduler) open(ctx context.Context) error {
 	if s.tasks, err = js.Stream(ctx, streams.Tasks); err != nil {
 		return err
 	}
-	if s.history, err = js.Stream(ctx, streams.History); err != nil {
-		return err
-	}
 	if s.queue, err = limits.OpenQueue(ctx, js); err != nil {
 		return err
 	}
@@ -385,7 +381,7 @@ func (s *Scheduler) open(ctx context.Context) error {
 // wire hands each job what open opened: the connection, the repositories of the buckets it
 // reads and writes, the store and the engine. A job reaches no other bucket.
 func (s *Scheduler) wire() {
-	s.timers.wire(s.nc, s.timerIndex, s.beatStore, s.history, s.tasks, s.store, s.engine)
+	s.timers.wire(s.nc, s.timerIndex, s.beatStore, s.tasks, s.store, s.engine)
 	s.beats.wire(s.beatStore, s.engine)
 	s.admission.wire(s.queue, s.limits, s.runs, s.engine)
 	s.batches.wire(s.nc, s.js, s.batchStore, s.engine)

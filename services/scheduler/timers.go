@@ -72,7 +72,6 @@ type timerFirer struct {
 	nc      *nats.Conn
 	index   *timerindex.Index
 	beats   *heartbeats.Store
-	history jetstream.Stream
 	tasks   jetstream.Stream
 	store   *jsstore.Store
 	engine  *engine.Engine
@@ -101,9 +100,9 @@ func newTimerFirer(cfg Config, logger *slog.Logger) *timerFirer {
 }
 
 // wire hands the firer its connection, repositories, store and engine, before Run.
-func (fr *timerFirer) wire(nc *nats.Conn, index *timerindex.Index, beats *heartbeats.Store, history, tasks jetstream.Stream,
+func (fr *timerFirer) wire(nc *nats.Conn, index *timerindex.Index, beats *heartbeats.Store, tasks jetstream.Stream,
 	st *jsstore.Store, e *engine.Engine) {
-	fr.nc, fr.index, fr.beats, fr.history, fr.tasks, fr.store, fr.engine = nc, index, beats, history, tasks, st, e
+	fr.nc, fr.index, fr.beats, fr.tasks, fr.store, fr.engine = nc, index, beats, tasks, st, e
 }
 
 // Fired returns the number of timers the firer fired (or found moot).
@@ -333,8 +332,9 @@ func (fr *timerFirer) Run(ctx context.Context) error {
 	defer func() { _ = w.Stop() }()
 	hints := make(chan core.Timer, hintBuffer)
 	if !fr.ignoreCommits {
-		sub, err := fr.nc.Subscribe(streams.HistorySubject("*"), func(m *nats.Msg) {
-			if t, ok := hintOf(m); ok {
+		layout := fr.store.Layout()
+		sub, err := fr.nc.Subscribe(streams.AllRuns, func(m *nats.Msg) {
+			if t, ok := hintOf(layout, m); ok {
 				select {
 				case hints <- t:
 				default: // a hint only: the timer's entry still comes
@@ -685,8 +685,12 @@ var errNoRun = errors.New("no commit of the run")
 // read the run from the stream's leader. The store observes the last commit, so that the
 // firing appended after it publishes at once.
 func (fr *timerFirer) readTail(ctx context.Context, runID string) (engine.RunTail, error) {
-	subject := streams.HistorySubject(runID)
-	first, err := fr.history.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
+	history, err := fr.store.HistoryOf(ctx, runID)
+	if err != nil {
+		return engine.RunTail{}, err
+	}
+	subject := fr.store.Layout().Subject(runID)
+	first, err := history.GetMsg(ctx, 1, jetstream.WithGetMsgSubject(subject))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return engine.RunTail{}, errNoRun
 	}
@@ -703,7 +707,7 @@ func (fr *timerFirer) readTail(ctx context.Context, runID string) (engine.RunTai
 	}
 	tail := engine.RunTail{Queue: rs.Queue, Build: rs.Spec.BuildID, TraceParent: rs.TraceParent, Last: started[len(started)-1],
 		Commit: started, Position: first.Sequence}
-	last, err := fr.history.GetLastMsgForSubject(ctx, subject)
+	last, err := history.GetLastMsgForSubject(ctx, subject)
 	if err != nil {
 		return engine.RunTail{}, err
 	}
@@ -739,14 +743,17 @@ const hintBuffer = 8192
 // hintOf returns the timer that history message m, a commit as published (the stream may yet
 // refuse it), leaves pending if it stands: the wait or retry its last event schedules. Only a
 // last event can be fired on its run's tail (engine.RunTail.Fires).
-func hintOf(m *nats.Msg) (core.Timer, bool) {
+func hintOf(layout streams.Layout, m *nats.Msg) (core.Timer, bool) {
 	types := m.Header.Get(jsstore.HeaderTypes)
 	switch types[strings.LastIndexByte(types, ',')+1:] {
 	case string(event.TypeWaitScheduled), string(event.TypeStepRetryScheduled), string(event.TypeRunStarted), string(event.TypeRunDebounced):
 	default:
 		return core.Timer{}, false
 	}
-	runID := strings.TrimPrefix(m.Subject, streams.HistorySubject(""))
+	runID, ok := layout.RunOf(m.Subject)
+	if !ok {
+		return core.Timer{}, false
+	}
 	c, ok := jsstore.CommitOf(runID, m.Header, m.Data)
 	if !ok {
 		return core.Timer{}, false

@@ -106,10 +106,10 @@ func (f *timerFixture) deleteMoot(t *testing.T, srv *natsserver.Server) {
 	f.host = host
 	// jsstore.New created the stream.
 	cons, err := js.OrderedConsumer(t.Context(), streams.History, jetstream.OrderedConsumerConfig{
-		FilterSubjects: []string{streams.HistorySubject(">")}})
+		FilterSubjects: []string{streams.AllRuns}})
 	require.NoError(t, err)
 	cc, err := cons.Consume(func(m jetstream.Msg) {
-		runID := strings.TrimPrefix(m.Subject(), streams.HistorySubject(""))
+		runID := strings.TrimPrefix(m.Subject(), streams.Layout{}.Subject(""))
 		c, ok := jsstore.CommitOf(runID, m.Headers(), m.Data())
 		if !ok {
 			return

@@ -9,8 +9,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// Names are the JetStream streams Ensure creates: Flow's streams, then one KV_<bucket> stream
-// per bucket, then one OBJ_<bucket> stream per object store.
+// Names are the JetStream streams Ensure creates with one history partition: Flow's streams,
+// then one KV_<bucket> stream per bucket, then one OBJ_<bucket> stream per object store.
+// Layout.Names lists them for a layout.
 var Names = []string{History, Tasks, DeadLetter,
 	"KV_" + TimersBucket, "KV_" + HooksBucket, "KV_" + RunsBucket, "KV_" + DefinitionsBucket,
 	"KV_" + LeasesBucket, "KV_" + ParkedBucket, "KV_" + DamagedBucket, "KV_" + WorkersBucket,
@@ -20,10 +21,19 @@ var Names = []string{History, Tasks, DeadLetter,
 	"KV_" + PausesBucket, "OBJ_" + PayloadsBucket, "OBJ_" + CheckpointsBucket,
 	"KV_" + StepLimitsBucket, "KV_" + SecretsBucket}
 
-// Missing returns the streams of Names that do not exist, in that order.
+// Names returns the JetStream streams Ensure creates in layout l: Names with its history
+// streams in place of History.
+func (l Layout) Names() []string { return append(l.Streams(), Names[1:]...) }
+
+// Missing returns the streams of Names (of the existing layout) that do not exist, in that
+// order.
 func Missing(ctx context.Context, js jetstream.JetStream) ([]string, error) {
+	layout, _, err := Discover(ctx, js)
+	if err != nil {
+		return nil, err
+	}
 	var missing []string
-	for _, name := range Names {
+	for _, name := range layout.Names() {
 		_, err := js.Stream(ctx, name)
 		if errors.Is(err, jetstream.ErrStreamNotFound) {
 			missing = append(missing, name)

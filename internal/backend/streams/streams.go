@@ -17,7 +17,8 @@ import (
 
 // Streams and buckets.
 const (
-	// History holds every run's events on flow.history.<run>, one message per commit.
+	// History holds every run's events on flow.history.<run>, one message per commit, when the
+	// history has one partition; partition p of several is History_<p> (Layout).
 	History = "FLOW_HISTORY"
 	// Tasks is the work queue of resume tasks on flow.task.<queue>.<run> (and, for runs pinned
 	// to a build, flow.task.<queue>.b.<build token>.<run>), deduplicated by Nats-Msg-Id
@@ -120,7 +121,7 @@ const (
 	// CheckpointsBucket is the object store of snapshot checkpoints: one object per run, named
 	// by its run ID and replaced by the next (internal/engine/checkpoint.go).
 	CheckpointsBucket = "FLOW_CHECKPOINTS"
-	// HistoryConsumer is the history service's durable consumer of History.
+	// HistoryConsumer is the history service's durable consumer of each history stream.
 	HistoryConsumer = "history"
 )
 
@@ -131,9 +132,6 @@ const (
 	historyPrefix = "flow.history."
 	taskPrefix    = "flow.task."
 )
-
-// HistorySubject returns the subject of run runID's events.
-func HistorySubject(runID string) string { return historyPrefix + runID }
 
 // TaskSubject returns the subject of resume tasks for run runID on queue: flow.task.<queue>.<run>
 // for a run any build may drive, flow.task.<queue>.b.<build token>.<run> for a run pinned to
@@ -175,6 +173,11 @@ func RunOfTask(subject string) (string, error) {
 type Config struct {
 	// Replicas of every stream and bucket: 1 on a single server, 3 in a cluster. Defaults to 1.
 	Replicas int `envconfig:"REPLICAS"`
+	// Partitions is the number of streams run histories are spread over (Layout), each with
+	// its own leader: on a cluster, more partitions spread the appends over more nodes. Used
+	// only when the history streams are created; afterwards it may only name the existing
+	// count. Defaults to the existing count, or 1.
+	Partitions int `envconfig:"PARTITIONS"`
 	// DuplicateWindow is how long appends and tasks are deduplicated by message ID. Defaults to
 	// 2 minutes.
 	DuplicateWindow time.Duration `envconfig:"DUPLICATE_WINDOW"`
@@ -239,15 +242,25 @@ func ensure(ctx context.Context, js jetstream.JetStream, cfg Config, provision b
 	if cfg.WorkerTTL != 0 && cfg.WorkerTTL < time.Second {
 		return fmt.Errorf("%w: WorkerTTL must be at least 1s, got %s", ErrConfig, cfg.WorkerTTL)
 	}
+	if cfg.Partitions < 0 || cfg.Partitions > MaxPartitions {
+		return fmt.Errorf("%w: Partitions must be between 1 and %d, got %d", ErrConfig, MaxPartitions, cfg.Partitions)
+	}
 	d := cfg.withDefaults()
+	layout, err := layoutFor(ctx, js, cfg)
+	if err != nil {
+		return err
+	}
+	for _, sc := range layout.streamConfigs(d) {
+		if err := ensureStream(ctx, js, sc, cfg); err != nil {
+			// Another process may have created another layout meanwhile: say so if it did.
+			if _, lerr := layoutFor(ctx, js, cfg); errors.Is(lerr, ErrConfig) {
+				return lerr
+			}
+			return err
+		}
+	}
 	var seal []string // the streams to turn rollups off on
 	for _, sc := range []jetstream.StreamConfig{
-		{
-			Name: History, Subjects: []string{historyPrefix + ">"}, Storage: jetstream.FileStorage,
-			Retention: jetstream.LimitsPolicy, Replicas: d.Replicas, Duplicates: d.DuplicateWindow,
-			AllowDirect: true, MaxMsgSize: 8 << 20,
-			Description: "Flow run histories: one message per commit on flow.history.<run>",
-		},
 		{
 			Name: Tasks, Subjects: []string{taskPrefix + ">"}, Storage: jetstream.FileStorage,
 			Retention: jetstream.WorkQueuePolicy, Replicas: d.Replicas, Duplicates: d.DuplicateWindow,
@@ -428,12 +441,9 @@ func ensureBucket(ctx context.Context, js jetstream.JetStream, want jetstream.Ke
 // ErrNotProvisioned is returned by Check when Flow's streams do not exist.
 var ErrNotProvisioned = errors.New("flow: Flow's streams do not exist on this NATS server")
 
-// Check reports whether Flow's history stream exists, with an error that says what to do.
+// Check reports whether Flow's history streams exist, with an error that says what to do.
 func Check(ctx context.Context, js jetstream.JetStream) error {
-	_, err := js.Stream(ctx, History)
-	if errors.Is(err, jetstream.ErrStreamNotFound) {
-		return fmt.Errorf("%w; start `flow dev`, or a Flow worker, against it first", ErrNotProvisioned)
-	}
+	_, err := Load(ctx, js)
 	return err
 }
 

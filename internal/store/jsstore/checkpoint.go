@@ -8,7 +8,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -23,7 +22,7 @@ func (s *Store) CommitAt(ctx context.Context, runID string, pos uint64) ([]event
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, err
 	}
-	st, err := s.history(ctx)
+	st, err := s.historyOf(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -32,7 +31,7 @@ func (s *Store) CommitAt(ctx context.Context, runID string, pos uint64) ([]event
 		return nil, fmt.Errorf("reading stream message %d of run %q: %w", pos, runID, err)
 	}
 	s.read.Add(1)
-	if m.Subject != streams.HistorySubject(runID) {
+	if m.Subject != s.layout.Subject(runID) {
 		return nil, fmt.Errorf("%w: stream message %d is on %s, not run %q's subject", event.ErrMalformed, pos, m.Subject, runID)
 	}
 	c, ok := CommitOf(runID, m.Header, m.Data)

@@ -54,7 +54,7 @@ func (s *Store) sign(h nats.Header, runID string, envs []event.Envelope, body []
 // otherwise an error wrapping event.ErrMalformed and inputsig.ErrUnsigned.
 func (s *Store) VerifyInputs(runID string, pos uint64, h nats.Header, envs []event.Envelope, payloads []json.RawMessage) error {
 	k := s.inputs
-	if k == nil || (pos != 0 && pos <= k.Epoch) || !hasInput(envs) {
+	if k == nil || (pos != 0 && pos <= k.EpochOf(s.layout.Partition(runID))) || !hasInput(envs) {
 		return nil
 	}
 	if err := k.Verify(runID, envs, payloads, h.Get(HeaderInputSignature)); err != nil {
@@ -69,7 +69,7 @@ func (s *Store) SignsInputs() bool { return s.inputs != nil }
 
 // verifyRead is VerifyInputs for a message the reader decoded into envs.
 func (s *Store) verifyRead(runID string, pos uint64, h nats.Header, envs []event.Envelope, data []byte) error {
-	if s.inputs == nil || pos <= s.inputs.Epoch || !hasInput(envs) {
+	if s.inputs == nil || pos <= s.inputs.EpochOf(s.layout.Partition(runID)) || !hasInput(envs) {
 		return nil
 	}
 	raws, err := event.DecodeRawEnvelopes(data)

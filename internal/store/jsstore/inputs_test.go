@@ -39,7 +39,7 @@ func TestInputSignatures(t *testing.T) {
 	last := func(runID string) *jetstream.RawStreamMsg {
 		st, err := hist.Stream(ctx, streams.History)
 		require.NoError(t, err)
-		m, err := st.GetLastMsgForSubject(ctx, streams.HistorySubject(runID))
+		m, err := st.GetLastMsgForSubject(ctx, streams.Layout{}.Subject(runID))
 		require.NoError(t, err)
 		return m
 	}
@@ -89,7 +89,7 @@ func TestInputSignatures(t *testing.T) {
 		require.NoError(t, err)
 		m := last("source")
 		// The same event, signature and headers, at the same position of another run.
-		copied := &nats.Msg{Subject: streams.HistorySubject("target"), Header: nats.Header{},
+		copied := &nats.Msg{Subject: streams.Layout{}.Subject("target"), Header: nats.Header{},
 			Data: bytes.ReplaceAll(m.Data, []byte(`"run_id":"source"`), []byte(`"run_id":"target"`))}
 		for k, v := range m.Header {
 			copied.Header[k] = v

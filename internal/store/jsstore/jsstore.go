@@ -110,7 +110,7 @@ type Options struct {
 type Store struct {
 	js           jetstream.JetStream
 	nc           *nats.Conn
-	leader       leaderReader
+	layout       streams.Layout
 	source       types.URIRef
 	max          int
 	afterPublish func(*nats.Msg, *jetstream.PubAck, error) (*jetstream.PubAck, error)
@@ -118,9 +118,8 @@ type Store struct {
 	// inputs is the input signing key; nil for an unsigned store.
 	inputs *inputsig.Key
 
-	streamOnce sync.Once
-	stream     jetstream.Stream
-	streamErr  error
+	// streams are the history streams' handles, by partition, each opened once.
+	streams []lazyStream
 
 	mu  sync.Mutex
 	pos map[string]position
@@ -143,7 +142,8 @@ func New(ctx context.Context, js jetstream.JetStream, opts *Options) (*Store, er
 	if opts == nil {
 		opts = &Options{}
 	}
-	if err := streams.Check(ctx, js); err != nil {
+	layout, err := streams.Load(ctx, js)
+	if err != nil {
 		return nil, err
 	}
 	q, err := watchQuarantine(ctx, js)
@@ -160,7 +160,7 @@ func New(ctx context.Context, js jetstream.JetStream, opts *Options) (*Store, er
 	if source == "" {
 		source = "flow"
 	}
-	s := &Store{js: js, nc: js.Conn(), leader: leaderReader{nc: js.Conn(), stream: streams.History}, source: cloudevent.Source(source),
+	s := &Store{js: js, nc: js.Conn(), layout: layout, streams: make([]lazyStream, layout.Partitions()), source: cloudevent.Source(source),
 		max: opts.Positions, afterPublish: opts.AfterPublish, quarantine: q, inputs: inputs, pos: map[string]position{}}
 	if s.max == 0 {
 		s.max = 100_000
@@ -258,7 +258,7 @@ func (s *Store) message(ctx context.Context, runID string, envs []event.Envelope
 	h := make(nats.Header, 12)
 	cloudevent.WriteHeaders(ec, h, make([]string, 0, 12))
 	s.sign(h, runID, envs, body)
-	return &nats.Msg{Subject: streams.HistorySubject(runID), Header: h, Data: body}
+	return &nats.Msg{Subject: s.layout.Subject(runID), Header: h, Data: body}
 }
 
 // settle decides the outcome of an append whose result is unknown, from the stream's leader:
@@ -269,7 +269,7 @@ func (s *Store) message(ctx context.Context, runID string, envs []event.Envelope
 // sequence is the expected one may only mean that a message was still in flight.
 func (s *Store) settle(ctx context.Context, runID string, expected, expectedStream, last uint64, commit string) (n uint64, after bool, err error) {
 	s.forget(runID)
-	m, err := s.leader.next(ctx, streams.HistorySubject(runID), expectedStream+1)
+	m, err := s.leaderOf(runID).next(ctx, s.layout.Subject(runID), expectedStream+1)
 	if err != nil {
 		return 0, true, fmt.Errorf("reading the commit of run %q after seq %d: %w", runID, expected, err)
 	}
@@ -288,7 +288,7 @@ func (s *Store) settle(ctx context.Context, runID string, expected, expectedStre
 // last reads the run's last commit from the stream's leader and remembers its position. It
 // returns sequence 0 and a nil message for a run without events.
 func (s *Store) last(ctx context.Context, runID string) (uint64, *jetstream.RawStreamMsg, error) {
-	m, err := s.leader.last(ctx, streams.HistorySubject(runID))
+	m, err := s.leaderOf(runID).last(ctx, s.layout.Subject(runID))
 	if err != nil {
 		return 0, nil, fmt.Errorf("reading the last commit of run %q: %w", runID, err)
 	}
@@ -340,11 +340,11 @@ func (s *Store) LastCommit(ctx context.Context, runID string) ([]event.Envelope,
 	if err := s.quarantine.check(ctx, runID); err != nil {
 		return nil, err
 	}
-	st, err := s.history(ctx)
+	st, err := s.historyOf(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
-	m, err := st.GetLastMsgForSubject(ctx, streams.HistorySubject(runID))
+	m, err := st.GetLastMsgForSubject(ctx, s.layout.Subject(runID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return nil, nil
 	}
@@ -361,11 +361,11 @@ func (s *Store) LastCommit(ctx context.Context, runID string) ([]event.Envelope,
 // LastStreamSeq returns the stream sequence of run runID's last message, read with one direct
 // get (0 for a run without messages). A replica that lags may answer with an earlier one.
 func (s *Store) LastStreamSeq(ctx context.Context, runID string) (uint64, error) {
-	st, err := s.history(ctx)
+	st, err := s.historyOf(ctx, runID)
 	if err != nil {
 		return 0, err
 	}
-	m, err := st.GetLastMsgForSubject(ctx, streams.HistorySubject(runID))
+	m, err := st.GetLastMsgForSubject(ctx, s.layout.Subject(runID))
 	if errors.Is(err, jetstream.ErrMsgNotFound) {
 		return 0, nil
 	}
@@ -375,10 +375,31 @@ func (s *Store) LastStreamSeq(ctx context.Context, runID string) (uint64, error)
 	return m.Sequence, nil
 }
 
-// history returns the history stream's handle, opened once.
-func (s *Store) history(ctx context.Context) (jetstream.Stream, error) {
-	s.streamOnce.Do(func() { s.stream, s.streamErr = s.js.Stream(ctx, streams.History) })
-	return s.stream, s.streamErr
+// Layout returns how the history is spread over streams.
+func (s *Store) Layout() streams.Layout { return s.layout }
+
+// lazyStream is a stream's handle, opened once.
+type lazyStream struct {
+	once sync.Once
+	st   jetstream.Stream
+	err  error
+}
+
+// HistoryOf returns the handle of the history stream that holds run runID's events.
+func (s *Store) HistoryOf(ctx context.Context, runID string) (jetstream.Stream, error) {
+	return s.historyOf(ctx, runID)
+}
+
+func (s *Store) historyOf(ctx context.Context, runID string) (jetstream.Stream, error) {
+	p := s.layout.Partition(runID)
+	ls := &s.streams[p]
+	ls.once.Do(func() { ls.st, ls.err = s.js.Stream(ctx, s.layout.Stream(p)) })
+	return ls.st, ls.err
+}
+
+// leaderOf returns the reader of the leader of the stream that holds run runID's events.
+func (s *Store) leaderOf(runID string) leaderReader {
+	return leaderReader{nc: s.nc, stream: s.layout.StreamOf(runID)}
 }
 
 // Follow implements store.Follower with a core NATS subscription on the run's subject: every
@@ -389,7 +410,7 @@ func (s *Store) Follow(runID string, fn func(store.Commit)) (func(), error) {
 	}
 	var mu sync.Mutex
 	stopped := false
-	sub, err := s.nc.Subscribe(streams.HistorySubject(runID), func(m *nats.Msg) {
+	sub, err := s.nc.Subscribe(s.layout.Subject(runID), func(m *nats.Msg) {
 		c, ok := CommitOf(runID, m.Header, m.Data)
 		if !ok {
 			return

@@ -54,7 +54,7 @@ func TestJetStreamStore(t *testing.T) {
 		require.NoError(t, err)
 		st, err := js.Stream(t.Context(), streams.History)
 		require.NoError(t, err)
-		m, err := st.GetLastMsgForSubject(t.Context(), streams.HistorySubject("ce-run"))
+		m, err := st.GetLastMsgForSubject(t.Context(), streams.Layout{}.Subject("ce-run"))
 		require.NoError(t, err)
 		// The CloudEvents SDK's NATS binding reads the commit as a valid event.
 		ev, err := binding.ToEvent(t.Context(), cenats.NewMessage(&nats.Msg{Header: m.Header, Data: m.Data}))

@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
 
-	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/wait"
 	"github.com/flowrun/flow/pkg/event"
@@ -93,10 +92,10 @@ func (s *Store) loadFrom(ctx context.Context, runID string, after, atLeast, star
 // leaderCatchUp. A leader that holds nothing of a run of which nothing was read is taken at its
 // word at once: the run does not exist.
 func (s *Store) scan(ctx context.Context, r *reader, start, atLeast uint64) error {
-	subject := streams.HistorySubject(r.runID)
+	subject, leader := s.layout.Subject(r.runID), s.leaderOf(r.runID)
 	for cutEmpty := 0; ; {
 		bctx, cancel := context.WithTimeout(ctx, batchTimeout)
-		msgs, err := jetstreamext.GetBatch(bctx, s.js, streams.History, loadBatch,
+		msgs, err := jetstreamext.GetBatch(bctx, s.js, leader.stream, loadBatch,
 			jetstreamext.GetBatchSeq(start), jetstreamext.GetBatchSubject(subject))
 		if err != nil {
 			cancel()
@@ -139,7 +138,7 @@ func (s *Store) scan(ctx context.Context, r *reader, start, atLeast uint64) erro
 	for r.bad != nil || r.seen < atLeast {
 		// A replica answered without the newest commits: read them from the leader.
 		actx, cancel := context.WithTimeout(ctx, leaderAttempt)
-		m, err := s.leader.next(actx, subject, start)
+		m, err := leader.next(actx, subject, start)
 		cancel()
 		if err == nil && m != nil {
 			start = m.Sequence + 1

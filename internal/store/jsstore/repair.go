@@ -9,7 +9,6 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/nats-io/nuid"
 
-	"github.com/flowrun/flow/internal/backend/streams"
 	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/pkg/event"
 )
@@ -39,8 +38,8 @@ func (s *Store) Salvage(ctx context.Context, runID string) (*store.Salvage, erro
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, err
 	}
-	subject := streams.HistorySubject(runID)
-	lm, err := s.leader.last(ctx, subject)
+	subject, leader := s.layout.Subject(runID), s.leaderOf(runID)
+	lm, err := leader.last(ctx, subject)
 	if err != nil {
 		return nil, fmt.Errorf("reading the last message of run %q: %w", runID, err)
 	}
@@ -53,7 +52,7 @@ func (s *Store) Salvage(ctx context.Context, runID string) (*store.Salvage, erro
 		return nil, err
 	}
 	for lm != nil && r.last < lm.Sequence {
-		m, err := s.leader.next(ctx, subject, r.last+1)
+		m, err := leader.next(ctx, subject, r.last+1)
 		if err != nil {
 			return nil, fmt.Errorf("reading run %q from the stream leader: %w", runID, err)
 		}
@@ -103,7 +102,7 @@ func (s *Store) AppendRepair(ctx context.Context, runID string, expected, last u
 		return 0, fmt.Errorf("%w: run %q was written to while its repair was being appended; read it again", store.ErrConflict, runID)
 	case transient(err, ctx):
 		// The ack was lost or the server was briefly away: find out whether it committed.
-		m, rerr := s.leader.next(ctx, streams.HistorySubject(runID), last+1)
+		m, rerr := s.leaderOf(runID).next(ctx, s.layout.Subject(runID), last+1)
 		if rerr != nil || m == nil || m.Header.Get(HeaderCommit) != commit {
 			return 0, fmt.Errorf("appending the repair of run %q: %w", runID, err)
 		}

@@ -28,7 +28,7 @@ func forged(t *testing.T, runID string, seq uint64) *nats.Msg {
 	h.Set(jsstore.HeaderFirstSeq, strconv.FormatUint(seq, 10))
 	h.Set(jsstore.HeaderCount, "1")
 	h.Set(jsstore.HeaderTypes, string(event.TypeSignalReceived))
-	return &nats.Msg{Subject: streams.HistorySubject(runID), Header: h, Data: body}
+	return &nats.Msg{Subject: streams.Layout{}.Subject(runID), Header: h, Data: body}
 }
 
 func accepted(after, through uint64) event.Event {
@@ -48,7 +48,7 @@ func TestForeignMessagesAndRepairs(t *testing.T) {
 		msg  func(runID string) *nats.Msg
 	}{
 		{"NoCommitHeaders", func(runID string) *nats.Msg {
-			return &nats.Msg{Subject: streams.HistorySubject(runID), Data: []byte(`hello`)}
+			return &nats.Msg{Subject: streams.Layout{}.Subject(runID), Data: []byte(`hello`)}
 		}},
 		{"RepeatedSequence", func(runID string) *nats.Msg { return forged(t, runID, 2) }},
 		{"SkippedSequence", func(runID string) *nats.Msg { return forged(t, runID, 7) }},

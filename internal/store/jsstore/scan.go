@@ -7,8 +7,6 @@ import (
 
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/synadia-io/orbit.go/jetstreamext"
-
-	"github.com/flowrun/flow/internal/backend/streams"
 )
 
 // scanBatch is the number of messages ScanAll reads per direct-get request.
@@ -20,20 +18,34 @@ const maxScanRounds = 100
 // ErrScanBehind is returned by ScanAll when appends keep arriving faster than it reads them.
 var ErrScanBehind = errors.New("jsstore: the history stream grows faster than a scan reads it; try again when it is quieter")
 
-// ScanAll calls fn with every message of FLOW_HISTORY, every run's, in stream order, until it
-// has read every message the stream's leader holds when it stops: what any replica lacks is
-// read from the leader, and messages appended while it reads are read too. It reads with
-// batched direct gets; a message purged while it reads may be missed. It returns the last
-// stream sequence read. An error from fn stops it.
+// ScanAll calls fn with every message of the history streams, every run's: each partition's in
+// stream order, partition 0 first, until it has read every message the stream's leader holds
+// when it stops: what any replica lacks is read from the leader, and messages appended while it
+// reads are read too. It reads with batched direct gets; a message purged while it reads may be
+// missed. It returns the last stream sequence read of the last partition. An error from fn
+// stops it.
 func (s *Store) ScanAll(ctx context.Context, fn func(*jetstream.RawStreamMsg) error) (uint64, error) {
-	subject := streams.HistorySubject(">")
+	var last uint64
+	for p := range s.layout.Partitions() {
+		var err error
+		if last, err = s.scanPartition(ctx, p, fn); err != nil {
+			return last, err
+		}
+	}
+	return last, nil
+}
+
+// scanPartition is ScanAll for partition p.
+func (s *Store) scanPartition(ctx context.Context, p int, fn func(*jetstream.RawStreamMsg) error) (uint64, error) {
+	subject, stream := s.layout.Filter(p), s.layout.Stream(p)
+	leader := leaderReader{nc: s.nc, stream: stream}
 	start, last := uint64(1), uint64(0)
 	for range maxScanRounds {
 		for {
-			msgs, err := jetstreamext.GetBatch(ctx, s.js, streams.History, scanBatch,
+			msgs, err := jetstreamext.GetBatch(ctx, s.js, stream, scanBatch,
 				jetstreamext.GetBatchSeq(start), jetstreamext.GetBatchSubject(subject))
 			if err != nil {
-				return last, fmt.Errorf("scanning stream %s: %w", streams.History, err)
+				return last, fmt.Errorf("scanning stream %s: %w", stream, err)
 			}
 			n := 0
 			for m, err := range msgs {
@@ -41,7 +53,7 @@ func (s *Store) ScanAll(ctx context.Context, fn func(*jetstream.RawStreamMsg) er
 					break
 				}
 				if err != nil {
-					return last, fmt.Errorf("scanning stream %s: %w", streams.History, err)
+					return last, fmt.Errorf("scanning stream %s: %w", stream, err)
 				}
 				n++
 				start, last = m.Sequence+1, m.Sequence
@@ -54,9 +66,9 @@ func (s *Store) ScanAll(ctx context.Context, fn func(*jetstream.RawStreamMsg) er
 			}
 		}
 		// The replica that answered is at its end: is the leader?
-		m, err := s.leader.next(ctx, subject, start)
+		m, err := leader.next(ctx, subject, start)
 		if err != nil {
-			return last, fmt.Errorf("scanning stream %s at its leader: %w", streams.History, err)
+			return last, fmt.Errorf("scanning stream %s at its leader: %w", stream, err)
 		}
 		if m == nil {
 			return last, nil

@@ -33,13 +33,13 @@ func TestScanAll(t *testing.T) {
 	}
 	st, err := js.Stream(ctx, streams.History)
 	require.NoError(t, err)
-	require.NoError(t, st.Purge(ctx, jetstream.WithPurgeSubject(streams.HistorySubject("scan-1"))))
+	require.NoError(t, st.Purge(ctx, jetstream.WithPurgeSubject(streams.Layout{}.Subject("scan-1"))))
 	info, err := st.Info(ctx)
 	require.NoError(t, err)
 
 	var seqs []uint64
 	last, err := s.ScanAll(ctx, func(m *jetstream.RawStreamMsg) error {
-		require.NotEqual(t, streams.HistorySubject("scan-1"), m.Subject, "purged")
+		require.NotEqual(t, streams.Layout{}.Subject("scan-1"), m.Subject, "purged")
 		seqs = append(seqs, m.Sequence)
 		return nil
 	})
