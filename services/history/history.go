@@ -196,8 +196,8 @@ type Service struct {
 	store   *jsstore.Store
 	// layout is how the history is spread over streams: one consumer pulls each.
 	layout streams.Layout
-	host    *jshost.Host
-	engine  *engine.Engine
+	host   *jshost.Host
+	engine *engine.Engine
 	// keys is the start key index, which the service alone writes (startkeys.go).
 	keys    *jshost.StartKeys
 	runs    *runsindex.Store

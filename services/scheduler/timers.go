@@ -69,12 +69,12 @@ type timerFirer struct {
 	grace time.Duration
 
 	// Set by wire, before Run.
-	nc      *nats.Conn
-	index   *timerindex.Index
-	beats   *heartbeats.Store
-	tasks   jetstream.Stream
-	store   *jsstore.Store
-	engine  *engine.Engine
+	nc     *nats.Conn
+	index  *timerindex.Index
+	beats  *heartbeats.Store
+	tasks  jetstream.Stream
+	store  *jsstore.Store
+	engine *engine.Engine
 
 	// watch opens the watch on FLOW_TIMERS; nil means index.Watch. Tests replace it.
 	watch func(context.Context) (*timerindex.Watcher, error)
