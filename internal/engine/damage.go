@@ -20,6 +20,8 @@ import (
 type repairStore interface {
 	Salvage(ctx context.Context, runID string) (*store.Salvage, error)
 	AppendRepair(ctx context.Context, runID string, expected, last uint64, events ...event.Event) (uint64, error)
+	// Where names the stream and the subject that hold run runID's events.
+	Where(runID string) (stream, subject string)
 }
 
 // ErrNotDamaged is returned by AcceptDamage, given no reason, for a run whose whole history is
@@ -111,9 +113,10 @@ func (e *Engine) AcceptDamage(ctx context.Context, runID string, opts AcceptDama
 		reason := opts.Reason
 		switch {
 		case sv.Snapshot == nil:
+			stream, subject := e.store.(repairStore).Where(runID)
 			return nil, fmt.Errorf("%w: run %q: not even its first commit is valid (%v), so there is nothing it can go on from; "+
-				"inspect its subject (nats stream view %s --subject flow.history.%s) and start the work again under another run ID",
-				core.ErrInvalidHistory, runID, sv.Damage, "FLOW_HISTORY", runID)
+				"inspect its subject (nats stream view %s --subject %s) and start the work again under another run ID",
+				core.ErrInvalidHistory, runID, sv.Damage, stream, subject)
 		case reason == "" && sv.Damage == nil:
 			return nil, fmt.Errorf("%w: run %q", ErrNotDamaged, runID)
 		case reason == "":

@@ -300,6 +300,10 @@ func historyRole() Role {
 		g.can(s, "purge (one run's subject)")
 		g.publish(jsAPI + "STREAM.PURGE." + s)
 	}
+	for _, s := range partitionStreams { // the reconciler spreads their leaders over the servers
+		g.can(s, "move its leader")
+		g.publish(jsAPI + "STREAM.LEADER.STEPDOWN." + s)
+	}
 	g.publish(api.FeedPrefix + ">")
 	g.publish(api.BatchPrefix + ">") // the web UI reads the batch jobs through the ingress
 	g.subscribe("flow.api.>", api.FeedPrefix+">")

@@ -163,7 +163,9 @@ type Config struct {
 	// ReconcileInterval is how often the replica holding the retention lease recomputes the
 	// state the service derives from history (the admission queue, the runs index of active
 	// runs, the timer index, the start keys, the checkpoints) and repairs what drifted
-	// (docs/derived-state.md). Defaults to 1 minute; negative disables the reconciler.
+	// (docs/derived-state.md), then, on a partitioned history, moves one history stream's
+	// leadership to a server that leads fewer (streams.SpreadLeaders). Defaults to 1 minute;
+	// negative disables the reconciler.
 	ReconcileInterval time.Duration `envconfig:"HISTORY_RECONCILE_INTERVAL"`
 	// PayloadGCInterval is how often the replica holding the retention lease deletes the
 	// offloaded payloads (FLOW_PAYLOADS) that no retained history refers to

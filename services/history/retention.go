@@ -175,6 +175,7 @@ func (s *Service) startRetention(ctx context.Context) {
 			if _, err := s.Reconcile(ctx); err != nil && ctx.Err() == nil {
 				s.logger.Warn("a reconciliation stopped short; the next one continues", slog.String("error", err.Error()))
 			}
+			s.spreadLeaders(ctx)
 		}))
 	}
 	if s.cfg.PayloadGCInterval > 0 {
@@ -485,4 +486,17 @@ func (s *Service) readArchived(ctx context.Context, sum core.Summary, after uint
 	}
 	i, _ := slices.BinarySearchFunc(hist, after+1, func(e event.Envelope, seq uint64) int { return cmp.Compare(e.Seq, seq) })
 	return hist[i:], nil
+}
+
+// spreadLeaders moves one partition's stream leadership to a server that leads fewer history
+// streams, if one does (streams.SpreadLeaders): the reconciler's lease holder alone does it, once
+// per pass, so that leaders move one at a time and no two replicas of the service disagree.
+func (s *Service) spreadLeaders(ctx context.Context) {
+	stream, to, err := streams.SpreadLeaders(ctx, s.js, s.layout)
+	switch {
+	case err != nil && ctx.Err() == nil:
+		s.logger.Warn("spreading the history streams' leaders failed; the next reconciliation tries again", slog.String("error", err.Error()))
+	case stream != "":
+		s.logger.Info("moved a history stream's leadership to a server that led fewer of them", slog.String("stream", stream), slog.String("to", to))
+	}
 }

@@ -97,7 +97,7 @@ type Config struct {
 	// Defaults to 50,000.
 	PreloadMax int `envconfig:"SCHEDULER_PRELOAD_MAX"`
 	// IgnoreCommits stops the leader from following the history stream's commits (a core NATS
-	// subscription to flow.history.*) to learn of each timer the moment its commit is published,
+	// subscription to flow.history.>) to learn of each timer the moment its commit is published,
 	// before the history service writes its entry in FLOW_TIMERS. It then knows of timers only
 	// from the bucket, as late as the history service is behind the stream.
 	IgnoreCommits bool `envconfig:"SCHEDULER_IGNORE_COMMITS"`

@@ -33,7 +33,7 @@ import (
 // Reads: FLOW_TIMERS (timerindex), which the history service alone writes as it follows the
 // history stream, registering every pending timer and deleting each entry once a commit makes
 // its timer moot; the history stream, for the runs' first and last commits and, as a core NATS
-// subscription to flow.history.*, for the commits as they are published; FLOW_HEARTBEATS, for
+// subscription to flow.history.>, for the commits as they are published; FLOW_HEARTBEATS, for
 // the starts that make a schedule-to-start timer moot; FLOW_TASKS, for a task of a run whose
 // timer it handed off.
 //

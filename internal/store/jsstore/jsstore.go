@@ -1,5 +1,6 @@
 // Package jsstore is the JetStream event store: stream FLOW_HISTORY, subject flow.history.<run>,
-// one message per commit.
+// one message per commit; or, on a history spread over several streams (streams.Layout),
+// the run's partition's stream FLOW_HISTORY_<p>, subject flow.history.<p>.<run>.
 //
 // # Messages
 //
@@ -373,6 +374,11 @@ func (s *Store) LastStreamSeq(ctx context.Context, runID string) (uint64, error)
 		return 0, fmt.Errorf("reading the last commit of run %q: %w", runID, err)
 	}
 	return m.Sequence, nil
+}
+
+// Where returns the stream and the subject that hold run runID's events.
+func (s *Store) Where(runID string) (stream, subject string) {
+	return s.layout.StreamOf(runID), s.layout.Subject(runID)
 }
 
 // Layout returns how the history is spread over streams.
