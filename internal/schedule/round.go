@@ -257,8 +257,22 @@ func (r *round) read(id string) Run {
 // scheduled slots due, the pending triggers, the next slots of the pending backfills), so that
 // no action of this round is decided as if they were not running. Each is recorded as started
 // when the round comes to it (already).
+//
+// The buffered actions whose runs exist are taken out of the buffer first, recorded as started:
+// such a round drained them (drain). This round may not come to them (a paused schedule does
+// not drain a buffered slot; a pause is what made that round's store lose its compare-and-set
+// in torture finding N7), and a buffered action's live run must count as running all the same.
+// Drain goes in order, so only a prefix of the buffer can have started.
 func (r *round) adopt() {
 	st := &r.s.State
+	for len(st.Buffered) > 0 && r.runs(st.Buffered[0].RunID).State != RunMissing {
+		p := st.Buffered[0]
+		st.Buffered = st.Buffered[1:]
+		r.already(p)
+	}
+	if len(st.Buffered) == 0 {
+		st.Buffered = nil
+	}
 	add := func(id string) {
 		run := r.runs(id)
 		if run.State != RunActive || slices.Contains(st.Running, id) {

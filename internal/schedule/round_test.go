@@ -467,3 +467,54 @@ func TestCrashAfterATriggerStartedBeforeASlot(t *testing.T) {
 		})
 	}
 }
+
+// TestCrashAfterABufferedSlotStartedThenPaused is torture finding N7 on the virtual clock: a
+// round starts the run of a slot buffered behind a run that ended, and its state is lost (the
+// scheduler died, or a pause won the compare-and-set); the schedule is paused before the next
+// round, which therefore does not drain the buffered slot. Its run is live all the same: it
+// counts as running (a trigger waits for it, or cancel_other cancels it) and is recorded as
+// the slot's run, started once.
+func TestCrashAfterABufferedSlotStartedThenPaused(t *testing.T) {
+	for _, policy := range []Overlap{BufferOne, BufferAll, CancelOther} {
+		t.Run(string(policy), func(t *testing.T) {
+			w := newWorld(t, minutely(policy), "2026-06-01T10:00:30Z")
+			w.at("2026-06-01T10:01:00Z")
+			w.at("2026-06-01T10:02:00Z") // buffered behind 10:01's run
+			w.end(id("10:01"))
+			stored, _ := json.Marshal(w.s)
+			w.now = utc("2026-06-01T10:02:30Z")
+			effects, _ := w.s.Round(w.tm, w.now, w.state)
+			w.exec(effects) // 10:02's run starts; the state is not stored
+			w.wantStarted(id("10:01"), id("10:02"))
+			var back Schedule
+			if err := json.Unmarshal(stored, &back); err != nil {
+				t.Fatal(err)
+			}
+			w.s = &back
+			if err := w.s.Pause("", w.now); err != nil {
+				t.Fatal(err)
+			}
+			at := utc("2026-06-01T10:02:40Z")
+			if _, err := w.s.Trigger("t1", "", at); err != nil {
+				t.Fatal(err)
+			}
+			w.at("2026-06-01T10:02:40Z")
+			w.wantStarted(id("10:01"), id("10:02"))
+			if !slices.Contains(w.s.State.Running, id("10:02")) {
+				t.Fatalf("running %v: 10:02's run is not counted", w.s.State.Running)
+			}
+			if policy == CancelOther && !slices.Contains(w.cancelled, id("10:02")) {
+				t.Fatalf("cancel_other did not cancel %s: %v", id("10:02"), w.cancelled)
+			}
+			trigger := RunID("r", event.ScheduleTrigger, at, "t1")
+			w.end(id("10:02"))
+			w.at("2026-06-01T10:02:50Z")
+			w.wantStarted(id("10:01"), id("10:02"), trigger)
+			// 10:01 started, 10:02 buffered and started (found by the round after the pause), the
+			// trigger (at 10:02:40) buffered behind it and started.
+			if got := w.outcomes(); got != "10:01:started 10:02:buffered 10:02:started 10:02:buffered 10:02:started" {
+				t.Fatalf("recent: %s", got)
+			}
+		})
+	}
+}

@@ -45,7 +45,9 @@ import (
 // (run.started exists at sequence 1) and recorded as the slot's run, never started twice;
 // cancellations and terminations change nothing the second time. A write that lost the
 // compare-and-set (a client paused the schedule meanwhile) reads the entry again and repeats
-// the round the same way.
+// the round the same way. The repeat finds such a run even where it does not come to its
+// action: a buffered action whose run exists counts as started, though a paused schedule does
+// not drain it (torture finding N7).
 
 // schedulesLease is the schedule runner's key in FLOW_LEASES: a lease of its own, so that
 // schedules, timers and admission may lead in different replicas.
