@@ -13,7 +13,7 @@ import (
 var (
 	workloadOrder = []string{"W1", "W2", "W3", "W3-10k", "W4", "W5", "W6", "W7", "W8", "ceiling-1", "ceiling-1000", "Q1", "update"}
 	metricOrder   = []string{
-		"p50_ms", "p99_ms", "wf_per_s", "events_per_s", "steps_per_s", "msgs_per_step",
+		"p50_ms", "p99_ms", "wf_per_s", "events_per_s", "steps_per_s", "msgs_per_step", "history_msgs_per_step",
 		"lateness_p50_ms", "lateness_p99_ms", "resume_lateness_p50_ms", "resume_lateness_p99_ms",
 		"total_s", "first100_ms_per_step", "last100_ms_per_step", "ratio",
 		"goroutines_idle", "goroutines_suspended", "heap_idle_mib", "heap_suspended_mib",

@@ -193,6 +193,16 @@ func (s *stack) streamTotals(ctx context.Context) (written, bytes uint64, err er
 	return written, bytes, list.Err()
 }
 
+// streamWritten returns, by stream of the account, the last sequence (messages ever stored).
+func (s *stack) streamWritten(ctx context.Context) (map[string]uint64, error) {
+	out := map[string]uint64{}
+	list := s.js.ListStreams(ctx)
+	for info := range list.Info() {
+		out[info.Config.Name] = info.State.LastSeq
+	}
+	return out, list.Err()
+}
+
 // settledWritten waits until no stream takes a message for 250 ms (at most 10 s: the history
 // service's follow-up writes, index entries and the like, trail a run's last commit) and
 // returns streamTotals' written count.
