@@ -53,6 +53,9 @@ type config struct {
 	sizes                          map[string]int
 	replicas                       int
 	partitions                     []int
+	project                        []int
+	projectCores                   int
+	projectVariant                 string
 }
 
 func main() {
@@ -72,6 +75,10 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.BoolVar(&c.serial, "serial-commits", false, "run the worker with serial commits instead of pipelined ones (variant label ',serial')")
 	fs.BoolVar(&c.eager, "eager", false, "run the ingress with eager start (variant label ',eager')")
 	fs.IntVar(&c.replicas, "replicas", 1, "above 1: run a cluster of that many nats-server processes, Flow's streams replicated on all")
+	var project listFlag
+	fs.Var(&project, "project", "after the table, project W2 on clusters of these node counts, comma-separated: 3,5,9 (docs/performance.md); needs W2 and ceiling-1000 of -project-variant")
+	fs.IntVar(&c.projectCores, "project-cores", 8, "cores per node of -project's clusters")
+	fs.StringVar(&c.projectVariant, "project-variant", "sync=default,R3,P3", "the measured variant -project starts from")
 	var partitions listFlag
 	fs.Var(&partitions, "partitions", "history streams (FLOW_STREAMS_PARTITIONS), comma-separated to run each in turn: 1,3 (variant label ',P<n>' above 1; default 1)")
 	fs.Var(&c.workloads, "workloads", "workloads to run, comma-separated (default all): "+strings.Join(bench.WorkloadNames(), ","))
@@ -87,6 +94,13 @@ func parseFlags(args []string, stderr io.Writer) (*config, error) {
 	fs.Var(&sizes, "size", "override a repetition's size, NAME=N comma-separated: W7=20000 (runs, steps or milliseconds, as docs/performance.md says)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
+	}
+	for _, p := range project {
+		n, err := strconv.Atoi(p)
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-project %q: want node counts, comma-separated", p)
+		}
+		c.project = append(c.project, n)
 	}
 	for _, p := range partitions {
 		n, err := strconv.Atoi(p)
@@ -184,7 +198,15 @@ func run(args []string, stdout, stderr io.Writer) error {
 	}
 	fmt.Fprintf(stdout, "\nflowbench %s (quick=%v, %d CPUs, %s, commit %s)\n\n", merged.Started, merged.Quick,
 		merged.Host.CPUs, merged.Host.Go, merged.Host.Commit)
-	return errors.Join(runErr, bench.WriteTable(stdout, merged.Results))
+	if err := bench.WriteTable(stdout, merged.Results); err != nil || len(c.project) == 0 {
+		return errors.Join(runErr, err)
+	}
+	in, err := bench.ProjectionInputsOf(merged.Results, c.projectVariant)
+	if err != nil {
+		return errors.Join(runErr, fmt.Errorf("-project: %w", err))
+	}
+	fmt.Fprintln(stdout)
+	return errors.Join(runErr, bench.WriteProjection(stdout, in, bench.Project(in, c.project, c.projectCores)))
 }
 
 func serviceLogger(level string, w io.Writer) (*slog.Logger, error) {

@@ -135,6 +135,7 @@ func runW2(r *rep) (map[string]float64, error) {
 		}
 	}
 	m["history_msgs_per_step"] = float64(history) / steps
+	m["runs"] = float64(r.n)
 	return m, nil
 }
 
