@@ -17,6 +17,7 @@ import (
 	"github.com/flowrun/flow/internal/examples"
 	"github.com/flowrun/flow/internal/inputsig"
 	"github.com/flowrun/flow/internal/natsperm"
+	"github.com/flowrun/flow/internal/store"
 	"github.com/flowrun/flow/internal/store/jsstore"
 	"github.com/flowrun/flow/pkg/event"
 	"github.com/flowrun/flow/pkg/flow"
@@ -44,14 +45,22 @@ func TestWorkersCannotForgeInputs(t *testing.T) {
 	// A worker's store: it cannot read the signing key, so it signs nothing.
 	forger, err := jsstore.New(ctx, wjs, &jsstore.Options{Source: "flow/forger", Unsigned: true})
 	require.NoError(t, err)
+	// forge appends p to the run's latest history: the run's worker may commit meanwhile (a run
+	// waiting for its hook still runs the step that announces it), which is a conflict to read again
+	// after, as for any writer.
 	forge := func(t *testing.T, runID string, p event.Payload) uint64 {
 		t.Helper()
-		hist, err := forger.Load(ctx, runID, 0)
-		require.NoError(t, err)
-		seq := hist[len(hist)-1].Seq
-		_, err = forger.Append(ctx, runID, seq, event.Event{Time: time.Now(), Payload: p})
-		require.NoError(t, err, "the worker role may publish to the run's subject")
-		return seq + 1
+		for {
+			hist, err := forger.Load(ctx, runID, 0)
+			require.NoError(t, err)
+			seq := hist[len(hist)-1].Seq
+			_, err = forger.Append(ctx, runID, seq, event.Event{Time: time.Now(), Payload: p})
+			if errors.Is(err, store.ErrConflict) {
+				continue
+			}
+			require.NoError(t, err, "the worker role may publish to the run's subject")
+			return seq + 1
+		}
 	}
 	t.Setenv("FLOW_NATS_URL", srv.ClientURL())
 	t.Setenv("FLOW_NATS_USER", mustRole(t, natsperm.Client).User)
