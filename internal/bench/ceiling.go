@@ -67,6 +67,32 @@ func (r *rep) ceilingStreamFor(atomic bool) (func() error, error) {
 	return drop, nil
 }
 
+// wrongLast reports an append refused for its expected last subject sequence.
+func wrongLast(err error) bool {
+	var apiErr *jetstream.APIError
+	return errors.As(err, &apiErr) && (apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequence ||
+		apiErr.ErrorCode == jetstream.JSErrCodeStreamWrongLastSequenceConstant)
+}
+
+// lastCeilingSeq returns the stream sequence of subject's last message, read from its ceiling
+// stream's leader.
+func (r *rep) lastCeilingSeq(subject string) (uint64, error) {
+	name := ceilingStream
+	if r.ceilingParts > 1 {
+		p, _, _ := strings.Cut(strings.TrimPrefix(subject, ceilingPrefix), ".")
+		name = ceilingStream + "_" + p
+	}
+	st, err := r.st.js.Stream(r.ctx, name)
+	if err != nil {
+		return 0, err
+	}
+	m, err := st.GetLastMsgForSubject(r.ctx, subject) // the stream allows no direct gets: its leader answers
+	if err != nil {
+		return 0, err
+	}
+	return m.Sequence, nil
+}
+
 // ceilingSubject returns the subject of the ceiling's subject number i (a run's): on a
 // partitioned history, in ceiling stream i mod the partitions.
 func (r *rep) ceilingSubject(i int, prefix string) string {
@@ -85,6 +111,14 @@ func (r *rep) appendLoop(subjects []string, deadline time.Time) (int, error) {
 	for i := 0; time.Now().Before(deadline); i = (i + 1) % len(subjects) {
 		ack, err := r.st.js.PublishMsg(r.ctx, &nats.Msg{Subject: subjects[i], Data: payload},
 			jetstream.WithExpectLastSequencePerSubject(last[i]))
+		if wrongLast(err) {
+			// nats.go published the append again after no answer (a leader was being
+			// elected), and the stream refused the copy behind the first: go on from the
+			// subject's last message, as Flow's store settles such an append.
+			if last[i], err = r.lastCeilingSeq(subjects[i]); err == nil {
+				continue
+			}
+		}
 		if err != nil {
 			return n, fmt.Errorf("appending to %s after sequence %d: %w", subjects[i], last[i], err)
 		}

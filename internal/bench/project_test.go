@@ -34,6 +34,7 @@ func TestProject(t *testing.T) {
 	require.InDelta(t, 6000, ps[0].Projected, 1e-6)
 	require.Equal(t, "KV_FLOW_RUNS", ps[1].Bound, "on nine, the busiest unpartitioned stream")
 	require.InDelta(t, 20000/3.0, ps[1].Projected, 1e-6)
+	require.InDelta(t, 2000, ps[0].OneStream, 1e-6, "one history stream binds at its own ceiling")
 
 	_, err = ProjectionInputsOf(results, "sync=always,R3,P3")
 	require.ErrorContains(t, err, "needs both W2 and ceiling-1000")
