@@ -129,8 +129,9 @@ func TestScheduleBufferedSlotStartedByALostRound(t *testing.T) {
 // historyOf reads run runID's history straight from the history stream (its subject alone).
 func (e *scheduleEnv) historyOf(runID string) []event.Envelope {
 	e.t.Helper()
-	subject := streams.HistorySubject(runID)
-	st, err := e.js.Stream(e.ctx, streams.History)
+	var layout streams.Layout // the test's streams: one history stream
+	subject := layout.Subject(runID)
+	st, err := e.js.Stream(e.ctx, layout.StreamOf(runID))
 	require.NoError(e.t, err)
 	info, err := st.Info(e.ctx, jetstream.WithSubjectFilter(subject))
 	require.NoError(e.t, err)
