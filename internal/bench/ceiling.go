@@ -95,11 +95,11 @@ func (r *rep) lastCeilingSeq(subject string) (uint64, error) {
 
 // ceilingSubject returns the subject of the ceiling's subject number i (a run's): on a
 // partitioned history, in ceiling stream i mod the partitions.
-func (r *rep) ceilingSubject(i int, prefix string) string {
+func (r *rep) ceilingSubject(i int) string {
 	if r.ceilingParts > 1 {
-		return fmt.Sprintf("%s%d.%s%d", ceilingPrefix, i%r.ceilingParts, prefix, i)
+		return fmt.Sprintf("%s%d.%d", ceilingPrefix, i%r.ceilingParts, i)
 	}
-	return ceilingPrefix + prefix + strconv.Itoa(i)
+	return ceilingPrefix + strconv.Itoa(i)
 }
 
 // appendLoop appends to subjects in turn, each message expecting the subject's previous one,
@@ -138,7 +138,7 @@ func (r *rep) ceiling(nSubjects, goroutines int) (_ map[string]float64, err erro
 	defer func() { err = errors.Join(err, drop()) }()
 	owned := make([][]string, goroutines)
 	for s := range nSubjects {
-		owned[s%goroutines] = append(owned[s%goroutines], r.ceilingSubject(s, ""))
+		owned[s%goroutines] = append(owned[s%goroutines], r.ceilingSubject(s))
 	}
 	var total atomic.Int64
 	r.begin()

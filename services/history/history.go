@@ -406,7 +406,7 @@ func (s *Service) open(ctx context.Context) error {
 	if s.control, err = openControl(ctx, js); err != nil {
 		return err
 	}
-	if s.retention, err = openRetention(ctx, js, s.cfg, s.layout); err != nil {
+	if s.retention, err = openRetention(ctx, js, s.cfg); err != nil {
 		return err
 	}
 	s.index = newReadModel(s.runs, s.logger)

@@ -92,9 +92,6 @@ type retention struct {
 	hooks   *jshost.HookRoutes
 	queue   *limits.Queue
 	leases  *maintenance.Leases
-	// history are the history streams, by partition.
-	history []jetstream.Stream
-	layout  streams.Layout
 	keys    *jshost.StartKeys
 	// checkpoints holds the runs' snapshot checkpoints, deleted with their histories.
 	checkpoints *objstore.Checkpoints
@@ -105,8 +102,8 @@ type retention struct {
 	name string
 }
 
-func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config, layout streams.Layout) (*retention, error) {
-	r := &retention{layout: layout}
+func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config) (*retention, error) {
+	r := &retention{}
 	var err error
 	if r.archive, err = archive.Open(ctx, js, cfg.Archive); err != nil {
 		return nil, fmt.Errorf("history: FLOW_ARCHIVE: %w", err)
@@ -122,13 +119,6 @@ func openRetention(ctx context.Context, js jetstream.JetStream, cfg Config, layo
 	}
 	if r.leases, err = maintenance.OpenLeases(ctx, js); err != nil {
 		return nil, err
-	}
-	for _, name := range layout.Streams() {
-		st, err := js.Stream(ctx, name)
-		if err != nil {
-			return nil, fmt.Errorf("opening stream %s: %w", name, err)
-		}
-		r.history = append(r.history, st)
 	}
 	if r.keys, err = jshost.NewStartKeys(ctx, js); err != nil {
 		return nil, err
@@ -370,7 +360,11 @@ func (s *Service) finishDeletion(ctx context.Context, runID string) error {
 		if err := s.purgeDerived(ctx, snap); err != nil {
 			return err
 		}
-		if err := s.retention.historyOf(runID).Purge(ctx, jetstream.WithPurgeSubject(s.layout.Subject(runID)), jetstream.WithPurgeSequence(de.StreamSeq)); err != nil {
+		hs, err := s.store.HistoryOf(ctx, runID)
+		if err != nil {
+			return fmt.Errorf("purging the history of run %q: %w", runID, err)
+		}
+		if err := hs.Purge(ctx, jetstream.WithPurgeSubject(s.layout.Subject(runID)), jetstream.WithPurgeSequence(de.StreamSeq)); err != nil {
 			return fmt.Errorf("purging the history of run %q: %w", runID, err)
 		}
 	}
@@ -431,15 +425,14 @@ func (s *Service) purgeDerived(ctx context.Context, snap *core.Snapshot) error {
 	return r.checkpoints.Delete(ctx, runID)
 }
 
-// historyOf returns the history stream that holds run runID's events.
-func (r *retention) historyOf(runID string) jetstream.Stream {
-	return r.history[r.layout.Partition(runID)]
-}
-
 // storedMsgs returns how many messages the history holds on run runID's subject.
 func (s *Service) storedMsgs(ctx context.Context, runID string) (uint64, error) {
 	subject := s.layout.Subject(runID)
-	info, err := s.retention.historyOf(runID).Info(ctx, jetstream.WithSubjectFilter(subject))
+	hs, err := s.store.HistoryOf(ctx, runID)
+	if err != nil {
+		return 0, fmt.Errorf("counting the messages of run %q: %w", runID, err)
+	}
+	info, err := hs.Info(ctx, jetstream.WithSubjectFilter(subject))
 	if err != nil {
 		return 0, fmt.Errorf("counting the messages of run %q: %w", runID, err)
 	}

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 
 	"github.com/nats-io/nats.go/jetstream"
 )
@@ -40,11 +39,10 @@ func SpreadLeaders(ctx context.Context, js jetstream.JetStream, l Layout) (strea
 			continue // not replicated, or electing: nothing to move
 		}
 		p := placed{name: name, leader: ci.Leader}
-		leads[ci.Leader] += 1
+		leads[ci.Leader]++
 		for _, r := range ci.Replicas {
 			if r.Current && !r.Offline && !r.Pending {
 				p.current = append(p.current, r.Name)
-				leads[r.Name] += 0
 			}
 		}
 		all = append(all, p)
@@ -105,5 +103,5 @@ func Leaders(ctx context.Context, js jetstream.JetStream, l Layout) ([]string, e
 		}
 		out = append(out, leader)
 	}
-	return slices.Clip(out), nil
+	return out, nil
 }

@@ -22,7 +22,7 @@ func (s *Store) CommitAt(ctx context.Context, runID string, pos uint64) ([]event
 	if err := event.ValidateDerivedRunID(runID); err != nil {
 		return nil, err
 	}
-	st, err := s.historyOf(ctx, runID)
+	st, err := s.HistoryOf(ctx, runID)
 	if err != nil {
 		return nil, err
 	}

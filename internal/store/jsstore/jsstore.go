@@ -341,7 +341,7 @@ func (s *Store) LastCommit(ctx context.Context, runID string) ([]event.Envelope,
 	if err := s.quarantine.check(ctx, runID); err != nil {
 		return nil, err
 	}
-	st, err := s.historyOf(ctx, runID)
+	st, err := s.HistoryOf(ctx, runID)
 	if err != nil {
 		return nil, err
 	}
@@ -362,7 +362,7 @@ func (s *Store) LastCommit(ctx context.Context, runID string) ([]event.Envelope,
 // LastStreamSeq returns the stream sequence of run runID's last message, read with one direct
 // get (0 for a run without messages). A replica that lags may answer with an earlier one.
 func (s *Store) LastStreamSeq(ctx context.Context, runID string) (uint64, error) {
-	st, err := s.historyOf(ctx, runID)
+	st, err := s.HistoryOf(ctx, runID)
 	if err != nil {
 		return 0, err
 	}
@@ -384,23 +384,25 @@ func (s *Store) Where(runID string) (stream, subject string) {
 // Layout returns how the history is spread over streams.
 func (s *Store) Layout() streams.Layout { return s.layout }
 
-// lazyStream is a stream's handle, opened once.
+// lazyStream is a stream's handle, opened by the first call that succeeds: a failed open (NATS
+// away for a moment) is tried again by the next call.
 type lazyStream struct {
-	once sync.Once
-	st   jetstream.Stream
-	err  error
+	st atomic.Pointer[jetstream.Stream]
 }
 
 // HistoryOf returns the handle of the history stream that holds run runID's events.
 func (s *Store) HistoryOf(ctx context.Context, runID string) (jetstream.Stream, error) {
-	return s.historyOf(ctx, runID)
-}
-
-func (s *Store) historyOf(ctx context.Context, runID string) (jetstream.Stream, error) {
 	p := s.layout.Partition(runID)
 	ls := &s.streams[p]
-	ls.once.Do(func() { ls.st, ls.err = s.js.Stream(ctx, s.layout.Stream(p)) })
-	return ls.st, ls.err
+	if st := ls.st.Load(); st != nil {
+		return *st, nil
+	}
+	st, err := s.js.Stream(ctx, s.layout.Stream(p))
+	if err != nil {
+		return nil, err
+	}
+	ls.st.CompareAndSwap(nil, &st)
+	return *ls.st.Load(), nil
 }
 
 // leaderOf returns the reader of the leader of the stream that holds run runID's events.
